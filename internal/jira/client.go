@@ -1,0 +1,476 @@
+// This client is hand-written on net/http rather than built on andygrunwald/go-jira: go-jira's
+// tagged v1 only gained the /search/jql cursor endpoint as a late add-on (its v2 rewrite with the
+// Cloud/on-premise split has no tagged release), and neither version has a rate limiter, retries on
+// 429/5xx honouring Retry-After, or a fake server to test against. The handful of endpoints
+// ymirflow uses fit in a few hundred lines of stdlib code whose every behaviour we test here.
+
+package jira
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// API flavours, for Options.API.
+const (
+	APICloud  = "cloud"
+	APIServer = "server"
+)
+
+// Defaults applied by New for zero Options fields.
+const (
+	DefaultTimeout        = 90 * time.Second
+	DefaultMaxRetries     = 4
+	DefaultRateLimit      = 5.0
+	DefaultRetryBaseDelay = time.Second
+	DefaultMaxRetryDelay  = 30 * time.Second
+	DefaultMaxRetryAfter  = 5 * time.Minute
+	DefaultPageSize       = 100
+)
+
+// maxResponseBody bounds how much of a response is read.
+const maxResponseBody = 64 << 20
+
+// Options configures a Client. The setting names in comments are the environment variables
+// that cmd/ymirflow maps onto these fields; New's errors use them.
+type Options struct {
+	// BaseURL (JIRA_URL) is the Jira root, e.g. https://example.atlassian.net or
+	// https://jira.example.com/jira. Empty means no Jira: writes are logged, reads fail with
+	// ErrNotConfigured.
+	BaseURL string
+	// Email (JIRA_EMAIL) selects Basic auth (email + API token, Jira Cloud). Without it the
+	// token is sent as a Bearer personal access token (Jira Server/DC).
+	Email string
+	// Token (JIRA_TOKEN) is the API token or PAT. TokenFile (JIRA_TOKEN_FILE) names a file
+	// holding it (a mounted secret), read once by New, surrounding whitespace trimmed. Set one.
+	Token     string
+	TokenFile string
+	// API (JIRA_API) is "cloud", "server", or "" for auto: cloud when the host ends with
+	// atlassian.net, server otherwise. It picks the search endpoint, the changelog endpoint and
+	// how users are named (accountId or username).
+	API string
+	// Timeout (JIRA_TIMEOUT) bounds one HTTP attempt; default 90 s.
+	Timeout time.Duration
+	// MaxRetries (JIRA_MAX_RETRIES) is how many times a request is retried after a 429, a 5xx
+	// or a network error; 0 means the default 4, a negative value disables retries.
+	MaxRetries int
+	// RetryBaseDelay is the first backoff delay (doubling per retry, with jitter, capped at
+	// MaxRetryDelay); defaults 1 s and 30 s. A Retry-After answer is honoured instead, unless it
+	// exceeds MaxRetryAfter (default 5 min), in which case the error is returned at once.
+	RetryBaseDelay time.Duration
+	MaxRetryDelay  time.Duration
+	MaxRetryAfter  time.Duration
+	// RateLimit (JIRA_RATE_LIMIT) caps requests per second over the whole Client (all
+	// attempts, all methods); 0 means the default 5, a negative value disables the limit.
+	RateLimit float64
+	// PageSize is the maxResults SearchAll and Changelog ask for; default 100.
+	PageSize int
+	// CommentGroup, when set, restricts comments to that group (e.g. "Red Hat Employee").
+	CommentGroup string
+	// HTTPClient defaults to a fresh http.Client; timeouts come from Timeout either way.
+	HTTPClient *http.Client
+	// Logger receives structured logs; the zero Logger logs nothing.
+	Logger zerolog.Logger
+	// DryRun (DRY_RUN) logs writes (labels, comments) instead of sending them. Reads are sent.
+	DryRun bool
+	// UserAgent defaults to "ymirflow".
+	UserAgent string
+}
+
+// Client is a Jira REST client. Build it with New; it is safe for concurrent use.
+type Client struct {
+	base          string // scheme://host/path without trailing slash; "" when offline
+	api           string
+	auth          string // Authorization header value
+	userAgent     string
+	timeout       time.Duration
+	maxRetries    int
+	baseDelay     time.Duration
+	maxDelay      time.Duration
+	maxRetryAfter time.Duration
+	pageSize      int
+	commentGroup  string
+	dryRun        bool
+	hc            *http.Client
+	log           zerolog.Logger
+	limit         *limiter
+}
+
+// New validates opts and returns a Client. Errors name the setting at fault, e.g.
+// "JIRA_URL: scheme must be http or https".
+func New(opts Options) (*Client, error) {
+	c := &Client{
+		userAgent:     opts.UserAgent,
+		timeout:       opts.Timeout,
+		maxRetries:    opts.MaxRetries,
+		baseDelay:     opts.RetryBaseDelay,
+		maxDelay:      opts.MaxRetryDelay,
+		maxRetryAfter: opts.MaxRetryAfter,
+		pageSize:      opts.PageSize,
+		commentGroup:  opts.CommentGroup,
+		dryRun:        opts.DryRun,
+		hc:            opts.HTTPClient,
+		log:           opts.Logger.With().Str("component", "jira").Logger(),
+	}
+	if c.userAgent == "" {
+		c.userAgent = "ymirflow"
+	}
+
+	var host string
+	if raw := strings.TrimSpace(opts.BaseURL); raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("JIRA_URL: not a URL: %v", redactURLError(err))
+		}
+		switch {
+		case u.Scheme != "http" && u.Scheme != "https":
+			return nil, fmt.Errorf("JIRA_URL: scheme must be http or https, got %q", u.Scheme)
+		case u.Host == "":
+			return nil, fmt.Errorf("JIRA_URL: no host in %q", u.Redacted())
+		case u.User != nil:
+			return nil, fmt.Errorf("JIRA_URL: must not carry credentials (%s); use JIRA_EMAIL and JIRA_TOKEN", u.Redacted())
+		case u.RawQuery != "" || u.Fragment != "":
+			return nil, fmt.Errorf("JIRA_URL: must not have a query or fragment: %q", u.Redacted())
+		}
+		host = strings.ToLower(u.Hostname())
+		c.base = u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
+	} else {
+		c.dryRun = true
+	}
+
+	switch strings.ToLower(strings.TrimSpace(opts.API)) {
+	case "":
+		if host == "atlassian.net" || strings.HasSuffix(host, ".atlassian.net") {
+			c.api = APICloud
+		} else {
+			c.api = APIServer
+		}
+	case APICloud:
+		c.api = APICloud
+	case APIServer, "dc", "datacenter":
+		c.api = APIServer
+	default:
+		return nil, fmt.Errorf("JIRA_API: must be %q, %q or empty (auto), got %q", APICloud, APIServer, opts.API)
+	}
+
+	token := strings.TrimSpace(opts.Token)
+	if opts.TokenFile != "" {
+		if token != "" {
+			return nil, errors.New("JIRA_TOKEN_FILE: set either JIRA_TOKEN or JIRA_TOKEN_FILE, not both")
+		}
+		b, err := os.ReadFile(opts.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("JIRA_TOKEN_FILE: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, fmt.Errorf("JIRA_TOKEN_FILE: %s is empty", opts.TokenFile)
+		}
+	}
+	if c.base != "" && token == "" {
+		return nil, errors.New("JIRA_TOKEN: required when JIRA_URL is set (or use JIRA_TOKEN_FILE)")
+	}
+	if email := strings.TrimSpace(opts.Email); email != "" {
+		c.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(email+":"+token))
+	} else if token != "" {
+		c.auth = "Bearer " + token
+	}
+
+	switch {
+	case c.timeout < 0:
+		return nil, fmt.Errorf("JIRA_TIMEOUT: must not be negative, got %s", c.timeout)
+	case c.timeout == 0:
+		c.timeout = DefaultTimeout
+	}
+	switch {
+	case c.maxRetries < 0:
+		c.maxRetries = 0
+	case c.maxRetries == 0:
+		c.maxRetries = DefaultMaxRetries
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"JIRA_RETRY_BASE_DELAY", &c.baseDelay, DefaultRetryBaseDelay},
+		{"JIRA_MAX_RETRY_DELAY", &c.maxDelay, DefaultMaxRetryDelay},
+		{"JIRA_MAX_RETRY_AFTER", &c.maxRetryAfter, DefaultMaxRetryAfter},
+	} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("%s: must not be negative, got %s", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.maxDelay < c.baseDelay {
+		c.maxDelay = c.baseDelay
+	}
+	rate := opts.RateLimit
+	switch {
+	case math.IsNaN(rate) || math.IsInf(rate, 0):
+		return nil, fmt.Errorf("JIRA_RATE_LIMIT: must be a finite number, got %v", rate)
+	case rate == 0:
+		rate = DefaultRateLimit
+	}
+	if rate > 0 {
+		c.limit = &limiter{interval: time.Duration(float64(time.Second) / rate)}
+	}
+	switch {
+	case c.pageSize < 0:
+		return nil, fmt.Errorf("JIRA_PAGE_SIZE: must not be negative, got %d", c.pageSize)
+	case c.pageSize == 0:
+		c.pageSize = DefaultPageSize
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{}
+	}
+	return c, nil
+}
+
+// API returns the API flavour in use: APICloud or APIServer.
+func (c *Client) API() string { return c.api }
+
+// DryRun reports whether writes are logged instead of sent.
+func (c *Client) DryRun() bool { return c.dryRun }
+
+// request is one logical call; do sends it, with retries.
+type request struct {
+	method   string
+	path     string // unescaped API path for logs and errors
+	rawPath  string // escaped path sent on the wire
+	query    url.Values
+	body     any
+	issueKey string
+	// idempotent requests are retried on any 5xx and on network errors; others only on 429
+	// and 503, which promise the request was not processed.
+	idempotent bool
+}
+
+// do sends r, retrying per the Client's policy, and decodes a 2xx JSON body into out (if not nil).
+func (c *Client) do(ctx context.Context, r request, out any) error {
+	if c.base == "" {
+		return ErrNotConfigured
+	}
+	if r.rawPath == "" {
+		r.rawPath = r.path
+	}
+	var payload []byte
+	if r.body != nil {
+		b, err := json.Marshal(r.body)
+		if err != nil {
+			return fmt.Errorf("jira: encode %s %s: %w", r.method, r.path, err)
+		}
+		payload = b
+	}
+	u := c.base + r.rawPath
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	log := c.log.With().Str("method", r.method).Str("path", r.path).Logger()
+	if r.issueKey != "" {
+		log = log.With().Str("issue_key", r.issueKey).Logger()
+	}
+
+	for attempt := 1; ; attempt++ {
+		if err := c.limit.wait(ctx); err != nil {
+			return fmt.Errorf("jira: %s %s: waiting for the rate limiter: %w", r.method, r.path, err)
+		}
+		start := time.Now()
+		status, hdr, body, err := c.send(ctx, r.method, u, payload)
+		took := time.Since(start)
+
+		var retryAfter time.Duration
+		var hasRetryAfter, retry bool
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return fmt.Errorf("jira: %s %s: %w", r.method, r.path, context.Cause(ctx))
+			}
+			err = fmt.Errorf("jira: %s %s: %w", r.method, r.path, err)
+			retry = r.idempotent
+			log.Debug().Err(err).Int("attempt", attempt).Dur("took", took).Msg("jira request failed")
+		case status >= 200 && status < 300:
+			log.Debug().Int("status", status).Int("attempt", attempt).Dur("took", took).Msg("jira request")
+			if out == nil || len(bytes.TrimSpace(body)) == 0 {
+				return nil
+			}
+			if err := json.Unmarshal(body, out); err != nil {
+				return fmt.Errorf("jira: %s %s: decode response: %w", r.method, r.path, err)
+			}
+			return nil
+		default:
+			he := newHTTPError(r.method, r.path, status, body)
+			he.Attempts = attempt
+			err = he
+			retry = status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
+				(r.idempotent && status >= 500)
+			retryAfter, hasRetryAfter = parseRetryAfter(hdr.Get("Retry-After"), time.Now())
+			log.Debug().Int("status", status).Int("attempt", attempt).Dur("took", took).Msg("jira request")
+		}
+
+		if !retry || attempt > c.maxRetries {
+			return err
+		}
+		delay := c.backoff(attempt)
+		if hasRetryAfter {
+			if retryAfter > c.maxRetryAfter {
+				return fmt.Errorf("%w (Retry-After %s exceeds the %s limit; not retried)", err, retryAfter, c.maxRetryAfter)
+			}
+			delay = retryAfter
+		}
+		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", delay).Msg("jira request will be retried")
+		if serr := sleepCtx(ctx, delay); serr != nil {
+			return fmt.Errorf("%w (retry abandoned: %w)", err, serr)
+		}
+	}
+}
+
+// send performs one HTTP attempt and reads the whole (bounded) body.
+func (c *Client) send(ctx context.Context, method, u string, payload []byte) (int, http.Header, []byte, error) {
+	actx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var rd io.Reader
+	if payload != nil {
+		rd = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(actx, method, u, rd)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	// Jira rejects writes without this header when XSRF protection sees a browser-like request.
+	req.Header.Set("X-Atlassian-Token", "no-check")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("read response: %w", err)
+	}
+	return resp.StatusCode, resp.Header, body, nil
+}
+
+// backoff returns the delay before retry number attempt (1-based): RetryBaseDelay doubled per
+// attempt, capped at MaxRetryDelay, with "equal jitter" (a random value in [d/2, d]).
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.baseDelay
+	for i := 1; i < attempt && d < c.maxDelay; i++ {
+		d *= 2
+	}
+	if d > c.maxDelay {
+		d = c.maxDelay
+	}
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(d-half)+1))
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		if n > int64(math.MaxInt64/int64(time.Second)) {
+			n = int64(math.MaxInt64 / int64(time.Second))
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		d := t.Sub(now)
+		if d < 0 {
+			d = 0
+		}
+		return d, true
+	}
+	return 0, false
+}
+
+// errDeadlineTooSoon is returned instead of sleeping past the context's deadline.
+var errDeadlineTooSoon = fmt.Errorf("the wait would outlast the context deadline: %w", context.DeadlineExceeded)
+
+// sleepCtx sleeps for d, or returns early with the context's error. It does not start a sleep
+// that would end after the context's deadline.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return errDeadlineTooSoon
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// limiter spaces requests at least interval apart across goroutines.
+type limiter struct {
+	mu       sync.Mutex
+	interval time.Duration
+	next     time.Time
+}
+
+// wait blocks until the caller's slot. A nil limiter never waits.
+func (l *limiter) wait(ctx context.Context) error {
+	if l == nil {
+		return ctx.Err()
+	}
+	l.mu.Lock()
+	now := time.Now()
+	at := l.next
+	if at.Before(now) {
+		at = now
+	}
+	l.next = at.Add(l.interval)
+	l.mu.Unlock()
+	return sleepCtx(ctx, at.Sub(now))
+}
+
+// redactURLError drops the URL (which may hold a password) from a url.Parse error.
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// issuePath returns the unescaped and escaped forms of /rest/api/2/issue/{key}{suffix}.
+func issuePath(key, suffix string) (string, string) {
+	return "/rest/api/2/issue/" + key + suffix, "/rest/api/2/issue/" + url.PathEscape(key) + suffix
+}
