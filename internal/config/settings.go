@@ -1,0 +1,538 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults shared by the commands and by the deployment manifests.
+const (
+	DefaultRedisURL       = "redis://127.0.0.1:6379/0"
+	DefaultNamespace      = "ymir"
+	DefaultLogLevel       = "info"
+	DefaultLogFormat      = "json"
+	DefaultMaxLen         = 100000
+	DefaultJiraAPI        = "auto"
+	DefaultJQL            = "project = RHEL AND assignee = jotnar-project"
+	DefaultTriggerGroup   = "Red Hat Employee"
+	DefaultRunner         = "exec"
+	DefaultLockTTL        = 300 * time.Second
+	DefaultLockMaxHold    = 6 * time.Hour
+	DefaultOnConflict     = "drop"
+	DefaultBlockTime      = 5 * time.Second
+	DefaultMaxIdleTime    = 3 * time.Minute
+	DefaultClaimInterval  = 5 * time.Second
+	DefaultMaxRetries     = 3
+	DefaultConcurrency    = 1
+	DefaultMetricsAddr    = ":9090"
+	DefaultKillGrace      = 10 * time.Second
+	DefaultFetchInterval  = 5 * time.Minute
+	DefaultStaleThreshold = 24 * time.Hour
+	DefaultFakeJiraAddr   = "127.0.0.1:8080"
+	DefaultFakeJiraIssues = 20
+	DefaultDemoIssues     = 12
+)
+
+// Agents are the agent names, in pipeline order. Branches are the target
+// branches of the downstream agents.
+var (
+	Agents   = []string{"triage", "rebase", "backport", "rebuild"}
+	Branches = []string{"c9s", "c10s"}
+)
+
+// LogLevels are the accepted LOG_LEVEL values (zerolog's level names).
+var LogLevels = []string{"trace", "debug", "info", "warn", "error", "fatal", "panic", "disabled"}
+
+// Common is the settings of every command that talks to Redis.
+type Common struct {
+	RedisURL  string // --redis-url, REDIS_URL: redis://, rediss:// (TLS) or unix://; user and password may be in the URL
+	Namespace string // --ymir-namespace, YMIR_NAMESPACE: prefix of every stream and key
+	LogLevel  string // --log-level, LOG_LEVEL: trace|debug|info|warn|error|fatal|panic|disabled
+	LogFormat string // --log-format, LOG_FORMAT: json|console
+	MaxLen    int64  // --max-len, MAX_LEN: approximate MAXLEN of every stream written (0: never trim)
+
+	emptyRedisOK bool // demo: an empty REDIS_URL means the embedded Redis
+}
+
+// Register defines the common flags on fs.
+func (c *Common) Register(fs *flag.FlagSet) { c.register(fs, DefaultRedisURL) }
+
+func (c *Common) register(fs *flag.FlagSet, redisDefault string) {
+	fs.StringVar(&c.RedisURL, "redis-url", redisDefault, "Redis URL: redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path")
+	fs.StringVar(&c.Namespace, "ymir-namespace", DefaultNamespace, "prefix of every stream and key, so that several pipelines can share one Redis")
+	fs.StringVar(&c.LogLevel, "log-level", DefaultLogLevel, "log level: "+strings.Join(LogLevels, "|"))
+	fs.StringVar(&c.LogFormat, "log-format", DefaultLogFormat, "log format: json|console")
+	fs.Int64Var(&c.MaxLen, "max-len", DefaultMaxLen, "approximate maximum length of every stream written (0: never trim)")
+}
+
+// Validate checks the common settings.
+func (c *Common) Validate() error {
+	var p problems
+	c.validate(&p)
+	return p.err()
+}
+
+func (c *Common) validate(p *problems) {
+	switch {
+	case c.RedisURL == "" && c.emptyRedisOK:
+	case c.RedisURL == "":
+		p.add("redis-url", "is required")
+	default:
+		if msg := checkRedisURL(c.RedisURL); msg != "" {
+			p.add("redis-url", "= %q %s", RedactURL(c.RedisURL), msg)
+		}
+	}
+	switch {
+	case c.Namespace == "":
+		p.add("ymir-namespace", "is required")
+	case strings.ContainsAny(c.Namespace, "*?[]\\{} \t\r\n"):
+		p.add("ymir-namespace", "= %q must not contain spaces, braces or glob characters", c.Namespace)
+	}
+	if !oneOf(c.LogLevel, LogLevels...) {
+		p.add("log-level", "= %q must be one of %s", c.LogLevel, strings.Join(LogLevels, "|"))
+	}
+	if !oneOf(c.LogFormat, "json", "console") {
+		p.add("log-format", "= %q must be json or console", c.LogFormat)
+	}
+	if c.MaxLen < 0 {
+		p.add("max-len", "= %d must not be negative (0 disables trimming)", c.MaxLen)
+	}
+}
+
+func checkRedisURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "is not a URL"
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		if u.Host == "" {
+			return "has no host"
+		}
+		if db := strings.Trim(u.Path, "/"); db != "" {
+			if n, err := strconv.Atoi(db); err != nil || n < 0 {
+				return "has a database that is not a number"
+			}
+		}
+	case "unix":
+		if u.Path == "" {
+			return "has no socket path"
+		}
+	default:
+		return "must start with redis://, rediss:// or unix://"
+	}
+	return ""
+}
+
+// RedactedRedisURL is RedisURL with its password replaced, for logs and
+// error messages.
+func (c *Common) RedactedRedisURL() string { return RedactURL(c.RedisURL) }
+
+// RedactURL returns raw with any password replaced by "xxxxx". A string that
+// does not parse as a URL is returned as "<unparseable URL>", since it may
+// hold a password in an unknown place.
+func RedactURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	return u.Redacted()
+}
+
+// Jira is the settings of the Jira client, embedded by the commands that
+// read or write Jira.
+type Jira struct {
+	JiraURL          string // --jira-url, JIRA_URL: base URL; empty: Jira writes are logged, not sent
+	JiraEmail        string // --jira-email, JIRA_EMAIL: account e-mail for Jira Cloud basic auth
+	JiraToken        string // --jira-token, JIRA_TOKEN: API token (Cloud) or personal access token (Server/DC)
+	JiraTokenFile    string // --jira-token-file, JIRA_TOKEN_FILE: file holding the token (read by Token)
+	JiraJQL          string // --jira-jql, JIRA_JQL: the fetcher's search
+	JiraTriggerGroup string // --jira-trigger-group, JIRA_TRIGGER_GROUP: group whose members may add ymir_todo (empty: anyone)
+	JiraAPI          string // --jira-api, JIRA_API: cloud|server|auto
+	DryRun           bool   // --dry-run, DRY_RUN: log Jira writes instead of sending them
+}
+
+// Register defines the Jira flags on fs.
+func (j *Jira) Register(fs *flag.FlagSet) {
+	fs.StringVar(&j.JiraURL, "jira-url", "", "Jira base URL, e.g. https://example.atlassian.net/ (empty: Jira writes are logged, not sent)")
+	fs.StringVar(&j.JiraEmail, "jira-email", "", "account e-mail for Jira Cloud basic authentication")
+	fs.StringVar(&j.JiraToken, "jira-token", "", "Jira API token (Cloud) or personal access token (Server/DC); prefer --jira-token-file")
+	fs.StringVar(&j.JiraTokenFile, "jira-token-file", "", "file that holds the Jira token (read at each use, so it can be rotated)")
+	fs.StringVar(&j.JiraJQL, "jira-jql", DefaultJQL, "JQL of the fetcher's search")
+	fs.StringVar(&j.JiraTriggerGroup, "jira-trigger-group", DefaultTriggerGroup, "Jira group whose members may trigger work with ymir_todo (empty: anyone)")
+	fs.StringVar(&j.JiraAPI, "jira-api", DefaultJiraAPI, "Jira REST flavour: cloud (/rest/api/3), server (/rest/api/2) or auto")
+	fs.BoolVar(&j.DryRun, "dry-run", false, "log Jira writes instead of sending them")
+}
+
+// Validate checks the Jira settings.
+func (j *Jira) Validate() error {
+	var p problems
+	j.validate(&p)
+	return p.err()
+}
+
+func (j *Jira) validate(p *problems) {
+	if j.JiraURL != "" {
+		u, err := url.Parse(j.JiraURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.add("jira-url", "= %q must be an http:// or https:// URL", RedactURL(j.JiraURL))
+		}
+	}
+	if !oneOf(j.JiraAPI, "cloud", "server", "auto") {
+		p.add("jira-api", "= %q must be cloud, server or auto", j.JiraAPI)
+	}
+	if j.JiraToken != "" && j.JiraTokenFile != "" {
+		p.add("jira-token-file", "and JIRA_TOKEN (--jira-token) are both set; set one")
+	}
+	if j.JiraTokenFile != "" {
+		b, err := os.ReadFile(j.JiraTokenFile)
+		switch {
+		case err != nil:
+			p.add("jira-token-file", "= %q cannot be read: %v", j.JiraTokenFile, unwrapPathErr(err))
+		case strings.TrimSpace(string(b)) == "":
+			p.add("jira-token-file", "= %q is empty", j.JiraTokenFile)
+		}
+	}
+	hasToken := j.JiraToken != "" || j.JiraTokenFile != ""
+	if j.JiraEmail != "" && !hasToken {
+		p.add("jira-email", "is set but neither JIRA_TOKEN (--jira-token) nor JIRA_TOKEN_FILE (--jira-token-file) is")
+	}
+	if j.JiraAPI == "cloud" && hasToken && j.JiraEmail == "" {
+		p.add("jira-email", "is required with JIRA_API=cloud: Jira Cloud authenticates with e-mail and API token")
+	}
+}
+
+func unwrapPathErr(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// Token returns the Jira token: JiraToken, or the trimmed content of
+// JiraTokenFile, read now. Both empty yields "" (anonymous).
+func (j *Jira) Token() (string, error) {
+	if j.JiraToken != "" || j.JiraTokenFile == "" {
+		return j.JiraToken, nil
+	}
+	b, err := os.ReadFile(j.JiraTokenFile)
+	if err != nil {
+		return "", &SettingError{Env: "JIRA_TOKEN_FILE", Flag: "jira-token-file",
+			Msg: fmt.Sprintf("= %q cannot be read: %v", j.JiraTokenFile, unwrapPathErr(err))}
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Worker is the settings of `ymirflow worker`: one agent's router.
+type Worker struct {
+	Common
+	Jira
+
+	Agent         string        // --agent, AGENT: triage|rebase|backport|rebuild
+	Branch        string        // --branch, BRANCH: c9s|c10s; required for every agent but triage
+	Runner        string        // --runner, RUNNER: exec|demo
+	Exec          string        // --exec, RUNNER_EXEC: command run with /bin/sh -c per event (runner exec)
+	LockTTL       time.Duration // --lock-ttl, LOCK_TTL: lease TTL; the heartbeat runs every LOCK_TTL/3
+	LockMaxHold   time.Duration // --lock-max-hold, LOCK_MAX_HOLD: a lease is given up after this long
+	OnConflict    string        // --on-conflict, ON_CONFLICT: drop|coalesce
+	BlockTime     time.Duration // --block-time, BLOCK_TIME: XREADGROUP BLOCK
+	MaxIdleTime   time.Duration // --max-idle-time, MAX_IDLE_TIME: pending entries idle this long are claimed
+	ClaimInterval time.Duration // --claim-interval, CLAIM_INTERVAL: how often pending entries are checked
+	MaxRetries    int           // --max-retries, MAX_RETRIES: attempts at a failing event before the DLQ
+	Concurrency   int           // --concurrency, CONCURRENCY: subscriptions per input stream
+	ConsumerName  string        // --consumer-name, CONSUMER_NAME: stable consumer name (default: hostname)
+	MetricsAddr   string        // --metrics-addr, METRICS_ADDR: /metrics, /healthz, /readyz (empty: off)
+	KillGrace     time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
+}
+
+// Register defines the worker's flags on fs.
+func (w *Worker) Register(fs *flag.FlagSet) {
+	w.Common.Register(fs)
+	w.Jira.Register(fs)
+	fs.StringVar(&w.Agent, "agent", "", "agent to run: "+strings.Join(Agents, "|"))
+	fs.StringVar(&w.Branch, "branch", "", "target branch: "+strings.Join(Branches, "|")+" (every agent but triage)")
+	fs.StringVar(&w.Runner, "runner", DefaultRunner, "runner: exec (a command per event) or demo (simulated agents)")
+	stringVarEnv(fs, &w.Exec, "exec", "RUNNER_EXEC", "", "command run with /bin/sh -c per event by the exec runner")
+	fs.DurationVar(&w.LockTTL, "lock-ttl", DefaultLockTTL, "TTL of the per-issue lease; the heartbeat extends it every LOCK_TTL/3")
+	fs.DurationVar(&w.LockMaxHold, "lock-max-hold", DefaultLockMaxHold, "longest a handler may hold a lease")
+	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "event for an issue locked by another holder: drop or coalesce")
+	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks")
+	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3")
+	fs.DurationVar(&w.ClaimInterval, "claim-interval", DefaultClaimInterval, "how often pending entries are checked for claiming")
+	fs.IntVar(&w.MaxRetries, "max-retries", DefaultMaxRetries, "attempts at a failing event before it goes to the dead-letter stream")
+	fs.IntVar(&w.Concurrency, "concurrency", DefaultConcurrency, "events handled at once per input stream")
+	fs.StringVar(&w.ConsumerName, "consumer-name", hostname(), "stable consumer name, so that a restarted worker resumes its own pending entries")
+	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty: off)")
+	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group")
+}
+
+// HeartbeatInterval is how often a lease is extended: LockTTL/3.
+func (w *Worker) HeartbeatInterval() time.Duration { return w.LockTTL / 3 }
+
+// ShutdownBudget is the longest a worker takes to exit after SIGTERM:
+// BlockTime + 1 s + KillGrace. A pod's terminationGracePeriodSeconds must
+// exceed it.
+func (w *Worker) ShutdownBudget() time.Duration { return w.BlockTime + time.Second + w.KillGrace }
+
+// MinLockTTL is the shortest LOCK_TTL accepted.
+const MinLockTTL = 30 * time.Millisecond
+
+// Validate checks the worker's settings.
+func (w *Worker) Validate() error {
+	var p problems
+	w.Common.validate(&p)
+	w.Jira.validate(&p)
+	validateAgentBranch(&p, w.Agent, w.Branch)
+	switch w.Runner {
+	case "exec":
+		if strings.TrimSpace(w.Exec) == "" {
+			p.addEnv("exec", "RUNNER_EXEC", "is required when RUNNER (--runner) is exec")
+		}
+	case "demo":
+	default:
+		p.add("runner", "= %q must be exec or demo", w.Runner)
+	}
+	ttlOK := true
+	switch {
+	case w.LockTTL <= 0:
+		ttlOK = false
+		p.add("lock-ttl", "= %s must be positive", fmtDur(w.LockTTL))
+	case w.LockTTL < MinLockTTL:
+		ttlOK = false
+		p.add("lock-ttl", "= %s is too short to heartbeat (at least %s)", fmtDur(w.LockTTL), fmtDur(MinLockTTL))
+	}
+	switch {
+	case w.LockMaxHold <= 0:
+		p.add("lock-max-hold", "= %s must be positive", fmtDur(w.LockMaxHold))
+	case ttlOK && w.LockMaxHold < w.LockTTL:
+		p.add("lock-max-hold", "= %s must be at least LOCK_TTL (--lock-ttl) = %s", fmtDur(w.LockMaxHold), fmtDur(w.LockTTL))
+	}
+	if !oneOf(w.OnConflict, "drop", "coalesce") {
+		p.add("on-conflict", "= %q must be drop or coalesce", w.OnConflict)
+	}
+	if w.BlockTime <= 0 {
+		p.add("block-time", "= %s must be positive", fmtDur(w.BlockTime))
+	}
+	switch {
+	case w.MaxIdleTime <= 0:
+		p.add("max-idle-time", "= %s must be positive", fmtDur(w.MaxIdleTime))
+	case ttlOK && w.MaxIdleTime <= w.HeartbeatInterval():
+		p.add("max-idle-time", "= %s must exceed the lease heartbeat interval LOCK_TTL/3 = %s", fmtDur(w.MaxIdleTime), fmtDur(w.HeartbeatInterval()))
+	}
+	if w.ClaimInterval <= 0 {
+		p.add("claim-interval", "= %s must be positive", fmtDur(w.ClaimInterval))
+	}
+	if w.MaxRetries < 1 {
+		p.add("max-retries", "= %d must be at least 1", w.MaxRetries)
+	}
+	if w.Concurrency < 1 || w.Concurrency > 1024 {
+		p.add("concurrency", "= %d must be between 1 and 1024", w.Concurrency)
+	}
+	switch {
+	case w.ConsumerName == "":
+		p.add("consumer-name", "is required (the hostname could not be read)")
+	case strings.IndexFunc(w.ConsumerName, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0:
+		p.add("consumer-name", "= %q must not contain spaces or control characters", w.ConsumerName)
+	}
+	if w.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(w.MetricsAddr); err != nil {
+			p.add("metrics-addr", "= %q must be host:port or :port", w.MetricsAddr)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			p.add("metrics-addr", "= %q has an invalid port", w.MetricsAddr)
+		}
+	}
+	if w.KillGrace <= 0 {
+		p.add("kill-grace", "= %s must be positive", fmtDur(w.KillGrace))
+	}
+	return p.err()
+}
+
+// ValidateAgentBranch checks an agent name and a branch as the worker and
+// enqueue commands take them: the agent is one of [Agents]; triage takes no
+// branch, every other agent one of [Branches].
+func ValidateAgentBranch(agent, branch string) error {
+	var p problems
+	validateAgentBranch(&p, agent, branch)
+	return p.err()
+}
+
+func validateAgentBranch(p *problems, agent, branch string) {
+	switch {
+	case agent == "":
+		p.add("agent", "is required: one of %s", strings.Join(Agents, "|"))
+		return
+	case !oneOf(agent, Agents...):
+		p.add("agent", "= %q is not an agent: one of %s", agent, strings.Join(Agents, "|"))
+		return
+	}
+	switch {
+	case agent == "triage" && branch != "":
+		p.add("branch", "= %q is not taken by agent triage, which reads every branch's issues", branch)
+	case agent != "triage" && branch == "":
+		p.add("branch", "is required for agent %s: one of %s", agent, strings.Join(Branches, "|"))
+	case agent != "triage" && !oneOf(branch, Branches...):
+		p.add("branch", "= %q is not a branch: one of %s", branch, strings.Join(Branches, "|"))
+	}
+}
+
+// Fetch is the settings of `ymirflow fetch`: the Jira sweep.
+type Fetch struct {
+	Common
+	Jira
+
+	Once                bool          // --once, ONCE: one sweep, then exit
+	Interval            time.Duration // --interval, INTERVAL: time between sweeps without --once
+	MaxIssues           int           // --max-issues, MAX_ISSUES: issues published per sweep (0: no limit)
+	StaleLabelThreshold time.Duration // --stale-label-threshold, STALE_LABEL_THRESHOLD: in-flight labels older than this are recovered
+}
+
+// Register defines the fetcher's flags on fs.
+func (f *Fetch) Register(fs *flag.FlagSet) {
+	f.Common.Register(fs)
+	f.Jira.Register(fs)
+	fs.BoolVar(&f.Once, "once", false, "run one sweep and exit")
+	fs.DurationVar(&f.Interval, "interval", DefaultFetchInterval, "time between sweeps (without --once)")
+	fs.IntVar(&f.MaxIssues, "max-issues", 0, "issues published per sweep (0: no limit)")
+	fs.DurationVar(&f.StaleLabelThreshold, "stale-label-threshold", DefaultStaleThreshold, "an in-flight label on an issue not updated for this long is recovered")
+}
+
+// Validate checks the fetcher's settings.
+func (f *Fetch) Validate() error {
+	var p problems
+	f.Common.validate(&p)
+	f.Jira.validate(&p)
+	if f.JiraURL == "" {
+		p.add("jira-url", "is required: the fetcher searches Jira")
+	}
+	if strings.TrimSpace(f.JiraJQL) == "" {
+		p.add("jira-jql", "is required: the fetcher's search")
+	}
+	if !f.Once && f.Interval <= 0 {
+		p.add("interval", "= %s must be positive (or use ONCE (--once))", fmtDur(f.Interval))
+	}
+	if f.MaxIssues < 0 {
+		p.add("max-issues", "= %d must not be negative (0: no limit)", f.MaxIssues)
+	}
+	if f.StaleLabelThreshold <= 0 {
+		p.add("stale-label-threshold", "= %s must be positive", fmtDur(f.StaleLabelThreshold))
+	}
+	return p.err()
+}
+
+// Demo is the settings of `ymirflow demo`: the whole pipeline in one process.
+type Demo struct {
+	Common       // REDIS_URL defaults to empty here: an embedded Redis
+	Issues int   // --issues, ISSUES: sample issues in the fake Jira
+	Seed   int64 // --seed, SEED: seed of the simulated agents' outcomes
+}
+
+// Register defines the demo's flags on fs.
+func (d *Demo) Register(fs *flag.FlagSet) {
+	d.Common.emptyRedisOK = true
+	d.Common.register(fs, "")
+	fs.Lookup("redis-url").Usage = "Redis URL (empty: an embedded Redis in this process)"
+	fs.IntVar(&d.Issues, "issues", DefaultDemoIssues, "sample issues in the fake Jira")
+	fs.Int64Var(&d.Seed, "seed", 1, "seed of the simulated agents' outcomes")
+}
+
+// Validate checks the demo's settings.
+func (d *Demo) Validate() error {
+	var p problems
+	d.Common.emptyRedisOK = true
+	d.Common.validate(&p)
+	if d.Issues < 1 {
+		p.add("issues", "= %d must be at least 1", d.Issues)
+	}
+	return p.err()
+}
+
+// Enqueue is the settings of `ymirflow enqueue`; the issue keys are the
+// positional arguments.
+type Enqueue struct {
+	Common
+	Agent         string // --agent, AGENT
+	Branch        string // --branch, BRANCH: every agent but triage
+	UserTriggered bool   // --user-triggered, USER_TRIGGERED: publish to the :todo stream
+}
+
+// Register defines enqueue's flags on fs.
+func (e *Enqueue) Register(fs *flag.FlagSet) {
+	e.Common.Register(fs)
+	fs.StringVar(&e.Agent, "agent", "triage", "agent whose stream gets the requests: "+strings.Join(Agents, "|"))
+	fs.StringVar(&e.Branch, "branch", "", "target branch: "+strings.Join(Branches, "|")+" (every agent but triage)")
+	fs.BoolVar(&e.UserTriggered, "user-triggered", false, "publish as user-triggered work (the :todo stream)")
+}
+
+// Validate checks enqueue's settings.
+func (e *Enqueue) Validate() error {
+	var p problems
+	e.Common.validate(&p)
+	validateAgentBranch(&p, e.Agent, e.Branch)
+	return p.err()
+}
+
+// Inspect is the settings of the inspection commands (pending, locks,
+// streams, history, replay, dlq).
+type Inspect struct {
+	Common
+	JSON bool // --json, JSON: print JSON instead of a table
+}
+
+// Register defines the inspection flags on fs.
+func (i *Inspect) Register(fs *flag.FlagSet) {
+	i.Common.Register(fs)
+	fs.BoolVar(&i.JSON, "json", false, "print JSON instead of a table")
+}
+
+// Validate checks the inspection settings.
+func (i *Inspect) Validate() error { return i.Common.Validate() }
+
+// FakeJira is the settings of `ymirflow fakejira`.
+type FakeJira struct {
+	Addr       string // --addr, ADDR: listen address
+	Issues     int    // --issues, ISSUES: generated sample issues (ignored with --issues-file)
+	IssuesFile string // --issues-file, ISSUES_FILE: JSON array of issues as Jira's REST API returns them
+	LogLevel   string // --log-level, LOG_LEVEL
+	LogFormat  string // --log-format, LOG_FORMAT
+}
+
+// Register defines fakejira's flags on fs.
+func (f *FakeJira) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Addr, "addr", DefaultFakeJiraAddr, "listen address")
+	fs.IntVar(&f.Issues, "issues", DefaultFakeJiraIssues, "generated sample issues (ignored with --issues-file)")
+	fs.StringVar(&f.IssuesFile, "issues-file", "", "JSON array of issues shaped as Jira's REST API returns them")
+	fs.StringVar(&f.LogLevel, "log-level", DefaultLogLevel, "log level: "+strings.Join(LogLevels, "|"))
+	fs.StringVar(&f.LogFormat, "log-format", DefaultLogFormat, "log format: json|console")
+}
+
+// Validate checks fakejira's settings.
+func (f *FakeJira) Validate() error {
+	var p problems
+	if _, _, err := net.SplitHostPort(f.Addr); err != nil {
+		p.add("addr", "= %q must be host:port or :port", f.Addr)
+	}
+	if f.Issues < 0 {
+		p.add("issues", "= %d must not be negative", f.Issues)
+	}
+	if f.IssuesFile != "" {
+		if _, err := os.Stat(f.IssuesFile); err != nil {
+			p.add("issues-file", "= %q cannot be read: %v", f.IssuesFile, unwrapPathErr(err))
+		}
+	}
+	if !oneOf(f.LogLevel, LogLevels...) {
+		p.add("log-level", "= %q must be one of %s", f.LogLevel, strings.Join(LogLevels, "|"))
+	}
+	if !oneOf(f.LogFormat, "json", "console") {
+		p.add("log-format", "= %q must be json or console", f.LogFormat)
+	}
+	return p.err()
+}
