@@ -1,0 +1,86 @@
+package jira
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, false},
+		{"3", 3 * time.Second, true},
+		{" 0 ", 0, true},
+		{"-1", 0, false},
+		{"soon", 0, false},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0, true},
+		{"Wed, 01 Jan 2025 12:00:07 GMT", 7 * time.Second, true},
+	} {
+		got, ok := parseRetryAfter(tc.in, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseRetryAfter(%q) = %s, %v; want %s, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestBackoffGrowsWithJitterAndCap(t *testing.T) {
+	c := &Client{baseDelay: 100 * time.Millisecond, maxDelay: time.Second}
+	for attempt, full := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 30: time.Second} {
+		for range 50 {
+			d := c.backoff(attempt)
+			if d < full/2 || d > full {
+				t.Fatalf("backoff(%d) = %s, want within [%s, %s]", attempt, d, full/2, full)
+			}
+		}
+	}
+}
+
+func TestSleepCtxRefusesToOutliveDeadline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := sleepCtx(ctx, time.Minute)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 40*time.Millisecond {
+		t.Fatalf("sleepCtx = %v after %s", err, time.Since(start))
+	}
+}
+
+func TestHTTPErrorBodyTruncated(t *testing.T) {
+	e := newHTTPError("GET", "/x", 500, []byte(strings.Repeat("é", 2000)))
+	if len(e.Body) > maxErrorBody+len("…") || !strings.HasSuffix(e.Body, "…") {
+		t.Fatalf("body not truncated: %d bytes", len(e.Body))
+	}
+	if errors.Unwrap(e) != nil || !e.Retryable() {
+		t.Fatalf("500: Unwrap %v, Retryable %v", errors.Unwrap(e), e.Retryable())
+	}
+	e = newHTTPError("PUT", "/y", 400, []byte(`{"errorMessages":["bad"],"errors":{"labels":"no spaces","a":"first"}}`))
+	if got := e.Error(); got != "jira: PUT /y: 400 Bad Request: bad; a: first; labels: no spaces" {
+		t.Fatalf("Error() = %q", got)
+	}
+}
+
+func TestLimiterSpacesCalls(t *testing.T) {
+	l := &limiter{interval: 30 * time.Millisecond}
+	start := time.Now()
+	for range 4 {
+		if err := l.wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took < 85*time.Millisecond {
+		t.Fatalf("4 calls at 30 ms spacing took %s, want >= 90 ms", took)
+	}
+	var nilLimiter *limiter
+	if err := nilLimiter.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
