@@ -46,7 +46,7 @@ func TestDefaults(t *testing.T) {
 	host, _ := os.Hostname()
 	want := Worker{
 		Common: Common{RedisURL: "redis://127.0.0.1:6379/0", Namespace: "ymir", LogLevel: "info", LogFormat: "json", MaxLen: 100000},
-		Jira:   Jira{JiraJQL: DefaultJQL, JiraTriggerGroup: "Red Hat Employee", JiraAPI: "auto"},
+		Jira:   Jira{JiraJQL: DefaultJQL, JiraTriggerGroup: "Red Hat Employee", JiraAPI: "auto", JiraTimeout: 90 * time.Second, JiraMaxRetries: 4, JiraRateLimit: 5},
 		Agent:  "triage", Runner: "demo",
 		LockTTL: 300 * time.Second, LockMaxHold: 6 * time.Hour, OnConflict: "drop",
 		BlockTime: 5 * time.Second, MaxIdleTime: 3 * time.Minute, ClaimInterval: 5 * time.Second,
@@ -68,6 +68,9 @@ func TestDefaults(t *testing.T) {
 	var f Fetch
 	if err := load(t, "fetch", &f, "--jira-url", "http://jira.example"); err != nil {
 		t.Fatal(err)
+	}
+	if f.APIFlavour() != "" {
+		t.Errorf("APIFlavour() for auto = %q, want empty", f.APIFlavour())
 	}
 	if f.Once || f.Interval != 5*time.Minute || f.MaxIssues != 0 || f.StaleLabelThreshold != 24*time.Hour || f.DryRun {
 		t.Errorf("fetch defaults: %+v", f)
@@ -297,6 +300,8 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"max len", "enqueue", []string{"--max-len", "-1"}, nil, "MAX_LEN", "max-len", "must not be negative"},
 		{"jira url", "worker", w("--jira-url", "ftp://jira"), nil, "JIRA_URL", "jira-url", "http:// or https://"},
 		{"jira api", "worker", w("--jira-api", "v2"), nil, "JIRA_API", "jira-api", "cloud, server or auto"},
+		{"jira timeout", "worker", w("--jira-timeout", "0s"), nil, "JIRA_TIMEOUT", "jira-timeout", "must be positive"},
+		{"jira rate", "worker", w(), map[string]string{"JIRA_RATE_LIMIT": "0"}, "JIRA_RATE_LIMIT", "jira-rate-limit", "block every request"},
 		{"token and file", "worker", w("--jira-token", "t", "--jira-token-file", okTok), nil, "JIRA_TOKEN_FILE", "jira-token-file", "both set"},
 		{"token file missing", "worker", w("--jira-token-file", missing), nil, "JIRA_TOKEN_FILE", "jira-token-file", "cannot be read"},
 		{"token file empty", "worker", w("--jira-token-file", empty), nil, "JIRA_TOKEN_FILE", "jira-token-file", "is empty"},
