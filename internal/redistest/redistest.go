@@ -1,0 +1,207 @@
+// Package redistest gives tests a real Redis: a namespaced client on the shared server
+// (REDIS_URL, default redis://127.0.0.1:6379/15) and private redis-server processes for
+// tests that must stop, restart or cut the server.
+//
+// Tests never mock Redis. A test that needs Redis and cannot reach it fails with a line
+// saying how to start one; it never skips.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultURL is the server tests use when REDIS_URL is unset. DB 15 keeps test keys away
+// from a developer's data in DB 0.
+const DefaultURL = "redis://127.0.0.1:6379/15"
+
+// URL returns the Redis URL tests use.
+func URL() string {
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// Client returns a client on the shared test server and a namespace unique to this test
+// (e.g. "t-3f9a1c2b:"). Every key the test creates must start with the namespace; the
+// keys are deleted when the test ends, and only those.
+func Client(tb testing.TB) (*redis.Client, string) {
+	tb.Helper()
+	opts, err := redis.ParseURL(URL())
+	if err != nil {
+		tb.Fatalf("redistest: REDIS_URL %q: %v", URL(), err)
+	}
+	opts.DisableIdentity = true
+	c := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		tb.Fatalf("redistest: cannot reach Redis at %s (%v); start one with "+
+			"`redis-server --daemonize yes --port 6379 --save ''` or set REDIS_URL", opts.Addr, err)
+	}
+	ns := Namespace()
+	tb.Cleanup(func() {
+		DeleteNamespace(context.Background(), c, ns)
+		c.Close()
+	})
+	return c, ns
+}
+
+// Namespace returns a fresh random key prefix ending in ':'.
+func Namespace() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "t-" + hex.EncodeToString(b[:]) + ":"
+}
+
+// DeleteNamespace deletes every key that contains ns. Keys are matched anywhere, not only
+// as a prefix, because some key formats put the namespace inside a hash tag or after an
+// agent prefix (lock:<ns>...).
+func DeleteNamespace(ctx context.Context, c redis.UniversalClient, ns string) {
+	iter := c.Scan(ctx, 0, "*"+ns+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		c.Del(ctx, keys[:n]...)
+		keys = keys[n:]
+	}
+}
+
+// Server is a private redis-server process on a free loopback port in a temp dir.
+type Server struct {
+	tb   testing.TB
+	dir  string
+	port int
+	args []string
+	cmd  *exec.Cmd
+}
+
+// ServerOptions tunes a private server.
+type ServerOptions struct {
+	AOF  bool     // appendonly yes, appendfsync always: survives restarts
+	Args []string // extra redis-server arguments
+}
+
+// StartServer starts redis-server on a free port; it is stopped when the test ends.
+func StartServer(tb testing.TB, o ServerOptions) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redistest: redis-server not found on PATH; install it with `apt-get install -y redis-server`")
+	}
+	s := &Server{tb: tb, dir: tb.TempDir(), port: FreePort(tb)}
+	s.args = []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--protected-mode", "no"}
+	if o.AOF {
+		s.args = append(s.args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		s.args = append(s.args, "--appendonly", "no")
+	}
+	s.args = append(s.args, o.Args...)
+	_ = bin
+	s.Start()
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// Addr is host:port of the server.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Port is the server's port.
+func (s *Server) Port() int { return s.port }
+
+// URL is a redis:// URL for the server.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Client returns a new client for the server, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DisableIdentity: true})
+	s.tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Start (re)starts the process and waits until it answers PING.
+func (s *Server) Start() {
+	s.tb.Helper()
+	s.cmd = exec.Command("redis-server", s.args...)
+	s.cmd.Dir = s.dir
+	logf, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano())))
+	if err == nil {
+		s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	}
+	if err := s.cmd.Start(); err != nil {
+		s.tb.Fatalf("redistest: start redis-server: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		conn, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
+		if err == nil {
+			_, _ = conn.Write([]byte("PING\r\n"))
+			buf := make([]byte, 64)
+			_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			n, _ := conn.Read(buf)
+			conn.Close()
+			if strings.HasPrefix(string(buf[:n]), "+PONG") {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.tb.Fatalf("redistest: redis-server on %s did not answer within 10s", s.Addr())
+}
+
+// Stop kills the process (SIGKILL: no goodbye to clients) and waits for it.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart stops and starts the server on the same port and directory.
+func (s *Server) Restart() {
+	s.Stop()
+	s.Start()
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("redistest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Eventually polls cond every 10ms until it is true or the deadline passes.
+func Eventually(tb testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: timed out after %s waiting for: %s", within, fmt.Sprintf(format, args...))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

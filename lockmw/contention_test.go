@@ -1,0 +1,179 @@
+package lockmw_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// The contention test: 3 processes × 8 goroutines race for the same 20 keys. Every win is
+// written to a ledger as (key, fence, start, end), with start taken after Acquire returned
+// and end before Release was sent; mutual exclusion means those intervals never overlap
+// per key, and fencing means fences grow in start order.
+
+const (
+	envContender = "LOCKMW_CONTENDER_LEDGER"
+	envNS        = "LOCKMW_CONTENDER_NS"
+	envFor       = "LOCKMW_CONTENDER_FOR"
+)
+
+func TestContentionAcrossProcesses(t *testing.T) {
+	if os.Getenv(envContender) != "" {
+		t.Skip("contender process")
+	}
+	_, ns := redistest.Client(t) // namespace cleanup and a reachability check
+	runFor := 10 * time.Second
+	if testing.Short() {
+		runFor = 3 * time.Second
+	}
+	dir := t.TempDir()
+	var procs []*exec.Cmd
+	for i := range 3 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestContender$", "-test.count=1")
+		cmd.Env = append(os.Environ(),
+			envContender+"="+filepath.Join(dir, fmt.Sprintf("ledger-%d", i)),
+			envNS+"="+ns, envFor+"="+runFor.String())
+		out := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, cmd)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("contender %d output:\n%s", i, out.String())
+			}
+		})
+	}
+	for i, p := range procs {
+		if err := p.Wait(); err != nil {
+			t.Fatalf("contender %d: %v", i, err)
+		}
+	}
+
+	type entry struct {
+		key        string
+		fence      int64
+		start, end int64
+		proc       int
+	}
+	byKey := map[string][]entry{}
+	total := 0
+	for i := range procs {
+		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("ledger-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var e entry
+			if _, err := fmt.Sscanf(sc.Text(), "%s %d %d %d", &e.key, &e.fence, &e.start, &e.end); err != nil {
+				t.Fatalf("ledger line %q: %v", sc.Text(), err)
+			}
+			e.proc = i
+			byKey[e.key] = append(byKey[e.key], e)
+			total++
+		}
+		f.Close()
+	}
+	if total < 200 || len(byKey) != 20 {
+		t.Fatalf("only %d holds over %d keys: the race did not happen", total, len(byKey))
+	}
+	procsSeen := map[int]bool{}
+	for key, es := range byKey {
+		sort.Slice(es, func(i, j int) bool { return es[i].start < es[j].start })
+		for i := 1; i < len(es); i++ {
+			prev, cur := es[i-1], es[i]
+			if cur.start < prev.end {
+				t.Fatalf("%s: holders overlap: fence %d (proc %d) [%d,%d] and fence %d (proc %d) [%d,%d]",
+					key, prev.fence, prev.proc, prev.start, prev.end, cur.fence, cur.proc, cur.start, cur.end)
+			}
+			if cur.fence <= prev.fence {
+				t.Fatalf("%s: fence went from %d to %d", key, prev.fence, cur.fence)
+			}
+		}
+		for _, e := range es {
+			procsSeen[e.proc] = true
+		}
+	}
+	if len(procsSeen) != 3 {
+		t.Fatalf("only %d processes ever won a lease", len(procsSeen))
+	}
+	t.Logf("%d holds over 20 keys by 3 processes × 8 goroutines in %s; no overlap, fences increasing", total, runFor)
+}
+
+// TestContender is one contending process; it runs only when started by the test above.
+func TestContender(t *testing.T) {
+	ledger := os.Getenv(envContender)
+	if ledger == "" {
+		t.Skip("run by TestContentionAcrossProcesses")
+	}
+	runFor, err := time.ParseDuration(os.Getenv(envFor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := redis.ParseURL(redistest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.DisableIdentity = true
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	l, err := lockmw.New(rdb, lockmw.Options{Scope: os.Getenv(envNS), TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lines []string
+	deadline := time.Now().Add(runFor)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				key := "RHEL-" + strconv.Itoa(1+rand.IntN(20))
+				le, err := l.Acquire(context.Background(), "triage", key, lockmw.AcquireOptions{})
+				if errors.Is(err, lockmw.ErrLocked) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				start := time.Now().UnixNano()
+				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+				if le.Err() != nil {
+					t.Errorf("lease ended while held: %v", le.Err())
+				}
+				end := time.Now().UnixNano()
+				if _, err := le.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				lines = append(lines, fmt.Sprintf("%s %d %d %d", key, le.Fence(), start, end))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := os.WriteFile(ledger, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,21 @@
+// Package lockmw is ymirflow's per-issue lease and the Watermill middleware built on it.
+//
+// A lease is a Redis key lock:<agent>:<ISSUE> (the Python ymir agents' key, so both can
+// run side by side) holding a random token, taken with SET NX PX in a script that also
+// hands out a fence number: an INCR of a counter that never expires, so each acquisition
+// of a key gets a fence above every earlier one. A heartbeat extends the lease every
+// TTL/3 with a compare-and-PEXPIRE; Release is a compare-and-delete. A foreign lease is
+// never extended or deleted.
+//
+// Unlike the Python lock, loss is loud: the lease's Context is cancelled with a typed
+// cause when Redis says the key is no longer ours (ErrLeaseLost), when no extend has
+// succeeded for TTL minus a safety margin (ErrLeaseUnproven: the key may have expired
+// while Redis was unreachable), or when the lease has been held for MaxHold
+// (ErrMaxHold). Redis blips shorter than that never cancel work. Writes made under a
+// lease go through Lease.XAdd, which refuses them once the lease is gone, so a paused or
+// partitioned holder cannot publish after another holder has taken over.
+//
+// Round trips: one to acquire (with the fence and the operator record), one to release,
+// one per heartbeat. ReleaseWith folds more commands (an XACK) into the release's round
+// trip.
+package lockmw

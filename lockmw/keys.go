@@ -1,0 +1,97 @@
+package lockmw
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// DefaultKeyPattern is what a canonical Jira issue key looks like: project, dash, number.
+var DefaultKeyPattern = regexp.MustCompile(`^[A-Z][A-Z0-9_]*-[1-9][0-9]*$`)
+
+// MaxKeyLen bounds a canonical key. Jira project keys are short; anything longer is a
+// payload bug, not an issue.
+const MaxKeyLen = 100
+
+// ErrInvalidKey is returned for an issue key that cannot name a lease. No Redis key is
+// touched for it.
+var ErrInvalidKey = errors.New("lockmw: invalid issue key")
+
+// Canonicalize trims and uppercases raw and checks it against pattern (DefaultKeyPattern
+// when nil). The Python lock only uppercased; trimming closes the " rhel-1" vs "RHEL-1"
+// split-brain found in its review.
+func Canonicalize(raw string, pattern *regexp.Regexp) (string, error) {
+	if pattern == nil {
+		pattern = DefaultKeyPattern
+	}
+	k := strings.ToUpper(strings.TrimSpace(raw))
+	if k == "" {
+		return "", fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	if len(k) > MaxKeyLen {
+		return "", fmt.Errorf("%w: %d characters (at most %d)", ErrInvalidKey, len(k), MaxKeyLen)
+	}
+	if !pattern.MatchString(k) {
+		return "", fmt.Errorf("%w: %q does not match %s", ErrInvalidKey, k, pattern)
+	}
+	return k, nil
+}
+
+// KeyFormat lays out the Redis keys of one lease.
+type KeyFormat int
+
+const (
+	// KeysCompat uses lock:<agent>:<KEY>, the Python agents' key, so both can run side by
+	// side during a migration. Its companion keys live under other prefixes so that a
+	// Python fetcher's SCAN of lock:<agent>:* still finds only lock keys.
+	KeysCompat KeyFormat = iota
+	// KeysCluster puts every key of one lease in one hash slot ({<agent>:<KEY>}), so the
+	// acquire, extend and release scripts are legal on Redis Cluster.
+	KeysCluster
+)
+
+// Keys are the Redis keys of one lease.
+type Keys struct {
+	Lock  string // string: the holder's token (what the Python agents SET NX)
+	Info  string // hash: owner, fence, acquired_at, message_id; same TTL as Lock
+	Fence string // counter: never expires, so fences only grow
+}
+
+// KeysFor returns the keys of the lease (agent, canonical issue key).
+func (f KeyFormat) KeysFor(agent, issue string) Keys {
+	if f == KeysCluster {
+		tag := "{" + agent + ":" + issue + "}"
+		return Keys{Lock: "lock:" + tag, Info: "lockinfo:" + tag, Fence: "lockfence:" + tag}
+	}
+	return Keys{
+		Lock:  "lock:" + agent + ":" + issue,
+		Info:  "lockinfo:" + agent + ":" + issue,
+		Fence: "lockfence:" + agent + ":" + issue,
+	}
+}
+
+// InfoPattern is the SCAN pattern that finds the info hashes of agent's live leases
+// (agent "*" for all).
+func (f KeyFormat) InfoPattern(agent string) string {
+	if f == KeysCluster {
+		return "lockinfo:{" + agent + ":*}"
+	}
+	return "lockinfo:" + agent + ":*"
+}
+
+// ParseInfoKey recovers (agent, issue) from an info key.
+func (f KeyFormat) ParseInfoKey(key string) (agent, issue string, ok bool) {
+	rest, found := strings.CutPrefix(key, "lockinfo:")
+	if !found {
+		return "", "", false
+	}
+	if f == KeysCluster {
+		rest = strings.TrimSuffix(strings.TrimPrefix(rest, "{"), "}")
+	}
+	i := strings.LastIndex(rest, ":")
+	if i <= 0 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
+}

@@ -1,0 +1,558 @@
+package lockmw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// Defaults, taken from the Python lock where it had one.
+const (
+	DefaultTTL     = 300 * time.Second
+	DefaultMaxHold = 6 * time.Hour
+)
+
+// Sentinel errors. Causes of a lease context's cancellation are wrapped around the
+// first four; check them with errors.Is(context.Cause(ctx), ErrLeaseLost).
+var (
+	// ErrLeaseLost: Redis says the lease is not ours any more (expired and maybe taken,
+	// or force-released by an operator).
+	ErrLeaseLost = errors.New("lockmw: lease lost")
+	// ErrLeaseUnproven: no extend has succeeded for TTL minus the safety margin, so the
+	// key may have expired on the server (Redis unreachable or too slow).
+	ErrLeaseUnproven = errors.New("lockmw: lease unproven")
+	// ErrMaxHold: the lease was held for longer than MaxHold; a wedged holder gives up.
+	ErrMaxHold = errors.New("lockmw: lease held past its maximum hold")
+	// ErrReleased: the holder released the lease.
+	ErrReleased = errors.New("lockmw: lease released")
+	// ErrLocked is wrapped by *LockedError when another holder has the lease.
+	ErrLocked = errors.New("lockmw: issue is locked by another holder")
+)
+
+// LockedError says who holds the lease that Acquire could not take.
+type LockedError struct {
+	Holder Info
+}
+
+func (e *LockedError) Error() string {
+	h := e.Holder
+	if h.Owner == "" {
+		return fmt.Sprintf("%v: %s:%s (holder unknown: a plain lock key, e.g. a Python agent's)", ErrLocked, h.Agent, h.Issue)
+	}
+	return fmt.Sprintf("%v: %s:%s held by %s (fence %d)", ErrLocked, h.Agent, h.Issue, h.Owner, h.Fence)
+}
+
+func (e *LockedError) Unwrap() error { return ErrLocked }
+
+// Info is the operator's view of a lease.
+type Info struct {
+	Agent      string
+	Issue      string
+	Owner      string
+	Fence      int64
+	AcquiredAt time.Time
+	MessageID  string
+	TTL        time.Duration // time left; 0 when unknown
+}
+
+// Observer is told about lease events, for metrics. Methods must be fast and safe for
+// concurrent use.
+type Observer interface {
+	Acquired(agent string)
+	Busy(agent string)
+	Lost(agent string, cause error)
+	Released(agent string, held time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Acquired(string)                {}
+func (nopObserver) Busy(string)                    {}
+func (nopObserver) Lost(string, error)             {}
+func (nopObserver) Released(string, time.Duration) {}
+
+// Options configure a Locker. The zero value is usable: defaults are filled in by New.
+type Options struct {
+	// TTL of the lease key; the heartbeat extends it every TTL/3. Default 300s.
+	TTL time.Duration
+	// SafetyMargin is taken off TTL when deciding that a lease can no longer be proven:
+	// it covers clock drift between us and Redis and the time an extend is in flight.
+	// Default TTL/10.
+	SafetyMargin time.Duration
+	// MaxHold caps how long one lease may be held. Default 6h.
+	MaxHold time.Duration
+	// KeyPattern validates canonical keys. Default DefaultKeyPattern.
+	KeyPattern *regexp.Regexp
+	// Format of the Redis keys. Default KeysCompat (Python-compatible).
+	Format KeyFormat
+	// Scope is put before the agent in every key (e.g. "staging:") so that several
+	// pipelines can share one Redis. Empty for the Python-compatible keys.
+	Scope string
+	// Owner names the holder in the lease record (a consumer name). Default host:pid.
+	Owner string
+	// Logger for lost leases and failed releases.
+	Logger zerolog.Logger
+	// Observer receives lease events. Default: none.
+	Observer Observer
+}
+
+// Locker hands out per-issue leases. It is safe for concurrent use.
+type Locker struct {
+	rdb  redis.UniversalClient
+	opts Options
+}
+
+// New returns a Locker on rdb. It does no I/O.
+func New(rdb redis.UniversalClient, opts Options) (*Locker, error) {
+	if rdb == nil {
+		return nil, errors.New("lockmw: nil redis client")
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultTTL
+	}
+	if opts.TTL < 3*time.Millisecond {
+		return nil, fmt.Errorf("lockmw: LOCK_TTL must be at least 3ms, got %s", opts.TTL)
+	}
+	if opts.SafetyMargin == 0 {
+		opts.SafetyMargin = opts.TTL / 10
+	}
+	if opts.SafetyMargin < 0 || opts.SafetyMargin >= opts.TTL*2/3 {
+		return nil, fmt.Errorf("lockmw: safety margin %s must be in [0, 2/3 of LOCK_TTL %s)", opts.SafetyMargin, opts.TTL)
+	}
+	if opts.MaxHold == 0 {
+		opts.MaxHold = DefaultMaxHold
+	}
+	if opts.MaxHold < 0 {
+		return nil, fmt.Errorf("lockmw: LOCK_MAX_HOLD must be positive, got %s", opts.MaxHold)
+	}
+	if opts.KeyPattern == nil {
+		opts.KeyPattern = DefaultKeyPattern
+	}
+	if opts.Owner == "" {
+		host, _ := os.Hostname()
+		opts.Owner = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
+	}
+	return &Locker{rdb: rdb, opts: opts}, nil
+}
+
+// TTL is the lease TTL.
+func (l *Locker) TTL() time.Duration { return l.opts.TTL }
+
+// HeartbeatInterval is how often a held lease is extended (TTL/3).
+func (l *Locker) HeartbeatInterval() time.Duration { return l.opts.TTL / 3 }
+
+// Canonicalize returns the canonical form of an issue key, or an ErrInvalidKey error.
+func (l *Locker) Canonicalize(raw string) (string, error) {
+	return Canonicalize(raw, l.opts.KeyPattern)
+}
+
+// Keys returns the Redis keys of the lease (agent, issue); issue must be canonical.
+func (l *Locker) Keys(agent, issue string) Keys {
+	return l.opts.Format.KeysFor(l.opts.Scope+agent, issue)
+}
+
+// AcquireOptions are per-acquire settings.
+type AcquireOptions struct {
+	// Owner overrides Options.Owner for this lease (the consumer name).
+	Owner string
+	// MessageID is the stream entry the lease guards, shown to operators.
+	MessageID string
+	// OnHeartbeat queues extra commands on the heartbeat's pipeline, so they cost no
+	// extra round trip (the middleware keeps its stream entry fresh this way).
+	OnHeartbeat func(ctx context.Context, pipe redis.Pipeliner)
+}
+
+// Acquire takes the lease (agent, rawKey) in one round trip. It returns a *LockedError
+// (errors.Is(err, ErrLocked)) when another holder has it, and an ErrInvalidKey error,
+// without touching Redis, when rawKey is not a valid issue key.
+//
+// The lease's context derives from ctx and is cancelled with a typed cause when the
+// lease is lost, can no longer be proven, passes MaxHold, or is released.
+func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOptions) (*Lease, error) {
+	issue, err := l.Canonicalize(rawKey)
+	if err != nil {
+		return nil, err
+	}
+	owner := ao.Owner
+	if owner == "" {
+		owner = l.opts.Owner
+	}
+	token := newToken()
+	keys := l.Keys(agent, issue)
+	sent := time.Now()
+	res, err := acquireScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence},
+		token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("lockmw: acquire %s: %w", keys.Lock, err)
+	}
+	if len(res) < 2 {
+		return nil, fmt.Errorf("lockmw: acquire %s: unexpected reply %v", keys.Lock, res)
+	}
+	if n, _ := res[0].(int64); n != 1 {
+		l.opts.Observer.Busy(agent)
+		holder := Info{Agent: agent, Issue: issue}
+		if len(res) >= 6 {
+			holder.Owner, _ = res[1].(string)
+			holder.Fence = atoi(res[2])
+			if ms := atoi(res[3]); ms > 0 {
+				holder.AcquiredAt = time.UnixMilli(ms)
+			}
+			holder.MessageID, _ = res[4].(string)
+			if ttl, _ := res[5].(int64); ttl > 0 {
+				holder.TTL = time.Duration(ttl) * time.Millisecond
+			}
+		}
+		return nil, &LockedError{Holder: holder}
+	}
+	le := &Lease{
+		l:          l,
+		agent:      agent,
+		issue:      issue,
+		keys:       keys,
+		token:      token,
+		owner:      owner,
+		messageID:  ao.MessageID,
+		fence:      atoi(res[1]),
+		acquiredAt: sent,
+		onBeat:     ao.OnHeartbeat,
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	le.ctx, le.cancel = context.WithCancelCause(ctx)
+	le.log = l.opts.Logger.With().Str("agent", agent).Str("issue_key", issue).
+		Int64("fence", le.fence).Str("token", token[:8]).Logger()
+	l.opts.Observer.Acquired(agent)
+	go le.heartbeat(sent)
+	return le, nil
+}
+
+// Inspect returns the live lease (agent, rawKey), or ok=false when nobody holds it.
+func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, ok bool, err error) {
+	issue, err := l.Canonicalize(rawKey)
+	if err != nil {
+		return Info{}, false, err
+	}
+	keys := l.Keys(agent, issue)
+	pipe := l.rdb.Pipeline()
+	ttl := pipe.PTTL(ctx, keys.Lock)
+	h := pipe.HGetAll(ctx, keys.Info)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Info{}, false, fmt.Errorf("lockmw: inspect %s: %w", keys.Lock, err)
+	}
+	if ttl.Val() == -2 { // go-redis passes PTTL's "no such key" through as -2
+		return Info{}, false, nil
+	}
+	info = infoFromHash(agent, issue, h.Val())
+	if ttl.Val() > 0 {
+		info.TTL = ttl.Val()
+	}
+	return info, true, nil
+}
+
+// ForceRelease deletes the lease (agent, rawKey) whoever holds it and bumps its fence,
+// so the evicted holder's fenced writes are refused. It returns the new fence. Operators
+// only: the holder's work is not stopped until its next heartbeat notices.
+func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64, error) {
+	issue, err := l.Canonicalize(rawKey)
+	if err != nil {
+		return 0, err
+	}
+	keys := l.Keys(agent, issue)
+	fence, err := forceReleaseScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence}).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("lockmw: force release %s: %w", keys.Lock, err)
+	}
+	return fence, nil
+}
+
+func infoFromHash(agent, issue string, h map[string]string) Info {
+	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: h["message_id"]}
+	info.Fence, _ = strconv.ParseInt(h["fence"], 10, 64)
+	if ms, _ := strconv.ParseInt(h["acquired_at"], 10, 64); ms > 0 {
+		info.AcquiredAt = time.UnixMilli(ms)
+	}
+	return info
+}
+
+// Lease is a held per-issue lease. Its methods are safe for concurrent use.
+type Lease struct {
+	l          *Locker
+	agent      string
+	issue      string
+	keys       Keys
+	token      string
+	owner      string
+	messageID  string
+	fence      int64
+	acquiredAt time.Time
+	onBeat     func(context.Context, redis.Pipeliner)
+	log        zerolog.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	stopOnce sync.Once
+	stop     chan struct{} // closed by Release: heartbeat must end
+	done     chan struct{} // closed when the heartbeat has ended
+	lost     atomic.Bool
+}
+
+// Context is cancelled when the lease ends; context.Cause tells why (ErrLeaseLost,
+// ErrLeaseUnproven, ErrMaxHold, ErrReleased, or the parent's cause).
+func (le *Lease) Context() context.Context { return le.ctx }
+
+// Fence is this acquisition's fence: greater than every earlier one for the same key.
+func (le *Lease) Fence() int64 { return le.fence }
+
+// Agent, Issue, Token, Owner, Keys and AcquiredAt describe the lease.
+func (le *Lease) Agent() string         { return le.agent }
+func (le *Lease) Issue() string         { return le.issue }
+func (le *Lease) Token() string         { return le.token }
+func (le *Lease) Owner() string         { return le.owner }
+func (le *Lease) Keys() Keys            { return le.keys }
+func (le *Lease) AcquiredAt() time.Time { return le.acquiredAt }
+func (le *Lease) MessageID() string     { return le.messageID }
+
+// Err is nil while the lease is held, else the cause of its end.
+func (le *Lease) Err() error {
+	if le.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(le.ctx)
+}
+
+func (le *Lease) heartbeat(lastOK time.Time) {
+	defer close(le.done)
+	ttl := le.l.opts.TTL
+	interval := ttl / 3
+	proven := func(sent time.Time) time.Duration { return time.Until(sent.Add(ttl - le.l.opts.SafetyMargin)) }
+
+	unproven := time.NewTimer(proven(lastOK))
+	defer unproven.Stop()
+	maxHold := time.NewTimer(time.Until(le.acquiredAt.Add(le.l.opts.MaxHold)))
+	defer maxHold.Stop()
+	beat := time.NewTimer(interval)
+	defer beat.Stop()
+	retry := min(interval, 100*time.Millisecond)
+
+	for {
+		select {
+		case <-le.stop:
+			return
+		case <-maxHold.C:
+			le.end(fmt.Errorf("%w (%s)", ErrMaxHold, le.l.opts.MaxHold))
+			return
+		case <-unproven.C:
+			le.end(fmt.Errorf("%w: no extend succeeded since %s (TTL %s)", ErrLeaseUnproven,
+				lastOK.Format(time.RFC3339Nano), ttl))
+			return
+		case <-beat.C:
+		}
+		sent := time.Now()
+		// An extend that answers after the lease could have expired proves nothing.
+		ctx, cancel := context.WithTimeout(context.Background(), max(proven(lastOK), time.Millisecond))
+		ok, err := le.extend(ctx)
+		cancel()
+		switch {
+		case err != nil:
+			le.log.Warn().Err(err).Dur("retry_in", retry).Msg("lease extend failed; retrying")
+			beat.Reset(retry)
+			retry = min(retry*2, interval)
+		case !ok:
+			le.end(fmt.Errorf("%w: extend found %s not ours", ErrLeaseLost, le.keys.Lock))
+			return
+		default:
+			lastOK = sent
+			unproven.Reset(proven(lastOK))
+			beat.Reset(interval)
+			retry = min(interval, 100*time.Millisecond)
+		}
+	}
+}
+
+func (le *Lease) extend(ctx context.Context) (bool, error) {
+	if le.onBeat == nil {
+		n, err := extendScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info},
+			le.token, le.l.opts.TTL.Milliseconds()).Int64()
+		return n == 1, err
+	}
+	cmds, err := le.pipelined(ctx, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
+		script(extendScript)
+		le.onBeat(ctx, pipe)
+	}, le.l.opts.TTL.Milliseconds())
+	if err != nil {
+		return false, err
+	}
+	n, err := cmds[0].(*redis.Cmd).Int64()
+	return n == 1, err
+}
+
+// pipelined runs a lease script (KEYS lock, info; ARGV token, extra...) followed by
+// the caller's commands in one round trip, by EVALSHA, and again by EVAL if the
+// server had lost the script (NOSCRIPT after a restart or SCRIPT FLUSH). Errors of the
+// caller's commands are not returned: only the script's and the connection's.
+func (le *Lease) pipelined(ctx context.Context, fill func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd), extra ...any) ([]redis.Cmder, error) {
+	keys := []string{le.keys.Lock, le.keys.Info}
+	args := append([]any{le.token}, extra...)
+	run := func(sha bool) ([]redis.Cmder, error) {
+		pipe := le.l.rdb.Pipeline()
+		fill(pipe, func(s *redis.Script) *redis.Cmd {
+			if sha {
+				return s.EvalSha(ctx, pipe, keys, args...)
+			}
+			return s.Eval(ctx, pipe, keys, args...)
+		})
+		cmds, err := pipe.Exec(ctx)
+		if len(cmds) == 0 {
+			return cmds, err
+		}
+		return cmds, cmds[0].Err()
+	}
+	cmds, err := run(true)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmds, err = run(false)
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return cmds, err
+	}
+	return cmds, nil
+}
+
+// end cancels the lease context with cause and stops extending; the key then expires on
+// its own (or is deleted by Release). Loss is loud: logged at error level and counted.
+func (le *Lease) end(cause error) {
+	if le.ctx.Err() != nil {
+		return
+	}
+	le.lost.Store(true)
+	// Log and count before cancelling, so whoever wakes on the cancellation sees both.
+	le.log.Error().Err(cause).Str("message_id", le.messageID).
+		Dur("held", time.Since(le.acquiredAt)).Msg("lease lost: holder's context cancelled")
+	le.l.opts.Observer.Lost(le.agent, cause)
+	le.cancel(cause)
+}
+
+func (le *Lease) stopHeartbeat() {
+	le.stopOnce.Do(func() { close(le.stop) })
+	<-le.done
+}
+
+// Release stops the heartbeat and deletes the lease if it is still ours. It is
+// idempotent. A failure (Redis down) is logged and returned; the key then expires by
+// its TTL. The returned bool says whether this call deleted the key.
+func (le *Lease) Release(ctx context.Context) (bool, error) {
+	return le.ReleaseWith(ctx, nil)
+}
+
+// ReleaseWith is Release with extra commands queued behind the release script in the
+// same round trip, executed after it by the server (the middleware acks its stream
+// entry this way: release first, then ack, for the price of one round trip).
+func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner)) (bool, error) {
+	le.stopHeartbeat()
+	first := le.ctx.Err() == nil
+	le.cancel(ErrReleased)
+	var deleted bool
+	var err error
+	if then == nil {
+		var n int64
+		n, err = releaseScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info}, le.token).Int64()
+		deleted = n == 1
+	} else {
+		var cmds []redis.Cmder
+		cmds, err = le.pipelined(ctx, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
+			script(releaseScript)
+			then(pipe)
+		})
+		if err == nil {
+			n, _ := cmds[0].(*redis.Cmd).Int64()
+			deleted = n == 1
+		}
+	}
+	if first {
+		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
+	}
+	if err != nil {
+		le.log.Warn().Err(err).Dur("expires_within", le.l.opts.TTL).
+			Msg("lease release failed; the key will expire by its TTL")
+		return false, fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
+	}
+	return deleted, nil
+}
+
+// Check proves, in one round trip, that the lease is still ours: nil, or an error
+// wrapping ErrLeaseLost (also when the heartbeat already gave it up).
+func (le *Lease) Check(ctx context.Context) error {
+	if err := le.Err(); err != nil && !errors.Is(err, ErrReleased) {
+		return fmt.Errorf("%w: %v", ErrLeaseLost, err)
+	}
+	v, err := le.l.rdb.Get(ctx, le.keys.Lock).Result()
+	if errors.Is(err, redis.Nil) || (err == nil && v != le.token) {
+		return fmt.Errorf("%w: %s is not ours", ErrLeaseLost, le.keys.Lock)
+	}
+	if err != nil {
+		return fmt.Errorf("lockmw: check %s: %w", le.keys.Lock, err)
+	}
+	return nil
+}
+
+// XAdd appends values to stream only while the lease is held: the check and the append
+// are one script, so a holder that lost its lease (expired, taken, force-released)
+// cannot publish. maxLen > 0 trims approximately. It returns the new entry's id, or an
+// error wrapping ErrLeaseLost. On Redis Cluster (KeysCluster) the stream lives in
+// another slot, so the check and the append are two steps there.
+func (le *Lease) XAdd(ctx context.Context, stream string, maxLen int64, values map[string]any) (string, error) {
+	if err := le.Err(); err != nil && !errors.Is(err, ErrReleased) {
+		return "", fmt.Errorf("%w: %v", ErrLeaseLost, err)
+	}
+	if le.l.opts.Format == KeysCluster {
+		if err := le.Check(ctx); err != nil {
+			return "", err
+		}
+		return le.l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: maxLen, Approx: maxLen > 0, Values: values}).Result()
+	}
+	args := make([]any, 0, 2+2*len(values))
+	args = append(args, le.token, maxLen)
+	for k, v := range values {
+		args = append(args, k, v)
+	}
+	id, err := fencedXAddScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, stream}, args...).Text()
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "LEASELOST") {
+			return "", fmt.Errorf("%w: publish to %s refused (fence %d)", ErrLeaseLost, stream, le.fence)
+		}
+		return "", fmt.Errorf("lockmw: fenced xadd %s: %w", stream, err)
+	}
+	return id, nil
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func atoi(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
