@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -810,5 +812,65 @@ func TestChangeItemLabels(t *testing.T) {
 	}
 	if got := (jira.ChangeItem{Field: "summary", ToString: "x"}).AddedLabels(); got != nil {
 		t.Errorf("summary change reports labels %v", got)
+	}
+}
+
+// flaky wraps a handler; the first n requests get bad, the rest reach next.
+func flaky(n int, bad, next http.Handler) http.Handler {
+	var mu sync.Mutex
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n--
+		first := n >= 0
+		mu.Unlock()
+		if first {
+			bad.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func TestNetworkErrorAndAttemptTimeoutAreRetried(t *testing.T) {
+	srv := fakejira.New(fakejira.Options{Issues: seedIssues(1)})
+	cut := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close() // the connection dies mid-request
+		}
+	})
+	hang := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Never answers; the client's attempt timeout must fire. (The body is drained first so
+		// that the server notices the client hanging up and cancels r.Context.)
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	})
+	for name, bad := range map[string]http.Handler{"cut": cut, "hang": hang} {
+		t.Run(name, func(t *testing.T) {
+			hs := httptest.NewServer(flaky(1, bad, srv))
+			defer hs.Close()
+			c, err := jira.New(jira.Options{BaseURL: hs.URL, Token: "t", RateLimit: -1,
+				RetryBaseDelay: time.Millisecond, Timeout: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.GetIssue(context.Background(), "RHEL-1", nil); err != nil {
+				t.Fatalf("GetIssue after a %s attempt: %v", name, err)
+			}
+			// A comment is not retried after a network error: it may have been stored.
+			hs2 := httptest.NewServer(flaky(1, bad, srv))
+			defer hs2.Close()
+			c2, _ := jira.New(jira.Options{BaseURL: hs2.URL, Token: "t", RateLimit: -1,
+				RetryBaseDelay: time.Millisecond, Timeout: 200 * time.Millisecond})
+			if err := c2.AddComment(context.Background(), "RHEL-1", "hi"); err == nil {
+				t.Fatalf("AddComment after a %s attempt succeeded; it must not be retried", name)
+			}
+		})
+	}
+	if n := len(srv.Comments("RHEL-1")); n != 0 {
+		t.Fatalf("%d comments stored", n)
 	}
 }

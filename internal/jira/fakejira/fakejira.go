@@ -18,7 +18,6 @@
 package fakejira
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -202,7 +201,8 @@ func (s *Server) URL() string {
 	return s.url
 }
 
-// Close stops serving (if Start or Listen was called). State stays readable.
+// Close stops serving (if Start or Listen was called), dropping open connections. State stays
+// readable.
 func (s *Server) Close() {
 	s.lnMu.Lock()
 	hs := s.hs
@@ -211,11 +211,9 @@ func (s *Server) Close() {
 	if hs == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := hs.Shutdown(ctx); err != nil {
-		_ = hs.Close()
-	}
+	// Close, not Shutdown: Shutdown waits up to 5 s for connections a client dialed but never
+	// used, which would slow every test down. Handlers only touch state under the mutex.
+	_ = hs.Close()
 }
 
 // AddIssues adds issues (or replaces those with the same key, keeping their position).
