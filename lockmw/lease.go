@@ -44,6 +44,9 @@ var (
 // LockedError says who holds the lease that Acquire could not take.
 type LockedError struct {
 	Holder Info
+	// Queued: the event was stored as the issue's follow-up (coalesce policy);
+	// Replaced: it replaced an older queued one.
+	Queued, Replaced bool
 }
 
 func (e *LockedError) Error() string {
@@ -175,6 +178,21 @@ type AcquireOptions struct {
 	// OnHeartbeat queues extra commands on the heartbeat's pipeline, so they cost no
 	// extra round trip (the middleware keeps its stream entry fresh this way).
 	OnHeartbeat func(ctx context.Context, pipe redis.Pipeliner)
+	// Queue, when set, selects the coalesce policy: if the lease is held, the event is
+	// stored as the issue's single queued follow-up (replacing an older one) in the same
+	// atomic step, and the LockedError says Queued. Whoever releases the lease next
+	// appends it to Queue.Stream.
+	Queue *QueuedEvent
+	// Drain makes Release take and publish a queued follow-up (coalesce policy).
+	Drain bool
+	// MaxLen trims the stream a drained follow-up is appended to (approximate; 0 = no).
+	MaxLen int64
+}
+
+// QueuedEvent is a stream entry's fields, kept to be appended to Stream later.
+type QueuedEvent struct {
+	Stream string
+	Fields map[string]any
 }
 
 // Acquire takes the lease (agent, rawKey) in one round trip. It returns a *LockedError
@@ -195,8 +213,18 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	token := newToken()
 	keys := l.Keys(agent, issue)
 	sent := time.Now()
-	res, err := acquireScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence},
-		token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID).Slice()
+	var res []any
+	if ao.Queue == nil {
+		res, err = acquireScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence},
+			token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID).Slice()
+	} else {
+		args := []any{token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID,
+			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream}
+		for k, v := range ao.Queue.Fields {
+			args = append(args, k, v)
+		}
+		res, err = acquireOrQueueScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence, keys.Queue}, args...).Slice()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lockmw: acquire %s: %w", keys.Lock, err)
 	}
@@ -217,7 +245,11 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 				holder.TTL = time.Duration(ttl) * time.Millisecond
 			}
 		}
-		return nil, &LockedError{Holder: holder}
+		le := &LockedError{Holder: holder, Queued: ao.Queue != nil}
+		if len(res) >= 7 {
+			le.Replaced = atoi(res[6]) > 0
+		}
+		return nil, le
 	}
 	le := &Lease{
 		l:          l,
@@ -230,6 +262,8 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 		fence:      atoi(res[1]),
 		acquiredAt: sent,
 		onBeat:     ao.OnHeartbeat,
+		drain:      ao.Drain,
+		maxLen:     ao.MaxLen,
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 	}
@@ -301,7 +335,10 @@ type Lease struct {
 	fence      int64
 	acquiredAt time.Time
 	onBeat     func(context.Context, redis.Pipeliner)
+	drain      bool
+	maxLen     int64
 	log        zerolog.Logger
+	requeued   atomic.Value // string: id of the drained follow-up
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -468,11 +505,14 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 	le.cancel(ErrReleased)
 	var deleted bool
 	var err error
-	if then == nil {
+	switch {
+	case le.drain:
+		deleted, err = le.releaseDrain(ctx, then)
+	case then == nil:
 		var n int64
 		n, err = releaseScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info}, le.token).Int64()
 		deleted = n == 1
-	} else {
+	default:
 		var cmds []redis.Cmder
 		cmds, err = le.pipelined(ctx, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
 			script(releaseScript)
@@ -492,6 +532,57 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 		return false, fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
 	}
 	return deleted, nil
+}
+
+// releaseDrain releases and publishes the queued follow-up (coalesce policy). The
+// extra commands run after the release script, in the same round trip.
+func (le *Lease) releaseDrain(ctx context.Context, then func(pipe redis.Pipeliner)) (bool, error) {
+	inline := le.l.opts.Format != KeysCluster
+	pipe := le.l.rdb.Pipeline()
+	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Queue}
+	inl := "0"
+	if inline {
+		inl = "1"
+	}
+	cmd := releaseDrainScript.Eval(ctx, pipe, keys, le.token, inl, le.maxLen)
+	if then != nil {
+		then(pipe)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && cmd.Err() != nil {
+		return false, err
+	}
+	res, err := cmd.Slice()
+	if err != nil {
+		return false, err
+	}
+	deleted := atoi(res[0]) == 1
+	if len(res) >= 3 && atoi(res[1]) == 1 {
+		le.requeued.Store(fmt.Sprint(res[2]))
+	} else if len(res) > 2 { // cluster: the stream is in another slot; publish from here
+		values := map[string]any{}
+		stream := ""
+		for i := 2; i+1 < len(res); i += 2 {
+			k, v := fmt.Sprint(res[i]), res[i+1]
+			if k == "_stream" {
+				stream = fmt.Sprint(v)
+				continue
+			}
+			values[k] = v
+		}
+		id, err := le.l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: le.maxLen, Approx: le.maxLen > 0, Values: values}).Result()
+		if err != nil {
+			return deleted, fmt.Errorf("lockmw: publish queued follow-up to %s: %w", stream, err)
+		}
+		le.requeued.Store(id)
+	}
+	return deleted, nil
+}
+
+// Requeued is the stream id of the follow-up event that Release published (coalesce
+// policy), or "".
+func (le *Lease) Requeued() string {
+	s, _ := le.requeued.Load().(string)
+	return s
 }
 
 // Check proves, in one round trip, that the lease is still ours: nil, or an error

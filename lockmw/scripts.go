@@ -70,3 +70,55 @@ table.insert(args, '*')
 for i = 3, #ARGV do table.insert(args, ARGV[i]) end
 return redis.call(unpack(args))
 `)
+
+// acquireOrQueueScript is acquireScript for the coalesce policy: when the lease is held,
+// the event is stored as the issue's one queued follow-up (newest wins) in the same
+// atomic step, so it cannot slip between a holder's release and its drain.
+//
+// KEYS: lock, info, fence, queue. ARGV: token, ttl_ms, owner, acquired_at_ms,
+// message_id, queue_ttl_ms, target_stream, field, value, ...
+// Returns {1, fence} or {0, owner, fence, acquired_at, message_id, pttl, replaced}.
+var acquireOrQueueScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.call('INCR', KEYS[3])
+  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'owner', ARGV[3], 'fence', fence,
+    'acquired_at', ARGV[4], 'message_id', ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return {1, fence}
+end
+local replaced = redis.call('DEL', KEYS[4])
+local args = {'HSET', KEYS[4], '_stream', ARGV[7]}
+for i = 8, #ARGV do table.insert(args, ARGV[i]) end
+redis.call(unpack(args))
+redis.call('PEXPIRE', KEYS[4], ARGV[6])
+local h = redis.call('HMGET', KEYS[2], 'owner', 'fence', 'acquired_at', 'message_id')
+return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[1]), replaced}
+`)
+
+// releaseDrainScript is releaseScript for the coalesce policy: after deleting our lease
+// it takes the queued follow-up, if any, and returns it (field, value, ...) for the
+// caller to publish; on standalone Redis (ARGV[2] = "1") it appends it to its stream
+// itself, so a crash cannot lose it between take and publish.
+//
+// KEYS: lock, info, queue. ARGV: token, inline_xadd, maxlen.
+var releaseDrainScript = redis.NewScript(`
+local released = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  released = 1
+end
+local q = redis.call('HGETALL', KEYS[3])
+if #q == 0 then return {released} end
+redis.call('DEL', KEYS[3])
+if ARGV[2] ~= '1' then return {released, 0, unpack(q)} end
+local stream = ''
+local args = {'XADD', '', 'MAXLEN', '~', ARGV[3], '*'}
+if tonumber(ARGV[3]) <= 0 then args = {'XADD', '', '*'} end
+for i = 1, #q, 2 do
+  if q[i] == '_stream' then stream = q[i+1]
+  else table.insert(args, q[i]); table.insert(args, q[i+1]) end
+end
+args[2] = stream
+local id = redis.call(unpack(args))
+return {released, 1, id}
+`)

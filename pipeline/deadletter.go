@@ -1,0 +1,94 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// Dead-letter entry fields, besides the original entry's own (uuid, payload, m:*).
+const (
+	DeadFieldStream   = "dead_stream"
+	DeadFieldID       = "dead_id"
+	DeadFieldError    = "dead_error"
+	DeadFieldAttempts = "dead_attempts"
+	DeadFieldAgent    = "dead_agent"
+	DeadFieldAt       = "dead_at"
+)
+
+type deadLetters struct {
+	rdb      redis.UniversalClient
+	stream   string
+	maxLen   int64
+	agent    string
+	attempts int
+	locker   *lockmw.Locker
+	log      zerolog.Logger
+	metrics  *Metrics
+}
+
+// middleware dead-letters bad events before they reach the lock (acked, never retried,
+// never locked) and events whose attempts are exhausted. Lease loss, shutdown and
+// Redis outages pass through: those entries stay pending for redelivery.
+func (d *deadLetters) middleware(src lockmw.Source) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := Validate(msg, d.agent, d.locker); err != nil {
+				return nil, d.bury(msg, src, err, 0)
+			}
+			out, err := h(msg)
+			if err == nil || leaseOrShutdown(err) {
+				return out, err
+			}
+			attempts, _ := strconv.Atoi(msg.Metadata.Get(MetaAttempt))
+			return nil, d.bury(msg, src, err, attempts)
+		}
+	}
+}
+
+// bury copies the event to the dead-letter stream and acks it, atomically (MULTI), so a
+// crash cannot lose it or bury it twice. It returns nil when done (the router then acks
+// a second time, for free) or the error that kept it from being done (nack: retried).
+func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error, attempts int) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
+	defer cancel()
+	values := Encode(msg)
+	entry, hasEntry := src.Entry(msg)
+	values[DeadFieldStream] = entry.Stream
+	values[DeadFieldID] = entry.ID
+	values[DeadFieldError] = cause.Error()
+	values[DeadFieldAttempts] = attempts
+	values[DeadFieldAgent] = d.agent
+	values[DeadFieldAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	if msg.Metadata.Get(metaBad) != "" {
+		// An undecodable entry: keep what was there for the operator.
+		values[fieldPayload] = string(msg.Payload)
+	}
+	tx := d.rdb.TxPipeline()
+	tx.XAdd(ctx, &redis.XAddArgs{Stream: d.stream, MaxLen: d.maxLen, Approx: d.maxLen > 0, Values: values})
+	if hasEntry {
+		tx.XAck(ctx, entry.Stream, entry.Group, entry.ID)
+	}
+	if _, err := tx.Exec(ctx); err != nil {
+		d.log.Error().Err(err).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
+			Msg("cannot write the dead letter; the entry stays pending")
+		return errors.Join(lockmw.ErrTransient, err)
+	}
+	if hasEntry {
+		src.Settle(entry)
+	}
+	if d.metrics != nil {
+		d.metrics.dead.WithLabelValues(d.agent).Inc()
+	}
+	d.log.Error().Err(cause).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
+		Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Int("attempts", attempts).
+		Msg("event dead-lettered")
+	return nil
+}

@@ -1,0 +1,187 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// Metadata keys of the envelope (DESIGN §2.2).
+const (
+	MetaIssueKey      = lockmw.MetaIssueKey
+	MetaEventType     = "event_type"
+	MetaSchemaVersion = "schema_version"
+	MetaCorrelationID = lockmw.MetaCorrelationID
+	MetaCausationID   = "causation_id"
+	MetaAttempt       = "attempt"
+	MetaUserTriggered = "user_triggered"
+	MetaReplayOf      = "replay_of"
+	MetaFence         = lockmw.MetaFence
+)
+
+// SchemaVersion is the envelope version this build writes and accepts.
+const SchemaVersion = "1"
+
+// Event types.
+const (
+	EventTriageRequested   = "triage.requested"
+	EventRebaseRequested   = "rebase.requested"
+	EventBackportRequested = "backport.requested"
+	EventRebuildRequested  = "rebuild.requested"
+	EventStageDone         = "stage.done"
+	EventStageFailed       = "stage.failed"
+	EventLockDropped       = "lock.dropped"
+	EventLockCoalesced     = "lock.coalesced"
+	EventDead              = "dead"
+)
+
+// RequestedEvent is the event type that asks agent to work.
+func RequestedEvent(agent string) string { return agent + ".requested" }
+
+// ErrBadEvent marks an event that can never succeed (not JSON, no or invalid issue key,
+// unknown schema version or event type): it is dead-lettered at once, never retried.
+var ErrBadEvent = errors.New("bad event")
+
+// Task is the Python system's task JSON, kept field for field so producers written for
+// it keep working: {"metadata": {...}, "attempts": 0, "user_triggered": false}.
+// Unknown fields, at the top and inside metadata, survive a decode/encode round trip.
+type Task struct {
+	Metadata      map[string]json.RawMessage
+	Attempts      int
+	UserTriggered bool
+	extra         map[string]json.RawMessage
+}
+
+// ParseTask decodes a Task payload.
+func ParseTask(payload []byte) (Task, error) {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &all); err != nil {
+		return Task{}, fmt.Errorf("%w: payload is not a JSON object: %v", ErrBadEvent, err)
+	}
+	t := Task{extra: all}
+	if raw, ok := all["metadata"]; ok {
+		if err := json.Unmarshal(raw, &t.Metadata); err != nil {
+			return Task{}, fmt.Errorf("%w: metadata is not an object: %v", ErrBadEvent, err)
+		}
+	}
+	if raw, ok := all["attempts"]; ok {
+		_ = json.Unmarshal(raw, &t.Attempts)
+	}
+	if raw, ok := all["user_triggered"]; ok {
+		_ = json.Unmarshal(raw, &t.UserTriggered)
+	}
+	delete(all, "metadata")
+	delete(all, "attempts")
+	delete(all, "user_triggered")
+	if t.Metadata == nil {
+		t.Metadata = map[string]json.RawMessage{}
+	}
+	return t, nil
+}
+
+// MarshalJSON encodes the task with its unknown fields.
+func (t Task) MarshalJSON() ([]byte, error) {
+	out := make(map[string]any, len(t.extra)+3)
+	for k, v := range t.extra {
+		out[k] = v
+	}
+	md := t.Metadata
+	if md == nil {
+		md = map[string]json.RawMessage{}
+	}
+	out["metadata"] = md
+	out["attempts"] = t.Attempts
+	out["user_triggered"] = t.UserTriggered
+	return json.Marshal(out)
+}
+
+// Str returns metadata[key] as a string ("" when absent or not a string).
+func (t Task) Str(key string) string {
+	var s string
+	if raw, ok := t.Metadata[key]; ok {
+		_ = json.Unmarshal(raw, &s)
+	}
+	return s
+}
+
+// Set stores v as metadata[key].
+func (t *Task) Set(key string, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if t.Metadata == nil {
+		t.Metadata = map[string]json.RawMessage{}
+	}
+	t.Metadata[key] = raw
+	return nil
+}
+
+// IssueKey is the task's issue: metadata.issue (triage) or metadata.jira_issue.
+func (t Task) IssueKey() string {
+	if k := t.Str("issue"); k != "" {
+		return k
+	}
+	return t.Str("jira_issue")
+}
+
+// NewEvent builds a message for eventType about issueKey. When cause is not nil, the
+// new event keeps its correlation id and names it as causation.
+func NewEvent(eventType, issueKey string, task Task, cause *message.Message) (*message.Message, error) {
+	payload, err := json.Marshal(task)
+	if err != nil {
+		return nil, err
+	}
+	msg := message.NewMessage(watermill.NewUUID(), payload)
+	msg.Metadata.Set(MetaEventType, eventType)
+	msg.Metadata.Set(MetaIssueKey, issueKey)
+	msg.Metadata.Set(MetaSchemaVersion, SchemaVersion)
+	msg.Metadata.Set(MetaAttempt, "0")
+	msg.Metadata.Set(MetaUserTriggered, strconv.FormatBool(task.UserTriggered))
+	if cause != nil {
+		msg.Metadata.Set(MetaCorrelationID, cause.Metadata.Get(MetaCorrelationID))
+		msg.Metadata.Set(MetaCausationID, cause.UUID)
+	}
+	if msg.Metadata.Get(MetaCorrelationID) == "" {
+		msg.Metadata.Set(MetaCorrelationID, watermill.NewUUID())
+	}
+	return msg, nil
+}
+
+// Validate checks an event for agent and returns its canonical issue key, or an error
+// wrapping ErrBadEvent (DESIGN §6 rows 1–4). Events written by the Python producers
+// carry no envelope metadata; they are accepted as the agent's request type.
+func Validate(msg *message.Message, agent string, locker *lockmw.Locker) (string, error) {
+	if reason := msg.Metadata.Get(metaBad); reason != "" {
+		return "", fmt.Errorf("%w: %s", ErrBadEvent, reason)
+	}
+	if v := msg.Metadata.Get(MetaSchemaVersion); v != "" && v != SchemaVersion {
+		return "", fmt.Errorf("%w: unknown schema_version %q (this build reads %s)", ErrBadEvent, v, SchemaVersion)
+	}
+	if et := msg.Metadata.Get(MetaEventType); et != "" && et != RequestedEvent(agent) {
+		return "", fmt.Errorf("%w: event_type %q is not for agent %s (want %s)", ErrBadEvent, et, agent, RequestedEvent(agent))
+	}
+	task, err := ParseTask(msg.Payload)
+	if err != nil {
+		return "", err
+	}
+	raw := msg.Metadata.Get(MetaIssueKey)
+	if raw == "" {
+		raw = task.IssueKey()
+	}
+	if raw == "" {
+		return "", fmt.Errorf("%w: no issue key in metadata or payload", ErrBadEvent)
+	}
+	key, err := locker.Canonicalize(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadEvent, err)
+	}
+	msg.Metadata.Set(MetaIssueKey, key)
+	return key, nil
+}

@@ -1,0 +1,114 @@
+package pipeline
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+)
+
+// Stream entry layout. watermill-redisstream writes metadata as one msgpack blob,
+// unreadable with redis-cli; we write one field per metadata key ("m:issue_key") and
+// still read the msgpack form, so entries written by a stock Watermill publisher work.
+const (
+	fieldUUID     = redisstream.UUIDHeaderKey
+	fieldPayload  = "payload"
+	fieldMetadata = "metadata"
+	metaPrefix    = "m:"
+
+	// Stamped into each entry's values by the subscriber's stream hook and moved into
+	// metadata by the unmarshaller; never written to a stream.
+	fieldXID    = "_ymir_xid"
+	fieldStream = "_ymir_stream"
+	fieldReadAt = "_ymir_read_at"
+
+	// metaBad carries why an entry could not be decoded; the dead-letter middleware
+	// takes such messages straight to the dead-letter stream.
+	metaBad = "_ymir_bad"
+)
+
+// Marshaller writes readable entries and reads both forms. Unmarshal never fails: a
+// malformed entry becomes a message marked bad, because an unmarshal error would stop
+// watermill-redisstream's subscription for good (DESIGN §9).
+type Marshaller struct{}
+
+var _ redisstream.MarshallerUnmarshaller = Marshaller{}
+
+// Marshal implements redisstream.Marshaller.
+func (Marshaller) Marshal(_ string, msg *message.Message) (map[string]any, error) {
+	return Encode(msg), nil
+}
+
+// Encode returns the stream fields of msg.
+func Encode(msg *message.Message) map[string]any {
+	v := map[string]any{fieldUUID: msg.UUID, fieldPayload: string(msg.Payload)}
+	for k, val := range msg.Metadata {
+		if strings.HasPrefix(k, "_ymir_") {
+			continue
+		}
+		v[metaPrefix+k] = val
+	}
+	return v
+}
+
+// Unmarshal implements redisstream.Unmarshaller.
+func (Marshaller) Unmarshal(values map[string]any) (*message.Message, error) {
+	str := func(k string) string {
+		if s, ok := values[k].(string); ok {
+			return s
+		}
+		return ""
+	}
+	uuid := str(fieldUUID)
+	var bad []string
+	if uuid == "" {
+		bad = append(bad, "no "+fieldUUID+" field")
+		uuid = str(fieldXID)
+	}
+	if _, ok := values[fieldPayload]; !ok {
+		bad = append(bad, "no payload field")
+	}
+	msg := message.NewMessage(uuid, []byte(str(fieldPayload)))
+	if md := str(fieldMetadata); md != "" {
+		var m message.Metadata
+		if err := msgpackUnmarshal([]byte(md), &m); err != nil {
+			bad = append(bad, fmt.Sprintf("metadata is not msgpack: %v", err))
+		}
+		for k, v := range m {
+			msg.Metadata.Set(k, v)
+		}
+	}
+	for k := range values {
+		if name, ok := strings.CutPrefix(k, metaPrefix); ok {
+			msg.Metadata.Set(name, str(k))
+		}
+	}
+	msg.Metadata.Set(fieldXID, str(fieldXID))
+	msg.Metadata.Set(fieldStream, str(fieldStream))
+	msg.Metadata.Set(fieldReadAt, str(fieldReadAt))
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		msg.Metadata.Set(metaBad, "undecodable entry: "+strings.Join(bad, "; "))
+	}
+	return msg, nil
+}
+
+// EntryID is the stream id a message was read from ("" for a message not read from a
+// stream).
+func EntryID(msg *message.Message) string { return msg.Metadata.Get(fieldXID) }
+
+// EntryStream is the stream a message was read from.
+func EntryStream(msg *message.Message) string { return msg.Metadata.Get(fieldStream) }
+
+// DecodeEntry turns a raw stream entry into a message (for inspection and replay).
+func DecodeEntry(stream, id string, values map[string]any) *message.Message {
+	vals := make(map[string]any, len(values)+2)
+	for k, v := range values {
+		vals[k] = v
+	}
+	vals[fieldXID], vals[fieldStream] = id, stream
+	msg, _ := Marshaller{}.Unmarshal(vals)
+	return msg
+}

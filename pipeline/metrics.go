@@ -1,0 +1,130 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/metrics"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// Metrics are the process's Prometheus metrics: Watermill's handler metrics plus the
+// lease's. Metrics implements lockmw.Observer.
+type Metrics struct {
+	Registry *prometheus.Registry
+	builder  metrics.PrometheusMetricsBuilder
+
+	acquired *prometheus.CounterVec
+	busy     *prometheus.CounterVec
+	lost     *prometheus.CounterVec
+	hold     *prometheus.HistogramVec
+	dead     *prometheus.CounterVec
+}
+
+var _ lockmw.Observer = (*Metrics)(nil)
+
+// NewMetrics registers the metrics on a fresh registry.
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		Registry: reg,
+		builder:  metrics.NewPrometheusMetricsBuilder(reg, "ymirflow", ""),
+		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_acquired_total",
+			Help: "Leases taken."}, []string{"agent"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_busy_total",
+			Help: "Events whose issue was locked by another holder (dropped or coalesced)."}, []string{"agent"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_lost_total",
+			Help: "Leases lost while held, by cause (lost, unproven, max_hold)."}, []string{"agent", "cause"}),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ymirflow", Name: "lease_hold_seconds",
+			Help: "How long leases were held.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"agent"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "dead_letters_total",
+			Help: "Events moved to the dead-letter stream."}, []string{"agent"}),
+	}
+	reg.MustRegister(m.acquired, m.busy, m.lost, m.hold, m.dead)
+	return m
+}
+
+func (m *Metrics) handlerMiddleware() message.HandlerMiddleware {
+	return m.builder.NewRouterMiddleware().Middleware
+}
+
+// Acquired implements lockmw.Observer.
+func (m *Metrics) Acquired(agent string) { m.acquired.WithLabelValues(agent).Inc() }
+
+// Busy implements lockmw.Observer.
+func (m *Metrics) Busy(agent string) { m.busy.WithLabelValues(agent).Inc() }
+
+// Lost implements lockmw.Observer.
+func (m *Metrics) Lost(agent string, cause error) {
+	c := "lost"
+	switch {
+	case errors.Is(cause, lockmw.ErrLeaseUnproven):
+		c = "unproven"
+	case errors.Is(cause, lockmw.ErrMaxHold):
+		c = "max_hold"
+	}
+	m.lost.WithLabelValues(agent, c).Inc()
+}
+
+// Released implements lockmw.Observer.
+func (m *Metrics) Released(agent string, held time.Duration) {
+	m.hold.WithLabelValues(agent).Observe(held.Seconds())
+}
+
+// Health serves /metrics, /healthz (the process is alive) and /readyz (Redis answers and
+// the router runs).
+type Health struct {
+	Metrics *Metrics
+	Redis   redis.UniversalClient
+	Ready   func() bool
+}
+
+// Handler returns the HTTP handler.
+func (h Health) Handler() http.Handler {
+	mux := http.NewServeMux()
+	if h.Metrics != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(h.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := h.Redis.Ping(ctx).Err(); err != nil {
+			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if h.Ready != nil && !h.Ready() {
+			http.Error(w, "router not running", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// Serve listens on addr until ctx ends. It returns once listening (or failing to).
+func (h Health) Serve(ctx context.Context, addr string) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return ln.Addr(), nil
+}

@@ -1,0 +1,103 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrRedisUnreachable is returned by Connect when Redis does not answer.
+var ErrRedisUnreachable = errors.New("redis unreachable")
+
+// ClientOptions parses REDIS_URL (redis://, rediss://, user:password@, /db) into
+// universal options; several comma-separated host:port pairs select Redis Cluster
+// (redis://h1:7000,h2:7001).
+func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
+	if rawURL == "" {
+		return nil, errors.New("REDIS_URL is empty")
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL %s: %w", Redact(rawURL), err)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, fmt.Errorf("REDIS_URL %s: scheme must be redis:// or rediss://", Redact(rawURL))
+	}
+	hosts := splitHosts(u.Host)
+	single := *u
+	single.Host = hosts[0]
+	o, err := redis.ParseURL(single.String())
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL %s: %w", Redact(rawURL), err)
+	}
+	uo := &redis.UniversalOptions{
+		Addrs:    []string{o.Addr},
+		Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig,
+		DisableIdentity: true, // Redis 7.0 answers CLIENT SETINFO with an error: noise
+		DialTimeout:     5 * time.Second,
+		MaxRetries:      3,
+	}
+	if len(hosts) > 1 {
+		uo.Addrs = hosts
+		uo.IsClusterMode = true
+	}
+	return uo, nil
+}
+
+func splitHosts(h string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(h); i++ {
+		if i == len(h) || h[i] == ',' {
+			if i > start {
+				out = append(out, h[start:i])
+			}
+			start = i + 1
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"127.0.0.1:6379"}
+	}
+	return out
+}
+
+// NewClient returns a client for REDIS_URL without connecting.
+func NewClient(rawURL string) (redis.UniversalClient, error) {
+	o, err := ClientOptions(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewUniversalClient(o), nil
+}
+
+// Connect returns a client for REDIS_URL that has answered PING. The error names the
+// URL without its password.
+func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
+	c, err := NewClient(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrRedisUnreachable, Redact(rawURL), err)
+	}
+	return c, nil
+}
+
+// Redact hides the password of a Redis URL.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.User == nil {
+		return rawURL
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

@@ -1,0 +1,241 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// Defaults of the router settings (DESIGN §4, §7).
+const (
+	DefaultBlockTime     = 5 * time.Second
+	DefaultMaxIdleTime   = 3 * time.Minute
+	DefaultClaimInterval = 5 * time.Second
+	DefaultMaxRetries    = 3
+	DefaultMaxLen        = 100_000
+)
+
+// RouterConfig configures one worker's router.
+type RouterConfig struct {
+	// Client is shared by leases, results, dead letters and claim checks.
+	Client redis.UniversalClient
+	// ClientOptions open each subscriber's own client (a Subscriber closes its client).
+	ClientOptions *redis.UniversalOptions
+	Topology      Topology
+	Agent, Branch string
+	// Consumer is the stable consumer name (a pod name); subscription i of each stream
+	// reads as "<Consumer>-<i>".
+	Consumer    string
+	Concurrency int
+	// BlockTime of XREADGROUP; MaxIdleTime before an entry may be claimed from another
+	// consumer; ClaimInterval between claim passes; NackResendSleep before a nacked
+	// message is handed over again.
+	BlockTime, MaxIdleTime, ClaimInterval, NackResendSleep time.Duration
+	// MaxRetries is the number of attempts in all (with exponential backoff from
+	// RetryInitial) before an event goes to the dead-letter stream.
+	MaxRetries   int
+	RetryInitial time.Duration
+	// HandlerTimeout bounds one attempt (0: none; the lease's MaxHold still applies).
+	HandlerTimeout time.Duration
+	// CloseTimeout bounds a graceful shutdown.
+	CloseTimeout time.Duration
+	MaxLen       int64
+	Policy       lockmw.Policy
+	Locker       *lockmw.Locker
+	Logger       zerolog.Logger
+	Metrics      *Metrics
+	// Handler does the stage's work. It finds its lease with lockmw.LeaseFrom.
+	Handler message.NoPublishHandlerFunc
+}
+
+func (c *RouterConfig) defaults() error {
+	if c.Client == nil || c.ClientOptions == nil || c.Locker == nil || c.Handler == nil {
+		return errors.New("pipeline: RouterConfig needs Client, ClientOptions, Locker and Handler")
+	}
+	if err := CheckAgent(c.Agent, c.Branch); err != nil {
+		return err
+	}
+	if c.Consumer == "" {
+		return errors.New("CONSUMER_NAME is empty")
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+	}
+	if c.Concurrency < 0 {
+		return fmt.Errorf("CONCURRENCY must be positive, got %d", c.Concurrency)
+	}
+	if c.BlockTime == 0 {
+		c.BlockTime = DefaultBlockTime
+	}
+	if c.MaxIdleTime == 0 {
+		c.MaxIdleTime = DefaultMaxIdleTime
+	}
+	if c.ClaimInterval == 0 {
+		c.ClaimInterval = DefaultClaimInterval
+	}
+	if c.NackResendSleep == 0 {
+		c.NackResendSleep = time.Second
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = DefaultMaxRetries
+	}
+	if c.RetryInitial == 0 {
+		c.RetryInitial = time.Second
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = c.BlockTime + time.Second + 10*time.Second
+	}
+	for name, d := range map[string]time.Duration{"BLOCK_TIME": c.BlockTime, "MAX_IDLE_TIME": c.MaxIdleTime,
+		"CLAIM_INTERVAL": c.ClaimInterval, "NackResendSleep": c.NackResendSleep} {
+		if d < 0 {
+			return fmt.Errorf("%s must be positive, got %s", name, d)
+		}
+	}
+	if c.MaxRetries < 1 {
+		return fmt.Errorf("MAX_RETRIES must be at least 1, got %d", c.MaxRetries)
+	}
+	return nil
+}
+
+// Router is one worker's Watermill router with its subscriptions.
+type Router struct {
+	*message.Router
+	cfg  RouterConfig
+	subs []*subscription
+}
+
+// NewRouter builds the router of (Agent, Branch): for each input stream (the :todo twin
+// and the main stream) Concurrency subscriptions, each with the full middleware stack.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With().Str("agent", cfg.Agent).Logger()
+	if cfg.Branch != "" {
+		log = log.With().Str("branch", cfg.Branch).Logger()
+	}
+	wr, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, newWatermillLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{Router: wr, cfg: cfg}
+	dead := &deadLetters{rdb: cfg.Client, stream: cfg.Topology.Dead(), maxLen: cfg.MaxLen, agent: cfg.Agent,
+		attempts: cfg.MaxRetries, locker: cfg.Locker, log: log, metrics: cfg.Metrics}
+	for _, route := range cfg.Topology.Inputs(cfg.Agent, cfg.Branch) {
+		for i := range cfg.Concurrency {
+			consumer := cfg.Consumer + "-" + strconv.Itoa(i)
+			sub, err := newSubscription(subscriptionConfig{Route: route, Consumer: consumer, ClientOptions: cfg.ClientOptions,
+				Shared: cfg.Client, Locker: cfg.Locker, BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime,
+				ClaimInterval: cfg.ClaimInterval, NackSleep: cfg.NackResendSleep, Logger: log})
+			if err != nil {
+				return nil, err
+			}
+			r.subs = append(r.subs, sub)
+			lockMW, err := lockmw.Middleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
+				Policy: cfg.Policy, ResultsStream: cfg.Topology.Results(), MaxLen: cfg.MaxLen,
+				MaxIdleTime: cfg.MaxIdleTime, Logger: log})
+			if err != nil {
+				return nil, err
+			}
+			h := wr.AddNoPublisherHandler(route.Stream+"#"+strconv.Itoa(i), route.Stream, sub.sub, cfg.Handler)
+			stack := []message.HandlerMiddleware{
+				middleware.Recoverer,
+				correlation,
+			}
+			if cfg.Metrics != nil {
+				stack = append(stack, cfg.Metrics.handlerMiddleware())
+			}
+			stack = append(stack,
+				dead.middleware(sub),
+				lockMW,
+				retry(cfg.MaxRetries, cfg.RetryInitial, log),
+			)
+			if cfg.HandlerTimeout > 0 {
+				stack = append(stack, middleware.Timeout(cfg.HandlerTimeout))
+			}
+			stack = append(stack, countAttempts)
+			h.AddMiddleware(stack...)
+		}
+	}
+	return r, nil
+}
+
+// Run prepares the consumer groups, re-marks this worker's own pending entries for
+// immediate pickup, and runs until ctx is cancelled; it then stops reading, cancels the
+// in-flight handlers (their leases are released and their entries stay pending) and
+// returns within BlockTime + 1 s + the handlers' own wind-down.
+func (r *Router) Run(ctx context.Context) error {
+	for _, s := range r.subs {
+		n, err := s.prepare(ctx, r.cfg.MaxIdleTime)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			s.log.Info().Int("entries", n).Msg("resuming this consumer's pending entries from its previous run")
+		}
+	}
+	return r.Router.Run(ctx)
+}
+
+// Healthy reports whether the router runs and every subscription still reads.
+func (r *Router) Healthy() bool { return r.Router.IsRunning() && !r.Router.IsClosed() }
+
+// correlation gives every event a correlation id (kept across stages) before anything
+// logs about it.
+func correlation(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if msg.Metadata.Get(MetaCorrelationID) == "" {
+			msg.Metadata.Set(MetaCorrelationID, watermill.NewUUID())
+		}
+		return h(msg)
+	}
+}
+
+// countAttempts numbers the attempts of one delivery (metadata attempt, 1-based), so
+// runners and dead letters can tell.
+func countAttempts(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		n, _ := strconv.Atoi(msg.Metadata.Get(MetaAttempt))
+		msg.Metadata.Set(MetaAttempt, strconv.Itoa(n+1))
+		return h(msg)
+	}
+}
+
+// retry retries failed attempts inside the lease, with exponential backoff; it never
+// retries bad events, lease loss or shutdown.
+func retry(attempts int, initial time.Duration, log zerolog.Logger) message.HandlerMiddleware {
+	return middleware.Retry{
+		MaxRetries:      attempts - 1,
+		InitialInterval: initial,
+		MaxInterval:     time.Minute,
+		Multiplier:      2,
+		ShouldRetry: func(p middleware.RetryParams) bool {
+			return !permanentOrAbort(p.Err)
+		},
+		OnRetryHook: func(n int, delay time.Duration) {
+			log.Debug().Int("retry", n).Dur("delay", delay).Msg("retrying handler")
+		},
+	}.Middleware
+}
+
+// permanentOrAbort: errors that a retry cannot fix (bad events) or that must end the
+// attempt now (lease lost, shutdown).
+func permanentOrAbort(err error) bool {
+	return errors.Is(err, ErrBadEvent) || errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, lockmw.ErrNoIssueKey) ||
+		leaseOrShutdown(err)
+}
+
+func leaseOrShutdown(err error) bool {
+	return errors.Is(err, lockmw.ErrLeaseLost) || errors.Is(err, lockmw.ErrLeaseUnproven) ||
+		errors.Is(err, lockmw.ErrTransient) || errors.Is(err, context.Canceled)
+}

@@ -1,0 +1,117 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// Publisher appends events to streams. It is safe for concurrent use and never closes
+// the client it was given.
+type Publisher struct {
+	rdb    redis.UniversalClient
+	maxLen int64
+}
+
+// NewPublisher returns a publisher trimming each stream to about maxLen entries (0:
+// never trim).
+func NewPublisher(rdb redis.UniversalClient, maxLen int64) *Publisher {
+	return &Publisher{rdb: rdb, maxLen: maxLen}
+}
+
+// Publish implements message.Publisher.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if _, err := p.PublishID(m.Context(), topic, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PublishID appends msg to stream and returns its id. Under a lease (ctx from a lock
+// middleware handler) the append is fenced: refused once the lease is lost, and stamped
+// with the lease's fence.
+func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.Message) (string, error) {
+	if lease, ok := lockmw.LeaseFrom(ctx); ok {
+		msg.Metadata.Set(MetaFence, strconv.FormatInt(lease.Fence(), 10))
+		id, err := lease.XAdd(ctx, stream, p.maxLen, Encode(msg))
+		if err != nil {
+			return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
+		}
+		return id, nil
+	}
+	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: p.maxLen, Approx: p.maxLen > 0, Values: Encode(msg)}).Result()
+	if err != nil {
+		return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
+	}
+	return id, nil
+}
+
+// Close implements message.Publisher; the client belongs to the caller.
+func (p *Publisher) Close() error { return nil }
+
+// Record is one line of the results stream.
+type Record struct {
+	EventType     string // stage.done, stage.failed, ...
+	Agent         string
+	IssueKey      string
+	MessageID     string // the stream entry the record is about
+	Stream        string
+	CorrelationID string
+	Fence         string
+	Outcome       string // e.g. the resolution or the label written
+	Detail        string // JSON or free text
+}
+
+// Results appends records to the results stream.
+type Results struct {
+	rdb    redis.UniversalClient
+	stream string
+	maxLen int64
+}
+
+// NewResults returns a writer of stream (Topology.Results()).
+func NewResults(rdb redis.UniversalClient, stream string, maxLen int64) *Results {
+	return &Results{rdb: rdb, stream: stream, maxLen: maxLen}
+}
+
+// Add appends r and returns its id.
+func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
+	v := map[string]any{
+		"event_type":     rec.EventType,
+		"agent":          rec.Agent,
+		"issue_key":      rec.IssueKey,
+		"message_id":     rec.MessageID,
+		"stream":         rec.Stream,
+		"correlation_id": rec.CorrelationID,
+		"fence":          rec.Fence,
+		"outcome":        rec.Outcome,
+		"detail":         rec.Detail,
+		"at":             time.Now().UTC().Format(time.RFC3339Nano),
+	}
+	id, err := r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, MaxLen: r.maxLen, Approx: r.maxLen > 0, Values: v}).Result()
+	if err != nil {
+		return "", fmt.Errorf("record %s for %s: %w", rec.EventType, rec.IssueKey, err)
+	}
+	return id, nil
+}
+
+// RecordFor fills a record's identity from the message a handler is working on.
+func RecordFor(msg *message.Message, agent, eventType string) Record {
+	return Record{
+		EventType:     eventType,
+		Agent:         agent,
+		IssueKey:      msg.Metadata.Get(MetaIssueKey),
+		MessageID:     EntryID(msg),
+		Stream:        EntryStream(msg),
+		CorrelationID: msg.Metadata.Get(MetaCorrelationID),
+		Fence:         msg.Metadata.Get(MetaFence),
+	}
+}

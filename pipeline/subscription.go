@@ -1,0 +1,269 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// subscription is one watermill-redisstream Subscriber reading one stream as one
+// consumer, with the fixes of DESIGN §9 around it. It implements lockmw.Source.
+type subscription struct {
+	route    Route
+	consumer string
+	client   redis.UniversalClient // its own: Subscriber.Close closes it
+	shared   redis.UniversalClient // locks, claim checks
+	locker   *lockmw.Locker
+	sub      *redisstream.Subscriber
+	log      zerolog.Logger
+
+	mu       sync.Mutex
+	inflight map[string]struct{} // delivered to this process, not yet acked
+	settled  map[string]struct{} // acked by the middleware, or not ours: skip the XACK
+}
+
+type subscriptionConfig struct {
+	Route         Route
+	Consumer      string
+	ClientOptions *redis.UniversalOptions
+	Shared        redis.UniversalClient
+	Locker        *lockmw.Locker
+	BlockTime     time.Duration
+	MaxIdleTime   time.Duration
+	ClaimInterval time.Duration
+	NackSleep     time.Duration
+	Logger        zerolog.Logger
+}
+
+func newSubscription(cfg subscriptionConfig) (*subscription, error) {
+	s := &subscription{
+		route:    cfg.Route,
+		consumer: cfg.Consumer,
+		client:   redis.NewUniversalClient(cfg.ClientOptions),
+		shared:   cfg.Shared,
+		locker:   cfg.Locker,
+		log:      cfg.Logger.With().Str("stream", cfg.Route.Stream).Str("consumer", cfg.Consumer).Logger(),
+		inflight: map[string]struct{}{},
+		settled:  map[string]struct{}{},
+	}
+	s.client.AddHook(s)
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+		Client:                        s.client,
+		Unmarshaller:                  Marshaller{},
+		Consumer:                      cfg.Consumer,
+		ConsumerGroup:                 cfg.Route.Group,
+		NackResendSleep:               cfg.NackSleep,
+		BlockTime:                     cfg.BlockTime,
+		ClaimInterval:                 cfg.ClaimInterval,
+		MaxIdleTime:                   cfg.MaxIdleTime,
+		ShouldClaimPendingMessage:     s.shouldClaim,
+		DisableIndefiniteInitialBlock: true,
+		// A read error (Redis restarting) must not end the subscription: retry.
+		ShouldStopOnReadErrors: func(error) bool { return false },
+	}, newWatermillLogger(s.log))
+	if err != nil {
+		s.client.Close()
+		return nil, err
+	}
+	s.sub = sub
+	return s, nil
+}
+
+// prepare creates the group and re-marks this consumer's own pending entries (left by
+// a previous run under the same name) as idle, so the subscriber's first claim pass
+// takes them at once instead of after MaxIdleTime.
+func (s *subscription) prepare(ctx context.Context, maxIdle time.Duration) (int, error) {
+	err := s.shared.XGroupCreateMkStream(ctx, s.route.Stream, s.route.Group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return 0, fmt.Errorf("create group %s on %s: %w", s.route.Group, s.route.Stream, err)
+	}
+	marked := 0
+	start := "-"
+	for {
+		pend, err := s.shared.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.route.Stream, Group: s.route.Group,
+			Start: start, End: "+", Count: 500, Consumer: s.consumer}).Result()
+		if err != nil {
+			return marked, fmt.Errorf("list own pending entries of %s: %w", s.route.Stream, err)
+		}
+		if len(pend) == 0 {
+			return marked, nil
+		}
+		args := []any{"XCLAIM", s.route.Stream, s.route.Group, s.consumer, 0}
+		for _, p := range pend {
+			args = append(args, p.ID)
+		}
+		args = append(args, "IDLE", (maxIdle + time.Second).Milliseconds(), "JUSTID")
+		if err := s.shared.Do(ctx, args...).Err(); err != nil {
+			return marked, fmt.Errorf("re-mark own pending entries of %s: %w", s.route.Stream, err)
+		}
+		marked += len(pend)
+		if len(pend) < 500 {
+			return marked, nil
+		}
+		start = "(" + pend[len(pend)-1].ID
+	}
+}
+
+// shouldClaim is the claim veto: an idle entry is claimed only when no live lease
+// guards it. Entries this process holds (in flight or in the read-ahead buffer) are
+// never claimed back from ourselves.
+func (s *subscription) shouldClaim(xp redis.XPendingExt) bool {
+	if xp.Consumer == s.consumer && s.isInflight(xp.ID) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	msgs, err := s.shared.XRangeN(ctx, s.route.Stream, xp.ID, xp.ID, 1).Result()
+	if err != nil {
+		s.log.Warn().Err(err).Str("message_id", xp.ID).Msg("claim veto: cannot read entry; not claiming it now")
+		return false
+	}
+	if len(msgs) == 0 {
+		return true // trimmed: the subscriber acks it away
+	}
+	msg := DecodeEntry(s.route.Stream, xp.ID, msgs[0].Values)
+	key, err := lockmw.DefaultIssueKey(msg)
+	if err != nil || key == "" {
+		return true // a bad event: let it be claimed and dead-lettered
+	}
+	info, held, err := s.locker.Inspect(ctx, s.route.Agent, key)
+	if err != nil {
+		if errors.Is(err, lockmw.ErrInvalidKey) {
+			return true
+		}
+		s.log.Warn().Err(err).Str("message_id", xp.ID).Msg("claim veto: cannot inspect lease; not claiming it now")
+		return false
+	}
+	if held && info.MessageID == xp.ID {
+		s.log.Debug().Str("message_id", xp.ID).Str("issue_key", info.Issue).Str("holder", info.Owner).
+			Msg("claim veto: a live lease guards this entry")
+		return false
+	}
+	return true
+}
+
+func (s *subscription) isInflight(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.inflight[id]
+	return ok
+}
+
+// Entry implements lockmw.Source.
+func (s *subscription) Entry(msg *message.Message) (lockmw.Entry, bool) {
+	id := EntryID(msg)
+	if id == "" {
+		return lockmw.Entry{}, false
+	}
+	e := lockmw.Entry{Stream: s.route.Stream, Group: s.route.Group, Consumer: s.consumer, ID: id}
+	if ns, err := strconv.ParseInt(msg.Metadata.Get(fieldReadAt), 10, 64); err == nil {
+		e.ReadAt = time.Unix(0, ns)
+	}
+	return e, true
+}
+
+// Settle implements lockmw.Source.
+func (s *subscription) Settle(e lockmw.Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settled[e.ID] = struct{}{}
+	delete(s.inflight, e.ID)
+}
+
+// Encode implements lockmw.Source.
+func (s *subscription) Encode(msg *message.Message) (map[string]any, error) { return Encode(msg), nil }
+
+// DialHook implements redis.Hook.
+func (s *subscription) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessPipelineHook implements redis.Hook.
+func (s *subscription) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// ProcessHook stamps read entries with their id and read time, and skips the XACK of
+// entries already settled by the lock middleware.
+func (s *subscription) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if c, ok := cmd.(*redis.IntCmd); ok && cmd.Name() == "xack" {
+			if n, skip := s.skipAck(cmd.Args()); skip {
+				c.SetVal(n)
+				return nil
+			}
+			err := next(ctx, cmd)
+			if err == nil {
+				s.forget(cmd.Args())
+			}
+			return err
+		}
+		err := next(ctx, cmd)
+		if err != nil {
+			return err
+		}
+		now := strconv.FormatInt(time.Now().UnixNano(), 10)
+		switch c := cmd.(type) {
+		case *redis.XStreamSliceCmd:
+			for _, st := range c.Val() {
+				s.stamp(st.Stream, st.Messages, now)
+			}
+		case *redis.XMessageSliceCmd:
+			if cmd.Name() == "xclaim" && len(cmd.Args()) > 1 {
+				s.stamp(fmt.Sprint(cmd.Args()[1]), c.Val(), now)
+			}
+		}
+		return nil
+	}
+}
+
+func (s *subscription) stamp(stream string, msgs []redis.XMessage, now string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range msgs {
+		if msgs[i].Values == nil {
+			msgs[i].Values = map[string]any{}
+		}
+		msgs[i].Values[fieldXID] = msgs[i].ID
+		msgs[i].Values[fieldStream] = stream
+		msgs[i].Values[fieldReadAt] = now
+		s.inflight[msgs[i].ID] = struct{}{}
+	}
+}
+
+// skipAck reports whether every id of an XACK (args: xack stream group id...) was
+// settled already, and forgets them.
+func (s *subscription) skipAck(args []any) (int64, bool) {
+	if len(args) < 4 {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range args[3:] {
+		if _, ok := s.settled[fmt.Sprint(a)]; !ok {
+			return 0, false
+		}
+	}
+	for _, a := range args[3:] {
+		delete(s.settled, fmt.Sprint(a))
+		delete(s.inflight, fmt.Sprint(a))
+	}
+	return int64(len(args) - 3), true
+}
+
+func (s *subscription) forget(args []any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range args[min(3, len(args)):] {
+		delete(s.inflight, fmt.Sprint(a))
+	}
+}
