@@ -115,7 +115,9 @@ func (c *Client) Search(ctx context.Context, req SearchRequest) (SearchPage, err
 // the results end, maxIssues were delivered (maxIssues <= 0: no limit), or fn returns an error. fn
 // returning ErrStop ends the walk with a nil error; any other error is returned as is. An issue
 // seen on an earlier page (offsets shift when issues change during a walk) is not delivered
-// twice. fields nil means DefaultFields.
+// twice. fields nil means DefaultFields. Offsets (Server/DC) shift when an issue stops matching
+// during the walk, so a caller that edits issues out of the JQL should collect them first and
+// edit afterwards, as the Python fetcher did.
 func (c *Client) SearchAll(ctx context.Context, jql string, fields []string, maxIssues int, fn func(Issue) error) error {
 	seen := make(map[string]bool)
 	delivered := 0
