@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// env is what every command that talks to Redis starts from.
+type env struct {
+	log      zerolog.Logger
+	rdb      redis.UniversalClient
+	opts     *redis.UniversalOptions
+	topology pipeline.Topology
+}
+
+// connect builds the logger and a Redis client that has answered PING. Redis
+// unreachable at start is one clear line naming the URL without its password (exit 1).
+func connect(ctx context.Context, c *config.Common, stderr io.Writer) (*env, error) {
+	log, err := pipeline.NewLogger(stderr, c.LogLevel, c.LogFormat)
+	if err != nil {
+		return nil, usagef("LOG_LEVEL: %v", err)
+	}
+	opts, err := pipeline.ClientOptions(c.RedisURL)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	rdb, err := pipeline.Connect(ctx, c.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w", c.RedactedRedisURL(), err)
+	}
+	return &env{log: log, rdb: rdb, opts: opts, topology: pipeline.Topology{Namespace: c.Namespace}}, nil
+}
+
+func (e *env) Close() { e.rdb.Close() }

@@ -1,0 +1,129 @@
+// Command ymirflow runs and inspects the ymirflow pipeline: workers, the Jira fetcher,
+// operator commands and a self-contained demo. See `ymirflow help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+)
+
+// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// command is one subcommand. run gets the arguments after the command's name.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"demo", "run the whole pipeline in one process on an embedded Redis and a fake Jira", runDemo},
+		{"worker", "run one agent's router (--agent triage|rebase|backport|rebuild [--branch c9s|c10s])", runWorker},
+		{"fetch", "sweep Jira and publish triage requests (--once or --interval D)", runFetch},
+		{"enqueue", "publish requests by hand: enqueue --agent A [--branch B] KEY...", runEnqueue},
+		{"pending", "pending stream entries per group, with the lease guarding each", runPending},
+		{"locks", "live leases; `locks release AGENT KEY` force-releases one", runLocks},
+		{"streams", "length, groups, lag, pending and consumers of every stream", runStreams},
+		{"history", "every event of one issue across streams, in order: history KEY", runHistory},
+		{"replay", "re-publish past events through the normal lock path", runReplay},
+		{"dlq", "the dead-letter stream: dlq list|show|requeue|purge", runDLQ},
+		{"fakejira", "serve the fake Jira for local trials", runFakeJira},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitUsage   = 2
+)
+
+// usageError marks a command-line mistake (exit 2).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		printHelp(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		printHelp(stdout)
+		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "ymirflow", version)
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		var se *config.SettingError
+		var ue usageError
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, flag.ErrHelp):
+			return exitOK
+		case errors.As(err, &ue), errors.As(err, &se):
+			fmt.Fprintf(stderr, "ymirflow %s: %v\n", c.name, err)
+			return exitUsage
+		default:
+			fmt.Fprintf(stderr, "ymirflow %s: %v\n", c.name, err)
+			return exitRuntime
+		}
+	}
+	fmt.Fprintf(stderr, "ymirflow: unknown command %q\n\n", args[0])
+	printHelp(stderr)
+	return exitUsage
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintf(w, "ymirflow %s: AI agents over Jira issues on Redis Streams, one lease per issue and stage.\n\n", version)
+	fmt.Fprintln(w, "Usage: ymirflow COMMAND [flags] [args]")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nEvery setting is a flag and an environment variable (the flag wins);")
+	fmt.Fprintln(w, "`ymirflow COMMAND --help` lists them with their defaults. Exit codes: 0 ok, 1 runtime error, 2 usage error.")
+}
+
+// load parses a command's settings; a --help request prints the usage and ends the
+// command with flag.ErrHelp (exit 0), a bad setting is a usage error (exit 2).
+func load(name string, c config.Command, args []string, stderr io.Writer) (*flag.FlagSet, error) {
+	fs, err := config.Load("ymirflow "+name, c, args)
+	if fs != nil {
+		fs.SetOutput(stderr)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return fs, err
+	}
+	if err != nil {
+		return fs, usageError{err}
+	}
+	return fs, nil
+}
