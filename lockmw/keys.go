@@ -57,19 +57,21 @@ type Keys struct {
 	Info  string // hash: owner, fence, acquired_at, message_id; same TTL as Lock
 	Fence string // counter: never expires, so fences only grow
 	Queue string // hash: the coalesce policy's one queued follow-up event
+	Done  string // string "<ms> <message id>": the last release, for superseded events
 }
 
 // KeysFor returns the keys of the lease (agent, canonical issue key).
 func (f KeyFormat) KeysFor(agent, issue string) Keys {
 	if f == KeysCluster {
 		tag := "{" + agent + ":" + issue + "}"
-		return Keys{Lock: "lock:" + tag, Info: "lockinfo:" + tag, Fence: "lockfence:" + tag, Queue: "lockqueue:" + tag}
+		return Keys{Lock: "lock:" + tag, Info: "lockinfo:" + tag, Fence: "lockfence:" + tag, Queue: "lockqueue:" + tag, Done: "lockdone:" + tag}
 	}
 	return Keys{
 		Lock:  "lock:" + agent + ":" + issue,
 		Info:  "lockinfo:" + agent + ":" + issue,
 		Fence: "lockfence:" + agent + ":" + issue,
 		Queue: "lockqueue:" + agent + ":" + issue,
+		Done:  "lockdone:" + agent + ":" + issue,
 	}
 }
 

@@ -39,7 +39,24 @@ var (
 	ErrReleased = errors.New("lockmw: lease released")
 	// ErrLocked is wrapped by *LockedError when another holder has the lease.
 	ErrLocked = errors.New("lockmw: issue is locked by another holder")
+	// ErrSuperseded is wrapped by *SupersededError: the event entered its stream before
+	// another event's run of the same issue ended (AcquireOptions.EntryTime).
+	ErrSuperseded = errors.New("lockmw: event superseded by a later run")
 )
+
+// SupersededError names the run that superseded an event.
+type SupersededError struct {
+	Agent, Issue string
+	ReleasedAt   time.Time
+	ByMessageID  string
+}
+
+func (e *SupersededError) Error() string {
+	return fmt.Sprintf("%v: %s:%s was worked on by message %s until %s", ErrSuperseded, e.Agent, e.Issue,
+		e.ByMessageID, e.ReleasedAt.UTC().Format(time.RFC3339Nano))
+}
+
+func (e *SupersededError) Unwrap() error { return ErrSuperseded }
 
 // LockedError says who holds the lease that Acquire could not take.
 type LockedError struct {
@@ -47,6 +64,7 @@ type LockedError struct {
 	// Queued: the event was stored as the issue's follow-up (coalesce policy);
 	// Replaced: it replaced an older queued one.
 	Queued, Replaced bool
+	superseded       bool
 }
 
 func (e *LockedError) Error() string {
@@ -187,6 +205,11 @@ type AcquireOptions struct {
 	Drain bool
 	// MaxLen trims the stream a drained follow-up is appended to (approximate; 0 = no).
 	MaxLen int64
+	// EntryTime, when set, is when the event entered its stream (the ms part of its
+	// stream id). If another event's run of the issue was released after that, Acquire
+	// refuses with a *SupersededError: the event waited while the issue was being worked
+	// on and counts as dropped (policy drop). Retries of the same message are exempt.
+	EntryTime time.Time
 }
 
 // QueuedEvent is a stream entry's fields, kept to be appended to Stream later.
@@ -215,8 +238,12 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	sent := time.Now()
 	var res []any
 	if ao.Queue == nil {
-		res, err = acquireScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence},
-			token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID).Slice()
+		entryMS := ""
+		if !ao.EntryTime.IsZero() {
+			entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
+		}
+		res, err = acquireScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence, keys.Done},
+			token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID, entryMS).Slice()
 	} else {
 		args := []any{token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID,
 			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream}
@@ -230,6 +257,11 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	}
 	if len(res) < 2 {
 		return nil, fmt.Errorf("lockmw: acquire %s: unexpected reply %v", keys.Lock, res)
+	}
+	if n, _ := res[0].(int64); n == 2 && len(res) >= 3 {
+		l.opts.Observer.Busy(agent)
+		by, _ := res[2].(string)
+		return nil, &SupersededError{Agent: agent, Issue: issue, ReleasedAt: time.UnixMilli(atoi(res[1])), ByMessageID: by}
 	}
 	if n, _ := res[0].(int64); n != 1 {
 		l.opts.Observer.Busy(agent)
@@ -428,7 +460,7 @@ func (le *Lease) extend(ctx context.Context) (bool, error) {
 			le.token, le.l.opts.TTL.Milliseconds()).Int64()
 		return n == 1, err
 	}
-	cmds, err := le.pipelined(ctx, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
+	cmds, err := le.pipelined(ctx, []string{le.keys.Lock, le.keys.Info}, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
 		script(extendScript)
 		le.onBeat(ctx, pipe)
 	}, le.l.opts.TTL.Milliseconds())
@@ -443,8 +475,7 @@ func (le *Lease) extend(ctx context.Context) (bool, error) {
 // the caller's commands in one round trip, by EVALSHA, and again by EVAL if the
 // server had lost the script (NOSCRIPT after a restart or SCRIPT FLUSH). Errors of the
 // caller's commands are not returned: only the script's and the connection's.
-func (le *Lease) pipelined(ctx context.Context, fill func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd), extra ...any) ([]redis.Cmder, error) {
-	keys := []string{le.keys.Lock, le.keys.Info}
+func (le *Lease) pipelined(ctx context.Context, keys []string, fill func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd), extra ...any) ([]redis.Cmder, error) {
 	args := append([]any{le.token}, extra...)
 	run := func(sha bool) ([]redis.Cmder, error) {
 		pipe := le.l.rdb.Pipeline()
@@ -510,11 +541,11 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 		deleted, err = le.releaseDrain(ctx, then)
 	case then == nil:
 		var n int64
-		n, err = releaseScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info}, le.token).Int64()
+		n, err = releaseScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token).Int64()
 		deleted = n == 1
 	default:
 		var cmds []redis.Cmder
-		cmds, err = le.pipelined(ctx, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
+		cmds, err = le.pipelined(ctx, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
 			script(releaseScript)
 			then(pipe)
 		})
@@ -539,7 +570,7 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 func (le *Lease) releaseDrain(ctx context.Context, then func(pipe redis.Pipeliner)) (bool, error) {
 	inline := le.l.opts.Format != KeysCluster
 	pipe := le.l.rdb.Pipeline()
-	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Queue}
+	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Queue, le.keys.Done}
 	inl := "0"
 	if inline {
 		inl = "1"

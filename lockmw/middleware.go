@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -171,6 +172,9 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 					Consumer: entry.Consumer, Messages: []string{entry.ID}})
 			}
 		}
+		if m.cfg.Policy == Drop && hasEntry {
+			ao.EntryTime = entryTime(entry.ID)
+		}
 		if m.cfg.Policy == Coalesce && hasEntry {
 			fields, err := m.cfg.Source.Encode(msg)
 			if err != nil {
@@ -180,9 +184,15 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 		}
 		lease, err := m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
 		var locked *LockedError
+		var superseded *SupersededError
 		switch {
 		case errors.As(err, &locked):
 			return nil, m.conflict(ctx, msg, entry, hasEntry, locked, log)
+		case errors.As(err, &superseded):
+			// It waited in this consumer's read-ahead while another event's run of the
+			// issue went on: dropped, exactly as if it had been seen then.
+			return nil, m.conflict(ctx, msg, entry, hasEntry, &LockedError{Holder: Info{Agent: m.cfg.Agent,
+				Issue: superseded.Issue, MessageID: superseded.ByMessageID}, superseded: true}, log)
 		case errors.Is(err, ErrInvalidKey):
 			return nil, err
 		case err != nil:
@@ -249,7 +259,7 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, lease *Lea
 func (m *middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *LockedError, log zerolog.Logger) error {
 	holder := locked.Holder
 	log = log.With().Str("issue_key", holder.Issue).Str("holder", holder.Owner).Int64("holder_fence", holder.Fence).Logger()
-	if hasEntry && holder.MessageID == entry.ID {
+	if hasEntry && holder.MessageID == entry.ID && !locked.superseded {
 		// A redelivered copy of the entry a live holder is working on (claimed while the
 		// holder's heartbeat could not refresh it). Acking it would lose the holder's
 		// crash recovery; running it would run it twice. The holder's next heartbeat
@@ -259,6 +269,10 @@ func (m *middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		return nil
 	}
 	eventType := "lock.dropped"
+	reason := "locked"
+	if locked.superseded {
+		reason = "superseded"
+	}
 	if locked.Queued {
 		eventType = "lock.coalesced"
 	}
@@ -280,6 +294,7 @@ func (m *middleware) conflict(ctx context.Context, msg *message.Message, entry E
 				"holder_fence":      holder.Fence,
 				"holder_message_id": holder.MessageID,
 				"replaced":          strconv.FormatBool(locked.Replaced),
+				"reason":            reason,
 				"at":                time.Now().UTC().Format(time.RFC3339Nano),
 			}})
 	}
@@ -297,7 +312,7 @@ func (m *middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	if locked.Queued {
 		log.Info().Bool("replaced", locked.Replaced).Msg("issue is locked; event queued as its follow-up")
 	} else {
-		log.Info().Msg("issue is locked by another holder; event acked and dropped")
+		log.Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
 	}
 	return nil
 }
@@ -320,6 +335,16 @@ func (m *middleware) ownAndRefresh(ctx context.Context, e Entry) (bool, error) {
 		return false, fmt.Errorf("%w: refresh %s: %w", ErrTransient, e.ID, err)
 	}
 	return true, nil
+}
+
+// entryTime is when a stream entry was added: the ms part of its id.
+func entryTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
 }
 
 // DefaultIssueKey reads the issue key from metadata issue_key, else from the Task

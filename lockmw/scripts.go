@@ -9,8 +9,23 @@ import "github.com/redis/go-redis/v9"
 // operator record, all in the one round trip. On conflict return the holder's record so
 // the caller can name the holder without a second round trip.
 //
-// KEYS: lock, info, fence. ARGV: token, ttl_ms, owner, acquired_at_ms, message_id.
+// With an entry time (ARGV[6], the ms part of the event's stream id), an event that
+// entered its stream before the last release of this lease by another event's run is
+// refused as superseded ({2, released_ms, released_message_id}): it waited in a
+// consumer's read-ahead buffer while the issue was being worked on, and would have been
+// dropped as locked had it been looked at then.
+//
+// KEYS: lock, info, fence, done. ARGV: token, ttl_ms, owner, acquired_at_ms,
+// message_id, entry_ms or ”.
 var acquireScript = redis.NewScript(`
+if ARGV[6] ~= '' then
+  local d = redis.call('GET', KEYS[4])
+  if d then
+    local sp = string.find(d, ' ', 1, true)
+    local ms, mid = tonumber(string.sub(d, 1, sp - 1)), string.sub(d, sp + 1)
+    if tonumber(ARGV[6]) < ms and mid ~= ARGV[5] then return {2, ms, mid} end
+  end
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('INCR', KEYS[3])
   redis.call('HSET', KEYS[2], 'token', ARGV[1], 'owner', ARGV[3], 'fence', fence,
@@ -34,15 +49,20 @@ end
 return 0
 `)
 
-// releaseScript: compare-and-delete. A foreign lease (another token, or a Python agent's
-// plain key) is never deleted.
+// releaseScript: compare-and-delete. A foreign lease (another token, or a Python
+// agent's plain key) is never deleted. A release records when (server time) and for
+// which message it happened, for acquireScript's superseded check.
 //
-// KEYS: lock, info. ARGV: token.
+// KEYS: lock, info, done. ARGV: token.
 var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1], KEYS[2]) > 0 and 1 or 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local mid = redis.call('HGET', KEYS[2], 'message_id')
+redis.call('DEL', KEYS[1], KEYS[2])
+if mid and mid ~= '' then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[3], (t[1] * 1000 + math.floor(t[2] / 1000)) .. ' ' .. mid, 'PX', 86400000)
 end
-return 0
+return 1
 `)
 
 // forceReleaseScript: the operator's override. It deletes whatever holds the lease and
@@ -100,11 +120,16 @@ return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KE
 // caller to publish; on standalone Redis (ARGV[2] = "1") it appends it to its stream
 // itself, so a crash cannot lose it between take and publish.
 //
-// KEYS: lock, info, queue. ARGV: token, inline_xadd, maxlen.
+// KEYS: lock, info, queue, done. ARGV: token, inline_xadd, maxlen.
 var releaseDrainScript = redis.NewScript(`
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local mid = redis.call('HGET', KEYS[2], 'message_id')
   redis.call('DEL', KEYS[1], KEYS[2])
+  if mid and mid ~= '' then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[4], (t[1] * 1000 + math.floor(t[2] / 1000)) .. ' ' .. mid, 'PX', 86400000)
+  end
   released = 1
 end
 local q = redis.call('HGETALL', KEYS[3])
