@@ -2,11 +2,77 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// runEnqueue is not built yet.
+// runEnqueue publishes requests by hand (DESIGN §7): `ymirflow enqueue --agent A
+// [--branch B] [--user-triggered] KEY...`. Every key is checked before anything is
+// published; each is then published as given, even twice, and its stream id printed.
 func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("enqueue: not implemented yet")
+	var cfg config.Enqueue
+	fs, err := load("enqueue", &cfg, args, stderr)
+	if err != nil {
+		return err
+	}
+	raw := fs.Args()
+	if len(raw) == 0 {
+		return usagef("no issue key given: enqueue --agent A [--branch B] [--user-triggered] KEY...")
+	}
+	keys := make([]string, len(raw))
+	for i, k := range raw {
+		c, err := lockmw.Canonicalize(k, lockmw.DefaultKeyPattern)
+		if err != nil {
+			return usagef("invalid issue key %q: %v", k, err)
+		}
+		keys[i] = c
+	}
+	e, err := connect(ctx, &cfg.Common, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+
+	pub := pipeline.NewPublisher(e.rdb, cfg.MaxLen)
+	stream := e.topology.Stream(cfg.Agent, cfg.Branch, cfg.UserTriggered)
+	for i, key := range keys {
+		task, err := requestTask(cfg.Agent, cfg.Branch, key, cfg.UserTriggered)
+		if err != nil {
+			return err
+		}
+		msg, err := pipeline.NewEvent(pipeline.RequestedEvent(cfg.Agent), key, task, nil)
+		if err != nil {
+			return err
+		}
+		id, err := pub.PublishID(ctx, stream, msg)
+		if err != nil {
+			return fmt.Errorf("%w (%d of %d keys published before it)", err, i, len(keys))
+		}
+		fmt.Fprintf(stdout, "%s\t%s\t%s\n", id, stream, key)
+	}
+	return nil
+}
+
+// requestTask is the Task of a hand-made request: {"metadata":{"issue":KEY}} for
+// triage; for a downstream agent the triage state it reads: jira_issue, target_branch
+// and triage_result.{resolution,data.jira_issue}.
+func requestTask(agent, branch, key string, userTriggered bool) (pipeline.Task, error) {
+	task := pipeline.Task{UserTriggered: userTriggered}
+	if agent == "triage" {
+		return task, task.Set("issue", key)
+	}
+	for k, v := range map[string]any{
+		"jira_issue":    key,
+		"target_branch": branch,
+		"triage_result": map[string]any{"resolution": agent, "data": map[string]any{"jira_issue": key}},
+	} {
+		if err := task.Set(k, v); err != nil {
+			return task, err
+		}
+	}
+	return task, nil
 }

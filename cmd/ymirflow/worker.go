@@ -2,11 +2,112 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
+	"strings"
+
+	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// runWorker is not built yet.
+// runWorker runs one agent's router until SIGTERM/SIGINT: `ymirflow worker --agent A
+// [--branch B] [--runner exec|demo] [--exec CMD]`.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("worker: not implemented yet")
+	var cfg config.Worker
+	if _, err := load("worker", &cfg, args, stderr); err != nil {
+		return err
+	}
+	e, err := connect(ctx, &cfg.Common, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	log := e.log
+
+	metrics := pipeline.NewMetrics()
+	locker, err := lockmw.New(e.rdb, lockmw.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
+		Scope: e.topology.LockScope(), Logger: log, Observer: metrics})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	policy, err := lockmw.ParsePolicy(cfg.OnConflict)
+	if err != nil {
+		return usagef("%v", err)
+	}
+
+	var jc handlers.JiraAPI
+	if cfg.JiraURL != "" {
+		token, err := cfg.Token()
+		if err != nil {
+			return err
+		}
+		c, err := jira.New(jira.Options{BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(),
+			Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
+			CommentGroup: cfg.JiraCommentGroup, Logger: log, DryRun: cfg.DryRun})
+		if err != nil {
+			return usagef("%v", err)
+		}
+		jc = c
+	}
+
+	var runner handlers.Runner
+	switch cfg.Runner {
+	case "demo":
+		runner = handlers.DemoRunner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed}
+	default:
+		runner = handlers.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Logger: log}
+	}
+	h, err := handlers.New(handlers.Config{Agent: cfg.Agent, Branch: cfg.Branch, Runner: runner, Jira: jc,
+		Publisher: pipeline.NewPublisher(e.rdb, cfg.MaxLen),
+		Results:   pipeline.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen),
+		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topology,
+		Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency,
+		BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
+		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policy: policy,
+		Locker: locker, Logger: log, Metrics: metrics, Handler: h})
+	if err != nil {
+		return usagef("%v", err)
+	}
+
+	metricsAddr := "off"
+	if cfg.MetricsAddr != "" {
+		addr, err := pipeline.Health{Metrics: metrics, Redis: e.rdb, Ready: router.Healthy}.Serve(ctx, cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		}
+		metricsAddr = addr.String()
+	}
+	var streams []string
+	for _, r := range e.topology.Inputs(cfg.Agent, cfg.Branch) {
+		streams = append(streams, r.Stream)
+	}
+	jiraDesc := "none (writes logged, not sent)"
+	if cfg.JiraURL != "" {
+		jiraDesc = config.RedactURL(cfg.JiraURL)
+	}
+	log.Info().Str("agent", cfg.Agent).Str("branch", cfg.Branch).Str("streams", strings.Join(streams, ",")).
+		Str("group", e.topology.Group(cfg.Agent, cfg.Branch)).Str("consumer", cfg.ConsumerName).
+		Int("concurrency", cfg.Concurrency).Dur("lock_ttl", cfg.LockTTL).Dur("heartbeat", cfg.HeartbeatInterval()).
+		Dur("lock_max_hold", cfg.LockMaxHold).Str("on_conflict", string(policy)).Int("max_retries", cfg.MaxRetries).
+		Dur("max_idle_time", cfg.MaxIdleTime).Str("runner", cfg.Runner).Dur("kill_grace", cfg.KillGrace).
+		Str("jira", jiraDesc).Bool("dry_run", cfg.DryRun).Str("metrics_addr", metricsAddr).
+		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).
+		Msg("worker starting")
+
+	err = router.Run(ctx)
+	if ctx.Err() != nil {
+		log.Info().Str("agent", cfg.Agent).Msg("worker stopped by signal")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	return nil
 }

@@ -35,6 +35,7 @@ const (
 	DefaultConcurrency    = 1
 	DefaultMetricsAddr    = ":9090"
 	DefaultKillGrace      = 10 * time.Second
+	DefaultDemoDuration   = 2 * time.Second
 	DefaultFetchInterval  = 5 * time.Minute
 	DefaultStaleThreshold = 24 * time.Hour
 	DefaultFakeJiraAddr   = "127.0.0.1:8080"
@@ -278,6 +279,8 @@ type Worker struct {
 	ConsumerName  string        // --consumer-name, CONSUMER_NAME: stable consumer name (default: hostname)
 	MetricsAddr   string        // --metrics-addr, METRICS_ADDR: /metrics, /healthz, /readyz (empty: off)
 	KillGrace     time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
+	DemoDuration  time.Duration // --demo-duration, DEMO_DURATION: typical length of a simulated run (runner demo)
+	DemoSeed      int64         // --demo-seed, DEMO_SEED: seed of the simulated outcomes (runner demo)
 }
 
 // Register defines the worker's flags on fs.
@@ -299,6 +302,8 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.ConsumerName, "consumer-name", hostname(), "stable consumer name, so that a restarted worker resumes its own pending entries")
 	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty: off)")
 	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group")
+	fs.DurationVar(&w.DemoDuration, "demo-duration", DefaultDemoDuration, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it)")
+	fs.Int64Var(&w.DemoSeed, "demo-seed", 1, "seed of the simulated outcomes (runner demo)")
 }
 
 // HeartbeatInterval is how often a lease is extended: LockTTL/3.
@@ -378,6 +383,9 @@ func (w *Worker) Validate() error {
 	}
 	if w.KillGrace <= 0 {
 		p.add("kill-grace", "= %s must be positive", fmtDur(w.KillGrace))
+	}
+	if w.DemoDuration < 0 {
+		p.add("demo-duration", "= %s must not be negative", fmtDur(w.DemoDuration))
 	}
 	return p.err()
 }

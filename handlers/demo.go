@@ -1,0 +1,168 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"time"
+)
+
+// Outcomes of a downstream DemoRunner run, as keys of DemoRunner.Mix.
+const (
+	DemoSuccess = "success" // {"success": true, "merge_request_url": ...}
+	DemoFailure = "failure" // {"success": false, "error": ...}: a clean failure
+	DemoError   = "error"   // the runner fails (as a crashed agent would)
+)
+
+// DefaultTriageMix is the triage outcome mix of DemoRunner (weights by resolution).
+var DefaultTriageMix = map[string]int{
+	ResolutionBackport: 35, ResolutionRebase: 20, ResolutionRebuild: 10, ResolutionClarification: 10,
+	ResolutionOpenEnded: 5, ResolutionPostponed: 5, ResolutionNotAffected: 10, ResolutionError: 5,
+}
+
+// DefaultDownstreamMix is the downstream outcome mix of DemoRunner.
+var DefaultDownstreamMix = map[string]int{DemoSuccess: 80, DemoFailure: 15, DemoError: 5}
+
+// DefaultDemoBranches are the target branches a demo triage picks from.
+var DefaultDemoBranches = []string{"rhel-9.6.0", "c9s", "c10s", "rhel-10.1", "rhel-8.10.0"}
+
+// ErrDemoCrash is the error of a simulated agent crash.
+var ErrDemoCrash = errors.New("demo runner: simulated agent crash")
+
+// DemoRunner simulates the agents. Everything about a run (outcome, target branch,
+// duration) is a hash of Seed, the agent, the issue key and the attempt, so a run is
+// reproducible and a retry may turn out differently from the first attempt.
+type DemoRunner struct {
+	// Duration is the typical length of a run: each run takes between half and one and a
+	// half times it. Zero: runs return at once.
+	Duration time.Duration
+	Seed     int64
+	// Mix weighs the outcomes: resolutions for triage (DefaultTriageMix), DemoSuccess,
+	// DemoFailure and DemoError for the downstream agents (DefaultDownstreamMix). Nil:
+	// the default of the agent. Keys with weight 0 never happen.
+	Mix map[string]int
+	// Branches a triage picks its target branch from; an empty string means "no target
+	// branch" (nothing is dispatched). Nil: DefaultDemoBranches.
+	Branches []string
+}
+
+// Outcome returns the outcome, target branch and duration of a run, without running it.
+func (d DemoRunner) Outcome(agent, issueKey string, attempt int) (outcome, branch string, took time.Duration) {
+	mix := d.Mix
+	if mix == nil {
+		mix = DefaultDownstreamMix
+		if agent == "triage" {
+			mix = DefaultTriageMix
+		}
+	}
+	outcome = pick(mix, d.hash("outcome", agent, issueKey, attempt))
+	if agent == "triage" {
+		branches := d.Branches
+		if branches == nil {
+			branches = DefaultDemoBranches
+		}
+		if len(branches) > 0 {
+			branch = branches[d.hash("branch", agent, issueKey, attempt)%uint64(len(branches))]
+		}
+	}
+	if d.Duration > 0 {
+		took = d.Duration/2 + time.Duration(d.hash("duration", agent, issueKey, attempt)%uint64(d.Duration+1))
+	}
+	return outcome, branch, took
+}
+
+// Run implements Runner.
+func (d DemoRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
+	outcome, branch, took := d.Outcome(req.Agent, req.IssueKey, req.Attempt)
+	if took > 0 {
+		t := time.NewTimer(took)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return Result{}, fmt.Errorf("demo runner: cancelled: %w", context.Cause(ctx))
+		}
+	}
+	if ctx.Err() != nil {
+		return Result{}, fmt.Errorf("demo runner: cancelled: %w", context.Cause(ctx))
+	}
+	n := d.hash("package", req.Agent, req.IssueKey, 0) % 1000
+	pkg := fmt.Sprintf("demo-pkg-%03d", n)
+	if req.Agent != "triage" {
+		switch outcome {
+		case DemoSuccess:
+			return Result{Success: true, MergeRequestURL: fmt.Sprintf("https://gitlab.example.com/redhat/centos-stream/rpms/%s/-/merge_requests/%d",
+				pkg, 1+d.hash("mr", req.Agent, req.IssueKey, req.Attempt)%9000)}, nil
+		case DemoFailure:
+			return Result{Success: false, Error: fmt.Sprintf("demo: %s of %s failed to build (attempt %d)", req.Agent, pkg, req.Attempt)}, nil
+		default:
+			return Result{}, fmt.Errorf("%w (%s %s attempt %d)", ErrDemoCrash, req.Agent, req.IssueKey, req.Attempt)
+		}
+	}
+	data := map[string]any{"jira_issue": req.IssueKey}
+	switch outcome {
+	case ResolutionRebase, ResolutionBackport, ResolutionRebuild:
+		data["package"] = pkg
+		data["justification"] = "demo: simulated triage"
+		data["fix_version"] = branch
+	case ResolutionClarification:
+		data["findings"] = "demo: the report does not say which version is affected"
+		data["additional_info_needed"] = "the affected package version"
+	case ResolutionOpenEnded:
+		data["summary"] = "demo: needs a human look"
+		data["recommendation"] = "review by a maintainer"
+	case ResolutionPostponed:
+		data["summary"] = "demo: waiting for a dependency"
+		data["pending_issues"] = []string{}
+	case ResolutionNotAffected:
+		data["justification_category"] = "vulnerable_code_not_present"
+		data["explanation"] = "demo: the vulnerable code is not shipped"
+		data["package"] = pkg
+	case ResolutionError:
+		data["details"] = fmt.Sprintf("demo: triage of %s errored (attempt %d)", req.IssueKey, req.Attempt)
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Resolution: outcome, Data: raw}
+	if IsDispatched(outcome) {
+		res.TargetBranch = branch
+	}
+	return res, nil
+}
+
+func (d DemoRunner) hash(salt, agent, key string, attempt int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d\x00%s\x00%s\x00%s\x00%d", d.Seed, salt, agent, key, attempt)
+	// fnv's low bits mix poorly for short inputs; fold the high half in.
+	v := h.Sum64()
+	return v ^ (v >> 29) ^ (v >> 47)
+}
+
+// pick chooses a key of mix with probability proportional to its weight, by h.
+func pick(mix map[string]int, h uint64) string {
+	keys := make([]string, 0, len(mix))
+	total := 0
+	for k, w := range mix {
+		if w > 0 {
+			keys = append(keys, k)
+			total += w
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	sort.Strings(keys)
+	n := int(h % uint64(total))
+	for _, k := range keys {
+		n -= mix[k]
+		if n < 0 {
+			return k
+		}
+	}
+	return keys[len(keys)-1]
+}
