@@ -35,7 +35,6 @@ const (
 	DefaultConcurrency    = 1
 	DefaultMetricsAddr    = ":9090"
 	DefaultKillGrace      = 10 * time.Second
-	DefaultDemoDuration   = 2 * time.Second
 	DefaultFetchInterval  = 5 * time.Minute
 	DefaultStaleThreshold = 24 * time.Hour
 	DefaultFakeJiraAddr   = "127.0.0.1:8080"
@@ -302,8 +301,8 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.ConsumerName, "consumer-name", hostname(), "stable consumer name, so that a restarted worker resumes its own pending entries")
 	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty: off)")
 	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group")
-	fs.DurationVar(&w.DemoDuration, "demo-duration", DefaultDemoDuration, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it)")
-	fs.Int64Var(&w.DemoSeed, "demo-seed", 1, "seed of the simulated outcomes (runner demo)")
+	fs.DurationVar(&w.DemoDuration, "demo-duration", 0, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it; 0: instant)")
+	fs.Int64Var(&w.DemoSeed, "demo-seed", 0, "seed of the simulated outcomes (runner demo)")
 }
 
 // HeartbeatInterval is how often a lease is extended: LockTTL/3.
