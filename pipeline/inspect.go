@@ -1,0 +1,337 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// DefaultPageSize is the COUNT of each XPENDING and XRANGE page the Inspector reads.
+const DefaultPageSize = 1000
+
+// InspectorConfig configures an Inspector.
+type InspectorConfig struct {
+	// Client is the Redis client; the Inspector never closes it.
+	Client redis.UniversalClient
+	// Topology names the streams and groups.
+	Topology Topology
+	// Locker finds leases; it must use the workers' Scope and Format.
+	Locker *lockmw.Locker
+	// MaxLen trims the streams that Replay and Requeue append to (approximate; 0: no).
+	MaxLen int64
+	// PageSize is the COUNT of each XPENDING and XRANGE call (default 1000).
+	PageSize int64
+	// Now is the clock for ages (default time.Now).
+	Now func() time.Time
+}
+
+// Inspector answers an operator's questions about one pipeline: pending entries and
+// the leases guarding them, live leases, streams and groups, the history of an issue,
+// replays and dead letters. Every call reads in pages and pipelines its lookups; the
+// round trips of each are stated on the method.
+type Inspector struct {
+	rdb    redis.UniversalClient
+	topo   Topology
+	locker *lockmw.Locker
+	maxLen int64
+	page   int64
+	now    func() time.Time
+}
+
+// NewInspector returns an Inspector. It does no I/O.
+func NewInspector(cfg InspectorConfig) (*Inspector, error) {
+	if cfg.Client == nil || cfg.Locker == nil {
+		return nil, errors.New("pipeline: InspectorConfig needs a Client and a Locker")
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Inspector{rdb: cfg.Client, topo: cfg.Topology, locker: cfg.Locker, maxLen: cfg.MaxLen,
+		page: cfg.PageSize, now: cfg.Now}, nil
+}
+
+// ErrNotFound is returned for a stream entry or lease that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrBadID is returned for a string that is not a stream id.
+var ErrBadID = errors.New("not a stream id")
+
+var streamIDPattern = regexp.MustCompile(`^[0-9]{1,20}(-[0-9]{1,20})?$`)
+
+// CheckID checks a stream id as XRANGE takes it: "ms" or "ms-seq".
+func CheckID(id string) error {
+	if !streamIDPattern.MatchString(id) {
+		return fmt.Errorf("%w: %q (want MS or MS-SEQ, e.g. 1700000000000-0)", ErrBadID, id)
+	}
+	return nil
+}
+
+// CheckRangeID checks a range bound: a stream id, "-", "+", or "(" before an id
+// (exclusive).
+func CheckRangeID(id string) error {
+	if id == "-" || id == "+" {
+		return nil
+	}
+	return CheckID(strings.TrimPrefix(id, "("))
+}
+
+// IDTime is the time encoded in a stream id (its milliseconds part); zero when id is
+// not a stream id.
+func IDTime(id string) time.Time {
+	ms, _, ok := parseStreamID(id)
+	if !ok {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(ms))
+}
+
+func parseStreamID(id string) (ms, seq uint64, ok bool) {
+	a, b, hasSeq := strings.Cut(id, "-")
+	ms, err := strconv.ParseUint(a, 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	if hasSeq {
+		if seq, err = strconv.ParseUint(b, 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	return ms, seq, true
+}
+
+// compareIDs orders two full stream ids (ms-seq); ids that do not parse sort first.
+func compareStreamIDs(a, b string) int {
+	am, as, _ := parseStreamID(a)
+	bm, bs, _ := parseStreamID(b)
+	switch {
+	case am != bm:
+		if am < bm {
+			return -1
+		}
+		return 1
+	case as != bs:
+		if as < bs {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+// ResolveStream names an input stream of the topology, given in full ("ymir:triage")
+// or relative to the namespace ("triage", "rebase:c9s:todo").
+func (t Topology) ResolveStream(name string) (Route, error) {
+	if r, ok := t.RouteOf(name); ok {
+		return r, nil
+	}
+	if r, ok := t.RouteOf(t.ns() + ":" + name); ok {
+		return r, nil
+	}
+	var names []string
+	for _, r := range t.AllInputs() {
+		names = append(names, r.Stream)
+	}
+	return Route{}, fmt.Errorf("%q is not an input stream of this pipeline (one of %s)", name, strings.Join(names, ", "))
+}
+
+// LeaseInfo is the operator's view of a live lease.
+type LeaseInfo struct {
+	Agent string `json:"agent"`
+	Issue string `json:"issue"`
+	// Owner is the holder (a consumer name); empty for a plain lock key without a
+	// record, e.g. a Python agent's.
+	Owner      string        `json:"owner"`
+	Fence      int64         `json:"fence"`
+	AcquiredAt time.Time     `json:"acquired_at,omitzero"`
+	Held       time.Duration `json:"-"` // since AcquiredAt
+	TTL        time.Duration `json:"-"` // time left; 0 when unknown
+	// MessageID is the stream entry the lease guards.
+	MessageID string `json:"message_id"`
+}
+
+// MarshalJSON adds held_ms and ttl_ms.
+func (l LeaseInfo) MarshalJSON() ([]byte, error) {
+	type plain LeaseInfo
+	return json.Marshal(struct {
+		plain
+		HeldMS int64 `json:"held_ms"`
+		TTLMS  int64 `json:"ttl_ms"`
+	}{plain(l), l.Held.Milliseconds(), l.TTL.Milliseconds()})
+}
+
+func (in *Inspector) leaseInfo(i lockmw.Info) LeaseInfo {
+	li := LeaseInfo{Agent: i.Agent, Issue: i.Issue, Owner: i.Owner, Fence: i.Fence, AcquiredAt: i.AcquiredAt,
+		TTL: i.TTL, MessageID: i.MessageID}
+	if !i.AcquiredAt.IsZero() {
+		li.Held = max(in.now().Sub(i.AcquiredAt), 0)
+	}
+	return li
+}
+
+// LockFilter selects leases. Issue set: direct lookups of that issue's lease of each
+// agent (no SCAN).
+type LockFilter struct {
+	Agent string // "" for every agent
+	Issue string
+}
+
+// Locks returns the live leases of the pipeline, ordered by agent and issue.
+//
+// Cost: with Issue, one round trip (two commands per agent). Without, a SCAN MATCH
+// of the lease-record pattern, which visits every key of the database in steps of
+// 1000 keys (one round trip each), then one round trip per 500 leases found.
+func (in *Inspector) Locks(ctx context.Context, f LockFilter) ([]LeaseInfo, error) {
+	agents := Agents
+	if f.Agent != "" {
+		if !slices.Contains(Agents, f.Agent) {
+			return nil, fmt.Errorf("unknown agent %q (want one of %v)", f.Agent, Agents)
+		}
+		agents = []string{f.Agent}
+	}
+	var infos []lockmw.Info
+	if f.Issue != "" {
+		issue, err := in.locker.Canonicalize(f.Issue)
+		if err != nil {
+			return nil, err
+		}
+		refs := make([]lockmw.Ref, len(agents))
+		for i, a := range agents {
+			refs[i] = lockmw.Ref{Agent: a, Issue: issue}
+		}
+		live, err := in.locker.InspectMany(ctx, refs)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range refs {
+			if i, ok := live[r]; ok {
+				infos = append(infos, i)
+			}
+		}
+	} else {
+		all, err := in.locker.List(ctx, f.Agent)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range all {
+			if slices.Contains(agents, i.Agent) {
+				infos = append(infos, i)
+			}
+		}
+	}
+	out := make([]LeaseInfo, len(infos))
+	for i, info := range infos {
+		out[i] = in.leaseInfo(info)
+	}
+	return out, nil
+}
+
+// Released is the outcome of ForceRelease.
+type Released struct {
+	Agent string `json:"agent"`
+	Issue string `json:"issue"`
+	// Holder is the lease that was force-released (nil: nobody held it and nothing
+	// was done).
+	Holder *LeaseInfo `json:"holder"`
+	// Fence is the fence after the release: the evicted holder's fenced writes are
+	// refused from now on, and the next holder gets a higher one.
+	Fence int64 `json:"fence,omitempty"`
+}
+
+// Lease returns the live lease (agent, issue), or ErrNotFound. One round trip.
+func (in *Inspector) Lease(ctx context.Context, agent, issue string) (LeaseInfo, error) {
+	if !slices.Contains(Agents, agent) {
+		return LeaseInfo{}, fmt.Errorf("unknown agent %q (want one of %v)", agent, Agents)
+	}
+	info, ok, err := in.locker.Inspect(ctx, agent, issue)
+	if err != nil {
+		return LeaseInfo{}, err
+	}
+	if !ok {
+		return LeaseInfo{}, fmt.Errorf("lease %s %s: %w", agent, issue, ErrNotFound)
+	}
+	return in.leaseInfo(info), nil
+}
+
+// ForceRelease deletes the lease (agent, issue) whoever holds it and bumps its fence
+// so the old holder is fenced out (its next fenced publish is refused and its next
+// heartbeat cancels its work). An issue nobody holds is left alone. Two round trips.
+func (in *Inspector) ForceRelease(ctx context.Context, agent, issue string) (Released, error) {
+	li, err := in.Lease(ctx, agent, issue)
+	if errors.Is(err, ErrNotFound) {
+		key, _ := in.locker.Canonicalize(issue)
+		return Released{Agent: agent, Issue: key}, nil
+	}
+	if err != nil {
+		return Released{}, err
+	}
+	fence, err := in.locker.ForceRelease(ctx, agent, li.Issue)
+	if err != nil {
+		return Released{}, err
+	}
+	return Released{Agent: agent, Issue: li.Issue, Holder: &li, Fence: fence}, nil
+}
+
+// entryIssue returns the raw issue key of a stream entry: the issue_key field
+// (results records), the m:issue_key metadata, or the Task payload's key.
+func entryIssue(stream, id string, values map[string]any) string {
+	if s, _ := values["issue_key"].(string); s != "" {
+		return s
+	}
+	if s, _ := values[metaPrefix+MetaIssueKey].(string); s != "" {
+		return s
+	}
+	if _, ok := values[fieldPayload]; !ok {
+		if _, ok := values[fieldMetadata]; !ok {
+			return ""
+		}
+	}
+	msg := DecodeEntry(stream, id, values)
+	if k := msg.Metadata.Get(MetaIssueKey); k != "" {
+		return k
+	}
+	if task, err := ParseTask(msg.Payload); err == nil {
+		return task.IssueKey()
+	}
+	return ""
+}
+
+// canonical returns the canonical form of raw, or raw trimmed when it is not a valid
+// key (shown as it is).
+func (in *Inspector) canonical(raw string) (string, bool) {
+	k, err := in.locker.Canonicalize(raw)
+	if err != nil {
+		return strings.TrimSpace(raw), false
+	}
+	return k, true
+}
+
+func fieldStr(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+func isNoGroupErr(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
+}
+
+func isNoSuchKeyErr(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such key")
+}

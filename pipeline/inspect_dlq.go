@@ -1,0 +1,291 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DeadLetter is one entry of the dead-letter stream.
+type DeadLetter struct {
+	ID   string    `json:"id"`
+	Time time.Time `json:"time"` // of the id: when it was buried
+	// Stream and OriginalID are where the event was read from (dead_stream, dead_id);
+	// Requeue publishes it back to Stream.
+	Stream     string `json:"stream"`
+	OriginalID string `json:"original_id"`
+	Error      string `json:"error"`
+	Attempts   int    `json:"attempts"`
+	Agent      string `json:"agent"`
+	Issue      string `json:"issue"`
+	EventType  string `json:"event_type"`
+	UUID       string `json:"uuid"`
+	// CorrelationID of the event; Metadata all of its metadata; Payload its payload.
+	CorrelationID string            `json:"correlation_id,omitempty"`
+	Metadata      map[string]string `json:"metadata"`
+	Payload       string            `json:"payload"`
+}
+
+func (in *Inspector) deadLetter(m redis.XMessage) DeadLetter {
+	v := func(k string) string { return fieldStr(m.Values[k]) }
+	d := DeadLetter{ID: m.ID, Time: IDTime(m.ID), Stream: v(DeadFieldStream), OriginalID: v(DeadFieldID),
+		Error: v(DeadFieldError), Agent: v(DeadFieldAgent), Metadata: map[string]string{}}
+	d.Attempts, _ = strconv.Atoi(v(DeadFieldAttempts))
+	msg := DecodeEntry(d.Stream, m.ID, m.Values)
+	for k, val := range msg.Metadata {
+		if !strings.HasPrefix(k, "_ymir_") {
+			d.Metadata[k] = val
+		}
+	}
+	d.Issue, _ = in.canonical(entryIssue(d.Stream, m.ID, m.Values))
+	d.EventType, d.CorrelationID = msg.Metadata.Get(MetaEventType), msg.Metadata.Get(MetaCorrelationID)
+	d.UUID, d.Payload = v(fieldUUID), v(fieldPayload)
+	return d
+}
+
+// DeadFilter selects dead letters.
+type DeadFilter struct {
+	Issue  string // "" for every issue
+	Before string // a stream id: only entries with a smaller id ("" for all)
+}
+
+// TimeID is the smallest stream id of time t ("<unix ms>-0"), for Before bounds.
+func TimeID(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) + "-0" }
+
+func fullID(id string) string {
+	if !strings.Contains(id, "-") {
+		return id + "-0"
+	}
+	return id
+}
+
+// DeadLetters lists the dead-letter stream, oldest first.
+//
+// Cost: one round trip per PageSize entries of the dead-letter stream (below Before);
+// the issue is matched on the client.
+func (in *Inspector) DeadLetters(ctx context.Context, f DeadFilter) ([]DeadLetter, error) {
+	var issue string
+	if f.Issue != "" {
+		k, err := in.locker.Canonicalize(f.Issue)
+		if err != nil {
+			return nil, err
+		}
+		issue = k
+	}
+	end := "+"
+	if f.Before != "" {
+		if err := CheckID(f.Before); err != nil {
+			return nil, err
+		}
+		end = "(" + fullID(f.Before)
+	}
+	out := []DeadLetter{}
+	err := in.scan(ctx, 1, func(int) string { return in.topo.Dead() }, "-", end, func(_ int, m redis.XMessage) {
+		d := in.deadLetter(m)
+		if issue == "" || d.Issue == issue {
+			out = append(out, d)
+		}
+	})
+	return out, err
+}
+
+// DeadLetter returns one dead letter, or an error wrapping ErrNotFound. One round trip.
+func (in *Inspector) DeadLetter(ctx context.Context, id string) (DeadLetter, error) {
+	if err := CheckID(id); err != nil {
+		return DeadLetter{}, err
+	}
+	msgs, err := in.rdb.XRangeN(ctx, in.topo.Dead(), fullID(id), fullID(id), 1).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return DeadLetter{}, fmt.Errorf("xrange %s: %w", in.topo.Dead(), err)
+	}
+	if len(msgs) == 0 {
+		return DeadLetter{}, fmt.Errorf("dead letter %s: %w", id, ErrNotFound)
+	}
+	return in.deadLetter(msgs[0]), nil
+}
+
+// Requeued is one dead letter moved back to its stream.
+type Requeued struct {
+	DeadID    string `json:"dead_id"`
+	Stream    string `json:"stream"`
+	ID        string `json:"id"` // the new entry in Stream
+	Issue     string `json:"issue"`
+	EventType string `json:"event_type"`
+}
+
+// requeueBatch bounds the entries moved in one transaction.
+const requeueBatch = 100
+
+// Requeue moves dead letters back to the streams they were read from: the original
+// fields (uuid, payload, metadata) are appended to the stream, without the dead_*
+// fields, and the dead letter is deleted. On standalone Redis both happen in one
+// MULTI/EXEC under WATCH of the dead-letter stream, so a crash cannot lose or
+// duplicate an entry and two operators requeueing the same id move it once. On Redis
+// Cluster the streams are in other slots: the append comes first, then the delete
+// (a crash between them duplicates, never loses).
+//
+// It returns the entries moved and, joined, an error for each id that could not be
+// (ErrNotFound for an id not in the dead-letter stream, e.g. requeued already).
+// Cost: per 100 ids, one round trip to read them and one MULTI/EXEC round trip,
+// repeated when another writer touched the dead-letter stream in between.
+func (in *Inspector) Requeue(ctx context.Context, ids ...string) ([]Requeued, error) {
+	var errs []error
+	var good []string
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if err := CheckID(id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if id = fullID(id); !seen[id] {
+			seen[id] = true
+			good = append(good, id)
+		}
+	}
+	out := []Requeued{}
+	for len(good) > 0 {
+		n := min(len(good), requeueBatch)
+		done, failed, err := in.requeue(ctx, good[:n])
+		out = append(out, done...)
+		errs = append(errs, failed...)
+		if err != nil {
+			return out, errors.Join(append(errs, err)...)
+		}
+		good = good[n:]
+	}
+	return out, errors.Join(errs...)
+}
+
+// RequeueAll requeues every dead letter (of issue, when not "").
+func (in *Inspector) RequeueAll(ctx context.Context, issue string) ([]Requeued, error) {
+	dls, err := in.DeadLetters(ctx, DeadFilter{Issue: issue})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(dls))
+	for i, d := range dls {
+		ids[i] = d.ID
+	}
+	return in.Requeue(ctx, ids...)
+}
+
+type move struct {
+	dl     DeadLetter
+	values map[string]any
+}
+
+func (in *Inspector) requeue(ctx context.Context, ids []string) (done []Requeued, failed []error, err error) {
+	dead := in.topo.Dead()
+	if _, cluster := in.rdb.(*redis.ClusterClient); cluster {
+		return in.requeueCluster(ctx, ids)
+	}
+	backoff := 5 * time.Millisecond
+	for range 50 {
+		err = in.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			done, failed = nil, nil
+			moves, f, err := in.readMoves(ctx, tx, ids)
+			failed = f
+			if err != nil || len(moves) == 0 {
+				return err
+			}
+			adds := make([]*redis.StringCmd, len(moves))
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				for i, mv := range moves {
+					adds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: mv.dl.Stream, MaxLen: in.maxLen, Approx: in.maxLen > 0, Values: mv.values})
+					p.XDel(ctx, dead, mv.dl.ID)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for i, mv := range moves {
+				done = append(done, Requeued{DeadID: mv.dl.ID, Stream: mv.dl.Stream, ID: adds[i].Val(),
+					Issue: mv.dl.Issue, EventType: mv.dl.EventType})
+			}
+			return nil
+		}, dead)
+		if !errors.Is(err, redis.TxFailedErr) {
+			return done, failed, err
+		}
+		// Another writer touched the dead-letter stream: read again.
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+	return nil, nil, fmt.Errorf("requeue: the dead-letter stream kept changing; try again: %w", err)
+}
+
+// readMoves reads the dead letters ids (under the caller's WATCH) and checks that each
+// can go back where it came from.
+func (in *Inspector) readMoves(ctx context.Context, c redis.Cmdable, ids []string) ([]move, []error, error) {
+	pipe := c.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.XRangeN(ctx, in.topo.Dead(), id, id, 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	var moves []move
+	var failed []error
+	for i, id := range ids {
+		msgs := cmds[i].Val()
+		if len(msgs) == 0 {
+			failed = append(failed, fmt.Errorf("dead letter %s: %w", id, ErrNotFound))
+			continue
+		}
+		dl := in.deadLetter(msgs[0])
+		if _, ok := in.topo.RouteOf(dl.Stream); !ok {
+			failed = append(failed, fmt.Errorf("dead letter %s: its stream %q is not an input stream of this pipeline; not requeued", id, dl.Stream))
+			continue
+		}
+		values := map[string]any{}
+		for k, v := range msgs[0].Values {
+			if !strings.HasPrefix(k, "dead_") && !strings.HasPrefix(k, "_ymir_") {
+				values[k] = v
+			}
+		}
+		moves = append(moves, move{dl: dl, values: values})
+	}
+	return moves, failed, nil
+}
+
+func (in *Inspector) requeueCluster(ctx context.Context, ids []string) ([]Requeued, []error, error) {
+	moves, failed, err := in.readMoves(ctx, in.rdb, ids)
+	if err != nil {
+		return nil, failed, err
+	}
+	var done []Requeued
+	for _, mv := range moves {
+		id, err := in.rdb.XAdd(ctx, &redis.XAddArgs{Stream: mv.dl.Stream, MaxLen: in.maxLen, Approx: in.maxLen > 0, Values: mv.values}).Result()
+		if err != nil {
+			return done, failed, fmt.Errorf("requeue %s to %s: %w", mv.dl.ID, mv.dl.Stream, err)
+		}
+		if err := in.rdb.XDel(ctx, in.topo.Dead(), mv.dl.ID).Err(); err != nil {
+			return done, failed, fmt.Errorf("requeued %s as %s but could not delete it from %s: %w", mv.dl.ID, id, in.topo.Dead(), err)
+		}
+		done = append(done, Requeued{DeadID: mv.dl.ID, Stream: mv.dl.Stream, ID: id, Issue: mv.dl.Issue, EventType: mv.dl.EventType})
+	}
+	return done, failed, nil
+}
+
+// Purge deletes the dead letters with an id below before ("" for all of them) and
+// returns how many went. One round trip (XTRIM MINID, or MAXLEN 0, exact).
+func (in *Inspector) Purge(ctx context.Context, before string) (int64, error) {
+	if before == "" {
+		return in.rdb.XTrimMaxLen(ctx, in.topo.Dead(), 0).Result()
+	}
+	if err := CheckID(before); err != nil {
+		return 0, err
+	}
+	return in.rdb.XTrimMinID(ctx, in.topo.Dead(), fullID(before)).Result()
+}

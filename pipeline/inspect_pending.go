@@ -1,0 +1,254 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// PendingFilter selects the groups and entries Pending reports.
+type PendingFilter struct {
+	Agent  string // "" for every agent
+	Branch string // "" for every branch
+	Issue  string // "" for every issue; else only that issue's entries are listed
+}
+
+// Entry states.
+const (
+	// StateGuarded: a live lease of the entry's issue names this entry: its holder is
+	// working on it and the claim veto keeps other consumers off it.
+	StateGuarded = "guarded"
+	// StateOrphaned: no live lease guards the entry (its consumer died or was never
+	// running it): it is claimed once it has been idle for MAX_IDLE_TIME.
+	StateOrphaned = "orphaned"
+)
+
+// GroupPending is one consumer group's pending entries list.
+type GroupPending struct {
+	Stream string `json:"stream"`
+	Group  string `json:"group"`
+	Agent  string `json:"agent"`
+	Branch string `json:"branch,omitempty"`
+	Todo   bool   `json:"todo"`
+	// Count, Lowest, Highest and Consumers are the XPENDING summary of the whole
+	// group, whatever the issue filter.
+	Count     int64             `json:"count"`
+	Lowest    string            `json:"lowest,omitempty"`
+	Highest   string            `json:"highest,omitempty"`
+	Consumers []ConsumerPending `json:"consumers"`
+	// Entries are the pending entries (of the filtered issue), oldest id first.
+	Entries []PendingEntry `json:"entries"`
+}
+
+// ConsumerPending is one consumer's share of a group's pending entries.
+type ConsumerPending struct {
+	Name    string `json:"name"`
+	Pending int64  `json:"pending"`
+}
+
+// PendingEntry is one pending entry and the lease guarding it.
+type PendingEntry struct {
+	ID         string        `json:"id"`
+	Consumer   string        `json:"consumer"`
+	Idle       time.Duration `json:"-"`
+	Deliveries int64         `json:"deliveries"`
+	// Issue is the entry's issue key, canonical when it is valid; "" when the entry
+	// names none or is no longer in the stream.
+	Issue string `json:"issue"`
+	// State is StateGuarded or StateOrphaned.
+	State string `json:"state"`
+	// Lease is the live lease of the issue for this agent, when there is one; it
+	// guards this entry only when State is StateGuarded (else it guards another entry
+	// of the issue, and this one will be dropped as locked when redelivered).
+	Lease *LeaseInfo `json:"lease,omitempty"`
+	// Note explains an orphan: the entry was trimmed or deleted, names no issue, or
+	// its issue is held for another entry.
+	Note string `json:"note,omitempty"`
+}
+
+// MarshalJSON adds idle_ms.
+func (e PendingEntry) MarshalJSON() ([]byte, error) {
+	type plain PendingEntry
+	return json.Marshal(struct {
+		plain
+		IdleMS int64 `json:"idle_ms"`
+	}{plain(e), e.Idle.Milliseconds()})
+}
+
+// Pending returns, for each existing consumer group matching f, the XPENDING summary
+// and every pending entry with its issue key and the lease guarding it.
+//
+// Cost: one round trip for the summaries of all groups; one per page of PageSize
+// entries (the pages of all groups pipelined together, so the longest list counts);
+// one per 1000 entries for their issue keys (XRANGE id id, pipelined); one per 500
+// distinct issues for the leases (PTTL + HGETALL, pipelined). Never one round trip
+// per entry, and no SCAN.
+func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPending, error) {
+	var issue string
+	if f.Issue != "" {
+		k, err := in.locker.Canonicalize(f.Issue)
+		if err != nil {
+			return nil, err
+		}
+		issue = k
+	}
+	var routes []Route
+	for _, r := range in.topo.AllInputs() {
+		if (f.Agent == "" || r.Agent == f.Agent) && (f.Branch == "" || r.Branch == f.Branch) {
+			routes = append(routes, r)
+		}
+	}
+	if len(routes) == 0 {
+		return nil, fmt.Errorf("no input stream for agent %q and branch %q", f.Agent, f.Branch)
+	}
+
+	// 1. The summaries, all groups in one round trip.
+	pipe := in.rdb.Pipeline()
+	sums := make([]*redis.XPendingCmd, len(routes))
+	for i, r := range routes {
+		sums[i] = pipe.XPending(ctx, r.Stream, r.Group)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
+		return nil, fmt.Errorf("xpending: %w", err)
+	}
+	var groups []GroupPending
+	var live []Route
+	for i, r := range routes {
+		s, err := sums[i].Result()
+		if isNoGroupErr(err) {
+			continue // the stream or group does not exist (yet)
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("xpending %s %s: %w", r.Stream, r.Group, err)
+		}
+		g := GroupPending{Stream: r.Stream, Group: r.Group, Agent: r.Agent, Branch: r.Branch, Todo: r.Todo,
+			Consumers: []ConsumerPending{}, Entries: []PendingEntry{}}
+		if s != nil {
+			g.Count, g.Lowest, g.Highest = s.Count, s.Lower, s.Higher
+			for name, n := range s.Consumers {
+				g.Consumers = append(g.Consumers, ConsumerPending{Name: name, Pending: n})
+			}
+			sort.Slice(g.Consumers, func(a, b int) bool { return g.Consumers[a].Name < g.Consumers[b].Name })
+		}
+		groups = append(groups, g)
+		live = append(live, r)
+	}
+
+	// 2. The entries: extended XPENDING in pages, the pages of all groups pipelined.
+	raw := make([][]redis.XPendingExt, len(groups))
+	start := make([]string, len(groups))
+	todo := map[int]bool{}
+	for i := range groups {
+		start[i] = "-"
+		if groups[i].Count > 0 {
+			todo[i] = true
+		}
+	}
+	for len(todo) > 0 {
+		pipe := in.rdb.Pipeline()
+		cmds := map[int]*redis.XPendingExtCmd{}
+		for i := range todo {
+			cmds[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: live[i].Stream, Group: live[i].Group,
+				Start: start[i], End: "+", Count: in.page})
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
+			return nil, fmt.Errorf("xpending: %w", err)
+		}
+		for i, c := range cmds {
+			page, err := c.Result()
+			if err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
+				return nil, fmt.Errorf("xpending %s %s: %w", live[i].Stream, live[i].Group, err)
+			}
+			raw[i] = append(raw[i], page...)
+			if int64(len(page)) < in.page {
+				delete(todo, i)
+				continue
+			}
+			start[i] = "(" + page[len(page)-1].ID
+		}
+	}
+
+	// 3. The entries' issue keys: XRANGE id id, pipelined in batches.
+	type ref struct{ g, e int }
+	var refs []ref
+	for g := range raw {
+		for e := range raw[g] {
+			refs = append(refs, ref{g, e})
+		}
+	}
+	issues := make(map[ref]string, len(refs))
+	present := make(map[ref]bool, len(refs))
+	const batch = 1000
+	for lo := 0; lo < len(refs); lo += batch {
+		hi := min(lo+batch, len(refs))
+		pipe := in.rdb.Pipeline()
+		cmds := make([]*redis.XMessageSliceCmd, hi-lo)
+		for k, rf := range refs[lo:hi] {
+			id := raw[rf.g][rf.e].ID
+			cmds[k] = pipe.XRangeN(ctx, live[rf.g].Stream, id, id, 1)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("read pending entries: %w", err)
+		}
+		for k, rf := range refs[lo:hi] {
+			msgs := cmds[k].Val()
+			if len(msgs) == 0 {
+				continue
+			}
+			present[rf] = true
+			issues[rf] = entryIssue(live[rf.g].Stream, msgs[0].ID, msgs[0].Values)
+		}
+	}
+
+	// 4. The leases of those issues, one pipelined batch.
+	var leaseRefs []lockmw.Ref
+	for _, rf := range refs {
+		if k, ok := in.canonical(issues[rf]); ok {
+			leaseRefs = append(leaseRefs, lockmw.Ref{Agent: live[rf.g].Agent, Issue: k})
+		}
+	}
+	leases, err := in.locker.InspectMany(ctx, leaseRefs)
+	if err != nil {
+		return nil, err
+	}
+
+	for _, rf := range refs {
+		x := raw[rf.g][rf.e]
+		key, valid := in.canonical(issues[rf])
+		if issue != "" && key != issue {
+			continue
+		}
+		e := PendingEntry{ID: x.ID, Consumer: x.Consumer, Idle: x.Idle, Deliveries: x.RetryCount, Issue: key,
+			State: StateOrphaned}
+		switch {
+		case !present[rf]:
+			e.Note = "entry no longer in the stream (trimmed or deleted); acked when claimed"
+		case key == "":
+			e.Note = "entry names no issue; dead-lettered when claimed"
+		case !valid:
+			e.Note = "invalid issue key; dead-lettered when claimed"
+		default:
+			if info, ok := leases[lockmw.Ref{Agent: live[rf.g].Agent, Issue: key}]; ok {
+				li := in.leaseInfo(info)
+				e.Lease = &li
+				if info.MessageID == x.ID {
+					e.State = StateGuarded
+				} else {
+					e.Note = "issue held for another entry (" + info.MessageID + "); dropped if still locked when claimed"
+					if info.MessageID == "" {
+						e.Note = "issue held by a lock without a message id; dropped if still locked when claimed"
+					}
+				}
+			}
+		}
+		groups[rf.g].Entries = append(groups[rf.g].Entries, e)
+	}
+	return groups, nil
+}

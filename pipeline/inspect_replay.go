@@ -1,0 +1,186 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// ReplayOptions select the events Replay re-publishes.
+type ReplayOptions struct {
+	// Stream is an input stream, in full ("ymir:triage") or relative to the namespace
+	// ("triage", "rebase:c9s:todo").
+	Stream string
+	// From and To bound the range of stream ids, inclusive ("-" and "+" by default;
+	// "(" before an id makes a bound exclusive). To is capped at the stream's last
+	// entry when the replay starts, so the replayed events are never replayed again.
+	From, To string
+	// Issue keeps only that issue's events ("" for all).
+	Issue string
+	// DryRun lists what would be replayed without publishing.
+	DryRun bool
+}
+
+// ReplayReport is what Replay did (or would do).
+type ReplayReport struct {
+	Stream  string          `json:"stream"`
+	DryRun  bool            `json:"dry_run"`
+	Events  []ReplayedEvent `json:"events"`
+	Skipped []SkippedEntry  `json:"skipped"`
+}
+
+// ReplayedEvent is one re-published event.
+type ReplayedEvent struct {
+	// ReplayOf is the original entry's id, also written as the new event's replay_of.
+	ReplayOf  string `json:"replay_of"`
+	ID        string `json:"id,omitempty"` // the new entry's id; "" in a dry run
+	Issue     string `json:"issue"`
+	EventType string `json:"event_type"`
+	// CorrelationID is the new event's (a fresh one); Original its predecessor's.
+	CorrelationID         string `json:"correlation_id,omitempty"`
+	OriginalCorrelationID string `json:"original_correlation_id,omitempty"`
+}
+
+// SkippedEntry is an entry Replay left alone, and why.
+type SkippedEntry struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Replay re-publishes past events of one input stream as new entries at its end, so
+// they take the normal path: the lock middleware drops or coalesces an event whose
+// issue is locked, like any other. Each new event gets a new UUID, a new correlation
+// id, replay_of set to the original stream id, causation_id set to the original UUID,
+// attempt 0 and no fence; payload and other metadata are kept. Undecodable entries
+// are skipped, not replayed.
+//
+// Events are published one by one through Publisher, the pipeline's normal publish
+// path. Cost: one round trip for the stream's last id, one per page of PageSize
+// entries read, and one per event replayed.
+func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport, error) {
+	route, err := in.topo.ResolveStream(o.Stream)
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	from, to := o.From, o.To
+	if from == "" {
+		from = "-"
+	}
+	if to == "" {
+		to = "+"
+	}
+	for _, b := range []string{from, to} {
+		if err := CheckRangeID(b); err != nil {
+			return ReplayReport{}, err
+		}
+	}
+	var issue string
+	if o.Issue != "" {
+		if issue, err = in.locker.Canonicalize(o.Issue); err != nil {
+			return ReplayReport{}, err
+		}
+	}
+	rep := ReplayReport{Stream: route.Stream, DryRun: o.DryRun, Events: []ReplayedEvent{}, Skipped: []SkippedEntry{}}
+
+	// Cap the range at today's last entry: the events appended below lie beyond it.
+	last, err := in.rdb.XRevRangeN(ctx, route.Stream, "+", "-", 1).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return rep, fmt.Errorf("xrevrange %s: %w", route.Stream, err)
+	}
+	if len(last) == 0 {
+		return rep, nil
+	}
+	lastID := last[0].ID
+	if to == "+" || beyond(to, lastID) {
+		to = lastID
+	}
+
+	pub := NewPublisher(in.rdb, in.maxLen)
+	next := from
+	for {
+		page, err := in.rdb.XRangeN(ctx, route.Stream, next, to, in.page).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return rep, fmt.Errorf("xrange %s: %w", route.Stream, err)
+		}
+		var msgs []*message.Message
+		var evs []ReplayedEvent
+		for _, m := range page {
+			orig := DecodeEntry(route.Stream, m.ID, m.Values)
+			key, valid := in.canonical(entryIssue(route.Stream, m.ID, m.Values))
+			if issue != "" && key != issue {
+				continue
+			}
+			if bad := orig.Metadata.Get(metaBad); bad != "" {
+				rep.Skipped = append(rep.Skipped, SkippedEntry{ID: m.ID, Reason: bad})
+				continue
+			}
+			if !valid {
+				rep.Skipped = append(rep.Skipped, SkippedEntry{ID: m.ID, Reason: fmt.Sprintf("no valid issue key (%q)", key)})
+				continue
+			}
+			msg := replayOf(orig, m.ID, route)
+			msgs = append(msgs, msg)
+			evs = append(evs, ReplayedEvent{ReplayOf: m.ID, Issue: key, EventType: msg.Metadata.Get(MetaEventType),
+				CorrelationID: msg.Metadata.Get(MetaCorrelationID), OriginalCorrelationID: orig.Metadata.Get(MetaCorrelationID)})
+		}
+		if o.DryRun {
+			for i := range evs {
+				evs[i].CorrelationID = ""
+			}
+		} else {
+			for i, msg := range msgs {
+				id, err := pub.PublishID(ctx, route.Stream, msg)
+				if err != nil {
+					return rep, fmt.Errorf("replay of %s: %w", evs[i].ReplayOf, err)
+				}
+				evs[i].ID = id
+				rep.Events = append(rep.Events, evs[i])
+			}
+			evs = nil
+		}
+		rep.Events = append(rep.Events, evs...)
+		if int64(len(page)) < in.page {
+			return rep, nil
+		}
+		next = "(" + page[len(page)-1].ID
+	}
+}
+
+// beyond reports whether the range end bound lies after the full id last.
+func beyond(bound, last string) bool {
+	b := strings.TrimPrefix(bound, "(")
+	if !strings.Contains(b, "-") {
+		// "ms" as an end bound means ms-<max seq>.
+		bm, _, _ := parseStreamID(b)
+		lm, _, _ := parseStreamID(last)
+		return bm >= lm
+	}
+	return compareStreamIDs(b, last) > 0
+}
+
+// replayOf builds the replay of orig (read from route's stream at id).
+func replayOf(orig *message.Message, id string, route Route) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), orig.Payload)
+	for k, v := range orig.Metadata {
+		if strings.HasPrefix(k, "_ymir_") || k == MetaFence {
+			continue
+		}
+		msg.Metadata.Set(k, v)
+	}
+	if msg.Metadata.Get(MetaEventType) == "" {
+		msg.Metadata.Set(MetaEventType, RequestedEvent(route.Agent))
+	}
+	if msg.Metadata.Get(MetaSchemaVersion) == "" {
+		msg.Metadata.Set(MetaSchemaVersion, SchemaVersion)
+	}
+	msg.Metadata.Set(MetaReplayOf, id)
+	msg.Metadata.Set(MetaCorrelationID, watermill.NewUUID())
+	msg.Metadata.Set(MetaCausationID, orig.UUID)
+	msg.Metadata.Set(MetaAttempt, "0")
+	return msg
+}
