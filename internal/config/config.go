@@ -57,12 +57,12 @@ func Commands() map[string]Command {
 		"worker":   &Worker{},
 		"fetch":    &Fetch{},
 		"enqueue":  &Enqueue{},
-		"pending":  &Inspect{},
-		"locks":    &Inspect{},
+		"pending":  &Pending{},
+		"locks":    &Locks{},
 		"streams":  &Inspect{},
 		"history":  &Inspect{},
-		"replay":   &Inspect{},
-		"dlq":      &Inspect{},
+		"replay":   &Replay{},
+		"dlq":      &DLQ{},
 		"fakejira": &FakeJira{},
 	}
 }

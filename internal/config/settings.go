@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -528,6 +529,181 @@ func (i *Inspect) Register(fs *flag.FlagSet) {
 
 // Validate checks the inspection settings.
 func (i *Inspect) Validate() error { return i.Common.Validate() }
+
+// boolVarEnv defines a bool flag read from an environment variable whose name
+// is not derived from the flag's.
+func boolVarEnv(fs *flag.FlagSet, p *bool, name, env string, value bool, usage string) {
+	fs.BoolVar(p, name, value, usage)
+	f := fs.Lookup(name)
+	f.Value = withEnv{Value: f.Value, env: env}
+}
+
+// registerYes defines --yes. It is read from ASSUME_YES, not YES: skipping a
+// confirmation must never come from a stray generic variable.
+func registerYes(fs *flag.FlagSet, p *bool, what string) {
+	boolVarEnv(fs, p, "yes", "ASSUME_YES", false, "do not ask before "+what)
+}
+
+var (
+	streamIDPattern = regexp.MustCompile(`^[0-9]{1,20}(-[0-9]{1,20})?$`)
+	// issueKeyish is a loose check; the lock's canonicalisation has the last word.
+	issueKeyish = regexp.MustCompile(`^\S+$`)
+)
+
+func validateRangeID(p *problems, flagName, v string) {
+	if v == "" || v == "-" || v == "+" || streamIDPattern.MatchString(strings.TrimPrefix(v, "(")) {
+		return
+	}
+	p.add(flagName, "= %q is not a stream id: MS or MS-SEQ (e.g. 1700000000000-0), - or +, or ( before an id for an exclusive bound", v)
+}
+
+func validateIssueFilter(p *problems, v string) {
+	if v != "" && !issueKeyish.MatchString(strings.TrimSpace(v)) {
+		p.add("issue", "= %q is not an issue key", v)
+	}
+}
+
+// validateAgentBranchFilter checks optional agent and branch filters.
+func validateAgentBranchFilter(p *problems, agent, branch string) {
+	if agent != "" && !oneOf(agent, Agents...) {
+		p.add("agent", "= %q is not an agent: one of %s", agent, strings.Join(Agents, "|"))
+	}
+	if branch != "" && !oneOf(branch, Branches...) {
+		p.add("branch", "= %q is not a branch: one of %s", branch, strings.Join(Branches, "|"))
+	}
+	if agent == "triage" && branch != "" {
+		p.add("branch", "= %q is not taken by agent triage, which reads every branch's issues", branch)
+	}
+}
+
+// Pending is the settings of `ymirflow pending`.
+type Pending struct {
+	Inspect
+	Agent  string // --agent, AGENT: only this agent's groups (empty: every agent)
+	Branch string // --branch, BRANCH: only this branch's groups (empty: every branch)
+	Issue  string // --issue, ISSUE: only this issue's entries (the group summaries stay whole)
+}
+
+// Register defines pending's flags on fs.
+func (c *Pending) Register(fs *flag.FlagSet) {
+	c.Inspect.Register(fs)
+	fs.StringVar(&c.Agent, "agent", "", "only this agent's groups: "+strings.Join(Agents, "|")+" (empty: every agent)")
+	fs.StringVar(&c.Branch, "branch", "", "only this branch's groups: "+strings.Join(Branches, "|")+" (empty: every branch)")
+	fs.StringVar(&c.Issue, "issue", "", "only this issue's pending entries, e.g. RHEL-123")
+}
+
+// Validate checks pending's settings.
+func (c *Pending) Validate() error {
+	var p problems
+	c.Common.validate(&p)
+	validateAgentBranchFilter(&p, c.Agent, c.Branch)
+	validateIssueFilter(&p, c.Issue)
+	return p.err()
+}
+
+// Locks is the settings of `ymirflow locks` and `ymirflow locks release`.
+type Locks struct {
+	Inspect
+	Agent string // --agent, AGENT: only this agent's leases
+	Issue string // --issue, ISSUE: only this issue's leases (direct lookups, no SCAN)
+	Yes   bool   // --yes, ASSUME_YES: release without asking
+}
+
+// Register defines locks' flags on fs.
+func (c *Locks) Register(fs *flag.FlagSet) {
+	c.Inspect.Register(fs)
+	fs.StringVar(&c.Agent, "agent", "", "only this agent's leases: "+strings.Join(Agents, "|")+" (empty: every agent)")
+	fs.StringVar(&c.Issue, "issue", "", "only this issue's leases, looked up directly instead of scanning")
+	registerYes(fs, &c.Yes, "force-releasing a lease (locks release)")
+}
+
+// Validate checks locks' settings.
+func (c *Locks) Validate() error {
+	var p problems
+	c.Common.validate(&p)
+	validateAgentBranchFilter(&p, c.Agent, "")
+	validateIssueFilter(&p, c.Issue)
+	return p.err()
+}
+
+// Replay is the settings of `ymirflow replay`.
+type Replay struct {
+	Inspect
+	Stream string // --stream, STREAM: input stream, e.g. triage, rebase:c9s, ymir:rebase:c9s:todo
+	From   string // --from, FROM: first stream id (default -)
+	To     string // --to, TO: last stream id (default +: the last entry when the replay starts)
+	Issue  string // --issue, ISSUE: only this issue's events
+	DryRun bool   // --dry-run, DRY_RUN: list what would be replayed
+	Yes    bool   // --yes, ASSUME_YES: replay a whole stream without asking
+}
+
+// Register defines replay's flags on fs.
+func (c *Replay) Register(fs *flag.FlagSet) {
+	c.Inspect.Register(fs)
+	fs.StringVar(&c.Stream, "stream", "", "input stream to replay, in full (ymir:rebase:c9s) or without the namespace (rebase:c9s, triage:todo)")
+	fs.StringVar(&c.From, "from", "-", "first stream id of the range (inclusive; ( before it: exclusive)")
+	fs.StringVar(&c.To, "to", "+", "last stream id of the range (inclusive; + is the last entry when the replay starts)")
+	fs.StringVar(&c.Issue, "issue", "", "only this issue's events")
+	fs.BoolVar(&c.DryRun, "dry-run", false, "list what would be replayed; publish nothing")
+	registerYes(fs, &c.Yes, "replaying a whole stream (no --from, --to or --issue)")
+}
+
+// Validate checks replay's settings.
+func (c *Replay) Validate() error {
+	var p problems
+	c.Common.validate(&p)
+	if strings.TrimSpace(c.Stream) == "" {
+		p.add("stream", "is required: the input stream to replay, e.g. triage or rebase:c9s")
+	}
+	validateRangeID(&p, "from", c.From)
+	validateRangeID(&p, "to", c.To)
+	validateIssueFilter(&p, c.Issue)
+	return p.err()
+}
+
+// DLQ is the settings of `ymirflow dlq`.
+type DLQ struct {
+	Inspect
+	Issue  string // --issue, ISSUE: only this issue's dead letters (list, requeue --all)
+	Before string // --before, BEFORE: only dead letters older than a stream id or a duration (list, purge)
+	All    bool   // --all, REQUEUE_ALL: requeue every dead letter (of --issue)
+	Yes    bool   // --yes, ASSUME_YES: purge without asking
+}
+
+// Register defines dlq's flags on fs.
+func (c *DLQ) Register(fs *flag.FlagSet) {
+	c.Inspect.Register(fs)
+	fs.StringVar(&c.Issue, "issue", "", "only this issue's dead letters (list, requeue --all)")
+	fs.StringVar(&c.Before, "before", "", "only dead letters older than this: a stream id (1700000000000-0) or an age (72h) (list, purge)")
+	boolVarEnv(fs, &c.All, "all", "REQUEUE_ALL", false, "requeue every dead letter (only --issue's with --issue)")
+	registerYes(fs, &c.Yes, "purging dead letters")
+}
+
+// BeforeID returns --before as a stream id: itself, or for an age the id of
+// that long before now ("" when unset).
+func (c *DLQ) BeforeID(now time.Time) string {
+	if c.Before == "" || streamIDPattern.MatchString(c.Before) {
+		return c.Before
+	}
+	d, err := time.ParseDuration(c.Before)
+	if err != nil {
+		return c.Before
+	}
+	return strconv.FormatInt(now.Add(-d).UnixMilli(), 10) + "-0"
+}
+
+// Validate checks dlq's settings.
+func (c *DLQ) Validate() error {
+	var p problems
+	c.Common.validate(&p)
+	validateIssueFilter(&p, c.Issue)
+	if c.Before != "" && !streamIDPattern.MatchString(c.Before) {
+		if d, err := time.ParseDuration(c.Before); err != nil || d <= 0 {
+			p.add("before", "= %q is neither a stream id (1700000000000-0) nor a positive age (72h)", c.Before)
+		}
+	}
+	return p.err()
+}
 
 // FakeJira is the settings of `ymirflow fakejira`.
 type FakeJira struct {
