@@ -237,20 +237,20 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	keys := l.Keys(agent, issue)
 	sent := time.Now()
 	var res []any
+	entryMS := ""
+	if !ao.EntryTime.IsZero() {
+		entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
+	}
 	if ao.Queue == nil {
-		entryMS := ""
-		if !ao.EntryTime.IsZero() {
-			entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
-		}
 		res, err = acquireScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence, keys.Done},
 			token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID, entryMS).Slice()
 	} else {
 		args := []any{token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID,
-			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream}
+			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream, entryMS}
 		for k, v := range ao.Queue.Fields {
 			args = append(args, k, v)
 		}
-		res, err = acquireOrQueueScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence, keys.Queue}, args...).Slice()
+		res, err = acquireOrQueueScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence, keys.Queue, keys.Done}, args...).Slice()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lockmw: acquire %s: %w", keys.Lock, err)

@@ -172,7 +172,7 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 					Consumer: entry.Consumer, Messages: []string{entry.ID}})
 			}
 		}
-		if m.cfg.Policy == Drop && hasEntry {
+		if hasEntry {
 			ao.EntryTime = entryTime(entry.ID)
 		}
 		if m.cfg.Policy == Coalesce && hasEntry {

@@ -21,9 +21,8 @@ var acquireScript = redis.NewScript(`
 if ARGV[6] ~= '' then
   local d = redis.call('GET', KEYS[4])
   if d then
-    local sp = string.find(d, ' ', 1, true)
-    local ms, mid = tonumber(string.sub(d, 1, sp - 1)), string.sub(d, sp + 1)
-    if tonumber(ARGV[6]) < ms and mid ~= ARGV[5] then return {2, ms, mid} end
+    local ms, mid = string.match(d, '^(%d+) (%S+)')
+    if ms and tonumber(ARGV[6]) < tonumber(ms) and mid ~= ARGV[5] then return {2, tonumber(ms), mid} end
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -51,7 +50,8 @@ return 0
 
 // releaseScript: compare-and-delete. A foreign lease (another token, or a Python
 // agent's plain key) is never deleted. A release records when (server time) and for
-// which message it happened, for acquireScript's superseded check.
+// which message it happened, for the superseded checks: the done record is
+// "<released_ms> <message_id> <last_follow_up_ms>".
 //
 // KEYS: lock, info, done. ARGV: token.
 var releaseScript = redis.NewScript(`
@@ -60,7 +60,8 @@ local mid = redis.call('HGET', KEYS[2], 'message_id')
 redis.call('DEL', KEYS[1], KEYS[2])
 if mid and mid ~= '' then
   local t = redis.call('TIME')
-  redis.call('SET', KEYS[3], (t[1] * 1000 + math.floor(t[2] / 1000)) .. ' ' .. mid, 'PX', 86400000)
+  local prev = string.match(redis.call('GET', KEYS[3]) or '', '^%d+ %S+ (%d+)') or '0'
+  redis.call('SET', KEYS[3], (t[1] * 1000 + math.floor(t[2] / 1000)) .. ' ' .. mid .. ' ' .. prev, 'PX', 86400000)
 end
 return 1
 `)
@@ -95,10 +96,25 @@ return redis.call(unpack(args))
 // the event is stored as the issue's one queued follow-up (newest wins) in the same
 // atomic step, so it cannot slip between a holder's release and its drain.
 //
-// KEYS: lock, info, fence, queue. ARGV: token, ttl_ms, owner, acquired_at_ms,
-// message_id, queue_ttl_ms, target_stream, field, value, ...
-// Returns {1, fence} or {0, owner, fence, acquired_at, message_id, pttl, replaced}.
+// An event is superseded only if a queued follow-up was published after it entered its
+// stream (the done record's third field, kept across releases): that newer follow-up
+// stands for it. Otherwise it runs: it is the follow-up nobody queued because it waited
+// in a read-ahead buffer.
+//
+// KEYS: lock, info, fence, queue, done. ARGV: token, ttl_ms, owner, acquired_at_ms,
+// message_id, queue_ttl_ms, target_stream, entry_ms or ”, field, value, ...
+// Returns {1, fence}, {2, released_ms, released_message_id} or
+// {0, owner, fence, acquired_at, message_id, pttl, replaced}.
 var acquireOrQueueScript = redis.NewScript(`
+if ARGV[8] ~= '' then
+  local d = redis.call('GET', KEYS[5])
+  if d then
+    local ms, mid, rq = string.match(d, '^(%d+) (%S+) (%d+)')
+    if rq and tonumber(ARGV[8]) < tonumber(rq) then
+      return {2, tonumber(rq), mid}
+    end
+  end
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('INCR', KEYS[3])
   redis.call('HSET', KEYS[2], 'token', ARGV[1], 'owner', ARGV[3], 'fence', fence,
@@ -108,7 +124,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 local replaced = redis.call('DEL', KEYS[4])
 local args = {'HSET', KEYS[4], '_stream', ARGV[7]}
-for i = 8, #ARGV do table.insert(args, ARGV[i]) end
+for i = 9, #ARGV do table.insert(args, ARGV[i]) end
 redis.call(unpack(args))
 redis.call('PEXPIRE', KEYS[4], ARGV[6])
 local h = redis.call('HMGET', KEYS[2], 'owner', 'fence', 'acquired_at', 'message_id')
@@ -123,16 +139,19 @@ return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KE
 // KEYS: lock, info, queue, done. ARGV: token, inline_xadd, maxlen.
 var releaseDrainScript = redis.NewScript(`
 local released = 0
+local q = redis.call('HGETALL', KEYS[3])
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   local mid = redis.call('HGET', KEYS[2], 'message_id')
   redis.call('DEL', KEYS[1], KEYS[2])
   if mid and mid ~= '' then
     local t = redis.call('TIME')
-    redis.call('SET', KEYS[4], (t[1] * 1000 + math.floor(t[2] / 1000)) .. ' ' .. mid, 'PX', 86400000)
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    local rq = string.match(redis.call('GET', KEYS[4]) or '', '^%d+ %S+ (%d+)') or '0'
+    if #q > 0 then rq = now end
+    redis.call('SET', KEYS[4], now .. ' ' .. mid .. ' ' .. rq, 'PX', 86400000)
   end
   released = 1
 end
-local q = redis.call('HGETALL', KEYS[3])
 if #q == 0 then return {released} end
 redis.call('DEL', KEYS[3])
 if ARGV[2] ~= '1' then return {released, 0, unpack(q)} end

@@ -5,8 +5,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // Stream entry layout. watermill-redisstream writes metadata as one msgpack blob,

@@ -1,0 +1,368 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// Same-issue events published concurrently while one runs: exactly one run per burst,
+// a lock.dropped record for each of the others, with three routers competing.
+func TestBurstOfSameIssueRunsOnceUnderDrop(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const routers, bursts, perBurst = 3, 5, 10
+	var r runs
+	var published atomic.Int64
+	handler := func(msg *message.Message) error {
+		r.add(issueOf(msg))
+		// Hold the lease until the whole burst is in the stream, so every other event of
+		// the burst arrives while this run is going on.
+		want := published.Load()
+		redistest.Eventually(t, 5*time.Second, func() bool {
+			return e.rdb.XLen(context.Background(), e.triage()).Val() >= want
+		}, "burst published")
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	}
+	for i := range routers {
+		e.start(ctx, routerOpts{consumer: fmt.Sprintf("w%d", i)}, handler)
+	}
+	for b := 1; b <= bursts; b++ {
+		published.Add(perBurst)
+		var wg sync.WaitGroup
+		for range perBurst {
+			wg.Add(1)
+			go func() { defer wg.Done(); e.publishTriage("RHEL-7") }()
+		}
+		wg.Wait()
+		redistest.Eventually(t, 10*time.Second, func() bool {
+			return len(e.results("lock.dropped")) == b*(perBurst-1) && e.pending(e.triage()) == 0
+		}, "burst %d settled: %d dropped so far", b, len(e.results("lock.dropped")))
+		if got := r.get("RHEL-7"); got != b {
+			t.Fatalf("after burst %d: %d runs, want %d", b, got, b)
+		}
+	}
+	for _, d := range e.results("lock.dropped") {
+		if d.Values["issue_key"] != "RHEL-7" || d.Values["agent"] != "triage" || d.Values["message_id"] == "" ||
+			d.Values["holder_message_id"] == "" {
+			t.Fatalf("incomplete lock.dropped record: %v", d.Values)
+		}
+		if d.Values["reason"] == "locked" && d.Values["holder"] == "" {
+			t.Fatalf("locked drop does not name the holder: %v", d.Values)
+		}
+	}
+}
+
+// A handler that runs for 3× MAX_IDLE_TIME while another consumer polls and claims:
+// one run, and the other consumer never takes (nor acks) the entry.
+func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	maxIdle := 400 * time.Millisecond // > heartbeat 600ms/3
+	var r runs
+	var otherRan atomic.Bool
+	done := make(chan struct{})
+	e.start(ctx, routerOpts{consumer: "a", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
+		r.add(issueOf(msg))
+		time.Sleep(3 * maxIdle)
+		close(done)
+		return nil
+	})
+	id := e.publishTriage("RHEL-2")
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-2") == 1 }, "run started")
+	e.start(ctx, routerOpts{consumer: "b", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
+		otherRan.Store(true)
+		return nil
+	})
+	for {
+		select {
+		case <-done:
+			redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "entry acked")
+			if otherRan.Load() || r.get("RHEL-2") != 1 {
+				t.Fatalf("runs=%d, other consumer ran=%v", r.get("RHEL-2"), otherRan.Load())
+			}
+			if n := len(e.results("lock.dropped")); n != 0 {
+				t.Fatalf("the in-flight entry was dropped (acked) by the other consumer: %d records", n)
+			}
+			return
+		default:
+		}
+		p, err := e.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: e.triage(), Group: "triage", Start: id, End: id, Count: 1}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p) == 1 && p[0].Consumer != "a-0" {
+			t.Fatalf("in-flight entry moved to %s", p[0].Consumer)
+		}
+		if len(p) == 1 && p[0].Idle > maxIdle {
+			t.Fatalf("in-flight entry idle %s > MAX_IDLE_TIME: claimable", p[0].Idle)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Entries that wait in a busy consumer's read-ahead buffer age and are claimed by an
+// idle consumer; the busy one must then not run them a second time (DESIGN §9).
+func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	maxIdle := 400 * time.Millisecond
+	var r runs
+	started := make(chan struct{}, 1)
+	e.start(ctx, routerOpts{consumer: "a", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
+		r.add(issueOf(msg))
+		if issueOf(msg) == "RHEL-1" {
+			started <- struct{}{}
+			time.Sleep(4 * maxIdle)
+		}
+		return nil
+	})
+	e.publishTriage("RHEL-1")
+	<-started
+	e.publishTriage("RHEL-2") // read ahead by a, stuck behind RHEL-1
+	e.publishTriage("RHEL-3")
+	e.start(ctx, routerOpts{consumer: "b", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
+		r.add(issueOf(msg))
+		return nil
+	})
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		return r.get("RHEL-1") == 1 && r.get("RHEL-2") >= 1 && r.get("RHEL-3") >= 1 && e.pending(e.triage()) == 0
+	}, "all three run")
+	time.Sleep(2 * maxIdle) // a's buffer drains after RHEL-1; nothing may run again
+	for _, k := range []string{"RHEL-1", "RHEL-2", "RHEL-3"} {
+		if n := r.get(k); n != 1 {
+			t.Fatalf("%s ran %d times", k, n)
+		}
+	}
+}
+
+// Lease loss (the key deleted behind the holder's back): the handler's context is
+// cancelled with ErrLeaseLost, the entry stays pending, and the event runs again.
+func TestLeaseLossCancelsHandlerAndEventReruns(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r runs
+	var firstCause atomic.Value
+	e.start(ctx, routerOpts{ttl: 600 * time.Millisecond}, func(msg *message.Message) error {
+		if r.add(issueOf(msg)) > 1 {
+			return nil
+		}
+		lease, _ := lockmw.LeaseFrom(msg.Context())
+		e.rdb.Del(context.Background(), lease.Keys().Lock)
+		select {
+		case <-msg.Context().Done():
+			firstCause.Store(context.Cause(msg.Context()))
+			return msg.Context().Err()
+		case <-time.After(5 * time.Second):
+			return errors.New("context not cancelled after the lease was lost")
+		}
+	})
+	e.publishTriage("RHEL-4")
+	redistest.Eventually(t, 10*time.Second, func() bool { return r.get("RHEL-4") == 2 && e.pending(e.triage()) == 0 }, "re-run after loss")
+	if c, _ := firstCause.Load().(error); !errors.Is(c, lockmw.ErrLeaseLost) {
+		t.Fatalf("first run's cause = %v, want ErrLeaseLost", c)
+	}
+	if n := len(e.dead()); n != 0 {
+		t.Fatalf("lease loss dead-lettered the event (%d)", n)
+	}
+}
+
+// Coalesce: 50 events for one issue during one long run → exactly two runs: the first,
+// and one follow-up with the newest event.
+func TestCoalesceRunsTwice(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r runs
+	var published atomic.Int64
+	var lastPayloads sync.Map
+	handler := func(msg *message.Message) error {
+		n := r.add(issueOf(msg))
+		lastPayloads.Store(n, msg.UUID)
+		if n == 1 {
+			redistest.Eventually(t, 10*time.Second, func() bool {
+				return int64(len(e.results("lock.coalesced"))) >= published.Load()-3
+			}, "the other events coalesced")
+		}
+		return nil
+	}
+	for i := range 2 {
+		e.start(ctx, routerOpts{consumer: fmt.Sprintf("w%d", i), policy: lockmw.Coalesce}, handler)
+	}
+	published.Store(51)
+	e.publishTriage("RHEL-5")
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-5") == 1 }, "first run")
+	for range 50 {
+		e.publishTriage("RHEL-5")
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !(r.get("RHEL-5") == 2 && e.pending(e.triage()) == 0) {
+		if time.Now().After(deadline) {
+			keys := e.rdb.Keys(ctx, "*"+e.ns+"*").Val()
+			t.Fatalf("no follow-up run: runs=%d pending=%d len=%d coalesced=%d dropped=%d keys=%v done=%q",
+				r.get("RHEL-5"), e.pending(e.triage()), e.rdb.XLen(ctx, e.triage()).Val(),
+				len(e.results("lock.coalesced")), len(e.results("lock.dropped")), keys,
+				e.rdb.Get(ctx, "lockdone:"+e.ns+"triage:RHEL-5").Val())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("coalesced=%d dropped=%d", len(e.results("lock.coalesced")), len(e.results("lock.dropped")))
+	time.Sleep(time.Second)
+	if n := r.get("RHEL-5"); n != 2 {
+		t.Fatalf("%d runs, want exactly 2", n)
+	}
+}
+
+// DESIGN §6 rows 1–4: to the dead-letter stream with the reason, acked, no lock taken,
+// and the router keeps running.
+func TestBadInputGoesToDeadLetters(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r runs
+	e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.add(issueOf(msg)); return nil })
+	add := func(values map[string]any) {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: values}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok := map[string]any{"_watermill_message_uuid": "u", "m:schema_version": "1", "m:event_type": "triage.requested"}
+	with := func(kv ...any) map[string]any {
+		v := map[string]any{}
+		for k, x := range ok {
+			v[k] = x
+		}
+		for i := 0; i < len(kv); i += 2 {
+			v[kv[i].(string)] = kv[i+1]
+		}
+		return v
+	}
+	cases := []struct {
+		name   string
+		values map[string]any
+		reason string
+	}{
+		{"not JSON", with("payload", "{not json"), "not a JSON object"},
+		{"no issue key", with("payload", `{"metadata":{}}`), "no issue key"},
+		{"empty key", with("payload", `{"metadata":{"issue":""}}`), "no issue key"},
+		{"path", with("payload", `{"metadata":{"issue":"../x"}}`), "invalid issue key"},
+		{"space inside", with("payload", `{"metadata":{"issue":"RHEL 12"}}`), "invalid issue key"},
+		{"300 chars", with("payload", `{"metadata":{"issue":"`+strings.Repeat("A", 296)+`-1"}}`), "invalid issue key"},
+		{"control char", with("payload", "{\"metadata\":{\"issue\":\"RHEL-1\\u0007\"}}"), "invalid issue key"},
+		{"schema", with("payload", `{"metadata":{"issue":"RHEL-1"}}`, "m:schema_version", "9"), "unknown schema_version"},
+		{"event type", with("payload", `{"metadata":{"issue":"RHEL-1"}}`, "m:event_type", "rebase.requested"), "not for agent triage"},
+		{"no uuid field", map[string]any{"payload": `{"metadata":{"issue":"RHEL-1"}}`}, "undecodable entry"},
+	}
+	for _, c := range cases {
+		add(c.values)
+	}
+	e.publishTriage("RHEL-99") // the router must still be running after all that
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		return r.get("RHEL-99") == 1 && len(e.dead()) == len(cases) && e.pending(e.triage()) == 0
+	}, "bad events dead-lettered (%d of %d), good one run", len(e.dead()), len(cases))
+	dead := e.dead()
+	for i, c := range cases {
+		d := dead[i].Values
+		if !strings.Contains(fmt.Sprint(d[pipeline.DeadFieldError]), c.reason) || d[pipeline.DeadFieldStream] != e.triage() || d[pipeline.DeadFieldID] == "" {
+			t.Errorf("%s: dead entry %v, want reason %q", c.name, d, c.reason)
+		}
+		if d["payload"] != c.values["payload"] {
+			t.Errorf("%s: original payload not kept: %v", c.name, d["payload"])
+		}
+	}
+	if keys := e.rdb.Keys(ctx, "lock*"+e.ns+"*").Val(); len(keys) > 0 {
+		for _, k := range keys {
+			if !strings.Contains(k, "RHEL-99") {
+				t.Fatalf("a bad event took a lock: %v", keys)
+			}
+		}
+	}
+	if r.get("RHEL-1") != 0 {
+		t.Fatal("a bad event reached the handler")
+	}
+}
+
+// A handler that keeps failing is retried MAX_RETRIES times inside one lease, then
+// dead-lettered with its error and attempt count; the lease is released.
+func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var attempts atomic.Int64
+	var fences sync.Map
+	e.start(ctx, routerOpts{maxRetries: 3}, func(msg *message.Message) error {
+		attempts.Add(1)
+		fences.Store(msg.Metadata.Get("fence"), true)
+		return errBoom
+	})
+	e.publishTriage("RHEL-6")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 && e.pending(e.triage()) == 0 }, "dead-lettered")
+	d := e.dead()[0].Values
+	if attempts.Load() != 3 || d[pipeline.DeadFieldAttempts] != "3" || !strings.Contains(fmt.Sprint(d[pipeline.DeadFieldError]), "boom") {
+		t.Fatalf("attempts=%d dead=%v", attempts.Load(), d)
+	}
+	n := 0
+	fences.Range(func(any, any) bool { n++; return true })
+	if n != 1 {
+		t.Fatalf("retries ran under %d fences, want one lease", n)
+	}
+	if e.rdb.Exists(ctx, "lock:"+e.ns+"triage:RHEL-6").Val() != 0 {
+		t.Fatal("lease not released after the last attempt")
+	}
+}
+
+// Entries written by a stock watermill-redisstream publisher (msgpack metadata) are read;
+// ours are readable with redis-cli: one field per metadata key.
+func TestEntriesAreReadableAndLegacyFormatIsRead(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r runs
+	e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.add(issueOf(msg)); return nil })
+	id := e.publishTriage("RHEL-31")
+	vals := e.rdb.XRange(ctx, e.triage(), id, id).Val()[0].Values
+	if vals["m:issue_key"] != "RHEL-31" || vals["m:event_type"] != "triage.requested" || vals["payload"] == "" {
+		t.Fatalf("entry not readable field by field: %v", vals)
+	}
+	stock, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: e.rdb}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := message.NewMessage("legacy-1", []byte(`{"metadata":{"issue":"rhel-32"}}`))
+	legacy.Metadata.Set("event_type", "triage.requested")
+	if err := stock.Publish(e.triage(), legacy); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-31") == 1 && r.get("RHEL-32") == 1 }, "both formats handled")
+}
+
+// Closing a router closes its subscribers' own clients, never the shared one.
+func TestCloseLeavesSharedClientOpen(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	r, done := e.start(ctx, routerOpts{}, func(*message.Message) error { return nil })
+	cancel()
+	<-done
+	_ = r
+	if err := e.rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("shared client closed with the router: %v", err)
+	}
+}
