@@ -1,0 +1,489 @@
+package fetcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// Defaults for Config.
+const (
+	DefaultStaleLabelThreshold = 24 * time.Hour
+	DefaultQueuedTTL           = 24 * time.Hour
+)
+
+// triageAgent is the stage the fetcher publishes to.
+const triageAgent = "triage"
+
+// Config configures a Fetcher. Jira, Redis and JQL are required.
+type Config struct {
+	// Jira is the client searches, changelog and group reads and label writes go through.
+	Jira *jira.Client
+	// Redis is the pipeline's Redis: lease keys, queued markers and the triage streams.
+	Redis redis.UniversalClient
+	// Topology names the triage streams, the triage group and the namespace of the queued
+	// markers (YMIR_NAMESPACE).
+	Topology pipeline.Topology
+	// Locker gives the lease key names and the key canonicalisation. nil: a Locker on Redis
+	// with Topology.LockScope(), the workers' default.
+	Locker *lockmw.Locker
+	// Stages are the agents whose leases the pre-check looks at; default pipeline.Agents
+	// (triage and every downstream agent).
+	Stages []string
+	// MaxLen is the approximate MAXLEN of the triage streams (MAX_LEN; 0: never trim),
+	// as pipeline.NewPublisher takes it.
+	MaxLen int64
+	// JQL is the search (JIRA_JQL).
+	JQL string
+	// TriggerGroup (JIRA_TRIGGER_GROUP): whoever added ymir_todo last must be in this Jira
+	// group; empty: anyone may.
+	TriggerGroup string
+	// MaxIssues (MAX_ISSUES) caps the issues published per sweep; 0: no limit. Issues
+	// skipped for any reason do not count.
+	MaxIssues int
+	// StaleLabelThreshold (STALE_LABEL_THRESHOLD): an in-flight label on an issue not
+	// updated for this long is recovered. Default 24h.
+	StaleLabelThreshold time.Duration
+	// QueuedTTL bounds the life of a queued marker (default 24h); it is renewed by every
+	// sweep that finds the entry still waiting.
+	QueuedTTL time.Duration
+	// ComponentField is the field naming the downstream component, checked for modular
+	// packages along with the component names. Default DefaultComponentField; "-" for none.
+	ComponentField string
+	// DryRun (DRY_RUN): no Jira writes (logged instead); triage requests are still
+	// published. A Jira client in dry-run mode implies it.
+	DryRun bool
+	// Logger receives one line per decision (debug for skips) and one per sweep.
+	Logger zerolog.Logger
+	// Clock is the time source for staleness; default time.Now.
+	Clock func() time.Time
+}
+
+// Fetcher sweeps Jira and publishes triage requests. Build it with New. Sweeps may run
+// one after another from any goroutine; concurrent sweeps (even from several processes)
+// never publish an issue twice, but may repeat each other's Jira writes.
+type Fetcher struct {
+	jira           *jira.Client
+	rdb            redis.UniversalClient
+	topo           pipeline.Topology
+	locker         *lockmw.Locker
+	stages         []string
+	maxLen         int64
+	jql            string
+	triggerGroup   string
+	maxIssues      int
+	threshold      time.Duration
+	queuedTTL      time.Duration
+	componentField string
+	dryRun         bool
+	log            zerolog.Logger
+	clock          func() time.Time
+	group          string // the triage consumer group
+	ns             string
+}
+
+// New validates cfg and returns a Fetcher. It does no I/O.
+func New(cfg Config) (*Fetcher, error) {
+	switch {
+	case cfg.Jira == nil:
+		return nil, errors.New("fetcher: Config.Jira is required")
+	case cfg.Redis == nil:
+		return nil, errors.New("fetcher: Config.Redis is required")
+	case cfg.JQL == "":
+		return nil, errors.New("fetcher: JIRA_JQL is required")
+	case cfg.MaxIssues < 0:
+		return nil, fmt.Errorf("fetcher: MAX_ISSUES must not be negative, got %d", cfg.MaxIssues)
+	case cfg.StaleLabelThreshold < 0:
+		return nil, fmt.Errorf("fetcher: STALE_LABEL_THRESHOLD must be positive, got %s", cfg.StaleLabelThreshold)
+	case cfg.QueuedTTL < 0:
+		return nil, fmt.Errorf("fetcher: queued marker TTL must be positive, got %s", cfg.QueuedTTL)
+	case cfg.MaxLen < 0:
+		return nil, fmt.Errorf("fetcher: MAX_LEN must not be negative, got %d", cfg.MaxLen)
+	}
+	f := &Fetcher{
+		jira: cfg.Jira, rdb: cfg.Redis, topo: cfg.Topology, locker: cfg.Locker,
+		stages: cfg.Stages, maxLen: cfg.MaxLen, jql: cfg.JQL, triggerGroup: cfg.TriggerGroup,
+		maxIssues: cfg.MaxIssues, threshold: cfg.StaleLabelThreshold, queuedTTL: cfg.QueuedTTL,
+		componentField: cfg.ComponentField, dryRun: cfg.DryRun || cfg.Jira.DryRun(),
+		log: cfg.Logger.With().Str("component", "fetcher").Logger(), clock: cfg.Clock,
+	}
+	if f.locker == nil {
+		l, err := lockmw.New(cfg.Redis, lockmw.Options{Scope: cfg.Topology.LockScope()})
+		if err != nil {
+			return nil, fmt.Errorf("fetcher: %w", err)
+		}
+		f.locker = l
+	}
+	if len(f.stages) == 0 {
+		f.stages = pipeline.Agents
+	}
+	f.stages = slices.Clone(f.stages)
+	if f.threshold == 0 {
+		f.threshold = DefaultStaleLabelThreshold
+	}
+	if f.queuedTTL == 0 {
+		f.queuedTTL = DefaultQueuedTTL
+	}
+	if f.queuedTTL < time.Millisecond {
+		return nil, fmt.Errorf("fetcher: queued marker TTL must be at least 1ms, got %s", f.queuedTTL)
+	}
+	switch f.componentField {
+	case "":
+		f.componentField = DefaultComponentField
+	case "-":
+		f.componentField = ""
+	}
+	if f.clock == nil {
+		f.clock = time.Now
+	}
+	f.group = f.topo.Group(triageAgent, "")
+	f.ns = f.topo.Namespace
+	if f.ns == "" {
+		f.ns = pipeline.DefaultNamespace
+	}
+	return f, nil
+}
+
+// QueuedKey is the Redis key of an issue's queued marker for agent:
+// "<namespace>:queued:<agent>:<KEY>" (issue canonical). It holds "<entry id> <stream>" of
+// the last request published for the issue to that agent's streams. The fetcher writes
+// the triage markers; a producer of downstream requests may write the others (SET with a
+// TTL after its XADD), and the fetcher then also leaves alone a stale issue whose
+// downstream request still waits.
+func QueuedKey(t pipeline.Topology, agent, issue string) string {
+	ns := t.Namespace
+	if ns == "" {
+		ns = pipeline.DefaultNamespace
+	}
+	return ns + ":queued:" + agent + ":" + issue
+}
+
+func (f *Fetcher) queuedKey(agent, issue string) string {
+	return f.ns + ":queued:" + agent + ":" + issue
+}
+
+// groupOf is the consumer group reading stream.
+func (f *Fetcher) groupOf(stream string) string {
+	if r, ok := f.topo.RouteOf(stream); ok {
+		return r.Group
+	}
+	return f.group
+}
+
+func (f *Fetcher) triageStreams() []string {
+	return []string{f.topo.Stream(triageAgent, "", false), f.topo.Stream(triageAgent, "", true)}
+}
+
+func (f *Fetcher) isTriageStream(s string) bool {
+	return slices.Contains(f.triageStreams(), s)
+}
+
+// searchFields are the only fields the rules read.
+func (f *Fetcher) searchFields() []string {
+	fs := []string{"labels", "updated", "status", "components", "fixVersions"}
+	if f.componentField != "" {
+		fs = append(fs, f.componentField)
+	}
+	return fs
+}
+
+// Fatal reports whether an error from Sweep needs an operator before any sweep can
+// succeed: Jira refused the credentials (401) or the search (403).
+func Fatal(err error) bool {
+	return errors.Is(err, jira.ErrUnauthorized) || errors.Is(err, jira.ErrForbidden)
+}
+
+// candidate is an issue that pass 1 wants to act on.
+type candidate struct {
+	idx   int // index in Summary.Issues
+	issue jira.Issue
+	d     decision
+}
+
+// Sweep runs one sweep: search, classify (rules A–D), pre-check leases and queued entries
+// for the whole batch, then per issue in Jira's order publish the triage request and only
+// then flip its trigger label. It returns what it did, with an error when the search or
+// Redis failed or Jira refused the credentials; the Summary then covers the issues handled
+// before the failure. Errors on one issue's Jira calls are logged and the issue skipped.
+func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
+	start := time.Now()
+	sum := Summary{Skipped: map[Reason]int{}, DryRun: f.dryRun}
+	finish := func(err error) (Summary, error) {
+		sum.Took = time.Since(start)
+		ev := f.log.Info()
+		if err != nil {
+			ev = f.log.Error().Err(err)
+		}
+		ev.EmbedObject(sum).Msg("sweep done")
+		return sum, err
+	}
+
+	// Collect first, act afterwards: offsets shift when label edits take issues out of
+	// the JQL during a Server/DC walk.
+	var issues []jira.Issue
+	err := f.jira.SearchAll(ctx, f.jql, f.searchFields(), 0, func(is jira.Issue) error {
+		issues = append(issues, is)
+		return nil
+	})
+	if err != nil {
+		return finish(fmt.Errorf("search Jira: %w", err))
+	}
+	sum.Found = len(issues)
+
+	// Pass 1: classify, no I/O.
+	now := f.clock()
+	seen := make(map[string]bool, len(issues))
+	var cands []candidate
+	var keys []string
+	stale := map[string]bool{}
+	for _, is := range issues {
+		key, err := f.locker.Canonicalize(is.Key)
+		o := Outcome{Key: key}
+		switch {
+		case err != nil:
+			o.Key, o.Reason, o.Detail = is.Key, ReasonInvalidKey, err.Error()
+		case seen[key]:
+			o.Reason, o.Detail = ReasonDuplicate, "the search returned the issue twice"
+		default:
+			seen[key] = true
+			d := classify(is, now, f.threshold, f.componentField)
+			o.Trigger, o.Reason, o.Detail = d.trigger, d.skip, d.why
+			if d.trigger != triggerNone {
+				is.Key = key
+				cands = append(cands, candidate{idx: len(sum.Issues), issue: is, d: d})
+				keys = append(keys, key)
+				if d.trigger == TriggerStale {
+					stale[key] = true
+				}
+			}
+		}
+		sum.Issues = append(sum.Issues, o)
+	}
+
+	// Pass 2: one pipelined round trip for the whole batch.
+	pre, err := f.precheck(ctx, keys, stale)
+	if err != nil {
+		for _, c := range cands {
+			sum.Issues[c.idx].Reason = ReasonError
+			sum.Issues[c.idx].Detail = "not handled: " + err.Error()
+		}
+		f.count(&sum)
+		return finish(err)
+	}
+
+	// Pass 3: act, in Jira's order.
+	members := map[string]bool{}
+	for _, c := range cands {
+		o := &sum.Issues[c.idx]
+		if err := f.handle(ctx, c, o, pre, members, &sum); err != nil {
+			for _, rest := range cands {
+				if rest.idx > c.idx {
+					sum.Issues[rest.idx].Reason = ReasonError
+					sum.Issues[rest.idx].Detail = "not handled: the sweep stopped early"
+				}
+			}
+			if !o.Published && o.Reason == "" {
+				o.Reason = ReasonError
+			}
+			f.count(&sum)
+			return finish(err)
+		}
+	}
+	f.count(&sum)
+	return finish(nil)
+}
+
+// count fills Published and Skipped from the outcomes.
+func (f *Fetcher) count(sum *Summary) {
+	sum.Published = 0
+	clear(sum.Skipped)
+	for _, o := range sum.Issues {
+		if o.Published {
+			sum.Published++
+		} else if o.Reason != "" {
+			sum.Skipped[o.Reason]++
+		}
+	}
+}
+
+// handle acts on one candidate. A returned error ends the sweep (Redis failed, or Jira
+// refused the credentials).
+func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre precheckResult, members map[string]bool, sum *Summary) error {
+	key := c.issue.Key
+	log := f.log.With().Str("issue_key", key).Str("trigger", string(c.d.trigger)).Logger()
+
+	if stage, ok := pre.locked[key]; ok {
+		o.Reason, o.Stage = ReasonLocked, stage
+		o.Detail = "a " + stage + " lease is alive: labels left in place, nothing published"
+		log.Info().Str("stage", stage).Msg("issue locked: skipped, its labels kept for the sweep after the release")
+		return nil
+	}
+	if id, ok := pre.queued[key]; ok {
+		o.Reason, o.EntryID = ReasonQueued, id
+		o.Detail = "entry " + id + " still waits in a triage stream"
+		log.Debug().Str("entry_id", id).Msg("issue already queued: skipped")
+		return nil
+	}
+
+	if c.d.trigger == triggerTodoM {
+		o.Reason, o.Trigger = ReasonModular, TriggerTodo
+		log.Info().Msg("modular package: ymir_todo consumed, not published")
+		return f.writeLabels(ctx, log, o, sum, nil, []string{LabelTodo}, false)
+	}
+
+	if f.maxIssues > 0 && sum.Published >= f.maxIssues {
+		o.Reason, o.Detail = ReasonMaxIssues, fmt.Sprintf("MAX_ISSUES=%d already published", f.maxIssues)
+		log.Debug().Msg("MAX_ISSUES reached: skipped")
+		return nil
+	}
+
+	userTriggered := c.d.trigger == TriggerTodo
+	if userTriggered && f.triggerGroup != "" {
+		ok, who, err := f.addedByMember(ctx, key, members)
+		switch {
+		case err != nil && errors.Is(err, jira.ErrUnauthorized):
+			o.Reason, o.Detail = ReasonError, err.Error()
+			return fmt.Errorf("check who added %s to %s: %w", LabelTodo, key, err)
+		case err != nil:
+			o.Reason, o.Detail = ReasonError, "author check: "+err.Error()
+			log.Warn().Err(err).Msg("cannot check who added ymir_todo: skipped, retried next sweep")
+			return nil
+		case !ok:
+			o.Reason = ReasonUntrusted
+			o.Detail = fmt.Sprintf("ymir_todo added by %q, not a member of %q: label removed", who, f.triggerGroup)
+			log.Info().Str("added_by", who).Str("group", f.triggerGroup).Msg("ymir_todo from a non-member: removed")
+			return f.writeLabels(ctx, log, o, sum, nil, []string{LabelTodo}, false)
+		}
+	}
+
+	// Publish first; flip only once the event is out.
+	task := triageTask(key, userTriggered)
+	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	if err != nil {
+		return fmt.Errorf("build the triage request for %s: %w", key, err)
+	}
+	stream := f.topo.Stream(triageAgent, "", userTriggered)
+	id, fresh, err := f.publish(ctx, key, stream, pipeline.Encode(msg))
+	if err != nil {
+		o.Reason, o.Detail = ReasonError, "publish: "+err.Error()
+		return fmt.Errorf("publish the triage request for %s to %s: %w (no label was changed)", key, stream, err)
+	}
+	if !fresh {
+		o.Reason, o.EntryID = ReasonQueued, id
+		o.Detail = "entry " + id + " still waits in a triage stream (found at publish)"
+		log.Debug().Str("entry_id", id).Msg("issue already queued: skipped")
+		return nil
+	}
+	o.Published, o.Stream, o.EntryID, o.Reason = true, stream, id, ""
+	sum.Published++
+	log.Info().Str("stream", stream).Str("entry_id", id).Bool("user_triggered", userTriggered).
+		Str("message_uuid", msg.UUID).Str("correlation_id", msg.Metadata.Get(pipeline.MetaCorrelationID)).
+		Msg("triage requested")
+
+	switch c.d.trigger {
+	case TriggerTodo:
+		return f.writeLabels(ctx, log, o, sum, []string{LabelTriageInProgress}, []string{LabelTodo}, true)
+	case TriggerRetry:
+		return f.writeLabels(ctx, log, o, sum, []string{LabelTriageInProgress}, []string{LabelRetryNeeded}, true)
+	case TriggerStale:
+		// Upstream's two steps: the stale label becomes ymir_retry_needed, which becomes
+		// ymir_triage_in_progress; both show in the issue's history.
+		if err := f.writeLabels(ctx, log, o, sum, []string{LabelRetryNeeded}, []string{c.d.staleLabel}, true); err != nil || o.FlipErr != nil {
+			return err
+		}
+		return f.writeLabels(ctx, log, o, sum, []string{LabelTriageInProgress}, []string{LabelRetryNeeded}, true)
+	}
+	return nil
+}
+
+// writeLabels updates an issue's labels, or logs the update in dry run. afterPublish marks
+// a flip that goes with a publish: its failure is counted in FlipFailures. Only a 401 is
+// returned (it ends the sweep); other failures are logged and recorded in o.FlipErr.
+func (f *Fetcher) writeLabels(ctx context.Context, log zerolog.Logger, o *Outcome, sum *Summary, add, remove []string, afterPublish bool) error {
+	if f.dryRun {
+		log.Info().Strs("add", add).Strs("remove", remove).Bool("dry_run", true).Msg("dry run: labels not written")
+		o.Added, o.Removed = appendNew(o.Added, add...), appendNew(o.Removed, remove...)
+		return nil
+	}
+	err := f.jira.UpdateLabels(ctx, o.Key, add, remove)
+	if err != nil {
+		o.FlipErr = err
+		if afterPublish {
+			sum.FlipFailures++
+			log.Error().Err(err).Strs("add", add).Strs("remove", remove).Str("entry_id", o.EntryID).
+				Msg("label flip failed after the publish: the request is out; the queued marker keeps it from being published again")
+		} else {
+			log.Warn().Err(err).Strs("remove", remove).Msg("label removal failed; retried next sweep")
+		}
+		if errors.Is(err, jira.ErrUnauthorized) {
+			return fmt.Errorf("update the labels of %s: %w", o.Key, err)
+		}
+		return nil
+	}
+	sum.LabelWrites++
+	o.Added, o.Removed = appendNew(o.Added, add...), appendNew(o.Removed, remove...)
+	return nil
+}
+
+func appendNew(dst []string, add ...string) []string {
+	for _, a := range add {
+		if !slices.Contains(dst, a) {
+			dst = append(dst, a)
+		}
+	}
+	return dst
+}
+
+// addedByMember reports whether whoever added ymir_todo last (newest add in the paginated
+// changelog) is a member of the trigger group, and who it was. No add event, or an author
+// Jira does not know (404), is "not a member". Memberships are cached for the sweep.
+func (f *Fetcher) addedByMember(ctx context.Context, key string, cache map[string]bool) (bool, string, error) {
+	author, _, found, err := f.jira.LastLabelAdder(ctx, key, LabelTodo)
+	if err != nil {
+		if errors.Is(err, jira.ErrNotFound) {
+			return false, "", nil
+		}
+		return false, "", err
+	}
+	if !found {
+		return false, "", nil
+	}
+	who := author.ID()
+	if who == "" {
+		return false, "", nil
+	}
+	if m, ok := cache[who]; ok {
+		return m, who, nil
+	}
+	groups, err := f.jira.UserGroups(ctx, who)
+	if err != nil {
+		if errors.Is(err, jira.ErrNotFound) {
+			cache[who] = false
+			return false, who, nil
+		}
+		return false, who, err
+	}
+	m := slices.Contains(groups, f.triggerGroup)
+	cache[who] = m
+	return m, who, nil
+}
+
+// triageTask is the Python fetcher's Task.from_issue: a TriageInputSchema dump.
+func triageTask(key string, userTriggered bool) pipeline.Task {
+	t := pipeline.Task{UserTriggered: userTriggered}
+	_ = t.Set("issue", key)
+	_ = t.Set("force_cve_triage", false)
+	_ = t.Set("is_older_zstream", false)
+	_ = t.Set("needs_internal_fix", false)
+	_ = t.Set("internal_target_branch", nil)
+	return t
+}
