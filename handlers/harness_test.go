@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -54,8 +55,12 @@ func newEnv(t testing.TB, issues ...fakejira.Issue) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	log := zerolog.Nop()
+	if os.Getenv("YMIR_TEST_LOG") != "" {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).With().Timestamp().Str("test", t.Name()).Logger()
+	}
 	return &env{t: t, rdb: rdb, ns: ns, topo: topo, opts: opts, pub: pipeline.NewPublisher(rdb, 0),
-		results: pipeline.NewResults(rdb, topo.Results(), 0), fj: fj, jc: jc, log: zerolog.Nop()}
+		results: pipeline.NewResults(rdb, topo.Results(), 0), fj: fj, jc: jc, log: log}
 }
 
 func (e *env) locker() *lockmw.Locker {

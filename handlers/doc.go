@@ -1,0 +1,40 @@
+// Package handlers holds ymirflow's agent stages: one Watermill handler per agent
+// (triage, rebase, backport, rebuild) with the Jira label state machine of the Python
+// ymir agents, the routing table from a triage resolution to a downstream stream, and
+// the runners that do the agents' actual work (ExecRunner, DemoRunner).
+//
+// The entry point is New: it returns the handler that pipeline.RouterConfig.Handler
+// takes. The router wraps it in the per-issue lease (lockmw), retries and dead letters.
+//
+// Triage, for one event:
+//
+//  1. Agent-side dedup: an issue with a terminal ymir label and no trigger
+//     (ymir_retry_needed, ymir_triage_in_progress, a user-triggered run) is skipped;
+//     a Closed or Done issue is skipped, its claim and (user-triggered) ymir_todo removed.
+//  2. Claim: one label write adds ymir_triage_in_progress and removes every other ymir_*
+//     label.
+//  3. The runner triages.
+//  4. Dispatch (rebase, backport, rebuild with a target branch): the downstream Task is
+//     published, fenced, to <agent>:<c9s|c10s>[:todo] per Dispatch. Publishing comes
+//     before the resolution label, unlike upstream, so a crash or a lost lease in
+//     between leaves the claim in place and the redelivery runs again, instead of a
+//     labelled issue that nothing will ever pick up.
+//  5. The resolution label replaces the claim (ResolutionLabel).
+//  6. A stage.done record goes to the results stream.
+//
+// Rebase, backport and rebuild run the runner; success writes ymir_<agent>ed (removing
+// the triaged, failed and errored labels); a failure is retried by the pipeline, with
+// ymir_<agent>_failed for user-triggered runs, and the last attempt writes
+// ymir_<agent>_errored, removes ymir_triaged_<agent> and records stage.failed before the
+// pipeline dead-letters the event. ymir_triaged_<agent> stays until then: it is the
+// issue's in-flight marker.
+//
+// What an event's attempts already did (a runner result, the publish, a label) is
+// remembered in memory for its retries, so a Jira or Redis failure after the agent ran
+// never runs the agent again nor publishes twice. A Jira outage (429, 5xx, network,
+// 401/403) is retried with backoff by the Jira client and by the pipeline; if it
+// outlasts the event's attempts the event is left pending and redelivered (the error
+// matches lockmw.ErrTransient) instead of being dead-lettered. A cancelled context
+// (lease lost, shutdown) is never a failure: nothing is labelled and the pipeline
+// redelivers.
+package handlers

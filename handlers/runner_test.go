@@ -1,0 +1,287 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+func runReq(t *testing.T, agent string) handlers.RunRequest {
+	t.Helper()
+	payload := []byte(`{"metadata":{"issue":"RHEL-5","extra":[1,2]},"attempts":0,"user_triggered":true,"x":"y"}`)
+	task, err := pipeline.ParseTask(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return handlers.RunRequest{Agent: agent, Branch: "", IssueKey: "RHEL-5", Fence: 42, Attempt: 2, MessageID: "1700000000000-3",
+		Stream: "ymir:triage:todo", UserTriggered: true, Payload: payload, Task: task}
+}
+
+func TestExecRunnerContract(t *testing.T) {
+	dir := t.TempDir()
+	r := handlers.ExecRunner{
+		Command: `cat > "$OUT/stdin.json"; env | grep -E '^(YMIR_|JIRA_ISSUE=|FROM_WORKER=)' | sort > "$OUT/env"; ` +
+			`echo "progress: thinking" ; echo "to stderr" >&2; ` +
+			`echo '{"resolution":"backport","target_branch":"rhel-9.6.0","data":{"package":"p"},"dist_git_namespace":"rpms"}'`,
+		Env: []string{"OUT=" + dir},
+	}
+	t.Setenv("FROM_WORKER", "inherited")
+	req := runReq(t, "triage")
+	res, err := r.Run(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Resolution != "backport" || res.TargetBranch != "rhel-9.6.0" || string(res.Data) != `{"package":"p"}` ||
+		string(res.Extra["dist_git_namespace"]) != `"rpms"` {
+		t.Fatalf("result %+v", res)
+	}
+	stdin, _ := os.ReadFile(filepath.Join(dir, "stdin.json"))
+	if !bytes.Equal(stdin, req.Payload) {
+		t.Fatalf("stdin %q, want the payload as received", stdin)
+	}
+	env, _ := os.ReadFile(filepath.Join(dir, "env"))
+	want := strings.Join([]string{"FROM_WORKER=inherited", "JIRA_ISSUE=RHEL-5", "YMIR_AGENT=triage", "YMIR_ATTEMPT=2", "YMIR_BRANCH=",
+		"YMIR_FENCE=42", "YMIR_ISSUE_KEY=RHEL-5", "YMIR_MESSAGE_ID=1700000000000-3", "YMIR_STREAM=ymir:triage:todo",
+		"YMIR_USER_TRIGGERED=true"}, "\n") + "\n"
+	if string(env) != want {
+		t.Fatalf("environment:\n%s\nwant:\n%s", env, want)
+	}
+}
+
+func TestExecRunnerDownstreamResult(t *testing.T) {
+	r := handlers.ExecRunner{Command: `echo '{"success":false,"error":"build failed","merge_request_url":null}'`}
+	res, err := r.Run(context.Background(), runReq(t, "rebase"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Success || res.Error != "build failed" {
+		t.Fatalf("result %+v", res)
+	}
+	r.Command = `echo '{"success":true,"merge_request_url":"https://mr/7"}'`
+	if res, err = r.Run(context.Background(), runReq(t, "backport")); err != nil || !res.Success || res.MergeRequestURL != "https://mr/7" {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+}
+
+func TestExecRunnerErrors(t *testing.T) {
+	cases := []struct {
+		name, agent, cmd string
+		bad              bool     // ErrBadOutput
+		in               []string // substrings of the error
+	}{
+		{"non-zero exit", "rebase", `echo '{"success":true}'; echo "it broke" >&2; exit 3`, false, []string{"exit status 3", "it broke"}},
+		{"killed", "rebase", `kill -9 $$`, false, []string{"killed by signal"}},
+		{"not JSON", "triage", `echo "I am not JSON"; echo why >&2`, true, []string{"I am not JSON", "why"}},
+		{"empty output", "rebase", `true`, true, []string{"empty output"}},
+		{"unknown resolution", "triage", `echo '{"resolution":"maybe"}'`, true, []string{"maybe"}},
+		{"no resolution", "triage", `echo '{"target_branch":"c9s"}'`, true, []string{"resolution"}},
+		{"no success", "backport", `echo '{"merge_request_url":"x"}'`, true, []string{"success"}},
+		{"success not a bool", "backport", `echo '{"success":"yes"}'`, true, []string{"success"}},
+		{"data not an object", "triage", `echo '{"resolution":"rebase","data":[1]}'`, true, []string{"data"}},
+		{"stdout too large", "rebase", `head -c 300000 /dev/zero | tr '\0' a; echo`, true, []string{"exceeds"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := handlers.ExecRunner{Command: c.cmd, MaxStdout: 100_000}
+			_, err := r.Run(context.Background(), runReq(t, c.agent))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if errors.Is(err, handlers.ErrBadOutput) != c.bad {
+				t.Fatalf("ErrBadOutput: %v, want %v (%v)", errors.Is(err, handlers.ErrBadOutput), c.bad, err)
+			}
+			for _, s := range c.in {
+				if !strings.Contains(err.Error(), s) {
+					t.Fatalf("error %q lacks %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestExecRunnerStderrIsBounded(t *testing.T) {
+	r := handlers.ExecRunner{Command: `head -c 200000 /dev/zero | tr '\0' e >&2; echo END >&2; exit 1`, MaxStderr: 1000}
+	_, err := r.Run(context.Background(), runReq(t, "rebase"))
+	if err == nil || !strings.HasSuffix(err.Error(), "END") || len(err.Error()) > 4000 {
+		t.Fatalf("error (%d bytes) %.200q", len(err.Error()), err)
+	}
+}
+
+// alive reports whether pid is a live (not zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	redistest.Eventually(t, 5*time.Second, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, "pid file %s", path)
+	return pid
+}
+
+// On cancel the whole process group gets SIGTERM, then SIGKILL after the grace: a shell
+// that traps TERM and a child that ignores it are both gone within the grace.
+func TestExecRunnerCancelKillsProcessGroup(t *testing.T) {
+	dir := t.TempDir()
+	const grace = 400 * time.Millisecond
+	r := handlers.ExecRunner{KillGrace: grace, Env: []string{"OUT=" + dir},
+		Command: `sh -c 'trap "" TERM; echo $$ > "$OUT/child.tmp"; mv "$OUT/child.tmp" "$OUT/child"; while :; do sleep 0.05; done' &
+trap 'echo "got TERM, ignoring it" >&2' TERM
+echo $$ > "$OUT/leader.tmp"; mv "$OUT/leader.tmp" "$OUT/leader"
+while :; do sleep 0.05; done`}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(ctx, runReq(t, "rebase"))
+		done <- err
+	}()
+	leader, child := readPid(t, filepath.Join(dir, "leader")), readPid(t, filepath.Join(dir, "child"))
+	if !alive(leader) || !alive(child) {
+		t.Fatal("processes not running")
+	}
+	lost := errors.New("lease lost (test)")
+	start := time.Now()
+	cancel(lost)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(grace + 5*time.Second):
+		t.Fatal("Run did not return after the grace")
+	}
+	took := time.Since(start)
+	if !errors.Is(err, lost) {
+		t.Fatalf("err = %v, want the context's cause", err)
+	}
+	if took < grace {
+		t.Fatalf("returned after %s, before the grace: SIGKILL too early", took)
+	}
+	if took > grace+2*time.Second {
+		t.Fatalf("returned after %s", took)
+	}
+	redistest.Eventually(t, time.Second, func() bool { return !alive(leader) && !alive(child) },
+		"leader %d and child %d gone", leader, child)
+}
+
+// A run that ends on its own but leaves a process behind in its group: the leftover is
+// terminated, and it cannot hold the runner up by keeping stdout open.
+func TestExecRunnerReapsLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	r := handlers.ExecRunner{KillGrace: time.Second, Env: []string{"OUT=" + dir},
+		Command: `sleep 30 & echo $! > "$OUT/bg"; echo '{"success":true}'`}
+	start := time.Now()
+	res, err := r.Run(context.Background(), runReq(t, "rebase"))
+	if err != nil || !res.Success {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("took %s", took)
+	}
+	bg := readPid(t, filepath.Join(dir, "bg"))
+	redistest.Eventually(t, 2*time.Second, func() bool { return !alive(bg) }, "background process %d gone", bg)
+}
+
+func TestDemoRunnerIsDeterministic(t *testing.T) {
+	d := handlers.DemoRunner{Seed: 7}
+	ctx := context.Background()
+	for i := range 50 {
+		key := fmt.Sprintf("RHEL-%d", 100+i)
+		for _, agent := range []string{"triage", "rebase"} {
+			req := handlers.RunRequest{Agent: agent, IssueKey: key, Attempt: 1}
+			a, errA := d.Run(ctx, req)
+			b, errB := handlers.DemoRunner{Seed: 7}.Run(ctx, req)
+			if fmt.Sprint(a, errA) != fmt.Sprint(b, errB) {
+				t.Fatalf("%s %s: %v/%v then %v/%v", agent, key, a, errA, b, errB)
+			}
+		}
+	}
+	// The mix is honoured: over many issues each outcome shows up about as often as
+	// its weight says, and the seed changes which issue gets which.
+	counts := map[string]int{}
+	differ := 0
+	for i := range 2000 {
+		key := fmt.Sprintf("RHEL-%d", i+1)
+		o, branch, _ := d.Outcome("triage", key, 1)
+		counts[o]++
+		if o2, _, _ := (handlers.DemoRunner{Seed: 8}).Outcome("triage", key, 1); o2 != o {
+			differ++
+		}
+		if branch == "" {
+			t.Fatal("no branch from the default branches")
+		}
+	}
+	for res, w := range handlers.DefaultTriageMix {
+		if got, want := counts[res], 2000*w/100; got < want*6/10-10 || got > want*14/10+10 {
+			t.Errorf("%s: %d of 2000, want about %d", res, got, want)
+		}
+	}
+	if differ < 500 {
+		t.Errorf("seed 7 and 8 agree on %d of 2000 issues", 2000-differ)
+	}
+	// Attempts differ, so a retry can succeed.
+	changed := 0
+	for i := range 200 {
+		key := fmt.Sprintf("RHEL-%d", i+1)
+		a, _, _ := d.Outcome("rebase", key, 1)
+		b, _, _ := d.Outcome("rebase", key, 2)
+		if a != b {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Error("the attempt never changes the outcome")
+	}
+}
+
+func TestDemoRunnerMixDurationAndCancel(t *testing.T) {
+	d := handlers.DemoRunner{Mix: map[string]int{"rebase": 1, "error": 0}, Branches: []string{"c9s"}, Duration: 40 * time.Millisecond}
+	start := time.Now()
+	res, err := d.Run(context.Background(), handlers.RunRequest{Agent: "triage", IssueKey: "RHEL-1", Attempt: 1})
+	if err != nil || res.Resolution != "rebase" || res.TargetBranch != "c9s" || !bytes.Contains(res.Data, []byte(`"jira_issue":"RHEL-1"`)) {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if took := time.Since(start); took < 20*time.Millisecond {
+		t.Fatalf("took %s, want at least half the duration", took)
+	}
+	down := handlers.DemoRunner{Mix: map[string]int{handlers.DemoFailure: 1}}
+	if res, err := down.Run(context.Background(), handlers.RunRequest{Agent: "backport", IssueKey: "RHEL-1", Attempt: 1}); err != nil || res.Success || res.Error == "" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	crash := handlers.DemoRunner{Mix: map[string]int{handlers.DemoError: 1}}
+	if _, err := crash.Run(context.Background(), handlers.RunRequest{Agent: "rebuild", IssueKey: "RHEL-1", Attempt: 1}); !errors.Is(err, handlers.ErrDemoCrash) {
+		t.Fatalf("err = %v", err)
+	}
+	slow := handlers.DemoRunner{Duration: time.Hour}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := slow.Run(ctx, handlers.RunRequest{Agent: "rebase", IssueKey: "RHEL-1", Attempt: 1}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Fatal("did not honour ctx")
+	}
+}
