@@ -2,11 +2,62 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// runHistory is not built yet.
+const historyHelp = `
+Shows every event of one issue across all the pipeline's streams, including results
+and dead letters, in time order (the time of each stream id): time, stream, id, event
+type, agent, fence, correlation id, and what it is about (the entry a result or dead
+letter refers to) with details (outcome, lock holder, error).
+
+Cost: every stream is read whole with XRANGE in pages of 1000 entries, the next pages
+of all streams pipelined together (one round trip per 1000 entries of the longest
+stream), and the issue is matched here, on the client: the whole pipeline's entries
+cross the network. Streams are capped by MAX_LEN, which bounds it.
+`
+
+// runHistory prints every event of one issue, in order.
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("history: not implemented yet")
+	var cfg config.Inspect
+	pos, err := loadCmd("history", "history KEY [--json]", historyHelp, &cfg, args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("history takes one issue key, e.g. history RHEL-123 (got %q)", pos)
+	}
+	e, in, err := inspector(ctx, &cfg.Common, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	events, err := in.History(ctx, pos[0])
+	if err != nil {
+		return inputErr(err)
+	}
+	if events == nil {
+		events = []pipeline.HistoryEvent{}
+	}
+	if cfg.JSON {
+		issue := pos[0]
+		if len(events) > 0 {
+			issue = events[0].Issue
+		}
+		return writeJSON(stdout, map[string]any{"issue": issue, "events": events})
+	}
+	if len(events) == 0 {
+		fmt.Fprintf(stdout, "no events of %s in any stream\n", pos[0])
+		return nil
+	}
+	t := newTable(stdout, "TIME", "STREAM", "ID", "EVENT", "AGENT", "FENCE", "CORRELATION ID", "REPLAY OF", "ABOUT", "DETAIL")
+	for _, ev := range events {
+		t.row(ev.Time.UTC().Format("2006-01-02 15:04:05.000Z"), ev.Stream, ev.ID, ev.EventType, ev.Agent, ev.Fence,
+			ev.CorrelationID, ev.ReplayOf, ev.About, ev.Detail)
+	}
+	return t.flush()
 }

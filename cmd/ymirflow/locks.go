@@ -3,10 +3,131 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
+	"strconv"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// runLocks is not built yet.
+const locksHelp = `
+Lists the live per-issue leases: agent, issue, holder (owner), fence, how long it has
+been held, TTL left, and the stream entry it guards.
+
+  locks release AGENT KEY [--yes]
+      force-releases the lease of KEY for AGENT whoever holds it, and bumps its fence:
+      the evicted holder's next fenced publish is refused and its next heartbeat
+      cancels its work. Asks y/N on the terminal unless --yes; without a terminal and
+      without --yes it refuses (exit 2).
+
+Cost: with --issue, direct lookups of that issue's lease for each agent, 1 round trip.
+Without, SCAN MATCH of the lease-record pattern (lockinfo:<scope><agent>:*): SCAN
+walks the whole keyspace of the database (the MATCH filter runs on the server), one
+round trip per 1000 keys, then 1 round trip per 500 leases found. Leases taken by
+the Python agents (plain lock keys, no record) are found only with --issue.
+locks release: 2 round trips.
+`
+
+// runLocks lists live leases, or force-releases one (locks release AGENT KEY).
 func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("locks: not implemented yet")
+	var cfg config.Locks
+	pos, err := loadCmd("locks", "locks [--agent A] [--issue KEY] [--json] | locks release AGENT KEY [--yes]", locksHelp, &cfg, args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 && pos[0] == "release" {
+		return releaseLock(ctx, &cfg, pos[1:], stdout, stderr)
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q (locks [--agent A] [--issue KEY] or locks release AGENT KEY)", pos)
+	}
+	e, in, err := inspector(ctx, &cfg.Common, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	leases, err := in.Locks(ctx, pipeline.LockFilter{Agent: cfg.Agent, Issue: cfg.Issue})
+	if err != nil {
+		return inputErr(err)
+	}
+	if leases == nil {
+		leases = []pipeline.LeaseInfo{}
+	}
+	if cfg.JSON {
+		return writeJSON(stdout, map[string]any{"leases": leases})
+	}
+	if len(leases) == 0 {
+		fmt.Fprintln(stdout, "no live leases")
+		return nil
+	}
+	t := newTable(stdout, "AGENT", "ISSUE", "OWNER", "FENCE", "HELD FOR", "SINCE", "TTL", "MESSAGE ID")
+	for _, l := range leases {
+		owner, held := l.Owner, human(l.Held)
+		if owner == "" {
+			owner, held = "(plain lock)", ""
+		}
+		t.row(l.Agent, l.Issue, owner, strconv.FormatInt(l.Fence, 10), held, stamp(l.AcquiredAt), ttl(l.TTL), l.MessageID)
+	}
+	return t.flush()
+}
+
+func releaseLock(ctx context.Context, cfg *config.Locks, pos []string, stdout, stderr io.Writer) error {
+	if len(pos) != 2 {
+		return usagef("locks release takes AGENT and KEY, e.g. locks release triage RHEL-123 (got %q)", pos)
+	}
+	agent, key := pos[0], pos[1]
+	if !slices.Contains(pipeline.Agents, agent) {
+		return usagef("unknown agent %q: one of %v", agent, pipeline.Agents)
+	}
+	e, in, err := inspector(ctx, &cfg.Common, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	cur, err := in.Lease(ctx, agent, key)
+	if errors.Is(err, pipeline.ErrNotFound) {
+		if cfg.JSON {
+			return writeJSON(stdout, pipeline.Released{Agent: agent, Issue: key})
+		}
+		fmt.Fprintf(stdout, "no live lease on %s %s; nothing released\n", agent, key)
+		return nil
+	}
+	if err != nil {
+		return inputErr(err)
+	}
+	q := fmt.Sprintf("force-release %s %s held by %s (fence %d, held for %s, TTL %s, entry %s)?",
+		agent, cur.Issue, orPlain(cur.Owner), cur.Fence, human(cur.Held), ttl(cur.TTL), orDash(cur.MessageID))
+	if err := confirm(stderr, cfg.Yes, q); err != nil {
+		return err
+	}
+	rel, err := in.ForceRelease(ctx, agent, cur.Issue)
+	if err != nil {
+		return err
+	}
+	if cfg.JSON {
+		return writeJSON(stdout, rel)
+	}
+	if rel.Holder == nil {
+		fmt.Fprintf(stdout, "no live lease on %s %s any more; nothing released\n", agent, rel.Issue)
+		return nil
+	}
+	fmt.Fprintf(stdout, "released %s %s (was %s, fence %d); fence is now %d: the old holder is fenced out\n",
+		agent, rel.Issue, orPlain(rel.Holder.Owner), rel.Holder.Fence, rel.Fence)
+	return nil
+}
+
+func orPlain(owner string) string {
+	if owner == "" {
+		return "a plain lock (no record)"
+	}
+	return owner
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

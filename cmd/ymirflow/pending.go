@@ -2,11 +2,88 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
+	"strconv"
+	"strings"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// runPending is not built yet.
+const pendingHelp = `
+Shows, per consumer group, the XPENDING summary (count, oldest and newest id, entries
+per consumer), then every pending entry: id, consumer, idle time, deliveries, issue
+key, and the lease guarding it (holder, fence, TTL left). An entry is "guarded" when a
+live lease of its issue names it; otherwise it is "orphaned": no worker is on it, and
+it is claimed and re-run once idle for MAX_IDLE_TIME (or dropped, if its issue is
+locked for another entry by then).
+
+Cost: 1 round trip for all summaries, 1 per 1000 entries of the longest group
+(extended XPENDING pages, all groups pipelined), 1 per 1000 entries for their issue
+keys (pipelined XRANGE id id), 1 per 500 issues for their leases. No SCAN.
+`
+
+// runPending prints pending entries per group with the lease guarding each.
 func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("pending: not implemented yet")
+	var cfg config.Pending
+	pos, err := loadCmd("pending", "pending [--agent A] [--branch B] [--issue KEY] [--json]", pendingHelp, &cfg, args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q (filter with --agent, --branch, --issue)", pos)
+	}
+	e, in, err := inspector(ctx, &cfg.Common, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	groups, err := in.Pending(ctx, pipeline.PendingFilter{Agent: cfg.Agent, Branch: cfg.Branch, Issue: cfg.Issue})
+	if err != nil {
+		return inputErr(err)
+	}
+	if cfg.JSON {
+		if groups == nil {
+			groups = []pipeline.GroupPending{}
+		}
+		return writeJSON(stdout, map[string]any{"groups": groups})
+	}
+	if len(groups) == 0 {
+		fmt.Fprintln(stdout, "no consumer groups yet (no worker has started on these streams)")
+		return nil
+	}
+	t := newTable(stdout, "STREAM", "GROUP", "PENDING", "OLDEST", "NEWEST", "CONSUMERS")
+	entries := 0
+	for _, g := range groups {
+		var cs []string
+		for _, c := range g.Consumers {
+			cs = append(cs, c.Name+"="+strconv.FormatInt(c.Pending, 10))
+		}
+		t.row(g.Stream, g.Group, strconv.FormatInt(g.Count, 10), g.Lowest, g.Highest, strings.Join(cs, " "))
+		entries += len(g.Entries)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if entries == 0 {
+		fmt.Fprintln(stdout, "no pending entries")
+		return nil
+	}
+	t = newTable(stdout, "ID", "STREAM", "CONSUMER", "IDLE", "DELIVERIES", "ISSUE", "STATE", "HOLDER", "FENCE", "TTL", "NOTE")
+	for _, g := range groups {
+		for _, x := range g.Entries {
+			holder, fence, left := "", "", ""
+			if x.Lease != nil {
+				holder, fence, left = x.Lease.Owner, strconv.FormatInt(x.Lease.Fence, 10), ttl(x.Lease.TTL)
+				if holder == "" {
+					holder = "(plain lock)"
+				}
+			}
+			t.row(x.ID, g.Stream, x.Consumer, human(x.Idle), strconv.FormatInt(x.Deliveries, 10), x.Issue, x.State,
+				holder, fence, left, x.Note)
+		}
+	}
+	return t.flush()
 }

@@ -1,0 +1,512 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// opsEnv runs the inspection commands in-process against this test's namespace of the
+// test Redis (REDIS_URL, YMIR_NAMESPACE).
+type opsEnv struct {
+	t      *testing.T
+	rdb    *redis.Client
+	topo   pipeline.Topology
+	locker *lockmw.Locker
+	pub    *pipeline.Publisher
+}
+
+func newOpsEnv(t *testing.T) *opsEnv {
+	rdb, ns := redistest.Client(t)
+	for name := range config.EnvNames() {
+		t.Setenv(name, "") // nothing leaks from the caller's environment
+	}
+	t.Setenv("REDIS_URL", redistest.URL())
+	t.Setenv("YMIR_NAMESPACE", ns+"ymir")
+	t.Setenv("LOG_LEVEL", "error")
+	topo := pipeline.Topology{Namespace: ns + "ymir"}
+	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &opsEnv{t: t, rdb: rdb, topo: topo, locker: locker, pub: pipeline.NewPublisher(rdb, 0)}
+}
+
+// run runs `ymirflow args...` and returns its stdout, stderr and exit code.
+func (o *opsEnv) run(args ...string) (string, string, int) {
+	o.t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// ok runs a command that must succeed.
+func (o *opsEnv) ok(args ...string) string {
+	o.t.Helper()
+	out, errs, code := o.run(args...)
+	if code != exitOK {
+		o.t.Fatalf("ymirflow %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+// json runs a command with --json and decodes its output into v.
+func (o *opsEnv) json(v any, args ...string) {
+	o.t.Helper()
+	out := o.ok(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		o.t.Fatalf("ymirflow %s --json: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (o *opsEnv) code(want int, args ...string) string {
+	o.t.Helper()
+	out, errs, code := o.run(args...)
+	if code != want {
+		o.t.Fatalf("ymirflow %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errs)
+	}
+	return errs
+}
+
+func (o *opsEnv) stream(agent, branch string) string { return o.topo.Stream(agent, branch, false) }
+
+func (o *opsEnv) publish(stream, key string) string {
+	o.t.Helper()
+	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `","jira_issue":"` + key + `"}}`))
+	et := pipeline.EventTriageRequested
+	if r, ok := o.topo.RouteOf(stream); ok {
+		et = pipeline.RequestedEvent(r.Agent)
+	}
+	msg, _ := pipeline.NewEvent(et, key, task, nil)
+	id, err := o.pub.PublishID(context.Background(), stream, msg)
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	return id
+}
+
+func (o *opsEnv) read(stream, group, consumer string) {
+	o.t.Helper()
+	ctx := context.Background()
+	o.rdb.XGroupCreateMkStream(ctx, stream, group, "0")
+	if err := o.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, ">"}}).Err(); err != nil {
+		o.t.Fatal(err)
+	}
+}
+
+func (o *opsEnv) acquire(agent, key, owner, id string) *lockmw.Lease {
+	o.t.Helper()
+	le, err := o.locker.Acquire(context.Background(), agent, key, lockmw.AcquireOptions{Owner: owner, MessageID: id})
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	o.t.Cleanup(func() { le.Release(context.Background()) })
+	return le
+}
+
+// withStdin makes confirmations read answer from a terminal (interactive) or not.
+func withStdin(t *testing.T, answer string, interactive bool) {
+	old := stdin
+	stdin = func() (io.Reader, bool) { return strings.NewReader(answer), interactive }
+	t.Cleanup(func() { stdin = old })
+}
+
+func TestHuman(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", 350 * time.Millisecond: "350ms", 42 * time.Second: "42s", 90 * time.Second: "1m30s",
+		2 * time.Minute: "2m", 2*time.Hour + 5*time.Minute + 10*time.Second: "2h5m", 76 * time.Hour: "3d4h", -3 * time.Second: "-3s",
+	} {
+		if got := human(d); got != want {
+			t.Errorf("human(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestPendingCommand(t *testing.T) {
+	o := newOpsEnv(t)
+	triage := o.stream("triage", "")
+	id1 := o.publish(triage, "RHEL-1")
+	id2 := o.publish(triage, "RHEL-2")
+	o.read(triage, "triage", "pod-a-0")
+	o.acquire("triage", "RHEL-1", "pod-a-0", id1)
+
+	out := o.ok("pending")
+	for _, want := range []string{"STREAM", triage, "pod-a-0=2", id1, id2, "guarded", "orphaned", "RHEL-2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	var got struct {
+		Groups []struct {
+			Stream  string `json:"stream"`
+			Count   int    `json:"count"`
+			Entries []struct {
+				ID         string `json:"id"`
+				Consumer   string `json:"consumer"`
+				IdleMS     *int64 `json:"idle_ms"`
+				Deliveries int    `json:"deliveries"`
+				Issue      string `json:"issue"`
+				State      string `json:"state"`
+				Lease      *struct {
+					Owner     string `json:"owner"`
+					Fence     int64  `json:"fence"`
+					TTLMS     int64  `json:"ttl_ms"`
+					MessageID string `json:"message_id"`
+				} `json:"lease"`
+			} `json:"entries"`
+		} `json:"groups"`
+	}
+	o.json(&got, "pending", "--agent", "triage")
+	if len(got.Groups) != 1 || got.Groups[0].Count != 2 || len(got.Groups[0].Entries) != 2 {
+		t.Fatalf("JSON = %+v", got)
+	}
+	e1, e2 := got.Groups[0].Entries[0], got.Groups[0].Entries[1]
+	if e1.State != "guarded" || e1.Lease == nil || e1.Lease.Owner != "pod-a-0" || e1.Lease.MessageID != id1 || e1.Lease.TTLMS <= 0 || e1.IdleMS == nil {
+		t.Errorf("guarded entry = %+v", e1)
+	}
+	if e2.ID != id2 || e2.State != "orphaned" || e2.Lease != nil || e2.Issue != "RHEL-2" || e2.Consumer != "pod-a-0" || e2.Deliveries != 1 {
+		t.Errorf("orphaned entry = %+v", e2)
+	}
+	o.json(&got, "pending", "--issue", "rhel-2")
+	if len(got.Groups[0].Entries) != 1 || got.Groups[0].Entries[0].State != "orphaned" {
+		t.Fatalf("--issue JSON = %+v", got)
+	}
+	o.code(exitUsage, "pending", "--agent", "nope")
+	o.code(exitUsage, "pending", "--agent", "triage", "--branch", "c9s")
+	o.code(exitUsage, "pending", "--issue", "../x")
+	if out := o.ok("pending", "--help"); !strings.Contains(out, "Cost:") || !strings.Contains(out, "--issue") {
+		t.Errorf("help:\n%s", out)
+	}
+}
+
+func TestLocksCommand(t *testing.T) {
+	o := newOpsEnv(t)
+	old := o.acquire("triage", "RHEL-1", "pod-a-0", "1-0")
+	o.acquire("rebase", "RHEL-1", "pod-b-0", "2-0")
+	o.acquire("triage", "RHEL-2", "pod-a-1", "3-0")
+
+	out := o.ok("locks")
+	for _, want := range []string{"AGENT", "OWNER", "FENCE", "TTL", "pod-a-0", "pod-b-0", "pod-a-1", "RHEL-2", "3-0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	var got struct {
+		Leases []struct {
+			Agent      string    `json:"agent"`
+			Issue      string    `json:"issue"`
+			Owner      string    `json:"owner"`
+			Fence      int64     `json:"fence"`
+			AcquiredAt time.Time `json:"acquired_at"`
+			HeldMS     *int64    `json:"held_ms"`
+			TTLMS      int64     `json:"ttl_ms"`
+			MessageID  string    `json:"message_id"`
+		} `json:"leases"`
+	}
+	o.json(&got, "locks", "--issue", "RHEL-1")
+	if len(got.Leases) != 2 || got.Leases[0].Agent != "triage" || got.Leases[0].Owner != "pod-a-0" || got.Leases[0].Fence != old.Fence() ||
+		got.Leases[0].TTLMS <= 0 || got.Leases[0].AcquiredAt.IsZero() || got.Leases[0].HeldMS == nil || got.Leases[1].Agent != "rebase" {
+		t.Fatalf("JSON = %+v", got)
+	}
+	o.json(&got, "locks", "--agent", "triage")
+	if len(got.Leases) != 2 {
+		t.Fatalf("--agent triage = %+v", got)
+	}
+
+	// Release: refused without a terminal and without --yes; declined at the prompt.
+	withStdin(t, "", false)
+	if errs := o.code(exitUsage, "locks", "release", "triage", "RHEL-1"); !strings.Contains(errs, "--yes") {
+		t.Errorf("stderr: %s", errs)
+	}
+	withStdin(t, "n\n", true)
+	o.code(exitRuntime, "locks", "release", "triage", "RHEL-1")
+	if old.Check(context.Background()) != nil {
+		t.Fatal("lease released without confirmation")
+	}
+	withStdin(t, "y\n", true)
+	if out := o.ok("locks", "release", "triage", "RHEL-1"); !strings.Contains(out, "fenced out") {
+		t.Errorf("release output: %s", out)
+	}
+	// The old holder is fenced out: its next publish is refused.
+	if _, err := old.XAdd(context.Background(), o.stream("rebase", "c9s"), 0, map[string]any{"x": "1"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+		t.Fatalf("old holder's publish = %v, want ErrLeaseLost", err)
+	}
+	var rel struct {
+		Agent  string `json:"agent"`
+		Issue  string `json:"issue"`
+		Holder *struct {
+			Owner string `json:"owner"`
+			Fence int64  `json:"fence"`
+		} `json:"holder"`
+		Fence int64 `json:"fence"`
+	}
+	withStdin(t, "", false)
+	o.json(&rel, "locks", "release", "rebase", "rhel-1", "--yes")
+	if rel.Holder == nil || rel.Holder.Owner != "pod-b-0" || rel.Fence <= rel.Holder.Fence || rel.Issue != "RHEL-1" {
+		t.Fatalf("release JSON = %+v", rel)
+	}
+	o.json(&rel, "locks", "release", "rebase", "RHEL-1", "--yes")
+	if rel.Holder != nil {
+		t.Fatalf("second release JSON = %+v", rel)
+	}
+	o.code(exitUsage, "locks", "release", "nope", "RHEL-1", "--yes")
+	o.code(exitUsage, "locks", "release", "triage")
+}
+
+func TestStreamsCommand(t *testing.T) {
+	o := newOpsEnv(t)
+	triage := o.stream("triage", "")
+	first := o.publish(triage, "RHEL-1")
+	o.publish(triage, "RHEL-2")
+	o.read(triage, "triage", "pod-a-0")
+	o.publish(triage, "RHEL-3")
+	o.publish(o.stream("rebase", "c10s"), "RHEL-4")
+
+	out := o.ok("streams")
+	for _, want := range []string{"LAG", triage, o.stream("rebase", "c10s"), "pod-a-0(2, ", first} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	var got struct {
+		Streams []struct {
+			Stream  string `json:"stream"`
+			Kind    string `json:"kind"`
+			Length  int64  `json:"length"`
+			FirstID string `json:"first_id"`
+			Groups  []struct {
+				Name      string `json:"name"`
+				Lag       int64  `json:"lag"`
+				Pending   int64  `json:"pending"`
+				Consumers []struct {
+					Name    string `json:"name"`
+					Pending int64  `json:"pending"`
+					IdleMS  *int64 `json:"idle_ms"`
+				} `json:"consumers"`
+			} `json:"groups"`
+		} `json:"streams"`
+	}
+	o.json(&got, "streams")
+	if len(got.Streams) != 2 {
+		t.Fatalf("JSON = %+v", got)
+	}
+	s := got.Streams[0]
+	if s.Stream != triage || s.Kind != "input" || s.Length != 3 || s.FirstID != first || len(s.Groups) != 1 ||
+		s.Groups[0].Lag != 1 || s.Groups[0].Pending != 2 || len(s.Groups[0].Consumers) != 1 || s.Groups[0].Consumers[0].IdleMS == nil {
+		t.Fatalf("triage = %+v", s)
+	}
+	o.code(exitUsage, "streams", "extra")
+}
+
+func TestHistoryCommand(t *testing.T) {
+	o := newOpsEnv(t)
+	ctx := context.Background()
+	var want []string
+	want = append(want, o.publish(o.stream("triage", ""), "RHEL-7"))
+	time.Sleep(2 * time.Millisecond)
+	o.publish(o.stream("triage", ""), "RHEL-8")
+	id, _ := o.rdb.XAdd(ctx, &redis.XAddArgs{Stream: o.topo.Results(), Values: map[string]any{
+		"event_type": "stage.done", "agent": "triage", "issue_key": "RHEL-7", "fence": "4", "correlation_id": "corr-1", "outcome": "rebase"}}).Result()
+	want = append(want, id)
+	time.Sleep(2 * time.Millisecond)
+	want = append(want, o.publish(o.stream("rebase", "c9s"), "RHEL-7"))
+
+	// Flags after the key work too.
+	var got struct {
+		Issue  string `json:"issue"`
+		Events []struct {
+			Time          time.Time `json:"time"`
+			Stream        string    `json:"stream"`
+			ID            string    `json:"id"`
+			EventType     string    `json:"event_type"`
+			Fence         string    `json:"fence"`
+			CorrelationID string    `json:"correlation_id"`
+		} `json:"events"`
+	}
+	o.json(&got, "history", "rhel-7")
+	if got.Issue != "RHEL-7" || len(got.Events) != 3 {
+		t.Fatalf("JSON = %+v", got)
+	}
+	types := []string{"triage.requested", "stage.done", "rebase.requested"}
+	for i, ev := range got.Events {
+		if ev.ID != want[i] || ev.EventType != types[i] || ev.Time.IsZero() {
+			t.Errorf("event %d = %+v, want %s %s", i, ev, want[i], types[i])
+		}
+	}
+	if got.Events[1].Fence != "4" || got.Events[1].CorrelationID != "corr-1" || got.Events[1].Stream != o.topo.Results() {
+		t.Errorf("result = %+v", got.Events[1])
+	}
+	out := o.ok("history", "RHEL-7")
+	if !strings.Contains(out, "EVENT") || strings.Index(out, "triage.requested") > strings.Index(out, "rebase.requested") || !strings.Contains(out, "corr-1") {
+		t.Errorf("table:\n%s", out)
+	}
+	if out := o.ok("history", "RHEL-99"); !strings.Contains(out, "no events") {
+		t.Errorf("empty history: %s", out)
+	}
+	o.code(exitUsage, "history")
+	o.code(exitUsage, "history", "not a key")
+}
+
+func TestReplayCommand(t *testing.T) {
+	o := newOpsEnv(t)
+	ctx := context.Background()
+	triage := o.stream("triage", "")
+	ids := []string{o.publish(triage, "RHEL-1"), o.publish(triage, "RHEL-2"), o.publish(triage, "RHEL-3")}
+
+	out := o.ok("replay", "--stream", "triage", "--dry-run")
+	if !strings.Contains(out, "would replay 3 event(s)") || o.rdb.XLen(ctx, triage).Val() != 3 {
+		t.Fatalf("dry run:\n%s", out)
+	}
+	var rep struct {
+		Stream string `json:"stream"`
+		DryRun bool   `json:"dry_run"`
+		Events []struct {
+			ReplayOf      string `json:"replay_of"`
+			ID            string `json:"id"`
+			Issue         string `json:"issue"`
+			CorrelationID string `json:"correlation_id"`
+		} `json:"events"`
+	}
+	o.json(&rep, "replay", "--stream", triage, "--from", ids[0], "--to", ids[1])
+	if rep.Stream != triage || rep.DryRun || len(rep.Events) != 2 || rep.Events[0].ReplayOf != ids[0] || rep.Events[1].ReplayOf != ids[1] ||
+		rep.Events[0].ID == "" || rep.Events[0].CorrelationID == "" {
+		t.Fatalf("JSON = %+v", rep)
+	}
+	all, _ := o.rdb.XRange(ctx, triage, "-", "+").Result()
+	if len(all) != 5 || all[3].Values["m:replay_of"] != ids[0] || all[4].Values["m:replay_of"] != ids[1] {
+		t.Fatalf("stream after replay: %d entries", len(all))
+	}
+	out = o.ok("replay", "--stream", "triage", "--issue", "RHEL-3")
+	if !strings.Contains(out, "replayed 1 event(s)") || !strings.Contains(out, ids[2]) {
+		t.Fatalf("table:\n%s", out)
+	}
+	// A whole stream needs a confirmation.
+	withStdin(t, "", false)
+	o.code(exitUsage, "replay", "--stream", "triage")
+	if n := o.rdb.XLen(ctx, triage).Val(); n != 6 {
+		t.Fatalf("stream has %d entries, want 6", n)
+	}
+	o.code(exitUsage, "replay", "--stream", "results")
+	o.code(exitUsage, "replay")
+	o.code(exitUsage, "replay", "--stream", "triage", "--from", "yesterday")
+}
+
+func (o *opsEnv) bury(stream, key, reason string) string {
+	o.t.Helper()
+	ctx := context.Background()
+	id := o.publish(stream, key)
+	msgs, _ := o.rdb.XRange(ctx, stream, id, id).Result()
+	v := msgs[0].Values
+	v[pipeline.DeadFieldStream], v[pipeline.DeadFieldID], v[pipeline.DeadFieldError] = stream, id, reason
+	v[pipeline.DeadFieldAttempts], v[pipeline.DeadFieldAgent], v[pipeline.DeadFieldAt] = "3", "triage", time.Now().UTC().Format(time.RFC3339Nano)
+	dead, err := o.rdb.XAdd(ctx, &redis.XAddArgs{Stream: o.topo.Dead(), Values: v}).Result()
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	return dead
+}
+
+func TestDLQCommand(t *testing.T) {
+	o := newOpsEnv(t)
+	ctx := context.Background()
+	triage := o.stream("triage", "")
+	d1 := o.bury(triage, "RHEL-1", "runner exited 1")
+	d2 := o.bury(triage, "RHEL-2", "runner printed bad JSON")
+	d3 := o.bury(triage, "RHEL-2", "runner exited 2")
+
+	out := o.ok("dlq", "list")
+	for _, want := range []string{"ERROR", d1, d2, "runner printed bad JSON", "3 dead letter(s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list lacks %q:\n%s", want, out)
+		}
+	}
+	var list struct {
+		DeadLetters []struct {
+			ID         string `json:"id"`
+			Stream     string `json:"stream"`
+			OriginalID string `json:"original_id"`
+			Error      string `json:"error"`
+			Attempts   int    `json:"attempts"`
+			Issue      string `json:"issue"`
+			EventType  string `json:"event_type"`
+		} `json:"dead_letters"`
+	}
+	o.json(&list, "dlq", "list", "--issue", "RHEL-2")
+	if len(list.DeadLetters) != 2 || list.DeadLetters[0].ID != d2 || list.DeadLetters[0].Stream != triage ||
+		list.DeadLetters[0].Attempts != 3 || list.DeadLetters[0].EventType != "triage.requested" || list.DeadLetters[0].OriginalID == "" {
+		t.Fatalf("list JSON = %+v", list)
+	}
+	var show struct {
+		ID       string            `json:"id"`
+		Error    string            `json:"error"`
+		Metadata map[string]string `json:"metadata"`
+		Payload  string            `json:"payload"`
+	}
+	o.json(&show, "dlq", "show", d1)
+	if show.ID != d1 || show.Error != "runner exited 1" || show.Metadata["issue_key"] != "RHEL-1" || !strings.Contains(show.Payload, "RHEL-1") {
+		t.Fatalf("show JSON = %+v", show)
+	}
+	if out := o.ok("dlq", "show", d1); !strings.Contains(out, "m:issue_key") || !strings.Contains(out, "payload") {
+		t.Errorf("show table:\n%s", out)
+	}
+
+	// Requeue moves the entry back exactly once.
+	if out := o.ok("dlq", "requeue", d1); !strings.Contains(out, "requeued 1 dead letter(s)") {
+		t.Errorf("requeue:\n%s", out)
+	}
+	if errs := o.code(exitRuntime, "dlq", "requeue", d1); !strings.Contains(errs, "not found") {
+		t.Errorf("second requeue stderr: %s", errs)
+	}
+	if n := o.rdb.XLen(ctx, triage).Val(); n != 4 {
+		t.Fatalf("triage has %d entries, want 3 + 1", n)
+	}
+	var req struct {
+		Requeued []struct {
+			DeadID string `json:"dead_id"`
+			Stream string `json:"stream"`
+			ID     string `json:"id"`
+			Issue  string `json:"issue"`
+		} `json:"requeued"`
+		Errors []string `json:"errors"`
+	}
+	o.json(&req, "dlq", "requeue", "--all", "--issue", "RHEL-2")
+	if len(req.Requeued) != 2 || req.Requeued[0].DeadID != d2 || req.Requeued[1].DeadID != d3 || req.Requeued[0].Stream != triage || len(req.Errors) != 0 {
+		t.Fatalf("requeue --all JSON = %+v", req)
+	}
+
+	d4 := o.bury(triage, "RHEL-4", "boom")
+	o.bury(triage, "RHEL-5", "boom")
+	withStdin(t, "", false)
+	o.code(exitUsage, "dlq", "purge")
+	var purged struct {
+		Purged int `json:"purged"`
+	}
+	o.json(&purged, "dlq", "purge", "--before", d4, "--yes")
+	if purged.Purged != 0 {
+		t.Fatalf("purge before the first = %+v", purged)
+	}
+	withStdin(t, "yes\n", true)
+	if out := o.ok("dlq", "purge"); !strings.Contains(out, "purged 2") || o.rdb.XLen(ctx, o.topo.Dead()).Val() != 0 {
+		t.Fatalf("purge:\n%s", out)
+	}
+
+	o.code(exitUsage, "dlq")
+	o.code(exitUsage, "dlq", "bury")
+	o.code(exitUsage, "dlq", "show")
+	o.code(exitUsage, "dlq", "show", "x-y")
+	o.code(exitUsage, "dlq", "requeue")
+	o.code(exitUsage, "dlq", "requeue", d4, "--all")
+	o.code(exitUsage, "dlq", "list", "--before", "soon")
+}

@@ -1,0 +1,208 @@
+package main
+
+// Shared by the inspection commands (pending, locks, streams, history, replay, dlq):
+// argument parsing with flags anywhere, help text, aligned tables, JSON, human
+// durations, confirmation prompts and the Inspector's construction.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// loadCmd parses a command's settings and returns its positional arguments. Flags may
+// come before, between or after the positional arguments (`history RHEL-1 --json`).
+// -h/--help prints usage, description and flags to stdout and returns flag.ErrHelp.
+func loadCmd(name, usage, help string, c config.Command, args []string, stdout, stderr io.Writer) ([]string, error) {
+	scratch := flag.NewFlagSet(name, flag.ContinueOnError)
+	c.Register(scratch)
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a)
+			continue
+		}
+		n := strings.TrimLeft(a, "-")
+		if n == "h" || n == "help" {
+			fmt.Fprintf(stdout, "Usage: ymirflow %s\n\n%s\n\nFlags (each also an environment variable):\n", usage, strings.TrimSpace(help))
+			config.WriteUsage(stdout, scratch)
+			return nil, flag.ErrHelp
+		}
+		flags = append(flags, a)
+		if strings.Contains(n, "=") {
+			continue
+		}
+		f := scratch.Lookup(n)
+		if f == nil {
+			continue // the real parse reports it
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	fs, err := load(name, c, append(append(flags, "--"), pos...), stderr)
+	if err != nil {
+		return nil, err
+	}
+	return fs.Args(), nil
+}
+
+// inspector connects to Redis and returns the Inspector of the configured pipeline,
+// with the workers' lease scope.
+func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *pipeline.Inspector, error) {
+	e, err := connect(ctx, c, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The same lease keys as `ymirflow worker` (scope of the namespace, default format).
+	locker, err := lockmw.New(e.rdb, lockmw.Options{Scope: e.topology.LockScope(), Logger: e.log})
+	if err != nil {
+		e.Close()
+		return nil, nil, err
+	}
+	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: e.rdb, Topology: e.topology, Locker: locker, MaxLen: c.MaxLen})
+	if err != nil {
+		e.Close()
+		return nil, nil, err
+	}
+	return e, in, nil
+}
+
+// inputErr turns errors that come from what the operator typed (an invalid issue key,
+// a malformed stream id) into usage errors (exit 2).
+func inputErr(err error) error {
+	if errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, pipeline.ErrBadID) {
+		return usageError{err}
+	}
+	return err
+}
+
+// table prints aligned columns.
+type table struct {
+	tw *tabwriter.Writer
+}
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+// row prints one line; empty cells show as "-".
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		if c == "" {
+			c = "-"
+		}
+		c = strings.NewReplacer("\t", " ", "\n", " ").Replace(c)
+		if i > 0 {
+			fmt.Fprint(t.tw, "\t")
+		}
+		fmt.Fprint(t.tw, c)
+	}
+	fmt.Fprint(t.tw, "\n")
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// human prints a duration for people: 350ms, 42s, 1m30s, 2h5m, 3d4h.
+func human(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + human(-d)
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Round(time.Second)/time.Second)) + "s"
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return unit(int(d/time.Minute), "m", int(d%time.Minute/time.Second), "s")
+	case d < 24*time.Hour:
+		d = d.Round(time.Minute)
+		return unit(int(d/time.Hour), "h", int(d%time.Hour/time.Minute), "m")
+	}
+	d = d.Round(time.Hour)
+	return unit(int(d/(24*time.Hour)), "d", int(d%(24*time.Hour)/time.Hour), "h")
+}
+
+func unit(a int, au string, b int, bu string) string {
+	if b == 0 {
+		return strconv.Itoa(a) + au
+	}
+	return strconv.Itoa(a) + au + strconv.Itoa(b) + bu
+}
+
+// ttl prints a lease's time left ("?" when unknown).
+func ttl(d time.Duration) string {
+	if d <= 0 {
+		return "?"
+	}
+	return human(d)
+}
+
+// stamp prints a time in UTC to the second.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// stdin returns the reader confirmations are read from and whether a person is at it
+// (a terminal). Tests replace it.
+var stdin = func() (io.Reader, bool) {
+	fi, err := os.Stdin.Stat()
+	return os.Stdin, err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// errDeclined: the operator answered no.
+var errDeclined = errors.New("not confirmed; nothing done")
+
+// confirm asks question on stderr and reads y/N from stdin, unless yes. Without a
+// terminal on stdin and without --yes it refuses (usage error): a script must say
+// --yes.
+func confirm(stderr io.Writer, yes bool, question string) error {
+	if yes {
+		return nil
+	}
+	in, interactive := stdin()
+	if !interactive {
+		return usagef("%s: stdin is not a terminal; pass --yes (or ASSUME_YES=true) to confirm", question)
+	}
+	fmt.Fprintf(stderr, "%s [y/N] ", question)
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return errDeclined
+}
