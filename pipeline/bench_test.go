@@ -1,0 +1,124 @@
+package pipeline
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// The router benchmarks consume b.N triage events with distinct issue keys through one
+// subscription and a no-op handler; one op = one event consumed and acked. Run both in
+// one go to get the ratio:
+//
+//	go test -run XXX -bench 'Router(Bare|Locked)' -benchtime 5000x ./pipeline/
+
+// BenchmarkRouterBare: a stock Watermill router on watermill-redisstream, no lease.
+func BenchmarkRouterBare(b *testing.B) {
+	rdb, ns := redistest.Client(b)
+	topo := Topology{Namespace: ns + "ymir"}
+	stream := topo.Stream("triage", "", false)
+	var n atomic.Int64
+	done, gate := make(chan struct{}), make(chan struct{})
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+		Client: redis.NewClient(rdb.Options()), Unmarshaller: Marshaller{}, Consumer: "bench-0", ConsumerGroup: "triage",
+		BlockTime: 100 * time.Millisecond, DisableIndefiniteInitialBlock: true,
+	}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := message.NewRouter(message.RouterConfig{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.AddNoPublisherHandler("bare", stream, sub, func(*message.Message) error {
+		return count(&n, b.N, gate, done)
+	})
+	benchConsume(b, rdb, stream, r, gate, done)
+}
+
+// BenchmarkRouterLocked: pipeline.NewRouter, the full middleware stack with lockmw:
+// acquire (fence and record) in one round trip, release and ack folded into one.
+func BenchmarkRouterLocked(b *testing.B) {
+	rdb, ns := redistest.Client(b)
+	topo := Topology{Namespace: ns + "ymir"}
+	stream := topo.Stream("triage", "", false)
+	opts, _ := ClientOptions(redistest.URL())
+	locker, err := lockmw.New(rdb, lockmw.Options{Scope: ns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n atomic.Int64
+	done, gate := make(chan struct{}), make(chan struct{})
+	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: topo, Agent: "triage", Consumer: "bench",
+		BlockTime: 100 * time.Millisecond, Locker: locker,
+		Handler: func(*message.Message) error { return count(&n, b.N, gate, done) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchConsume(b, rdb, stream, r, gate, done)
+}
+
+type runner interface {
+	Run(context.Context) error
+	Running() chan struct{}
+}
+
+// count is the benchmarks' handler: the first event (a gate, published before the
+// measured ones) waits until all are in the stream, so that publishing does not compete
+// with consuming; the (N+1)th event ends the run.
+func count(n *atomic.Int64, total int, gate, done chan struct{}) error {
+	switch n.Add(1) {
+	case 1:
+		<-gate
+	case int64(total) + 1:
+		close(done)
+	}
+	return nil
+}
+
+func benchConsume(b *testing.B, rdb *redis.Client, stream string, r runner, gate, done chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := rdb.XGroupCreateMkStream(ctx, stream, "triage", "0").Err(); err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = r.Run(ctx) }()
+	<-r.Running()
+	pipe := rdb.Pipeline()
+	for i := 0; i <= b.N; i++ {
+		task, _ := ParseTask([]byte(`{"metadata":{"issue":"RHEL-` + strconv.Itoa(i+1) + `"}}`))
+		msg, _ := NewEvent(EventTriageRequested, "RHEL-"+strconv.Itoa(i+1), task, nil)
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: Encode(msg)})
+		if pipe.Len() == 500 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && pipe.Len() > 0 {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	close(gate)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatal("events not consumed")
+	}
+	b.StopTimer()
+	// The last handler returned; its ack follows within a round trip.
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.XPending(ctx, stream, "triage").Val().Count > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
