@@ -14,13 +14,15 @@
 //  2. Claim: one label write adds ymir_triage_in_progress and removes every other ymir_*
 //     label.
 //  3. The runner triages.
-//  4. Dispatch (rebase, backport, rebuild with a target branch): the downstream Task is
-//     published, fenced, to <agent>:<c9s|c10s>[:todo] per Dispatch. Publishing comes
-//     before the resolution label, unlike upstream, so a crash or a lost lease in
-//     between leaves the claim in place and the redelivery runs again, instead of a
-//     labelled issue that nothing will ever pick up.
-//  5. The resolution label replaces the claim (ResolutionLabel).
-//  6. A stage.done record goes to the results stream.
+//  4. The resolution label (ResolutionLabel) replaces the claim. For rebase, backport and
+//     rebuild with a target branch it is three steps: the label is added, the
+//     downstream Task is published, fenced, to <agent>:<c9s|c10s>[:todo] (Dispatch),
+//     and only then is the claim removed. Upstream labels first and publishes after,
+//     so a crash in between leaves a labelled issue that nothing picks up again; here
+//     the claim is still on the issue until the request is out, so the redelivery
+//     triages again. Adding the label before publishing keeps a fast downstream agent
+//     (which removes ymir_triaged_<agent> when done) from finishing before it is added.
+//  5. A stage.done record goes to the results stream.
 //
 // Rebase, backport and rebuild run the runner; success writes ymir_<agent>ed (removing
 // the triaged, failed and errored labels); a failure is retried by the pipeline, with

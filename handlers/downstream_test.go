@@ -157,8 +157,8 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 	if n := len(e.entries(stream)); n != 0 {
 		t.Fatalf("%d entries in %s after a refused publish", n, stream)
 	}
-	// no resolution label either: the issue still shows the claim, so a redelivery runs
-	e.wantLabels("RHEL-24", "ymir_triage_in_progress")
+	// the claim is still on the issue, so the redelivery triages again
+	e.wantLabels("RHEL-24", "ymir_triage_in_progress", "ymir_triaged_backport")
 	if len(e.records("")) != 0 {
 		t.Fatalf("records %v", e.records(""))
 	}

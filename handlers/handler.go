@@ -106,6 +106,7 @@ type progress struct {
 	stream    string
 	streamID  string
 	labelled  bool
+	unclaimed bool
 	touched   time.Time
 }
 
@@ -256,28 +257,48 @@ func (h *handler) triage(msg *message.Message) error {
 	res := *p.result
 
 	stream, dispatch := Dispatch(h.cfg.Topology, res.Resolution, res.TargetBranch, ev.userTriggered)
-	if dispatch && !p.published {
-		if err := aborted(ctx); err != nil {
-			return err
-		}
-		out, err := h.downstreamEvent(ev, res)
-		if err != nil {
-			return fmt.Errorf("triage of %s: build the downstream request: %w", ev.key, err)
-		}
-		id, err := h.cfg.Publisher.PublishID(ctx, stream, out)
-		if err != nil {
-			return h.redisErr(ctx, ev, "publish the "+res.Resolution+" request", err)
-		}
-		p.published, p.stream, p.streamID = true, stream, id
-		ev.log.Info().Str("stream", stream).Str("stream_id", id).Str("target_branch", res.TargetBranch).
-			Msg("downstream request published")
-	}
 	label := ResolutionLabel(res.Resolution)
-	if !p.labelled {
-		if err := h.setLabels(ctx, ev, []string{label}, []string{LabelTriageInProgress}); err != nil {
-			return h.jiraErr(ctx, ev, "write the resolution label "+label, err)
+	if !dispatch {
+		if !p.labelled {
+			if err := h.setLabels(ctx, ev, []string{label}, []string{LabelTriageInProgress}); err != nil {
+				return h.jiraErr(ctx, ev, "write the resolution label "+label, err)
+			}
+			p.labelled, p.unclaimed = true, true
 		}
-		p.labelled = true
+	} else {
+		// Label, publish, unclaim: the resolution label is there before the downstream
+		// agent can see the request (it removes that label when done), and the claim
+		// stays until the request is out, so a crash or a lost lease in between leaves
+		// an issue that the redelivery triages again, never a labelled issue with no
+		// request behind it.
+		if !p.labelled {
+			if err := h.setLabels(ctx, ev, []string{label}, nil); err != nil {
+				return h.jiraErr(ctx, ev, "write the resolution label "+label, err)
+			}
+			p.labelled = true
+		}
+		if !p.published {
+			if err := aborted(ctx); err != nil {
+				return err
+			}
+			out, err := h.downstreamEvent(ev, res)
+			if err != nil {
+				return fmt.Errorf("triage of %s: build the downstream request: %w", ev.key, err)
+			}
+			id, err := h.cfg.Publisher.PublishID(ctx, stream, out)
+			if err != nil {
+				return h.redisErr(ctx, ev, "publish the "+res.Resolution+" request", err)
+			}
+			p.published, p.stream, p.streamID = true, stream, id
+			ev.log.Info().Str("stream", stream).Str("stream_id", id).Str("target_branch", res.TargetBranch).
+				Msg("downstream request published")
+		}
+		if !p.unclaimed {
+			if err := h.setLabels(ctx, ev, nil, []string{LabelTriageInProgress}); err != nil {
+				return h.jiraErr(ctx, ev, "remove "+LabelTriageInProgress, err)
+			}
+			p.unclaimed = true
+		}
 	}
 	detail := map[string]any{"resolution": res.Resolution, "label": label, "target_branch": res.TargetBranch,
 		"data": rawOrNull(res.Data)}

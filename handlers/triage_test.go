@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -169,12 +171,16 @@ func TestTriageClaimIsOnePutRemovingOtherYmirLabels(t *testing.T) {
 			writes = append(writes, w)
 		}
 	}
-	if len(writes) != 2 { // claim, resolution
-		t.Fatalf("%d label writes, want 2: %+v", len(writes), writes)
+	if len(writes) != 3 { // claim, resolution label, unclaim
+		t.Fatalf("%d label writes, want 3: %+v", len(writes), writes)
 	}
 	if !equal(sorted(writes[0].Add), []string{"ymir_triage_in_progress"}) ||
 		!equal(sorted(writes[0].Remove), []string{"ymir_backport_errored", "ymir_legacy_x", "ymir_todo", "ymir_triaged_backport"}) {
 		t.Fatalf("claim write %+v", writes[0])
+	}
+	if !equal(writes[1].Add, []string{"ymir_triaged_backport"}) || len(writes[1].Remove) != 0 ||
+		len(writes[2].Add) != 0 || !equal(writes[2].Remove, []string{"ymir_triage_in_progress"}) {
+		t.Fatalf("resolution writes %+v, %+v", writes[1], writes[2])
 	}
 	e.wantLabels("RHEL-8", "keep", "ymir_triaged_backport")
 	if c := e.fj.Comments("RHEL-8"); len(c) != 1 {
@@ -337,4 +343,54 @@ func sorted(s []string) []string {
 		}
 	}
 	return out
+}
+
+// orderJira records, at each label write, how many requests the downstream stream
+// holds, and lets a test act just before a write.
+type orderJira struct {
+	*jira.Client
+	e      *env
+	stream string
+	seen   []int64
+	before func(n int)
+}
+
+func (o *orderJira) UpdateLabels(ctx context.Context, key string, add, remove []string) error {
+	n, _ := o.e.rdb.XLen(ctx, o.stream).Result()
+	o.seen = append(o.seen, n)
+	if o.before != nil {
+		o.before(len(o.seen))
+	}
+	return o.Client.UpdateLabels(ctx, key, add, remove)
+}
+
+// The resolution label is written before the request is published, and the claim
+// removed after: a downstream agent that finishes before triage's last write still
+// leaves the right labels.
+func TestTriageLabelPublishOrder(t *testing.T) {
+	e := newEnv(t, fakejira.Issue{Key: "RHEL-12"})
+	stream := e.topo.Stream("backport", "c9s", false)
+	oj := &orderJira{Client: e.jc, e: e, stream: stream}
+	backport := e.handler("backport", "c9s", &fixed{res: handlers.Result{Success: true}})
+	oj.before = func(n int) {
+		if n != 3 {
+			return
+		}
+		// The fastest possible backport worker: done before triage removes its claim.
+		ents := e.entries(stream)
+		msg := pipeline.DecodeEntry(stream, ents[0].ID, ents[0].Values)
+		msg.Metadata.Set(pipeline.MetaAttempt, "1")
+		if err := backport(msg); err != nil {
+			t.Error(err)
+		}
+	}
+	h := e.handler("triage", "", &fixed{res: triageResult("backport", "c9s")}, func(c *handlers.Config) { c.Jira = oj })
+	if err := attempt(h, triageMsg(t, "RHEL-12", false, ""), 1); err != nil {
+		t.Fatal(err)
+	}
+	// claim and label before the publish, unclaim after (the backport's own write is 4th)
+	if !slices.Equal(oj.seen[:3], []int64{0, 0, 1}) {
+		t.Fatalf("stream length at each triage label write: %v, want [0 0 1]", oj.seen)
+	}
+	e.wantLabels("RHEL-12", "ymir_backported")
 }

@@ -94,9 +94,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	log.Info().Str("agent", cfg.Agent).Str("branch", cfg.Branch).Str("streams", strings.Join(streams, ",")).
 		Str("group", e.topology.Group(cfg.Agent, cfg.Branch)).Str("consumer", cfg.ConsumerName).
-		Int("concurrency", cfg.Concurrency).Dur("lock_ttl", cfg.LockTTL).Dur("heartbeat", cfg.HeartbeatInterval()).
-		Dur("lock_max_hold", cfg.LockMaxHold).Str("on_conflict", string(policy)).Int("max_retries", cfg.MaxRetries).
-		Dur("max_idle_time", cfg.MaxIdleTime).Str("runner", cfg.Runner).Dur("kill_grace", cfg.KillGrace).
+		Int("concurrency", cfg.Concurrency).Str("lock_ttl", cfg.LockTTL.String()).Str("heartbeat", cfg.HeartbeatInterval().String()).
+		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", string(policy)).Int("max_retries", cfg.MaxRetries).
+		Str("max_idle_time", cfg.MaxIdleTime.String()).Str("runner", cfg.Runner).Str("kill_grace", cfg.KillGrace.String()).
 		Str("jira", jiraDesc).Bool("dry_run", cfg.DryRun).Str("metrics_addr", metricsAddr).
 		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).
 		Msg("worker starting")
