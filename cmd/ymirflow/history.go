@@ -13,7 +13,8 @@ const historyHelp = `
 Shows every event of one issue across all the pipeline's streams, including results
 and dead letters, in time order (the time of each stream id): time, stream, id, event
 type, agent, fence, correlation id, and what it is about (the entry a result or dead
-letter refers to) with details (outcome, lock holder, error).
+letter refers to) with details (outcome, lock holder, error; cut to 100 characters
+in the table, whole in --json).
 
 Cost: every stream is read whole with XRANGE in pages of 1000 entries, the next pages
 of all streams pipelined together (one round trip per 1000 entries of the longest
@@ -48,7 +49,10 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if len(events) > 0 {
 			issue = events[0].Issue
 		}
-		return writeJSON(stdout, map[string]any{"issue": issue, "events": events})
+		return writeJSON(stdout, struct {
+			Issue  string                  `json:"issue"`
+			Events []pipeline.HistoryEvent `json:"events"`
+		}{issue, events})
 	}
 	if len(events) == 0 {
 		fmt.Fprintf(stdout, "no events of %s in any stream\n", pos[0])
@@ -57,7 +61,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	t := newTable(stdout, "TIME", "STREAM", "ID", "EVENT", "AGENT", "FENCE", "CORRELATION ID", "REPLAY OF", "ABOUT", "DETAIL")
 	for _, ev := range events {
 		t.row(ev.Time.UTC().Format("2006-01-02 15:04:05.000Z"), ev.Stream, ev.ID, ev.EventType, ev.Agent, ev.Fence,
-			ev.CorrelationID, ev.ReplayOf, ev.About, ev.Detail)
+			ev.CorrelationID, ev.ReplayOf, ev.About, clip(ev.Detail, 100))
 	}
 	return t.flush()
 }

@@ -18,6 +18,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -180,8 +182,7 @@ func stamp(t time.Time) string {
 // stdin returns the reader confirmations are read from and whether a person is at it
 // (a terminal). Tests replace it.
 var stdin = func() (io.Reader, bool) {
-	fi, err := os.Stdin.Stat()
-	return os.Stdin, err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return os.Stdin, term.IsTerminal(int(os.Stdin.Fd()))
 }
 
 // errDeclined: the operator answered no.
@@ -196,7 +197,7 @@ func confirm(stderr io.Writer, yes bool, question string) error {
 	}
 	in, interactive := stdin()
 	if !interactive {
-		return usagef("%s: stdin is not a terminal; pass --yes (or ASSUME_YES=true) to confirm", question)
+		return usagef("stdin is not a terminal, so nobody can answer %q; pass --yes (or ASSUME_YES=true) to go ahead", question)
 	}
 	fmt.Fprintf(stderr, "%s [y/N] ", question)
 	line, _ := bufio.NewReader(in).ReadString('\n')
