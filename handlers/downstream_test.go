@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -144,9 +145,8 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := mw(func(msg *message.Message) ([]*message.Message, error) {
-		return nil, e.handler("triage", "", r)(msg)
-	})
+	triage := e.handler("triage", "", r)
+	h := mw(func(msg *message.Message) ([]*message.Message, error) { return nil, triage(msg) })
 	msg := triageMsg(t, "RHEL-24", false, "")
 	msg.Metadata.Set(pipeline.MetaAttempt, "1")
 	_, err = h(msg)
@@ -162,6 +162,27 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 	if len(e.records("")) != 0 {
 		t.Fatalf("records %v", e.records(""))
 	}
+
+	// The redelivery, under a new lease: the agent does not run again, the request is
+	// published once, the labels end right.
+	r.mu.Lock()
+	r.during = nil
+	r.mu.Unlock()
+	msg.Metadata.Set(pipeline.MetaAttempt, "2")
+	if _, err := h(msg); err != nil {
+		t.Fatal(err)
+	}
+	if r.n() != 1 {
+		t.Fatalf("runner ran %d times", r.n())
+	}
+	ents := e.entries(stream)
+	if len(ents) != 1 {
+		t.Fatalf("%d entries in %s, want 1", len(ents), stream)
+	}
+	if f, first := ents[0].Values["m:fence"], r.reqs[0].Fence; f == "" || f == strconv.FormatInt(first, 10) {
+		t.Fatalf("published with fence %v, want the new lease's (the first run's was %d)", f, first)
+	}
+	e.wantLabels("RHEL-24", "ymir_triaged_backport")
 }
 
 // Cancelling the handler's context (lease lost, shutdown) is not a failure: no labels,

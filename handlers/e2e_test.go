@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -215,4 +216,25 @@ func TestEndToEndTwoWorkersOneIssueNeverOverlap(t *testing.T) {
 		t.Fatalf("%d runs of RHEL-500 overlapped", maxInFlight)
 	}
 	e.wantLabels("RHEL-500", "ymir_rebuilt")
+}
+
+// The exec runner behind a real router: output that is not a result is retried, then
+// the event is dead-lettered with the runner's stderr and the issue gets its _errored
+// label.
+func TestEndToEndExecBadOutputRetriedThenDead(t *testing.T) {
+	e := newEnv(t, fakejira.Issue{Key: "RHEL-600", Labels: []string{"ymir_triaged_rebuild"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := handlers.ExecRunner{Command: `echo "attempt $YMIR_ATTEMPT of $YMIR_ISSUE_KEY" >&2; echo 'no json here'`, KillGrace: time.Second}
+	e.router(ctx, "rebuild", "c9s", e.handler("rebuild", "c9s", r, func(c *handlers.Config) { c.MaxRetries = 2 }), 2)
+	if _, err := e.pub.PublishID(ctx, e.topo.Stream("rebuild", "c9s", false), downstreamMsg(t, "rebuild", "RHEL-600", "c9s", false)); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.entries(e.topo.Dead())) == 1 }, "dead letter")
+	dead := e.entries(e.topo.Dead())[0].Values
+	msg := dead[pipeline.DeadFieldError].(string)
+	if !strings.Contains(msg, "not a valid result") || !strings.Contains(msg, "attempt 2 of RHEL-600") {
+		t.Fatalf("dead letter error %q", msg)
+	}
+	e.wantLabels("RHEL-600", "ymir_rebuild_errored")
 }

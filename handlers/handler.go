@@ -164,9 +164,13 @@ func (h *handler) begin(msg *message.Message) (*event, error) {
 		h.memo[ev.memoKey] = p
 	case p.fence != ev.fence || ev.attempt < p.base:
 		// A new delivery (the lease was lost or given up, and taken again): its attempts
-		// count afresh, and the claim is made again after a fresh look at the labels.
-		// What was done for good (a runner result, a publish, a label) is kept.
-		p.fence, p.base, p.claimed = ev.fence, ev.attempt, false
+		// count afresh, and triage claims the issue again after a fresh look at its
+		// labels (the claim removes the resolution label, so that is written again too).
+		// The runner's result and a publish are kept: they are done for good.
+		p.fence, p.base = ev.fence, ev.attempt
+		if h.cfg.Agent == "triage" {
+			p.claimed, p.labelled, p.unclaimed = false, false, false
+		}
 	}
 	p.touched = now
 	h.mu.Unlock()

@@ -97,7 +97,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Int("concurrency", cfg.Concurrency).Str("lock_ttl", cfg.LockTTL.String()).Str("heartbeat", cfg.HeartbeatInterval().String()).
 		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", string(policy)).Int("max_retries", cfg.MaxRetries).
 		Str("max_idle_time", cfg.MaxIdleTime.String()).Str("runner", cfg.Runner).Str("kill_grace", cfg.KillGrace.String()).
-		Str("jira", jiraDesc).Bool("dry_run", cfg.DryRun).Str("metrics_addr", metricsAddr).
+		Str("jira", jiraDesc).Bool("dry_run", cfg.DryRun || jc == nil).Str("metrics_addr", metricsAddr).
 		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).
 		Msg("worker starting")
 
