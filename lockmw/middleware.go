@@ -82,7 +82,8 @@ type Config struct {
 	Policy Policy
 	// ResultsStream receives lock.dropped and lock.coalesced records; "" for none.
 	ResultsStream string
-	// MaxLen trims the results stream and drained follow-ups (approximate; 0 = no).
+	// MaxLen trims the results stream (approximate; 0 = no). Input streams are never
+	// trimmed here: a MAXLEN on them could cut pending entries.
 	MaxLen int64
 	// MaxIdleTime is the subscriber's claim threshold. An entry read longer ago than
 	// (MaxIdleTime - heartbeat interval)/2 may have been claimed away while it waited in
@@ -164,7 +165,7 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 
-		ao := AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce, MaxLen: m.cfg.MaxLen}
+		ao := AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce}
 		if hasEntry {
 			ao.OnHeartbeat = func(ctx context.Context, pipe redis.Pipeliner) {
 				// Keep our pending entry young so no claim loop takes it while we work.

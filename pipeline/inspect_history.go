@@ -35,8 +35,8 @@ type HistoryEvent struct {
 }
 
 // History returns every entry about issue in every stream of the topology (inputs,
-// results and dead letters), ordered by the time of their stream ids (then by stream
-// and id).
+// results and dead letters), ordered by their stream ids: by time, then sequence,
+// then stream name.
 //
 // Cost: every stream is read whole, with XRANGE in pages of PageSize, the next pages of
 // all streams pipelined together: ceil(longest stream / PageSize) round trips, and the

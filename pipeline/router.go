@@ -184,7 +184,32 @@ func (r *Router) Run(ctx context.Context) error {
 			s.log.Info().Int("entries", n).Msg("resuming this consumer's pending entries from its previous run")
 		}
 	}
+	go r.trimLoop(ctx)
 	return r.Router.Run(ctx)
+}
+
+// trimLoop keeps the router's input streams near MaxLen with Trim, which spares every
+// entry a group still needs.
+func (r *Router) trimLoop(ctx context.Context) {
+	if r.cfg.MaxLen <= 0 {
+		return
+	}
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, route := range r.cfg.Topology.Inputs(r.cfg.Agent, r.cfg.Branch) {
+			if n, err := Trim(ctx, r.cfg.Client, route.Stream, r.cfg.MaxLen); err != nil {
+				r.cfg.Logger.Warn().Err(err).Str("stream", route.Stream).Msg("trim failed")
+			} else if n > 0 {
+				r.cfg.Logger.Debug().Int64("removed", n).Str("stream", route.Stream).Msg("trimmed")
+			}
+		}
+	}
 }
 
 // Healthy reports whether the router runs and every subscription still reads.

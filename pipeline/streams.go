@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -17,12 +18,30 @@ import (
 type Publisher struct {
 	rdb    redis.UniversalClient
 	maxLen int64
+	mu     sync.Mutex
+	count  map[string]int64
 }
 
-// NewPublisher returns a publisher trimming each stream to about maxLen entries (0:
-// never trim).
+// trimEvery is how many appends to one stream go between two Trim passes.
+const trimEvery = 1000
+
+// NewPublisher returns a publisher that keeps each stream near maxLen entries (0: never
+// trim) with Trim, which never removes an entry a consumer group still needs.
 func NewPublisher(rdb redis.UniversalClient, maxLen int64) *Publisher {
-	return &Publisher{rdb: rdb, maxLen: maxLen}
+	return &Publisher{rdb: rdb, maxLen: maxLen, count: map[string]int64{}}
+}
+
+func (p *Publisher) maybeTrim(ctx context.Context, stream string) {
+	if p.maxLen <= 0 {
+		return
+	}
+	p.mu.Lock()
+	p.count[stream]++
+	due := p.count[stream]%trimEvery == 0
+	p.mu.Unlock()
+	if due {
+		_, _ = Trim(ctx, p.rdb, stream, p.maxLen) // best effort: the next pass catches up
+	}
 }
 
 // Publish implements message.Publisher.
@@ -41,16 +60,18 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.Message) (string, error) {
 	if lease, ok := lockmw.LeaseFrom(ctx); ok {
 		msg.Metadata.Set(MetaFence, strconv.FormatInt(lease.Fence(), 10))
-		id, err := lease.XAdd(ctx, stream, p.maxLen, Encode(msg))
+		id, err := lease.XAdd(ctx, stream, 0, Encode(msg))
 		if err != nil {
 			return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
 		}
+		p.maybeTrim(ctx, stream)
 		return id, nil
 	}
-	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: p.maxLen, Approx: p.maxLen > 0, Values: Encode(msg)}).Result()
+	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: Encode(msg)}).Result()
 	if err != nil {
 		return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
 	}
+	p.maybeTrim(ctx, stream)
 	return id, nil
 }
 

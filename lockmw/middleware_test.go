@@ -1,0 +1,147 @@
+package lockmw_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// streamSource is a lockmw.Source over one real stream entry, as a subscription sees it.
+type streamSource struct {
+	entry   lockmw.Entry
+	mu      sync.Mutex
+	settled int
+}
+
+func (s *streamSource) Entry(*message.Message) (lockmw.Entry, bool) { return s.entry, true }
+func (s *streamSource) Settle(lockmw.Entry)                         { s.mu.Lock(); s.settled++; s.mu.Unlock() }
+func (s *streamSource) Encode(m *message.Message) (map[string]any, error) {
+	return map[string]any{"payload": string(m.Payload)}, nil
+}
+
+func pendingEntry(t *testing.T, rdb *redis.Client, stream, consumer string) string {
+	t.Helper()
+	ctx := context.Background()
+	id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "{}"}}).Val()
+	rdb.XGroupCreateMkStream(ctx, stream, "g", "0")
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: consumer, Streams: []string{stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// A redelivered copy of the entry a live holder is working on is neither run nor acked.
+func TestInFlightCopyOfLiveHoldersEntryIsNeitherRunNorAcked(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{})
+	stream := ns + "s"
+	id := pendingEntry(t, rdb, stream, "holder")
+	holder, err := l.Acquire(context.Background(), "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "holder", MessageID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "other", ID: id, ReadAt: time.Now()}}
+	mw, err := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage", Source: src, ResultsStream: ns + "results", MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	h := mw(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })
+	msg := message.NewMessage("u1", []byte(`{"metadata":{"issue":"RHEL-1"}}`))
+	if _, err := h(msg); err != nil {
+		t.Fatal(err)
+	}
+	if ran {
+		t.Fatal("the live holder's entry ran a second time")
+	}
+	if p := rdb.XPending(context.Background(), stream, "g").Val(); p.Count != 1 {
+		t.Fatalf("the live holder's entry was acked: pending %d", p.Count)
+	}
+	if n := rdb.XLen(context.Background(), ns+"results").Val(); n != 0 {
+		t.Fatal("recorded as dropped")
+	}
+	if src.settled != 1 {
+		t.Fatal("subscriber not told to skip its ack")
+	}
+}
+
+// A different event for a held issue is acked and dropped, with a record naming the holder.
+func TestOtherEventForHeldIssueIsAckedAndDropped(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{})
+	stream := ns + "s"
+	id := pendingEntry(t, rdb, stream, "other")
+	holder, err := l.Acquire(context.Background(), "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "holder", MessageID: "1-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "other", ID: id, ReadAt: time.Now()}}
+	mw, _ := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage", Source: src, ResultsStream: ns + "results", MaxIdleTime: time.Hour})
+	h := mw(func(*message.Message) ([]*message.Message, error) { t.Fatal("ran"); return nil, nil })
+	if _, err := h(message.NewMessage("u2", []byte(`{"metadata":{"issue":"rhel-1"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if p := rdb.XPending(context.Background(), stream, "g").Val(); p.Count != 0 {
+		t.Fatal("dropped event not acked")
+	}
+	rec := rdb.XRange(context.Background(), ns+"results", "-", "+").Val()
+	if len(rec) != 1 || rec[0].Values["event_type"] != "lock.dropped" || rec[0].Values["holder"] != "holder" ||
+		rec[0].Values["holder_fence"] != "1" || rec[0].Values["message_id"] != id || rec[0].Values["issue_key"] != "RHEL-1" {
+		t.Fatalf("record = %v", rec)
+	}
+}
+
+// Release happens before the error goes back for a retry, so the retry is not "locked".
+func TestHandlerErrorReleasesBeforeReturning(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{})
+	mw, _ := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage"})
+	boom := errors.New("boom")
+	h := mw(func(*message.Message) ([]*message.Message, error) { return nil, boom })
+	msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-2"}}`))
+	if _, err := h(msg); !errors.Is(err, boom) {
+		t.Fatalf("err = %v", err)
+	}
+	if exists(t, rdb, "lock:"+ns+"triage:RHEL-2") {
+		t.Fatal("lease held after the handler failed")
+	}
+	if _, err := h(msg); !errors.Is(err, boom) {
+		t.Fatalf("retry was not run: %v", err)
+	}
+}
+
+func TestMiddlewareRejectsMaxIdleBelowHeartbeat(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 300 * time.Second})
+	_, err := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage", Source: &streamSource{}, MaxIdleTime: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "MAX_IDLE_TIME") {
+		t.Fatalf("err = %v, want a MAX_IDLE_TIME error", err)
+	}
+}
+
+func TestBadKeyTakesNoLock(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{})
+	mw, _ := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage"})
+	h := mw(func(*message.Message) ([]*message.Message, error) { t.Fatal("ran"); return nil, nil })
+	for _, p := range []string{`not json`, `{"metadata":{}}`, `{"metadata":{"issue":"../x"}}`} {
+		_, err := h(message.NewMessage("u", []byte(p)))
+		if !errors.Is(err, lockmw.ErrInvalidKey) && !errors.Is(err, lockmw.ErrNoIssueKey) {
+			t.Fatalf("%s: err = %v", p, err)
+		}
+	}
+	if keys := rdb.Keys(context.Background(), "*"+ns+"*").Val(); len(keys) != 0 {
+		t.Fatalf("bad keys created %v", keys)
+	}
+}

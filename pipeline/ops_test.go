@@ -1,0 +1,165 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+func TestClientOptionsFromURL(t *testing.T) {
+	cases := []struct {
+		url     string
+		addrs   []string
+		user    string
+		pass    string
+		db      int
+		tls     bool
+		cluster bool
+	}{
+		{"redis://127.0.0.1:6379/0", []string{"127.0.0.1:6379"}, "", "", 0, false, false},
+		{"redis://:secret@h:6380/3", []string{"h:6380"}, "", "secret", 3, false, false},
+		{"rediss://ymir:pw@redis.example:6380/1", []string{"redis.example:6380"}, "ymir", "pw", 1, true, false},
+		{"redis://a:7000,b:7001,c:7002", []string{"a:7000", "b:7001", "c:7002"}, "", "", 0, false, true},
+	}
+	for _, c := range cases {
+		o, err := pipeline.ClientOptions(c.url)
+		if err != nil {
+			t.Fatalf("%s: %v", c.url, err)
+		}
+		if strings.Join(o.Addrs, ",") != strings.Join(c.addrs, ",") || o.Username != c.user || o.Password != c.pass ||
+			o.DB != c.db || (o.TLSConfig != nil) != c.tls || o.IsClusterMode != c.cluster {
+			t.Errorf("%s: got %+v", c.url, o)
+		}
+	}
+	for _, bad := range []string{"", "http://x:1", "redis://h/notanumber"} {
+		if _, err := pipeline.ClientOptions(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestConnectUnreachableNamesURLWithoutPassword(t *testing.T) {
+	port := redistest.FreePort(t)
+	url := "redis://ymir:hunter2@127.0.0.1:" + itoa(port) + "/0"
+	_, err := pipeline.Connect(context.Background(), url)
+	if !errors.Is(err, pipeline.ErrRedisUnreachable) {
+		t.Fatalf("err = %v", err)
+	}
+	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "127.0.0.1:"+itoa(port)) {
+		t.Fatalf("error must name the URL without the password: %v", err)
+	}
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	e := newEnv(t)
+	m := pipeline.NewMetrics()
+	ready := false
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := pipeline.Health{Metrics: m, Redis: e.rdb, Ready: func() bool { return ready }}.Serve(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d", code)
+	}
+	if code, _ := get("/readyz"); code != 503 {
+		t.Fatalf("/readyz before the router runs = %d", code)
+	}
+	ready = true
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz = %d", code)
+	}
+	m.Acquired("triage")
+	m.Busy("triage")
+	m.Lost("triage", lockmw.ErrLeaseUnproven)
+	m.Released("triage", time.Second)
+	_, body := get("/metrics")
+	for _, want := range []string{`ymirflow_lease_acquired_total{agent="triage"} 1`, `ymirflow_lease_busy_total{agent="triage"} 1`,
+		`ymirflow_lease_lost_total{agent="triage",cause="unproven"} 1`, `ymirflow_lease_hold_seconds_count{agent="triage"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// Redis restarting mid-run (AOF on): no crash, no lost event.
+func TestRedisRestartMidRunLosesNothing(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
+	e := newEnv(t)
+	e.rdb = srv.Client()
+	opts, _ := pipeline.ClientOptions(srv.URL())
+	e.opts = opts
+	e.pub = pipeline.NewPublisher(e.rdb, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r runs
+	_, done := e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.add(issueOf(msg)); return nil })
+	keys := []string{}
+	for i := 1; i <= 20; i++ {
+		k := "RHEL-" + itoa(i)
+		keys = append(keys, k)
+		if i == 10 {
+			srv.Restart()
+		}
+		for {
+			if _, err := e.pub.PublishID(ctx, e.triage(), mustEvent(t, k)); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // the publisher side of the test retries too
+		}
+	}
+	redistest.Eventually(t, 30*time.Second, func() bool {
+		for _, k := range keys {
+			if r.get(k) == 0 {
+				return false
+			}
+		}
+		return e.pendingOn(srv.Client()) == 0
+	}, "every event handled after the restart")
+	select {
+	case err := <-done:
+		t.Fatalf("router stopped: %v", err)
+	default:
+	}
+}
+
+func mustEvent(t *testing.T, key string) *message.Message {
+	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+func (e *env) pendingOn(c *redis.Client) int64 {
+	p, err := c.XPending(context.Background(), e.triage(), "triage").Result()
+	if err != nil {
+		return -1
+	}
+	return p.Count
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,104 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Trim cuts stream down towards maxLen entries without ever removing an entry that a
+// consumer group still needs: one that is pending (delivered, not acked) or not yet
+// delivered. XADD MAXLEN would remove the oldest entries whatever their state, and a
+// trimmed pending entry can no longer be claimed or re-run (DESIGN §2.1). It returns the
+// number of entries removed. maxLen <= 0 never trims.
+func Trim(ctx context.Context, rdb redis.UniversalClient, stream string, maxLen int64) (int64, error) {
+	if maxLen <= 0 {
+		return 0, nil
+	}
+	n, err := rdb.XLen(ctx, stream).Result()
+	if err != nil || n <= maxLen {
+		return 0, err
+	}
+	// The newest id that may go: the last of the oldest (n - maxLen) entries.
+	excess := n - maxLen
+	old, err := rdb.XRangeN(ctx, stream, "-", "+", excess).Result()
+	if err != nil || len(old) == 0 {
+		return 0, err
+	}
+	cut := old[len(old)-1].ID
+	floor, err := keepFloor(ctx, rdb, stream)
+	if err != nil {
+		return 0, err
+	}
+	// MINID keeps ids >= minID; we drop ids <= cut, and nothing at or above floor.
+	minID := nextID(cut)
+	if floor != "" && compareIDs(floor, minID) < 0 {
+		minID = floor
+	}
+	return rdb.XTrimMinIDApprox(ctx, stream, minID, 0).Result()
+}
+
+// keepFloor is the oldest id some group still needs: its oldest pending entry, or the
+// first entry after its last-delivered id. "" when no group reads the stream.
+func keepFloor(ctx context.Context, rdb redis.UniversalClient, stream string) (string, error) {
+	groups, err := rdb.XInfoGroups(ctx, stream).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return "", nil
+		}
+		return "", fmt.Errorf("trim %s: %w", stream, err)
+	}
+	floor := ""
+	lower := func(id string) {
+		if floor == "" || compareIDs(id, floor) < 0 {
+			floor = id
+		}
+	}
+	for _, g := range groups {
+		lower(nextID(g.LastDeliveredID))
+		if g.Pending == 0 {
+			continue
+		}
+		p, err := rdb.XPending(ctx, stream, g.Name).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return "", fmt.Errorf("trim %s: pending of %s: %w", stream, g.Name, err)
+		}
+		if p != nil && p.Lower != "" {
+			lower(p.Lower)
+		}
+	}
+	return floor, nil
+}
+
+func parseID(id string) (ms, seq uint64) {
+	a, b, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(a, 10, 64)
+	seq, _ = strconv.ParseUint(b, 10, 64)
+	return ms, seq
+}
+
+func compareIDs(a, b string) int {
+	am, as := parseID(a)
+	bm, bs := parseID(b)
+	switch {
+	case am != bm:
+		if am < bm {
+			return -1
+		}
+		return 1
+	case as < bs:
+		return -1
+	case as > bs:
+		return 1
+	}
+	return 0
+}
+
+func nextID(id string) string {
+	ms, seq := parseID(id)
+	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+}
