@@ -2,13 +2,14 @@ package fetcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 // luaWaiting decides whether the entry a queued marker names is still waiting for the
@@ -111,8 +112,8 @@ type precheckResult struct {
 	locked map[string]string
 	// queued maps an issue to the id of its entry still waiting in a stream.
 	queued map[string]string
-	// roundTrips is how many round trips the pre-check took: 1, or 2 when some unlocked
-	// issue's marker names an entry already delivered to its group (pending or acked).
+	// roundTrips is how many round trips the pre-check took: 1, or 2 when some issue had
+	// a queued marker (to renew it, and to confirm an entry already delivered is pending).
 	roundTrips int
 }
 
@@ -125,26 +126,75 @@ type streamState struct {
 	hasGroup bool
 }
 
-// precheck reads, in ONE pipelined round trip for the whole batch, the lease key of every
-// stage for every issue (EXISTS, never SCAN), every issue's triage marker (GETEX, renewing
-// its TTL), and per triage stream its oldest entry and the triage group's
-// last-delivered-id. Issues in downstream also get their downstream stages' markers read,
-// with those streams' states. A marker whose entry is after the group's last-delivered-id
-// (or whose group does not exist yet) and not older than the stream's oldest entry is
-// unread: queued. Only markers at or before the last-delivered-id of issues that are not
-// locked need a second pipelined round trip: XPENDING of that single id, O(log n).
+// keyTemplate builds one stage's lease key names: prefix + issue + suffix. It is derived
+// from lockmw.Locker.Keys (the only authority on key names) once, in New, and checked
+// against it, so that a pre-check of thousands of keys costs one concatenation per key
+// rather than the four names Keys builds.
+type keyTemplate struct{ prefix, suffix string }
+
+func (t keyTemplate) of(issue string) string { return t.prefix + issue + t.suffix }
+
+// leaseTemplate derives the template of agent's lease key from locker.
+func leaseTemplate(locker interface {
+	Keys(string, string) lockmw.Keys
+}, agent string) (keyTemplate, error) {
+	const probe = "PROBE-1"
+	k := locker.Keys(agent, probe).Lock
+	i := strings.Index(k, probe)
+	if i < 0 || strings.Count(k, probe) != 1 {
+		return keyTemplate{}, fmt.Errorf("fetcher: lease key %q of %s does not contain the issue once", k, agent)
+	}
+	t := keyTemplate{prefix: k[:i], suffix: k[i+len(probe):]}
+	if other := "OTHER-22"; t.of(other) != locker.Keys(agent, other).Lock {
+		return keyTemplate{}, fmt.Errorf("fetcher: lease keys of %s are not prefix + issue + suffix", agent)
+	}
+	return t, nil
+}
+
+// mgetChunk bounds the keys of one MGET, so that one command never holds the server for
+// long; the chunks still go in one pipeline, one round trip.
+const mgetChunk = 1024
+
+// precheck decides, for a batch of candidate issues, which are locked at some stage and
+// which already wait in a stream. Round trip 1 is ONE pipeline for the whole batch, never
+// a SCAN: the lease key of every stage for every issue (Locker.Keys(agent, issue).Lock)
+// and every issue's triage marker are point lookups, sent as MGETs of up to mgetChunk keys
+// (a lease exists iff its slot is not nil: EXISTS that also says which stage, at a quarter
+// of the cost of one EXISTS per key), plus, per triage stream, its oldest entry and the
+// triage group's last-delivered-id. Issues in downstream also get their downstream
+// stages' markers read, with those streams' states. A marker whose entry is after the
+// group's last-delivered-id (or whose group does not exist yet) and not older than the
+// stream's oldest entry is unread: queued. Round trip 2 happens only when some marker was
+// found: it renews the markers' TTL and, for entries already delivered to the group (of
+// issues that are not locked), asks XPENDING about that single id, O(log n).
 func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[string]bool) (precheckResult, error) {
 	res := precheckResult{locked: map[string]string{}, queued: map[string]string{}}
 	if len(keys) == 0 {
 		return res, nil
 	}
-	type markerCmd struct {
-		key string
-		cmd *redis.StringCmd
+	// slot says what one looked-up key is: a lease (stage != "") or a marker.
+	type slot struct {
+		issue, stage, marker string
 	}
-	stages := f.stages
-	exists := make([]*redis.IntCmd, 0, len(keys)*len(stages))
-	markers := make([]markerCmd, 0, len(keys))
+	per := len(f.stages) + 1
+	lookups := make([]string, 0, len(keys)*per)
+	slots := make([]slot, 0, len(keys)*per)
+	for _, k := range keys {
+		for i, a := range f.stages {
+			lookups = append(lookups, f.leaseKeys[i].of(k))
+			slots = append(slots, slot{issue: k, stage: a})
+		}
+		lookups = append(lookups, f.queuedKey(triageAgent, k))
+		slots = append(slots, slot{issue: k, marker: triageAgent})
+		if downstream[k] {
+			for _, a := range f.stages {
+				if a != triageAgent {
+					lookups = append(lookups, f.queuedKey(a, k))
+					slots = append(slots, slot{issue: k, marker: a})
+				}
+			}
+		}
+	}
 	streams := f.triageStreams()
 	if len(downstream) > 0 {
 		for _, r := range f.topo.AllInputs() {
@@ -153,21 +203,12 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 			}
 		}
 	}
+	var mgets []*redis.SliceCmd
 	infos := make([]*redis.XInfoGroupsCmd, len(streams))
 	firsts := make([]*redis.XMessageSliceCmd, len(streams))
 	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			for _, a := range stages {
-				exists = append(exists, p.Exists(ctx, f.locker.Keys(a, k).Lock))
-			}
-			markers = append(markers, markerCmd{k, p.GetEx(ctx, f.queuedKey(triageAgent, k), f.queuedTTL)})
-			if downstream[k] {
-				for _, a := range stages {
-					if a != triageAgent {
-						markers = append(markers, markerCmd{k, p.GetEx(ctx, f.queuedKey(a, k), f.queuedTTL)})
-					}
-				}
-			}
+		for i := 0; i < len(lookups); i += mgetChunk {
+			mgets = append(mgets, p.MGet(ctx, lookups[i:min(i+mgetChunk, len(lookups))]...))
 		}
 		for i, s := range streams {
 			infos[i] = p.XInfoGroups(ctx, s)
@@ -176,17 +217,16 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		return nil
 	})
 	res.roundTrips = 1
-	for i, k := range keys {
-		for j, a := range stages {
-			n, err := exists[i*len(stages)+j].Result()
-			if err != nil {
-				return res, fmt.Errorf("lock pre-check: %w", err)
-			}
-			if n > 0 {
-				res.locked[k] = a
-				break
-			}
+	values := make([]any, 0, len(lookups))
+	for _, c := range mgets {
+		v, err := c.Result()
+		if err != nil {
+			return res, fmt.Errorf("lock pre-check: %w", err)
 		}
+		values = append(values, v...)
+	}
+	if len(values) != len(lookups) {
+		return res, fmt.Errorf("lock pre-check: %d values for %d keys", len(values), len(lookups))
 	}
 	state := make(map[string]streamState, len(streams))
 	for i, s := range streams {
@@ -216,58 +256,67 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		state[s] = st
 	}
 
-	type confirm struct {
-		key  string
-		m    marker
-		pend *redis.XPendingExtCmd
+	type found struct {
+		issue, key string
+		m          marker
+		pend       *redis.XPendingExtCmd
 	}
-	var delivered []confirm
-	for _, mc := range markers {
-		v, err := mc.cmd.Result()
-		if errors.Is(err, redis.Nil) {
+	var markers []found
+	for i, v := range values {
+		sl := slots[i]
+		if v == nil {
 			continue
 		}
-		if err != nil {
-			return res, fmt.Errorf("queued pre-check: %w", err)
+		if sl.stage != "" {
+			if _, ok := res.locked[sl.issue]; !ok {
+				res.locked[sl.issue] = sl.stage
+			}
+			continue
 		}
-		m, ok := parseMarker(v)
+		str, _ := v.(string)
+		m, ok := parseMarker(str)
 		if !ok {
 			continue
 		}
-		st, known := state[m.stream]
-		if !known || !st.exists {
-			continue
-		}
-		id := mustID(m.id)
-		switch {
-		case !st.hasGroup || id.after(st.last):
-			// Unread, unless trimmed away.
-			if st.hasFirst && !st.first.after(id) {
-				res.queued[mc.key] = m.id
-			}
-		case res.locked[mc.key] == "":
-			delivered = append(delivered, confirm{key: mc.key, m: m})
-		}
+		markers = append(markers, found{issue: sl.issue, key: lookups[i], m: m})
 	}
-	if len(delivered) == 0 {
+	if len(markers) == 0 {
 		return res, nil
 	}
 	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range delivered {
-			c := &delivered[i]
-			c.pend = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.m.stream, Group: f.groupOf(c.m.stream), Start: c.m.id, End: c.m.id, Count: 1})
+		for i := range markers {
+			c := &markers[i]
+			p.PExpire(ctx, c.key, f.queuedTTL)
+			st, known := state[c.m.stream]
+			if !known || !st.exists {
+				continue
+			}
+			id := mustID(c.m.id)
+			switch {
+			case !st.hasGroup || id.after(st.last):
+				// Unread, unless trimmed away.
+				if st.hasFirst && !st.first.after(id) {
+					res.queued[c.issue] = c.m.id
+				}
+			case res.locked[c.issue] == "":
+				c.pend = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.m.stream, Group: f.groupOf(c.m.stream),
+					Start: c.m.id, End: c.m.id, Count: 1})
+			}
 		}
 		return nil
 	})
 	res.roundTrips = 2
-	for _, c := range delivered {
+	for _, c := range markers {
+		if c.pend == nil {
+			continue
+		}
 		pe, err := c.pend.Result()
 		switch {
 		case err != nil && (isNoSuchKey(err) || redis.HasErrorPrefix(err, "NOGROUP")):
 		case err != nil:
 			return res, fmt.Errorf("queued pre-check: XPENDING %s: %w", c.m.stream, err)
 		case len(pe) > 0:
-			res.queued[c.key] = c.m.id
+			res.queued[c.issue] = c.m.id
 		}
 	}
 	return res, nil
