@@ -27,7 +27,8 @@ type InspectorConfig struct {
 	Topology Topology
 	// Locker finds leases; it must use the workers' Scope and Format.
 	Locker *lockmw.Locker
-	// MaxLen trims the streams that Replay and Requeue append to (approximate; 0: no).
+	// MaxLen: Replay and Requeue keep the streams they append to near MaxLen with
+	// Trim, which spares entries a group still needs (0: never trim).
 	MaxLen int64
 	// PageSize is the COUNT of each XPENDING and XRANGE call (default 1000).
 	PageSize int64

@@ -152,6 +152,7 @@ func (in *Inspector) Requeue(ctx context.Context, ids ...string) ([]Requeued, er
 		n := min(len(good), requeueBatch)
 		done, failed, err := in.requeue(ctx, good[:n])
 		out = append(out, done...)
+		in.trim(ctx, done)
 		errs = append(errs, failed...)
 		if err != nil {
 			return out, errors.Join(append(errs, err)...)
@@ -172,6 +173,18 @@ func (in *Inspector) RequeueAll(ctx context.Context, issue string) ([]Requeued, 
 		ids[i] = d.ID
 	}
 	return in.Requeue(ctx, ids...)
+}
+
+// trim keeps the streams requeued to near MaxLen with Trim (best effort), which never
+// removes an entry a group still needs; XADD MAXLEN would.
+func (in *Inspector) trim(ctx context.Context, done []Requeued) {
+	seen := map[string]bool{}
+	for _, r := range done {
+		if !seen[r.Stream] {
+			seen[r.Stream] = true
+			_, _ = Trim(ctx, in.rdb, r.Stream, in.maxLen)
+		}
+	}
 }
 
 type move struct {
@@ -196,7 +209,7 @@ func (in *Inspector) requeue(ctx context.Context, ids []string) (done []Requeued
 			adds := make([]*redis.StringCmd, len(moves))
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				for i, mv := range moves {
-					adds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: mv.dl.Stream, MaxLen: in.maxLen, Approx: in.maxLen > 0, Values: mv.values})
+					adds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: mv.dl.Stream, Values: mv.values})
 					p.XDel(ctx, dead, mv.dl.ID)
 				}
 				return nil
@@ -266,7 +279,7 @@ func (in *Inspector) requeueCluster(ctx context.Context, ids []string) ([]Requeu
 	}
 	var done []Requeued
 	for _, mv := range moves {
-		id, err := in.rdb.XAdd(ctx, &redis.XAddArgs{Stream: mv.dl.Stream, MaxLen: in.maxLen, Approx: in.maxLen > 0, Values: mv.values}).Result()
+		id, err := in.rdb.XAdd(ctx, &redis.XAddArgs{Stream: mv.dl.Stream, Values: mv.values}).Result()
 		if err != nil {
 			return done, failed, fmt.Errorf("requeue %s to %s: %w", mv.dl.ID, mv.dl.Stream, err)
 		}

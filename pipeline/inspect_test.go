@@ -483,3 +483,30 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 		t.Fatalf("runs %d (before %d), dead %d", got, runsBefore, len(e.dead()))
 	}
 }
+
+// Requeue and Replay keep streams near MaxLen without cutting entries a group needs.
+func TestRequeueAndReplayNeverTrimPendingEntries(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: e.rdb, Topology: e.topo, Locker: e.locker(time.Minute), MaxLen: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 5 {
+		ids = append(ids, e.publishTriage("RHEL-1"))
+	}
+	e.readAs(e.triage(), "triage", "w1", 5)
+	dead := e.bury(e.triage(), ids[0], "RHEL-1", "boom")
+	if _, err := in.Requeue(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Replay(ctx, pipeline.ReplayOptions{Stream: "triage", From: ids[0], To: ids[1]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if msgs, _ := e.rdb.XRange(ctx, e.triage(), id, id).Result(); len(msgs) != 1 {
+			t.Fatalf("pending entry %s was trimmed", id)
+		}
+	}
+}
