@@ -211,7 +211,11 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 			// entry pending; it is redelivered (to the new holder's veto, or re-run once
 			// the lease is free).
 			_, _ = lease.Release(cleanup)
-			log.Error().Err(lost).Msg("lease ended while the handler ran; entry left pending for redelivery")
+			if errors.Is(lost, context.Canceled) && ctx.Err() != nil {
+				log.Info().Msg("shutting down: lease released, entry left pending for immediate pickup")
+			} else {
+				log.Error().Err(lost).Msg("lease ended while the handler ran; entry left pending for redelivery")
+			}
 			return nil, fmt.Errorf("lockmw: %s %s: %w", m.cfg.Agent, lease.Issue(), lost)
 		}
 		if err != nil {

@@ -48,6 +48,11 @@ func RequestedEvent(agent string) string { return agent + ".requested" }
 // unknown schema version or event type): it is dead-lettered at once, never retried.
 var ErrBadEvent = errors.New("bad event")
 
+// ErrRetryLater marks a handler error that must not use up the event's attempts nor
+// send it to the dead-letter stream (a dependency is down): the entry is nacked and
+// redelivered.
+var ErrRetryLater = errors.New("retry later")
+
 // Task is the Python system's task JSON, kept field for field so producers written for
 // it keep working: {"metadata": {...}, "attempts": 0, "user_triggered": false}.
 // Unknown fields, at the top and inside metadata, survive a decode/encode round trip.
@@ -167,12 +172,18 @@ func Validate(msg *message.Message, agent string, locker *lockmw.Locker) (string
 	if et := msg.Metadata.Get(MetaEventType); et != "" && et != RequestedEvent(agent) {
 		return "", fmt.Errorf("%w: event_type %q is not for agent %s (want %s)", ErrBadEvent, et, agent, RequestedEvent(agent))
 	}
-	task, err := ParseTask(msg.Payload)
-	if err != nil {
-		return "", err
-	}
 	raw := msg.Metadata.Get(MetaIssueKey)
-	if raw == "" {
+	if raw != "" {
+		// The envelope names the issue: only check that the payload is a JSON object,
+		// without decoding it (this runs for every event).
+		if !isJSONObject(msg.Payload) {
+			return "", fmt.Errorf("%w: payload is not a JSON object", ErrBadEvent)
+		}
+	} else {
+		task, err := ParseTask(msg.Payload)
+		if err != nil {
+			return "", err
+		}
 		raw = task.IssueKey()
 	}
 	if raw == "" {
@@ -184,4 +195,17 @@ func Validate(msg *message.Message, agent string, locker *lockmw.Locker) (string
 	}
 	msg.Metadata.Set(MetaIssueKey, key)
 	return key, nil
+}
+
+func isJSONObject(b []byte) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return json.Valid(b)
+		}
+		return false
+	}
+	return false
 }

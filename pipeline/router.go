@@ -120,10 +120,11 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	log := cfg.Logger.With().Str("agent", cfg.Agent).Logger()
+	base := cfg.Logger
 	if cfg.Branch != "" {
-		log = log.With().Str("branch", cfg.Branch).Logger()
+		base = base.With().Str("branch", cfg.Branch).Logger()
 	}
+	log := base.With().Str("agent", cfg.Agent).Logger()
 	wr, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, newWatermillLogger(log))
 	if err != nil {
 		return nil, err
@@ -143,7 +144,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			r.subs = append(r.subs, sub)
 			lockMW, err := lockmw.Middleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
 				Policy: cfg.Policy, ResultsStream: cfg.Topology.Results(), MaxLen: cfg.MaxLen,
-				MaxIdleTime: cfg.MaxIdleTime, Logger: log})
+				MaxIdleTime: cfg.MaxIdleTime, Logger: base})
 			if err != nil {
 				return nil, err
 			}
@@ -158,6 +159,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			stack = append(stack,
 				dead.middleware(sub),
 				lockMW,
+				newDelivery,
 				retry(cfg.MaxRetries, cfg.RetryInitial, log),
 			)
 			if cfg.HandlerTimeout > 0 {
@@ -226,6 +228,15 @@ func correlation(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
+// newDelivery restarts the attempt count: a nacked message comes back as a copy with
+// its metadata, and each delivery gets MaxRetries attempts under its own lease.
+func newDelivery(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		msg.Metadata.Set(MetaAttempt, "0")
+		return h(msg)
+	}
+}
+
 // countAttempts numbers the attempts of one delivery (metadata attempt, 1-based), so
 // runners and dead letters can tell.
 func countAttempts(h message.HandlerFunc) message.HandlerFunc {
@@ -261,6 +272,6 @@ func permanentOrAbort(err error) bool {
 }
 
 func leaseOrShutdown(err error) bool {
-	return errors.Is(err, lockmw.ErrLeaseLost) || errors.Is(err, lockmw.ErrLeaseUnproven) ||
+	return errors.Is(err, ErrRetryLater) || errors.Is(err, lockmw.ErrLeaseLost) || errors.Is(err, lockmw.ErrLeaseUnproven) ||
 		errors.Is(err, lockmw.ErrTransient) || errors.Is(err, context.Canceled)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/redis/go-redis/v9"
@@ -27,15 +26,25 @@ func connect(ctx context.Context, c *config.Common, stderr io.Writer) (*env, err
 	if err != nil {
 		return nil, usagef("LOG_LEVEL: %v", err)
 	}
+	// go-redis logs dial failures itself, unstructured, before we can say anything
+	// clearer; route them into our log at debug level. (The library only offers a
+	// process-wide setting; cmd owns the process.)
+	redis.SetLogger(goRedisLogger{log})
 	opts, err := pipeline.ClientOptions(c.RedisURL)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
 	rdb, err := pipeline.Connect(ctx, c.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w", c.RedactedRedisURL(), err)
+		return nil, err // names the URL, without its password
 	}
 	return &env{log: log, rdb: rdb, opts: opts, topology: pipeline.Topology{Namespace: c.Namespace}}, nil
 }
 
 func (e *env) Close() { e.rdb.Close() }
+
+type goRedisLogger struct{ log zerolog.Logger }
+
+func (g goRedisLogger) Printf(_ context.Context, format string, v ...any) {
+	g.log.Debug().Str("component", "go-redis").Msgf(format, v...)
+}
