@@ -39,8 +39,9 @@ type Config struct {
 	// Stages are the agents whose leases the pre-check looks at; default pipeline.Agents
 	// (triage and every downstream agent).
 	Stages []string
-	// MaxLen is the approximate MAXLEN of the triage streams (MAX_LEN; 0: never trim),
-	// as pipeline.NewPublisher takes it.
+	// MaxLen is the length the triage streams are trimmed towards after a sweep that
+	// published (MAX_LEN; 0: never trim), with pipeline.Trim, which never removes an entry
+	// a consumer group still needs.
 	MaxLen int64
 	// JQL is the search (JIRA_JQL).
 	JQL string
@@ -204,6 +205,16 @@ func (f *Fetcher) searchFields() []string {
 	return fs
 }
 
+// ErrRedis marks a Sweep error that Redis caused (the pre-check or a publish failed).
+var ErrRedis = errors.New("fetcher: Redis failed")
+
+// redisError wraps a Redis failure so that errors.Is(err, ErrRedis) holds; its message is
+// the wrapped one.
+type redisError struct{ err error }
+
+func (e redisError) Error() string   { return e.err.Error() }
+func (e redisError) Unwrap() []error { return []error{ErrRedis, e.err} }
+
 // Fatal reports whether an error from Sweep needs an operator before any sweep can
 // succeed: Jira refused the credentials (401) or the search (403).
 func Fatal(err error) bool {
@@ -280,6 +291,7 @@ func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
 	// Pass 2: one pipelined round trip for the whole batch.
 	pre, err := f.precheck(ctx, keys, stale)
 	if err != nil {
+		err = redisError{err}
 		for _, c := range cands {
 			sum.Issues[c.idx].Reason = ReasonError
 			sum.Issues[c.idx].Detail = "not handled: " + err.Error()
@@ -307,7 +319,28 @@ func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
 		}
 	}
 	f.count(&sum)
+	f.trim(ctx, &sum)
 	return finish(nil)
+}
+
+// trim keeps the triage streams that this sweep appended to near MaxLen (best effort: a
+// failure is logged and the next sweep tries again).
+func (f *Fetcher) trim(ctx context.Context, sum *Summary) {
+	if f.maxLen <= 0 || sum.Published == 0 {
+		return
+	}
+	done := map[string]bool{}
+	for _, o := range sum.Issues {
+		if !o.Published || done[o.Stream] {
+			continue
+		}
+		done[o.Stream] = true
+		if n, err := pipeline.Trim(ctx, f.rdb, o.Stream, f.maxLen); err != nil {
+			f.log.Warn().Err(err).Str("stream", o.Stream).Msg("trim failed; the next sweep tries again")
+		} else if n > 0 {
+			f.log.Debug().Str("stream", o.Stream).Int64("removed", n).Msg("stream trimmed")
+		}
+	}
 }
 
 // count fills Published and Skipped from the outcomes.
@@ -383,7 +416,7 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 	id, fresh, err := f.publish(ctx, key, stream, pipeline.Encode(msg))
 	if err != nil {
 		o.Reason, o.Detail = ReasonError, "publish: "+err.Error()
-		return fmt.Errorf("publish the triage request for %s to %s: %w (no label was changed)", key, stream, err)
+		return redisError{fmt.Errorf("publish the triage request for %s to %s: %w (no label was changed)", key, stream, err)}
 	}
 	if !fresh {
 		o.Reason, o.EntryID = ReasonQueued, id

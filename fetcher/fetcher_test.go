@@ -369,3 +369,35 @@ func TestNew(t *testing.T) {
 		t.Error("QueuedKey")
 	}
 }
+
+// MAX_LEN trims the triage streams after a sweep with pipeline.Trim: entries still waiting
+// are never cut, acked ones are (approximately: whole macro nodes).
+func TestTrimKeepsWaitingEntries(t *testing.T) {
+	const n = 300
+	var issues []fakejira.Issue
+	for i := 1; i <= n; i++ {
+		issues = append(issues, iss("RHEL-"+strconv.Itoa(i)))
+	}
+	h := newHarness(t, issues)
+	h.deliver() // the triage group exists, nothing delivered yet
+	stream := h.topo.Stream("triage", "", false)
+	maxLen := func(c *Config) { c.MaxLen = 10 }
+	if s := h.sweep(maxLen); s.Published != n {
+		t.Fatal(s)
+	}
+	if got := h.rdb.XLen(h.ctx, stream).Val(); got != n {
+		t.Errorf("%d entries: undelivered entries were trimmed", got)
+	}
+	h.consume()
+	s := h.sweep(maxLen)
+	if s.Published != n {
+		t.Fatal(s)
+	}
+	first, _ := s.Outcome("RHEL-1")
+	if got := h.rdb.XLen(h.ctx, stream).Val(); got >= 2*n || got < n {
+		t.Errorf("%d entries after the second sweep: want the %d waiting ones and few acked ones", got, n)
+	}
+	if got := len(h.rdb.XRange(h.ctx, stream, first.EntryID, "+").Val()); got != n {
+		t.Errorf("%d of the %d waiting entries left", got, n)
+	}
+}

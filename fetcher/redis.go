@@ -52,18 +52,15 @@ end
 `
 
 // publishScript appends an entry unless the issue's marker names one still waiting, and
-// points the marker at the new entry, atomically.
-// KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3] MAXLEN
-// (0: no trim), ARGV[4..] field, value, ... Returns {0, waiting id} or {1, new id}.
+// points the marker at the new entry, atomically. It appends without MAXLEN: trimming is
+// pipeline.Trim's, which never cuts an entry a group still needs.
+// KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3..] field,
+// value, ... Returns {0, waiting id} or {1, new id}.
 var publishScript = redis.NewScript(luaWaiting + `
 local cur = waiting(KEYS[1], ARGV[1], ARGV[2])
 if cur then return {0, cur} end
-local args = {'XADD', KEYS[2]}
-if tonumber(ARGV[3]) > 0 then
-  table.insert(args, 'MAXLEN'); table.insert(args, '~'); table.insert(args, ARGV[3])
-end
-table.insert(args, '*')
-for i = 4, #ARGV do table.insert(args, ARGV[i]) end
+local args = {'XADD', KEYS[2], '*'}
+for i = 3, #ARGV do table.insert(args, ARGV[i]) end
 local id = redis.call(unpack(args))
 redis.call('SET', KEYS[1], id .. ' ' .. KEYS[2], 'PX', ARGV[2])
 return {1, id}
@@ -335,8 +332,8 @@ func (f *Fetcher) publish(ctx context.Context, key, stream string, fields map[st
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	args := make([]any, 0, 3+2*len(names))
-	args = append(args, f.group, f.queuedTTL.Milliseconds(), f.maxLen)
+	args := make([]any, 0, 2+2*len(names))
+	args = append(args, f.group, f.queuedTTL.Milliseconds())
 	for _, k := range names {
 		args = append(args, k, fields[k])
 	}

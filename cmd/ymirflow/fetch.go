@@ -3,10 +3,92 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"time"
+
+	"github.com/ymirflow/ymirflow/fetcher"
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/lockmw"
 )
 
-// runFetch is not built yet.
+// runFetch sweeps Jira once (--once) or every --interval until SIGTERM/SIGINT, which lets
+// the sweep in progress finish. Each sweep logs a summary line and prints a human one on
+// stdout. Exit 1 when Jira refuses the credentials (401/403) or Redis cannot be reached;
+// with --interval, other failed sweeps (Jira 5xx after retries, a Redis blip) are logged
+// and the next sweep tries again.
 func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("fetch: not implemented yet")
+	var cfg config.Fetch
+	if _, err := load("fetch", &cfg, args, stderr); err != nil {
+		return err
+	}
+	token, err := cfg.Token()
+	if err != nil {
+		return err
+	}
+	e, err := connect(ctx, &cfg.Common, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	jc, err := jira.New(jira.Options{
+		BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(),
+		Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
+		CommentGroup: cfg.JiraCommentGroup, DryRun: cfg.DryRun, Logger: e.log,
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	locker, err := lockmw.New(e.rdb, lockmw.Options{Scope: e.topology.LockScope(), Logger: e.log})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	f, err := fetcher.New(fetcher.Config{
+		Jira: jc, Redis: e.rdb, Topology: e.topology, Locker: locker, MaxLen: cfg.MaxLen,
+		JQL: cfg.JiraJQL, TriggerGroup: cfg.JiraTriggerGroup, MaxIssues: cfg.MaxIssues,
+		StaleLabelThreshold: cfg.StaleLabelThreshold, DryRun: cfg.DryRun, Logger: e.log,
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+
+	for {
+		// A signal does not cut a sweep short: it would leave issues half handled.
+		s, err := f.Sweep(context.WithoutCancel(ctx))
+		fmt.Fprintf(stdout, "fetch: %s\n", s)
+		if err != nil {
+			err = explainFetchError(err, &cfg)
+			if cfg.Once || fetcher.Fatal(err) {
+				return err
+			}
+			e.log.Error().Err(err).Dur("retry_in", cfg.Interval).Msg("sweep failed; the next sweep tries again")
+		}
+		if cfg.Once {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			e.log.Info().Msg("fetch: stopping")
+			return nil
+		case <-time.After(cfg.Interval):
+		}
+	}
+}
+
+// explainFetchError says what the operator should check.
+func explainFetchError(err error, cfg *config.Fetch) error {
+	switch {
+	case errors.Is(err, jira.ErrUnauthorized):
+		return fmt.Errorf("Jira at %s refused the credentials (401): check JIRA_EMAIL and JIRA_TOKEN or JIRA_TOKEN_FILE: %w",
+			config.RedactURL(cfg.JiraURL), err)
+	case errors.Is(err, jira.ErrForbidden):
+		return fmt.Errorf("Jira at %s refused the search (403): the account may not run JIRA_JQL or see its issues: %w",
+			config.RedactURL(cfg.JiraURL), err)
+	case errors.Is(err, jira.ErrRateLimited):
+		return fmt.Errorf("Jira at %s kept answering 429 after the retries: %w", config.RedactURL(cfg.JiraURL), err)
+	case errors.Is(err, fetcher.ErrRedis):
+		return fmt.Errorf("Redis at %s: %w", cfg.RedactedRedisURL(), err)
+	}
+	return fmt.Errorf("Jira at %s: %w", config.RedactURL(cfg.JiraURL), err)
 }

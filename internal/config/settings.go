@@ -710,6 +710,7 @@ type FakeJira struct {
 	Addr       string // --addr, ADDR: listen address
 	Issues     int    // --issues, ISSUES: generated sample issues (ignored with --issues-file)
 	IssuesFile string // --issues-file, ISSUES_FILE: JSON array of issues as Jira's REST API returns them
+	Seed       int64  // --seed, SEED: seed of the generated sample issues
 	LogLevel   string // --log-level, LOG_LEVEL
 	LogFormat  string // --log-format, LOG_FORMAT
 }
@@ -719,6 +720,7 @@ func (f *FakeJira) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Addr, "addr", DefaultFakeJiraAddr, "listen address")
 	fs.IntVar(&f.Issues, "issues", DefaultFakeJiraIssues, "generated sample issues (ignored with --issues-file)")
 	fs.StringVar(&f.IssuesFile, "issues-file", "", "JSON array of issues shaped as Jira's REST API returns them")
+	fs.Int64Var(&f.Seed, "seed", 1, "seed of the generated sample issues")
 	fs.StringVar(&f.LogLevel, "log-level", DefaultLogLevel, "log level: "+strings.Join(LogLevels, "|"))
 	fs.StringVar(&f.LogFormat, "log-format", DefaultLogFormat, "log format: json|console")
 }
