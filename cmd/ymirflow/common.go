@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
@@ -42,6 +43,17 @@ func connect(ctx context.Context, c *config.Common, stderr io.Writer) (*env, err
 }
 
 func (e *env) Close() { e.rdb.Close() }
+
+// newLocker returns the process's lease handler with the key layout every command must
+// agree on: the namespace's scope, and hash-tagged keys on Redis Cluster.
+func (e *env) newLocker(o lockmw.Options) (*lockmw.Locker, error) {
+	o.Scope = e.topology.LockScope()
+	if e.opts.IsClusterMode {
+		o.Format = lockmw.KeysCluster
+	}
+	o.Logger = e.log
+	return lockmw.New(e.rdb, o)
+}
 
 type goRedisLogger struct{ log zerolog.Logger }
 

@@ -79,7 +79,7 @@ func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *
 		return nil, nil, err
 	}
 	// The same lease keys as `ymirflow worker` (scope of the namespace, default format).
-	locker, err := lockmw.New(e.rdb, lockmw.Options{Scope: e.topology.LockScope(), Logger: e.log})
+	locker, err := e.newLocker(lockmw.Options{})
 	if err != nil {
 		e.Close()
 		return nil, nil, err

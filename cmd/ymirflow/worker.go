@@ -28,8 +28,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	log := e.log
 
 	metrics := pipeline.NewMetrics()
-	locker, err := lockmw.New(e.rdb, lockmw.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
-		Scope: e.topology.LockScope(), Logger: log, Observer: metrics})
+	locker, err := e.newLocker(lockmw.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
+		Observer: metrics})
 	if err != nil {
 		return usagef("%v", err)
 	}
