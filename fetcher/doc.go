@@ -1,67 +1,80 @@
 // Package fetcher sweeps Jira for issues that need triage and publishes one triage request
 // per issue to the pipeline's triage streams. It is the Go successor of the Python ymir
-// jira_issue_fetcher (reference/upstream.md §4) with its weak points (§8 items 6–18) fixed.
+// jira_issue_fetcher (reference/upstream.md §4), with its weak points (§8 items 6–18)
+// fixed.
 //
-// The entry point is New; (*Fetcher).Sweep runs one sweep and returns a Summary:
+// The entry point is New; (*Fetcher).Sweep runs one sweep and returns a Summary (found,
+// published, skipped by reason, one Outcome per issue). A sweep has three passes:
 //
-//  1. Search: JIRA_JQL through internal/jira's SearchAll (Jira Cloud's POST
-//     /rest/api/3/search/jql paged by nextPageToken, Server/DC's /rest/api/2/search paged by
-//     startAt; at most 5 requests/s; 429 and 5xx retried), asking only for the fields the
-//     rules read: labels, updated, status, components, fixVersions and the downstream
-//     component field (customfield_10669). Every key is canonicalised with lockmw.
-//  2. Classify each issue with upstream rules A–D, no I/O: no ymir_* label → publish;
-//     ymir_todo without an in-progress label → user-triggered (A); a stale in-flight label
-//     (STALE_LABEL_THRESHOLD, default 24h, on the issue's updated time, Jira's +0000 offsets
-//     and naive timestamps read as UTC) → recovered (B); other ymir_* labels → skipped (C);
-//     ymir_retry_needed without an in-progress label → retried (D). A modular package
-//     (component like perl:5.32/perl) is skipped, and its ymir_todo consumed rather than
-//     left to be re-checked every sweep (upstream §8 item 16).
-//  3. Pre-check the whole batch in ONE pipelined round trip: EXISTS on the lease key of
-//     every stage (triage, rebase, backport, rebuild: lockmw.Locker.Keys(agent, issue).Lock)
-//     for every candidate, never SCAN (upstream SCANned the whole keyspace for triage
-//     leases only, §8 items 6 and 18), plus the queued markers below. A locked issue is
-//     left exactly as it is, trigger label included, and nothing is published: the first
-//     sweep after the release takes it (the fix of the review finding "locked skip strands
-//     trigger labels", without upstream's flip-and-drop of §8 item 7).
-//  4. Per candidate, in Jira's order: MAX_ISSUES; for ymir_todo the check that whoever added
-//     it last (newest add in the paginated changelog) is in JIRA_TRIGGER_GROUP (a
-//     non-member's ymir_todo is removed); then PUBLISH, then FLIP the trigger label to
-//     ymir_triage_in_progress. A label is never flipped without its publish: if the publish
-//     fails nothing is written to Jira and the sweep stops; if the flip fails the request is
-//     already out and the queued marker keeps the next sweep from publishing it again.
-//     DRY_RUN writes nothing to Jira and still publishes.
+//  1. Search and classify, no I/O besides the search. JIRA_JQL goes through internal/jira's
+//     SearchAll (Jira Cloud's POST /rest/api/3/search/jql paged by nextPageToken, Server/DC's
+//     /rest/api/2/search paged by startAt; at most 5 requests/s; 429 and 5xx retried, with
+//     Retry-After), asking only for the fields the rules read: labels, updated, status,
+//     components, fixVersions and the downstream component field (customfield_10669). Keys
+//     are canonicalised with the Locker. Then upstream rules A–D: no ymir_* label →
+//     publish; ymir_todo without an in-progress label → user-triggered (A); a stale
+//     in-flight label (STALE_LABEL_THRESHOLD, default 24h, on the issue's updated time;
+//     Jira's +0000 offsets and naive timestamps, read as UTC) → recovered (B); other ymir_*
+//     labels → skipped (C); ymir_retry_needed without an in-progress label → retried (D). A
+//     modular package (component like perl:5.32/perl) is skipped, and its ymir_todo removed
+//     rather than re-checked every sweep (upstream §8 item 16).
+//  2. Pre-check the whole batch in ONE pipelined round trip, never a SCAN (upstream SCANned
+//     the keyspace for triage leases only, §8 items 6 and 18): the lease key of every stage
+//     (triage, rebase, backport, rebuild; names from lockmw.Locker.Keys(agent, issue).Lock)
+//     of every candidate, and its queued marker (below), as point lookups. They are sent as
+//     MGETs of up to 1 024 keys in one pipeline: an EXISTS that also says which stage
+//     holds the lease, and measured 4× cheaper than one EXISTS per key. A locked issue is
+//     left exactly as it is, trigger label included, and nothing is published; the first
+//     sweep after the release takes it (the review finding "locked skip strands trigger
+//     labels", without upstream's flip-and-drop of §8 item 7).
+//  3. Act, per candidate in Jira's order: MAX_ISSUES (skips do not count); for ymir_todo the
+//     check that whoever added it last (newest add in the paginated changelog) is in
+//     JIRA_TRIGGER_GROUP, a non-member's ymir_todo being removed; then PUBLISH, then FLIP
+//     the trigger to ymir_triage_in_progress (a stale label goes through ymir_retry_needed
+//     first, as upstream). No label is flipped without its publish: if the publish fails,
+//     nothing is written to Jira and the sweep stops; if the flip fails, the request is out
+//     and the queued marker keeps the next sweep from publishing it again. DRY_RUN (or a
+//     dry-run Jira client) writes nothing to Jira and still publishes. After a sweep that
+//     published, the triage streams are trimmed towards MaxLen with pipeline.Trim, which
+//     never cuts an entry a group still needs.
 //
 // # Idempotent publish
 //
 // An issue whose triage request still waits in a triage stream (published, not yet acked)
-// is not published again; this replaces upstream's LRANGE of 26 lists every sweep (§8
-// items 12, 13, 17). The decision is made in Redis, O(1) per issue:
+// is not published again; this replaces upstream's LRANGE of 26 lists per sweep (§8 items
+// 12, 13, 17). It is decided in Redis, O(1) per issue, with a marker key per issue,
+// "<ns>:queued:triage:<KEY>" (QueuedKey), holding "<entry id> <stream>":
 //
-//   - Each publish goes through one Lua script that reads the issue's marker key
-//     "<ns>:queued:triage:<KEY>", and only if the entry it names is no longer waiting XADDs
-//     the request and sets the marker to "<entry id> <stream>" with a TTL (QueuedTTL,
-//     default 24h). Check and append are atomic, so two fetchers racing (the daily and the
-//     todo CronJob) still publish once.
-//   - "Waiting" means: the entry is after the triage group's last-delivered-id and still in
-//     the stream (unread), or the group does not exist yet (workers create it from id 0),
-//     or XPENDING finds exactly that id (delivered, not acked). So the marker needs no
-//     cooperation from the triage handler: once the entry is acked (done, dropped or
-//     dead-lettered) the marker is stale and the issue can be published again, whatever
-//     the TTL. The TTL only bounds garbage; it is renewed whenever a sweep finds the entry
-//     still waiting, so a backlog older than the TTL is not published twice.
-//   - The pre-check reads the markers in the same round trip as the lease keys, with XINFO
-//     GROUPS of the two triage streams. A marker after the last-delivered-id is unread;
-//     only markers at or before it need a second pipelined round trip (XPENDING or XRANGE
-//     of that single id, each O(log n)), so a sweep takes one round trip, or two when some
-//     candidate was published by an earlier sweep and is still waiting.
+//   - Every publish is one Lua script: unless the marker names an entry still waiting, XADD
+//     the request (pipeline.Encode, so entries are what pipeline.Publisher writes) and point
+//     the marker at it with a TTL (Config.QueuedTTL, default 24h). Check and append are
+//     atomic, so sweeps racing from two processes (the daily and the todo CronJob) still
+//     publish once. pipeline.Publisher cannot take part in a script, hence the own XADD.
+//   - "Waiting" is read from the stream itself, so no cooperation from the triage handler is
+//     needed: the entry is after the triage group's last-delivered-id and still in the
+//     stream (unread; a missing group counts as unread, workers create it from id 0), or
+//     XPENDING finds exactly that id (delivered, not acked). Once the entry is acked (done,
+//     dropped or dead-lettered) the marker is stale and the issue may be published again,
+//     whatever its TTL. The TTL only bounds garbage; each sweep that finds a marker renews
+//     it, so a backlog older than the TTL is not published twice.
+//   - The pre-check reads the markers in the lease round trip, with each triage stream's
+//     oldest entry and the group's last-delivered-id (XRANGE - + COUNT 1, XINFO GROUPS). A
+//     second pipelined round trip is made only when some candidate has a marker: it renews
+//     the TTLs and, for an entry already delivered, asks XPENDING about that one id.
+//   - A producer of downstream requests may write the same kind of marker under
+//     QueuedKey(topology, agent, issue); for stale in-flight issues the pre-check reads those
+//     too, and leaves alone an issue whose downstream request still waits (upstream's "still
+//     queued", §4.3 rule B).
 //
-// Cost per sweep: 1–2 pipelined Redis round trips for the whole batch (4 EXISTS + 1 GET per
-// candidate), plus one script call per published issue; Jira: one search request per page,
-// two reads per ymir_todo author check (changelog, groups; cached per user), one label
-// write per flip. The script touches the marker and a stream in one call, so the marker
-// needs both in one slot: Redis Cluster is not supported for it (the lease keys are).
+// Costs per sweep: Jira: one search request per page, two reads per ymir_todo author check
+// (changelog, groups; groups cached per user for the sweep), one label write per flip.
+// Redis: one pipelined round trip for the pre-check (two when some candidate was
+// published before and is a candidate again), one script call per published issue, and a
+// trim. The script touches the marker and a stream in one call, so both must live in one
+// slot: Redis Cluster is not supported.
 //
-// Errors: a failed search, a Redis failure or a Jira 401 ends the sweep with an error
-// (Fatal tells whether an operator must act); any other Jira failure on one issue is
-// logged and the issue skipped (ReasonError) until the next sweep.
+// Errors: a failed search, a Redis failure (ErrRedis) or a Jira 401 ends the sweep with an
+// error, Fatal telling whether an operator must act (401, or 403 on the search); any
+// other Jira failure on one issue is logged and the issue skipped (ReasonError) until the
+// next sweep.
 package fetcher

@@ -192,10 +192,6 @@ func (f *Fetcher) triageStreams() []string {
 	return []string{f.topo.Stream(triageAgent, "", false), f.topo.Stream(triageAgent, "", true)}
 }
 
-func (f *Fetcher) isTriageStream(s string) bool {
-	return slices.Contains(f.triageStreams(), s)
-}
-
 // searchFields are the only fields the rules read.
 func (f *Fetcher) searchFields() []string {
 	fs := []string{"labels", "updated", "status", "components", "fixVersions"}

@@ -336,3 +336,67 @@ func delayLine(b *testing.B, addr string, d time.Duration) string {
 	}()
 	return ln.Addr().String()
 }
+
+// The publish script decides atomically, whatever the pre-check saw: a marker whose entry
+// is unread or pending blocks; one whose entry was acked, trimmed or whose stream is gone
+// does not.
+func TestPublishScript(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	topo := pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+	jc, _ := jira.New(jira.Options{})
+	f, err := New(Config{Jira: jc, Redis: rdb, Topology: topo, JQL: "x", QueuedTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, todo := topo.Stream("triage", "", false), topo.Stream("triage", "", true)
+	pub := func(key, stream string) (string, bool) {
+		t.Helper()
+		msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, key, triageTask(key, false), nil)
+		id, fresh, err := f.publish(ctx, key, stream, pipeline.Encode(msg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, fresh
+	}
+	id1, fresh := pub("RHEL-1", s)
+	if !fresh {
+		t.Fatal("first publish not fresh")
+	}
+	if m := rdb.Get(ctx, QueuedKey(topo, "triage", "RHEL-1")).Val(); m != id1+" "+s {
+		t.Errorf("marker %q", m)
+	}
+	if ttl := rdb.PTTL(ctx, QueuedKey(topo, "triage", "RHEL-1")).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("marker TTL %s", ttl)
+	}
+	// Unread, no group yet: blocks, on either triage stream.
+	if id, fresh := pub("RHEL-1", todo); fresh || id != id1 {
+		t.Errorf("unread: fresh=%v id %s", fresh, id)
+	}
+	// Pending: blocks.
+	rdb.XGroupCreate(ctx, s, "triage", "0")
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "triage", Consumer: "w", Streams: []string{s, ">"}, Count: 10, Block: -1})
+	if _, fresh := pub("RHEL-1", s); fresh {
+		t.Error("pending entry published again")
+	}
+	// Acked: a new publish.
+	rdb.XAck(ctx, s, "triage", id1)
+	id2, fresh := pub("RHEL-1", s)
+	if !fresh || id2 == id1 {
+		t.Errorf("after ack: fresh=%v id %s", fresh, id2)
+	}
+	// Unread after the group's last-delivered id: blocks.
+	if _, fresh := pub("RHEL-1", s); fresh {
+		t.Error("unread entry published again")
+	}
+	// Deleted from the stream while unread: a new publish.
+	rdb.XDel(ctx, s, id2)
+	if _, fresh := pub("RHEL-1", s); !fresh {
+		t.Error("deleted entry still blocks")
+	}
+	// Stream gone: a new publish.
+	rdb.Del(ctx, s)
+	if _, fresh := pub("RHEL-1", s); !fresh {
+		t.Error("entry of a deleted stream still blocks")
+	}
+}
