@@ -1,0 +1,472 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// streamEntry is one published event: an entry of an input stream.
+type streamEntry struct {
+	route                   pipeline.Route
+	stream, id              string
+	issue, eventType, fence string
+	at                      time.Time
+	values                  map[string]any
+}
+
+func (e streamEntry) key() string { return e.stream + " " + e.id }
+
+// state is what Redis holds at one moment: every input entry, the results and dead
+// streams indexed by the entry they are about, and the pending count of every group.
+type state struct {
+	entries   []streamEntry
+	results   []redis.XMessage
+	dead      []redis.XMessage
+	resultsOf map[string][]redis.XMessage // entry key → its terminal records, in order
+	deadOf    map[string][]redis.XMessage // entry key → its dead letters
+	pending   map[string]int64            // "stream group" → XPENDING count
+}
+
+// terminalTypes are the results records that end an event.
+var terminalTypes = []string{pipeline.EventStageDone, pipeline.EventStageFailed, pipeline.EventLockDropped,
+	pipeline.EventLockCoalesced}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func (s *scenario) snapshot(ctx context.Context) (*state, error) {
+	return snapshotOf(ctx, s.rdb)
+}
+
+func snapshotOf(ctx context.Context, rdb redis.Cmdable) (*state, error) {
+	st := &state{resultsOf: map[string][]redis.XMessage{}, deadOf: map[string][]redis.XMessage{}, pending: map[string]int64{}}
+	for _, r := range topo.AllInputs() {
+		msgs, err := rdb.XRange(ctx, r.Stream, "-", "+").Result()
+		if err != nil {
+			return nil, fmt.Errorf("XRANGE %s: %w", r.Stream, err)
+		}
+		for _, m := range msgs {
+			st.entries = append(st.entries, streamEntry{route: r, stream: r.Stream, id: m.ID,
+				issue: str(m.Values["m:"+pipeline.MetaIssueKey]), eventType: str(m.Values["m:"+pipeline.MetaEventType]),
+				fence: str(m.Values["m:"+pipeline.MetaFence]), at: pipeline.IDTime(m.ID), values: m.Values})
+		}
+		p, err := rdb.XPending(ctx, r.Stream, r.Group).Result()
+		switch {
+		case err != nil && strings.HasPrefix(err.Error(), "NOGROUP"):
+		case err != nil:
+			return nil, fmt.Errorf("XPENDING %s %s: %w", r.Stream, r.Group, err)
+		default:
+			st.pending[r.Stream+" "+r.Group] = p.Count
+		}
+	}
+	var err error
+	if st.results, err = rdb.XRange(ctx, topo.Results(), "-", "+").Result(); err != nil {
+		return nil, fmt.Errorf("XRANGE %s: %w", topo.Results(), err)
+	}
+	for _, m := range st.results {
+		if slices.Contains(terminalTypes, str(m.Values["event_type"])) {
+			k := str(m.Values["stream"]) + " " + str(m.Values["message_id"])
+			st.resultsOf[k] = append(st.resultsOf[k], m)
+		}
+	}
+	if st.dead, err = rdb.XRange(ctx, topo.Dead(), "-", "+").Result(); err != nil {
+		return nil, fmt.Errorf("XRANGE %s: %w", topo.Dead(), err)
+	}
+	for _, m := range st.dead {
+		k := str(m.Values[pipeline.DeadFieldStream]) + " " + str(m.Values[pipeline.DeadFieldID])
+		st.deadOf[k] = append(st.deadOf[k], m)
+	}
+	return st, nil
+}
+
+// ---- the ledger ----
+
+// run is one runner process, from the ledger.
+type run struct {
+	agent, branch, issue string
+	fence                int64
+	attempt              int
+	workerPID, pid       int
+	msgID                string
+	start, end           time.Time
+	how                  string // ok, term (SIGTERM from its worker), killed (worker SIGKILLed), exited, open
+}
+
+func (r run) String() string {
+	return fmt.Sprintf("%s %s fence %d attempt %d msg %s worker %d runner %d [%s, %s] %s", r.agent, r.issue,
+		r.fence, r.attempt, r.msgID, r.workerPID, r.pid, r.start.Format("15:04:05.000"), r.end.Format("15:04:05.000"), r.how)
+}
+
+// readLedger parses the ledger file. Runs without an end line end at their worker's
+// SIGKILL (kills), or at its exit (exits); else they are open.
+func readLedger(path string, kills, exits map[int]time.Time) ([]run, []string, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	byPID := map[int]*run{}
+	var order []int
+	var bad []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 10 || (fs[0] != "start" && fs[0] != "end") {
+			bad = append(bad, "malformed ledger line: "+sc.Text())
+			continue
+		}
+		fence, _ := strconv.ParseInt(fs[4], 10, 64)
+		attempt, _ := strconv.Atoi(fs[5])
+		wpid, _ := strconv.Atoi(fs[6])
+		pid, _ := strconv.Atoi(fs[7])
+		ns, err := strconv.ParseInt(fs[9], 10, 64)
+		if err != nil {
+			bad = append(bad, "malformed ledger time: "+sc.Text())
+			continue
+		}
+		at := time.Unix(0, ns)
+		if fs[0] == "start" {
+			byPID[pid] = &run{agent: fs[1], branch: fs[2], issue: fs[3], fence: fence, attempt: attempt,
+				workerPID: wpid, pid: pid, msgID: fs[8], start: at, how: "open"}
+			order = append(order, pid)
+			continue
+		}
+		r, ok := byPID[pid]
+		if !ok {
+			bad = append(bad, "ledger end without a start: "+sc.Text())
+			continue
+		}
+		r.end = at
+		r.how = "ok"
+		if len(fs) > 10 {
+			r.how = fs[10]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, err
+	}
+	runs := make([]run, 0, len(order))
+	for _, pid := range order {
+		r := byPID[pid]
+		if r.how == "open" {
+			if at, ok := kills[r.workerPID]; ok && at.After(r.start) {
+				r.end, r.how = at, "killed"
+			} else if at, ok := exits[r.workerPID]; ok && at.After(r.start) {
+				r.end, r.how = at, "exited"
+			}
+		}
+		runs = append(runs, *r)
+	}
+	return runs, bad, nil
+}
+
+func (s *scenario) runs() ([]run, []string) {
+	s.t.Helper()
+	s.mu.Lock()
+	kills := map[int]time.Time{}
+	for k, v := range s.kills {
+		kills[k] = v
+	}
+	exits := map[int]time.Time{}
+	for _, w := range s.all {
+		if at, _, gone := w.exited(); gone {
+			exits[w.pid] = at
+		}
+	}
+	s.mu.Unlock()
+	runs, bad, err := readLedger(s.ledger, kills, exits)
+	if err != nil {
+		s.t.Fatalf("ledger: %v", err)
+	}
+	return runs, bad
+}
+
+// ---- invariants ----
+
+// report sums up one check of the invariants.
+type report struct {
+	events                      int // published events (input stream entries)
+	done, failed, dead, dropped int
+	runs                        int
+	crashDuplicates             []string // tolerated: see checkOptions
+	violations                  []string
+}
+
+func (r report) String() string {
+	return fmt.Sprintf("%d events: %d done, %d failed (stage.failed + dead letter), %d dead only, %d dropped as locked; "+
+		"%d runner runs; %d duplicate outcomes after a crash; %d violations",
+		r.events, r.done, r.failed, r.dead, r.dropped, r.runs, len(r.crashDuplicates), len(r.violations))
+}
+
+type checkOptions struct {
+	// crashDuplicates tolerates a second outcome record for an event when a worker of its
+	// group was SIGKILLed between the two: the kill landed after the handler recorded the
+	// outcome and before its release+ack, so the event is redelivered (at least once).
+	crashDuplicates bool
+	// jira checks the final labels of every issue (off for the in-process cluster suite,
+	// which has its own Jira).
+	labels func(key string) []string
+}
+
+// checkInvariants checks, once everything has settled:
+//  1. every published event has exactly one terminal outcome: stage.done, stage.failed with
+//     its dead letter, a dead letter alone (bad events), or lock.dropped naming the holder;
+//  2. no two runs of one (agent, issue) overlap in the ledger;
+//  3. fences strictly increase per (agent, issue) across leases (attempts within one lease
+//     share their fence);
+//  4. XPENDING is empty for every group;
+//  5. every issue's Jira labels match its last terminal record, and no _in_progress label
+//     is left.
+func (s *scenario) checkInvariants(o checkOptions) report {
+	s.t.Helper()
+	if o.labels == nil {
+		o.labels = s.fj.Labels
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.snapshot(ctx)
+	if err != nil {
+		s.t.Fatalf("snapshot: %v", err)
+	}
+	runs, bad := s.runs()
+	s.mu.Lock()
+	issues := slices.Clone(s.issues)
+	killTimes := make([]time.Time, 0, len(s.kills))
+	for _, at := range s.kills {
+		killTimes = append(killTimes, at)
+	}
+	s.mu.Unlock()
+	rep := checkState(st, runs, issues, killTimes, o)
+	rep.violations = append(bad, rep.violations...)
+	s.t.Logf("invariants: %s", rep)
+	for _, d := range rep.crashDuplicates {
+		s.t.Logf("tolerated duplicate outcome after a SIGKILL: %s", d)
+	}
+	if len(rep.violations) > 0 {
+		shown := rep.violations
+		if len(shown) > 40 {
+			shown = append(slices.Clone(shown[:40]), fmt.Sprintf("… and %d more", len(rep.violations)-40))
+		}
+		s.t.Errorf("%d invariant violations:\n%s", len(rep.violations), strings.Join(shown, "\n"))
+	}
+	return rep
+}
+
+func checkState(st *state, runs []run, issues []string, kills []time.Time, o checkOptions) report {
+	var rep report
+	v := func(format string, args ...any) {
+		rep.violations = append(rep.violations, fmt.Sprintf(format, args...))
+	}
+	rep.events = len(st.entries)
+	rep.runs = len(runs)
+
+	// 1. One terminal outcome per published event.
+	known := map[string]bool{}
+	killedBetween := func(a, b time.Time) bool {
+		for _, k := range kills {
+			if !k.Before(a.Add(-time.Millisecond)) && !k.After(b.Add(time.Millisecond)) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, e := range st.entries {
+		k := e.key()
+		known[k] = true
+		rs, ds := st.resultsOf[k], st.deadOf[k]
+		what := fmt.Sprintf("%s %s (%s %s)", e.stream, e.id, e.eventType, e.issue)
+		if len(rs) > 1 {
+			ok := o.crashDuplicates
+			for i := 1; ok && i < len(rs); i++ {
+				prev, cur := rs[i-1], rs[i]
+				pf, _ := strconv.ParseInt(str(prev.Values["fence"]), 10, 64)
+				cf, _ := strconv.ParseInt(str(cur.Values["fence"]), 10, 64)
+				pt, ct := pipeline.IDTime(prev.ID), pipeline.IDTime(cur.ID)
+				et := str(cur.Values["event_type"])
+				if cf <= pf || (et != pipeline.EventStageDone && et != pipeline.EventStageFailed) || !killedBetween(pt, ct) {
+					ok = false
+				}
+			}
+			if !ok {
+				v("%s has %d terminal records: %s", what, len(rs), describe(rs))
+				continue
+			}
+			rep.crashDuplicates = append(rep.crashDuplicates, fmt.Sprintf("%s: %s", what, describe(rs)))
+			rs = rs[len(rs)-1:]
+		}
+		switch {
+		case len(rs) == 0 && len(ds) == 1:
+			rep.dead++
+		case len(rs) == 0 && len(ds) == 0:
+			v("%s has no terminal record", what)
+		case len(ds) > 1:
+			v("%s is dead-lettered %d times", what, len(ds))
+		default:
+			r := rs[0]
+			switch et := str(r.Values["event_type"]); et {
+			case pipeline.EventStageDone:
+				rep.done++
+				if len(ds) > 0 {
+					v("%s is done and dead-lettered", what)
+				}
+			case pipeline.EventStageFailed:
+				rep.failed++
+				if len(ds) != 1 {
+					v("%s failed without its dead letter", what)
+				}
+			case pipeline.EventLockDropped, pipeline.EventLockCoalesced:
+				rep.dropped++
+				if str(r.Values["holder"]) == "" && str(r.Values["holder_message_id"]) == "" {
+					v("%s dropped without naming the holder: %s", what, describe(rs))
+				}
+				if len(ds) > 0 {
+					v("%s is dropped and dead-lettered", what)
+				}
+			}
+		}
+	}
+	for k, rs := range st.resultsOf {
+		if !known[k] {
+			v("terminal record for an entry that is in no input stream: %s", describe(rs))
+		}
+	}
+	for k := range st.deadOf {
+		if !known[k] {
+			v("dead letter for an entry that is in no input stream: %s", k)
+		}
+	}
+
+	// 2, 3. The ledger: no overlap, fences increase.
+	byKey := map[string][]run{}
+	for _, r := range runs {
+		if r.how == "open" {
+			v("run never ended: %s", r)
+			continue
+		}
+		k := r.agent + " " + r.issue
+		byKey[k] = append(byKey[k], r)
+	}
+	for _, rs := range byKey {
+		slices.SortFunc(rs, func(a, b run) int { return a.start.Compare(b.start) })
+		for i := 1; i < len(rs); i++ {
+			prev, cur := rs[i-1], rs[i]
+			if cur.start.Before(prev.end) {
+				v("overlapping runs (by %s):\n  %s\n  %s", prev.end.Sub(cur.start), prev, cur)
+			}
+			sameLease := cur.fence == prev.fence && cur.workerPID == prev.workerPID && cur.msgID == prev.msgID &&
+				cur.attempt > prev.attempt
+			if cur.fence <= prev.fence && !sameLease {
+				v("fence does not increase:\n  %s\n  %s", prev, cur)
+			}
+		}
+	}
+
+	// 4. XPENDING empty.
+	for g, n := range st.pending {
+		if n != 0 {
+			v("XPENDING %s: %d entries left", g, n)
+		}
+	}
+
+	// 5. Jira labels match the last terminal records.
+	if o.labels != nil {
+		last := map[string]map[string]redis.XMessage{} // issue → agent → last done/failed record
+		for _, m := range st.results {
+			et := str(m.Values["event_type"])
+			if et != pipeline.EventStageDone && et != pipeline.EventStageFailed {
+				continue
+			}
+			if str(m.Values["outcome"]) == "skipped" {
+				continue
+			}
+			is := str(m.Values["issue_key"])
+			if last[is] == nil {
+				last[is] = map[string]redis.XMessage{}
+			}
+			last[is][str(m.Values["agent"])] = m
+		}
+		for _, is := range issues {
+			labels := o.labels(is)
+			for _, l := range labels {
+				if strings.HasSuffix(l, "_in_progress") {
+					v("%s: stuck label %s (labels %v)", is, l, labels)
+				}
+			}
+			tr, ok := last[is]["triage"]
+			if !ok {
+				v("%s: no triage outcome (labels %v)", is, labels)
+				continue
+			}
+			want, notWant := expectedLabels(tr, last[is])
+			if want == "" {
+				v("%s: no outcome to check the labels against: triage %s", is, describe([]redis.XMessage{tr}))
+				continue
+			}
+			if !slices.Contains(labels, want) {
+				v("%s: labels %v lack %s (last records: %s)", is, labels, want, describeAll(last[is]))
+			}
+			if notWant != "" && slices.Contains(labels, notWant) {
+				v("%s: labels %v still have %s (last records: %s)", is, labels, notWant, describeAll(last[is]))
+			}
+		}
+	}
+	return rep
+}
+
+// expectedLabels returns the label an issue must carry given its last triage record and
+// the last record of each downstream agent, and one it must not carry ("" for none).
+func expectedLabels(tr redis.XMessage, last map[string]redis.XMessage) (want, notWant string) {
+	if str(tr.Values["event_type"]) == pipeline.EventStageFailed {
+		return handlers.LabelTriageErrored, ""
+	}
+	res := str(tr.Values["outcome"])
+	if !handlers.IsDispatched(res) {
+		return handlers.ResolutionLabel(res), ""
+	}
+	dr, ok := last[res]
+	if !ok {
+		return handlers.ResolutionLabel(res) + " then a " + res + " outcome (none recorded)", ""
+	}
+	if str(dr.Values["event_type"]) == pipeline.EventStageFailed {
+		return handlers.ErroredLabel(res), handlers.TriagedLabel(res)
+	}
+	return handlers.DoneLabel(res), handlers.TriagedLabel(res)
+}
+
+func describe(rs []redis.XMessage) string {
+	var parts []string
+	for _, r := range rs {
+		p := fmt.Sprintf("[%s %s agent=%s fence=%s outcome=%s", r.ID, str(r.Values["event_type"]), str(r.Values["agent"]),
+			str(r.Values["fence"]), str(r.Values["outcome"]))
+		if h := str(r.Values["holder"]); h != "" || str(r.Values["reason"]) != "" {
+			p += fmt.Sprintf(" holder=%s holder_fence=%v reason=%s", h, r.Values["holder_fence"], str(r.Values["reason"]))
+		}
+		parts = append(parts, p+"]")
+	}
+	return strings.Join(parts, " ")
+}
+
+func describeAll(m map[string]redis.XMessage) string {
+	var rs []redis.XMessage
+	for _, r := range m {
+		rs = append(rs, r)
+	}
+	slices.SortFunc(rs, func(a, b redis.XMessage) int { return strings.Compare(a.ID, b.ID) })
+	return describe(rs)
+}

@@ -1,0 +1,77 @@
+package integration
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+var (
+	long = flag.Bool("long", false, "run the long forms of the scenarios: 200 issues, 2 workers per "+
+		"downstream agent and branch, longer kill and fault phases")
+	soak = flag.Duration("soak", 0, "run the SIGKILL scenario for this long (bounded by maxSoak); 0: its "+
+		"short or -long duration")
+	keep = flag.Bool("keep", false, "keep each scenario's directory (logs, ledger, Redis) and print its path")
+)
+
+// maxSoak bounds -soak: the test must end well within `go test -timeout`.
+const maxSoak = 2 * time.Hour
+
+// binary is the ymirflow binary, built once by TestMain.
+var binary string
+
+// runnerScript is the exec runner every worker runs (absolute path).
+var runnerScript string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if os.Getenv(envHelper) != "" {
+		// A helper process (see helperMain): no build, no servers.
+		os.Exit(m.Run())
+	}
+	os.Exit(mainWithBinary(m))
+}
+
+func mainWithBinary(m *testing.M) int {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		fmt.Fprintln(os.Stderr, "integration: redis-server not found on PATH; install it with `apt-get install -y redis-server`")
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "ymirflow-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "ymirflow")
+	start := time.Now()
+	// A plain build (no -race): the workers are the system under test, the race detector
+	// runs in the test process, and the 2-core budget is shared with up to 15 processes.
+	cmd := exec.Command(goTool(), "build", "-o", binary, "github.com/ymirflow/ymirflow/cmd/ymirflow")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "integration: go build ./cmd/ymirflow:", err)
+		return 1
+	}
+	if testing.Verbose() {
+		fmt.Fprintf(os.Stderr, "integration: built %s in %s\n", binary, time.Since(start).Round(time.Millisecond))
+	}
+	runnerScript, err = filepath.Abs(filepath.Join("testdata", "ledger-runner.sh"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}

@@ -1,0 +1,458 @@
+package integration
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+)
+
+// issuesFor is the number of issues of a scenario: n in the short form, 200 with -long.
+func issuesFor(n int) int {
+	if *long {
+		return 200
+	}
+	return n
+}
+
+// TestSteadyRun: every worker up, issues published at once, nothing goes wrong. Figure:
+// events per second through the whole pipeline.
+func TestSteadyRun(t *testing.T) {
+	s := newScenario(t, defaultOptions())
+	s.startAll()
+	n := issuesFor(60)
+	start := time.Now()
+	s.addIssues(n)
+	end := s.waitSettled(2 * time.Minute)
+	rep := s.checkInvariants(checkOptions{})
+	took := end.Sub(start)
+	rate := float64(rep.events) / took.Seconds()
+	t.Logf("FIGURE steady: %d issues, %d events (triage + downstream) settled in %s: %.1f events/s, %.1f issues/s "+
+		"(%d workers, runner sleep %d-%d ms, fed by %s)", n, rep.events, took.Round(time.Millisecond), rate,
+		float64(n)/took.Seconds(), len(s.alive()), s.o.runnerMin, s.o.runnerMax, s.feeder())
+}
+
+func (s *scenario) feeder() string {
+	if s.feedsWithFetcher() {
+		return "ymirflow fetch"
+	}
+	return "ymirflow enqueue"
+}
+
+// soakOr is the SIGKILL phase: -soak when given (bounded), else d.
+func soakOr(d time.Duration) time.Duration {
+	if *soak > 0 {
+		return min(*soak, maxSoak)
+	}
+	return d
+}
+
+// recovery is one SIGKILL of a worker that had a run in flight, and the re-run.
+type recovery struct {
+	worker  string
+	issue   string
+	killed  time.Time
+	rerun   time.Time
+	covered bool // another consumer of the group was ready by the lease's expiry
+}
+
+// TestSIGKILLRandomWorkers: a random worker is SIGKILLed every 1-3 s while issues keep
+// coming; it is restarted under the same consumer name, under a new one, or left dead for
+// a while. Figure: recovery time from a SIGKILL to the re-run's start, against lease TTL +
+// claim interval.
+func TestSIGKILLRandomWorkers(t *testing.T) {
+	o := defaultOptions()
+	o.runnerMin, o.runnerMax = 100, 600
+	s := newScenario(t, o)
+	s.startAll()
+	phase := soakOr(20 * time.Second)
+	if *long && *soak == 0 {
+		phase = 60 * time.Second
+	}
+	total := issuesFor(60)
+	if *soak > 0 {
+		total = max(total, int(phase.Seconds()*3))
+	}
+	batches := max(1, int(phase/time.Second))
+	perBatch := max(1, total/batches)
+
+	type killRec struct {
+		w      *worker
+		at     time.Time
+		readyG time.Time // when the group next had a ready consumer
+	}
+	var kills []killRec
+	var dead []*worker // left dead until the phase ends
+	start := time.Now()
+	nextKill := start.Add(randDur(time.Second, 3*time.Second))
+	nextFeed := start
+	fed := 0
+	for time.Since(start) < phase || fed < total {
+		now := time.Now()
+		if fed < total && !now.Before(nextFeed) {
+			k := min(perBatch, total-fed)
+			s.addIssues(k)
+			fed += k
+			nextFeed = now.Add(time.Second)
+		}
+		if time.Since(start) < phase && !now.Before(nextKill) {
+			alive := s.alive()
+			w := alive[rand.IntN(len(alive))]
+			at := s.kill(w)
+			rec := killRec{w: w, at: at}
+			for _, o := range s.alive() {
+				if o.g == w.g {
+					rec.readyG = at
+				}
+			}
+			othersAlive := !rec.readyG.IsZero()
+			switch p := rand.IntN(10); {
+			case p < 5:
+				time.Sleep(randDur(0, 1500*time.Millisecond))
+				nw := s.startWorker(w.g, w.name)
+				if rec.readyG.IsZero() {
+					rec.readyG = nw.ready
+				}
+			case p < 8 || !othersAlive:
+				nw := s.startWorker(w.g, w.name+"-r"+time.Now().Format("150405.000"))
+				if rec.readyG.IsZero() {
+					rec.readyG = nw.ready
+				}
+			default:
+				dead = append(dead, w)
+			}
+			kills = append(kills, rec)
+			nextKill = time.Now().Add(randDur(time.Second, 3*time.Second))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, w := range dead {
+		s.startWorker(w.g, w.name)
+	}
+	s.waitSettled(3 * time.Minute)
+	rep := s.checkInvariants(checkOptions{crashDuplicates: true})
+
+	// Recovery: each run a SIGKILL interrupted, to the start of its re-run.
+	runs, _ := s.runs()
+	var recs []recovery
+	for _, k := range kills {
+		for _, r := range runs {
+			if r.workerPID != k.w.pid || r.how != "killed" {
+				continue
+			}
+			rc := recovery{worker: k.w.name, issue: r.agent + " " + r.issue, killed: k.at,
+				covered: !k.readyG.IsZero() && !k.readyG.After(k.at.Add(s.o.tm.LockTTL))}
+			for _, r2 := range runs {
+				if r2.agent == r.agent && r2.issue == r.issue && r2.msgID == r.msgID && r2.start.After(k.at) &&
+					(rc.rerun.IsZero() || r2.start.Before(rc.rerun)) {
+					rc.rerun = r2.start
+				}
+			}
+			if rc.rerun.IsZero() {
+				t.Errorf("the run of %s killed with %s at %s was never re-run", rc.issue, rc.worker, k.at.Format("15:04:05.000"))
+				continue
+			}
+			recs = append(recs, rc)
+		}
+	}
+	bound := s.o.tm.LockTTL + s.o.tm.Claim
+	// A claimed entry waits behind the run its new consumer is busy with (one in flight per
+	// subscription): up to the longest runner sleep, plus process and Redis slack.
+	slack := time.Duration(s.o.runnerMax)*time.Millisecond + 500*time.Millisecond
+	var covered []time.Duration
+	for _, rc := range recs {
+		d := rc.rerun.Sub(rc.killed)
+		if !rc.covered {
+			t.Logf("recovery %s: %s (no consumer of the group ready before the lease expired: not held to the bound)", rc.issue, d.Round(time.Millisecond))
+			continue
+		}
+		covered = append(covered, d)
+		if d > bound+slack {
+			t.Errorf("recovery of %s after SIGKILL of %s took %s, bound %s (+%s slack)", rc.issue, rc.worker, d, bound, slack)
+		}
+	}
+	within := 0
+	for _, d := range covered {
+		if d <= bound {
+			within++
+		}
+	}
+	t.Logf("FIGURE sigkill: %d kills in %s, %d runs interrupted; recovery (SIGKILL → re-run start) over %d covered runs: %s; "+
+		"bound LOCK_TTL %s + CLAIM_INTERVAL %s = %s; %d/%d within the bound, all within bound + %s",
+		len(kills), phase, len(recs), len(covered), durStats(covered), s.o.tm.LockTTL, s.o.tm.Claim, bound,
+		within, len(covered), slack)
+	t.Logf("sigkill: %s", rep)
+}
+
+// TestRollingRestartSIGTERM: every worker in turn gets SIGTERM while issues flow, and is
+// restarted under the same consumer name. Figure: shutdown time against BLOCK_TIME + 1 s.
+func TestRollingRestartSIGTERM(t *testing.T) {
+	o := defaultOptions()
+	o.runnerMin, o.runnerMax = 100, 400
+	s := newScenario(t, o)
+	s.startAll()
+	total := issuesFor(60)
+	s.addIssues(total / 3)
+	bound := s.o.tm.Block + time.Second
+	var took []time.Duration
+	names := []string{}
+	for _, w := range s.alive() {
+		names = append(names, w.name)
+	}
+	fed := total / 3
+	for i, name := range names {
+		s.mu.Lock()
+		w := s.workers[name]
+		s.mu.Unlock()
+		d, err := s.terminate(w)
+		took = append(took, d)
+		if err != nil {
+			t.Errorf("worker %s exited with %v after SIGTERM", name, err)
+		}
+		if d > bound {
+			t.Errorf("worker %s took %s to exit after SIGTERM, bound BLOCK_TIME + 1s = %s", name, d, bound)
+		}
+		s.startWorker(w.g, name)
+		if fed < total && i%2 == 1 {
+			k := min(total-fed, max(1, (total-total/3)/max(1, len(names)/2)))
+			s.addIssues(k)
+			fed += k
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if fed < total {
+		s.addIssues(total - fed)
+	}
+	s.waitSettled(2 * time.Minute)
+	interrupted := 0
+	runs, _ := s.runs()
+	for _, r := range runs {
+		if r.how == "term" {
+			interrupted++
+		}
+	}
+	s.checkInvariants(checkOptions{})
+	t.Logf("FIGURE sigterm: %d workers restarted in turn; shutdown after SIGTERM %s; bound BLOCK_TIME %s + 1s = %s; "+
+		"%d runs interrupted by the shutdowns and re-run", len(took), durStats(took), s.o.tm.Block, bound, interrupted)
+}
+
+// TestRedisRestartedTwice: Redis is killed and restarted twice mid-run, once for less than
+// the lease TTL and once for more; AOF keeps the streams and the leases.
+func TestRedisRestartedTwice(t *testing.T) {
+	o := defaultOptions()
+	o.runnerMin, o.runnerMax = 100, 500
+	s := newScenario(t, o)
+	s.startAll()
+	total := issuesFor(60)
+	s.addIssues(total / 2)
+	ctx := context.Background()
+	for i, down := range []time.Duration{time.Second, 3 * time.Second} {
+		time.Sleep(2 * time.Second)
+		if i == 1 && total-total/2 > 0 {
+			s.addIssues(total - total/2)
+			time.Sleep(time.Second)
+		}
+		lens := map[string]int64{}
+		for _, r := range topo.AllInputs() {
+			lens[r.Stream] = s.rdb.XLen(ctx, r.Stream).Val()
+		}
+		leases := map[string]string{}
+		keys, _ := s.rdb.Keys(ctx, "lock:*").Result()
+		for _, k := range keys {
+			if ttl := s.rdb.PTTL(ctx, k).Val(); ttl > down+500*time.Millisecond {
+				leases[k] = s.rdb.Get(ctx, k).Val()
+			}
+		}
+		stopped := time.Now()
+		s.srv.Stop()
+		time.Sleep(down)
+		s.srv.Start()
+		t.Logf("redis restart %d: down %s (lease TTL %s), %d live leases before", i+1, time.Since(stopped).Round(time.Millisecond), s.o.tm.LockTTL, len(keys))
+		for st, n := range lens {
+			if got := s.rdb.XLen(ctx, st).Val(); got < n {
+				t.Errorf("restart %d: %s has %d entries after the restart, %d before (AOF lost some)", i+1, st, got, n)
+			}
+		}
+		for k, tok := range leases {
+			if got, err := s.rdb.Get(ctx, k).Result(); err != nil || got != tok {
+				// It may have been released in between only if its holder reached Redis,
+				// which it cannot while Redis is down: the lease must be there.
+				t.Errorf("restart %d: lease %s lost across the restart: %v", i+1, k, err)
+			}
+		}
+		if len(leases) > 0 {
+			t.Logf("redis restart %d: %d leases with TTL left survived the restart (AOF)", i+1, len(leases))
+		}
+	}
+	s.waitSettled(2 * time.Minute)
+	s.checkInvariants(checkOptions{})
+	lost := 0
+	for _, w := range s.all {
+		lost += len(logLines(w, "lease lost"))
+	}
+	t.Logf("redis restarts: %d leases lost (expected only for the outage longer than the TTL)", lost)
+}
+
+// TestProxyLatencyAndCut: 50 ms of latency between every worker and Redis, then a
+// 10-second cut (data dropped both ways), through an in-process toxiproxy per worker.
+func TestProxyLatencyAndCut(t *testing.T) {
+	o := defaultOptions()
+	o.proxy = true
+	o.runnerMin, o.runnerMax = 100, 400
+	s := newScenario(t, o)
+	s.startAll()
+	s.toxic("latency", "latency", "downstream", `{"latency":50,"jitter":5}`)
+	total := issuesFor(40)
+	start := time.Now()
+	s.addIssues(total / 2)
+	time.Sleep(3 * time.Second)
+	cut := 10 * time.Second
+	s.toxic("cut-up", "timeout", "upstream", `{"timeout":0}`)
+	s.toxic("cut-down", "timeout", "downstream", `{"timeout":0}`)
+	cutAt := time.Now()
+	s.addIssues(total - total/2) // published straight to Redis while the workers are cut off
+	time.Sleep(cut - time.Since(cutAt))
+	s.removeToxic("cut-up")
+	s.removeToxic("cut-down")
+	t.Logf("cut of %s between every worker and Redis ended", time.Since(cutAt).Round(time.Millisecond))
+	if *long {
+		// A partial cut: one triage worker and one downstream worker lose Redis while
+		// their peers keep going and take their issues over.
+		time.Sleep(2 * time.Second)
+		s.addIssues(20)
+		victims := []string{workerName(allGroups()[0], 0), workerName(allGroups()[1], 0)}
+		s.toxic("cut-up", "timeout", "upstream", `{"timeout":0}`, victims...)
+		s.toxic("cut-down", "timeout", "downstream", `{"timeout":0}`, victims...)
+		time.Sleep(cut)
+		s.removeToxic("cut-up", victims...)
+		s.removeToxic("cut-down", victims...)
+	}
+	end := s.waitSettled(2 * time.Minute)
+	rep := s.checkInvariants(checkOptions{})
+	lost, cancelled := 0, 0
+	for _, w := range s.all {
+		lost += len(logLines(w, "lease lost"))
+	}
+	runs, _ := s.runs()
+	for _, r := range runs {
+		if r.how == "term" {
+			cancelled++
+		}
+	}
+	t.Logf("FIGURE proxy: 50 ms latency throughout, %s cut: %d events settled %s after the start; %d leases lost, "+
+		"%d runs cancelled and re-run; %s", cut, rep.events, end.Sub(start).Round(time.Millisecond), lost, cancelled, rep)
+}
+
+// TestHandlerPausedPastTTL: the worker running an issue's triage is SIGSTOPped for longer
+// than the lease TTL while its runner finishes; another worker takes the issue over under a
+// higher fence. After SIGCONT the paused worker finds its lease lost and stops, and its late
+// publish is refused: the issue has exactly one downstream request, under the new fence.
+func TestHandlerPausedPastTTL(t *testing.T) {
+	o := defaultOptions()
+	o.slowIssue = "RHEL-7:1200"
+	s := newScenario(t, o)
+	s.startAll()
+	s.addIssues(12)
+	var victim run
+	redistest.Eventually(t, 20*time.Second, func() bool {
+		runs, _ := s.runs()
+		for _, r := range runs {
+			if r.agent == "triage" && r.issue == "RHEL-7" {
+				victim = r
+				return true
+			}
+		}
+		return false
+	}, "RHEL-7's triage starts")
+	var paused *worker
+	for _, w := range s.alive() {
+		if w.pid == victim.workerPID {
+			paused = w
+		}
+	}
+	if paused == nil {
+		t.Fatalf("no live worker with pid %d", victim.workerPID)
+	}
+	_ = paused.cmd.Process.Signal(syscall.SIGSTOP)
+	stoppedAt := time.Now()
+	pause := s.o.tm.LockTTL + s.o.tm.MaxIdle + 3*s.o.tm.Claim + time.Second
+	time.Sleep(pause)
+	_ = paused.cmd.Process.Signal(syscall.SIGCONT)
+	t.Logf("worker %s (pid %d) paused for %s with RHEL-7's triage (fence %d) in flight; lease TTL %s",
+		paused.name, paused.pid, time.Since(stoppedAt).Round(time.Millisecond), victim.fence, s.o.tm.LockTTL)
+	s.waitSettled(time.Minute)
+	s.checkInvariants(checkOptions{})
+
+	runs, _ := s.runs()
+	var triage []run
+	for _, r := range runs {
+		if r.agent == "triage" && r.issue == "RHEL-7" {
+			triage = append(triage, r)
+		}
+	}
+	if len(triage) < 2 {
+		t.Fatalf("RHEL-7 triage ran %d times, want the paused run and a re-run: %v", len(triage), triage)
+	}
+	rerun := triage[len(triage)-1]
+	if rerun.workerPID == paused.pid || rerun.fence <= victim.fence {
+		t.Errorf("re-run %s: want another worker under a higher fence than %d", rerun, victim.fence)
+	}
+	// The paused worker saw its lease end and did not carry on.
+	lostLines := logLines(paused, "RHEL-7", "lease lost")
+	refused := logLines(paused, "RHEL-7", "fenced write refused")
+	ended := logLines(paused, "RHEL-7", "lease ended while the handler ran")
+	if len(lostLines) == 0 {
+		t.Errorf("the paused worker did not log its lease of RHEL-7 as lost")
+	}
+	t.Logf("paused worker: %d 'lease lost', %d 'fenced write refused', %d 'lease ended while the handler ran' lines for RHEL-7",
+		len(lostLines), len(refused), len(ended))
+	// Exactly one downstream request for the issue, published under the re-run's fence.
+	st, err := s.snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down []streamEntry
+	for _, e := range st.entries {
+		if e.issue == "RHEL-7" && e.route.Agent != "triage" {
+			down = append(down, e)
+		}
+	}
+	if len(down) != 1 {
+		t.Fatalf("RHEL-7 has %d downstream requests, want 1", len(down))
+	}
+	if down[0].fence != itoa(rerun.fence) {
+		t.Errorf("RHEL-7's downstream request carries fence %s, want the re-run's %d (the paused run's %d must be refused)",
+			down[0].fence, rerun.fence, victim.fence)
+	}
+	var late []string
+	for _, r := range st.results {
+		if str(r.Values["issue_key"]) == "RHEL-7" && str(r.Values["agent"]) == "triage" && str(r.Values["fence"]) == itoa(victim.fence) {
+			late = append(late, r.ID)
+		}
+	}
+	if len(late) > 0 {
+		t.Errorf("the paused run (fence %d) recorded an outcome: %v", victim.fence, late)
+	}
+	t.Logf("FIGURE sigstop: paused run fence %d ended %s; re-run by pid %d under fence %d started %s after the pause began; "+
+		"one downstream request, fence %s", victim.fence, victim.how, rerun.workerPID, rerun.fence,
+		rerun.start.Sub(stoppedAt).Round(time.Millisecond), down[0].fence)
+}
+
+// durStats formats min / median / p90 / max of ds.
+func durStats(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	r := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	return "min " + r(s[0]) + ", median " + r(s[len(s)/2]) + ", p90 " + r(s[len(s)*9/10]) + ", max " + r(s[len(s)-1])
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,62 @@
+#!/bin/sh
+# ledger-runner.sh: the exec runner of the integration tests (run as
+# `exec sh ledger-runner.sh`, so $PPID is the worker process).
+#
+# It appends one "start" line when it begins and one "end" line when it ends (normally,
+# or on SIGTERM from the worker: lease lost, shutdown) to $LEDGER, each a single short
+# O_APPEND write:
+#
+#   start AGENT BRANCH ISSUE FENCE ATTEMPT WORKER_PID RUNNER_PID MESSAGE_ID UNIX_NS
+#   end   AGENT BRANCH ISSUE FENCE ATTEMPT WORKER_PID RUNNER_PID MESSAGE_ID UNIX_NS ok|term
+#
+# A run whose worker is SIGKILLed has no end line (the shell dies with its worker through
+# the parent-death signal); the test takes the kill's time as its end.
+#
+# It sleeps a random time in [RUNNER_MIN_MS, RUNNER_MAX_MS] (RUNNER_SLOW_ISSUE=KEY:MS
+# overrides one issue), then answers the JSON contract. Outcomes are a function of the
+# issue number N (KEY = PROJ-N), so a re-run decides as the first run did:
+#   triage:     N%20==0 not-affected, N%20==1 postponed, else rebase/backport/rebuild by N%3,
+#               target branch rhel-9.6.0 (c9s) or rhel-10.1 (c10s) by (N/3)%2;
+#   downstream: N%17==5 {"success":false} (retried, then _errored and dead-lettered),
+#               else success.
+L=${LEDGER:?LEDGER is not set}
+ids="$YMIR_AGENT ${YMIR_BRANCH:--} $YMIR_ISSUE_KEY ${YMIR_FENCE:-0} ${YMIR_ATTEMPT:-0} $PPID $$ ${YMIR_MESSAGE_ID:--}"
+echo "start $ids $(date +%s%N)" >>"$L"
+trap 'echo "end $ids $(date +%s%N) term" >>"$L"; exit 143' TERM INT
+
+cat >/dev/null
+
+min=${RUNNER_MIN_MS:-20}
+max=${RUNNER_MAX_MS:-150}
+r=$(od -An -N2 -tu2 /dev/urandom)
+ms=$((min + r % (max - min + 1)))
+case "$RUNNER_SLOW_ISSUE" in
+"$YMIR_ISSUE_KEY":*) ms=${RUNNER_SLOW_ISSUE#*:} ;;
+esac
+# sleep in the background and wait for it: the TERM trap then runs at once.
+sleep "$((ms / 1000)).$(printf %03d $((ms % 1000)))" &
+wait $!
+
+n=${YMIR_ISSUE_KEY##*-}
+out=
+if [ "$YMIR_AGENT" = triage ]; then
+	if [ $((n % 20)) -eq 0 ]; then
+		out='{"resolution":"not-affected","data":{"details":"simulated"}}'
+	elif [ $((n % 20)) -eq 1 ]; then
+		out='{"resolution":"postponed","data":{"details":"simulated"}}'
+	else
+		case $((n % 3)) in
+		0) res=rebase ;;
+		1) res=backport ;;
+		*) res=rebuild ;;
+		esac
+		if [ $((n / 3 % 2)) -eq 0 ]; then br=rhel-9.6.0; else br=rhel-10.1; fi
+		out="{\"resolution\":\"$res\",\"target_branch\":\"$br\",\"data\":{\"jira_issue\":\"$YMIR_ISSUE_KEY\"}}"
+	fi
+elif [ $((n % 17)) -eq 5 ]; then
+	out='{"success":false,"error":"simulated failure"}'
+else
+	out="{\"success\":true,\"merge_request_url\":\"https://gitlab.example/mr/$n\"}"
+fi
+echo "end $ids $(date +%s%N) ok" >>"$L"
+echo "$out"
