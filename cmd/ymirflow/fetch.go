@@ -40,7 +40,8 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usagef("%v", err)
 	}
-	locker, err := lockmw.New(e.rdb, lockmw.Options{Scope: e.topology.LockScope(), Logger: e.log})
+	locker, err := e.newLocker(lockmw.Options{}) // the workers' key layout
+
 	if err != nil {
 		return usagef("%v", err)
 	}
