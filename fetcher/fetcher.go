@@ -111,6 +111,11 @@ func New(cfg Config) (*Fetcher, error) {
 	case cfg.MaxLen < 0:
 		return nil, fmt.Errorf("fetcher: MAX_LEN must not be negative, got %d", cfg.MaxLen)
 	}
+	if _, cluster := cfg.Redis.(*redis.ClusterClient); cluster {
+		// The publish script reads a marker and appends to a stream in one call, and the
+		// pre-check MGETs keys of many slots: neither is legal on Redis Cluster.
+		return nil, errors.New("fetcher: Redis Cluster is not supported (one Redis or Valkey server, or a replicated primary)")
+	}
 	f := &Fetcher{
 		jira: cfg.Jira, rdb: cfg.Redis, topo: cfg.Topology, locker: cfg.Locker,
 		stages: cfg.Stages, maxLen: cfg.MaxLen, jql: cfg.JQL, triggerGroup: cfg.TriggerGroup,

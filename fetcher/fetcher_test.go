@@ -354,6 +354,11 @@ func TestNew(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cl.Close()
+	if _, err := New(Config{Jira: jc, Redis: cl, JQL: "x"}); err == nil || !strings.Contains(err.Error(), "Cluster") {
+		t.Errorf("cluster client: %v", err)
+	}
 	f, err := New(ok)
 	if err != nil {
 		t.Fatal(err)
