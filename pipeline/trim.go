@@ -43,7 +43,7 @@ func Trim(ctx context.Context, rdb redis.UniversalClient, stream string, maxLen 
 }
 
 // keepFloor is the oldest id some group still needs: its oldest pending entry, or the
-// first entry after its last-delivered id. "" when no group reads the stream.
+// first entry after its last-delivered id; the first entry when no group exists yet.
 func keepFloor(ctx context.Context, rdb redis.UniversalClient, stream string) (string, error) {
 	groups, err := rdb.XInfoGroups(ctx, stream).Result()
 	if err != nil {
@@ -57,6 +57,15 @@ func keepFloor(ctx context.Context, rdb redis.UniversalClient, stream string) (s
 		if floor == "" || compareIDs(id, floor) < 0 {
 			floor = id
 		}
+	}
+	if len(groups) == 0 {
+		// Nobody has read it yet (the fetcher can run before the first worker creates
+		// the group): every entry is still to be delivered.
+		first, err := rdb.XRangeN(ctx, stream, "-", "+", 1).Result()
+		if err != nil || len(first) == 0 {
+			return "", err
+		}
+		return first[0].ID, nil
 	}
 	for _, g := range groups {
 		lower(nextID(g.LastDeliveredID))

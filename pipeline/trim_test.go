@@ -62,3 +62,19 @@ func TestTrimSparesPendingAndUndelivered(t *testing.T) {
 		t.Fatalf("pending after trim: %+v", p)
 	}
 }
+
+// A stream nobody reads yet is not trimmed: every entry is still to be delivered.
+func TestTrimSparesStreamWithoutGroup(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pipe := e.rdb.Pipeline()
+	for range 1000 {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: map[string]any{"payload": "{}"}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pipeline.Trim(ctx, e.rdb, e.triage(), 10); err != nil || n != 0 {
+		t.Fatalf("trimmed %d (%v) from a stream no group has read", n, err)
+	}
+}
