@@ -3,10 +3,101 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/term"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/demo"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// runDemo is not built yet.
+// runDemo runs the whole pipeline in one process (internal/demo): `ymirflow demo
+// [--issues N] [--speed S] [--seed N] [--json] [--keep]`. Ctrl-C stops it cleanly (exit
+// 0, with a line saying so).
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("demo: not implemented yet")
+	var cfg config.Demo
+	fs, err := load("demo", &cfg, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(fs.Args()) > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	agentDur, err := cfg.AgentDuration()
+	if err != nil {
+		return usagef("SPEED (--speed) %v", err)
+	}
+	if agentDur == 0 {
+		agentDur = -1 // instant
+	}
+	namespaceGiven := false
+	fs.Visit(func(f *flag.Flag) { namespaceGiven = namespaceGiven || f.Name == "ymir-namespace" })
+	ns := cfg.Namespace
+	if cfg.RedisURL != "" && !namespaceGiven {
+		ns = "" // a fresh one
+	}
+	if cfg.RedisURL != "" {
+		opts, err := pipeline.ClientOptions(cfg.RedisURL)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		if opts.IsClusterMode {
+			return usagef("REDIS_URL (--redis-url) names a Redis Cluster; the demo needs a standalone Redis")
+		}
+	}
+
+	var logOut io.Writer
+	logName := cfg.LogFile
+	switch logName {
+	case "-":
+		logOut, logName = stderr, ""
+	case "":
+		f, err := os.CreateTemp("", "ymirflow-demo-*.log")
+		if err != nil {
+			return fmt.Errorf("create the log file: %w", err)
+		}
+		defer f.Close()
+		logOut, logName = f, f.Name()
+	default:
+		f, err := os.OpenFile(logName, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return usagef("LOG_FILE (--log-file) %v", err)
+		}
+		defer f.Close()
+		logOut = f
+	}
+	log, err := pipeline.NewLogger(logOut, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return usagef("LOG_LEVEL: %v", err)
+	}
+	redis.SetLogger(goRedisLogger{log})
+
+	progress := stdout
+	if cfg.JSON {
+		progress = stderr
+	}
+	sum, err := demo.Run(ctx, demo.Options{RedisURL: cfg.RedisURL, Namespace: ns, Issues: cfg.Issues, Seed: cfg.Seed,
+		AgentDuration: agentDur, Keep: cfg.Keep, Out: stdout, JSON: cfg.JSON, Progress: progress,
+		Live: demoIsTerminal(progress), Logger: log, LogFile: logName})
+	switch {
+	case errors.Is(err, demo.ErrInterrupted):
+		return nil // the demo said so; Ctrl-C is a clean way out
+	case err != nil:
+		return err
+	case !sum.Complete():
+		return errors.New("the demo's checks failed (see the summary)")
+	}
+	return nil
+}
+
+// demoIsTerminal reports whether w is a terminal (live counters) rather than a pipe or file
+// (plain progress lines).
+func demoIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd())) && os.Getenv("TERM") != "dumb"
 }
