@@ -225,38 +225,72 @@ type QueuedEvent struct {
 // The lease's context derives from ctx and is cancelled with a typed cause when the
 // lease is lost, can no longer be proven, passes MaxHold, or is released.
 func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOptions) (*Lease, error) {
+	a, err := l.prepare(agent, rawKey, ao)
+	if err != nil {
+		return nil, err
+	}
+	var res []any
+	if ao.Queue == nil {
+		res, err = acquireScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+	} else {
+		res, err = acquireOrQueueScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+	}
+	return a.finish(ctx, res, err)
+}
+
+// acquisition is one acquire between sending the script and reading its reply.
+type acquisition struct {
+	l                   *Locker
+	agent, issue, owner string
+	token               string
+	keys                Keys
+	sent                time.Time
+	ao                  AcquireOptions
+	args                []any
+}
+
+func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition, error) {
 	issue, err := l.Canonicalize(rawKey)
 	if err != nil {
 		return nil, err
 	}
-	owner := ao.Owner
-	if owner == "" {
-		owner = l.opts.Owner
+	a := &acquisition{l: l, agent: agent, issue: issue, owner: ao.Owner, token: newToken(),
+		keys: l.Keys(agent, issue), sent: time.Now(), ao: ao}
+	if a.owner == "" {
+		a.owner = l.opts.Owner
 	}
-	token := newToken()
-	keys := l.Keys(agent, issue)
-	sent := time.Now()
-	var res []any
 	entryMS := ""
 	if !ao.EntryTime.IsZero() {
 		entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
 	}
 	if ao.Queue == nil {
-		res, err = acquireScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence, keys.Done},
-			token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID, entryMS).Slice()
+		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID, entryMS}
 	} else {
-		args := []any{token, l.opts.TTL.Milliseconds(), owner, sent.UnixMilli(), ao.MessageID,
+		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
 			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream, entryMS}
 		for k, v := range ao.Queue.Fields {
-			args = append(args, k, v)
+			a.args = append(a.args, k, v)
 		}
-		res, err = acquireOrQueueScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence, keys.Queue, keys.Done}, args...).Slice()
 	}
+	return a, nil
+}
+
+func (a *acquisition) scriptKeys() []string {
+	if a.ao.Queue == nil {
+		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
+	}
+	return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done}
+}
+
+// finish turns the acquire script's reply into a held Lease (its heartbeat started and
+// its context derived from parent) or the error saying why not.
+func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lease, error) {
+	l, agent, issue := a.l, a.agent, a.issue
 	if err != nil {
-		return nil, fmt.Errorf("lockmw: acquire %s: %w", keys.Lock, err)
+		return nil, fmt.Errorf("lockmw: acquire %s: %w", a.keys.Lock, err)
 	}
 	if len(res) < 2 {
-		return nil, fmt.Errorf("lockmw: acquire %s: unexpected reply %v", keys.Lock, res)
+		return nil, fmt.Errorf("lockmw: acquire %s: unexpected reply %v", a.keys.Lock, res)
 	}
 	if n, _ := res[0].(int64); n == 2 && len(res) >= 3 {
 		l.opts.Observer.Busy(agent)
@@ -277,7 +311,7 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 				holder.TTL = time.Duration(ttl) * time.Millisecond
 			}
 		}
-		le := &LockedError{Holder: holder, Queued: ao.Queue != nil}
+		le := &LockedError{Holder: holder, Queued: a.ao.Queue != nil}
 		if len(res) >= 7 {
 			le.Replaced = atoi(res[6]) > 0
 		}
@@ -287,24 +321,86 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 		l:          l,
 		agent:      agent,
 		issue:      issue,
-		keys:       keys,
-		token:      token,
-		owner:      owner,
-		messageID:  ao.MessageID,
+		keys:       a.keys,
+		token:      a.token,
+		owner:      a.owner,
+		messageID:  a.ao.MessageID,
 		fence:      atoi(res[1]),
-		acquiredAt: sent,
-		onBeat:     ao.OnHeartbeat,
-		drain:      ao.Drain,
-		maxLen:     ao.MaxLen,
+		acquiredAt: a.sent,
+		onBeat:     a.ao.OnHeartbeat,
+		drain:      a.ao.Drain,
+		maxLen:     a.ao.MaxLen,
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 	}
-	le.ctx, le.cancel = context.WithCancelCause(ctx)
+	le.ctx, le.cancel = context.WithCancelCause(parent)
 	le.log = l.opts.Logger.With().Str("agent", agent).Str("issue_key", issue).
-		Int64("fence", le.fence).Str("token", token[:8]).Logger()
+		Int64("fence", le.fence).Str("token", a.token[:8]).Logger()
 	l.opts.Observer.Acquired(agent)
-	go le.heartbeat(sent)
+	go le.heartbeat(a.sent)
 	return le, nil
+}
+
+// Handoff names the next event's lease, taken in the same round trip as a release
+// (ReleaseAndAcquire).
+type Handoff struct {
+	Agent, Key string
+	Options    AcquireOptions // Queue is not supported here
+}
+
+// Pending is a lease taken ahead of its event. Bind it to the event's context with
+// Take, or give it back with Release.
+type Pending struct {
+	Lease *Lease // nil when Err is set
+	Err   error  // *LockedError, *SupersededError, an ErrInvalidKey or a Redis error
+	stop  func() bool
+}
+
+// Take ties the pending lease to ctx (the event's context): cancelling ctx cancels the
+// lease's context with ctx's cause, as for a lease acquired under ctx.
+func (p *Pending) Take(ctx context.Context) (*Lease, error) {
+	if p.Err != nil {
+		return nil, p.Err
+	}
+	le := p.Lease
+	p.stop = context.AfterFunc(ctx, func() { le.cancel(context.Cause(ctx)) })
+	le.unbind = p.stop
+	return le, nil
+}
+
+// ReleaseAndAcquire releases le, runs then (an XACK), and acquires next, in this order
+// and in one round trip. The pending lease's heartbeat runs from now on; its context is
+// detached until Take binds it to its event's context. Both scripts are sent by EVAL,
+// so a server that lost its script cache cannot make the round trip half-fail.
+func (le *Lease) ReleaseAndAcquire(ctx context.Context, then func(pipe redis.Pipeliner), next Handoff) (bool, *Pending, error) {
+	le.stopHeartbeat()
+	first := le.ctx.Err() == nil
+	le.cancel(ErrReleased)
+	a, prepErr := le.l.prepare(next.Agent, next.Key, next.Options)
+	pipe := le.l.rdb.Pipeline()
+	rel := releaseScript.Eval(ctx, pipe, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token)
+	if then != nil {
+		then(pipe)
+	}
+	var acq *redis.Cmd
+	if prepErr == nil {
+		acq = acquireScript.Eval(ctx, pipe, a.scriptKeys(), a.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	if first {
+		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
+	}
+	n, err := rel.Int64()
+	if err != nil {
+		le.log.Warn().Err(err).Dur("expires_within", le.l.opts.TTL).Msg("lease release failed; the key will expire by its TTL")
+		err = fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
+	}
+	p := &Pending{Err: prepErr}
+	if prepErr == nil {
+		res, aerr := acq.Slice()
+		p.Lease, p.Err = a.finish(context.Background(), res, aerr)
+	}
+	return n == 1, p, err
 }
 
 // Inspect returns the live lease (agent, rawKey), or ok=false when nobody holds it.
@@ -374,6 +470,7 @@ type Lease struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	unbind func() bool // detaches a pending lease from the event context it was bound to
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed by Release: heartbeat must end
@@ -516,7 +613,12 @@ func (le *Lease) end(cause error) {
 }
 
 func (le *Lease) stopHeartbeat() {
-	le.stopOnce.Do(func() { close(le.stop) })
+	le.stopOnce.Do(func() {
+		close(le.stop)
+		if le.unbind != nil {
+			le.unbind()
+		}
+	})
 	<-le.done
 }
 

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -72,6 +73,15 @@ type Source interface {
 	Encode(msg *message.Message) (map[string]any, error)
 }
 
+// Peeker is implemented by sources that know which entry they hand over next. The
+// middleware then takes that entry's lease in the round trip that releases the current
+// one and acks its entry, so the lease costs no round trip of its own on the critical
+// path (policy Drop only).
+type Peeker interface {
+	// Peek returns the id and raw issue key of the entry delivered next, if known.
+	Peek() (id, issueKey string, ok bool)
+}
+
 // Config configures Middleware.
 type Config struct {
 	Locker *Locker
@@ -113,6 +123,29 @@ func LeaseFrom(ctx context.Context) (*Lease, bool) {
 // Coalesce) with a record in ResultsStream; a redelivered copy of the very entry a live
 // holder is working on is neither run nor acked.
 func Middleware(cfg Config) (message.HandlerMiddleware, error) {
+	m, err := NewMiddleware(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return m.Handler, nil
+}
+
+// LockMiddleware is Middleware with a Close, for routers that hand leases over between
+// events (see Peeker): Close gives back a lease taken for an event that never came.
+type LockMiddleware struct{ m *middleware }
+
+// Handler is the message.HandlerMiddleware.
+func (lm *LockMiddleware) Handler(h message.HandlerFunc) message.HandlerFunc { return lm.m.wrap(h) }
+
+// Close releases a lease taken ahead for an event that was not delivered (shutdown).
+func (lm *LockMiddleware) Close(ctx context.Context) {
+	if pre := lm.m.takePre(); pre != nil {
+		lm.m.giveBack(ctx, pre)
+	}
+}
+
+// NewMiddleware is Middleware, returning the middleware's handle.
+func NewMiddleware(cfg Config) (*LockMiddleware, error) {
 	if cfg.Locker == nil || cfg.Agent == "" {
 		return nil, errors.New("lockmw: Middleware needs a Locker and an Agent")
 	}
@@ -130,12 +163,46 @@ func Middleware(cfg Config) (message.HandlerMiddleware, error) {
 		cfg.IssueKey = DefaultIssueKey
 	}
 	m := &middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2}
-	return m.wrap, nil
+	return &LockMiddleware{m: m}, nil
 }
 
 type middleware struct {
 	cfg        Config
 	staleAfter time.Duration
+
+	mu  sync.Mutex
+	pre *preLease // the next entry's lease, taken in the last release's round trip
+}
+
+type preLease struct {
+	id string
+	p  *Pending
+}
+
+func (m *middleware) takePre() *preLease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pre
+	m.pre = nil
+	return p
+}
+
+func (m *middleware) giveBack(ctx context.Context, pre *preLease) {
+	if pre.p.Lease != nil {
+		_, _ = pre.p.Lease.Release(ctx)
+	}
+}
+
+// acquireOptions are the lease options for an entry of this subscription.
+func (m *middleware) acquireOptions(entry Entry) AcquireOptions {
+	ao := AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce,
+		EntryTime: entryTime(entry.ID)}
+	ao.OnHeartbeat = func(ctx context.Context, pipe redis.Pipeliner) {
+		// Keep our pending entry young so no claim loop takes it while we work.
+		pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: entry.Stream, Group: entry.Group,
+			Consumer: entry.Consumer, Messages: []string{entry.ID}})
+	}
+	return ao
 }
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
@@ -149,12 +216,26 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 		log := m.cfg.Logger.With().Str("agent", m.cfg.Agent).Str("message_id", entry.ID).
 			Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Logger()
 
+		pre := m.takePre()
+		if pre != nil && (!hasEntry || pre.id != entry.ID) {
+			// The subscription handed over another entry than announced: give it back.
+			m.giveBack(context.WithoutCancel(ctx), pre)
+			pre = nil
+		}
 		raw, err := m.cfg.IssueKey(msg)
 		if err != nil {
+			if pre != nil {
+				m.giveBack(context.WithoutCancel(ctx), pre)
+			}
 			return nil, err
 		}
 		if hasEntry && time.Since(entry.ReadAt) > m.staleAfter {
 			mine, err := m.ownAndRefresh(ctx, entry)
+			if err != nil || !mine {
+				if pre != nil {
+					m.giveBack(context.WithoutCancel(ctx), pre)
+				}
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -165,16 +246,9 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 
-		ao := AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce}
+		var ao AcquireOptions
 		if hasEntry {
-			ao.OnHeartbeat = func(ctx context.Context, pipe redis.Pipeliner) {
-				// Keep our pending entry young so no claim loop takes it while we work.
-				pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: entry.Stream, Group: entry.Group,
-					Consumer: entry.Consumer, Messages: []string{entry.ID}})
-			}
-		}
-		if hasEntry {
-			ao.EntryTime = entryTime(entry.ID)
+			ao = m.acquireOptions(entry)
 		}
 		if m.cfg.Policy == Coalesce && hasEntry {
 			fields, err := m.cfg.Source.Encode(msg)
@@ -183,7 +257,12 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 			}
 			ao.Queue = &QueuedEvent{Stream: entry.Stream, Fields: fields}
 		}
-		lease, err := m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
+		var lease *Lease
+		if pre != nil {
+			lease, err = pre.p.Take(ctx)
+		} else {
+			lease, err = m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
+		}
 		var locked *LockedError
 		var superseded *SupersededError
 		switch {
@@ -231,9 +310,20 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 			return out, nil
 		}
 		// Release, then ack, in one round trip; the subscriber's own XACK is skipped.
-		_, relErr := lease.ReleaseWith(cleanup, func(pipe redis.Pipeliner) {
-			pipe.XAck(cleanup, entry.Stream, entry.Group, entry.ID)
-		})
+		// When the next entry is known, its lease is taken in the same round trip.
+		ack := func(pipe redis.Pipeliner) { pipe.XAck(cleanup, entry.Stream, entry.Group, entry.ID) }
+		var relErr error
+		if next, ok := m.next(entry); ok {
+			var p *Pending
+			_, p, relErr = lease.ReleaseAndAcquire(cleanup, ack, next)
+			if p.Lease != nil || errors.As(p.Err, new(*LockedError)) || errors.As(p.Err, new(*SupersededError)) {
+				m.mu.Lock()
+				m.pre = &preLease{id: next.Options.MessageID, p: p}
+				m.mu.Unlock()
+			}
+		} else {
+			_, relErr = lease.ReleaseWith(cleanup, ack)
+		}
 		if relErr == nil {
 			m.cfg.Source.Settle(entry)
 		} else {
@@ -244,6 +334,24 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 		}
 		return out, nil
 	}
+}
+
+// next returns the handoff for the entry the subscription delivers after cur.
+func (m *middleware) next(cur Entry) (Handoff, bool) {
+	pk, ok := m.cfg.Source.(Peeker)
+	if !ok || m.cfg.Policy != Drop {
+		return Handoff{}, false
+	}
+	id, raw, ok := pk.Peek()
+	if !ok || id == cur.ID || raw == "" {
+		return Handoff{}, false
+	}
+	if _, err := m.cfg.Locker.Canonicalize(raw); err != nil {
+		return Handoff{}, false // a bad event: the dead-letter path takes it, lockless
+	}
+	next := cur
+	next.ID = id
+	return Handoff{Agent: m.cfg.Agent, Key: raw, Options: m.acquireOptions(next)}, true
 }
 
 // run calls the handler with the lease in its context; a panic becomes an error so the

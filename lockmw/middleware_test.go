@@ -145,3 +145,62 @@ func TestBadKeyTakesNoLock(t *testing.T) {
 		t.Fatalf("bad keys created %v", keys)
 	}
 }
+
+// peekSource announces the entry it hands over next.
+type peekSource struct {
+	streamSource
+	nextID, nextKey string
+}
+
+func (p *peekSource) Peek() (string, string, bool) { return p.nextID, p.nextKey, p.nextID != "" }
+
+// The next entry's lease is taken in the release's round trip; if that entry never
+// comes (shutdown), Close gives the lease back; if another entry comes instead, the
+// lease taken ahead is given back before anything else.
+func TestHandoffLeaseIsGivenBack(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{})
+	stream := ns + "s"
+	a := pendingEntry(t, rdb, stream, "c")
+	b := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "{}"}}).Val()
+	src := &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: a, ReadAt: time.Now()}},
+		nextID: b, nextKey: "RHEL-2"}
+	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage", Source: src, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Handler(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	if _, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-1"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	info, held, err := l.Inspect(context.Background(), "triage", "RHEL-2")
+	if err != nil || !held || info.MessageID != b {
+		t.Fatalf("next entry's lease not taken ahead: held=%v info=%+v err=%v", held, info, err)
+	}
+	if exists(t, rdb, "lock:"+ns+"triage:RHEL-1") {
+		t.Fatal("current lease not released")
+	}
+	mw.Close(context.Background())
+	if exists(t, rdb, "lock:"+ns+"triage:RHEL-2") {
+		t.Fatal("Close left the lease taken ahead")
+	}
+
+	// Announced b, delivered c: b's lease goes back, c runs under its own.
+	c := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "{}"}}).Val()
+	src.entry.ID = a
+	if _, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-1"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	src.entry.ID, src.nextID = c, ""
+	var ran bool
+	h2 := mw.Handler(func(msg *message.Message) ([]*message.Message, error) {
+		ran = true
+		if exists(t, rdb, "lock:"+ns+"triage:RHEL-2") {
+			t.Error("lease taken ahead for b still held while c runs")
+		}
+		return nil, nil
+	})
+	if _, err := h2(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-3"}}`))); err != nil || !ran {
+		t.Fatalf("c: ran=%v err=%v", ran, err)
+	}
+}

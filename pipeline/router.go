@@ -110,8 +110,9 @@ func (c *RouterConfig) defaults() error {
 // Router is one worker's Watermill router with its subscriptions.
 type Router struct {
 	*message.Router
-	cfg  RouterConfig
-	subs []*subscription
+	cfg   RouterConfig
+	subs  []*subscription
+	locks []*lockmw.LockMiddleware
 }
 
 // NewRouter builds the router of (Agent, Branch): for each input stream (the :todo twin
@@ -142,12 +143,13 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 				return nil, err
 			}
 			r.subs = append(r.subs, sub)
-			lockMW, err := lockmw.Middleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
+			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
 				Policy: cfg.Policy, ResultsStream: cfg.Topology.Results(), MaxLen: cfg.MaxLen,
 				MaxIdleTime: cfg.MaxIdleTime, Logger: base})
 			if err != nil {
 				return nil, err
 			}
+			r.locks = append(r.locks, lockMW)
 			h := wr.AddNoPublisherHandler(route.Stream+"#"+strconv.Itoa(i), route.Stream, sub.sub, cfg.Handler)
 			stack := []message.HandlerMiddleware{
 				middleware.Recoverer,
@@ -158,7 +160,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 			stack = append(stack,
 				dead.middleware(sub),
-				lockMW,
+				lockMW.Handler,
 				newDelivery,
 				retry(cfg.MaxRetries, cfg.RetryInitial, log),
 			)
@@ -187,7 +189,15 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	}
 	go r.trimLoop(ctx)
-	return r.Router.Run(ctx)
+	err := r.Router.Run(ctx)
+	// A lease taken ahead for an entry that was never handed over goes back now, so
+	// the entry's issue is free for whoever resumes it.
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, l := range r.locks {
+		l.Close(cctx)
+	}
+	return err
 }
 
 // trimLoop keeps the router's input streams near MaxLen with Trim, which spares every

@@ -31,7 +31,10 @@ type subscription struct {
 	mu       sync.Mutex
 	inflight map[string]struct{} // delivered to this process, not yet acked
 	settled  map[string]struct{} // acked by the middleware, or not ours: skip the XACK
+	queue    []queued            // read, not yet handed to the middleware, in read order
 }
+
+type queued struct{ id, issueKey string }
 
 type subscriptionConfig struct {
 	Route         Route
@@ -170,6 +173,9 @@ func (s *subscription) Entry(msg *message.Message) (lockmw.Entry, bool) {
 	if ns, err := strconv.ParseInt(msg.Metadata.Get(fieldReadAt), 10, 64); err == nil {
 		e.ReadAt = time.Unix(0, ns)
 	}
+	s.mu.Lock()
+	s.dequeue(id)
+	s.mu.Unlock()
 	return e, true
 }
 
@@ -179,6 +185,7 @@ func (s *subscription) Settle(e lockmw.Entry) {
 	defer s.mu.Unlock()
 	s.settled[e.ID] = struct{}{}
 	delete(s.inflight, e.ID)
+	s.dequeue(e.ID)
 }
 
 // Encode implements lockmw.Source.
@@ -237,6 +244,30 @@ func (s *subscription) stamp(stream string, msgs []redis.XMessage, now string) {
 		msgs[i].Values[fieldStream] = stream
 		msgs[i].Values[fieldReadAt] = now
 		s.inflight[msgs[i].ID] = struct{}{}
+		key, _ := msgs[i].Values[metaPrefix+MetaIssueKey].(string)
+		s.queue = append(s.queue, queued{id: msgs[i].ID, issueKey: key})
+	}
+}
+
+// Peek implements lockmw.Peeker: the entry handed over next, as far as this process
+// knows (its read order).
+func (s *subscription) Peek() (id, issueKey string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return "", "", false
+	}
+	return s.queue[0].id, s.queue[0].issueKey, true
+}
+
+// dequeue forgets id as waiting (it was handed to the middleware or settled). Called
+// with s.mu held.
+func (s *subscription) dequeue(id string) {
+	for i, q := range s.queue {
+		if q.id == id {
+			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			return
+		}
 	}
 }
 
@@ -265,5 +296,6 @@ func (s *subscription) forget(args []any) {
 	defer s.mu.Unlock()
 	for _, a := range args[min(3, len(args)):] {
 		delete(s.inflight, fmt.Sprint(a))
+		s.dequeue(fmt.Sprint(a))
 	}
 }
