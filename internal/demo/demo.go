@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -533,6 +535,30 @@ func (r *run) stop() {
 		_ = router.Close()
 	}
 	r.stopWorkers = nil
+	if r.jiraHTTP != nil {
+		r.jiraHTTP.CloseIdleConnections()
+	}
+	// A closed watermill-redisstream subscriber does not wait for its reader goroutine,
+	// which ends after its XREADGROUP returns, a 500ms pause and a "read fail" log line.
+	// Wait for them (and for the Jira connections' goroutines), so that nothing the
+	// workers started outlives Run.
+	deadline := time.Now().Add(3 * time.Second)
+	for subscriberReaders() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// subscriberReaders reports whether a watermill-redisstream subscriber goroutine is
+// still alive in this process.
+func subscriberReaders() bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return bytes.Contains(buf[:n], []byte("redisstream.(*Subscriber)"))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // close stops everything the demo started, and deletes its namespace in a real Redis

@@ -271,6 +271,7 @@ func runDemo(t *testing.T, o demo.Options) (*demo.Summary, streamsAtEnd, error) 
 }
 
 func TestDemoEmbedded(t *testing.T) {
+	before := runtime.NumGoroutine()
 	var out, progress bytes.Buffer
 	s, at, err := runDemo(t, demo.Options{Issues: demo.CatalogueSize, Seed: 7, Out: &out, Progress: &progress,
 		ProgressEvery: 50 * time.Millisecond})
@@ -287,7 +288,7 @@ func TestDemoEmbedded(t *testing.T) {
 			t.Errorf("progress lacks %q:\n%s", want, progress.String())
 		}
 	}
-	for _, want := range []string{"stage  published  run  dropped  retried  succeeded  failed  dead", "rebuild-c10s",
+	for _, want := range []string{"published  run  dropped  retried  succeeded  failed  dead", "rebuild-c10s",
 		"ok     every published event has exactly one outcome", "ok     Jira labels as planned for 40 of 40 issues",
 		"ymirflow history RHEL-", "ymirflow pending", "ymirflow locks"} {
 		if !strings.Contains(out.String(), want) {
@@ -297,6 +298,7 @@ func TestDemoEmbedded(t *testing.T) {
 	if strings.Contains(out.String(), "NOT OK") {
 		t.Errorf("report has a failed check:\n%s", out.String())
 	}
+	waitGoroutines(t, before)
 }
 
 // More issues than the catalogue: the rest are random, and still accounted for.

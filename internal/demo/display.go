@@ -87,9 +87,9 @@ func (d *display) update(elapsed time.Duration, snap snapshot) {
 	fmt.Fprintf(&b, "%6.1fs  %s: %d of %d events have an outcome, %d running\n", elapsed.Seconds(), d.phase,
 		t.Outcomes, t.Published, t.Running)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "stage\tpublished\trunning\tsucceeded\tfailed\tdropped\tretried\tdead\t")
+	fmt.Fprintf(tw, "%-13s\tpublished\trunning\tsucceeded\tfailed\tdropped\tretried\tdead\t\n", "stage")
 	row := func(st StageStats) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", st.Stage, st.Published, st.Running, st.Succeeded,
+		fmt.Fprintf(tw, "%-13s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", st.Stage, st.Published, st.Running, st.Succeeded,
 			st.Failed, st.Dropped, st.Retried, st.Dead)
 	}
 	for _, st := range snap.stages {

@@ -58,7 +58,7 @@ func (s *StageStats) add(o StageStats) {
 // stage is one consumer group of the topology.
 type stage struct {
 	agent, branch, name string
-	routes            []pipeline.Route
+	routes              []pipeline.Route
 }
 
 func stagesOf(topo pipeline.Topology) []stage {

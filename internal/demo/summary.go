@@ -104,9 +104,9 @@ func (s *Summary) WriteJSON(w io.Writer) error {
 // WriteTable writes the per-stage table.
 func (s *Summary) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "stage\tpublished\trun\tdropped\tretried\tsucceeded\tfailed\tdead\t")
+	fmt.Fprintf(tw, "%-13s\tpublished\trun\tdropped\tretried\tsucceeded\tfailed\tdead\t\n", "stage")
 	row := func(st StageStats) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", st.Stage, st.Published, st.Run, st.Dropped, st.Retried,
+		fmt.Fprintf(tw, "%-13s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", st.Stage, st.Published, st.Run, st.Dropped, st.Retried,
 			st.Succeeded, st.Failed, st.Dead)
 	}
 	for _, st := range s.Stages {
