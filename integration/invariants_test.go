@@ -410,8 +410,18 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 			}
 			tr, ok := last[is]["triage"]
 			if !ok {
-				v("%s: no triage outcome (labels %v)", is, labels)
-				continue
+				// Its triage event ended as "skipped": a redelivery found the resolution
+				// label of a run that had published but not recorded (crash, lease lost).
+				// The downstream outcome still decides the labels.
+				for _, a := range pipeline.Agents[1:] {
+					if dr, ok := last[is][a]; ok && (tr.Values == nil || compareIDs(dr.ID, tr.ID) > 0) {
+						tr = redis.XMessage{ID: dr.ID, Values: map[string]any{"event_type": pipeline.EventStageDone, "outcome": a}}
+					}
+				}
+				if tr.Values == nil {
+					v("%s: no triage outcome (labels %v); its records: %s", is, labels, describe(recordsOf(st, is)))
+					continue
+				}
 			}
 			want, notWant := expectedLabels(tr, last[is])
 			if want == "" {
@@ -469,4 +479,15 @@ func describeAll(m map[string]redis.XMessage) string {
 	}
 	slices.SortFunc(rs, func(a, b redis.XMessage) int { return strings.Compare(a.ID, b.ID) })
 	return describe(rs)
+}
+
+// recordsOf returns every results record of an issue, in order.
+func recordsOf(st *state, issue string) []redis.XMessage {
+	var out []redis.XMessage
+	for _, m := range st.results {
+		if str(m.Values["issue_key"]) == issue {
+			out = append(out, m)
+		}
+	}
+	return out
 }
