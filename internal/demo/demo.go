@@ -431,7 +431,10 @@ func (r *run) duplicates(ctx context.Context, s1 fetcher.Summary) error {
 func (r *run) timing() (lockTTL, retryInitial time.Duration) {
 	d := r.o.AgentDuration
 	lockTTL = max(3*time.Second, 6*d)
-	retryInitial = min(max(d/2, 10*time.Millisecond), time.Second)
+	// The waits between attempts come out at 2 and 16 times RetryInitial, not 1 and 2:
+	// watermill's middleware.Retry advances its backoff in ShouldRetry's Delay and in
+	// OnRetryHook as well as before waiting. Aim at about d/4 and 2d.
+	retryInitial = min(max(d/8, 5*time.Millisecond), time.Second)
 	return lockTTL, retryInitial
 }
 
