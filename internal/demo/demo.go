@@ -158,6 +158,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		MaxRetries: o.MaxRetries, Workers: WorkersPerStage, LogFile: o.LogFile}
 	defer r.close()
 	err := r.main(ctx)
+	r.stop() // done already unless main stopped early
 	r.sum.Took = time.Since(r.start).Round(10 * time.Millisecond).String()
 	if errors.Is(err, ErrInterrupted) {
 		r.sum.Interrupted = true
