@@ -107,6 +107,7 @@ func (o *Options) defaults() {
 	case o.AgentDuration < 0:
 		o.AgentDuration = 0
 	}
+	o.AgentDuration = o.AgentDuration.Round(time.Millisecond)
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = DefaultMaxRetries
 	}
