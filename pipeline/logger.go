@@ -1,11 +1,14 @@
 package pipeline
 
 import (
+	"context"
+	"errors"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 )
 
@@ -53,6 +56,11 @@ func (w watermillLogger) fields(e *zerolog.Event, f watermill.LogFields) *zerolo
 }
 
 func (w watermillLogger) Error(msg string, err error, f watermill.LogFields) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed) {
+		// Shutdown, not a failure.
+		w.fields(w.l.Debug().Err(err), f).Msg(msg)
+		return
+	}
 	w.fields(w.l.Error().Err(err), f).Msg(msg)
 }
 func (w watermillLogger) Info(msg string, f watermill.LogFields)  { w.fields(w.l.Debug(), f).Msg(msg) }

@@ -366,3 +366,40 @@ func TestCloseLeavesSharedClientOpen(t *testing.T) {
 		t.Fatalf("shared client closed with the router: %v", err)
 	}
 }
+
+// Retries back off exponentially from RetryInitial (here 100ms, then 200ms), not faster
+// and not slower.
+func TestRetryBackoffSchedule(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var at []time.Time
+	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "triage",
+		Consumer: "w", BlockTime: 200 * time.Millisecond, MaxIdleTime: 2 * time.Second, MaxRetries: 3,
+		RetryInitial: 100 * time.Millisecond, Locker: e.locker(3 * time.Second),
+		Handler: func(*message.Message) error {
+			mu.Lock()
+			at = append(at, time.Now())
+			mu.Unlock()
+			return errBoom
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.Run(ctx) }()
+	<-r.Running()
+	defer r.Close()
+	e.publishTriage("RHEL-8")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 }, "dead-lettered")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 3 {
+		t.Fatalf("%d attempts, want 3", len(at))
+	}
+	for i, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond} {
+		if gap := at[i+1].Sub(at[i]); gap < want || gap > 2*want {
+			t.Fatalf("wait before attempt %d = %s, want about %s", i+2, gap, want)
+		}
+	}
+}

@@ -72,8 +72,11 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 		MaxIdleTime:                   cfg.MaxIdleTime,
 		ShouldClaimPendingMessage:     s.shouldClaim,
 		DisableIndefiniteInitialBlock: true,
-		// A read error (Redis restarting) must not end the subscription: retry.
-		ShouldStopOnReadErrors: func(error) bool { return false },
+		// A read error (Redis restarting) must not end the subscription: retry. Only
+		// our own shutdown ends it, at once.
+		ShouldStopOnReadErrors: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed)
+		},
 	}, newWatermillLogger(s.log))
 	if err != nil {
 		s.client.Close()
