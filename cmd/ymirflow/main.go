@@ -115,10 +115,7 @@ func printHelp(w io.Writer) {
 // load parses a command's settings; a --help request prints the usage and ends the
 // command with flag.ErrHelp (exit 0), a bad setting is a usage error (exit 2).
 func load(name string, c config.Command, args []string, stderr io.Writer) (*flag.FlagSet, error) {
-	fs, err := config.Load("ymirflow "+name, c, args)
-	if fs != nil {
-		fs.SetOutput(stderr)
-	}
+	fs, err := config.LoadTo(stderr, "ymirflow "+name, c, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return fs, err
 	}

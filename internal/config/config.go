@@ -73,7 +73,15 @@ func Commands() map[string]Command {
 // is returned so that the caller can read its positional arguments
 // (fs.Args()). A --help request returns an error that wraps flag.ErrHelp.
 func Load(name string, c Command, args []string) (*flag.FlagSet, error) {
+	return LoadTo(nil, name, c, args)
+}
+
+// LoadTo is Load with the usage and parse errors written to w (nil: standard error).
+func LoadTo(w io.Writer, name string, c Command, args []string) (*flag.FlagSet, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if w != nil {
+		fs.SetOutput(w)
+	}
 	c.Register(fs)
 	fs.Usage = Usage(fs)
 	if err := Parse(fs, args); err != nil {
