@@ -77,6 +77,10 @@ type options struct {
 	proxy bool
 	// fetcher feeds issues with `ymirflow fetch` when the command is built; else enqueue.
 	fetcher bool
+	// cluster runs everything on a local 3-master Redis Cluster instead of one server.
+	cluster bool
+	// noFail: every downstream run succeeds (no dead letters).
+	noFail bool
 }
 
 func defaultOptions() options {
@@ -93,8 +97,9 @@ type scenario struct {
 	t      *testing.T
 	o      options
 	dir    string
-	srv    *redistest.Server
-	rdb    *redis.Client
+	srv    *redistest.Server // nil on a cluster
+	url    string            // REDIS_URL of every process
+	rdb    redis.UniversalClient
 	fj     *fakejira.Server
 	ledger string
 	began  time.Time
@@ -158,10 +163,16 @@ func newScenario(t *testing.T, o options) *scenario {
 		dir = d
 		t.Logf("scenario directory kept: %s", dir)
 	}
-	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
-	s := &scenario{t: t, o: o, dir: dir, srv: srv, rdb: srv.Client(), ledger: filepath.Join(dir, "ledger"),
+	s := &scenario{t: t, o: o, dir: dir, ledger: filepath.Join(dir, "ledger"),
 		workers: map[string]*worker{}, kills: map[int]time.Time{}, proxies: map[string]*toxiproxy.Proxy{},
 		began: time.Now()}
+	if o.cluster {
+		c := startCluster(t, 3)
+		s.url, s.rdb = c.URL(), c.Client()
+	} else {
+		s.srv = redistest.StartServer(t, redistest.ServerOptions{AOF: true})
+		s.url, s.rdb = s.srv.URL(), s.srv.Client()
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +238,7 @@ func (s *scenario) dumpLogs() {
 // proxies, else straight to the server.
 func (s *scenario) redisURLFor(name string) string {
 	if s.tp == nil {
-		return s.srv.URL()
+		return s.url
 	}
 	p, ok := s.proxies[name]
 	if !ok {
@@ -270,6 +281,9 @@ func (s *scenario) startWorker(g group, name string) *worker {
 	cmd.Env = append(cmd.Env, "LEDGER="+s.ledger,
 		"RUNNER_MIN_MS="+strconv.Itoa(s.o.runnerMin), "RUNNER_MAX_MS="+strconv.Itoa(s.o.runnerMax),
 		"RUNNER_SLOW_ISSUE="+s.o.slowIssue)
+	if s.o.noFail {
+		cmd.Env = append(cmd.Env, "RUNNER_NO_FAIL=1")
+	}
 	w := &worker{name: name, g: g, cmd: cmd, metrics: metrics, done: make(chan struct{}),
 		logPath: filepath.Join(s.dir, "logs", fmt.Sprintf("%03d-%s.log", seq, name))}
 	logf, err := os.Create(w.logPath)
@@ -424,9 +438,19 @@ func (s *scenario) feedsWithFetcher() bool { return s.o.fetcher && fetchBuilt() 
 // published while Redis is unreachable.
 func (s *scenario) enqueue(keys ...string) {
 	s.t.Helper()
+	s.enqueueTo(group{agent: "triage"}, keys...)
+}
+
+// enqueueTo publishes requests for g with `ymirflow enqueue --agent A [--branch B]`.
+func (s *scenario) enqueueTo(g group, keys ...string) {
+	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for len(keys) > 0 {
-		args := append([]string{"enqueue", "--agent", "triage", "--redis-url", s.srv.URL(), "--log-level", "warn"}, keys...)
+		args := []string{"enqueue", "--agent", g.agent, "--redis-url", s.url, "--log-level", "warn"}
+		if g.branch != "" {
+			args = append(args, "--branch", g.branch)
+		}
+		args = append(args, keys...)
 		cmd := exec.Command(binary, args...)
 		cmd.Env = s.baseEnv()
 		var stderr strings.Builder
@@ -462,7 +486,7 @@ func (s *scenario) startFetcher() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	cmd := exec.Command(binary, "fetch", "--interval", "300ms", "--redis-url", s.srv.URL(),
+	cmd := exec.Command(binary, "fetch", "--interval", "300ms", "--redis-url", s.url,
 		"--jira-url", s.fj.URL(), "--jira-api", "server", "--jira-token", jiraToken, "--jira-trigger-group", "", "--jira-rate-limit", "-1",
 		"--jira-jql", "project = RHEL", "--jira-max-retries", "2", "--jira-timeout", "5s", "--log-level", "info")
 	cmd.Env = s.baseEnv()
@@ -499,6 +523,14 @@ func (s *scenario) waitSettled(within time.Duration) time.Time {
 	deadline := time.Now().Add(within)
 	var last string
 	for {
+		if s.fetchDone != nil {
+			select {
+			case <-s.fetchDone:
+				b, _ := os.ReadFile(s.fetchLg)
+				s.t.Fatalf("the fetcher exited:\n%s", tail(string(b), 2000))
+			default:
+			}
+		}
 		ok, why := s.settled()
 		if ok {
 			return time.Now()

@@ -476,6 +476,11 @@ func TestHandlerPausedPastTTL(t *testing.T) {
 		t.Fatalf("RHEL-7 triage ran %d times, want the paused run and a re-run: %v", len(triage), triage)
 	}
 	rerun := triage[len(triage)-1]
+	for _, r := range triage {
+		if r.pid == victim.pid {
+			victim = r // with its end
+		}
+	}
 	if rerun.workerPID == paused.pid || rerun.fence <= victim.fence {
 		t.Errorf("re-run %s: want another worker under a higher fence than %d", rerun, victim.fence)
 	}
@@ -515,8 +520,8 @@ func TestHandlerPausedPastTTL(t *testing.T) {
 	if len(late) > 0 {
 		t.Errorf("the paused run (fence %d) recorded an outcome: %v", victim.fence, late)
 	}
-	t.Logf("FIGURE sigstop: paused run fence %d ended %s; re-run by pid %d under fence %d started %s after the pause began; "+
-		"one downstream request, fence %s", victim.fence, victim.how, rerun.workerPID, rerun.fence,
+	t.Logf("FIGURE sigstop: paused run fence %d ended %s (%s after the pause began, its runner not paused); re-run by pid %d under fence %d started %s after the pause began; "+
+		"one downstream request, fence %s", victim.fence, victim.how, victim.end.Sub(stoppedAt).Round(time.Millisecond), rerun.workerPID, rerun.fence,
 		rerun.start.Sub(stoppedAt).Round(time.Millisecond), down[0].fence)
 }
 

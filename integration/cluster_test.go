@@ -1,0 +1,230 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+)
+
+func fakejiraIssue(key string) fakejira.Issue {
+	now := time.Now()
+	return fakejira.Issue{Key: key, Summary: "integration issue " + key, Status: "New", Updated: now, Created: now,
+		Labels: []string{"ymir_triaged_rebase"}}
+}
+
+// redisCluster is a local Redis Cluster of masters only, on loopback ports.
+type redisCluster struct {
+	ports []int
+	cmds  []*exec.Cmd
+}
+
+// clusterPorts returns n ports p such that p and its cluster bus port p+10000 are free.
+func clusterPorts(t *testing.T, n int) []int {
+	t.Helper()
+	var out []int
+	for tries := 0; len(out) < n && tries < 1000; tries++ {
+		p := 20000 + int(time.Now().UnixNano()%30000)
+		ok := true
+		for _, q := range []int{p, p + 10000} {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		for _, o := range out {
+			if o == p {
+				ok = false
+			}
+		}
+		if ok {
+			out = append(out, p)
+		}
+	}
+	if len(out) < n {
+		t.Fatal("no free ports for the cluster")
+	}
+	return out
+}
+
+// startCluster starts n masters with `redis-server --cluster-enabled yes` (AOF on) and
+// joins them with `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`.
+// Everything is stopped when the test ends.
+func startCluster(t *testing.T, n int) *redisCluster {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatal("redis-cli not found on PATH (it creates the cluster); install redis-tools")
+	}
+	c := &redisCluster{ports: clusterPorts(t, n)}
+	t.Cleanup(func() {
+		for _, cmd := range c.cmds {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	var addrs []string
+	for _, p := range c.ports {
+		dir := t.TempDir()
+		cmd := exec.Command("redis-server", "--port", strconv.Itoa(p), "--bind", "127.0.0.1", "--dir", dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
+			"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no")
+		logf, err := os.Create(filepath.Join(dir, "redis.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start redis-server --cluster-enabled: %v", err)
+		}
+		c.cmds = append(c.cmds, cmd)
+		addr := "127.0.0.1:" + strconv.Itoa(p)
+		addrs = append(addrs, addr)
+		waitPing(t, addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, a := range addrs {
+		for {
+			info, _ := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", strings.TrimPrefix(a, "127.0.0.1:"), "cluster", "info").Output()
+			if strings.Contains(string(info), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster not ok on %s within 20s:\n%s", a, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+func waitPing(t *testing.T, addr string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer within 10s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// URL is the REDIS_URL of the cluster: every node, comma-separated.
+func (c *redisCluster) URL() string {
+	var hs []string
+	for _, p := range c.ports {
+		hs = append(hs, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	return "redis://" + strings.Join(hs, ",") + "/0"
+}
+
+// Client is a cluster client for the test's own checks.
+func (c *redisCluster) Client() *redis.ClusterClient {
+	var hs []string
+	for _, p := range c.ports {
+		hs = append(hs, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: hs, DisableIdentity: true})
+}
+
+func (c *redisCluster) String() string { return fmt.Sprintf("cluster %v", c.ports) }
+
+// TestClusterPipeline: the worker and router suite on a 3-master Redis Cluster: every
+// process gets the three nodes in REDIS_URL (so the lease keys take the hash-tagged
+// KeysCluster layout), issues flow through every agent, two workers are SIGKILLed mid-run,
+// and the invariants are checked as on a single server.
+func TestClusterPipeline(t *testing.T) {
+	o := defaultOptions()
+	o.cluster = true
+	o.fetcher = false // `ymirflow fetch` refuses Redis Cluster: see below
+	o.noFail = true   // dead letters fail on Cluster: TestClusterDeadLetter
+	o.runnerMin, o.runnerMax = 100, 500
+	s := newScenario(t, o)
+	fetch := exec.Command(binary, "fetch", "--once", "--redis-url", s.url, "--jira-url", s.fj.URL(), "--jira-api", "server",
+		"--jira-token", jiraToken, "--jira-trigger-group", "", "--jira-rate-limit", "-1", "--log-level", "warn")
+	fetch.Env = s.baseEnv()
+	out, err := fetch.CombinedOutput()
+	t.Logf("on Redis Cluster, `ymirflow fetch --once` ends with %v: %s (issues are fed with `ymirflow enqueue` instead)",
+		err, strings.TrimSpace(string(out)))
+	s.startAll()
+	n := issuesFor(30)
+	start := time.Now()
+	s.addIssues(n / 2)
+	var kills []time.Duration
+	for i := 0; i < 2; i++ {
+		time.Sleep(1500 * time.Millisecond)
+		w := s.pickVictim()
+		at := s.kill(w)
+		s.startWorker(w.g, w.name)
+		kills = append(kills, at.Sub(start))
+	}
+	s.addIssues(n - n/2)
+	end := s.waitSettled(2 * time.Minute)
+	rep := s.checkInvariants(checkOptions{crashDuplicates: true})
+	t.Logf("FIGURE cluster: %d issues, %d events settled in %s on a 3-master cluster (fed by %s), 2 SIGKILLs; %s",
+		n, rep.events, end.Sub(start).Round(time.Millisecond), s.feeder(), rep)
+}
+
+// TestClusterDeadLetter: on Redis Cluster, a downstream event whose retries are exhausted
+// must reach ymir:dead and leave XPENDING, as on one server. The dead-letter middleware
+// writes the dead letter and acks the entry in one MULTI (pipeline/deadletter.go bury),
+// and ymir:dead and the input stream hash to different slots: CROSSSLOT, the entry stays
+// pending, and it is redelivered and re-run for ever (its runner and its stage.failed
+// record again each time).
+func TestClusterDeadLetter(t *testing.T) {
+	o := defaultOptions()
+	o.cluster = true
+	o.fetcher = false
+	o.runnerMin, o.runnerMax = 10, 20
+	s := newScenario(t, o)
+	g := group{agent: "rebase", branch: "c9s"}
+	w := s.startWorker(g, workerName(g, 0))
+	s.fj.AddIssues(fakejiraIssue("RHEL-5")) // RHEL-5: the runner reports failure
+	s.enqueueTo(g, "RHEL-5")
+	deadline := time.Now().Add(15 * time.Second)
+	var st *state
+	for time.Now().Before(deadline) {
+		var err error
+		if st, err = s.snapshot(context.Background()); err == nil && len(st.dead) > 0 && st.pending[topo.Stream("rebase", "c9s", false)+" rebase-c9s"] == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	runs, _ := s.runs()
+	failed := 0
+	for _, r := range st.results {
+		if str(r.Values["event_type"]) == "stage.failed" {
+			failed++
+		}
+	}
+	crossslot := logLines(w, "CROSSSLOT", "dead letter")
+	t.Logf("cluster dead letter: %d dead letters, %d runner runs, %d stage.failed records for one event; %d 'cannot write the dead letter' CROSSSLOT lines",
+		len(st.dead), len(runs), failed, len(crossslot))
+	if len(crossslot) > 0 {
+		t.Logf("  %s", crossslot[0])
+	}
+	if len(st.dead) != 1 || failed != 1 || len(runs) != s.o.tm.MaxRetries {
+		t.Fatalf("on Redis Cluster the exhausted event was not dead-lettered once: %d dead letters, %d stage.failed records, "+
+			"%d runs (want 1, 1, %d)", len(st.dead), failed, len(runs), s.o.tm.MaxRetries)
+	}
+	s.checkInvariants(checkOptions{})
+}
