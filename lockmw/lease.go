@@ -95,14 +95,18 @@ type Observer interface {
 	Busy(agent string)
 	Lost(agent string, cause error)
 	Released(agent string, held time.Duration)
+	// Conflict is told what the middleware did with an event whose issue was busy:
+	// outcome "dropped" (reason "locked" or "superseded") or "coalesced".
+	Conflict(agent, outcome, reason string)
 }
 
 type nopObserver struct{}
 
-func (nopObserver) Acquired(string)                {}
-func (nopObserver) Busy(string)                    {}
-func (nopObserver) Lost(string, error)             {}
-func (nopObserver) Released(string, time.Duration) {}
+func (nopObserver) Acquired(string)                 {}
+func (nopObserver) Busy(string)                     {}
+func (nopObserver) Conflict(string, string, string) {}
+func (nopObserver) Lost(string, error)              {}
+func (nopObserver) Released(string, time.Duration)  {}
 
 // Options configure a Locker. The zero value is usable: defaults are filled in by New.
 type Options struct {

@@ -561,8 +561,9 @@ type countingObserver struct {
 	lost                     []error
 }
 
-func (o *countingObserver) Acquired(string) { o.mu.Lock(); o.acquired++; o.mu.Unlock() }
-func (o *countingObserver) Busy(string)     { o.mu.Lock(); o.busy++; o.mu.Unlock() }
+func (o *countingObserver) Acquired(string)                 { o.mu.Lock(); o.acquired++; o.mu.Unlock() }
+func (o *countingObserver) Busy(string)                     { o.mu.Lock(); o.busy++; o.mu.Unlock() }
+func (o *countingObserver) Conflict(string, string, string) {}
 func (o *countingObserver) Lost(_ string, c error) {
 	o.mu.Lock()
 	o.lost = append(o.lost, c)

@@ -422,6 +422,11 @@ func (m *middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	if hasEntry {
 		m.cfg.Source.Settle(entry)
 	}
+	outcome := "dropped"
+	if locked.Queued {
+		outcome = "coalesced"
+	}
+	m.cfg.Locker.opts.Observer.Conflict(m.cfg.Agent, outcome, reason)
 	if locked.Queued {
 		log.Info().Bool("replaced", locked.Replaced).Msg("issue is locked; event queued as its follow-up")
 	} else {

@@ -25,6 +25,7 @@ type Metrics struct {
 
 	acquired *prometheus.CounterVec
 	busy     *prometheus.CounterVec
+	conflict *prometheus.CounterVec
 	lost     *prometheus.CounterVec
 	hold     *prometheus.HistogramVec
 	dead     *prometheus.CounterVec
@@ -43,6 +44,9 @@ func NewMetrics() *Metrics {
 			Help: "Leases taken."}, []string{"agent"}),
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_busy_total",
 			Help: "Events whose issue was locked by another holder (dropped or coalesced)."}, []string{"agent"}),
+		conflict: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lock_conflicts_total",
+			Help: "Events for a busy issue, by outcome (dropped, coalesced) and reason (locked, superseded)."},
+			[]string{"agent", "outcome", "reason"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_lost_total",
 			Help: "Leases lost while held, by cause (lost, unproven, max_hold)."}, []string{"agent", "cause"}),
 		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ymirflow", Name: "lease_hold_seconds",
@@ -50,7 +54,7 @@ func NewMetrics() *Metrics {
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "dead_letters_total",
 			Help: "Events moved to the dead-letter stream."}, []string{"agent"}),
 	}
-	reg.MustRegister(m.acquired, m.busy, m.lost, m.hold, m.dead)
+	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead)
 	return m
 }
 
@@ -63,6 +67,11 @@ func (m *Metrics) Acquired(agent string) { m.acquired.WithLabelValues(agent).Inc
 
 // Busy implements lockmw.Observer.
 func (m *Metrics) Busy(agent string) { m.busy.WithLabelValues(agent).Inc() }
+
+// Conflict implements lockmw.Observer.
+func (m *Metrics) Conflict(agent, outcome, reason string) {
+	m.conflict.WithLabelValues(agent, outcome, reason).Inc()
+}
 
 // Lost implements lockmw.Observer.
 func (m *Metrics) Lost(agent string, cause error) {

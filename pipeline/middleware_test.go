@@ -403,3 +403,75 @@ func TestRetryBackoffSchedule(t *testing.T) {
 		}
 	}
 }
+
+// CONCURRENCY n means n subscriptions per input stream, named <consumer>-0..n-1, each
+// with one event in flight; conflicts are counted in the metrics.
+func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	metrics := pipeline.NewMetrics()
+	var inFlight, peak atomic.Int64
+	both := make(chan struct{})
+	var once sync.Once
+	locker, err := lockmw.New(e.rdb, lockmw.Options{Scope: e.ns, TTL: 3 * time.Second, Observer: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "triage",
+		Consumer: "w", Concurrency: 2, BlockTime: 200 * time.Millisecond, MaxIdleTime: 2 * time.Second,
+		Locker: locker, Metrics: metrics,
+		Handler: func(msg *message.Message) error {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			if n == 2 {
+				once.Do(func() { close(both) })
+			}
+			select {
+			case <-both:
+			case <-time.After(5 * time.Second):
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.Run(ctx) }()
+	<-r.Running()
+	defer r.Close()
+	e.publishTriage("RHEL-61")
+	e.publishTriage("RHEL-62")
+	redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 0 && peak.Load() == 2 }, "two in flight at once")
+	consumers := map[string]bool{}
+	for _, c := range e.rdb.XInfoConsumers(ctx, e.triage(), "triage").Val() {
+		consumers[c.Name] = true
+	}
+	if !consumers["w-0"] || !consumers["w-1"] || len(consumers) != 2 {
+		t.Fatalf("consumers %v, want w-0 and w-1", consumers)
+	}
+	// A conflict, counted: hold RHEL-63 by hand, then publish an event for it.
+	held, err := locker.Acquire(ctx, "triage", "RHEL-63", lockmw.AcquireOptions{Owner: "someone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	e.publishTriage("RHEL-63")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.results("lock.dropped")) == 1 }, "dropped")
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, mf := range mfs {
+		if mf.GetName() == "ymirflow_lock_conflicts_total" {
+			for _, m := range mf.GetMetric() {
+				got += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if got != 1 {
+		t.Fatalf("lock_conflicts_total = %v, want 1", got)
+	}
+}

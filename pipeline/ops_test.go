@@ -93,11 +93,13 @@ func TestHealthAndMetrics(t *testing.T) {
 	}
 	m.Acquired("triage")
 	m.Busy("triage")
+	m.Conflict("triage", "dropped", "locked")
 	m.Lost("triage", lockmw.ErrLeaseUnproven)
 	m.Released("triage", time.Second)
 	_, body := get("/metrics")
 	for _, want := range []string{`ymirflow_lease_acquired_total{agent="triage"} 1`, `ymirflow_lease_busy_total{agent="triage"} 1`,
-		`ymirflow_lease_lost_total{agent="triage",cause="unproven"} 1`, `ymirflow_lease_hold_seconds_count{agent="triage"} 1`} {
+		`ymirflow_lease_lost_total{agent="triage",cause="unproven"} 1`, `ymirflow_lease_hold_seconds_count{agent="triage"} 1`,
+		`ymirflow_lock_conflicts_total{agent="triage",outcome="dropped",reason="locked"} 1`} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("/metrics lacks %s", want)
 		}
