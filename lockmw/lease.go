@@ -534,10 +534,38 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 		case <-beat.C:
 		}
 		sent := time.Now()
-		// An extend that answers after the lease could have expired proves nothing.
+		// An extend that answers after the lease could have expired proves nothing. The
+		// client may not honour the deadline while it dials or reads (go-redis without
+		// ContextTimeoutEnabled), so the extend runs aside and the deadlines keep
+		// ticking here.
 		ctx, cancel := context.WithTimeout(context.Background(), max(proven(lastOK), time.Millisecond))
-		ok, err := le.extend(ctx)
-		cancel()
+		type reply struct {
+			ok  bool
+			err error
+		}
+		replied := make(chan reply, 1)
+		go func() {
+			ok, err := le.extend(ctx)
+			replied <- reply{ok, err}
+		}()
+		var r reply
+		select {
+		case r = <-replied:
+			cancel()
+		case <-le.stop:
+			cancel()
+			return
+		case <-maxHold.C:
+			cancel()
+			le.end(fmt.Errorf("%w (%s)", ErrMaxHold, le.l.opts.MaxHold))
+			return
+		case <-unproven.C:
+			cancel()
+			le.end(fmt.Errorf("%w: no extend succeeded since %s (TTL %s)", ErrLeaseUnproven,
+				lastOK.Format(time.RFC3339Nano), ttl))
+			return
+		}
+		ok, err := r.ok, r.err
 		switch {
 		case err != nil:
 			le.log.Warn().Err(err).Dur("retry_in", retry).Msg("lease extend failed; retrying")

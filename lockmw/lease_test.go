@@ -688,3 +688,28 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// Redis hangs (no answer, connections open): the lease is given up on time, whatever
+// the client's own read timeout.
+func TestUnprovenWhenRedisHangs(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true, ReadTimeout: 10 * time.Second})
+	defer rdb.Close()
+	ttl := 900 * time.Millisecond
+	l := newLocker(t, rdb, redistest.Namespace(), lockmw.Options{TTL: ttl})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-12", lockmw.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	srv.Pause()
+	defer srv.Resume()
+	select {
+	case <-le.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not given up while Redis hung")
+	}
+	if el := time.Since(start); el > ttl || !errors.Is(context.Cause(le.Context()), lockmw.ErrLeaseUnproven) {
+		t.Fatalf("gave up after %s (TTL %s) with %v", el, ttl, context.Cause(le.Context()))
+	}
+}

@@ -38,8 +38,10 @@ func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 		Addrs:    []string{o.Addr},
 		Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig,
 		DisableIdentity: true, // Redis 7.0 answers CLIENT SETINFO with an error: noise
-		DialTimeout:     5 * time.Second,
-		MaxRetries:      3,
+		// Honour context deadlines on the wire, not only the fixed read timeout.
+		ContextTimeoutEnabled: true,
+		DialTimeout:           5 * time.Second,
+		MaxRetries:            3,
 	}
 	if len(hosts) > 1 {
 		uo.Addrs = hosts

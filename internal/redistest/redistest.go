@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,10 +173,18 @@ func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused process must wake to die
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
 }
+
+// Pause freezes the server (SIGSTOP): connections stay open and nothing answers, like a
+// network partition that drops packets.
+func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume undoes Pause (SIGCONT).
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Restart stops and starts the server on the same port and directory.
 func (s *Server) Restart() {
