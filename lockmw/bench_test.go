@@ -6,34 +6,20 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
-// roundTrips counts what the client sends: one per command outside a pipeline, one per
-// pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
-}
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
-}
-
 func BenchmarkAcquireRelease(b *testing.B) {
 	rdb, ns := redistest.Client(b)
-	var rt roundTrips
+	var rt redistest.RoundTrips
 	rdb.AddHook(&rt)
 	l := newLocker(b, rdb, ns, lockmw.Options{})
 	ctx := context.Background()
 	// Warm the script cache so EVALSHA hits, as it does in a long-running worker.
 	le, _ := l.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{})
 	le.Release(ctx)
-	rt.n.Store(0)
+	rt.Reset()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		le, err := l.Acquire(ctx, "triage", "RHEL-"+strconv.Itoa(1+i%1000), lockmw.AcquireOptions{})
@@ -45,7 +31,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(rt.n.Load())/float64(b.N), "roundtrips/op")
+	b.ReportMetric(float64(rt.Count())/float64(b.N), "roundtrips/op")
 }
 
 func BenchmarkAcquireReleaseParallel(b *testing.B) {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -213,4 +214,27 @@ func Eventually(tb testing.TB, within time.Duration, cond func() bool, format st
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// RoundTrips is a go-redis hook that counts what a client sends: one per command outside
+// a pipeline, one per pipeline. Add it with client.AddHook.
+type RoundTrips struct{ n atomic.Int64 }
+
+// Count is the number of round trips so far.
+func (r *RoundTrips) Count() int64 { return r.n.Load() }
+
+// Reset sets the count to zero.
+func (r *RoundTrips) Reset() { r.n.Store(0) }
+
+// DialHook implements redis.Hook.
+func (r *RoundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (r *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (r *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
 }
