@@ -200,7 +200,7 @@ func TestClusterDeadLetter(t *testing.T) {
 	w := s.startWorker(g, workerName(g, 0))
 	s.fj.AddIssues(fakejiraIssue("RHEL-5")) // RHEL-5: the runner reports failure
 	s.enqueueTo(g, "RHEL-5")
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(8 * time.Second)
 	var st *state
 	for time.Now().Before(deadline) {
 		var err error
