@@ -71,7 +71,15 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 		// An undecodable entry: keep what was there for the operator.
 		values[fieldPayload] = string(msg.Payload)
 	}
-	tx := d.rdb.TxPipeline()
+	// MULTI makes the copy and the ack one step on a standalone Redis. On Cluster the two
+	// streams live in different slots: the copy goes first, then the ack, so a crash in
+	// between can bury an event twice but never lose it.
+	var tx redis.Pipeliner
+	if _, cluster := d.rdb.(*redis.ClusterClient); cluster {
+		tx = d.rdb.Pipeline()
+	} else {
+		tx = d.rdb.TxPipeline()
+	}
 	tx.XAdd(ctx, &redis.XAddArgs{Stream: d.stream, MaxLen: d.maxLen, Approx: d.maxLen > 0, Values: values})
 	if hasEntry {
 		tx.XAck(ctx, entry.Stream, entry.Group, entry.ID)
