@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 func fakejiraIssue(key string) fakejira.Issue {
@@ -227,4 +230,107 @@ func TestClusterDeadLetter(t *testing.T) {
 			"%d runs (want 1, 1, %d)", len(st.dead), failed, len(runs), s.o.tm.MaxRetries)
 	}
 	s.checkInvariants(checkOptions{})
+}
+
+// TestClusterLockSuite: the lease on a 3-master Redis Cluster with lockmw.KeysCluster, for
+// the paths the worker processes do not reach in TestClusterPipeline: every key of a lease
+// in one slot; conflict naming the holder; the heartbeat keeping a lease past its TTL; a
+// force release bumping the fence and refusing the evicted holder's publish; InspectMany and
+// List across nodes; coalesce (queue while held, publish on release); superseded events.
+func TestClusterLockSuite(t *testing.T) {
+	c := startCluster(t, 3)
+	rdb := c.Client()
+	defer rdb.Close()
+	ctx := context.Background()
+	ttl := 600 * time.Millisecond
+	newLocker := func(owner string) *lockmw.Locker {
+		l, err := lockmw.New(rdb, lockmw.Options{TTL: ttl, Owner: owner, Format: lockmw.KeysCluster})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, b := newLocker("a"), newLocker("b")
+
+	// Every key of a lease hashes to one slot.
+	k := a.Keys("triage", "RHEL-1")
+	slot := rdb.ClusterKeySlot(ctx, k.Lock).Val()
+	for _, key := range []string{k.Info, k.Fence, k.Queue, k.Done} {
+		if s := rdb.ClusterKeySlot(ctx, key).Val(); s != slot {
+			t.Fatalf("%s is in slot %d, %s in %d", key, s, k.Lock, slot)
+		}
+	}
+
+	la, err := a.Acquire(ctx, "triage", "rhel-1", lockmw.AcquireOptions{MessageID: "1-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{})
+	var locked *lockmw.LockedError
+	if !errors.As(err, &locked) || locked.Holder.Owner != "a" || locked.Holder.Fence != la.Fence() {
+		t.Fatalf("conflict: %v, want a LockedError naming a (fence %d)", err, la.Fence())
+	}
+	time.Sleep(3 * ttl)
+	if err := la.Err(); err != nil {
+		t.Fatalf("the heartbeat did not keep the lease past %s: %v", 3*ttl, err)
+	}
+	if _, err := la.XAdd(ctx, "ymir:rebase:c9s", 0, map[string]any{"w": "a"}); err != nil {
+		t.Fatalf("fenced publish while held: %v", err)
+	}
+	// Many leases on every node: InspectMany and List see them all.
+	var refs []lockmw.Ref
+	for i := 2; i < 30; i++ {
+		key := "RHEL-" + strconv.Itoa(i)
+		if _, err := a.Acquire(ctx, "rebase", key, lockmw.AcquireOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, lockmw.Ref{Agent: "rebase", Issue: key})
+	}
+	infos, err := a.InspectMany(ctx, refs)
+	if err != nil || len(infos) != len(refs) {
+		t.Fatalf("InspectMany on the cluster: %d of %d leases, %v", len(infos), len(refs), err)
+	}
+	list, err := a.List(ctx, "rebase")
+	if err != nil || len(list) != len(refs) {
+		t.Fatalf("List on the cluster: %d of %d leases, %v", len(list), len(refs), err)
+	}
+
+	// An operator's force release: the fence moves on, the evicted holder cannot publish.
+	f2, err := b.ForceRelease(ctx, "triage", "RHEL-1")
+	if err != nil || f2 <= la.Fence() {
+		t.Fatalf("force release: fence %d, %v", f2, err)
+	}
+	if _, err := la.XAdd(ctx, "ymir:rebase:c9s", 0, map[string]any{"w": "a-late"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+		t.Fatalf("publish after a force release: %v, want ErrLeaseLost", err)
+	}
+	redistest.Eventually(t, 2*ttl, func() bool { return la.Err() != nil }, "the evicted holder notices")
+
+	// Coalesce: a conflicting event is queued and published by the next release.
+	lb, err := b.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "2-0", Drain: true})
+	if err != nil || lb.Fence() <= f2 {
+		t.Fatalf("re-acquire after the force release: %v (fence %d, want > %d)", err, lb.Fence(), f2)
+	}
+	_, err = a.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "3-0",
+		Queue: &lockmw.QueuedEvent{Stream: "ymir:triage", Fields: map[string]any{"payload": "follow-up", "m:issue_key": "RHEL-1"}}})
+	if !errors.As(err, &locked) || !locked.Queued {
+		t.Fatalf("coalesce: %v, want a queued LockedError", err)
+	}
+	if _, err := lb.Release(ctx); err != nil {
+		t.Fatalf("release with drain: %v", err)
+	}
+	id := lb.Requeued()
+	if msgs := rdb.XRange(ctx, "ymir:triage", "-", "+").Val(); id == "" || len(msgs) != 1 || msgs[0].ID != id {
+		t.Fatalf("the queued follow-up was not published on release: requeued %q, stream %v", id, msgs)
+	}
+
+	// Superseded: an event that entered its stream before another event's run ended.
+	_, err = a.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "4-0",
+		EntryTime: time.Now().Add(-time.Minute)})
+	var sup *lockmw.SupersededError
+	if !errors.As(err, &sup) {
+		t.Fatalf("an event older than the last release: %v, want a SupersededError", err)
+	}
+	t.Logf("cluster lock suite: slot %d for every key of lease triage:RHEL-1; fences %d → %d (force release) → %d; "+
+		"%d leases seen by InspectMany and List across 3 masters; follow-up %s published on release", slot,
+		la.Fence(), f2, lb.Fence(), len(refs), id)
 }

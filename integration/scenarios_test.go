@@ -29,7 +29,11 @@ func TestSteadyRun(t *testing.T) {
 	s.startAll()
 	n := issuesFor(60)
 	start := time.Now()
-	s.addIssues(n)
+	keys := s.addIssues(n)
+	// A maintainer enqueues a tenth of them again by hand while they are in flight: each
+	// duplicate is dropped (locked, superseded) or, if its issue is done already, skipped.
+	time.Sleep(500 * time.Millisecond)
+	s.enqueue(duplicates(keys, n/10)...)
 	end := s.waitSettled(2 * time.Minute)
 	rep := s.checkInvariants(checkOptions{})
 	took := end.Sub(start)
@@ -106,8 +110,11 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 		now := time.Now()
 		if fed < total && !now.Before(nextFeed) {
 			k := min(perBatch, total-fed)
-			s.addIssues(k)
+			keys := s.addIssues(k)
 			fed += k
+			if rand.IntN(3) == 0 {
+				s.enqueue(duplicates(keys, 1)...)
+			}
 			nextFeed = now.Add(time.Second)
 		}
 		if time.Since(start) < phase && !now.Before(nextKill) {
@@ -178,9 +185,10 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 		}
 	}
 	bound := s.o.tm.LockTTL + s.o.tm.Claim
-	// A claimed entry waits behind the run its new consumer is busy with (one in flight per
-	// subscription): up to the longest runner sleep, plus process and Redis slack.
-	slack := time.Duration(s.o.runnerMax)*time.Millisecond + 500*time.Millisecond
+	// A claimed entry waits behind what its new consumer already holds: the run in flight
+	// and the read-ahead entry (one in flight per subscription, DESIGN §9), so up to two
+	// runner sleeps, plus process and Redis slack.
+	slack := 2*time.Duration(s.o.runnerMax)*time.Millisecond + 500*time.Millisecond
 	var covered []time.Duration
 	for _, rc := range recs {
 		d := rc.rerun.Sub(rc.killed)
@@ -599,4 +607,14 @@ func TestPartitionedWorkerStopsBeforeItsLeaseExpires(t *testing.T) {
 		t.Logf("  %s", l)
 	}
 	s.checkInvariants(checkOptions{})
+}
+
+// duplicates picks n of keys at random.
+func duplicates(keys []string, n int) []string {
+	p := rand.Perm(len(keys))
+	var out []string
+	for _, i := range p[:min(n, len(keys))] {
+		out = append(out, keys[i])
+	}
+	return out
 }
