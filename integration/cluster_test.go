@@ -290,9 +290,11 @@ func TestClusterLockSuite(t *testing.T) {
 	if err != nil || len(infos) != len(refs) {
 		t.Fatalf("InspectMany on the cluster: %d of %d leases, %v", len(infos), len(refs), err)
 	}
+	// List (behind `ymirflow locks`) SCANs for the lease records: on a cluster it must scan
+	// every master, not the one node a ClusterClient sends SCAN to.
 	list, err := a.List(ctx, "rebase")
 	if err != nil || len(list) != len(refs) {
-		t.Fatalf("List on the cluster: %d of %d leases, %v", len(list), len(refs), err)
+		t.Errorf("List on the cluster: %d of %d leases, %v", len(list), len(refs), err)
 	}
 
 	// An operator's force release: the fence moves on, the evicted holder cannot publish.
