@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -91,22 +92,39 @@ func (l *Locker) List(ctx context.Context, agent string) ([]Info, error) {
 		a = "*"
 	}
 	pattern := l.opts.Format.InfoPattern(l.opts.Scope + a)
+	var mu sync.Mutex
 	var refs []Ref
-	iter := l.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	for iter.Next(ctx) {
-		scoped, issue, ok := l.opts.Format.ParseInfoKey(iter.Val())
-		if !ok {
-			continue
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			scoped, issue, ok := l.opts.Format.ParseInfoKey(iter.Val())
+			if !ok {
+				continue
+			}
+			ag, ok := strings.CutPrefix(scoped, l.opts.Scope)
+			if !ok || ag == "" || (agent != "" && ag != agent) {
+				continue
+			}
+			mu.Lock()
+			refs = append(refs, Ref{Agent: ag, Issue: issue})
+			mu.Unlock()
 		}
-		ag, ok := strings.CutPrefix(scoped, l.opts.Scope)
-		if !ok || ag == "" || (agent != "" && ag != agent) {
-			continue
+		if err := iter.Err(); err != nil {
+			return fmt.Errorf("lockmw: scan %s: %w", pattern, err)
 		}
-		refs = append(refs, Ref{Agent: ag, Issue: issue})
+		return nil
 	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("lockmw: scan %s: %w", pattern, err)
+	var err error
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		// SCAN walks one node's keyspace: walk every master's.
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, l.rdb)
 	}
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].Agent+refs[i].Issue < refs[j].Agent+refs[j].Issue })
 	live, err := l.InspectMany(ctx, refs)
 	if err != nil {
 		return nil, err
