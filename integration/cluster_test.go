@@ -333,6 +333,6 @@ func TestClusterLockSuite(t *testing.T) {
 		t.Fatalf("an event older than the last release: %v, want a SupersededError", err)
 	}
 	t.Logf("cluster lock suite: slot %d for every key of lease triage:RHEL-1; fences %d → %d (force release) → %d; "+
-		"%d leases seen by InspectMany and List across 3 masters; follow-up %s published on release", slot,
-		la.Fence(), f2, lb.Fence(), len(refs), id)
+		"of %d leases across 3 masters, InspectMany saw %d and List %d; follow-up %s published on release", slot,
+		la.Fence(), f2, lb.Fence(), len(refs), len(infos), len(list), id)
 }

@@ -102,7 +102,6 @@ type scenario struct {
 	rdb    redis.UniversalClient
 	fj     *fakejira.Server
 	ledger string
-	began  time.Time
 
 	tp      *toxiproxy.ApiServer
 	proxies map[string]*toxiproxy.Proxy // by worker name
@@ -164,8 +163,7 @@ func newScenario(t *testing.T, o options) *scenario {
 		t.Logf("scenario directory kept: %s", dir)
 	}
 	s := &scenario{t: t, o: o, dir: dir, ledger: filepath.Join(dir, "ledger"),
-		workers: map[string]*worker{}, kills: map[int]time.Time{}, proxies: map[string]*toxiproxy.Proxy{},
-		began: time.Now()}
+		workers: map[string]*worker{}, kills: map[int]time.Time{}, proxies: map[string]*toxiproxy.Proxy{}}
 	if o.cluster {
 		c := startCluster(t, 3)
 		s.url, s.rdb = c.URL(), c.Client()
