@@ -166,9 +166,11 @@ func (h *handler) begin(msg *message.Message) (*event, error) {
 		// A new delivery (the lease was lost or given up, and taken again): its attempts
 		// count afresh, and triage claims the issue again after a fresh look at its
 		// labels (the claim removes the resolution label, so that is written again too).
-		// The runner's result and a publish are kept: they are done for good.
+		// The runner's result and a publish are kept: they are done for good. Once the
+		// result is known the remaining steps just finish (a fresh look would find our
+		// own resolution label, skip, and lose the outcome record).
 		p.fence, p.base = ev.fence, ev.attempt
-		if h.cfg.Agent == "triage" {
+		if h.cfg.Agent == "triage" && p.result == nil {
 			p.claimed, p.labelled, p.unclaimed = false, false, false
 		}
 	}

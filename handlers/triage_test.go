@@ -7,9 +7,13 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
@@ -393,4 +397,43 @@ func TestTriageLabelPublishOrder(t *testing.T) {
 		t.Fatalf("stream length at each triage label write: %v, want [0 0 1]", oj.seen)
 	}
 	e.wantLabels("RHEL-12", "ymir_backported")
+}
+
+// A redelivery (new lease) of a triage whose runner already finished but whose outcome
+// could not be recorded (Redis down at that moment) records the resolution, not a skip.
+func TestTriageRedeliveryAfterRecordFailureKeepsResolution(t *testing.T) {
+	e := newEnv(t, fakejira.Issue{Key: "RHEL-13"})
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	rc := srv.Client()
+	results := pipeline.NewResults(rc, e.topo.Results(), 0)
+	runner := &fixed{res: triageResult("backport", "c9s")}
+	h := e.handler("triage", "", runner, func(c *handlers.Config) { c.Results = results })
+	// Each delivery runs under its own lease, as the pipeline's lock middleware gives it.
+	mw, err := lockmw.Middleware(lockmw.Config{Locker: e.locker(), Agent: "triage"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapped := mw(func(m *message.Message) ([]*message.Message, error) { return nil, h(m) })
+	deliver := func() error {
+		msg := triageMsg(t, "RHEL-13", false, "")
+		msg.UUID = "same-event"
+		msg.Metadata.Set(pipeline.MetaAttempt, "1")
+		_, err := wrapped(msg)
+		return err
+	}
+	srv.Stop()
+	if err := deliver(); err == nil {
+		t.Fatal("recording with the results Redis down succeeded")
+	}
+	srv.Start()
+	if err := deliver(); err != nil {
+		t.Fatal(err)
+	}
+	recs := rc.XRange(context.Background(), e.topo.Results(), "-", "+").Val()
+	if len(recs) != 1 || recs[0].Values["outcome"] != "backport" {
+		t.Fatalf("results = %v, want one stage.done with outcome backport", recs)
+	}
+	if runner.calls != 1 {
+		t.Fatalf("runner ran %d times", runner.calls)
+	}
 }
