@@ -34,7 +34,8 @@ type timings struct {
 }
 
 var shortTimings = timings{LockTTL: 2 * time.Second, MaxIdle: time.Second, Block: 200 * time.Millisecond,
-	Claim: 200 * time.Millisecond, KillGrace: time.Second, MaxRetries: 2}
+	Claim: 200 * time.Millisecond, MaxRetries: 2,
+	KillGrace: 200 * time.Millisecond} // at most LOCK_TTL/10, the lease's safety margin
 
 // group is one consumer group: an agent and its branch ("" for triage).
 type group struct{ agent, branch string }

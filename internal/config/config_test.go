@@ -88,7 +88,7 @@ func TestEnvUsedWhenFlagAbsent(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("REDIS_URL", "rediss://user:pw@redis.example:6380/2")
 	t.Setenv("YMIR_NAMESPACE", "staging")
-	t.Setenv("LOCK_TTL", "90s")
+	t.Setenv("LOCK_TTL", "100s")
 	t.Setenv("MAX_IDLE_TIME", "45s")
 	t.Setenv("BLOCK_TIME", "200ms")
 	t.Setenv("CONCURRENCY", "4")
@@ -108,7 +108,7 @@ func TestEnvUsedWhenFlagAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if w.RedisURL != "rediss://user:pw@redis.example:6380/2" || w.Namespace != "staging" ||
-		w.LockTTL != 90*time.Second || w.MaxIdleTime != 45*time.Second || w.BlockTime != 200*time.Millisecond ||
+		w.LockTTL != 100*time.Second || w.MaxIdleTime != 45*time.Second || w.BlockTime != 200*time.Millisecond ||
 		w.Concurrency != 4 || !w.DryRun || w.MaxLen != 5000 || w.ConsumerName != "pod-7" ||
 		w.OnConflict != "coalesce" || w.Agent != "backport" || w.Branch != "c10s" {
 		t.Errorf("env not applied: %+v", w)
@@ -133,7 +133,7 @@ func TestFlagWinsOverEnv(t *testing.T) {
 	t.Setenv("YMIR_NAMESPACE", "from-env")
 	t.Setenv("CONCURRENCY", "not-a-number") // never read: the flag wins
 	var w Worker
-	err := load(t, "worker", &w, demoWorker("--lock-ttl", "90s", "--dry-run=false",
+	err := load(t, "worker", &w, demoWorker("--lock-ttl", "90s", "--kill-grace", "5s", "--dry-run=false",
 		"--ymir-namespace", "from-flag", "--concurrency", "3", "--max-idle-time", "31s")...)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func TestDurationParsing(t *testing.T) {
 	}{{"300s", 300 * time.Second}, {"5m", 5 * time.Minute}, {"200ms", 200 * time.Millisecond}, {"1h30m", 90 * time.Minute}} {
 		clearEnv(t)
 		var w Worker
-		if err := load(t, "worker", &w, demoWorker("--lock-ttl", "100ms", "--lock-max-hold", tc.in)...); err != nil {
+		if err := load(t, "worker", &w, demoWorker("--lock-ttl", "100ms", "--kill-grace", "10ms", "--lock-max-hold", tc.in)...); err != nil {
 			t.Fatalf("flag %s: %v", tc.in, err)
 		}
 		if w.LockMaxHold != tc.want {
@@ -512,5 +512,15 @@ func TestFmtDur(t *testing.T) {
 		if got := fmtDur(d); got != want {
 			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// A runner that ignores SIGTERM must be dead before the lease's key can expire.
+func TestKillGraceWithinLeaseMargin(t *testing.T) {
+	clearEnv(t)
+	var w Worker
+	err := load(t, "worker", &w, demoWorker("--lock-ttl", "60s", "--kill-grace", "7s")...)
+	if err == nil || !strings.Contains(err.Error(), "KILL_GRACE (--kill-grace) = 7s must not exceed LOCK_TTL/10 = 6s") {
+		t.Fatalf("err = %v", err)
 	}
 }

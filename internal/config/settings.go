@@ -382,8 +382,13 @@ func (w *Worker) Validate() error {
 			p.add("metrics-addr", "= %q has an invalid port", w.MetricsAddr)
 		}
 	}
-	if w.KillGrace <= 0 {
+	switch {
+	case w.KillGrace <= 0:
 		p.add("kill-grace", "= %s must be positive", fmtDur(w.KillGrace))
+	case ttlOK && w.KillGrace > w.LockTTL/10:
+		// The lease gives up LOCK_TTL/10 before its key can expire; a runner that ignores
+		// SIGTERM must be dead by then, or it could still work when a new holder starts.
+		p.add("kill-grace", "= %s must not exceed LOCK_TTL/10 = %s (the lease's safety margin)", fmtDur(w.KillGrace), fmtDur(w.LockTTL/10))
 	}
 	if w.DemoDuration < 0 {
 		p.add("demo-duration", "= %s must not be negative", fmtDur(w.DemoDuration))
