@@ -174,6 +174,9 @@ type middleware struct {
 	pre *preLease // the next entry's lease, taken in the last release's round trip
 }
 
+// handoffWindow bounds how long a lease taken ahead waits for its entry.
+const handoffWindow = time.Second
+
 type preLease struct {
 	id string
 	p  *Pending
@@ -317,9 +320,26 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 			var p *Pending
 			_, p, relErr = lease.ReleaseAndAcquire(cleanup, ack, next)
 			if p.Lease != nil || errors.As(p.Err, new(*LockedError)) || errors.As(p.Err, new(*SupersededError)) {
+				pre := &preLease{id: next.Options.MessageID, p: p}
 				m.mu.Lock()
-				m.pre = &preLease{id: next.Options.MessageID, p: p}
+				m.pre = pre
 				m.mu.Unlock()
+				// The next entry normally arrives within microseconds. If it never reaches
+				// this middleware (dead-lettered before it, or the subscription stops),
+				// the issue must not stay locked: give the lease back after a while.
+				time.AfterFunc(handoffWindow, func() {
+					m.mu.Lock()
+					stale := m.pre == pre
+					if stale {
+						m.pre = nil
+					}
+					m.mu.Unlock()
+					if stale {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						m.giveBack(ctx, pre)
+					}
+				})
 			}
 		} else {
 			_, relErr = lease.ReleaseWith(cleanup, ack)

@@ -204,3 +204,28 @@ func TestHandoffLeaseIsGivenBack(t *testing.T) {
 		t.Fatalf("c: ran=%v err=%v", ran, err)
 	}
 }
+
+// A lease taken ahead for an entry that never reaches the middleware (dead-lettered
+// before it, say) is given back by itself.
+func TestHandoffLeaseExpiresWhenEntryNeverComes(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{})
+	stream := ns + "s"
+	a := pendingEntry(t, rdb, stream, "c")
+	b := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "{}"}}).Val()
+	src := &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: a, ReadAt: time.Now()}},
+		nextID: b, nextKey: "RHEL-2"}
+	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage", Source: src, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Handler(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	if _, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-1"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(t, rdb, "lock:"+ns+"triage:RHEL-2") {
+		t.Fatal("no lease taken ahead")
+	}
+	redistest.Eventually(t, 5*time.Second, func() bool { return !exists(t, rdb, "lock:"+ns+"triage:RHEL-2") },
+		"the lease taken ahead to be given back")
+}
