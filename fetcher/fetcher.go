@@ -90,7 +90,6 @@ type Fetcher struct {
 	clock          func() time.Time
 	group          string // the triage consumer group
 	ns             string
-	leaseKeys      []keyTemplate // per stage, from Locker.Keys
 }
 
 // New validates cfg and returns a Fetcher. It does no I/O.
@@ -134,13 +133,6 @@ func New(cfg Config) (*Fetcher, error) {
 		f.stages = pipeline.Agents
 	}
 	f.stages = slices.Clone(f.stages)
-	for _, a := range f.stages {
-		t, err := leaseTemplate(f.locker, a)
-		if err != nil {
-			return nil, err
-		}
-		f.leaseKeys = append(f.leaseKeys, t)
-	}
 	if f.threshold == 0 {
 		f.threshold = DefaultStaleLabelThreshold
 	}

@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 // luaWaiting decides whether the entry a queued marker names is still waiting for the
@@ -123,38 +121,13 @@ type streamState struct {
 	hasGroup bool
 }
 
-// keyTemplate builds one stage's lease key names: prefix + issue + suffix. It is derived
-// from lockmw.Locker.Keys (the only authority on key names) once, in New, and checked
-// against it, so that a pre-check of thousands of keys costs one concatenation per key
-// rather than the four names Keys builds.
-type keyTemplate struct{ prefix, suffix string }
-
-func (t keyTemplate) of(issue string) string { return t.prefix + issue + t.suffix }
-
-// leaseTemplate derives the template of agent's lease key from locker.
-func leaseTemplate(locker interface {
-	Keys(string, string) lockmw.Keys
-}, agent string) (keyTemplate, error) {
-	const probe = "PROBE-1"
-	k := locker.Keys(agent, probe).Lock
-	i := strings.Index(k, probe)
-	if i < 0 || strings.Count(k, probe) != 1 {
-		return keyTemplate{}, fmt.Errorf("fetcher: lease key %q of %s does not contain the issue once", k, agent)
-	}
-	t := keyTemplate{prefix: k[:i], suffix: k[i+len(probe):]}
-	if other := "OTHER-22"; t.of(other) != locker.Keys(agent, other).Lock {
-		return keyTemplate{}, fmt.Errorf("fetcher: lease keys of %s are not prefix + issue + suffix", agent)
-	}
-	return t, nil
-}
-
 // mgetChunk bounds the keys of one MGET, so that one command never holds the server for
 // long; the chunks still go in one pipeline, one round trip.
 const mgetChunk = 1024
 
 // precheck decides, for a batch of candidate issues, which are locked at some stage and
 // which already wait in a stream. Round trip 1 is ONE pipeline for the whole batch, never
-// a SCAN: the lease key of every stage for every issue (Locker.Keys(agent, issue).Lock)
+// a SCAN: the lease key of every stage for every issue (Locker.LockKey(agent, issue))
 // and every issue's triage marker are point lookups, sent as MGETs of up to mgetChunk keys
 // (a lease exists iff its slot is not nil: EXISTS that also says which stage, at a quarter
 // of the cost of one EXISTS per key), plus, per triage stream, its oldest entry and the
@@ -177,8 +150,8 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 	lookups := make([]string, 0, len(keys)*per)
 	slots := make([]slot, 0, len(keys)*per)
 	for _, k := range keys {
-		for i, a := range f.stages {
-			lookups = append(lookups, f.leaseKeys[i].of(k))
+		for _, a := range f.stages {
+			lookups = append(lookups, f.locker.LockKey(a, k))
 			slots = append(slots, slot{issue: k, stage: a})
 		}
 		lookups = append(lookups, f.queuedKey(triageAgent, k))

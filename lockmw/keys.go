@@ -64,15 +64,24 @@ type Keys struct {
 func (f KeyFormat) KeysFor(agent, issue string) Keys {
 	if f == KeysCluster {
 		tag := "{" + agent + ":" + issue + "}"
-		return Keys{Lock: "lock:" + tag, Info: "lockinfo:" + tag, Fence: "lockfence:" + tag, Queue: "lockqueue:" + tag, Done: "lockdone:" + tag}
+		return Keys{Lock: f.LockKey(agent, issue), Info: "lockinfo:" + tag, Fence: "lockfence:" + tag, Queue: "lockqueue:" + tag, Done: "lockdone:" + tag}
 	}
 	return Keys{
-		Lock:  "lock:" + agent + ":" + issue,
+		Lock:  f.LockKey(agent, issue),
 		Info:  "lockinfo:" + agent + ":" + issue,
 		Fence: "lockfence:" + agent + ":" + issue,
 		Queue: "lockqueue:" + agent + ":" + issue,
 		Done:  "lockdone:" + agent + ":" + issue,
 	}
+}
+
+// LockKey is KeysFor(agent, issue).Lock, built alone: lookups of many lease keys (the
+// fetcher's pre-check) need only this name.
+func (f KeyFormat) LockKey(agent, issue string) string {
+	if f == KeysCluster {
+		return "lock:{" + agent + ":" + issue + "}"
+	}
+	return "lock:" + agent + ":" + issue
 }
 
 // InfoPattern is the SCAN pattern that finds the info hashes of agent's live leases

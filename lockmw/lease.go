@@ -191,6 +191,11 @@ func (l *Locker) Keys(agent, issue string) Keys {
 	return l.opts.Format.KeysFor(l.opts.Scope+agent, issue)
 }
 
+// LockKey is Keys(agent, issue).Lock, without building the other names.
+func (l *Locker) LockKey(agent, issue string) string {
+	return l.opts.Format.LockKey(l.opts.Scope+agent, issue)
+}
+
 // AcquireOptions are per-acquire settings.
 type AcquireOptions struct {
 	// Owner overrides Options.Owner for this lease (the consumer name).
@@ -479,7 +484,6 @@ type Lease struct {
 	stopOnce sync.Once
 	stop     chan struct{} // closed by Release: heartbeat must end
 	done     chan struct{} // closed when the heartbeat has ended
-	lost     atomic.Bool
 }
 
 // Context is cancelled when the lease ends; context.Cause tells why (ErrLeaseLost,
@@ -636,7 +640,6 @@ func (le *Lease) end(cause error) {
 	if le.ctx.Err() != nil {
 		return
 	}
-	le.lost.Store(true)
 	// Log and count before cancelling, so whoever wakes on the cancellation sees both.
 	le.log.Error().Err(cause).Str("message_id", le.messageID).
 		Dur("held", time.Since(le.acquiredAt)).Msg("lease lost: holder's context cancelled")

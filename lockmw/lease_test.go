@@ -713,3 +713,14 @@ func TestUnprovenWhenRedisHangs(t *testing.T) {
 		t.Fatalf("gave up after %s (TTL %s) with %v", el, ttl, context.Cause(le.Context()))
 	}
 }
+
+// LockKey is the Lock name of Keys, in both formats (the fetcher relies on it).
+func TestLockKeyMatchesKeys(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	for _, f := range []lockmw.KeyFormat{lockmw.KeysCompat, lockmw.KeysCluster} {
+		l := newLocker(t, rdb, ns, lockmw.Options{Format: f})
+		if got, want := l.LockKey("rebase", "RHEL-7"), l.Keys("rebase", "RHEL-7").Lock; got != want {
+			t.Fatalf("format %d: LockKey %q, Keys().Lock %q", f, got, want)
+		}
+	}
+}

@@ -157,22 +157,42 @@ func (p *peekSource) Peek() (string, string, bool) { return p.nextID, p.nextKey,
 // The next entry's lease is taken in the release's round trip; if that entry never
 // comes (shutdown), Close gives the lease back; if another entry comes instead, the
 // lease taken ahead is given back before anything else.
-func TestHandoffLeaseIsGivenBack(t *testing.T) {
+// handoffEnv runs one event (RHEL-1, entry a) through a middleware whose source
+// announces entry b (RHEL-2) as the next one, so b's lease is taken ahead.
+type handoffEnv struct {
+	rdb    *redis.Client
+	ns     string
+	l      *lockmw.Locker
+	stream string
+	a, b   string
+	src    *peekSource
+	mw     *lockmw.LockMiddleware
+	h      message.HandlerFunc
+}
+
+func newHandoffEnv(t *testing.T) *handoffEnv {
+	t.Helper()
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
-	stream := ns + "s"
-	a := pendingEntry(t, rdb, stream, "c")
-	b := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "{}"}}).Val()
-	src := &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: a, ReadAt: time.Now()}},
-		nextID: b, nextKey: "RHEL-2"}
-	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage", Source: src, MaxIdleTime: time.Hour})
+	e := &handoffEnv{rdb: rdb, ns: ns, l: newLocker(t, rdb, ns, lockmw.Options{}), stream: ns + "s"}
+	e.a = pendingEntry(t, rdb, e.stream, "c")
+	e.b = rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.stream, Values: map[string]any{"payload": "{}"}}).Val()
+	e.src = &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: e.stream, Group: "g", Consumer: "c", ID: e.a, ReadAt: time.Now()}},
+		nextID: e.b, nextKey: "RHEL-2"}
+	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: e.l, Agent: "triage", Source: e.src, MaxIdleTime: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := mw.Handler(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-	if _, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-1"}}`))); err != nil {
+	e.mw = mw
+	e.h = mw.Handler(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	if _, err := e.h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-1"}}`))); err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+func TestHandoffLeaseIsGivenBack(t *testing.T) {
+	e := newHandoffEnv(t)
+	rdb, ns, l, stream, a, b, src, mw, h := e.rdb, e.ns, e.l, e.stream, e.a, e.b, e.src, e.mw, e.h
 	info, held, err := l.Inspect(context.Background(), "triage", "RHEL-2")
 	if err != nil || !held || info.MessageID != b {
 		t.Fatalf("next entry's lease not taken ahead: held=%v info=%+v err=%v", held, info, err)
@@ -208,21 +228,8 @@ func TestHandoffLeaseIsGivenBack(t *testing.T) {
 // A lease taken ahead for an entry that never reaches the middleware (dead-lettered
 // before it, say) is given back by itself.
 func TestHandoffLeaseExpiresWhenEntryNeverComes(t *testing.T) {
-	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
-	stream := ns + "s"
-	a := pendingEntry(t, rdb, stream, "c")
-	b := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: map[string]any{"payload": "{}"}}).Val()
-	src := &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: a, ReadAt: time.Now()}},
-		nextID: b, nextKey: "RHEL-2"}
-	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage", Source: src, MaxIdleTime: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := mw.Handler(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-	if _, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-1"}}`))); err != nil {
-		t.Fatal(err)
-	}
+	e := newHandoffEnv(t)
+	rdb, ns := e.rdb, e.ns
 	if !exists(t, rdb, "lock:"+ns+"triage:RHEL-2") {
 		t.Fatal("no lease taken ahead")
 	}

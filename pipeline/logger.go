@@ -39,9 +39,6 @@ func newWatermillLogger(l zerolog.Logger) watermill.LoggerAdapter {
 	return watermillLogger{l: l.With().Str("component", "watermill").Logger()}
 }
 
-// NewWatermillLogger exposes the adapter for commands that build Watermill parts.
-func NewWatermillLogger(l zerolog.Logger) watermill.LoggerAdapter { return newWatermillLogger(l) }
-
 func (w watermillLogger) fields(e *zerolog.Event, f watermill.LogFields) *zerolog.Event {
 	for k, v := range f {
 		switch k {

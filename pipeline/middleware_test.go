@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -441,8 +442,11 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 	go func() { _ = r.Run(ctx) }()
 	<-r.Running()
 	defer r.Close()
-	e.publishTriage("RHEL-61")
-	e.publishTriage("RHEL-62")
+	// One subscription may read up to three entries ahead of the other (one in flight, two
+	// read ahead); with six, the other one gets some.
+	for i := range 6 {
+		e.publishTriage("RHEL-" + strconv.Itoa(61+i*10))
+	}
 	redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 0 && peak.Load() == 2 }, "two in flight at once")
 	consumers := map[string]bool{}
 	for _, c := range e.rdb.XInfoConsumers(ctx, e.triage(), "triage").Val() {
