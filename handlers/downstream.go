@@ -1,0 +1,91 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// errCleanFailure marks a runner's {"success": false}.
+var errCleanFailure = errors.New("agent reported failure")
+
+func (h *handler) downstream(msg *message.Message) error {
+	ctx := msg.Context()
+	ev, err := h.begin(msg)
+	if err != nil {
+		return err
+	}
+	p := ev.p
+	agent := h.cfg.Agent
+	if p.result == nil {
+		res, err := h.run(ctx, ev)
+		if err == nil && !res.Success {
+			reason := res.Error
+			if reason == "" {
+				reason = "no reason given"
+			}
+			err = fmt.Errorf("%s of %s: %w: %s", agent, ev.key, errCleanFailure, reason)
+		}
+		if err != nil {
+			return h.downstreamFailed(ctx, ev, err)
+		}
+		p.result = &res
+	}
+	res := *p.result
+	done := DoneLabel(agent)
+	if !p.labelled {
+		if err := h.setLabels(ctx, ev, []string{done}, []string{TriagedLabel(agent), FailedLabel(agent), ErroredLabel(agent)}); err != nil {
+			return h.jiraErr(ctx, ev, "write "+done, err)
+		}
+		p.labelled = true
+	}
+	detail := map[string]any{"label": done, "merge_request_url": res.MergeRequestURL,
+		"target_branch": ev.task.Str("target_branch"), "branch": h.cfg.Branch}
+	if err := h.record(ctx, ev, pipeline.EventStageDone, done, detail); err != nil {
+		return err
+	}
+	ev.log.Info().Str("label", done).Str("merge_request_url", res.MergeRequestURL).Msg(agent + " done")
+	h.forget(ev)
+	return nil
+}
+
+func (h *handler) downstreamFailed(ctx context.Context, ev *event, cause error) error {
+	agent := h.cfg.Agent
+	if a := aborted(ctx); a != nil {
+		return fmt.Errorf("%s of %s interrupted: %w: %w", agent, ev.key, a, cause)
+	}
+	if !ev.last {
+		// Unlike upstream, ymir_triaged_<agent> stays until the last attempt: it is the
+		// issue's only in-flight marker (upstream weak point 11).
+		if errors.Is(cause, errCleanFailure) && ev.userTriggered {
+			if err := h.setLabels(ctx, ev, []string{FailedLabel(agent)}, nil); err != nil {
+				ev.log.Warn().Err(err).Msg("could not write " + FailedLabel(agent) + " (not critical)")
+			}
+		}
+		ev.log.Warn().Err(cause).Int("max_retries", h.cfg.MaxRetries).Msg(agent + " failed; it will be retried")
+		return cause
+	}
+	wctx, cancel := writable(ctx)
+	defer cancel()
+	errored := ErroredLabel(agent)
+	if !ev.p.labelled {
+		if err := h.setLabels(wctx, ev, []string{errored}, []string{TriagedLabel(agent), FailedLabel(agent)}); err != nil {
+			return h.jiraErr(wctx, ev, "write "+errored, err)
+		}
+		ev.p.labelled = true
+	}
+	if ev.userTriggered {
+		h.comment(wctx, ev, fmt.Sprintf("ymirflow: %s of %s failed %d times: %s", agent, ev.key, ev.delivery, clipErr(cause)))
+	}
+	if err := h.record(wctx, ev, pipeline.EventStageFailed, errored,
+		map[string]any{"error": cause.Error(), "attempts": ev.delivery, "branch": h.cfg.Branch}); err != nil {
+		return err
+	}
+	ev.log.Error().Err(cause).Msg(agent + " failed on its last attempt: " + errored)
+	h.forget(ev)
+	return fmt.Errorf("%s of %s failed %d times: %w", agent, ev.key, ev.delivery, cause)
+}

@@ -1,0 +1,51 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+func (h *handler) run(ctx context.Context, ev *event) (Result, error) {
+	if err := aborted(ctx); err != nil {
+		return Result{}, err
+	}
+	req := RunRequest{
+		Agent: h.cfg.Agent, Branch: h.cfg.Branch, IssueKey: ev.key, Fence: ev.fence, Attempt: ev.delivery,
+		MessageID: pipeline.EntryID(ev.msg), Stream: pipeline.EntryStream(ev.msg), UserTriggered: ev.userTriggered,
+		Payload: ev.msg.Payload, Task: ev.task,
+	}
+	start := h.now()
+	res, err := h.cfg.Runner.Run(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	if a := aborted(ctx); a != nil {
+		return Result{}, fmt.Errorf("runner result discarded: %w", a)
+	}
+	if h.cfg.Agent == "triage" && !slices.Contains(Resolutions, res.Resolution) {
+		return Result{}, fmt.Errorf("%w: unknown resolution %q", ErrBadOutput, res.Resolution)
+	}
+	ev.log.Debug().Dur("took", h.now().Sub(start)).Msg("runner returned")
+	return res, nil
+}
+
+func (h *handler) record(ctx context.Context, ev *event, eventType, outcome string, detail any) error {
+	rec := pipeline.RecordFor(ev.msg, h.cfg.Agent, eventType)
+	rec.IssueKey = ev.key
+	rec.Outcome = outcome
+	if detail != nil {
+		b, err := json.Marshal(detail)
+		if err != nil {
+			return err
+		}
+		rec.Detail = string(b)
+	}
+	if _, err := h.cfg.Results.Add(ctx, rec); err != nil {
+		return h.redisErr(ctx, ev, "record the outcome", err)
+	}
+	return nil
+}

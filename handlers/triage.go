@@ -1,0 +1,259 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+func (h *handler) triage(msg *message.Message) error {
+	ctx := msg.Context()
+	ev, err := h.begin(msg)
+	if err != nil {
+		return err
+	}
+	p := ev.p
+	if !p.claimed {
+		labels, status, known, err := h.readIssue(ctx, ev.key)
+		if err != nil {
+			return h.jiraErr(ctx, ev, "read the issue's labels and status", err)
+		}
+		if known && isClosed(status) {
+			return h.skipClosed(ctx, ev, labels, status)
+		}
+		if known && alreadyTriaged(labels, ev.userTriggered) {
+			return h.skip(ctx, ev, fmt.Sprintf("already handled: labels %s and no trigger", strings.Join(ymirLabels(labels), ",")))
+		}
+		var remove []string
+		for _, l := range ymirLabels(labels) {
+			if l != LabelTriageInProgress {
+				remove = append(remove, l)
+			}
+		}
+		if err := h.setLabels(ctx, ev, []string{LabelTriageInProgress}, remove); err != nil {
+			return h.jiraErr(ctx, ev, "claim the issue ("+LabelTriageInProgress+")", err)
+		}
+		p.claimed = true
+		if ev.userTriggered && !p.acked {
+			h.comment(ctx, ev, "ymirflow picked up the triage request for "+ev.key+".")
+			p.acked = true
+		}
+	}
+
+	if p.result == nil {
+		res, err := h.run(ctx, ev)
+		if err == nil && res.Resolution == ResolutionError {
+			err = fmt.Errorf("triage resolved to error: %s", errorDetails(res.Data))
+		}
+		if err != nil {
+			return h.triageFailed(ctx, ev, err)
+		}
+		p.result = &res
+	}
+	res := *p.result
+
+	stream, dispatch := Dispatch(h.cfg.Topology, res.Resolution, res.TargetBranch, ev.userTriggered)
+	label := ResolutionLabel(res.Resolution)
+	if !dispatch {
+		if !p.labelled {
+			if err := h.setLabels(ctx, ev, []string{label}, []string{LabelTriageInProgress}); err != nil {
+				return h.jiraErr(ctx, ev, "write the resolution label "+label, err)
+			}
+			p.labelled, p.unclaimed = true, true
+		}
+	} else {
+		// Label, publish, unclaim: the resolution label is there before the downstream
+		// agent can see the request (it removes that label when done), and the claim
+		// stays until the request is out, so a crash or a lost lease in between leaves
+		// an issue that the redelivery triages again, never a labelled issue with no
+		// request behind it.
+		if !p.labelled {
+			if err := h.setLabels(ctx, ev, []string{label}, nil); err != nil {
+				return h.jiraErr(ctx, ev, "write the resolution label "+label, err)
+			}
+			p.labelled = true
+		}
+		if !p.published {
+			if err := aborted(ctx); err != nil {
+				return err
+			}
+			out, err := h.downstreamEvent(ev, res)
+			if err != nil {
+				return fmt.Errorf("triage of %s: build the downstream request: %w", ev.key, err)
+			}
+			id, err := h.cfg.Publisher.PublishID(ctx, stream, out)
+			if err != nil {
+				return h.redisErr(ctx, ev, "publish the "+res.Resolution+" request", err)
+			}
+			p.published, p.stream, p.streamID = true, stream, id
+			ev.log.Info().Str("stream", stream).Str("stream_id", id).Str("target_branch", res.TargetBranch).
+				Msg("downstream request published")
+		}
+		if !p.unclaimed {
+			if err := h.setLabels(ctx, ev, nil, []string{LabelTriageInProgress}); err != nil {
+				return h.jiraErr(ctx, ev, "remove "+LabelTriageInProgress, err)
+			}
+			p.unclaimed = true
+		}
+	}
+	detail := map[string]any{"resolution": res.Resolution, "label": label, "target_branch": res.TargetBranch,
+		"data": rawOrNull(res.Data)}
+	if p.published {
+		detail["stream"], detail["stream_id"] = p.stream, p.streamID
+	} else if IsDispatched(res.Resolution) {
+		detail["dispatched"] = false
+		detail["reason"] = "no target branch"
+	}
+	if err := h.record(ctx, ev, pipeline.EventStageDone, res.Resolution, detail); err != nil {
+		return err
+	}
+	ev.log.Info().Str("resolution", res.Resolution).Str("label", label).Bool("dispatched", p.published).Msg("triage done")
+	h.forget(ev)
+	return nil
+}
+
+// alreadyTriaged is triage's agent-side dedup (upstream triage_agent.py:1277-1299):
+// skip when a terminal ymir label is present and neither a retry trigger, an in-flight
+// claim nor a maintainer's request says to run again.
+func alreadyTriaged(labels []string, userTriggered bool) bool {
+	if userTriggered || slices.Contains(labels, LabelRetryNeeded) || slices.Contains(labels, LabelTriageInProgress) {
+		return false
+	}
+	return slices.ContainsFunc(labels, IsTerminalLabel)
+}
+
+func isClosed(status string) bool {
+	return strings.EqualFold(status, "Closed") || strings.EqualFold(status, "Done")
+}
+
+func (h *handler) skipClosed(ctx context.Context, ev *event, labels []string, status string) error {
+	// Unlike upstream, the in-flight claim a fetcher flip left is removed too, or the
+	// closed issue would look in flight for ever (upstream weak point 14).
+	var remove []string
+	if slices.Contains(labels, LabelTriageInProgress) {
+		remove = append(remove, LabelTriageInProgress)
+	}
+	if ev.userTriggered && slices.Contains(labels, LabelTodo) {
+		remove = append(remove, LabelTodo)
+	}
+	if len(remove) > 0 && !ev.p.labelled {
+		if err := h.setLabels(ctx, ev, nil, remove); err != nil {
+			return h.jiraErr(ctx, ev, "remove "+strings.Join(remove, ","), err)
+		}
+		ev.p.labelled = true
+	}
+	if ev.userTriggered && !ev.p.acked {
+		h.comment(ctx, ev, fmt.Sprintf("ymirflow: %s is already %s; nothing to triage.", ev.key, status))
+		ev.p.acked = true
+	}
+	return h.skip(ctx, ev, "issue is "+status)
+}
+
+func (h *handler) skip(ctx context.Context, ev *event, reason string) error {
+	if err := h.record(ctx, ev, pipeline.EventStageDone, "skipped", map[string]any{"reason": reason}); err != nil {
+		return err
+	}
+	ev.log.Info().Str("reason", reason).Msg("skipped")
+	h.forget(ev)
+	return nil
+}
+
+func (h *handler) triageFailed(ctx context.Context, ev *event, cause error) error {
+	if a := aborted(ctx); a != nil {
+		return fmt.Errorf("triage of %s interrupted: %w: %w", ev.key, a, cause)
+	}
+	if !ev.last {
+		ev.log.Warn().Err(cause).Int("max_retries", h.cfg.MaxRetries).Msg("triage failed; it will be retried")
+		return cause
+	}
+	wctx, cancel := writable(ctx)
+	defer cancel()
+	if !ev.p.labelled {
+		if err := h.setLabels(wctx, ev, []string{LabelTriageErrored}, []string{LabelTriageInProgress}); err != nil {
+			return h.jiraErr(wctx, ev, "write "+LabelTriageErrored, err)
+		}
+		ev.p.labelled = true
+	}
+	if ev.userTriggered {
+		h.comment(wctx, ev, fmt.Sprintf("ymirflow: triage of %s failed %d times: %s", ev.key, ev.delivery, clipErr(cause)))
+	}
+	if err := h.record(wctx, ev, pipeline.EventStageFailed, LabelTriageErrored,
+		map[string]any{"error": cause.Error(), "attempts": ev.delivery}); err != nil {
+		return err
+	}
+	ev.log.Error().Err(cause).Msg("triage failed on its last attempt: " + LabelTriageErrored)
+	h.forget(ev)
+	return fmt.Errorf("triage of %s failed %d times: %w", ev.key, ev.delivery, cause)
+}
+
+// downstreamEvent builds the downstream request: the incoming Task with its unknown
+// fields, metadata extended with the triage state (jira_issue, target_branch,
+// triage_result, and the runner's extra fields), attempts back at 0.
+func (h *handler) downstreamEvent(ev *event, res Result) (*message.Message, error) {
+	t := ev.task
+	t.Metadata = maps.Clone(ev.task.Metadata)
+	if t.Metadata == nil {
+		t.Metadata = map[string]json.RawMessage{}
+	}
+	for k, v := range res.Extra {
+		t.Metadata[k] = v
+	}
+	data := map[string]json.RawMessage{}
+	if len(res.Data) > 0 && string(res.Data) != "null" {
+		if err := json.Unmarshal(res.Data, &data); err != nil {
+			return nil, fmt.Errorf("triage result data: %w", err)
+		}
+	}
+	if _, ok := data["jira_issue"]; !ok {
+		data["jira_issue"], _ = json.Marshal(ev.key)
+	}
+	if err := t.Set("jira_issue", ev.key); err != nil {
+		return nil, err
+	}
+	if err := t.Set("target_branch", res.TargetBranch); err != nil {
+		return nil, err
+	}
+	if err := t.Set("triage_result", map[string]any{"resolution": res.Resolution, "data": data}); err != nil {
+		return nil, err
+	}
+	t.Attempts = 0
+	t.UserTriggered = ev.userTriggered
+	return pipeline.NewEvent(pipeline.RequestedEvent(res.Resolution), ev.key, t, ev.msg)
+}
+
+func ymirLabels(labels []string) []string {
+	var out []string
+	for _, l := range labels {
+		if strings.HasPrefix(l, LabelPrefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func rawOrNull(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 {
+		return json.RawMessage("null")
+	}
+	return r
+}
+
+func errorDetails(data json.RawMessage) string {
+	var d struct {
+		Details string `json:"details"`
+	}
+	if json.Unmarshal(data, &d) == nil && d.Details != "" {
+		return d.Details
+	}
+	if len(data) == 0 {
+		return "no details"
+	}
+	return string(data)
+}
