@@ -141,12 +141,12 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	mw, err := lockmw.Middleware(lockmw.Config{Locker: locker, Agent: "triage"})
+	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: locker, Agent: "triage"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	triage := e.handler("triage", "", r)
-	h := mw(func(msg *message.Message) ([]*message.Message, error) { return nil, triage(msg) })
+	h := mw.Handler(func(msg *message.Message) ([]*message.Message, error) { return nil, triage(msg) })
 	msg := triageMsg(t, "RHEL-24", false, "")
 	msg.Metadata.Set(pipeline.MetaAttempt, "1")
 	_, err = h(msg)

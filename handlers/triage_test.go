@@ -409,11 +409,11 @@ func TestTriageRedeliveryAfterRecordFailureKeepsResolution(t *testing.T) {
 	runner := &fixed{res: triageResult("backport", "c9s")}
 	h := e.handler("triage", "", runner, func(c *handlers.Config) { c.Results = results })
 	// Each delivery runs under its own lease, as the pipeline's lock middleware gives it.
-	mw, err := lockmw.Middleware(lockmw.Config{Locker: e.locker(), Agent: "triage"})
+	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: e.locker(), Agent: "triage"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrapped := mw(func(m *message.Message) ([]*message.Message, error) { return nil, h(m) })
+	wrapped := mw.Handler(func(m *message.Message) ([]*message.Message, error) { return nil, h(m) })
 	deliver := func() error {
 		msg := triageMsg(t, "RHEL-13", false, "")
 		msg.UUID = "same-event"

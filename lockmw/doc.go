@@ -17,5 +17,15 @@
 //
 // Round trips: one to acquire (with the fence and the operator record), one to release,
 // one per heartbeat. ReleaseWith folds more commands (an XACK) into the release's round
-// trip.
+// trip; the Middleware also takes the next entry's lease in it when its Source knows
+// that entry (the handoff), so a stream of events costs one round trip each.
+//
+// The Middleware knows nothing of the messages' format: the caller gives it the issue
+// key extractor (Config.IssueKey) and the conflict recorder (Config.OnConflict).
+//
+// Files: errors.go (sentinels and typed errors), locker.go (Locker, Acquire), lease.go
+// (Lease: heartbeat, release, fenced writes), handoff.go (the next entry's lease taken
+// in the release's round trip), middleware.go, conflict.go (events whose issue is busy),
+// keys.go (key names and canonical issue keys), inspect.go (the operators' view), and
+// scripts/*.lua, the atomic steps, embedded.
 package lockmw

@@ -1,7 +1,6 @@
 package lockmw
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -10,13 +9,9 @@ import (
 // DefaultKeyPattern is what a canonical Jira issue key looks like: project, dash, number.
 var DefaultKeyPattern = regexp.MustCompile(`^[A-Z][A-Z0-9_]*-[1-9][0-9]*$`)
 
-// MaxKeyLen bounds a canonical key. Jira project keys are short; anything longer is a
+// maxKeyLen bounds a canonical key. Jira project keys are short; anything longer is a
 // payload bug, not an issue.
-const MaxKeyLen = 100
-
-// ErrInvalidKey is returned for an issue key that cannot name a lease. No Redis key is
-// touched for it.
-var ErrInvalidKey = errors.New("lockmw: invalid issue key")
+const maxKeyLen = 100
 
 // Canonicalize trims and uppercases raw and checks it against pattern (DefaultKeyPattern
 // when nil). The Python lock only uppercased; trimming closes the " rhel-1" vs "RHEL-1"
@@ -29,8 +24,8 @@ func Canonicalize(raw string, pattern *regexp.Regexp) (string, error) {
 	if k == "" {
 		return "", fmt.Errorf("%w: empty", ErrInvalidKey)
 	}
-	if len(k) > MaxKeyLen {
-		return "", fmt.Errorf("%w: %d characters (at most %d)", ErrInvalidKey, len(k), MaxKeyLen)
+	if len(k) > maxKeyLen {
+		return "", fmt.Errorf("%w: %d characters (at most %d)", ErrInvalidKey, len(k), maxKeyLen)
 	}
 	if !pattern.MatchString(k) {
 		return "", fmt.Errorf("%w: %q does not match %s", ErrInvalidKey, k, pattern)
@@ -60,14 +55,14 @@ type Keys struct {
 	Done  string // string "<ms> <message id>": the last release, for superseded events
 }
 
-// KeysFor returns the keys of the lease (agent, canonical issue key).
-func (f KeyFormat) KeysFor(agent, issue string) Keys {
+// keysFor returns the keys of the lease (agent, canonical issue key).
+func (f KeyFormat) keysFor(agent, issue string) Keys {
 	if f == KeysCluster {
 		tag := "{" + agent + ":" + issue + "}"
-		return Keys{Lock: f.LockKey(agent, issue), Info: "lockinfo:" + tag, Fence: "lockfence:" + tag, Queue: "lockqueue:" + tag, Done: "lockdone:" + tag}
+		return Keys{Lock: f.lockKey(agent, issue), Info: "lockinfo:" + tag, Fence: "lockfence:" + tag, Queue: "lockqueue:" + tag, Done: "lockdone:" + tag}
 	}
 	return Keys{
-		Lock:  f.LockKey(agent, issue),
+		Lock:  f.lockKey(agent, issue),
 		Info:  "lockinfo:" + agent + ":" + issue,
 		Fence: "lockfence:" + agent + ":" + issue,
 		Queue: "lockqueue:" + agent + ":" + issue,
@@ -75,26 +70,26 @@ func (f KeyFormat) KeysFor(agent, issue string) Keys {
 	}
 }
 
-// LockKey is KeysFor(agent, issue).Lock, built alone: lookups of many lease keys (the
+// lockKey is keysFor(agent, issue).Lock, built alone: lookups of many lease keys (the
 // fetcher's pre-check) need only this name.
-func (f KeyFormat) LockKey(agent, issue string) string {
+func (f KeyFormat) lockKey(agent, issue string) string {
 	if f == KeysCluster {
 		return "lock:{" + agent + ":" + issue + "}"
 	}
 	return "lock:" + agent + ":" + issue
 }
 
-// InfoPattern is the SCAN pattern that finds the info hashes of agent's live leases
+// infoPattern is the SCAN pattern that finds the info hashes of agent's live leases
 // (agent "*" for all).
-func (f KeyFormat) InfoPattern(agent string) string {
+func (f KeyFormat) infoPattern(agent string) string {
 	if f == KeysCluster {
 		return "lockinfo:{" + agent + ":*}"
 	}
 	return "lockinfo:" + agent + ":*"
 }
 
-// ParseInfoKey recovers (agent, issue) from an info key.
-func (f KeyFormat) ParseInfoKey(key string) (agent, issue string, ok bool) {
+// parseInfoKey recovers (agent, issue) from an info key.
+func (f KeyFormat) parseInfoKey(key string) (agent, issue string, ok bool) {
 	rest, found := strings.CutPrefix(key, "lockinfo:")
 	if !found {
 		return "", "", false

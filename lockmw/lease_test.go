@@ -465,14 +465,14 @@ func TestKeyPatternConfigurable(t *testing.T) {
 }
 
 func TestClusterKeysShareOneHashTag(t *testing.T) {
-	k := lockmw.KeysCluster.KeysFor("triage", "RHEL-123")
-	for _, key := range []string{k.Lock, k.Info, k.Fence} {
-		if !strings.Contains(key, "{triage:RHEL-123}") || strings.Count(key, "{") != 1 {
-			t.Fatalf("%q does not carry the one hash tag {triage:RHEL-123}", key)
-		}
-	}
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lockmw.Options{Format: lockmw.KeysCluster})
+	k := l.Keys("triage", "RHEL-123")
+	for _, key := range []string{k.Lock, k.Info, k.Fence, k.Queue, k.Done} {
+		if !strings.Contains(key, "{"+ns+"triage:RHEL-123}") || strings.Count(key, "{") != 1 {
+			t.Fatalf("%q does not carry the one hash tag {%striage:RHEL-123}", key, ns)
+		}
+	}
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	if le.Keys().Lock != "lock:{"+ns+"triage:RHEL-123}" || get(t, rdb, le.Keys().Lock) != le.Token() {
 		t.Fatalf("cluster lease key %q", le.Keys().Lock)

@@ -2,13 +2,11 @@ package lockmw
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -16,26 +14,30 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Metadata keys the middleware reads and writes. The pipeline package uses the same
-// names for its envelope.
+// Metadata keys of the message the middleware reads (MetaIssueKey, by the default
+// Config.IssueKey) and writes (both) before the handler runs.
 const (
-	MetaIssueKey      = "issue_key"
-	MetaCorrelationID = "correlation_id"
-	MetaFence         = "fence"
+	// MetaIssueKey holds the canonical issue key under which the handler runs.
+	MetaIssueKey = "issue_key"
+	// MetaFence holds the lease's fence (decimal), for writes that carry it.
+	MetaFence = "fence"
 )
+
+// metaCorrelationID is logged with the middleware's messages when a message has it.
+const metaCorrelationID = "correlation_id"
 
 // Policy says what happens to an event whose issue is locked by another holder.
 type Policy string
 
 const (
-	// Drop acks the event and records a lock.dropped entry (the Python behaviour).
+	// Drop acks the event and records a conflict (the Python behaviour).
 	Drop Policy = "drop"
 	// Coalesce acks the event but keeps it as the issue's single queued follow-up
 	// (newest wins), published once when the holder releases.
 	Coalesce Policy = "coalesce"
 )
 
-// ParsePolicy parses ON_CONFLICT.
+// ParsePolicy parses an ON_CONFLICT setting ("" is Drop).
 func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
 	case Drop, "":
@@ -45,13 +47,6 @@ func ParsePolicy(s string) (Policy, error) {
 	}
 	return "", fmt.Errorf("lockmw: ON_CONFLICT must be drop or coalesce, got %q", s)
 }
-
-// ErrTransient wraps failures to reach Redis: the event is left for redelivery, never
-// dead-lettered.
-var ErrTransient = errors.New("lockmw: redis unavailable")
-
-// ErrNoIssueKey: the event names no issue (no issue_key metadata, no Task key).
-var ErrNoIssueKey = errors.New("lockmw: event has no issue key")
 
 // Entry identifies the stream entry a message was read from.
 type Entry struct {
@@ -63,6 +58,8 @@ type Entry struct {
 }
 
 // Source is what the middleware needs from the subscription that delivered a message.
+// Implement it to let the middleware ack entries in the release's round trip and to
+// guard entries against claims while they run.
 type Source interface {
 	// Entry returns the stream entry behind msg.
 	Entry(msg *message.Message) (Entry, bool)
@@ -82,70 +79,56 @@ type Peeker interface {
 	Peek() (id, issueKey string, ok bool)
 }
 
-// Config configures Middleware.
+// Config configures NewMiddleware.
 type Config struct {
 	Locker *Locker
 	Agent  string
 	// Source gives the stream entry behind each message; nil when messages do not come
 	// from a Redis stream (the middleware then only locks).
 	Source Source
+	// Policy for events whose issue is busy. Default Drop.
 	Policy Policy
-	// ResultsStream receives lock.dropped and lock.coalesced records; "" for none.
-	ResultsStream string
-	// MaxLen trims the results stream (approximate; 0 = no). Input streams are never
-	// trimmed here: a MAXLEN on them could cut pending entries.
-	MaxLen int64
 	// MaxIdleTime is the subscriber's claim threshold. An entry read longer ago than
 	// (MaxIdleTime - heartbeat interval)/2 may have been claimed away while it waited in
 	// the read-ahead buffer, so its ownership is checked before it runs.
 	MaxIdleTime time.Duration
-	// IssueKey extracts the raw issue key; default: metadata issue_key, else the Task
-	// payload's metadata.issue or metadata.jira_issue.
+	// IssueKey extracts the raw issue key of a message; its errors go back to the
+	// router unchanged. Default: metadata MetaIssueKey, else ErrNoIssueKey.
 	IssueKey func(msg *message.Message) (string, error)
-	Logger   zerolog.Logger
+	// OnConflict records an event that was not run because its issue was busy; nil
+	// records nothing (the Observer still counts it).
+	OnConflict ConflictRecorder
+	Logger     zerolog.Logger
 }
 
 type leaseKey struct{}
 
-// LeaseFrom returns the lease under which the handler runs.
+// LeaseFrom returns the lease under which the handler runs: its Context for the work,
+// its Fence and XAdd for writes that must not outlive it.
 func LeaseFrom(ctx context.Context) (*Lease, bool) {
 	le, ok := ctx.Value(leaseKey{}).(*Lease)
 	return le, ok
 }
 
-// Middleware wraps a handler in the issue's lease.
+// Middleware wraps Watermill handlers in the issue's lease. Build it with
+// NewMiddleware, add Handler to a router's handler, and call Close when the router has
+// stopped.
 //
 // Order of events for one message: ownership check (only for entries that waited long
 // in the read-ahead buffer), acquire (one round trip, fence included), handler with the
 // lease's context, then on success release and XACK in one round trip (release first);
 // on error release, then the error goes back for retry or the dead-letter queue. An
 // event whose issue is held by another holder is acked and dropped (or queued, policy
-// Coalesce) with a record in ResultsStream; a redelivered copy of the very entry a live
-// holder is working on is neither run nor acked.
-func Middleware(cfg Config) (message.HandlerMiddleware, error) {
-	m, err := NewMiddleware(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return m.Handler, nil
+// Coalesce) and recorded by Config.OnConflict; a redelivered copy of the very entry a
+// live holder is working on is neither run nor acked.
+type Middleware struct {
+	cfg        Config
+	staleAfter time.Duration
+	handoffs   handoffs // the next entry's lease, taken in the last release's round trip
 }
 
-// LockMiddleware is Middleware with a Close, for routers that hand leases over between
-// events (see Peeker): Close gives back a lease taken for an event that never came.
-type LockMiddleware struct{ m *middleware }
-
-// Handler is the message.HandlerMiddleware.
-func (lm *LockMiddleware) Handler(h message.HandlerFunc) message.HandlerFunc { return lm.m.wrap(h) }
-
-// Close releases a lease taken ahead for an event that was not delivered (shutdown).
-func (lm *LockMiddleware) Close(ctx context.Context) {
-	if pre := lm.m.takePre(); pre != nil {
-		lm.m.giveBack(ctx, pre)
-	}
-}
-
-// NewMiddleware is Middleware, returning the middleware's handle.
-func NewMiddleware(cfg Config) (*LockMiddleware, error) {
+// NewMiddleware checks cfg and returns the middleware. It does no I/O.
+func NewMiddleware(cfg Config) (*Middleware, error) {
 	if cfg.Locker == nil || cfg.Agent == "" {
 		return nil, errors.New("lockmw: Middleware needs a Locker and an Agent")
 	}
@@ -160,44 +143,26 @@ func NewMiddleware(cfg Config) (*LockMiddleware, error) {
 			"or other consumers would claim entries whose lease is alive", cfg.MaxIdleTime, cfg.Locker.HeartbeatInterval())
 	}
 	if cfg.IssueKey == nil {
-		cfg.IssueKey = DefaultIssueKey
+		cfg.IssueKey = metadataIssueKey
 	}
-	m := &middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2}
-	return &LockMiddleware{m: m}, nil
+	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2}, nil
 }
 
-type middleware struct {
-	cfg        Config
-	staleAfter time.Duration
-
-	mu  sync.Mutex
-	pre *preLease // the next entry's lease, taken in the last release's round trip
+// Close gives back a lease taken ahead for an entry that was not delivered. Call it
+// after the router has stopped.
+func (m *Middleware) Close(ctx context.Context) {
+	giveBack(ctx, m.handoffs.takePre())
 }
 
-// handoffWindow bounds how long a lease taken ahead waits for its entry.
-const handoffWindow = time.Second
-
-type preLease struct {
-	id string
-	p  *Pending
-}
-
-func (m *middleware) takePre() *preLease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pre
-	m.pre = nil
-	return p
-}
-
-func (m *middleware) giveBack(ctx context.Context, pre *preLease) {
-	if pre.p.Lease != nil {
-		_, _ = pre.p.Lease.Release(ctx)
+func metadataIssueKey(msg *message.Message) (string, error) {
+	if k := msg.Metadata.Get(MetaIssueKey); k != "" {
+		return k, nil
 	}
+	return "", ErrNoIssueKey
 }
 
 // acquireOptions are the lease options for an entry of this subscription.
-func (m *middleware) acquireOptions(entry Entry) AcquireOptions {
+func (m *Middleware) acquireOptions(entry Entry) AcquireOptions {
 	ao := AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce,
 		EntryTime: entryTime(entry.ID)}
 	ao.OnHeartbeat = func(ctx context.Context, pipe redis.Pipeliner) {
@@ -208,7 +173,8 @@ func (m *middleware) acquireOptions(entry Entry) AcquireOptions {
 	return ao
 }
 
-func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
+// Handler is the message.HandlerMiddleware: it runs h under the issue's lease.
+func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
 		ctx := msg.Context()
 		var entry Entry
@@ -217,27 +183,23 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 			entry, hasEntry = m.cfg.Source.Entry(msg)
 		}
 		log := m.cfg.Logger.With().Str("agent", m.cfg.Agent).Str("message_id", entry.ID).
-			Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Logger()
+			Str("correlation_id", msg.Metadata.Get(metaCorrelationID)).Logger()
 
-		pre := m.takePre()
+		pre := m.handoffs.takePre()
 		if pre != nil && (!hasEntry || pre.id != entry.ID) {
 			// The subscription handed over another entry than announced: give it back.
-			m.giveBack(context.WithoutCancel(ctx), pre)
+			giveBack(context.WithoutCancel(ctx), pre)
 			pre = nil
 		}
 		raw, err := m.cfg.IssueKey(msg)
 		if err != nil {
-			if pre != nil {
-				m.giveBack(context.WithoutCancel(ctx), pre)
-			}
+			giveBack(context.WithoutCancel(ctx), pre)
 			return nil, err
 		}
 		if hasEntry && time.Since(entry.ReadAt) > m.staleAfter {
 			mine, err := m.ownAndRefresh(ctx, entry)
 			if err != nil || !mine {
-				if pre != nil {
-					m.giveBack(context.WithoutCancel(ctx), pre)
-				}
+				giveBack(context.WithoutCancel(ctx), pre)
 			}
 			if err != nil {
 				return nil, err
@@ -262,7 +224,7 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 		}
 		var lease *Lease
 		if pre != nil {
-			lease, err = pre.p.Take(ctx)
+			lease, err = pre.take(ctx)
 		} else {
 			lease, err = m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
 		}
@@ -315,36 +277,7 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 		// Release, then ack, in one round trip; the subscriber's own XACK is skipped.
 		// When the next entry is known, its lease is taken in the same round trip.
 		ack := func(pipe redis.Pipeliner) { pipe.XAck(cleanup, entry.Stream, entry.Group, entry.ID) }
-		var relErr error
-		if next, ok := m.next(entry); ok {
-			var p *Pending
-			_, p, relErr = lease.ReleaseAndAcquire(cleanup, ack, next)
-			if p.Lease != nil || errors.As(p.Err, new(*LockedError)) || errors.As(p.Err, new(*SupersededError)) {
-				pre := &preLease{id: next.Options.MessageID, p: p}
-				m.mu.Lock()
-				m.pre = pre
-				m.mu.Unlock()
-				// The next entry normally arrives within microseconds. If it never reaches
-				// this middleware (dead-lettered before it, or the subscription stops),
-				// the issue must not stay locked: give the lease back after a while.
-				time.AfterFunc(handoffWindow, func() {
-					m.mu.Lock()
-					stale := m.pre == pre
-					if stale {
-						m.pre = nil
-					}
-					m.mu.Unlock()
-					if stale {
-						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						defer cancel()
-						m.giveBack(ctx, pre)
-					}
-				})
-			}
-		} else {
-			_, relErr = lease.ReleaseWith(cleanup, ack)
-		}
-		if relErr == nil {
+		if relErr := m.releaseHandingOff(cleanup, lease, entry, ack); relErr == nil {
 			m.cfg.Source.Settle(entry)
 		} else {
 			log.Warn().Err(relErr).Msg("release+ack failed; the subscriber retries the ack, the lease expires by its TTL")
@@ -356,27 +289,9 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// next returns the handoff for the entry the subscription delivers after cur.
-func (m *middleware) next(cur Entry) (Handoff, bool) {
-	pk, ok := m.cfg.Source.(Peeker)
-	if !ok || m.cfg.Policy != Drop {
-		return Handoff{}, false
-	}
-	id, raw, ok := pk.Peek()
-	if !ok || id == cur.ID || raw == "" {
-		return Handoff{}, false
-	}
-	if _, err := m.cfg.Locker.Canonicalize(raw); err != nil {
-		return Handoff{}, false // a bad event: the dead-letter path takes it, lockless
-	}
-	next := cur
-	next.ID = id
-	return Handoff{Agent: m.cfg.Agent, Key: raw, Options: m.acquireOptions(next)}, true
-}
-
 // run calls the handler with the lease in its context; a panic becomes an error so the
 // lease is released and the dead-letter queue, not an endless redelivery, takes it.
-func (m *middleware) run(h message.HandlerFunc, msg *message.Message, lease *Lease) (out []*message.Message, err error) {
+func (m *Middleware) run(h message.HandlerFunc, msg *message.Message, lease *Lease) (out []*message.Message, err error) {
 	parent := msg.Context()
 	msg.SetContext(context.WithValue(lease.Context(), leaseKey{}, lease))
 	defer func() {
@@ -388,76 +303,9 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, lease *Lea
 	return h(msg)
 }
 
-// conflict handles an event whose issue is held by someone else.
-func (m *middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *LockedError, log zerolog.Logger) error {
-	holder := locked.Holder
-	log = log.With().Str("issue_key", holder.Issue).Str("holder", holder.Owner).Int64("holder_fence", holder.Fence).Logger()
-	if hasEntry && holder.MessageID == entry.ID && !locked.superseded {
-		// A redelivered copy of the entry a live holder is working on (claimed while the
-		// holder's heartbeat could not refresh it). Acking it would lose the holder's
-		// crash recovery; running it would run it twice. The holder's next heartbeat
-		// takes the entry back.
-		log.Warn().Msg("entry is the live holder's in-flight entry; neither running nor acking it")
-		m.cfg.Source.Settle(entry)
-		return nil
-	}
-	eventType := "lock.dropped"
-	reason := "locked"
-	if locked.superseded {
-		reason = "superseded"
-	}
-	if locked.Queued {
-		eventType = "lock.coalesced"
-	}
-	pipe := redis.Pipeliner(nil)
-	if m.cfg.ResultsStream != "" || hasEntry {
-		pipe = m.cfg.Locker.rdb.Pipeline()
-	}
-	if m.cfg.ResultsStream != "" {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.cfg.ResultsStream, MaxLen: m.cfg.MaxLen, Approx: m.cfg.MaxLen > 0,
-			Values: map[string]any{
-				"event_type":        eventType,
-				"issue_key":         holder.Issue,
-				"agent":             m.cfg.Agent,
-				"message_id":        entry.ID,
-				"stream":            entry.Stream,
-				"uuid":              msg.UUID,
-				"correlation_id":    msg.Metadata.Get(MetaCorrelationID),
-				"holder":            holder.Owner,
-				"holder_fence":      holder.Fence,
-				"holder_message_id": holder.MessageID,
-				"replaced":          strconv.FormatBool(locked.Replaced),
-				"reason":            reason,
-				"at":                time.Now().UTC().Format(time.RFC3339Nano),
-			}})
-	}
-	if hasEntry {
-		pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
-	}
-	if pipe != nil {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("%w: record %s: %w", ErrTransient, eventType, err)
-		}
-	}
-	if hasEntry {
-		m.cfg.Source.Settle(entry)
-	}
-	outcome := "dropped"
-	if locked.Queued {
-		outcome = "coalesced"
-	}
-	m.cfg.Locker.opts.Observer.Conflict(m.cfg.Agent, outcome, reason)
-	if locked.Queued {
-		log.Info().Bool("replaced", locked.Replaced).Msg("issue is locked; event queued as its follow-up")
-	} else {
-		log.Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
-	}
-	return nil
-}
-
 // ownAndRefresh reports whether entry is still pending for its consumer and, if so,
 // makes it young again, in one round trip.
-func (m *middleware) ownAndRefresh(ctx context.Context, e Entry) (bool, error) {
+func (m *Middleware) ownAndRefresh(ctx context.Context, e Entry) (bool, error) {
 	pipe := m.cfg.Locker.rdb.Pipeline()
 	pend := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: e.Stream, Group: e.Group, Start: e.ID, End: e.ID, Count: 1, Consumer: e.Consumer})
 	// Refresh only if it is ours: XCLAIM would otherwise move it to us. The script-free
@@ -483,28 +331,4 @@ func entryTime(id string) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(n)
-}
-
-// DefaultIssueKey reads the issue key from metadata issue_key, else from the Task
-// payload: metadata.issue (triage) or metadata.jira_issue (downstream).
-func DefaultIssueKey(msg *message.Message) (string, error) {
-	if k := msg.Metadata.Get(MetaIssueKey); k != "" {
-		return k, nil
-	}
-	var task struct {
-		Metadata struct {
-			Issue     string `json:"issue"`
-			JiraIssue string `json:"jira_issue"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(msg.Payload, &task); err != nil {
-		return "", fmt.Errorf("%w: payload is not a Task: %v", ErrNoIssueKey, err)
-	}
-	if task.Metadata.Issue != "" {
-		return task.Metadata.Issue, nil
-	}
-	if task.Metadata.JiraIssue != "" {
-		return task.Metadata.JiraIssue, nil
-	}
-	return "", ErrNoIssueKey
 }

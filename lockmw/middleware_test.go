@@ -2,6 +2,7 @@ package lockmw_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -28,6 +29,35 @@ func (s *streamSource) Encode(m *message.Message) (map[string]any, error) {
 	return map[string]any{"payload": string(m.Payload)}, nil
 }
 
+// taskKey reads the issue key from a Task-like payload, as a caller's extractor would.
+func taskKey(msg *message.Message) (string, error) {
+	var task struct {
+		Metadata struct{ Issue string } `json:"metadata"`
+	}
+	if err := json.Unmarshal(msg.Payload, &task); err != nil || task.Metadata.Issue == "" {
+		return "", lockmw.ErrNoIssueKey
+	}
+	return task.Metadata.Issue, nil
+}
+
+// recordTo is a conflict recorder writing to a results stream.
+func recordTo(stream string) lockmw.ConflictRecorder {
+	return func(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{
+			"issue_key": c.Holder.Issue, "message_id": c.Entry.ID, "uuid": c.Message.UUID, "holder": c.Holder.Owner,
+			"holder_fence": c.Holder.Fence, "holder_message_id": c.Holder.MessageID,
+			"queued": c.Queued, "replaced": c.Replaced, "superseded": c.Superseded}})
+	}
+}
+
+func handlerOf(cfg lockmw.Config) (message.HandlerMiddleware, error) {
+	m, err := lockmw.NewMiddleware(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return m.Handler, nil
+}
+
 func pendingEntry(t *testing.T, rdb *redis.Client, stream, consumer string) string {
 	t.Helper()
 	ctx := context.Background()
@@ -51,7 +81,7 @@ func TestInFlightCopyOfLiveHoldersEntryIsNeitherRunNorAcked(t *testing.T) {
 	}
 	defer holder.Release(context.Background())
 	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "other", ID: id, ReadAt: time.Now()}}
-	mw, err := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage", Source: src, ResultsStream: ns + "results", MaxIdleTime: time.Hour})
+	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: src, OnConflict: recordTo(ns + "results"), MaxIdleTime: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +117,7 @@ func TestOtherEventForHeldIssueIsAckedAndDropped(t *testing.T) {
 	}
 	defer holder.Release(context.Background())
 	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "other", ID: id, ReadAt: time.Now()}}
-	mw, _ := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage", Source: src, ResultsStream: ns + "results", MaxIdleTime: time.Hour})
+	mw, _ := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: src, OnConflict: recordTo(ns + "results"), MaxIdleTime: time.Hour})
 	h := mw(func(*message.Message) ([]*message.Message, error) { t.Fatal("ran"); return nil, nil })
 	if _, err := h(message.NewMessage("u2", []byte(`{"metadata":{"issue":"rhel-1"}}`))); err != nil {
 		t.Fatal(err)
@@ -96,7 +126,7 @@ func TestOtherEventForHeldIssueIsAckedAndDropped(t *testing.T) {
 		t.Fatal("dropped event not acked")
 	}
 	rec := rdb.XRange(context.Background(), ns+"results", "-", "+").Val()
-	if len(rec) != 1 || rec[0].Values["event_type"] != "lock.dropped" || rec[0].Values["holder"] != "holder" ||
+	if len(rec) != 1 || rec[0].Values["queued"] != "0" || rec[0].Values["superseded"] != "0" || rec[0].Values["holder"] != "holder" ||
 		rec[0].Values["holder_fence"] != "1" || rec[0].Values["message_id"] != id || rec[0].Values["issue_key"] != "RHEL-1" {
 		t.Fatalf("record = %v", rec)
 	}
@@ -106,7 +136,7 @@ func TestOtherEventForHeldIssueIsAckedAndDropped(t *testing.T) {
 func TestHandlerErrorReleasesBeforeReturning(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lockmw.Options{})
-	mw, _ := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage"})
+	mw, _ := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage"})
 	boom := errors.New("boom")
 	h := mw(func(*message.Message) ([]*message.Message, error) { return nil, boom })
 	msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-2"}}`))
@@ -124,7 +154,7 @@ func TestHandlerErrorReleasesBeforeReturning(t *testing.T) {
 func TestMiddlewareRejectsMaxIdleBelowHeartbeat(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 300 * time.Second})
-	_, err := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage", Source: &streamSource{}, MaxIdleTime: time.Minute})
+	_, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: &streamSource{}, MaxIdleTime: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "MAX_IDLE_TIME") {
 		t.Fatalf("err = %v, want a MAX_IDLE_TIME error", err)
 	}
@@ -133,7 +163,7 @@ func TestMiddlewareRejectsMaxIdleBelowHeartbeat(t *testing.T) {
 func TestBadKeyTakesNoLock(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lockmw.Options{})
-	mw, _ := lockmw.Middleware(lockmw.Config{Locker: l, Agent: "triage"})
+	mw, _ := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage"})
 	h := mw(func(*message.Message) ([]*message.Message, error) { t.Fatal("ran"); return nil, nil })
 	for _, p := range []string{`not json`, `{"metadata":{}}`, `{"metadata":{"issue":"../x"}}`} {
 		_, err := h(message.NewMessage("u", []byte(p)))
@@ -166,7 +196,7 @@ type handoffEnv struct {
 	stream string
 	a, b   string
 	src    *peekSource
-	mw     *lockmw.LockMiddleware
+	mw     *lockmw.Middleware
 	h      message.HandlerFunc
 }
 
@@ -178,7 +208,7 @@ func newHandoffEnv(t *testing.T) *handoffEnv {
 	e.b = rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.stream, Values: map[string]any{"payload": "{}"}}).Val()
 	e.src = &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: e.stream, Group: "g", Consumer: "c", ID: e.a, ReadAt: time.Now()}},
 		nextID: e.b, nextKey: "RHEL-2"}
-	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: e.l, Agent: "triage", Source: e.src, MaxIdleTime: time.Hour})
+	mw, err := lockmw.NewMiddleware(lockmw.Config{IssueKey: taskKey, Locker: e.l, Agent: "triage", Source: e.src, MaxIdleTime: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,4 +265,32 @@ func TestHandoffLeaseExpiresWhenEntryNeverComes(t *testing.T) {
 	}
 	redistest.Eventually(t, 5*time.Second, func() bool { return !exists(t, rdb, "lock:"+ns+"triage:RHEL-2") },
 		"the lease taken ahead to be given back")
+}
+
+// Without an IssueKey extractor the middleware reads metadata issue_key and nothing
+// else, and writes the canonical key and the fence back for the handler.
+func TestDefaultIssueKeyIsMetadataOnly(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{})
+	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held string
+	h := mw.Handler(func(m *message.Message) ([]*message.Message, error) {
+		le, _ := lockmw.LeaseFrom(m.Context())
+		held = le.Issue()
+		return nil, nil
+	})
+	msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-9"}}`))
+	if _, err := h(msg); !errors.Is(err, lockmw.ErrNoIssueKey) || held != "" {
+		t.Fatalf("payload-only key: err = %v, ran under %q", err, held)
+	}
+	msg.Metadata.Set(lockmw.MetaIssueKey, " rhel-8 ")
+	if _, err := h(msg); err != nil || held != "RHEL-8" {
+		t.Fatalf("metadata key: err = %v, ran under %q", err, held)
+	}
+	if msg.Metadata.Get(lockmw.MetaIssueKey) != "RHEL-8" || msg.Metadata.Get(lockmw.MetaFence) != "1" {
+		t.Fatalf("metadata after the run: %v", msg.Metadata)
+	}
 }

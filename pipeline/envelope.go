@@ -17,7 +17,7 @@ const (
 	MetaIssueKey      = lockmw.MetaIssueKey
 	MetaEventType     = "event_type"
 	MetaSchemaVersion = "schema_version"
-	MetaCorrelationID = lockmw.MetaCorrelationID
+	MetaCorrelationID = "correlation_id"
 	MetaCausationID   = "causation_id"
 	MetaAttempt       = "attempt"
 	MetaUserTriggered = "user_triggered"
@@ -47,11 +47,6 @@ func RequestedEvent(agent string) string { return agent + ".requested" }
 // ErrBadEvent marks an event that can never succeed (not JSON, no or invalid issue key,
 // unknown schema version or event type): it is dead-lettered at once, never retried.
 var ErrBadEvent = errors.New("bad event")
-
-// ErrRetryLater marks a handler error that must not use up the event's attempts nor
-// send it to the dead-letter stream (a dependency is down): the entry is nacked and
-// redelivered.
-var ErrRetryLater = errors.New("retry later")
 
 // Task is the Python system's task JSON, kept field for field so producers written for
 // it keep working: {"metadata": {...}, "attempts": 0, "user_triggered": false}.

@@ -112,7 +112,7 @@ type Router struct {
 	*message.Router
 	cfg   RouterConfig
 	subs  []*subscription
-	locks []*lockmw.LockMiddleware
+	locks []*lockmw.Middleware
 }
 
 // NewRouter builds the router of (Agent, Branch): for each input stream (the :todo twin
@@ -144,8 +144,8 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 			r.subs = append(r.subs, sub)
 			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
-				Policy: cfg.Policy, ResultsStream: cfg.Topology.Results(), MaxLen: cfg.MaxLen,
-				MaxIdleTime: cfg.MaxIdleTime, Logger: base})
+				Policy: cfg.Policy, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
+				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base})
 			if err != nil {
 				return nil, err
 			}
@@ -294,6 +294,6 @@ func permanentOrAbort(err error) bool {
 }
 
 func leaseOrShutdown(err error) bool {
-	return errors.Is(err, ErrRetryLater) || errors.Is(err, lockmw.ErrLeaseLost) || errors.Is(err, lockmw.ErrLeaseUnproven) ||
+	return errors.Is(err, lockmw.ErrLeaseLost) || errors.Is(err, lockmw.ErrLeaseUnproven) ||
 		errors.Is(err, lockmw.ErrTransient) || errors.Is(err, context.Canceled)
 }

@@ -139,7 +139,7 @@ func (s *subscription) shouldClaim(xp redis.XPendingExt) bool {
 		return true // trimmed: the subscriber acks it away
 	}
 	msg := DecodeEntry(s.route.Stream, xp.ID, msgs[0].Values)
-	key, err := lockmw.DefaultIssueKey(msg)
+	key, err := issueKeyOf(msg)
 	if err != nil || key == "" {
 		return true // a bad event: let it be claimed and dead-lettered
 	}

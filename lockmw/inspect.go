@@ -5,11 +5,72 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// Info is the operator's view of a lease.
+type Info struct {
+	Agent      string
+	Issue      string
+	Owner      string
+	Fence      int64
+	AcquiredAt time.Time
+	MessageID  string
+	TTL        time.Duration // time left; 0 when unknown
+}
+
+// Inspect returns the live lease (agent, rawKey), or ok=false when nobody holds it.
+func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, ok bool, err error) {
+	issue, err := l.Canonicalize(rawKey)
+	if err != nil {
+		return Info{}, false, err
+	}
+	keys := l.Keys(agent, issue)
+	pipe := l.rdb.Pipeline()
+	ttl := pipe.PTTL(ctx, keys.Lock)
+	h := pipe.HGetAll(ctx, keys.Info)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Info{}, false, fmt.Errorf("lockmw: inspect %s: %w", keys.Lock, err)
+	}
+	if ttl.Val() == -2 { // go-redis passes PTTL's "no such key" through as -2
+		return Info{}, false, nil
+	}
+	info = infoFromHash(agent, issue, h.Val())
+	if ttl.Val() > 0 {
+		info.TTL = ttl.Val()
+	}
+	return info, true, nil
+}
+
+// ForceRelease deletes the lease (agent, rawKey) whoever holds it and bumps its fence,
+// so the evicted holder's fenced writes are refused. It returns the new fence. Operators
+// only: the holder's work is not stopped until its next heartbeat notices.
+func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64, error) {
+	issue, err := l.Canonicalize(rawKey)
+	if err != nil {
+		return 0, err
+	}
+	keys := l.Keys(agent, issue)
+	fence, err := forceReleaseScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence}).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("lockmw: force release %s: %w", keys.Lock, err)
+	}
+	return fence, nil
+}
+
+func infoFromHash(agent, issue string, h map[string]string) Info {
+	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: h["message_id"]}
+	info.Fence, _ = strconv.ParseInt(h["fence"], 10, 64)
+	if ms, _ := strconv.ParseInt(h["acquired_at"], 10, 64); ms > 0 {
+		info.AcquiredAt = time.UnixMilli(ms)
+	}
+	return info
+}
 
 // Ref names one lease: an agent and an issue key (raw: it is canonicalised).
 type Ref struct {
@@ -77,7 +138,7 @@ func (l *Locker) lookup(ctx context.Context, refs []Ref, out map[Ref]Info) error
 }
 
 // List returns the live leases of agent ("" for every agent), ordered by agent and
-// issue. It finds them with SCAN MATCH on the record keys (Options.Format.InfoPattern
+// issue. It finds them with SCAN MATCH on the record keys (Options.Format.infoPattern
 // under Options.Scope), then reads their TTLs and records with InspectMany.
 //
 // Cost: SCAN visits the whole keyspace of the database, not only the lease keys (the
@@ -91,13 +152,13 @@ func (l *Locker) List(ctx context.Context, agent string) ([]Info, error) {
 	if a == "" {
 		a = "*"
 	}
-	pattern := l.opts.Format.InfoPattern(l.opts.Scope + a)
+	pattern := l.opts.Format.infoPattern(l.opts.Scope + a)
 	var mu sync.Mutex
 	var refs []Ref
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
-			scoped, issue, ok := l.opts.Format.ParseInfoKey(iter.Val())
+			scoped, issue, ok := l.opts.Format.parseInfoKey(iter.Val())
 			if !ok {
 				continue
 			}

@@ -1,0 +1,80 @@
+package lockmw
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// Conflict is an event the middleware did not run because its issue was busy.
+type Conflict struct {
+	Agent   string
+	Message *message.Message
+	// Entry is the event's stream entry (zero without a Source).
+	Entry Entry
+	// Holder is the lease's holder; for a superseded event, the run that superseded it
+	// (Issue and MessageID only).
+	Holder Info
+	// Superseded: the event entered its stream before another event's run of the issue
+	// ended (it waited in a read-ahead buffer), rather than meeting a live holder.
+	Superseded bool
+	// Queued: the event was kept as the issue's follow-up (policy Coalesce); Replaced:
+	// it replaced an older queued one.
+	Queued, Replaced bool
+}
+
+// ConflictRecorder queues the record of a conflict on pipe (an XADD to a results
+// stream, say). The middleware sends it in the round trip that acks the event's entry,
+// and leaves the entry pending if that round trip fails. It must not read replies.
+type ConflictRecorder func(ctx context.Context, pipe redis.Pipeliner, c Conflict)
+
+// conflict handles an event whose issue is held by someone else.
+func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *LockedError, log zerolog.Logger) error {
+	holder := locked.Holder
+	log = log.With().Str("issue_key", holder.Issue).Str("holder", holder.Owner).Int64("holder_fence", holder.Fence).Logger()
+	if hasEntry && holder.MessageID == entry.ID && !locked.superseded {
+		// A redelivered copy of the entry a live holder is working on (claimed while the
+		// holder's heartbeat could not refresh it). Acking it would lose the holder's
+		// crash recovery; running it would run it twice. The holder's next heartbeat
+		// takes the entry back.
+		log.Warn().Msg("entry is the live holder's in-flight entry; neither running nor acking it")
+		m.cfg.Source.Settle(entry)
+		return nil
+	}
+	c := Conflict{Agent: m.cfg.Agent, Message: msg, Entry: entry, Holder: holder, Superseded: locked.superseded,
+		Queued: locked.Queued, Replaced: locked.Replaced}
+	if m.cfg.OnConflict != nil || hasEntry {
+		pipe := m.cfg.Locker.rdb.Pipeline()
+		if m.cfg.OnConflict != nil {
+			m.cfg.OnConflict(ctx, pipe, c)
+		}
+		if hasEntry {
+			pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
+		}
+		if pipe.Len() > 0 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return fmt.Errorf("%w: record the conflict on %s: %w", ErrTransient, holder.Issue, err)
+			}
+		}
+	}
+	if hasEntry {
+		m.cfg.Source.Settle(entry)
+	}
+	outcome, reason := "dropped", "locked"
+	if c.Queued {
+		outcome = "coalesced"
+	}
+	if c.Superseded {
+		reason = "superseded"
+	}
+	m.cfg.Locker.opts.Observer.Conflict(m.cfg.Agent, outcome, reason)
+	if c.Queued {
+		log.Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
+	} else {
+		log.Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
+	}
+	return nil
+}

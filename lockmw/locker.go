@@ -1,0 +1,285 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// Defaults, taken from the Python lock where it had one.
+const (
+	DefaultTTL     = 300 * time.Second
+	DefaultMaxHold = 6 * time.Hour
+)
+
+// Observer is told about lease events, for metrics. Methods must be fast and safe for
+// concurrent use.
+type Observer interface {
+	Acquired(agent string)
+	Busy(agent string)
+	Lost(agent string, cause error)
+	Released(agent string, held time.Duration)
+	// Conflict is told what the middleware did with an event whose issue was busy:
+	// outcome "dropped" (reason "locked" or "superseded") or "coalesced".
+	Conflict(agent, outcome, reason string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Acquired(string)                 {}
+func (nopObserver) Busy(string)                     {}
+func (nopObserver) Conflict(string, string, string) {}
+func (nopObserver) Lost(string, error)              {}
+func (nopObserver) Released(string, time.Duration)  {}
+
+// Options configure a Locker. The zero value is usable: defaults are filled in by New.
+type Options struct {
+	// TTL of the lease key; the heartbeat extends it every TTL/3. Default 300s.
+	TTL time.Duration
+	// SafetyMargin is taken off TTL when deciding that a lease can no longer be proven:
+	// it covers clock drift between us and Redis and the time an extend is in flight.
+	// Default TTL/10.
+	SafetyMargin time.Duration
+	// MaxHold caps how long one lease may be held. Default 6h.
+	MaxHold time.Duration
+	// KeyPattern validates canonical keys. Default DefaultKeyPattern.
+	KeyPattern *regexp.Regexp
+	// Format of the Redis keys. Default KeysCompat (Python-compatible).
+	Format KeyFormat
+	// Scope is put before the agent in every key (e.g. "staging:") so that several
+	// pipelines can share one Redis. Empty for the Python-compatible keys.
+	Scope string
+	// Owner names the holder in the lease record (a consumer name). Default host:pid.
+	Owner string
+	// Logger for lost leases and failed releases.
+	Logger zerolog.Logger
+	// Observer receives lease events. Default: none.
+	Observer Observer
+}
+
+// Locker hands out per-issue leases. It is safe for concurrent use.
+type Locker struct {
+	rdb  redis.UniversalClient
+	opts Options
+}
+
+// New returns a Locker on rdb. It does no I/O.
+func New(rdb redis.UniversalClient, opts Options) (*Locker, error) {
+	if rdb == nil {
+		return nil, errors.New("lockmw: nil redis client")
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultTTL
+	}
+	if opts.TTL < 3*time.Millisecond {
+		return nil, fmt.Errorf("lockmw: LOCK_TTL must be at least 3ms, got %s", opts.TTL)
+	}
+	if opts.SafetyMargin == 0 {
+		opts.SafetyMargin = opts.TTL / 10
+	}
+	if opts.SafetyMargin < 0 || opts.SafetyMargin >= opts.TTL*2/3 {
+		return nil, fmt.Errorf("lockmw: safety margin %s must be in [0, 2/3 of LOCK_TTL %s)", opts.SafetyMargin, opts.TTL)
+	}
+	if opts.MaxHold == 0 {
+		opts.MaxHold = DefaultMaxHold
+	}
+	if opts.MaxHold < 0 {
+		return nil, fmt.Errorf("lockmw: LOCK_MAX_HOLD must be positive, got %s", opts.MaxHold)
+	}
+	if opts.KeyPattern == nil {
+		opts.KeyPattern = DefaultKeyPattern
+	}
+	if opts.Owner == "" {
+		host, _ := os.Hostname()
+		opts.Owner = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
+	}
+	return &Locker{rdb: rdb, opts: opts}, nil
+}
+
+// TTL is the lease TTL; settings that must be sized against it (a kill grace, a
+// claim threshold) read it here.
+func (l *Locker) TTL() time.Duration { return l.opts.TTL }
+
+// HeartbeatInterval is how often a held lease is extended (TTL/3). A subscriber's
+// claim threshold must exceed it, or entries whose lease is alive could be claimed.
+func (l *Locker) HeartbeatInterval() time.Duration { return l.opts.TTL / 3 }
+
+// Canonicalize returns the canonical form of an issue key under this Locker's
+// KeyPattern, or an ErrInvalidKey error: use it to check keys before they are enqueued.
+func (l *Locker) Canonicalize(raw string) (string, error) {
+	return Canonicalize(raw, l.opts.KeyPattern)
+}
+
+// Keys returns the Redis keys of the lease (agent, issue); issue must be canonical. For
+// tools and tests that look at Redis directly.
+func (l *Locker) Keys(agent, issue string) Keys {
+	return l.opts.Format.keysFor(l.opts.Scope+agent, issue)
+}
+
+// LockKey is Keys(agent, issue).Lock, without building the other names.
+func (l *Locker) LockKey(agent, issue string) string {
+	return l.opts.Format.lockKey(l.opts.Scope+agent, issue)
+}
+
+// AcquireOptions are per-acquire settings.
+type AcquireOptions struct {
+	// Owner overrides Options.Owner for this lease (the consumer name).
+	Owner string
+	// MessageID is the stream entry the lease guards, shown to operators.
+	MessageID string
+	// OnHeartbeat queues extra commands on the heartbeat's pipeline, so they cost no
+	// extra round trip (the middleware keeps its stream entry fresh this way).
+	OnHeartbeat func(ctx context.Context, pipe redis.Pipeliner)
+	// Queue, when set, selects the coalesce policy: if the lease is held, the event is
+	// stored as the issue's single queued follow-up (replacing an older one) in the same
+	// atomic step, and the LockedError says Queued. Whoever releases the lease next
+	// appends it to Queue.Stream.
+	Queue *QueuedEvent
+	// Drain makes Release take and publish a queued follow-up (coalesce policy).
+	Drain bool
+	// MaxLen trims the stream a drained follow-up is appended to (approximate; 0 = no).
+	MaxLen int64
+	// EntryTime, when set, is when the event entered its stream (the ms part of its
+	// stream id). If another event's run of the issue was released after that, Acquire
+	// refuses with a *SupersededError: the event waited while the issue was being worked
+	// on and counts as dropped (policy drop). Retries of the same message are exempt.
+	EntryTime time.Time
+}
+
+// QueuedEvent is a stream entry's fields, kept to be appended to Stream later.
+type QueuedEvent struct {
+	Stream string
+	Fields map[string]any
+}
+
+// Acquire takes the lease (agent, rawKey) in one round trip. It returns a *LockedError
+// (errors.Is(err, ErrLocked)) when another holder has it, and an ErrInvalidKey error,
+// without touching Redis, when rawKey is not a valid issue key.
+//
+// The lease's context derives from ctx and is cancelled with a typed cause when the
+// lease is lost, can no longer be proven, passes MaxHold, or is released.
+func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOptions) (*Lease, error) {
+	a, err := l.prepare(agent, rawKey, ao)
+	if err != nil {
+		return nil, err
+	}
+	var res []any
+	if ao.Queue == nil {
+		res, err = acquireScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+	} else {
+		res, err = acquireOrQueueScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+	}
+	return a.finish(ctx, res, err)
+}
+
+// acquisition is one acquire between sending the script and reading its reply.
+type acquisition struct {
+	l                   *Locker
+	agent, issue, owner string
+	token               string
+	keys                Keys
+	sent                time.Time
+	ao                  AcquireOptions
+	args                []any
+}
+
+func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition, error) {
+	issue, err := l.Canonicalize(rawKey)
+	if err != nil {
+		return nil, err
+	}
+	a := &acquisition{l: l, agent: agent, issue: issue, owner: ao.Owner, token: newToken(),
+		keys: l.Keys(agent, issue), sent: time.Now(), ao: ao}
+	if a.owner == "" {
+		a.owner = l.opts.Owner
+	}
+	entryMS := ""
+	if !ao.EntryTime.IsZero() {
+		entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
+	}
+	if ao.Queue == nil {
+		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID, entryMS}
+	} else {
+		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
+			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream, entryMS}
+		for k, v := range ao.Queue.Fields {
+			a.args = append(a.args, k, v)
+		}
+	}
+	return a, nil
+}
+
+func (a *acquisition) scriptKeys() []string {
+	if a.ao.Queue == nil {
+		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
+	}
+	return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done}
+}
+
+// finish turns the acquire script's reply into a held Lease (its heartbeat started and
+// its context derived from parent) or the error saying why not.
+func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lease, error) {
+	l, agent, issue := a.l, a.agent, a.issue
+	if err != nil {
+		return nil, fmt.Errorf("lockmw: acquire %s: %w", a.keys.Lock, err)
+	}
+	if len(res) < 2 {
+		return nil, fmt.Errorf("lockmw: acquire %s: unexpected reply %v", a.keys.Lock, res)
+	}
+	if n, _ := res[0].(int64); n == 2 && len(res) >= 3 {
+		l.opts.Observer.Busy(agent)
+		by, _ := res[2].(string)
+		return nil, &SupersededError{Agent: agent, Issue: issue, ReleasedAt: time.UnixMilli(atoi(res[1])), ByMessageID: by}
+	}
+	if n, _ := res[0].(int64); n != 1 {
+		l.opts.Observer.Busy(agent)
+		holder := Info{Agent: agent, Issue: issue}
+		if len(res) >= 6 {
+			holder.Owner, _ = res[1].(string)
+			holder.Fence = atoi(res[2])
+			if ms := atoi(res[3]); ms > 0 {
+				holder.AcquiredAt = time.UnixMilli(ms)
+			}
+			holder.MessageID, _ = res[4].(string)
+			if ttl, _ := res[5].(int64); ttl > 0 {
+				holder.TTL = time.Duration(ttl) * time.Millisecond
+			}
+		}
+		le := &LockedError{Holder: holder, Queued: a.ao.Queue != nil}
+		if len(res) >= 7 {
+			le.Replaced = atoi(res[6]) > 0
+		}
+		return nil, le
+	}
+	le := &Lease{
+		l:          l,
+		agent:      agent,
+		issue:      issue,
+		keys:       a.keys,
+		token:      a.token,
+		messageID:  a.ao.MessageID,
+		fence:      atoi(res[1]),
+		acquiredAt: a.sent,
+		onBeat:     a.ao.OnHeartbeat,
+		drain:      a.ao.Drain,
+		maxLen:     a.ao.MaxLen,
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	le.ctx, le.cancel = context.WithCancelCause(parent)
+	le.log = l.opts.Logger.With().Str("agent", agent).Str("issue_key", issue).
+		Int64("fence", le.fence).Str("token", a.token[:8]).Logger()
+	l.opts.Observer.Acquired(agent)
+	go le.heartbeat(a.sent)
+	return le, nil
+}

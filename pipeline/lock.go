@@ -1,0 +1,63 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// The pipeline's side of the lock middleware: where an event's issue key is, and how a
+// conflict is recorded in the results stream.
+
+// issueKeyOf is the raw issue key of an event: metadata issue_key (Validate has put the
+// canonical key there before the lock middleware runs), else the Task payload's
+// metadata.issue or metadata.jira_issue. It errs with lockmw.ErrNoIssueKey.
+func issueKeyOf(msg *message.Message) (string, error) {
+	if k := msg.Metadata.Get(MetaIssueKey); k != "" {
+		return k, nil
+	}
+	task, err := ParseTask(msg.Payload)
+	if err != nil {
+		return "", errors.Join(lockmw.ErrNoIssueKey, err)
+	}
+	if k := task.IssueKey(); k != "" {
+		return k, nil
+	}
+	return "", lockmw.ErrNoIssueKey
+}
+
+// conflictRecorder writes a lock.dropped or lock.coalesced record to the results
+// stream, in the round trip that acks the event.
+func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
+	return func(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
+		eventType, reason := EventLockDropped, "locked"
+		if c.Queued {
+			eventType = EventLockCoalesced
+		}
+		if c.Superseded {
+			reason = "superseded"
+		}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: maxLen, Approx: maxLen > 0,
+			Values: map[string]any{
+				"event_type":        eventType,
+				"issue_key":         c.Holder.Issue,
+				"agent":             c.Agent,
+				"message_id":        c.Entry.ID,
+				"stream":            c.Entry.Stream,
+				"uuid":              c.Message.UUID,
+				"correlation_id":    c.Message.Metadata.Get(MetaCorrelationID),
+				"holder":            c.Holder.Owner,
+				"holder_fence":      c.Holder.Fence,
+				"holder_message_id": c.Holder.MessageID,
+				"replaced":          strconv.FormatBool(c.Replaced),
+				"reason":            reason,
+				"at":                time.Now().UTC().Format(time.RFC3339Nano),
+			}})
+	}
+}
