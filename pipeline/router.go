@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
@@ -226,74 +225,3 @@ func (r *Router) trimLoop(ctx context.Context) {
 
 // Healthy reports whether the router runs and every subscription still reads.
 func (r *Router) Healthy() bool { return r.Router.IsRunning() && !r.Router.IsClosed() }
-
-// correlation gives every event a correlation id (kept across stages) before anything
-// logs about it.
-func correlation(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		if msg.Metadata.Get(MetaCorrelationID) == "" {
-			msg.Metadata.Set(MetaCorrelationID, watermill.NewUUID())
-		}
-		return h(msg)
-	}
-}
-
-// newDelivery restarts the attempt count: a nacked message comes back as a copy with
-// its metadata, and each delivery gets MaxRetries attempts under its own lease.
-func newDelivery(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		msg.Metadata.Set(MetaAttempt, "0")
-		return h(msg)
-	}
-}
-
-// countAttempts numbers the attempts of one delivery (metadata attempt, 1-based), so
-// runners and dead letters can tell.
-func countAttempts(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		n, _ := strconv.Atoi(msg.Metadata.Get(MetaAttempt))
-		msg.Metadata.Set(MetaAttempt, strconv.Itoa(n+1))
-		return h(msg)
-	}
-}
-
-// retry retries failed attempts inside the lease, with exponential backoff (initial,
-// doubling, at most a minute); it never retries bad events, lease loss or shutdown, and
-// stops waiting when the lease's context ends. (Watermill's middleware.Retry advances
-// its backoff once more each time ShouldRetry or OnRetryHook reads it, so its waits
-// grow far faster than configured.)
-func retry(attempts int, initial time.Duration, log zerolog.Logger) message.HandlerMiddleware {
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			delay := initial
-			for attempt := 1; ; attempt++ {
-				out, err := h(msg)
-				if err == nil || attempt >= attempts || permanentOrAbort(err) {
-					return out, err
-				}
-				log.Debug().Err(err).Int("attempt", attempt).Dur("delay", delay).
-					Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Msg("retrying handler")
-				t := time.NewTimer(delay)
-				select {
-				case <-msg.Context().Done():
-					t.Stop()
-					return nil, errors.Join(err, context.Cause(msg.Context()))
-				case <-t.C:
-				}
-				delay = min(2*delay, time.Minute)
-			}
-		}
-	}
-}
-
-// permanentOrAbort: errors that a retry cannot fix (bad events) or that must end the
-// attempt now (lease lost, shutdown).
-func permanentOrAbort(err error) bool {
-	return errors.Is(err, ErrBadEvent) || errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, lockmw.ErrNoIssueKey) ||
-		leaseOrShutdown(err)
-}
-
-func leaseOrShutdown(err error) bool {
-	return errors.Is(err, lockmw.ErrLeaseLost) || errors.Is(err, lockmw.ErrLeaseUnproven) ||
-		errors.Is(err, lockmw.ErrTransient) || errors.Is(err, context.Canceled)
-}

@@ -11,12 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/term"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/demo"
 	"github.com/ymirflow/ymirflow/internal/config"
-	"github.com/ymirflow/ymirflow/internal/demo"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// runDemo runs the whole pipeline in one process (internal/demo): `ymirflow demo
+// runDemo runs the whole pipeline in one process (cmd/ymirflow/internal/demo): `ymirflow demo
 // [--issues N] [--speed S] [--seed N] [--json] [--keep]`. Ctrl-C stops it cleanly (exit
 // 0, with a line saying so).
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/demo"
 	"github.com/ymirflow/ymirflow/internal/config"
-	"github.com/ymirflow/ymirflow/internal/demo"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/ymirflow/ymirflow/internal/demo"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/demo"
 )
 
 // A small demo on the embedded Redis with instant agents: every number of the table is

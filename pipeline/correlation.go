@@ -1,0 +1,17 @@
+package pipeline
+
+import (
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// correlation gives every event a correlation id (kept across stages) before anything
+// logs about it.
+func correlation(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if msg.Metadata.Get(MetaCorrelationID) == "" {
+			msg.Metadata.Set(MetaCorrelationID, watermill.NewUUID())
+		}
+		return h(msg)
+	}
+}
