@@ -4,7 +4,10 @@
 // fixed.
 //
 // The entry point is New; (*Fetcher).Sweep runs one sweep and returns a Summary (found,
-// published, skipped by reason, one Outcome per issue). A sweep has three passes:
+// published, skipped by reason, one Outcome per issue). (*Fetcher).Process runs passes 1–3
+// below on issues that came from elsewhere (package webhook hands it the issue of a Jira
+// webhook): one code path for both sources, so a webhook and a sweep racing on the same
+// issue still publish it once. A sweep has three passes:
 //
 //  1. Search and classify, no I/O besides the search. JIRA_JQL goes through internal/jira's
 //     SearchAll (Jira Cloud's POST /rest/api/3/search/jql paged by nextPageToken, Server/DC's

@@ -189,8 +189,9 @@ func (f *Fetcher) triageStreams() []string {
 	return []string{f.topo.Stream(triageAgent, "", false), f.topo.Stream(triageAgent, "", true)}
 }
 
-// searchFields are the only fields the rules read.
-func (f *Fetcher) searchFields() []string {
+// SearchFields are the only fields the rules read: what an issue handed to Process must
+// carry (a webhook's issue carries them all).
+func (f *Fetcher) SearchFields() []string {
 	fs := []string{"labels", "updated", "status", "components", "fixVersions"}
 	if f.componentField != "" {
 		fs = append(fs, f.componentField)
@@ -219,6 +220,18 @@ type candidate struct {
 	idx   int // index in Summary.Issues
 	issue jira.Issue
 	d     decision
+	// todoAdder is who added ymir_todo, when the source already knows it.
+	todoAdder *jira.User
+}
+
+// Item is one issue handed to Process: the issue as Jira describes it (at least the
+// fields of SearchFields), and what the source already knows of its history.
+type Item struct {
+	Issue jira.Issue
+	// TodoAddedBy, when not nil, is who added ymir_todo last (a webhook's changelog names
+	// the user who just added it); the author check then reads no changelog. nil: the
+	// changelog is read from Jira, as in a sweep.
+	TodoAddedBy *jira.User
 }
 
 // Sweep runs one sweep: search, classify (rules A–D), pre-check leases and queued entries
@@ -241,23 +254,45 @@ func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
 
 	// Collect first, act afterwards: offsets shift when label edits take issues out of
 	// the JQL during a Server/DC walk.
-	var issues []jira.Issue
-	err := f.jira.SearchAll(ctx, f.jql, f.searchFields(), 0, func(is jira.Issue) error {
-		issues = append(issues, is)
+	var items []Item
+	err := f.jira.SearchAll(ctx, f.jql, f.SearchFields(), 0, func(is jira.Issue) error {
+		items = append(items, Item{Issue: is})
 		return nil
 	})
 	if err != nil {
 		return finish(fmt.Errorf("search Jira: %w", err))
 	}
-	sum.Found = len(issues)
+	err = f.process(ctx, items, &sum)
+	return finish(err)
+}
+
+// Process classifies and publishes issues that came from elsewhere than the search (a
+// Jira webhook) through exactly the passes a sweep runs on its search results:
+// classification (rules A–D, modular skip), the one-round-trip lock and queue pre-check
+// (a locked issue keeps its trigger label and is not published), the ymir_todo author
+// check, the idempotent publish and the label flip. Errors are those of Sweep: ErrRedis
+// when Redis failed (nothing was flipped without its publish), a Jira 401 when Jira
+// refused the credentials. It logs no summary line of its own.
+func (f *Fetcher) Process(ctx context.Context, items ...Item) (Summary, error) {
+	start := time.Now()
+	sum := Summary{Skipped: map[Reason]int{}, DryRun: f.dryRun}
+	err := f.process(ctx, items, &sum)
+	sum.Took = time.Since(start)
+	return sum, err
+}
+
+// process runs passes 1–3 on a batch and fills sum.
+func (f *Fetcher) process(ctx context.Context, items []Item, sum *Summary) error {
+	sum.Found = len(items)
 
 	// Pass 1: classify, no I/O.
 	now := f.clock()
-	seen := make(map[string]bool, len(issues))
+	seen := make(map[string]bool, len(items))
 	var cands []candidate
 	var keys []string
 	stale := map[string]bool{}
-	for _, is := range issues {
+	for _, it := range items {
+		is := it.Issue
 		key, err := f.locker.Canonicalize(is.Key)
 		o := Outcome{Key: key}
 		switch {
@@ -271,7 +306,7 @@ func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
 			o.Trigger, o.Reason, o.Detail = d.trigger, d.skip, d.why
 			if d.trigger != triggerNone {
 				is.Key = key
-				cands = append(cands, candidate{idx: len(sum.Issues), issue: is, d: d})
+				cands = append(cands, candidate{idx: len(sum.Issues), issue: is, d: d, todoAdder: it.TodoAddedBy})
 				keys = append(keys, key)
 				if d.trigger == TriggerStale {
 					stale[key] = true
@@ -289,15 +324,15 @@ func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
 			sum.Issues[c.idx].Reason = ReasonError
 			sum.Issues[c.idx].Detail = "not handled: " + err.Error()
 		}
-		f.count(&sum)
-		return finish(err)
+		f.count(sum)
+		return err
 	}
 
 	// Pass 3: act, in Jira's order.
 	members := map[string]bool{}
 	for _, c := range cands {
 		o := &sum.Issues[c.idx]
-		if err := f.handle(ctx, c, o, pre, members, &sum); err != nil {
+		if err := f.handle(ctx, c, o, pre, members, sum); err != nil {
 			for _, rest := range cands {
 				if rest.idx > c.idx {
 					sum.Issues[rest.idx].Reason = ReasonError
@@ -307,13 +342,13 @@ func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
 			if !o.Published && o.Reason == "" {
 				o.Reason = ReasonError
 			}
-			f.count(&sum)
-			return finish(err)
+			f.count(sum)
+			return err
 		}
 	}
-	f.count(&sum)
-	f.trim(ctx, &sum)
-	return finish(nil)
+	f.count(sum)
+	f.trim(ctx, sum)
+	return nil
 }
 
 // trim keeps the triage streams that this sweep appended to near MaxLen (best effort: a
@@ -382,7 +417,7 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 
 	userTriggered := c.d.trigger == TriggerTodo
 	if userTriggered && f.triggerGroup != "" {
-		ok, who, err := f.addedByMember(ctx, key, members)
+		ok, who, err := f.addedByMember(ctx, key, c.todoAdder, members)
 		switch {
 		case err != nil && errors.Is(err, jira.ErrUnauthorized):
 			o.Reason, o.Detail = ReasonError, err.Error()
@@ -478,18 +513,24 @@ func appendNew(dst []string, add ...string) []string {
 }
 
 // addedByMember reports whether whoever added ymir_todo last (newest add in the paginated
-// changelog) is a member of the trigger group, and who it was. No add event, or an author
+// changelog, or known from the source) is a member of the trigger group, and who it was. No add event, or an author
 // Jira does not know (404), is "not a member". Memberships are cached for the sweep.
-func (f *Fetcher) addedByMember(ctx context.Context, key string, cache map[string]bool) (bool, string, error) {
-	author, _, found, err := f.jira.LastLabelAdder(ctx, key, LabelTodo)
-	if err != nil {
-		if errors.Is(err, jira.ErrNotFound) {
+func (f *Fetcher) addedByMember(ctx context.Context, key string, known *jira.User, cache map[string]bool) (bool, string, error) {
+	var author jira.User
+	if known != nil {
+		author = *known
+	} else {
+		a, _, found, err := f.jira.LastLabelAdder(ctx, key, LabelTodo)
+		if err != nil {
+			if errors.Is(err, jira.ErrNotFound) {
+				return false, "", nil
+			}
+			return false, "", err
+		}
+		if !found {
 			return false, "", nil
 		}
-		return false, "", err
-	}
-	if !found {
-		return false, "", nil
+		author = a
 	}
 	who := author.ID()
 	if who == "" {

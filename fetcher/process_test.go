@@ -1,0 +1,80 @@
+package fetcher
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+)
+
+// getIssue reads an issue from the fake as a webhook's payload would carry it.
+func (h *harness) getIssue(key string) jira.Issue {
+	h.t.Helper()
+	is, err := h.jc.GetIssue(h.ctx, key, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return is
+}
+
+// Process applies the sweep's rules to issues handed in (a webhook's): the same outcomes,
+// streams and label flips as a sweep over the same issues, and a publish that a later
+// sweep does not repeat.
+func TestProcessIsTheSweepsPath(t *testing.T) {
+	issues := []fakejira.Issue{
+		iss("RHEL-1"), todoBy(iss("RHEL-2"), member), todoBy(iss("RHEL-3"), outsider),
+		iss("RHEL-4", LabelRetryNeeded), component(todoBy(iss("RHEL-5"), member), "perl:5.32/perl"),
+		iss("RHEL-6", "ymir_triaged_rebase"),
+	}
+	h := newHarness(t, issues)
+	f := h.fetcher()
+	var items []Item
+	for _, is := range issues {
+		items = append(items, Item{Issue: h.getIssue(is.Key)})
+	}
+	s, err := f.Process(h.ctx, items...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.published(); !slices.Equal(got, []string{"RHEL-1@triage", "RHEL-2@todo", "RHEL-4@triage"}) {
+		t.Fatalf("published %v (%s)", got, s)
+	}
+	for key, want := range map[string]Reason{"RHEL-3": ReasonUntrusted, "RHEL-5": ReasonModular, "RHEL-6": ReasonLabelled} {
+		if o, _ := s.Outcome(key); o.Reason != want {
+			t.Errorf("%s: outcome %+v, want %s", key, o, want)
+		}
+	}
+	wantLabels("RHEL-2", LabelTriageInProgress)(t, h, s)
+	wantLabels("RHEL-3")(t, h, s)
+	// The same batch again: nothing more is published. A sweep then publishes only
+	// RHEL-3, fresh now that its untrusted ymir_todo is gone, as a second sweep would.
+	if s, err = f.Process(h.ctx, items...); err != nil || s.Published != 0 {
+		t.Fatalf("second Process: %s, %v", s, err)
+	}
+	if s := h.sweep(); !slices.Equal(s.PublishedKeys(), []string{"RHEL-3"}) || len(h.published()) != 4 {
+		t.Fatalf("sweep after Process: %s, streams %v", s, h.published())
+	}
+}
+
+// A source that knows who added ymir_todo (a webhook's changelog) spares the changelog
+// read; the group check still applies to that user.
+func TestProcessKnownTodoAdder(t *testing.T) {
+	h := newHarness(t, []fakejira.Issue{todoBy(iss("RHEL-1"), outsider), todoBy(iss("RHEL-2"), outsider)})
+	f := h.fetcher()
+	s, err := f.Process(h.ctx,
+		Item{Issue: h.getIssue("RHEL-1"), TodoAddedBy: &jira.User{AccountID: member}},
+		Item{Issue: h.getIssue("RHEL-2"), TodoAddedBy: &jira.User{AccountID: outsider}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.published(); !slices.Equal(got, []string{"RHEL-1@todo"}) {
+		t.Fatalf("published %v (%s)", got, s)
+	}
+	if o, _ := s.Outcome("RHEL-2"); o.Reason != ReasonUntrusted {
+		t.Errorf("RHEL-2: %+v", o)
+	}
+	if n := len(h.changelogReads("")); n != 0 {
+		t.Errorf("%d changelog reads, want none", n)
+	}
+}
