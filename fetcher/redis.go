@@ -2,90 +2,25 @@ package fetcher
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/streamid"
 )
-
-// luaWaiting decides whether the entry a queued marker names is still waiting for the
-// triage group: unread (after the group's last-delivered-id, or the group does not exist
-// yet, which the workers create from id 0) and still in the stream, or pending (delivered,
-// not acked). A waiting marker's TTL is renewed. The marker is "<entry id> <stream>".
-const luaWaiting = `
-local function idgt(a, b)
-  local am, as = string.match(a, '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
-  if not am or not bm then return false end
-  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
-  if am ~= bm then return am > bm end
-  return as > bs
-end
-
-local function waiting(marker, group, ttl)
-  local v = redis.call('GET', marker)
-  if not v then return false end
-  local id, stream = string.match(v, '^(%S+) (%S+)$')
-  if not id then return false end
-  if redis.call('EXISTS', stream) == 0 then return false end
-  local last = nil
-  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local name, ld = nil, nil
-    for i = 1, #g, 2 do
-      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then ld = g[i + 1] end
-    end
-    if name == group then last = ld end
-  end
-  local w
-  if last == nil or idgt(id, last) then
-    w = #redis.call('XRANGE', stream, id, id, 'COUNT', 1) > 0
-  else
-    w = #redis.call('XPENDING', stream, group, id, id, 1) > 0
-  end
-  if w then redis.call('PEXPIRE', marker, ttl) end
-  return w and id
-end
-`
 
 // publishScript appends an entry unless the issue's marker names one still waiting, and
 // points the marker at the new entry, atomically. It appends without MAXLEN: trimming is
 // pipeline.Trim's, which never cuts an entry a group still needs.
 // KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3..] field,
 // value, ... Returns {0, waiting id} or {1, new id}.
-var publishScript = redis.NewScript(luaWaiting + `
-local cur = waiting(KEYS[1], ARGV[1], ARGV[2])
-if cur then return {0, cur} end
-local args = {'XADD', KEYS[2], '*'}
-for i = 3, #ARGV do table.insert(args, ARGV[i]) end
-local id = redis.call(unpack(args))
-redis.call('SET', KEYS[1], id .. ' ' .. KEYS[2], 'PX', ARGV[2])
-return {1, id}
-`)
+var publishScript = redis.NewScript(publishLua)
 
-// streamID is a parsed stream entry id.
-type streamID struct{ ms, seq uint64 }
-
-func parseStreamID(s string) (streamID, bool) {
-	a, b, ok := strings.Cut(s, "-")
-	if !ok {
-		return streamID{}, false
-	}
-	ms, err1 := strconv.ParseUint(a, 10, 64)
-	seq, err2 := strconv.ParseUint(b, 10, 64)
-	if err1 != nil || err2 != nil {
-		return streamID{}, false
-	}
-	return streamID{ms, seq}, true
-}
-
-func (a streamID) after(b streamID) bool {
-	if a.ms != b.ms {
-		return a.ms > b.ms
-	}
-	return a.seq > b.seq
-}
+//go:embed scripts/publish.lua
+var publishLua string
 
 // marker is a parsed queued marker: the entry last published for an issue.
 type marker struct{ id, stream string }
@@ -95,7 +30,7 @@ func parseMarker(v string) (marker, bool) {
 	if !ok || id == "" || stream == "" {
 		return marker{}, false
 	}
-	if _, ok := parseStreamID(id); !ok {
+	if _, ok := streamid.ParseFull(id); !ok {
 		return marker{}, false
 	}
 	return marker{id, stream}, true
@@ -115,9 +50,9 @@ type precheckResult struct {
 // streamState is what the pre-check learnt about one stream.
 type streamState struct {
 	exists   bool
-	first    streamID // the oldest entry still in the stream
+	first    streamid.ID // the oldest entry still in the stream
 	hasFirst bool
-	last     streamID // the group's last-delivered-id
+	last     streamid.ID // the group's last-delivered-id
 	hasGroup bool
 }
 
@@ -212,7 +147,7 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		st.exists = true
 		group := f.groupOf(s)
 		for _, g := range groups {
-			if id, ok := parseStreamID(g.LastDeliveredID); ok && g.Name == group {
+			if id, ok := streamid.ParseFull(g.LastDeliveredID); ok && g.Name == group {
 				st.last, st.hasGroup = id, true
 			}
 		}
@@ -263,9 +198,9 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 			}
 			id := mustID(c.m.id)
 			switch {
-			case !st.hasGroup || id.after(st.last):
+			case !st.hasGroup || id.After(st.last):
 				// Unread, unless trimmed away.
-				if st.hasFirst && !st.first.after(id) {
+				if st.hasFirst && !st.first.After(id) {
 					res.queued[c.issue] = c.m.id
 				}
 			case res.locked[c.issue] == "":
@@ -292,8 +227,8 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 	return res, nil
 }
 
-func mustID(s string) streamID {
-	id, _ := parseStreamID(s)
+func mustID(s string) streamid.ID {
+	id, _ := streamid.ParseFull(s)
 	return id
 }
 

@@ -369,7 +369,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 						t.Error("no author check")
 					}
 					put := h.requests(http.MethodPut, "/issue/RHEL-1")
-					entryMS := mustID(h.streamEntries()[0].ID).ms
+					entryMS := mustID(h.streamEntries()[0].ID).MS
 					if len(put) != 1 || uint64(put[0].At.UnixMilli()) < entryMS {
 						t.Errorf("flip at %v, entry at %d ms: the publish must come first", put, entryMS)
 					}

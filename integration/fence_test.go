@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
@@ -153,7 +154,7 @@ func TestLatePublishAfterPauseIsRefused(t *testing.T) {
 	for _, m := range msgs {
 		if m.Values["writer"] == "paused" {
 			old++
-			if compareIDs(m.ID, firstNew) > 0 {
+			if streamid.Compare(m.ID, firstNew) > 0 {
 				late++
 			}
 		}
@@ -169,27 +170,4 @@ func TestLatePublishAfterPauseIsRefused(t *testing.T) {
 		"the first publish after SIGCONT (%s later) was refused (%s); %d entries of the old fence, all before the successor's",
 		time.Since(stopped).Round(time.Millisecond), ttl, took.Round(time.Millisecond), lease.Fence(), oldFence,
 		time.Since(resumed).Round(time.Millisecond), how, old)
-}
-
-// compareIDs orders two stream ids (ms-seq).
-func compareIDs(a, b string) int {
-	am, as, _ := strings.Cut(a, "-")
-	bm, bs, _ := strings.Cut(b, "-")
-	an, _ := strconv.ParseUint(am, 10, 64)
-	bn, _ := strconv.ParseUint(bm, 10, 64)
-	if an != bn {
-		if an < bn {
-			return -1
-		}
-		return 1
-	}
-	asq, _ := strconv.ParseUint(as, 10, 64)
-	bsq, _ := strconv.ParseUint(bs, 10, 64)
-	switch {
-	case asq < bsq:
-		return -1
-	case asq > bsq:
-		return 1
-	}
-	return 0
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
@@ -61,7 +62,7 @@ func snapshotOf(ctx context.Context, rdb redis.Cmdable) (*state, error) {
 		for _, m := range msgs {
 			st.entries = append(st.entries, streamEntry{route: r, stream: r.Stream, id: m.ID,
 				issue: str(m.Values["m:"+pipeline.MetaIssueKey]), eventType: str(m.Values["m:"+pipeline.MetaEventType]),
-				fence: str(m.Values["m:"+pipeline.MetaFence]), at: pipeline.IDTime(m.ID), values: m.Values})
+				fence: str(m.Values["m:"+pipeline.MetaFence]), at: streamid.Time(m.ID), values: m.Values})
 		}
 		p, err := rdb.XPending(ctx, r.Stream, r.Group).Result()
 		switch {
@@ -304,7 +305,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				prev, cur := rs[i-1], rs[i]
 				pf, _ := strconv.ParseInt(str(prev.Values["fence"]), 10, 64)
 				cf, _ := strconv.ParseInt(str(cur.Values["fence"]), 10, 64)
-				pt, ct := pipeline.IDTime(prev.ID), pipeline.IDTime(cur.ID)
+				pt, ct := streamid.Time(prev.ID), streamid.Time(cur.ID)
 				et := str(cur.Values["event_type"])
 				if cf <= pf || (et != pipeline.EventStageDone && et != pipeline.EventStageFailed) || !killedBetween(pt, ct) {
 					ok = false
@@ -423,7 +424,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				// label of a run that had published but not recorded (crash, lease lost).
 				// The downstream outcome still decides the labels.
 				for _, a := range pipeline.Agents[1:] {
-					if dr, ok := last[is][a]; ok && (tr.Values == nil || compareIDs(dr.ID, tr.ID) > 0) {
+					if dr, ok := last[is][a]; ok && (tr.Values == nil || streamid.Compare(dr.ID, tr.ID) > 0) {
 						tr = redis.XMessage{ID: dr.ID, Values: map[string]any{"event_type": pipeline.EventStageDone, "outcome": a}}
 					}
 				}

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
 // Metadata keys of the message the middleware reads (MetaIssueKey, by the default
@@ -164,7 +165,7 @@ func metadataIssueKey(msg *message.Message) (string, error) {
 // acquireOptions are the lease options for an entry of this subscription.
 func (m *Middleware) acquireOptions(entry Entry) AcquireOptions {
 	ao := AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce,
-		EntryTime: entryTime(entry.ID)}
+		EntryTime: streamid.Time(entry.ID)}
 	ao.OnHeartbeat = func(ctx context.Context, pipe redis.Pipeliner) {
 		// Keep our pending entry young so no claim loop takes it while we work.
 		pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: entry.Stream, Group: entry.Group,
@@ -321,14 +322,4 @@ func (m *Middleware) ownAndRefresh(ctx context.Context, e Entry) (bool, error) {
 		return false, fmt.Errorf("%w: refresh %s: %w", ErrTransient, e.ID, err)
 	}
 	return true, nil
-}
-
-// entryTime is when a stream entry was added: the ms part of its id.
-func entryTime(id string) time.Time {
-	ms, _, _ := strings.Cut(id, "-")
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(n)
 }

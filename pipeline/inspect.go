@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -87,49 +86,6 @@ func CheckRangeID(id string) error {
 		return nil
 	}
 	return CheckID(strings.TrimPrefix(id, "("))
-}
-
-// IDTime is the time encoded in a stream id (its milliseconds part); zero when id is
-// not a stream id.
-func IDTime(id string) time.Time {
-	ms, _, ok := parseStreamID(id)
-	if !ok {
-		return time.Time{}
-	}
-	return time.UnixMilli(int64(ms))
-}
-
-func parseStreamID(id string) (ms, seq uint64, ok bool) {
-	a, b, hasSeq := strings.Cut(id, "-")
-	ms, err := strconv.ParseUint(a, 10, 64)
-	if err != nil {
-		return 0, 0, false
-	}
-	if hasSeq {
-		if seq, err = strconv.ParseUint(b, 10, 64); err != nil {
-			return 0, 0, false
-		}
-	}
-	return ms, seq, true
-}
-
-// compareIDs orders two full stream ids (ms-seq); ids that do not parse sort first.
-func compareStreamIDs(a, b string) int {
-	am, as, _ := parseStreamID(a)
-	bm, bs, _ := parseStreamID(b)
-	switch {
-	case am != bm:
-		if am < bm {
-			return -1
-		}
-		return 1
-	case as != bs:
-		if as < bs {
-			return -1
-		}
-		return 1
-	}
-	return 0
 }
 
 // ResolveStream names an input stream of the topology, given in full ("ymir:triage")

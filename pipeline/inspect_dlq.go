@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
 // DeadLetter is one entry of the dead-letter stream.
@@ -33,7 +35,7 @@ type DeadLetter struct {
 
 func (in *Inspector) deadLetter(m redis.XMessage) DeadLetter {
 	v := func(k string) string { return fieldStr(m.Values[k]) }
-	d := DeadLetter{ID: m.ID, Time: IDTime(m.ID), Stream: v(DeadFieldStream), OriginalID: v(DeadFieldID),
+	d := DeadLetter{ID: m.ID, Time: streamid.Time(m.ID), Stream: v(DeadFieldStream), OriginalID: v(DeadFieldID),
 		Error: v(DeadFieldError), Agent: v(DeadFieldAgent), Metadata: map[string]string{}}
 	d.Attempts, _ = strconv.Atoi(v(DeadFieldAttempts))
 	msg := DecodeEntry(d.Stream, m.ID, m.Values)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
 // HistoryEvent is one entry about an issue in one of the pipeline's streams.
@@ -71,7 +73,7 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 		return nil, err
 	}
 	sort.SliceStable(out, func(a, b int) bool {
-		if c := compareStreamIDs(out[a].ID, out[b].ID); c != 0 {
+		if c := streamid.Compare(out[a].ID, out[b].ID); c != 0 {
 			return c < 0
 		}
 		return out[a].Stream < out[b].Stream
@@ -81,7 +83,7 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 
 func historyEvent(stream, kind string, route Route, m redis.XMessage, key string) HistoryEvent {
 	v := func(k string) string { return fieldStr(m.Values[k]) }
-	ev := HistoryEvent{Time: IDTime(m.ID), Stream: stream, ID: m.ID, Kind: kind, Issue: key}
+	ev := HistoryEvent{Time: streamid.Time(m.ID), Stream: stream, ID: m.ID, Kind: kind, Issue: key}
 	_, hasPayload := m.Values[fieldPayload]
 	_, hasUUID := m.Values[fieldUUID]
 	if !hasPayload && !hasUUID {

@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
 // ReplayOptions select the events Replay re-publishes.
@@ -156,11 +158,11 @@ func beyond(bound, last string) bool {
 	b := strings.TrimPrefix(bound, "(")
 	if !strings.Contains(b, "-") {
 		// "ms" as an end bound means ms-<max seq>.
-		bm, _, _ := parseStreamID(b)
-		lm, _, _ := parseStreamID(last)
-		return bm >= lm
+		bid, _ := streamid.Parse(b)
+		lid, _ := streamid.Parse(last)
+		return bid.MS >= lid.MS
 	}
-	return compareStreamIDs(b, last) > 0
+	return streamid.Compare(b, last) > 0
 }
 
 // replayOf builds the replay of orig (read from route's stream at id).

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
 // Trim cuts stream down towards maxLen entries without ever removing an entry that a
@@ -36,7 +37,7 @@ func Trim(ctx context.Context, rdb redis.UniversalClient, stream string, maxLen 
 	}
 	// MINID keeps ids >= minID; we drop ids <= cut, and nothing at or above floor.
 	minID := nextID(cut)
-	if floor != "" && compareIDs(floor, minID) < 0 {
+	if floor != "" && streamid.Compare(floor, minID) < 0 {
 		minID = floor
 	}
 	return rdb.XTrimMinIDApprox(ctx, stream, minID, 0).Result()
@@ -54,7 +55,7 @@ func keepFloor(ctx context.Context, rdb redis.UniversalClient, stream string) (s
 	}
 	floor := ""
 	lower := func(id string) {
-		if floor == "" || compareIDs(id, floor) < 0 {
+		if floor == "" || streamid.Compare(id, floor) < 0 {
 			floor = id
 		}
 	}
@@ -83,31 +84,8 @@ func keepFloor(ctx context.Context, rdb redis.UniversalClient, stream string) (s
 	return floor, nil
 }
 
-func parseID(id string) (ms, seq uint64) {
-	a, b, _ := strings.Cut(id, "-")
-	ms, _ = strconv.ParseUint(a, 10, 64)
-	seq, _ = strconv.ParseUint(b, 10, 64)
-	return ms, seq
-}
-
-func compareIDs(a, b string) int {
-	am, as := parseID(a)
-	bm, bs := parseID(b)
-	switch {
-	case am != bm:
-		if am < bm {
-			return -1
-		}
-		return 1
-	case as < bs:
-		return -1
-	case as > bs:
-		return 1
-	}
-	return 0
-}
-
+// nextID is the smallest id after id.
 func nextID(id string) string {
-	ms, seq := parseID(id)
-	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+	p, _ := streamid.Parse(id)
+	return p.Next().String()
 }
