@@ -43,6 +43,8 @@ type Config struct {
 	// published (MAX_LEN; 0: never trim), with pipeline.Trim, which never removes an entry
 	// a consumer group still needs.
 	MaxLen int64
+	// MaxEventBytes bounds a published request (MAX_EVENT_BYTES; 0: the pipeline's default).
+	MaxEventBytes int
 	// JQL is the search (JIRA_JQL).
 	JQL string
 	// TriggerGroup (JIRA_TRIGGER_GROUP): whoever added ymir_todo last must be in this Jira
@@ -79,6 +81,7 @@ type Fetcher struct {
 	locker         *lockmw.Locker
 	stages         []string
 	maxLen         int64
+	maxEventBytes  int
 	jql            string
 	triggerGroup   string
 	maxIssues      int
@@ -117,7 +120,7 @@ func New(cfg Config) (*Fetcher, error) {
 	}
 	f := &Fetcher{
 		jira: cfg.Jira, rdb: cfg.Redis, topo: cfg.Topology, locker: cfg.Locker,
-		stages: cfg.Stages, maxLen: cfg.MaxLen, jql: cfg.JQL, triggerGroup: cfg.TriggerGroup,
+		stages: cfg.Stages, maxLen: cfg.MaxLen, maxEventBytes: cfg.MaxEventBytes, jql: cfg.JQL, triggerGroup: cfg.TriggerGroup,
 		maxIssues: cfg.MaxIssues, threshold: cfg.StaleLabelThreshold, queuedTTL: cfg.QueuedTTL,
 		componentField: cfg.ComponentField, dryRun: cfg.DryRun || cfg.Jira.DryRun(),
 		log: cfg.Logger.With().Str("component", "fetcher").Logger(), clock: cfg.Clock,
@@ -441,7 +444,13 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 		return fmt.Errorf("build the triage request for %s: %w", key, err)
 	}
 	stream := f.topo.Stream(triageAgent, "", userTriggered)
-	id, fresh, err := f.publish(ctx, key, stream, pipeline.Encode(msg))
+	fields := pipeline.Encode(msg)
+	err = pipeline.CheckEvent(fields, f.maxEventBytes)
+	var id string
+	var fresh bool
+	if err == nil {
+		id, fresh, err = f.publish(ctx, key, stream, fields)
+	}
 	if err != nil {
 		o.Reason, o.Detail = ReasonError, "publish: "+err.Error()
 		return redisError{fmt.Errorf("publish the triage request for %s to %s: %w (no label was changed)", key, stream, err)}

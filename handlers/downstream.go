@@ -78,9 +78,6 @@ func (h *handler) downstreamFailed(ctx context.Context, ev *event, cause error) 
 		}
 		ev.p.labelled = true
 	}
-	if ev.userTriggered {
-		h.comment(wctx, ev, fmt.Sprintf("ymirflow: %s of %s failed %d times: %s", agent, ev.key, ev.delivery, clipErr(cause)))
-	}
 	if err := h.record(wctx, ev, pipeline.EventStageFailed, errored,
 		map[string]any{"error": cause.Error(), "attempts": ev.delivery, "branch": h.cfg.Branch}); err != nil {
 		return err

@@ -91,11 +91,3 @@ func writable(ctx context.Context) (context.Context, context.CancelFunc) {
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 }
-
-func clipErr(err error) string {
-	s := err.Error()
-	if len(s) > 1000 {
-		s = s[:1000] + "…"
-	}
-	return s
-}

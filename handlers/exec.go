@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
 // Defaults of ExecRunner.
@@ -26,13 +29,13 @@ const (
 // ExecRunner runs Command with /bin/sh -c once per event, in its own process group:
 //
 //   - stdin: the Task JSON exactly as received;
-//   - environment: the worker's own, plus YMIR_AGENT, YMIR_BRANCH, YMIR_ISSUE_KEY,
-//     YMIR_FENCE, YMIR_ATTEMPT, YMIR_MESSAGE_ID, YMIR_STREAM, YMIR_USER_TRIGGERED and
-//     JIRA_ISSUE (the issue key);
+//   - environment: Env (see BuildAgentEnv: never the worker's whole environment, never
+//     REDIS_URL), plus YMIR_AGENT, YMIR_BRANCH, YMIR_ISSUE_KEY, YMIR_FENCE, YMIR_ATTEMPT,
+//     YMIR_MESSAGE_ID, YMIR_STREAM, YMIR_USER_TRIGGERED and JIRA_ISSUE (the issue key);
 //   - stdout: the JSON result (see ParseResult); at most MaxStdout bytes are kept;
 //   - a non-zero exit status or output that is not a result is an error (the event is
-//     retried); the tail of stderr (at most MaxStderr bytes) is in the error and in the
-//     log, with the issue key;
+//     retried); the tail of stderr (at most MaxStderr bytes in the log, 2 KiB in the
+//     error), passed through Redactor, is in the error and in the log, with the issue key;
 //   - when ctx is cancelled (lease lost, shutdown) the whole process group gets SIGTERM,
 //     then SIGKILL after KillGrace. Processes the command leaves behind in its group when
 //     it exits get the same treatment, so nothing of a run outlives it;
@@ -44,10 +47,13 @@ type ExecRunner struct {
 	KillGrace time.Duration // default DefaultKillGrace
 	MaxStdout int           // default DefaultMaxStdout
 	MaxStderr int           // default DefaultMaxStderr
-	// Env is added to the worker's environment (KEY=VALUE), before the YMIR_* variables.
-	Env    []string
-	Dir    string
-	Logger zerolog.Logger
+	// Env is the runner's environment (KEY=VALUE) before the YMIR_* variables, usually
+	// BuildAgentEnv(os.Environ(), RUNNER_ENV).Env. Nil: the base variables alone.
+	Env []string
+	Dir string
+	// Redactor takes secrets out of the stderr tail before it is logged or returned.
+	Redactor *redact.Redactor
+	Logger   zerolog.Logger
 }
 
 // Run implements Runner.
@@ -68,7 +74,11 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	cmd := exec.Command("/bin/sh", "-c", r.Command)
 	cmd.Dir = r.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Env = append(append(os.Environ(), r.Env...),
+	env := r.Env
+	if env == nil {
+		env = BuildAgentEnv(os.Environ(), nil).Env
+	}
+	cmd.Env = append(slices.Clone(env),
 		"YMIR_AGENT="+req.Agent,
 		"YMIR_BRANCH="+req.Branch,
 		"YMIR_ISSUE_KEY="+req.IssueKey,
@@ -127,7 +137,7 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	}
 	took := time.Since(start)
 
-	errTail := bytes.TrimSpace(stderr.Bytes())
+	errTail := r.Redactor.Bytes(bytes.TrimSpace(stderr.Bytes()))
 	if len(errTail) > 0 {
 		log.Info().Str("stderr", string(errTail)).Bool("stderr_truncated", stderr.dropped > 0).Msg("runner stderr")
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -35,6 +36,8 @@ type Config struct {
 	Logger     zerolog.Logger
 	// DryRun logs Jira writes (labels, comments) instead of sending them; reads are sent.
 	DryRun bool
+	// Redactor takes secrets out of Jira comments (nil: nothing to take out).
+	Redactor *redact.Redactor
 }
 
 // New returns the handler of cfg.Agent, to be given to pipeline.RouterConfig.Handler.

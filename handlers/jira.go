@@ -48,6 +48,7 @@ func (h *handler) setLabels(ctx context.Context, ev *event, add, remove []string
 
 // comment posts a comment; comments are best effort.
 func (h *handler) comment(ctx context.Context, ev *event, body string) {
+	body = h.cfg.Redactor.String(body)
 	if h.cfg.Jira == nil || h.cfg.DryRun {
 		ev.log.Info().Str("comment", body).Bool("dry_run", true).Msg("jira comment not posted (dry run)")
 		return

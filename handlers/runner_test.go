@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -30,13 +33,22 @@ func runReq(t *testing.T, agent string) handlers.RunRequest {
 
 func TestExecRunnerContract(t *testing.T) {
 	dir := t.TempDir()
+	t.Setenv("FROM_WORKER", "inherited")
+	t.Setenv("OUT", dir)
+	t.Setenv("NOT_LISTED", "kept back")
+	t.Setenv("REDIS_URL", "redis://ymir:redis-pass@127.0.0.1:6379/0")
+	t.Setenv("JIRA_TOKEN", "jira-token-value")
+	t.Setenv("JIRA_URL", "https://jira.example.com")
+	t.Setenv("YMIR_NAMESPACE", "inherited-ns")
+	// JIRA_* passes JIRA_URL, never ymirflow's own Jira credentials (only when named);
+	// REDIS_* never passes REDIS_URL.
+	agentEnv := handlers.BuildAgentEnv(os.Environ(), []string{"FROM_*", "OUT", "JIRA_*", "REDIS_*"})
 	r := handlers.ExecRunner{
-		Command: `cat > "$OUT/stdin.json"; env | grep -E '^(YMIR_|JIRA_ISSUE=|FROM_WORKER=)' | sort > "$OUT/env"; ` +
+		Command: `cat > "$OUT/stdin.json"; env | sort > "$OUT/env"; ` +
 			`echo "progress: thinking" ; echo "to stderr" >&2; ` +
 			`echo '{"resolution":"backport","target_branch":"rhel-9.6.0","data":{"package":"p"},"dist_git_namespace":"rpms"}'`,
-		Env: []string{"OUT=" + dir},
+		Env: agentEnv.Env,
 	}
-	t.Setenv("FROM_WORKER", "inherited")
 	req := runReq(t, "triage")
 	res, err := r.Run(context.Background(), req)
 	if err != nil {
@@ -51,11 +63,60 @@ func TestExecRunnerContract(t *testing.T) {
 		t.Fatalf("stdin %q, want the payload as received", stdin)
 	}
 	env, _ := os.ReadFile(filepath.Join(dir, "env"))
-	want := strings.Join([]string{"FROM_WORKER=inherited", "JIRA_ISSUE=RHEL-5", "YMIR_AGENT=triage", "YMIR_ATTEMPT=2", "YMIR_BRANCH=",
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(string(env)), "\n") {
+		name, _, _ := strings.Cut(line, "=")
+		switch name {
+		case "PATH", "HOME", "LANG", "TZ", "TMPDIR":
+			if os.Getenv(name) == "" {
+				t.Errorf("%s passed but the worker has none", name)
+			}
+		case "PWD", "SHLVL", "_", "OLDPWD": // the shell's own
+		default:
+			got = append(got, line)
+		}
+	}
+	want := []string{"FROM_WORKER=inherited", "JIRA_ISSUE=RHEL-5", "JIRA_URL=https://jira.example.com", "OUT=" + dir,
+		"YMIR_AGENT=triage", "YMIR_ATTEMPT=2", "YMIR_BRANCH=",
 		"YMIR_FENCE=42", "YMIR_ISSUE_KEY=RHEL-5", "YMIR_MESSAGE_ID=1700000000000-3", "YMIR_STREAM=ymir:triage:todo",
-		"YMIR_USER_TRIGGERED=true"}, "\n") + "\n"
-	if string(env) != want {
-		t.Fatalf("environment:\n%s\nwant:\n%s", env, want)
+		"YMIR_USER_TRIGGERED=true"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("environment:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(agentEnv.JiraCredentials) != 0 || len(agentEnv.Secrets) != 0 {
+		t.Fatalf("a glob passed credentials: %+v", agentEnv)
+	}
+}
+
+// ymirflow's own Jira credentials pass only when named, and are reported; secret-looking
+// names are reported for redaction; REDIS_URL never passes.
+func TestBuildAgentEnvExplicitCredentials(t *testing.T) {
+	environ := []string{"PATH=/bin", "JIRA_TOKEN=jt-1234", "GITLAB_TOKEN=gl-5678", "ANTHROPIC_API_KEY=ak-9999",
+		"ANTHROPIC_MODEL=m", "REDIS_URL=redis://:pw@h", "OTHER=x"}
+	e := handlers.BuildAgentEnv(environ, []string{"JIRA_TOKEN", "GITLAB_TOKEN", "ANTHROPIC_*", "REDIS_URL"})
+	want := "PATH=/bin JIRA_TOKEN=jt-1234 GITLAB_TOKEN=gl-5678 ANTHROPIC_API_KEY=ak-9999 ANTHROPIC_MODEL=m"
+	if got := strings.Join(e.Env, " "); got != want {
+		t.Fatalf("env %q, want %q", got, want)
+	}
+	if strings.Join(e.JiraCredentials, ",") != "JIRA_TOKEN" || strings.Join(e.Secrets, ",") != "jt-1234,gl-5678,ak-9999" {
+		t.Fatalf("reported %+v", e)
+	}
+	if e := handlers.BuildAgentEnv(environ, nil); strings.Join(e.Env, " ") != "PATH=/bin" {
+		t.Fatalf("no RUNNER_ENV: %q", e.Env)
+	}
+}
+
+// The stderr tail in the error and the log passes the redactor.
+func TestExecRunnerRedactsStderr(t *testing.T) {
+	var log bytes.Buffer
+	r := handlers.ExecRunner{Command: `echo "token=$SECRET_TOKEN" >&2; exit 3`, Env: []string{"SECRET_TOKEN=s3cr3t-value"},
+		Redactor: redact.New("s3cr3t-value"), Logger: zerolog.New(&log)}
+	_, err := r.Run(context.Background(), runReq(t, "rebase"))
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "token=[redacted]") {
+		t.Fatalf("error %v", err)
+	}
+	if strings.Contains(log.String(), "s3cr3t") || !strings.Contains(log.String(), "[redacted]") {
+		t.Fatalf("log %s", log.String())
 	}
 }
 

@@ -181,9 +181,6 @@ func (h *handler) triageFailed(ctx context.Context, ev *event, cause error) erro
 		}
 		ev.p.labelled = true
 	}
-	if ev.userTriggered {
-		h.comment(wctx, ev, fmt.Sprintf("ymirflow: triage of %s failed %d times: %s", ev.key, ev.delivery, clipErr(cause)))
-	}
 	if err := h.record(wctx, ev, pipeline.EventStageFailed, LabelTriageErrored,
 		map[string]any{"error": cause.Error(), "attempts": ev.delivery}); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
@@ -21,7 +22,14 @@ const (
 	DeadFieldAttempts = "dead_attempts"
 	DeadFieldAgent    = "dead_agent"
 	DeadFieldAt       = "dead_at"
+	// DeadFieldSize is the original size in bytes of an oversized entry, whose dead
+	// letter holds a truncated copy (DeadFieldFields: its number of fields).
+	DeadFieldSize   = "dead_size"
+	DeadFieldFields = "dead_fields"
 )
+
+// maxDeadError bounds the error text of a dead letter (a runner's stderr tail is 2 KiB).
+const maxDeadError = 8 << 10
 
 type deadLetters struct {
 	rdb      redis.UniversalClient
@@ -32,6 +40,8 @@ type deadLetters struct {
 	locker   *lockmw.Locker
 	log      zerolog.Logger
 	metrics  *Metrics
+	redactor *redact.Redactor
+	onDead   func(context.Context, Dead)
 }
 
 // middleware dead-letters bad events before they reach the lock (acked, never retried,
@@ -48,7 +58,10 @@ func (d *deadLetters) middleware(src lockmw.Source) message.HandlerMiddleware {
 				return out, err
 			}
 			attempts, _ := strconv.Atoi(msg.Metadata.Get(MetaAttempt))
-			return nil, d.bury(msg, src, err, attempts)
+			if berr := d.bury(msg, src, err, attempts); berr != nil {
+				return nil, berr
+			}
+			return nil, nil
 		}
 	}
 }
@@ -61,15 +74,31 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	defer cancel()
 	values := Encode(msg)
 	entry, hasEntry := src.Entry(msg)
+	errText := d.redactor.String(cause.Error())
+	if len(errText) > maxDeadError {
+		errText = errText[:maxDeadError] + "…"
+	}
 	values[DeadFieldStream] = entry.Stream
 	values[DeadFieldID] = entry.ID
-	values[DeadFieldError] = cause.Error()
+	values[DeadFieldError] = errText
 	values[DeadFieldAttempts] = attempts
 	values[DeadFieldAgent] = d.agent
 	values[DeadFieldAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	if msg.Metadata.Get(metaBad) != "" {
 		// An undecodable entry: keep what was there for the operator.
 		values[fieldPayload] = string(msg.Payload)
+	}
+	oversize := msg.Metadata.Get(metaSize)
+	if oversize != "" {
+		values[DeadFieldSize] = oversize
+		values[DeadFieldFields] = msg.Metadata.Get(metaFields)
+	}
+	if d.redactor.Len() > 0 {
+		for k, v := range values {
+			if s, ok := v.(string); ok {
+				values[k] = d.redactor.String(s)
+			}
+		}
 	}
 	// MULTI makes the copy and the ack one step on a standalone Redis. On Cluster the two
 	// streams live in different slots: the copy goes first, then the ack, so a crash in
@@ -80,9 +109,14 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	} else {
 		tx = d.rdb.TxPipeline()
 	}
-	tx.XAdd(ctx, &redis.XAddArgs{Stream: d.stream, MaxLen: d.maxLen, Approx: d.maxLen > 0, Values: values})
+	add := tx.XAdd(ctx, &redis.XAddArgs{Stream: d.stream, MaxLen: d.maxLen, Approx: d.maxLen > 0, Values: values})
 	if hasEntry {
 		tx.XAck(ctx, entry.Stream, entry.Group, entry.ID)
+		if oversize != "" {
+			// The dead letter holds the bounded copy; the original goes, or Redis keeps
+			// megabytes that no consumer will ever read.
+			tx.XDel(ctx, entry.Stream, entry.ID)
+		}
 	}
 	if _, err := tx.Exec(ctx); err != nil {
 		d.log.Error().Err(err).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
@@ -95,8 +129,11 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	if d.metrics != nil {
 		d.metrics.dead.WithLabelValues(d.agent).Inc()
 	}
-	d.log.Error().Err(cause).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
-		Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Int("attempts", attempts).
+	d.log.Error().Str("error", errText).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
+		Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Int("attempts", attempts).Str("dead_letter_id", add.Val()).
 		Msg("event dead-lettered")
+	if d.onDead != nil && attempts > 0 {
+		d.onDead(ctx, Dead{Msg: msg, DeadID: add.Val(), Attempts: attempts, Err: cause})
+	}
 	return nil
 }

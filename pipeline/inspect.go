@@ -29,6 +29,8 @@ type InspectorConfig struct {
 	// MaxLen: Replay and Requeue keep the streams they append to near MaxLen with
 	// Trim, which spares entries a group still needs (0: never trim).
 	MaxLen int64
+	// MaxEventBytes bounds what Replay and Requeue publish (0: DefaultMaxEventBytes).
+	MaxEventBytes int
 	// PageSize is the COUNT of each XPENDING and XRANGE call (default 1000).
 	PageSize int64
 	// Now is the clock for ages (default time.Now).
@@ -40,12 +42,13 @@ type InspectorConfig struct {
 // replays and dead letters. Every call reads in pages and pipelines its lookups; the
 // round trips of each are stated on the method.
 type Inspector struct {
-	rdb    redis.UniversalClient
-	topo   Topology
-	locker *lockmw.Locker
-	maxLen int64
-	page   int64
-	now    func() time.Time
+	rdb      redis.UniversalClient
+	topo     Topology
+	locker   *lockmw.Locker
+	maxLen   int64
+	maxBytes int
+	page     int64
+	now      func() time.Time
 }
 
 // NewInspector returns an Inspector. It does no I/O.
@@ -60,7 +63,7 @@ func NewInspector(cfg InspectorConfig) (*Inspector, error) {
 		cfg.Now = time.Now
 	}
 	return &Inspector{rdb: cfg.Client, topo: cfg.Topology, locker: cfg.Locker, maxLen: cfg.MaxLen,
-		page: cfg.PageSize, now: cfg.Now}, nil
+		maxBytes: cfg.MaxEventBytes, page: cfg.PageSize, now: cfg.Now}, nil
 }
 
 // ErrNotFound is returned for a stream entry or lease that does not exist.

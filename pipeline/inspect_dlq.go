@@ -263,11 +263,19 @@ func (in *Inspector) readMoves(ctx context.Context, c redis.Cmdable, ids []strin
 			failed = append(failed, fmt.Errorf("dead letter %s: its stream %q is not an input stream of this pipeline; not requeued", id, dl.Stream))
 			continue
 		}
+		if size, ok := msgs[0].Values[DeadFieldSize]; ok {
+			failed = append(failed, fmt.Errorf("dead letter %s: %w: it is a truncated copy of an entry of %v bytes; not requeued", id, ErrEventTooLarge, size))
+			continue
+		}
 		values := map[string]any{}
 		for k, v := range msgs[0].Values {
 			if !strings.HasPrefix(k, "dead_") && !strings.HasPrefix(k, "_ymir_") {
 				values[k] = v
 			}
+		}
+		if err := CheckEvent(values, in.maxBytes); err != nil {
+			failed = append(failed, fmt.Errorf("dead letter %s: %w; not requeued", id, err))
+			continue
 		}
 		moves = append(moves, move{dl: dl, values: values})
 	}

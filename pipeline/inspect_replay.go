@@ -102,7 +102,7 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 		to = lastID
 	}
 
-	pub := NewPublisher(in.rdb, in.maxLen)
+	pub := NewPublisher(in.rdb, in.maxLen).WithMaxEventBytes(in.maxBytes)
 	next := from
 	for {
 		page, err := in.rdb.XRangeN(ctx, route.Stream, next, to, in.page).Result()

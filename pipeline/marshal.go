@@ -31,8 +31,12 @@ const (
 
 // Marshaller writes readable entries and reads both forms. Unmarshal never fails: a
 // malformed entry becomes a message marked bad, because an unmarshal error would stop
-// watermill-redisstream's subscription for good (DESIGN §9).
-type Marshaller struct{}
+// watermill-redisstream's subscription for good (DESIGN §9). So does an entry larger
+// than MaxEventBytes (0: DefaultMaxEventBytes) or with more than MaxEventFields fields:
+// its message holds a truncated copy of at most MaxDeadCopyBytes, never the whole.
+type Marshaller struct {
+	MaxEventBytes int
+}
 
 var _ redisstream.MarshallerUnmarshaller = Marshaller{}
 
@@ -54,7 +58,11 @@ func Encode(msg *message.Message) map[string]any {
 }
 
 // Unmarshal implements redisstream.Unmarshaller.
-func (Marshaller) Unmarshal(values map[string]any) (*message.Message, error) {
+func (m Marshaller) Unmarshal(values map[string]any) (*message.Message, error) {
+	limit := orMaxEventBytes(m.MaxEventBytes)
+	if size, fields := entrySize(values); size > limit || fields > MaxEventFields {
+		return oversized(values, size, fields, limit), nil
+	}
 	str := func(k string) string {
 		if s, ok := values[k].(string); ok {
 			return s

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
 // ErrRedisUnreachable is returned by Connect when Redis does not answer.
@@ -92,14 +94,6 @@ func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 	return c, nil
 }
 
-// Redact hides the password of a Redis URL.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.User == nil {
-		return rawURL
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+// Redact hides the password of a Redis URL, and secret-looking query parameters; text
+// that does not parse is never echoed (see redact.URL).
+func Redact(rawURL string) string { return redact.URL(rawURL) }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
@@ -53,8 +54,24 @@ type RouterConfig struct {
 	Locker       *lockmw.Locker
 	Logger       zerolog.Logger
 	Metrics      *Metrics
+	// MaxEventBytes bounds one entry (0: DefaultMaxEventBytes): a bigger one is
+	// dead-lettered with a truncated copy, never run.
+	MaxEventBytes int
+	// Redactor takes secrets out of what dead letters record (nil: nothing to take out).
+	Redactor *redact.Redactor
+	// OnDead, when set, is told of every event dead-lettered after the handler failed
+	// (not of bad events), with the dead letter's id; it runs after the entry is acked.
+	OnDead func(ctx context.Context, d Dead)
 	// Handler does the stage's work. It finds its lease with lockmw.LeaseFrom.
 	Handler message.NoPublishHandlerFunc
+}
+
+// Dead is one event the handler gave up on, as RouterConfig.OnDead hears of it.
+type Dead struct {
+	Msg      *message.Message
+	DeadID   string // id in the dead-letter stream
+	Attempts int
+	Err      error
 }
 
 func (c *RouterConfig) defaults() error {
@@ -131,13 +148,14 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	}
 	r := &Router{Router: wr, cfg: cfg}
 	dead := &deadLetters{rdb: cfg.Client, stream: cfg.Topology.Dead(), maxLen: cfg.MaxLen, agent: cfg.Agent,
-		attempts: cfg.MaxRetries, locker: cfg.Locker, log: log, metrics: cfg.Metrics}
+		attempts: cfg.MaxRetries, locker: cfg.Locker, log: log, metrics: cfg.Metrics, redactor: cfg.Redactor,
+		onDead: cfg.OnDead}
 	for _, route := range cfg.Topology.Inputs(cfg.Agent, cfg.Branch) {
 		for i := range cfg.Concurrency {
 			consumer := cfg.Consumer + "-" + strconv.Itoa(i)
 			sub, err := newSubscription(subscriptionConfig{Route: route, Consumer: consumer, ClientOptions: cfg.ClientOptions,
 				Shared: cfg.Client, Locker: cfg.Locker, BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime,
-				ClaimInterval: cfg.ClaimInterval, NackSleep: cfg.NackResendSleep, Logger: log})
+				ClaimInterval: cfg.ClaimInterval, NackSleep: cfg.NackResendSleep, MaxEventBytes: cfg.MaxEventBytes, Logger: log})
 			if err != nil {
 				return nil, err
 			}

@@ -10,16 +10,18 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 // Publisher appends events to streams. It is safe for concurrent use and never closes
 // the client it was given.
 type Publisher struct {
-	rdb    redis.UniversalClient
-	maxLen int64
-	mu     sync.Mutex
-	count  map[string]int64
+	rdb      redis.UniversalClient
+	maxLen   int64
+	maxBytes int
+	mu       sync.Mutex
+	count    map[string]int64
 }
 
 // trimEvery is how many appends to one stream go between two Trim passes.
@@ -29,6 +31,13 @@ const trimEvery = 1000
 // trim) with Trim, which never removes an entry a consumer group still needs.
 func NewPublisher(rdb redis.UniversalClient, maxLen int64) *Publisher {
 	return &Publisher{rdb: rdb, maxLen: maxLen, count: map[string]int64{}}
+}
+
+// WithMaxEventBytes sets the largest event p publishes (0: DefaultMaxEventBytes) and
+// returns p. Workers dead-letter entries above their own MAX_EVENT_BYTES unrun.
+func (p *Publisher) WithMaxEventBytes(n int) *Publisher {
+	p.maxBytes = n
+	return p
 }
 
 func (p *Publisher) maybeTrim(ctx context.Context, stream string) {
@@ -58,16 +67,23 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // middleware handler) the append is fenced: refused once the lease is lost, and stamped
 // with the lease's fence.
 func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.Message) (string, error) {
-	if lease, ok := lockmw.LeaseFrom(ctx); ok {
+	lease, leased := lockmw.LeaseFrom(ctx)
+	if leased {
 		msg.Metadata.Set(MetaFence, strconv.FormatInt(lease.Fence(), 10))
-		id, err := lease.XAdd(ctx, stream, 0, Encode(msg))
+	}
+	values := Encode(msg)
+	if err := CheckEvent(values, p.maxBytes); err != nil {
+		return "", fmt.Errorf("publish %s to %s refused: %w", msg.Metadata.Get(MetaEventType), stream, err)
+	}
+	if leased {
+		id, err := lease.XAdd(ctx, stream, 0, values)
 		if err != nil {
 			return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
 		}
 		p.maybeTrim(ctx, stream)
 		return id, nil
 	}
-	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: Encode(msg)}).Result()
+	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: values}).Result()
 	if err != nil {
 		return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
 	}
@@ -93,14 +109,22 @@ type Record struct {
 
 // Results appends records to the results stream.
 type Results struct {
-	rdb    redis.UniversalClient
-	stream string
-	maxLen int64
+	rdb      redis.UniversalClient
+	stream   string
+	maxLen   int64
+	redactor *redact.Redactor
 }
 
 // NewResults returns a writer of stream (Topology.Results()).
 func NewResults(rdb redis.UniversalClient, stream string, maxLen int64) *Results {
 	return &Results{rdb: rdb, stream: stream, maxLen: maxLen}
+}
+
+// WithRedactor makes r take secrets out of every record's text (outcome, detail) and
+// returns r.
+func (r *Results) WithRedactor(red *redact.Redactor) *Results {
+	r.redactor = red
+	return r
 }
 
 // Add appends r and returns its id.
@@ -113,8 +137,8 @@ func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 		"stream":         rec.Stream,
 		"correlation_id": rec.CorrelationID,
 		"fence":          rec.Fence,
-		"outcome":        rec.Outcome,
-		"detail":         rec.Detail,
+		"outcome":        r.redactor.String(rec.Outcome),
+		"detail":         r.redactor.String(rec.Detail),
 		"at":             time.Now().UTC().Format(time.RFC3339Nano),
 	}
 	id, err := r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, MaxLen: r.maxLen, Approx: r.maxLen > 0, Values: v}).Result()

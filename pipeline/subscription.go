@@ -46,6 +46,7 @@ type subscriptionConfig struct {
 	MaxIdleTime   time.Duration
 	ClaimInterval time.Duration
 	NackSleep     time.Duration
+	MaxEventBytes int
 	Logger        zerolog.Logger
 }
 
@@ -63,7 +64,7 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 	s.client.AddHook(s)
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:                        s.client,
-		Unmarshaller:                  Marshaller{},
+		Unmarshaller:                  Marshaller{MaxEventBytes: cfg.MaxEventBytes},
 		Consumer:                      cfg.Consumer,
 		ConsumerGroup:                 cfg.Route.Group,
 		NackResendSleep:               cfg.NackSleep,

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"io"
+	"os"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -59,4 +61,29 @@ type goRedisLogger struct{ log zerolog.Logger }
 
 func (g goRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	g.log.Debug().Str("component", "go-redis").Msgf(format, v...)
+}
+
+// ownSecrets are ymirflow's own secrets as this command holds them: the Redis password
+// (and a ?password= of the URL) and the Jira token.
+func ownSecrets(c *config.Common, jiraToken string) []string {
+	out := []string{jiraToken}
+	if o, err := pipeline.ClientOptions(c.RedisURL); err == nil {
+		out = append(out, o.Password)
+	}
+	return out
+}
+
+// environSecrets are ymirflow's own secrets in the environment: the Redis password of
+// REDIS_URL, JIRA_TOKEN and the content of JIRA_TOKEN_FILE.
+func environSecrets(getenv func(string) string) []string {
+	out := []string{getenv("JIRA_TOKEN")}
+	if o, err := pipeline.ClientOptions(getenv("REDIS_URL")); err == nil {
+		out = append(out, o.Password)
+	}
+	if f := getenv("JIRA_TOKEN_FILE"); f != "" {
+		if b, err := os.ReadFile(f); err == nil && len(b) <= 64<<10 {
+			out = append(out, strings.TrimSpace(string(b)))
+		}
+	}
+	return out
 }

@@ -98,6 +98,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // demoIsTerminal reports whether w is a terminal (live counters) rather than a pipe or file
 // (plain progress lines).
 func demoIsTerminal(w io.Writer) bool {
+	for {
+		u, ok := w.(interface{ Unwrap() io.Writer })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd())) && os.Getenv("TERM") != "dumb"
 }

@@ -37,7 +37,7 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer e.Close()
 
-	pub := pipeline.NewPublisher(e.rdb, cfg.MaxLen)
+	pub := pipeline.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes)
 	stream := e.topology.Stream(cfg.Agent, cfg.Branch, cfg.UserTriggered)
 	for i, key := range keys {
 		task, err := requestTask(cfg.Agent, cfg.Branch, key, cfg.UserTriggered)

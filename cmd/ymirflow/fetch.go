@@ -46,7 +46,7 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("%v", err)
 	}
 	f, err := fetcher.New(fetcher.Config{
-		Jira: jc, Redis: e.rdb, Topology: e.topology, Locker: locker, MaxLen: cfg.MaxLen,
+		Jira: jc, Redis: e.rdb, Topology: e.topology, Locker: locker, MaxLen: cfg.MaxLen, MaxEventBytes: cfg.MaxEventBytes,
 		JQL: cfg.JiraJQL, TriggerGroup: cfg.JiraTriggerGroup, MaxIssues: cfg.MaxIssues,
 		StaleLabelThreshold: cfg.StaleLabelThreshold, DryRun: cfg.DryRun, Logger: e.log,
 	})

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=v1.2.3".
@@ -75,6 +76,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "ymirflow", version)
 		return exitOK
+	}
+	// Whatever a command prints passes the redactor of ymirflow's own secrets.
+	if red := redact.New(environSecrets(os.Getenv)...); red.Len() > 0 {
+		stdout, stderr = red.Writer(stdout), red.Writer(stderr)
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {

@@ -84,7 +84,8 @@ func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *
 		e.Close()
 		return nil, nil, err
 	}
-	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: e.rdb, Topology: e.topology, Locker: locker, MaxLen: c.MaxLen})
+	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: e.rdb, Topology: e.topology, Locker: locker, MaxLen: c.MaxLen,
+		MaxEventBytes: c.MaxEventBytes})
 	if err != nil {
 		e.Close()
 		return nil, nil, err

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -20,6 +22,19 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := load("worker", &cfg, args, stderr); err != nil {
 		return err
 	}
+	patterns, err := cfg.RunnerEnvPatterns()
+	if err != nil {
+		return usagef("RUNNER_ENV: %v", err)
+	}
+	agentEnv := handlers.BuildAgentEnv(os.Environ(), patterns)
+	// One redactor for everything this worker writes: its log, Jira comments, results
+	// and dead letters.
+	token, err := cfg.Token()
+	if err != nil {
+		return err
+	}
+	red := redact.New(append(ownSecrets(&cfg.Common, token), agentEnv.Secrets...)...)
+	stderr = red.Writer(stderr)
 	e, err := connect(ctx, &cfg.Common, stderr)
 	if err != nil {
 		return err
@@ -40,10 +55,6 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 	var jc handlers.JiraAPI
 	if cfg.JiraURL != "" {
-		token, err := cfg.Token()
-		if err != nil {
-			return err
-		}
 		c, err := jira.New(jira.Options{BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(),
 			Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
 			CommentGroup: cfg.JiraCommentGroup, Logger: log, DryRun: cfg.DryRun})
@@ -58,12 +69,17 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "demo":
 		runner = handlers.DemoRunner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed}
 	default:
-		runner = handlers.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Logger: log}
+		runner = handlers.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Env: agentEnv.Env, Redactor: red, Logger: log}
+		if len(agentEnv.JiraCredentials) > 0 {
+			log.Warn().Strs("variables", agentEnv.JiraCredentials).
+				Msg("RUNNER_ENV names ymirflow's own Jira credentials: the agent gets them")
+		}
 	}
-	h, err := handlers.New(handlers.Config{Agent: cfg.Agent, Branch: cfg.Branch, Runner: runner, Jira: jc,
-		Publisher: pipeline.NewPublisher(e.rdb, cfg.MaxLen),
-		Results:   pipeline.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen),
-		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil})
+	hcfg := handlers.Config{Agent: cfg.Agent, Branch: cfg.Branch, Runner: runner, Jira: jc,
+		Publisher: pipeline.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes),
+		Results:   pipeline.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
+		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red}
+	h, err := handlers.New(hcfg)
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -71,7 +87,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency,
 		BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
 		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policy: policy,
-		Locker: locker, Logger: log, Metrics: metrics, Handler: h})
+		Locker: locker, Logger: log, Metrics: metrics, Handler: h, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
+		OnDead: handlers.FailureNotice(hcfg)})
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -98,8 +115,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", string(policy)).Int("max_retries", cfg.MaxRetries).
 		Str("max_idle_time", cfg.MaxIdleTime.String()).Str("runner", cfg.Runner).Str("kill_grace", cfg.KillGrace.String()).
 		Str("jira", jiraDesc).Bool("dry_run", cfg.DryRun || jc == nil).Str("metrics_addr", metricsAddr).
-		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).
-		Msg("worker starting")
+		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).Strs("runner_env", envNames(agentEnv.Env)).
+		Int("max_event_bytes", cfg.MaxEventBytes).Msg("worker starting")
 
 	err = router.Run(ctx)
 	if ctx.Err() != nil {
@@ -110,4 +127,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("router: %w", err)
 	}
 	return nil
+}
+
+// envNames lists the names of KEY=VALUE pairs (the agent's environment, for the log).
+func envNames(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		out = append(out, name)
+	}
+	return out
 }

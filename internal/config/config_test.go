@@ -45,7 +45,7 @@ func TestDefaults(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	want := Worker{
-		Common: Common{RedisURL: "redis://127.0.0.1:6379/0", Namespace: "ymir", LogLevel: "info", LogFormat: "json", MaxLen: 100000},
+		Common: Common{RedisURL: "redis://127.0.0.1:6379/0", Namespace: "ymir", LogLevel: "info", LogFormat: "json", MaxLen: 100000, MaxEventBytes: 1 << 20},
 		Jira:   Jira{JiraJQL: DefaultJQL, JiraTriggerGroup: "Red Hat Employee", JiraAPI: "auto", JiraTimeout: 90 * time.Second, JiraMaxRetries: 4, JiraRateLimit: 5},
 		Agent:  "triage", Runner: "demo",
 		LockTTL: 300 * time.Second, LockMaxHold: 6 * time.Hour, OnConflict: "drop",
@@ -522,5 +522,29 @@ func TestKillGraceWithinLeaseMargin(t *testing.T) {
 	err := load(t, "worker", &w, demoWorker("--lock-ttl", "60s", "--kill-grace", "7s")...)
 	if err == nil || !strings.Contains(err.Error(), "KILL_GRACE (--kill-grace) = 7s must not exceed LOCK_TTL/10 = 6s") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRunnerEnvAndEventBounds(t *testing.T) {
+	clearEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want string // "" valid, else in the error
+	}{
+		{[]string{"--runner-env", "GITLAB_TOKEN, ANTHROPIC_*,JIRA_TOKEN"}, ""},
+		{[]string{"--runner-env", "*"}, "RUNNER_ENV"},
+		{[]string{"--runner-env", "REDIS_URL"}, "never passed"},
+		{[]string{"--runner-env", "BAD-NAME"}, "neither a variable name"},
+		{[]string{"--max-event-bytes", "100"}, "MAX_EVENT_BYTES"},
+		{[]string{"--redis-url", "unix:///run/redis.sock"}, "unix sockets are not supported"},
+	} {
+		var w Worker
+		err := load(t, "worker", &w, append(demoWorker(), tc.args...)...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want one naming %q", tc.args, err, tc.want)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
 // Defaults shared by the commands and by the deployment manifests.
@@ -42,6 +44,7 @@ const (
 	DefaultFakeJiraIssues = 20
 	DefaultDemoIssues     = 40
 	DefaultDemoDuration   = 400 * time.Millisecond // typical simulated agent run at --speed 1
+	DefaultMaxEventBytes  = 1 << 20
 )
 
 // Agents are the agent names, in pipeline order. Branches are the target
@@ -56,11 +59,14 @@ var LogLevels = []string{"trace", "debug", "info", "warn", "error", "fatal", "pa
 
 // Common is the settings of every command that talks to Redis.
 type Common struct {
-	RedisURL  string // --redis-url, REDIS_URL: redis://, rediss:// (TLS) or unix://; user and password may be in the URL
+	RedisURL  string // --redis-url, REDIS_URL: redis:// or rediss:// (TLS); user and password may be in the URL
 	Namespace string // --ymir-namespace, YMIR_NAMESPACE: prefix of every stream and key
 	LogLevel  string // --log-level, LOG_LEVEL: trace|debug|info|warn|error|fatal|panic|disabled
 	LogFormat string // --log-format, LOG_FORMAT: json|console
 	MaxLen    int64  // --max-len, MAX_LEN: approximate MAXLEN of every stream written (0: never trim)
+	// MaxEventBytes (--max-event-bytes, MAX_EVENT_BYTES) bounds one stream entry: bigger
+	// ones are refused at publish and dead-lettered (truncated) when read.
+	MaxEventBytes int
 
 	emptyRedisOK bool // demo: an empty REDIS_URL means the embedded Redis
 }
@@ -69,11 +75,12 @@ type Common struct {
 func (c *Common) Register(fs *flag.FlagSet) { c.register(fs, DefaultRedisURL) }
 
 func (c *Common) register(fs *flag.FlagSet, redisDefault string) {
-	fs.StringVar(&c.RedisURL, "redis-url", redisDefault, "Redis URL: redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path")
+	fs.StringVar(&c.RedisURL, "redis-url", redisDefault, "Redis URL: redis://[user:password@]host:port/db, or rediss:// for TLS")
 	fs.StringVar(&c.Namespace, "ymir-namespace", DefaultNamespace, "prefix of every stream and key, so that several pipelines can share one Redis")
 	fs.StringVar(&c.LogLevel, "log-level", DefaultLogLevel, "log level: "+strings.Join(LogLevels, "|"))
 	fs.StringVar(&c.LogFormat, "log-format", DefaultLogFormat, "log format: json|console")
 	fs.Int64Var(&c.MaxLen, "max-len", DefaultMaxLen, "approximate maximum length of every stream written (0: never trim)")
+	fs.IntVar(&c.MaxEventBytes, "max-event-bytes", DefaultMaxEventBytes, "largest stream entry (all fields) published or run; a bigger one read from a stream is dead-lettered, truncated")
 }
 
 // Validate checks the common settings.
@@ -108,6 +115,9 @@ func (c *Common) validate(p *problems) {
 	if c.MaxLen < 0 {
 		p.add("max-len", "= %d must not be negative (0 disables trimming)", c.MaxLen)
 	}
+	if c.MaxEventBytes < MinMaxEventBytes || c.MaxEventBytes > MaxMaxEventBytes {
+		p.add("max-event-bytes", "= %d must be between %d and %d", c.MaxEventBytes, MinMaxEventBytes, MaxMaxEventBytes)
+	}
 }
 
 func checkRedisURL(raw string) string {
@@ -125,33 +135,27 @@ func checkRedisURL(raw string) string {
 				return "has a database that is not a number"
 			}
 		}
-	case "unix":
-		if u.Path == "" {
-			return "has no socket path"
-		}
 	default:
-		return "must start with redis://, rediss:// or unix://"
+		return "must start with redis:// or rediss:// (unix sockets are not supported)"
 	}
 	return ""
 }
+
+// Bounds of MAX_EVENT_BYTES: a triage request is a few hundred bytes; Redis's own
+// limit on one string is 512 MB.
+const (
+	MinMaxEventBytes = 4 << 10
+	MaxMaxEventBytes = 256 << 20
+)
 
 // RedactedRedisURL is RedisURL with its password replaced, for logs and
 // error messages.
 func (c *Common) RedactedRedisURL() string { return RedactURL(c.RedisURL) }
 
-// RedactURL returns raw with any password replaced by "xxxxx". A string that
-// does not parse as a URL is returned as "<unparseable URL>", since it may
-// hold a password in an unknown place.
-func RedactURL(raw string) string {
-	if raw == "" {
-		return ""
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	return u.Redacted()
-}
+// RedactURL returns raw with any password (also in ?password= and the like)
+// replaced by "xxxxx". A string that does not parse as a URL is returned as
+// "<unparseable URL>", since it may hold a password in an unknown place.
+func RedactURL(raw string) string { return redact.URL(raw) }
 
 // Jira is the settings of the Jira client, embedded by the commands that
 // read or write Jira.
@@ -175,7 +179,7 @@ func (j *Jira) Register(fs *flag.FlagSet) {
 	fs.StringVar(&j.JiraURL, "jira-url", "", "Jira base URL, e.g. https://example.atlassian.net/ (empty: Jira writes are logged, not sent)")
 	fs.StringVar(&j.JiraEmail, "jira-email", "", "account e-mail for Jira Cloud basic authentication")
 	fs.StringVar(&j.JiraToken, "jira-token", "", "Jira API token (Cloud) or personal access token (Server/DC); prefer --jira-token-file")
-	fs.StringVar(&j.JiraTokenFile, "jira-token-file", "", "file that holds the Jira token (read at each use, so it can be rotated)")
+	fs.StringVar(&j.JiraTokenFile, "jira-token-file", "", "file that holds the Jira token, read once at start-up: restart the process after rotating it")
 	fs.StringVar(&j.JiraJQL, "jira-jql", DefaultJQL, "JQL of the fetcher's search")
 	fs.StringVar(&j.JiraTriggerGroup, "jira-trigger-group", DefaultTriggerGroup, "Jira group whose members may trigger work with ymir_todo (empty: anyone)")
 	fs.StringVar(&j.JiraAPI, "jira-api", DefaultJiraAPI, "Jira REST flavour: cloud (/rest/api/3), server (/rest/api/2) or auto")
@@ -269,6 +273,7 @@ type Worker struct {
 	Branch        string        // --branch, BRANCH: c9s|c10s; required for every agent but triage
 	Runner        string        // --runner, RUNNER: exec|demo
 	Exec          string        // --exec, RUNNER_EXEC: command run with /bin/sh -c per event (runner exec)
+	RunnerEnv     string        // --runner-env, RUNNER_ENV: variables passed to the runner besides the base (NAME,PREFIX_*)
 	LockTTL       time.Duration // --lock-ttl, LOCK_TTL: lease TTL; the heartbeat runs every LOCK_TTL/3
 	LockMaxHold   time.Duration // --lock-max-hold, LOCK_MAX_HOLD: a lease is given up after this long
 	OnConflict    string        // --on-conflict, ON_CONFLICT: drop|coalesce
@@ -292,6 +297,7 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Branch, "branch", "", "target branch: "+strings.Join(Branches, "|")+" (every agent but triage)")
 	fs.StringVar(&w.Runner, "runner", DefaultRunner, "runner: exec (a command per event) or demo (simulated agents)")
 	stringVarEnv(fs, &w.Exec, "exec", "RUNNER_EXEC", "", "command run with /bin/sh -c per event by the exec runner")
+	fs.StringVar(&w.RunnerEnv, "runner-env", "", "comma-separated variables of the worker's environment passed to the exec runner, besides PATH, HOME, LANG, TZ, TMPDIR and the YMIR_* it sets: names and PREFIX_* globs (GITLAB_TOKEN,ANTHROPIC_*). REDIS_URL is never passed; JIRA_TOKEN, JIRA_TOKEN_FILE and JIRA_EMAIL only when named")
 	fs.DurationVar(&w.LockTTL, "lock-ttl", DefaultLockTTL, "TTL of the per-issue lease; the heartbeat extends it every LOCK_TTL/3")
 	fs.DurationVar(&w.LockMaxHold, "lock-max-hold", DefaultLockMaxHold, "longest a handler may hold a lease")
 	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "event for an issue locked by another holder: drop or coalesce")
@@ -305,6 +311,30 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group")
 	fs.DurationVar(&w.DemoDuration, "demo-duration", 0, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it; 0: instant)")
 	fs.Int64Var(&w.DemoSeed, "demo-seed", 0, "seed of the simulated outcomes (runner demo)")
+}
+
+// envName is a variable name RUNNER_ENV may list; a glob is such a prefix then '*'.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// RunnerEnvPatterns returns RUNNER_ENV's entries (names and PREFIX_* globs), checked:
+// no empty prefix ('*' alone would pass everything) and never REDIS_URL.
+func (w *Worker) RunnerEnvPatterns() ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(w.RunnerEnv, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		name, glob := strings.CutSuffix(f, "*")
+		switch {
+		case !envName.MatchString(name):
+			return nil, fmt.Errorf("%q is neither a variable name nor a PREFIX_* glob", f)
+		case !glob && name == "REDIS_URL":
+			return nil, fmt.Errorf("REDIS_URL is never passed to agents (it holds the coordination store's credentials)")
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // HeartbeatInterval is how often a lease is extended: LockTTL/3.
@@ -392,6 +422,9 @@ func (w *Worker) Validate() error {
 	}
 	if w.DemoDuration < 0 {
 		p.add("demo-duration", "= %s must not be negative", fmtDur(w.DemoDuration))
+	}
+	if _, err := w.RunnerEnvPatterns(); err != nil {
+		p.add("runner-env", "= %q: %v", w.RunnerEnv, err)
 	}
 	return p.err()
 }
