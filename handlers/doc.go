@@ -39,4 +39,16 @@
 // matches lockmw.ErrTransient) instead of being dead-lettered. A cancelled context
 // (lease lost, shutdown) is never a failure: nothing is labelled and the pipeline
 // redelivers.
+//
+// Every side effect made for an event is fenced by its lease. Publishes and outcome
+// records are one Redis script with the lease check. A Jira write (labels, comment) is
+// sent only after Lease.Check proved the lease in the same step, and is refused with
+// lockmw.ErrLeaseLost otherwise ("fenced write refused", counted by the FenceObserver).
+// Jira has no conditional write, so a pause between the check and the request can still
+// let a write land after the lease passed to a newer holder. Two things make such a write
+// converge: every terminal label write asserts the issue's whole state (it removes the
+// other state labels, see otherState), so the stale label does not survive the newer
+// holder's next write; and the writer proves its lease again after Jira answered, and if
+// it is gone, re-asserts the labels implied by the issue's last recorded outcome in the
+// results stream once no holder of the issue is live ("fenced write raced").
 package handlers

@@ -38,7 +38,7 @@ func (h *handler) downstream(msg *message.Message) error {
 	res := *p.result
 	done := DoneLabel(agent)
 	if !p.labelled {
-		if err := h.setLabels(ctx, ev, []string{done}, []string{TriagedLabel(agent), FailedLabel(agent), ErroredLabel(agent)}); err != nil {
+		if err := h.setLabels(ctx, ev, []string{done}, otherState(done)); err != nil {
 			return h.jiraErr(ctx, ev, "write "+done, err)
 		}
 		p.labelled = true
@@ -73,7 +73,7 @@ func (h *handler) downstreamFailed(ctx context.Context, ev *event, cause error) 
 	defer cancel()
 	errored := ErroredLabel(agent)
 	if !ev.p.labelled {
-		if err := h.setLabels(wctx, ev, []string{errored}, []string{TriagedLabel(agent), FailedLabel(agent)}); err != nil {
+		if err := h.setLabels(wctx, ev, []string{errored}, otherState(errored)); err != nil {
 			return h.jiraErr(wctx, ev, "write "+errored, err)
 		}
 		ev.p.labelled = true

@@ -33,6 +33,9 @@ func (h *handler) jiraErr(ctx context.Context, ev *event, what string, err error
 	if errors.Is(err, jira.ErrNotFound) {
 		return fmt.Errorf("%w: %w", pipeline.ErrBadEvent, wrapped)
 	}
+	if errors.Is(err, lockmw.ErrLeaseLost) {
+		return wrapped // refused by the fence (logged there): the pipeline redelivers
+	}
 	transient := true
 	var he *jira.HTTPError
 	if errors.As(err, &he) {

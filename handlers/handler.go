@@ -38,7 +38,24 @@ type Config struct {
 	DryRun bool
 	// Redactor takes secrets out of Jira comments (nil: nothing to take out).
 	Redactor *redact.Redactor
+	// Fences counts Jira writes refused because the lease was lost, and writes found to
+	// have raced a lease loss (pipeline.Metrics implements it). Nil: not counted.
+	Fences FenceObserver
 }
+
+// FenceObserver counts fenced Jira writes made for an event (target: labels, comment).
+type FenceObserver interface {
+	// FencedWriteRefused: the lease was not ours when the write was about to be sent.
+	FencedWriteRefused(agent, target string)
+	// FencedWriteRaced: the lease was ours before the write and lost right after it, so
+	// the write may have landed on a newer holder's state and the labels were converged.
+	FencedWriteRaced(agent, target string)
+}
+
+type nopFences struct{}
+
+func (nopFences) FencedWriteRefused(string, string) {}
+func (nopFences) FencedWriteRaced(string, string)   {}
 
 // New returns the handler of cfg.Agent, to be given to pipeline.RouterConfig.Handler.
 func New(cfg Config) (message.NoPublishHandlerFunc, error) {
@@ -59,6 +76,9 @@ func New(cfg Config) (message.NoPublishHandlerFunc, error) {
 	}
 	if cfg.MaxRetries < 1 {
 		return nil, fmt.Errorf("handlers: MaxRetries must be at least 1, got %d", cfg.MaxRetries)
+	}
+	if cfg.Fences == nil {
+		cfg.Fences = nopFences{}
 	}
 	h := &handler{cfg: cfg, memo: map[string]*progress{}, now: time.Now}
 	h.log = cfg.Logger.With().Str("agent", cfg.Agent).Logger()

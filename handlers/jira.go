@@ -2,9 +2,12 @@ package handlers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 // JiraAPI is what the handlers need from Jira; *jira.Client implements it.
@@ -27,6 +30,12 @@ func (h *handler) readIssue(ctx context.Context, key string) (labels []string, s
 	return is.Fields.Labels, is.Fields.Status.Name, true, nil
 }
 
+// setLabels writes a label change made for ev. Under a lease the write is fenced: the
+// lease is proven (one GET) right before the request is sent and the write is refused
+// with lockmw.ErrLeaseLost when it is gone. It is proven again after Jira answered: if
+// it was lost in between (the process paused between the check and the write), the
+// write may have landed on a newer holder's state, so the labels are converged to the
+// issue's last recorded outcome before the error is returned.
 func (h *handler) setLabels(ctx context.Context, ev *event, add, remove []string) error {
 	remove = slices.DeleteFunc(slices.Clone(remove), func(l string) bool { return slices.Contains(add, l) })
 	if len(add) == 0 && len(remove) == 0 {
@@ -39,19 +48,49 @@ func (h *handler) setLabels(ctx context.Context, ev *event, add, remove []string
 	if err := aborted(ctx); err != nil {
 		return err
 	}
+	lease, fenced := lockmw.LeaseFrom(ctx)
+	if fenced {
+		if err := h.fence(ctx, ev, lease, "labels"); err != nil {
+			return err
+		}
+	}
 	if err := h.cfg.Jira.UpdateLabels(ctx, ev.key, add, remove); err != nil {
 		return err
 	}
 	ev.log.Info().Strs("add", add).Strs("remove", remove).Msg("jira labels written")
+	if fenced {
+		if err := lease.Check(ctx); errors.Is(err, lockmw.ErrLeaseLost) {
+			h.cfg.Fences.FencedWriteRaced(h.cfg.Agent, "labels")
+			ev.log.Warn().Err(err).Strs("add", add).Strs("remove", remove).
+				Msg("fenced write raced: the lease was lost while the label write was in flight; converging the labels")
+			h.converge(ctx, ev)
+			return fmt.Errorf("label write raced the loss of the lease: %w", err)
+		}
+	}
 	return nil
 }
 
-// comment posts a comment; comments are best effort.
+// fence proves the lease in one round trip before a write made for ev is sent.
+func (h *handler) fence(ctx context.Context, ev *event, lease *lockmw.Lease, target string) error {
+	err := lease.Check(ctx)
+	if errors.Is(err, lockmw.ErrLeaseLost) {
+		h.cfg.Fences.FencedWriteRefused(h.cfg.Agent, target)
+		ev.log.Warn().Err(err).Str("target", target).Msg("fenced write refused")
+	}
+	return err
+}
+
 func (h *handler) comment(ctx context.Context, ev *event, body string) {
 	body = h.cfg.Redactor.String(body)
 	if h.cfg.Jira == nil || h.cfg.DryRun {
 		ev.log.Info().Str("comment", body).Bool("dry_run", true).Msg("jira comment not posted (dry run)")
 		return
+	}
+	if lease, ok := lockmw.LeaseFrom(ctx); ok {
+		if err := h.fence(ctx, ev, lease, "comment"); err != nil {
+			ev.log.Warn().Err(err).Msg("jira comment not posted: the lease is not proven")
+			return
+		}
 	}
 	if err := h.cfg.Jira.AddComment(ctx, ev.key, body); err != nil {
 		ev.log.Warn().Err(err).Msg("could not post a jira comment (not critical)")

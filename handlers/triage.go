@@ -63,7 +63,7 @@ func (h *handler) triage(msg *message.Message) error {
 	label := ResolutionLabel(res.Resolution)
 	if !dispatch {
 		if !p.labelled {
-			if err := h.setLabels(ctx, ev, []string{label}, []string{LabelTriageInProgress}); err != nil {
+			if err := h.setLabels(ctx, ev, []string{label}, otherState(label)); err != nil {
 				return h.jiraErr(ctx, ev, "write the resolution label "+label, err)
 			}
 			p.labelled, p.unclaimed = true, true
@@ -75,7 +75,7 @@ func (h *handler) triage(msg *message.Message) error {
 		// an issue that the redelivery triages again, never a labelled issue with no
 		// request behind it.
 		if !p.labelled {
-			if err := h.setLabels(ctx, ev, []string{label}, nil); err != nil {
+			if err := h.setLabels(ctx, ev, []string{label}, otherState(label, LabelTriageInProgress)); err != nil {
 				return h.jiraErr(ctx, ev, "write the resolution label "+label, err)
 			}
 			p.labelled = true
@@ -176,7 +176,7 @@ func (h *handler) triageFailed(ctx context.Context, ev *event, cause error) erro
 	wctx, cancel := writable(ctx)
 	defer cancel()
 	if !ev.p.labelled {
-		if err := h.setLabels(wctx, ev, []string{LabelTriageErrored}, []string{LabelTriageInProgress}); err != nil {
+		if err := h.setLabels(wctx, ev, []string{LabelTriageErrored}, otherState(LabelTriageErrored)); err != nil {
 			return h.jiraErr(wctx, ev, "write "+LabelTriageErrored, err)
 		}
 		ev.p.labelled = true

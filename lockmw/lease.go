@@ -64,6 +64,10 @@ func (le *Lease) Keys() Keys { return le.keys }
 // AcquiredAt is when the acquire was sent (the lease's MaxHold counts from it).
 func (le *Lease) AcquiredAt() time.Time { return le.acquiredAt }
 
+// Locker is the locker that granted the lease, e.g. to look at the same issue's
+// leases of other agents.
+func (le *Lease) Locker() *Locker { return le.l }
+
 // Err is nil while the lease is held, else the cause of its end.
 func (le *Lease) Err() error {
 	if le.ctx.Err() == nil {

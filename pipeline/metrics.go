@@ -29,6 +29,7 @@ type Metrics struct {
 	lost     *prometheus.CounterVec
 	hold     *prometheus.HistogramVec
 	dead     *prometheus.CounterVec
+	fenced   *prometheus.CounterVec
 }
 
 var _ lockmw.Observer = (*Metrics)(nil)
@@ -53,8 +54,11 @@ func NewMetrics() *Metrics {
 			Help: "How long leases were held.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"agent"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "dead_letters_total",
 			Help: "Events moved to the dead-letter stream."}, []string{"agent"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "fenced_writes_total",
+			Help: "Jira writes made for an event whose lease was lost: refused before sending, or raced " +
+				"(lost while in flight, labels converged), by target (labels, comment)."}, []string{"agent", "target", "outcome"}),
 	}
-	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead)
+	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead, m.fenced)
 	return m
 }
 
@@ -83,6 +87,16 @@ func (m *Metrics) Lost(agent string, cause error) {
 		c = "max_hold"
 	}
 	m.lost.WithLabelValues(agent, c).Inc()
+}
+
+// FencedWriteRefused implements handlers.FenceObserver.
+func (m *Metrics) FencedWriteRefused(agent, target string) {
+	m.fenced.WithLabelValues(agent, target, "refused").Inc()
+}
+
+// FencedWriteRaced implements handlers.FenceObserver.
+func (m *Metrics) FencedWriteRaced(agent, target string) {
+	m.fenced.WithLabelValues(agent, target, "raced").Inc()
 }
 
 // Released implements lockmw.Observer.

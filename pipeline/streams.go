@@ -96,6 +96,7 @@ func (p *Publisher) Close() error { return nil }
 
 // Record is one line of the results stream.
 type Record struct {
+	ID            string // the record's stream id (set when read; ignored by Add)
 	EventType     string // stage.done, stage.failed, ...
 	Agent         string
 	IssueKey      string
@@ -127,7 +128,10 @@ func (r *Results) WithRedactor(red *redact.Redactor) *Results {
 	return r
 }
 
-// Add appends r and returns its id.
+// Add appends r and returns its id. Under a lease (ctx from a lock middleware handler)
+// the append is fenced like Publisher.PublishID: a holder that lost its lease cannot
+// record an outcome, so the last outcome recorded for an issue is always a live
+// holder's.
 func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 	v := map[string]any{
 		"event_type":     rec.EventType,
@@ -141,11 +145,57 @@ func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 		"detail":         r.redactor.String(rec.Detail),
 		"at":             time.Now().UTC().Format(time.RFC3339Nano),
 	}
-	id, err := r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, MaxLen: r.maxLen, Approx: r.maxLen > 0, Values: v}).Result()
+	var id string
+	var err error
+	if lease, ok := lockmw.LeaseFrom(ctx); ok {
+		id, err = lease.XAdd(ctx, r.stream, r.maxLen, v)
+	} else {
+		id, err = r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, MaxLen: r.maxLen, Approx: r.maxLen > 0, Values: v}).Result()
+	}
 	if err != nil {
 		return "", fmt.Errorf("record %s for %s: %w", rec.EventType, rec.IssueKey, err)
 	}
 	return id, nil
+}
+
+// Outcomes returns the issue's terminal records (stage.done, stage.failed), newest
+// first, among the newest scan entries of the stream (0: 10 000). It reads backwards in
+// pages, so an issue worked on recently costs one round trip.
+func (r *Results) Outcomes(ctx context.Context, issue string, scan int) ([]Record, error) {
+	if scan <= 0 {
+		scan = 10_000
+	}
+	const page = 500
+	var out []Record
+	end := "+"
+	for read := 0; read < scan; {
+		msgs, err := r.rdb.XRevRangeN(ctx, r.stream, end, "-", page).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", r.stream, err)
+		}
+		for _, m := range msgs {
+			if m.ID == end {
+				continue
+			}
+			read++
+			et, _ := m.Values["event_type"].(string)
+			if key, _ := m.Values["issue_key"].(string); key != issue || (et != EventStageDone && et != EventStageFailed) {
+				continue
+			}
+			out = append(out, recordOf(m))
+		}
+		if len(msgs) < page {
+			break
+		}
+		end = msgs[len(msgs)-1].ID
+	}
+	return out, nil
+}
+
+func recordOf(m redis.XMessage) Record {
+	s := func(k string) string { v, _ := m.Values[k].(string); return v }
+	return Record{ID: m.ID, EventType: s("event_type"), Agent: s("agent"), IssueKey: s("issue_key"), MessageID: s("message_id"),
+		Stream: s("stream"), CorrelationID: s("correlation_id"), Fence: s("fence"), Outcome: s("outcome"), Detail: s("detail")}
 }
 
 // RecordFor fills a record's identity from the message a handler is working on.

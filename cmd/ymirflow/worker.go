@@ -78,7 +78,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	hcfg := handlers.Config{Agent: cfg.Agent, Branch: cfg.Branch, Runner: runner, Jira: jc,
 		Publisher: pipeline.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes),
 		Results:   pipeline.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
-		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red}
+		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red, Fences: metrics}
 	h, err := handlers.New(hcfg)
 	if err != nil {
 		return usagef("%v", err)

@@ -1,0 +1,142 @@
+package handlers
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// stateLabels are the labels the handlers write: an issue's place in the pipeline. The
+// triggers (ymir_todo, ymir_retry_needed) and the labels of other tools are not among
+// them, so asserting a state never touches them.
+func stateLabels() []string {
+	out := []string{LabelTriageInProgress, LabelTriageErrored}
+	for _, r := range Resolutions {
+		if l := ResolutionLabel(r); l != "" {
+			out = append(out, l)
+		}
+	}
+	for _, a := range pipeline.Agents[1:] {
+		out = append(out, DoneLabel(a), FailedLabel(a), ErroredLabel(a))
+	}
+	return out
+}
+
+// otherState returns the state labels not in keep: what a write that asserts keep
+// removes. Every terminal label write of a handler asserts its whole state this way, so a
+// label that a stale holder wrote late does not survive the newer holder's next write.
+func otherState(keep ...string) []string {
+	return slices.DeleteFunc(stateLabels(), func(l string) bool { return slices.Contains(keep, l) })
+}
+
+// impliedLabels returns the state labels that an issue's terminal records (newest first)
+// imply: the newest triage outcome decides, and for rebase, backport and rebuild the
+// newest outcome of that agent recorded after it. Nil when no triage outcome is known.
+func impliedLabels(recs []pipeline.Record) []string {
+	ti := slices.IndexFunc(recs, func(r pipeline.Record) bool { return r.Agent == "triage" && r.Outcome != "skipped" })
+	if ti < 0 {
+		return nil
+	}
+	tr := recs[ti]
+	if tr.EventType == pipeline.EventStageFailed {
+		return []string{LabelTriageErrored}
+	}
+	label := ResolutionLabel(tr.Outcome)
+	if label == "" {
+		return nil
+	}
+	if IsDispatched(tr.Outcome) {
+		for _, r := range recs[:ti] {
+			if r.Agent != tr.Outcome {
+				continue
+			}
+			if r.EventType == pipeline.EventStageFailed {
+				return []string{ErroredLabel(r.Agent)}
+			}
+			return []string{DoneLabel(r.Agent)}
+		}
+	}
+	return []string{label}
+}
+
+// convergeWait bounds how long converge waits for a live holder of the issue to finish
+// before leaving the labels to that holder's own writes.
+const convergeWait = 30 * time.Second
+
+// converge re-asserts the labels implied by the issue's last recorded outcomes after a
+// label write of ours may have landed on a newer holder's state (the lease was lost
+// while it was in flight). While another holder of the issue (any agent) is live, its
+// own writes assert its state, so converge waits for it to end (up to the lease TTL,
+// at most convergeWait) and then reads the outcome it recorded. Best effort: failures
+// are logged, and a pause here is bounded by the next write of a newer holder.
+func (h *handler) converge(parent context.Context, ev *event) {
+	lease, ok := lockmw.LeaseFrom(parent)
+	if !ok || h.cfg.Jira == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), convergeWait+10*time.Second)
+	defer cancel()
+	locker := lease.Locker()
+	deadline := time.Now().Add(min(locker.TTL(), convergeWait))
+	for {
+		live := ""
+		for _, a := range pipeline.Agents {
+			if _, ok, err := locker.Inspect(ctx, a, ev.key); err != nil {
+				ev.log.Warn().Err(err).Msg("labels not converged: the issue's leases could not be read")
+				return
+			} else if ok {
+				live = a
+				break
+			}
+		}
+		if live == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			ev.log.Warn().Str("holder_agent", live).Msg("labels not converged: a live holder's writes assert its state")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	recs, err := h.cfg.Results.Outcomes(ctx, ev.key, 0)
+	if err != nil {
+		ev.log.Warn().Err(err).Msg("labels not converged: the outcomes could not be read")
+		return
+	}
+	want := impliedLabels(recs)
+	if want == nil {
+		return
+	}
+	labels, _, _, err := h.readIssue(ctx, ev.key)
+	if err != nil {
+		ev.log.Warn().Err(err).Msg("labels not converged: the issue could not be read")
+		return
+	}
+	var add, remove []string
+	for _, l := range want {
+		if !slices.Contains(labels, l) {
+			add = append(add, l)
+		}
+	}
+	for _, l := range otherState(want...) {
+		if slices.Contains(labels, l) {
+			remove = append(remove, l)
+		}
+	}
+	if len(add) == 0 && len(remove) == 0 {
+		return
+	}
+	if err := h.cfg.Jira.UpdateLabels(ctx, ev.key, add, remove); err != nil {
+		ev.log.Warn().Err(err).Msg("labels not converged: the write failed")
+		return
+	}
+	ev.log.Info().Strs("add", add).Strs("remove", remove).Strs("labels", want).
+		Msg("labels converged to the last recorded outcome")
+}
