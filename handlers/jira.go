@@ -80,6 +80,7 @@ func (h *handler) fence(ctx context.Context, ev *event, lease *lockmw.Lease, tar
 	return err
 }
 
+// comment posts a comment made for ev, fenced like setLabels; comments are best effort.
 func (h *handler) comment(ctx context.Context, ev *event, body string) {
 	body = h.cfg.Redactor.String(body)
 	if h.cfg.Jira == nil || h.cfg.DryRun {
