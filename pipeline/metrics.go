@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
@@ -110,6 +111,8 @@ type Health struct {
 	Metrics *Metrics
 	Redis   redis.UniversalClient
 	Ready   func() bool
+	// Limits bound the server's connections (zero: httpsrv's defaults).
+	Limits httpsrv.Limits
 }
 
 // Handler returns the HTTP handler.
@@ -141,7 +144,7 @@ func (h Health) Serve(ctx context.Context, addr string) (net.Addr, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := httpsrv.New(h.Handler(), h.Limits)
 	go func() { _ = srv.Serve(ln) }()
 	go func() {
 		<-ctx.Done()

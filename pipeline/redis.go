@@ -24,7 +24,8 @@ func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL %s: %w", Redact(rawURL), err)
+		// url.Error quotes the whole URL, password included.
+		return nil, fmt.Errorf("REDIS_URL %s: not a URL", Redact(rawURL))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, fmt.Errorf("REDIS_URL %s: scheme must be redis:// or rediss://", Redact(rawURL))
@@ -34,7 +35,8 @@ func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 	single.Host = hosts[0]
 	o, err := redis.ParseURL(single.String())
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL %s: %w", Redact(rawURL), err)
+		pw, _ := u.User.Password()
+		return nil, fmt.Errorf("REDIS_URL %s: %s", Redact(rawURL), redact.New(pw).String(err.Error()))
 	}
 	uo := &redis.UniversalOptions{
 		Addrs:    []string{o.Addr},

@@ -121,7 +121,7 @@ func dlqShow(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, id st
 	if cfg.JSON {
 		return writeJSON(stdout, d)
 	}
-	t := newTable(stdout, "FIELD", "VALUE")
+	t := newRecordTable(stdout)
 	t.row("id", d.ID)
 	t.row("buried", stamp(d.Time)+" ("+human(time.Since(d.Time))+" ago)")
 	t.row("stream", d.Stream)

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -48,7 +49,7 @@ func runFakeJira(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		host = net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
 	}
 	url := "http://" + host
-	hs := &http.Server{Handler: logRequests(log, srv), ReadHeaderTimeout: 10 * time.Second}
+	hs := httpsrv.New(logRequests(log, srv), httpsrv.Limits{})
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 

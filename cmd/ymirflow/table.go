@@ -17,6 +17,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/term"
 
@@ -102,15 +103,57 @@ func inputErr(err error) error {
 	return err
 }
 
-// table prints aligned columns.
+// table prints aligned columns. Cells come from stream entries anyone may have written:
+// control characters (an ESC[ sequence in a correlation id) never reach the terminal, and
+// no cell is wider than maxCell runes.
 type table struct {
-	tw *tabwriter.Writer
+	tw      *tabwriter.Writer
+	maxCell int
 }
 
+// Cell widths: a list's columns, and the values of a one-record view (dlq show).
+const (
+	maxListCell   = 120
+	maxRecordCell = 4096
+)
+
 func newTable(w io.Writer, header ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0), maxCell: maxListCell}
 	t.row(header...)
 	return t
+}
+
+// newRecordTable is a FIELD/VALUE table whose values may be long.
+func newRecordTable(w io.Writer) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0), maxCell: maxRecordCell}
+	t.row("FIELD", "VALUE")
+	return t
+}
+
+// cell makes s safe for one table cell: tabs and line breaks become spaces, other
+// control and bidirectional-override characters a visible \xNN or \uNNNN, and more than
+// max runes are cut with "…".
+func cell(s string, max int) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if n >= max {
+			b.WriteString("…")
+			break
+		}
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+			b.WriteByte(' ')
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == utf8.RuneError:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+		n++
+	}
+	return b.String()
 }
 
 // row prints one line; empty cells show as "-".
@@ -119,7 +162,7 @@ func (t *table) row(cells ...string) {
 		if c == "" {
 			c = "-"
 		}
-		c = strings.NewReplacer("\t", " ", "\n", " ").Replace(c)
+		c = cell(c, t.maxCell)
 		if i > 0 {
 			fmt.Fprint(t.tw, "\t")
 		}

@@ -159,7 +159,7 @@ func URL(raw string) string {
 		return ""
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Opaque != "" {
+	if err != nil || u.Opaque != "" || u.Scheme == "" {
 		return "<unparseable URL>"
 	}
 	if u.User != nil {

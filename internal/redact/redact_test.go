@@ -83,6 +83,7 @@ func TestURL(t *testing.T) {
 		"redis:hunter2@h":                           "<unparseable URL>",
 		"redis://h/0?%zz=hunter2":                   "redis://h/0?xxxxx",
 		"https://jira.example.com":                  "https://jira.example.com",
+		"hunter2":                                   "<unparseable URL>",
 	} {
 		if got := redact.URL(in); got != want {
 			t.Errorf("URL(%q) = %q, want %q", in, got, want)

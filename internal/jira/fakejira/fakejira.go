@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/internal/jira"
 )
 
@@ -64,6 +65,9 @@ type Options struct {
 	// (default 100) caps maxResults.
 	DefaultPageSize int
 	MaxPageSize     int
+	// Limits bound the connections of the server Start and Listen run (zero: httpsrv's
+	// defaults).
+	Limits httpsrv.Limits
 }
 
 // Issue is the Go-side description of a seeded issue.
@@ -184,7 +188,7 @@ func (s *Server) Listen(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("fakejira: listen on %s: %w", addr, err)
 	}
-	s.hs = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.hs = httpsrv.New(s, s.opts.Limits)
 	host := ln.Addr().String()
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
 		host = net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
