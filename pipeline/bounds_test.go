@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -110,7 +111,7 @@ func TestOversizedEntryDeadLetteredWhileNextRuns(t *testing.T) {
 		t.Fatalf("heap grew by %.1f MiB after the entry was dead-lettered", mib(int64(heap1)-int64(heap0)))
 	}
 	// A truncated copy is never requeued.
-	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: e.rdb, Topology: e.topo, Locker: e.locker(time.Second)})
+	in, err := inspect.New(inspect.Config{Client: e.rdb, Topology: e.topo, Locker: e.locker(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}

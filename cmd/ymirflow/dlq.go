@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/config"
-	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 const dlqHelp = `
@@ -68,7 +68,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("dlq %s takes no arguments (got %q)", sub, rest)
 	}
 	for _, id := range rest {
-		if err := pipeline.CheckID(id); err != nil {
+		if err := inspect.CheckID(id); err != nil {
 			return usageError{err}
 		}
 	}
@@ -89,8 +89,8 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 }
 
-func dlqList(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, stdout io.Writer) error {
-	dls, err := in.DeadLetters(ctx, pipeline.DeadFilter{Issue: cfg.Issue, Before: cfg.BeforeID(time.Now())})
+func dlqList(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdout io.Writer) error {
+	dls, err := in.DeadLetters(ctx, inspect.DeadFilter{Issue: cfg.Issue, Before: cfg.BeforeID(time.Now())})
 	if err != nil {
 		return inputErr(err)
 	}
@@ -113,7 +113,7 @@ func dlqList(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, stdou
 	return nil
 }
 
-func dlqShow(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, id string, stdout io.Writer) error {
+func dlqShow(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, id string, stdout io.Writer) error {
 	d, err := in.DeadLetter(ctx, id)
 	if err != nil {
 		return inputErr(err)
@@ -144,8 +144,8 @@ func dlqShow(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, id st
 	return t.flush()
 }
 
-func dlqRequeue(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, ids []string, stdout io.Writer) error {
-	var done []pipeline.Requeued
+func dlqRequeue(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, ids []string, stdout io.Writer) error {
+	var done []inspect.Requeued
 	var err error
 	if cfg.All {
 		done, err = in.RequeueAll(ctx, cfg.Issue)
@@ -153,7 +153,7 @@ func dlqRequeue(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, id
 		done, err = in.Requeue(ctx, ids...)
 	}
 	if done == nil {
-		done = []pipeline.Requeued{}
+		done = []inspect.Requeued{}
 	}
 	if cfg.JSON {
 		errs := []string{}
@@ -178,10 +178,10 @@ func dlqRequeue(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, id
 	return inputErr(err)
 }
 
-func dlqPurge(ctx context.Context, in *pipeline.Inspector, cfg *config.DLQ, stdout, stderr io.Writer) error {
+func dlqPurge(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdout, stderr io.Writer) error {
 	before := cfg.BeforeID(time.Now())
 	if !cfg.Yes {
-		dls, err := in.DeadLetters(ctx, pipeline.DeadFilter{Before: before})
+		dls, err := in.DeadLetters(ctx, inspect.DeadFilter{Before: before})
 		if err != nil {
 			return inputErr(err)
 		}

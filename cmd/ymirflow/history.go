@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/config"
-	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 const historyHelp = `
@@ -42,7 +42,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return inputErr(err)
 	}
 	if events == nil {
-		events = []pipeline.HistoryEvent{}
+		events = []inspect.HistoryEvent{}
 	}
 	if cfg.JSON {
 		issue := pos[0]
@@ -50,8 +50,8 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			issue = events[0].Issue
 		}
 		return writeJSON(stdout, struct {
-			Issue  string                  `json:"issue"`
-			Events []pipeline.HistoryEvent `json:"events"`
+			Issue  string                 `json:"issue"`
+			Events []inspect.HistoryEvent `json:"events"`
 		}{issue, events})
 	}
 	if len(events) == 0 {

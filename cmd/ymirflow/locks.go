@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -48,12 +49,12 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer e.Close()
-	leases, err := in.Locks(ctx, pipeline.LockFilter{Agent: cfg.Agent, Issue: cfg.Issue})
+	leases, err := in.Locks(ctx, inspect.LockFilter{Agent: cfg.Agent, Issue: cfg.Issue})
 	if err != nil {
 		return inputErr(err)
 	}
 	if leases == nil {
-		leases = []pipeline.LeaseInfo{}
+		leases = []inspect.LeaseInfo{}
 	}
 	if cfg.JSON {
 		return writeJSON(stdout, map[string]any{"leases": leases})
@@ -87,9 +88,9 @@ func releaseLock(ctx context.Context, cfg *config.Locks, pos []string, stdout, s
 	}
 	defer e.Close()
 	cur, err := in.Lease(ctx, agent, key)
-	if errors.Is(err, pipeline.ErrNotFound) {
+	if errors.Is(err, inspect.ErrNotFound) {
 		if cfg.JSON {
-			return writeJSON(stdout, pipeline.Released{Agent: agent, Issue: key})
+			return writeJSON(stdout, inspect.Released{Agent: agent, Issue: key})
 		}
 		fmt.Fprintf(stdout, "no live lease on %s %s; nothing released\n", agent, key)
 		return nil

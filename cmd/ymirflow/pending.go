@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/config"
-	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 const pendingHelp = `
@@ -39,13 +39,13 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer e.Close()
-	groups, err := in.Pending(ctx, pipeline.PendingFilter{Agent: cfg.Agent, Branch: cfg.Branch, Issue: cfg.Issue})
+	groups, err := in.Pending(ctx, inspect.PendingFilter{Agent: cfg.Agent, Branch: cfg.Branch, Issue: cfg.Issue})
 	if err != nil {
 		return inputErr(err)
 	}
 	if cfg.JSON {
 		if groups == nil {
-			groups = []pipeline.GroupPending{}
+			groups = []inspect.GroupPending{}
 		}
 		return writeJSON(stdout, map[string]any{"groups": groups})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -36,7 +37,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 0 {
 		return usagef("unexpected arguments %q (the stream goes in --stream)", pos)
 	}
-	route, err := pipeline.Topology{Namespace: cfg.Namespace}.ResolveStream(cfg.Stream)
+	route, err := inspect.ResolveStream(pipeline.Topology{Namespace: cfg.Namespace}, cfg.Stream)
 	if err != nil {
 		return usagef("--stream: %v", err)
 	}
@@ -55,7 +56,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	}
-	rep, err := in.Replay(ctx, pipeline.ReplayOptions{Stream: route.Stream, From: cfg.From, To: cfg.To, Issue: cfg.Issue, DryRun: cfg.DryRun})
+	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: route.Stream, From: cfg.From, To: cfg.To, Issue: cfg.Issue, DryRun: cfg.DryRun})
 	if err != nil && len(rep.Events) == 0 {
 		return inputErr(err)
 	}

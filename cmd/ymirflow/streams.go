@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/config"
-	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 const streamsHelp = `
@@ -41,7 +41,7 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if streams == nil {
-		streams = []pipeline.StreamInfo{}
+		streams = []inspect.StreamInfo{}
 	}
 	if cfg.JSON {
 		return writeJSON(stdout, map[string]any{"streams": streams})

@@ -21,9 +21,9 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // loadCmd parses a command's settings and returns its positional arguments. Flags may
@@ -74,7 +74,7 @@ func loadCmd(name, usage, help string, c config.Command, args []string, stdout, 
 
 // inspector connects to Redis and returns the Inspector of the configured pipeline,
 // with the workers' lease scope.
-func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *pipeline.Inspector, error) {
+func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *inspect.Inspector, error) {
 	e, err := connect(ctx, c, stderr)
 	if err != nil {
 		return nil, nil, err
@@ -85,7 +85,7 @@ func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *
 		e.Close()
 		return nil, nil, err
 	}
-	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: e.rdb, Topology: e.topology, Locker: locker, MaxLen: c.MaxLen,
+	in, err := inspect.New(inspect.Config{Client: e.rdb, Topology: e.topology, Locker: locker, MaxLen: c.MaxLen,
 		MaxEventBytes: c.MaxEventBytes})
 	if err != nil {
 		e.Close()
@@ -97,7 +97,7 @@ func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *
 // inputErr turns errors that come from what the operator typed (an invalid issue key,
 // a malformed stream id) into usage errors (exit 2).
 func inputErr(err error) error {
-	if errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, pipeline.ErrBadID) {
+	if errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, inspect.ErrBadID) {
 		return usageError{err}
 	}
 	return err

@@ -1,4 +1,4 @@
-package pipeline_test
+package inspect_test
 
 import (
 	"context"
@@ -13,17 +13,18 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-func (e *env) inspector(locker *lockmw.Locker, page int64) *pipeline.Inspector {
+func (e *env) inspector(locker *lockmw.Locker, page int64) *inspect.Inspector {
 	e.t.Helper()
 	if locker == nil {
 		locker = e.locker(time.Minute)
 	}
-	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: e.rdb, Topology: e.topo, Locker: locker, PageSize: page})
+	in, err := inspect.New(inspect.Config{Client: e.rdb, Topology: e.topo, Locker: locker, PageSize: page})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 	defer l2.Release(ctx)
 	e.rdb.XDel(ctx, e.triage(), ids[3])
 
-	groups, err := in.Pending(ctx, pipeline.PendingFilter{})
+	groups, err := in.Pending(ctx, inspect.PendingFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,12 +90,12 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 	}
 	g := groups[0]
 	if g.Stream != e.triage() || g.Group != "triage" || g.Count != 4 || g.Lowest != ids[0] || g.Highest != ids[3] ||
-		len(g.Consumers) != 1 || g.Consumers[0] != (pipeline.ConsumerPending{Name: "w1", Pending: 4}) || len(g.Entries) != 4 {
+		len(g.Consumers) != 1 || g.Consumers[0] != (inspect.ConsumerPending{Name: "w1", Pending: 4}) || len(g.Entries) != 4 {
 		t.Fatalf("group = %+v", g)
 	}
 	want := []struct{ issue, state, owner string }{
-		{"RHEL-1", pipeline.StateGuarded, "w1"}, {"RHEL-2", pipeline.StateOrphaned, "w2"},
-		{"RHEL-3", pipeline.StateOrphaned, ""}, {"", pipeline.StateOrphaned, ""},
+		{"RHEL-1", inspect.StateGuarded, "w1"}, {"RHEL-2", inspect.StateOrphaned, "w2"},
+		{"RHEL-3", inspect.StateOrphaned, ""}, {"", inspect.StateOrphaned, ""},
 	}
 	for i, w := range want {
 		got := g.Entries[i]
@@ -114,7 +115,7 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 	}
 
 	// The issue filter keeps the summary and lists only that issue's entries.
-	groups, err = in.Pending(ctx, pipeline.PendingFilter{Agent: "triage", Issue: "rhel-3"})
+	groups, err = in.Pending(ctx, inspect.PendingFilter{Agent: "triage", Issue: "rhel-3"})
 	if err != nil || len(groups) != 1 || groups[0].Count != 4 || len(groups[0].Entries) != 1 || groups[0].Entries[0].ID != ids[2] {
 		t.Fatalf("Pending(RHEL-3) = %+v, %v", groups, err)
 	}
@@ -125,7 +126,7 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 		t.Fatalf("JSON %s: %v", b, err)
 	}
 	// Groups that do not exist are not reported.
-	if groups, err := in.Pending(ctx, pipeline.PendingFilter{Agent: "rebase", Branch: "c9s"}); err != nil || len(groups) != 0 {
+	if groups, err := in.Pending(ctx, inspect.PendingFilter{Agent: "rebase", Branch: "c9s"}); err != nil || len(groups) != 0 {
 		t.Fatalf("Pending(rebase c9s) = %+v, %v", groups, err)
 	}
 }
@@ -144,18 +145,18 @@ func TestLocksAndForceRelease(t *testing.T) {
 		defer le.Release(ctx)
 		held[r.Agent+" "+r.Issue] = le
 	}
-	all, err := in.Locks(ctx, pipeline.LockFilter{})
+	all, err := in.Locks(ctx, inspect.LockFilter{})
 	if err != nil || len(all) != 3 {
 		t.Fatalf("Locks = %+v, %v", all, err)
 	}
 	if all[0].Agent != "rebase" || all[0].Owner != "pod-rebase" || all[0].MessageID != "5-0" || all[0].TTL <= 0 || all[0].AcquiredAt.IsZero() {
 		t.Fatalf("first lease = %+v", all[0])
 	}
-	byIssue, err := in.Locks(ctx, pipeline.LockFilter{Issue: "rhel-1"})
+	byIssue, err := in.Locks(ctx, inspect.LockFilter{Issue: "rhel-1"})
 	if err != nil || len(byIssue) != 2 || byIssue[0].Agent != "triage" || byIssue[1].Agent != "rebase" {
 		t.Fatalf("Locks(RHEL-1) = %+v, %v", byIssue, err)
 	}
-	triage, err := in.Locks(ctx, pipeline.LockFilter{Agent: "triage"})
+	triage, err := in.Locks(ctx, inspect.LockFilter{Agent: "triage"})
 	if err != nil || len(triage) != 2 {
 		t.Fatalf("Locks(triage) = %+v, %v", triage, err)
 	}
@@ -169,7 +170,7 @@ func TestLocksAndForceRelease(t *testing.T) {
 	if _, err := old.XAdd(ctx, e.triage(), 0, map[string]any{"x": "1"}); !errors.Is(err, lockmw.ErrLeaseLost) {
 		t.Fatalf("old holder's publish = %v, want ErrLeaseLost", err)
 	}
-	if _, err := in.Lease(ctx, "triage", "RHEL-1"); !errors.Is(err, pipeline.ErrNotFound) {
+	if _, err := in.Lease(ctx, "triage", "RHEL-1"); !errors.Is(err, inspect.ErrNotFound) {
 		t.Fatalf("Lease after release = %v", err)
 	}
 	again, err := in.ForceRelease(ctx, "triage", "RHEL-1")
@@ -196,7 +197,7 @@ func TestStreamsReportsGroupsLagAndConsumers(t *testing.T) {
 		t.Fatalf("got %d streams, want triage and results: %+v", len(streams), streams)
 	}
 	s := streams[0]
-	if s.Stream != e.triage() || s.Kind != pipeline.KindInput || s.Agent != "triage" || s.Length != 3 || s.FirstID != first || s.LastID != last || len(s.Groups) != 1 {
+	if s.Stream != e.triage() || s.Kind != inspect.KindInput || s.Agent != "triage" || s.Length != 3 || s.FirstID != first || s.LastID != last || len(s.Groups) != 1 {
 		t.Fatalf("triage = %+v", s)
 	}
 	g := s.Groups[0]
@@ -204,7 +205,7 @@ func TestStreamsReportsGroupsLagAndConsumers(t *testing.T) {
 		g.Consumers[0].Name != "w1" || g.Consumers[0].Pending != 1 || g.Consumers[0].Idle < 0 {
 		t.Fatalf("group = %+v", g)
 	}
-	if streams[1].Kind != pipeline.KindResults || streams[1].Length != 1 || len(streams[1].Groups) != 0 {
+	if streams[1].Kind != inspect.KindResults || streams[1].Length != 1 || len(streams[1].Groups) != 0 {
 		t.Fatalf("results = %+v", streams[1])
 	}
 }
@@ -278,11 +279,11 @@ func TestReplayOfARangeYieldsThatManyNewEvents(t *testing.T) {
 	}
 	originals, _ := e.rdb.XRange(ctx, e.triage(), "-", "+").Result()
 
-	dry, err := in.Replay(ctx, pipeline.ReplayOptions{Stream: "triage", From: ids[1], To: ids[3], DryRun: true})
+	dry, err := in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", From: ids[1], To: ids[3], DryRun: true})
 	if err != nil || len(dry.Events) != 3 || dry.Events[0].ID != "" || e.rdb.XLen(ctx, e.triage()).Val() != 5 {
 		t.Fatalf("dry run = %+v, %v", dry, err)
 	}
-	rep, err := in.Replay(ctx, pipeline.ReplayOptions{Stream: e.triage(), From: ids[1], To: ids[3]})
+	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: e.triage(), From: ids[1], To: ids[3]})
 	if err != nil || len(rep.Events) != 3 {
 		t.Fatalf("Replay = %+v, %v", rep, err)
 	}
@@ -304,14 +305,14 @@ func TestReplayOfARangeYieldsThatManyNewEvents(t *testing.T) {
 		}
 	}
 	// The whole stream, one issue: the replays appended meanwhile are not replayed again.
-	rep, err = in.Replay(ctx, pipeline.ReplayOptions{Stream: "triage", Issue: "rhel-1"})
+	rep, err = in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", Issue: "rhel-1"})
 	if err != nil || len(rep.Events) != 4 { // 3 originals + the replay of ids[2]
 		t.Fatalf("Replay(RHEL-1) = %+v, %v", rep, err)
 	}
 	if n := e.rdb.XLen(ctx, e.triage()).Val(); n != 12 {
 		t.Fatalf("stream has %d entries, want 12", n)
 	}
-	if _, err := in.Replay(ctx, pipeline.ReplayOptions{Stream: "results"}); err == nil {
+	if _, err := in.Replay(ctx, inspect.ReplayOptions{Stream: "results"}); err == nil {
 		t.Fatal("replay of the results stream accepted")
 	}
 }
@@ -335,7 +336,7 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer le.Release(context.Background())
-	rep, err := e.inspector(other, 0).Replay(ctx, pipeline.ReplayOptions{Stream: "triage"})
+	rep, err := e.inspector(other, 0).Replay(ctx, inspect.ReplayOptions{Stream: "triage"})
 	if err != nil || len(rep.Events) != 1 {
 		t.Fatalf("Replay = %+v, %v", rep, err)
 	}
@@ -386,7 +387,7 @@ func TestRequeueMovesAnEntryBackExactlyOnce(t *testing.T) {
 			defer wg.Done()
 			done, err := in.Requeue(ctx, dead)
 			moved.Add(int32(len(done)))
-			if errors.Is(err, pipeline.ErrNotFound) {
+			if errors.Is(err, inspect.ErrNotFound) {
 				notFound.Add(1)
 			} else if err != nil {
 				t.Error(err)
@@ -411,7 +412,7 @@ func TestRequeueMovesAnEntryBackExactlyOnce(t *testing.T) {
 			t.Errorf("requeued entry keeps %s", k)
 		}
 	}
-	if _, err := in.DeadLetter(ctx, dead); !errors.Is(err, pipeline.ErrNotFound) {
+	if _, err := in.DeadLetter(ctx, dead); !errors.Is(err, inspect.ErrNotFound) {
 		t.Fatalf("DeadLetter after requeue = %v", err)
 	}
 }
@@ -424,11 +425,11 @@ func TestRequeueAllPurgeAndList(t *testing.T) {
 	for _, k := range []string{"RHEL-1", "RHEL-2", "RHEL-1", "RHEL-3"} {
 		dead = append(dead, e.bury(e.triage(), e.publishTriage(k), k, "boom "+k))
 	}
-	list, err := in.DeadLetters(ctx, pipeline.DeadFilter{})
+	list, err := in.DeadLetters(ctx, inspect.DeadFilter{})
 	if err != nil || len(list) != 4 || list[0].ID != dead[0] {
 		t.Fatalf("DeadLetters = %+v, %v", list, err)
 	}
-	if list, err := in.DeadLetters(ctx, pipeline.DeadFilter{Before: dead[2]}); err != nil || len(list) != 2 {
+	if list, err := in.DeadLetters(ctx, inspect.DeadFilter{Before: dead[2]}); err != nil || len(list) != 2 {
 		t.Fatalf("DeadLetters(before) = %d, %v", len(list), err)
 	}
 	done, err := in.RequeueAll(ctx, "rhel-1")
@@ -446,7 +447,7 @@ func TestRequeueAllPurgeAndList(t *testing.T) {
 	if err != nil || n != 1 || e.rdb.XLen(ctx, e.topo.Dead()).Val() != 0 {
 		t.Fatalf("Purge(all) = %d, %v", n, err)
 	}
-	if _, err := in.Requeue(ctx, "nope"); !errors.Is(err, pipeline.ErrBadID) {
+	if _, err := in.Requeue(ctx, "nope"); !errors.Is(err, inspect.ErrBadID) {
 		t.Fatalf("Requeue(nope) = %v", err)
 	}
 }
@@ -488,7 +489,7 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 func TestRequeueAndReplayNeverTrimPendingEntries(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: e.rdb, Topology: e.topo, Locker: e.locker(time.Minute), MaxLen: 2})
+	in, err := inspect.New(inspect.Config{Client: e.rdb, Topology: e.topo, Locker: e.locker(time.Minute), MaxLen: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +502,7 @@ func TestRequeueAndReplayNeverTrimPendingEntries(t *testing.T) {
 	if _, err := in.Requeue(ctx, dead); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := in.Replay(ctx, pipeline.ReplayOptions{Stream: "triage", From: ids[0], To: ids[1]}); err != nil {
+	if _, err := in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", From: ids[0], To: ids[1]}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {

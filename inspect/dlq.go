@@ -1,4 +1,4 @@
-package pipeline
+package inspect
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // DeadLetter is one entry of the dead-letter stream.
@@ -35,18 +36,18 @@ type DeadLetter struct {
 
 func (in *Inspector) deadLetter(m redis.XMessage) DeadLetter {
 	v := func(k string) string { return fieldStr(m.Values[k]) }
-	d := DeadLetter{ID: m.ID, Time: streamid.Time(m.ID), Stream: v(DeadFieldStream), OriginalID: v(DeadFieldID),
-		Error: v(DeadFieldError), Agent: v(DeadFieldAgent), Metadata: map[string]string{}}
-	d.Attempts, _ = strconv.Atoi(v(DeadFieldAttempts))
-	msg := DecodeEntry(d.Stream, m.ID, m.Values)
+	d := DeadLetter{ID: m.ID, Time: streamid.Time(m.ID), Stream: v(pipeline.DeadFieldStream), OriginalID: v(pipeline.DeadFieldID),
+		Error: v(pipeline.DeadFieldError), Agent: v(pipeline.DeadFieldAgent), Metadata: map[string]string{}}
+	d.Attempts, _ = strconv.Atoi(v(pipeline.DeadFieldAttempts))
+	msg := pipeline.DecodeEntry(d.Stream, m.ID, m.Values)
 	for k, val := range msg.Metadata {
 		if !strings.HasPrefix(k, "_ymir_") {
 			d.Metadata[k] = val
 		}
 	}
-	d.Issue, _ = in.canonical(entryIssue(d.Stream, m.ID, m.Values))
-	d.EventType, d.CorrelationID = msg.Metadata.Get(MetaEventType), msg.Metadata.Get(MetaCorrelationID)
-	d.UUID, d.Payload = v(fieldUUID), v(fieldPayload)
+	d.Issue, _ = in.canonical(pipeline.EntryIssue(d.Stream, m.ID, m.Values))
+	d.EventType, d.CorrelationID = msg.Metadata.Get(pipeline.MetaEventType), msg.Metadata.Get(pipeline.MetaCorrelationID)
+	d.UUID, d.Payload = v(pipeline.FieldUUID), v(pipeline.FieldPayload)
 	return d
 }
 
@@ -177,14 +178,14 @@ func (in *Inspector) RequeueAll(ctx context.Context, issue string) ([]Requeued, 
 	return in.Requeue(ctx, ids...)
 }
 
-// trim keeps the streams requeued to near MaxLen with Trim (best effort), which never
+// trim keeps the streams requeued to near MaxLen with pipeline.Trim (best effort), which never
 // removes an entry a group still needs; XADD MAXLEN would.
 func (in *Inspector) trim(ctx context.Context, done []Requeued) {
 	seen := map[string]bool{}
 	for _, r := range done {
 		if !seen[r.Stream] {
 			seen[r.Stream] = true
-			_, _ = Trim(ctx, in.rdb, r.Stream, in.maxLen)
+			_, _ = pipeline.Trim(ctx, in.rdb, r.Stream, in.maxLen)
 		}
 	}
 }
@@ -263,8 +264,8 @@ func (in *Inspector) readMoves(ctx context.Context, c redis.Cmdable, ids []strin
 			failed = append(failed, fmt.Errorf("dead letter %s: its stream %q is not an input stream of this pipeline; not requeued", id, dl.Stream))
 			continue
 		}
-		if size, ok := msgs[0].Values[DeadFieldSize]; ok {
-			failed = append(failed, fmt.Errorf("dead letter %s: %w: it is a truncated copy of an entry of %v bytes; not requeued", id, ErrEventTooLarge, size))
+		if size, ok := msgs[0].Values[pipeline.DeadFieldSize]; ok {
+			failed = append(failed, fmt.Errorf("dead letter %s: %w: it is a truncated copy of an entry of %v bytes; not requeued", id, pipeline.ErrEventTooLarge, size))
 			continue
 		}
 		values := map[string]any{}
@@ -273,7 +274,7 @@ func (in *Inspector) readMoves(ctx context.Context, c redis.Cmdable, ids []strin
 				values[k] = v
 			}
 		}
-		if err := CheckEvent(values, in.maxBytes); err != nil {
+		if err := pipeline.CheckEvent(values, in.maxBytes); err != nil {
 			failed = append(failed, fmt.Errorf("dead letter %s: %w; not requeued", id, err))
 			continue
 		}

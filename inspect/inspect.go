@@ -1,4 +1,4 @@
-package pipeline
+package inspect
 
 import (
 	"context"
@@ -13,21 +13,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // DefaultPageSize is the COUNT of each XPENDING and XRANGE page the Inspector reads.
 const DefaultPageSize = 1000
 
-// InspectorConfig configures an Inspector.
-type InspectorConfig struct {
+// Config configures an Inspector.
+type Config struct {
 	// Client is the Redis client; the Inspector never closes it.
 	Client redis.UniversalClient
 	// Topology names the streams and groups.
-	Topology Topology
+	Topology pipeline.Topology
 	// Locker finds leases; it must use the workers' Scope and Format.
 	Locker *lockmw.Locker
 	// MaxLen: Replay and Requeue keep the streams they append to near MaxLen with
-	// Trim, which spares entries a group still needs (0: never trim).
+	// pipeline.Trim, which spares entries a group still needs (0: never trim).
 	MaxLen int64
 	// MaxEventBytes bounds what Replay and Requeue publish (0: DefaultMaxEventBytes).
 	MaxEventBytes int
@@ -43,7 +44,7 @@ type InspectorConfig struct {
 // round trips of each are stated on the method.
 type Inspector struct {
 	rdb      redis.UniversalClient
-	topo     Topology
+	topo     pipeline.Topology
 	locker   *lockmw.Locker
 	maxLen   int64
 	maxBytes int
@@ -51,10 +52,10 @@ type Inspector struct {
 	now      func() time.Time
 }
 
-// NewInspector returns an Inspector. It does no I/O.
-func NewInspector(cfg InspectorConfig) (*Inspector, error) {
+// New returns an Inspector. It does no I/O.
+func New(cfg Config) (*Inspector, error) {
 	if cfg.Client == nil || cfg.Locker == nil {
-		return nil, errors.New("pipeline: InspectorConfig needs a Client and a Locker")
+		return nil, errors.New("inspect: Config needs a Client and a Locker")
 	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = DefaultPageSize
@@ -93,18 +94,18 @@ func CheckRangeID(id string) error {
 
 // ResolveStream names an input stream of the topology, given in full ("ymir:triage")
 // or relative to the namespace ("triage", "rebase:c9s:todo").
-func (t Topology) ResolveStream(name string) (Route, error) {
+func ResolveStream(t pipeline.Topology, name string) (pipeline.Route, error) {
 	if r, ok := t.RouteOf(name); ok {
 		return r, nil
 	}
-	if r, ok := t.RouteOf(t.ns() + ":" + name); ok {
+	if r, ok := t.RouteOf(strings.TrimSuffix(t.Dead(), ":dead") + ":" + name); ok {
 		return r, nil
 	}
 	var names []string
 	for _, r := range t.AllInputs() {
 		names = append(names, r.Stream)
 	}
-	return Route{}, fmt.Errorf("%q is not an input stream of this pipeline (one of %s)", name, strings.Join(names, ", "))
+	return pipeline.Route{}, fmt.Errorf("%q is not an input stream of this pipeline (one of %s)", name, strings.Join(names, ", "))
 }
 
 // LeaseInfo is the operator's view of a live lease.
@@ -154,10 +155,10 @@ type LockFilter struct {
 // of the lease-record pattern, which visits every key of the database in steps of
 // 1000 keys (one round trip each), then one round trip per 500 leases found.
 func (in *Inspector) Locks(ctx context.Context, f LockFilter) ([]LeaseInfo, error) {
-	agents := Agents
+	agents := pipeline.Agents
 	if f.Agent != "" {
-		if !slices.Contains(Agents, f.Agent) {
-			return nil, fmt.Errorf("unknown agent %q (want one of %v)", f.Agent, Agents)
+		if !slices.Contains(pipeline.Agents, f.Agent) {
+			return nil, fmt.Errorf("unknown agent %q (want one of %v)", f.Agent, pipeline.Agents)
 		}
 		agents = []string{f.Agent}
 	}
@@ -212,8 +213,8 @@ type Released struct {
 
 // Lease returns the live lease (agent, issue), or ErrNotFound. One round trip.
 func (in *Inspector) Lease(ctx context.Context, agent, issue string) (LeaseInfo, error) {
-	if !slices.Contains(Agents, agent) {
-		return LeaseInfo{}, fmt.Errorf("unknown agent %q (want one of %v)", agent, Agents)
+	if !slices.Contains(pipeline.Agents, agent) {
+		return LeaseInfo{}, fmt.Errorf("unknown agent %q (want one of %v)", agent, pipeline.Agents)
 	}
 	info, ok, err := in.locker.Inspect(ctx, agent, issue)
 	if err != nil {
@@ -242,30 +243,6 @@ func (in *Inspector) ForceRelease(ctx context.Context, agent, issue string) (Rel
 		return Released{}, err
 	}
 	return Released{Agent: agent, Issue: li.Issue, Holder: &li, Fence: fence}, nil
-}
-
-// entryIssue returns the raw issue key of a stream entry: the issue_key field
-// (results records), the m:issue_key metadata, or the Task payload's key.
-func entryIssue(stream, id string, values map[string]any) string {
-	if s, _ := values["issue_key"].(string); s != "" {
-		return s
-	}
-	if s, _ := values[metaPrefix+MetaIssueKey].(string); s != "" {
-		return s
-	}
-	if _, ok := values[fieldPayload]; !ok {
-		if _, ok := values[fieldMetadata]; !ok {
-			return ""
-		}
-	}
-	msg := DecodeEntry(stream, id, values)
-	if k := msg.Metadata.Get(MetaIssueKey); k != "" {
-		return k
-	}
-	if task, err := ParseTask(msg.Payload); err == nil {
-		return task.IssueKey()
-	}
-	return ""
 }
 
 // canonical returns the canonical form of raw, or raw trimmed when it is not a valid

@@ -1,4 +1,4 @@
-package pipeline_test
+package inspect_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -26,7 +27,7 @@ func ExampleInspector() {
 
 	topo := pipeline.Topology{Namespace: ns + "ymir"}
 	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()}) // the workers' scope and format
-	in, err := pipeline.NewInspector(pipeline.InspectorConfig{Client: rdb, Topology: topo, Locker: locker})
+	in, err := inspect.New(inspect.Config{Client: rdb, Topology: topo, Locker: locker})
 	if err != nil {
 		panic(err)
 	}
@@ -45,7 +46,7 @@ func ExampleInspector() {
 	lease, _ := locker.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "worker-0", MessageID: ids["RHEL-1"]})
 	defer lease.Release(ctx)
 
-	groups, _ := in.Pending(ctx, pipeline.PendingFilter{Agent: "triage"})
+	groups, _ := in.Pending(ctx, inspect.PendingFilter{Agent: "triage"})
 	for _, g := range groups {
 		fmt.Println(strings.TrimPrefix(g.Stream, ns), "group", g.Group, "pending", g.Count)
 		for _, e := range g.Entries {
@@ -56,7 +57,7 @@ func ExampleInspector() {
 	for _, ev := range history {
 		fmt.Println("history:", ev.EventType, strings.TrimPrefix(ev.Stream, ns))
 	}
-	rep, _ := in.Replay(ctx, pipeline.ReplayOptions{Stream: "triage", Issue: "RHEL-2"})
+	rep, _ := in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", Issue: "RHEL-2"})
 	fmt.Println("replayed:", len(rep.Events), rep.Events[0].ReplayOf == ids["RHEL-2"])
 	// Output:
 	// ymir:triage group triage pending 2

@@ -1,4 +1,4 @@
-package pipeline
+package inspect
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // HistoryEvent is one entry about an issue in one of the pipeline's streams.
@@ -51,7 +52,7 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 	}
 	type src struct {
 		stream, kind string
-		route        Route
+		route        pipeline.Route
 	}
 	var srcs []src
 	for _, r := range in.topo.AllInputs() {
@@ -63,7 +64,7 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 	err = in.scan(ctx, len(srcs), func(i int) string { return srcs[i].stream }, "-", "+",
 		func(i int, m redis.XMessage) {
 			s := srcs[i]
-			raw := entryIssue(s.stream, m.ID, m.Values)
+			raw := pipeline.EntryIssue(s.stream, m.ID, m.Values)
 			if k, _ := in.canonical(raw); k != key {
 				return
 			}
@@ -81,11 +82,11 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 	return out, nil
 }
 
-func historyEvent(stream, kind string, route Route, m redis.XMessage, key string) HistoryEvent {
+func historyEvent(stream, kind string, route pipeline.Route, m redis.XMessage, key string) HistoryEvent {
 	v := func(k string) string { return fieldStr(m.Values[k]) }
 	ev := HistoryEvent{Time: streamid.Time(m.ID), Stream: stream, ID: m.ID, Kind: kind, Issue: key}
-	_, hasPayload := m.Values[fieldPayload]
-	_, hasUUID := m.Values[fieldUUID]
+	_, hasPayload := m.Values[pipeline.FieldPayload]
+	_, hasUUID := m.Values[pipeline.FieldUUID]
 	if !hasPayload && !hasUUID {
 		// A results record: plain fields.
 		ev.EventType, ev.Agent, ev.Fence, ev.CorrelationID = v("event_type"), v("agent"), v("fence"), v("correlation_id")
@@ -104,20 +105,20 @@ func historyEvent(stream, kind string, route Route, m redis.XMessage, key string
 		ev.Detail = strings.Join(d, "; ")
 		return ev
 	}
-	msg := DecodeEntry(stream, m.ID, m.Values)
+	msg := pipeline.DecodeEntry(stream, m.ID, m.Values)
 	md := msg.Metadata.Get
-	ev.EventType, ev.Fence, ev.CorrelationID = md(MetaEventType), md(MetaFence), md(MetaCorrelationID)
-	ev.CausationID, ev.ReplayOf = md(MetaCausationID), md(MetaReplayOf)
+	ev.EventType, ev.Fence, ev.CorrelationID = md(pipeline.MetaEventType), md(pipeline.MetaFence), md(pipeline.MetaCorrelationID)
+	ev.CausationID, ev.ReplayOf = md(pipeline.MetaCausationID), md(pipeline.MetaReplayOf)
 	ev.Agent = route.Agent
 	if ev.EventType == "" && route.Agent != "" {
-		ev.EventType = RequestedEvent(route.Agent)
+		ev.EventType = pipeline.RequestedEvent(route.Agent)
 	}
 	if kind == KindDead {
 		orig := ev.EventType
-		ev.EventType = EventDead
-		ev.Agent = v(DeadFieldAgent)
-		ev.About = strings.TrimSpace(v(DeadFieldStream) + " " + v(DeadFieldID))
-		ev.Detail = fmt.Sprintf("%s after %s attempt(s): %s", orig, v(DeadFieldAttempts), v(DeadFieldError))
+		ev.EventType = pipeline.EventDead
+		ev.Agent = v(pipeline.DeadFieldAgent)
+		ev.About = strings.TrimSpace(v(pipeline.DeadFieldStream) + " " + v(pipeline.DeadFieldID))
+		ev.Detail = fmt.Sprintf("%s after %s attempt(s): %s", orig, v(pipeline.DeadFieldAttempts), v(pipeline.DeadFieldError))
 	}
 	return ev
 }

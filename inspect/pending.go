@@ -1,4 +1,4 @@
-package pipeline
+package inspect
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // PendingFilter selects the groups and entries Pending reports.
@@ -99,7 +100,7 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 		}
 		issue = k
 	}
-	var routes []Route
+	var routes []pipeline.Route
 	for _, r := range in.topo.AllInputs() {
 		if (f.Agent == "" || r.Agent == f.Agent) && (f.Branch == "" || r.Branch == f.Branch) {
 			routes = append(routes, r)
@@ -119,7 +120,7 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 		return nil, fmt.Errorf("xpending: %w", err)
 	}
 	var groups []GroupPending
-	var live []Route
+	var live []pipeline.Route
 	for i, r := range routes {
 		s, err := sums[i].Result()
 		if isNoGroupErr(err) {
@@ -203,7 +204,7 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 				continue
 			}
 			present[rf] = true
-			issues[rf] = entryIssue(live[rf.g].Stream, msgs[0].ID, msgs[0].Values)
+			issues[rf] = pipeline.EntryIssue(live[rf.g].Stream, msgs[0].ID, msgs[0].Values)
 		}
 	}
 

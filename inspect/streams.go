@@ -1,4 +1,4 @@
-package pipeline
+package inspect
 
 import (
 	"context"

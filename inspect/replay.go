@@ -1,4 +1,4 @@
-package pipeline
+package inspect
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // ReplayOptions select the events Replay re-publishes.
@@ -65,7 +66,7 @@ type SkippedEntry struct {
 // path. Cost: one round trip for the stream's last id, one per page of PageSize
 // entries read, and one per event replayed.
 func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport, error) {
-	route, err := in.topo.ResolveStream(o.Stream)
+	route, err := ResolveStream(in.topo, o.Stream)
 	if err != nil {
 		return ReplayReport{}, err
 	}
@@ -102,7 +103,7 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 		to = lastID
 	}
 
-	pub := NewPublisher(in.rdb, in.maxLen).WithMaxEventBytes(in.maxBytes)
+	pub := pipeline.NewPublisher(in.rdb, in.maxLen).WithMaxEventBytes(in.maxBytes)
 	next := from
 	for {
 		page, err := in.rdb.XRangeN(ctx, route.Stream, next, to, in.page).Result()
@@ -112,12 +113,12 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 		var msgs []*message.Message
 		var evs []ReplayedEvent
 		for _, m := range page {
-			orig := DecodeEntry(route.Stream, m.ID, m.Values)
-			key, valid := in.canonical(entryIssue(route.Stream, m.ID, m.Values))
+			orig := pipeline.DecodeEntry(route.Stream, m.ID, m.Values)
+			key, valid := in.canonical(pipeline.EntryIssue(route.Stream, m.ID, m.Values))
 			if issue != "" && key != issue {
 				continue
 			}
-			if bad := orig.Metadata.Get(metaBad); bad != "" {
+			if bad := pipeline.BadReason(orig); bad != "" {
 				rep.Skipped = append(rep.Skipped, SkippedEntry{ID: m.ID, Reason: bad})
 				continue
 			}
@@ -127,8 +128,8 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 			}
 			msg := replayOf(orig, m.ID, route)
 			msgs = append(msgs, msg)
-			evs = append(evs, ReplayedEvent{ReplayOf: m.ID, Issue: key, EventType: msg.Metadata.Get(MetaEventType),
-				CorrelationID: msg.Metadata.Get(MetaCorrelationID), OriginalCorrelationID: orig.Metadata.Get(MetaCorrelationID)})
+			evs = append(evs, ReplayedEvent{ReplayOf: m.ID, Issue: key, EventType: msg.Metadata.Get(pipeline.MetaEventType),
+				CorrelationID: msg.Metadata.Get(pipeline.MetaCorrelationID), OriginalCorrelationID: orig.Metadata.Get(pipeline.MetaCorrelationID)})
 		}
 		if o.DryRun {
 			for i := range evs {
@@ -166,23 +167,23 @@ func beyond(bound, last string) bool {
 }
 
 // replayOf builds the replay of orig (read from route's stream at id).
-func replayOf(orig *message.Message, id string, route Route) *message.Message {
+func replayOf(orig *message.Message, id string, route pipeline.Route) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), orig.Payload)
 	for k, v := range orig.Metadata {
-		if strings.HasPrefix(k, "_ymir_") || k == MetaFence {
+		if strings.HasPrefix(k, "_ymir_") || k == pipeline.MetaFence {
 			continue
 		}
 		msg.Metadata.Set(k, v)
 	}
-	if msg.Metadata.Get(MetaEventType) == "" {
-		msg.Metadata.Set(MetaEventType, RequestedEvent(route.Agent))
+	if msg.Metadata.Get(pipeline.MetaEventType) == "" {
+		msg.Metadata.Set(pipeline.MetaEventType, pipeline.RequestedEvent(route.Agent))
 	}
-	if msg.Metadata.Get(MetaSchemaVersion) == "" {
-		msg.Metadata.Set(MetaSchemaVersion, SchemaVersion)
+	if msg.Metadata.Get(pipeline.MetaSchemaVersion) == "" {
+		msg.Metadata.Set(pipeline.MetaSchemaVersion, pipeline.SchemaVersion)
 	}
-	msg.Metadata.Set(MetaReplayOf, id)
-	msg.Metadata.Set(MetaCorrelationID, watermill.NewUUID())
-	msg.Metadata.Set(MetaCausationID, orig.UUID)
-	msg.Metadata.Set(MetaAttempt, "0")
+	msg.Metadata.Set(pipeline.MetaReplayOf, id)
+	msg.Metadata.Set(pipeline.MetaCorrelationID, watermill.NewUUID())
+	msg.Metadata.Set(pipeline.MetaCausationID, orig.UUID)
+	msg.Metadata.Set(pipeline.MetaAttempt, "0")
 	return msg
 }
