@@ -7,30 +7,8 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 )
-
-// Jira labels the fetcher reads and writes (upstream JiraLabels).
-const (
-	LabelTodo             = "ymir_todo"
-	LabelRetryNeeded      = "ymir_retry_needed"
-	LabelTriageInProgress = "ymir_triage_in_progress"
-
-	labelPrefix           = "ymir_"
-	labelReproducerPrefix = "ymir_reproducer_"
-	labelReproducerInProg = "ymir_reproducer_in_progress"
-	inProgressSuffix      = "_in_progress"
-)
-
-// InFlightLabels are the labels whose staleness the fetcher recovers (upstream
-// IN_FLIGHT_LABELS), in the order they are looked for.
-var InFlightLabels = []string{
-	LabelTriageInProgress,
-	"ymir_triaged_backport",
-	"ymir_triaged_rebase",
-	"ymir_triaged_rebuild",
-	"ymir_cli_triage",
-	labelReproducerInProg,
-}
 
 // DefaultComponentField is the custom field naming the downstream component
 // ("Downstream Component Name" on Red Hat's Jira).
@@ -45,8 +23,8 @@ type Trigger string
 // Triggers.
 const (
 	TriggerFresh Trigger = "fresh"             // no ymir_* label
-	TriggerTodo  Trigger = LabelTodo           // a trusted maintainer asked (user-triggered, :todo stream)
-	TriggerRetry Trigger = LabelRetryNeeded    // a stage asked for a retry
+	TriggerTodo  Trigger = labels.Todo         // a trusted maintainer asked (user-triggered, :todo stream)
+	TriggerRetry Trigger = labels.RetryNeeded  // a stage asked for a retry
 	TriggerStale Trigger = "stale"             // an in-flight label went stale: recovered
 	triggerNone  Trigger = ""                  // nothing to publish
 	triggerTodoM Trigger = "ymir_todo/modular" // modular ymir_todo: consumed, not published
@@ -63,22 +41,11 @@ type decision struct {
 	why string
 }
 
-// ymirLabels returns the labels that start with ymir_.
-func ymirLabels(labels []string) []string {
-	var out []string
-	for _, l := range labels {
-		if strings.HasPrefix(l, labelPrefix) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // hasInProgress reports whether any ymir_ label ends with _in_progress (upstream
 // has_in_progress: ymir_triage_in_progress, ymir_reproducer_in_progress; not ymir_triaged_*).
 func hasInProgress(ymir []string) bool {
 	for _, l := range ymir {
-		if strings.HasSuffix(l, inProgressSuffix) {
+		if strings.HasSuffix(l, labels.InProgressSuffix) {
 			return true
 		}
 	}
@@ -109,9 +76,9 @@ func isStaleRaw(updated string, now time.Time, threshold time.Duration) bool {
 // ymir_reproducer_* label; every other in-flight label by any other ymir_* label except
 // the triggers ymir_retry_needed and ymir_todo. The label must also be stale: the issue
 // not updated for threshold.
-func findStaleInFlightLabel(labels []string, updated, now time.Time, threshold time.Duration) string {
-	ymir := ymirLabels(labels)
-	for _, cand := range InFlightLabels {
+func findStaleInFlightLabel(issueLabels []string, updated, now time.Time, threshold time.Duration) string {
+	ymir := labels.Ymir(issueLabels)
+	for _, cand := range labels.InFlight() {
 		if !slices.Contains(ymir, cand) {
 			continue
 		}
@@ -120,10 +87,10 @@ func findStaleInFlightLabel(labels []string, updated, now time.Time, threshold t
 			if other == cand {
 				continue
 			}
-			if cand == labelReproducerInProg {
-				blocked = strings.HasPrefix(other, labelReproducerPrefix)
+			if cand == labels.ReproducerInProgress {
+				blocked = strings.HasPrefix(other, labels.ReproducerPrefix)
 			} else {
-				blocked = other != LabelRetryNeeded && other != LabelTodo
+				blocked = other != labels.RetryNeeded && other != labels.Todo
 			}
 			if blocked {
 				break
@@ -187,11 +154,11 @@ func componentNames(v any) []string {
 // here, after the rules, as upstream did (only issues that would be published are counted
 // as modular), except that a modular ymir_todo is consumed (upstream §8 item 16).
 func classify(is jira.Issue, now time.Time, threshold time.Duration, componentField string) decision {
-	labels := is.Fields.Labels
-	ymir := ymirLabels(labels)
+	issueLabels := is.Fields.Labels
+	ymir := labels.Ymir(issueLabels)
 	inProgress := hasInProgress(ymir)
-	hasTodo := slices.Contains(ymir, LabelTodo)
-	hasRetry := slices.Contains(ymir, LabelRetryNeeded)
+	hasTodo := slices.Contains(ymir, labels.Todo)
+	hasRetry := slices.Contains(ymir, labels.RetryNeeded)
 
 	var d decision
 	switch {
@@ -200,7 +167,7 @@ func classify(is jira.Issue, now time.Time, threshold time.Duration, componentFi
 	case hasTodo && !inProgress: // A
 		d = decision{trigger: TriggerTodo, why: "ymir_todo without an in-progress label"}
 	default:
-		if l := findStaleInFlightLabel(labels, is.Fields.Updated.Time, now, threshold); l != "" { // B
+		if l := findStaleInFlightLabel(issueLabels, is.Fields.Updated.Time, now, threshold); l != "" { // B
 			d = decision{trigger: TriggerStale, staleLabel: l, why: l + " not updated for " + threshold.String()}
 			break
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 )
 
 // Ports of upstream's test_is_label_stale [5 cases] and
@@ -104,19 +105,19 @@ func TestClassify(t *testing.T) {
 	}{
 		{"fresh", mk(fresh, nil), TriggerFresh, ""},
 		{"non-ymir labels only", mk(fresh, nil, "security", "CVE"), TriggerFresh, ""},
-		{"A todo", mk(fresh, nil, LabelTodo), TriggerTodo, ""},
-		{"A todo with an outcome label (upstream §8 item 8)", mk(fresh, nil, LabelTodo, "ymir_triaged_backport"), TriggerTodo, ""},
-		{"A todo in progress", mk(fresh, nil, LabelTodo, LabelTriageInProgress), triggerNone, ReasonLabelled},
-		{"B stale in progress with todo", mk(stale, nil, LabelTodo, LabelTriageInProgress), TriggerStale, ""},
+		{"A todo", mk(fresh, nil, labels.Todo), TriggerTodo, ""},
+		{"A todo with an outcome label (upstream §8 item 8)", mk(fresh, nil, labels.Todo, "ymir_triaged_backport"), TriggerTodo, ""},
+		{"A todo in progress", mk(fresh, nil, labels.Todo, labels.TriageInProgress), triggerNone, ReasonLabelled},
+		{"B stale in progress with todo", mk(stale, nil, labels.Todo, labels.TriageInProgress), TriggerStale, ""},
 		{"B stale triaged", mk(stale, nil, "ymir_triaged_rebase"), TriggerStale, ""},
 		{"C outcome", mk(stale, nil, "ymir_triaged_not_affected"), triggerNone, ReasonLabelled},
-		{"D retry", mk(fresh, nil, LabelRetryNeeded), TriggerRetry, ""},
-		{"D retry with an outcome label", mk(fresh, nil, LabelRetryNeeded, "ymir_rebase_errored"), TriggerRetry, ""},
-		{"D retry in progress", mk(fresh, nil, LabelRetryNeeded, LabelTriageInProgress), triggerNone, ReasonLabelled},
+		{"D retry", mk(fresh, nil, labels.RetryNeeded), TriggerRetry, ""},
+		{"D retry with an outcome label", mk(fresh, nil, labels.RetryNeeded, "ymir_rebase_errored"), TriggerRetry, ""},
+		{"D retry in progress", mk(fresh, nil, labels.RetryNeeded, labels.TriageInProgress), triggerNone, ReasonLabelled},
 		{"modular fresh", mk(fresh, "perl:5.32/perl"), triggerNone, ReasonModular},
-		{"modular todo is consumed", mk(fresh, "perl:5.32/perl", LabelTodo), triggerTodoM, ""},
+		{"modular todo is consumed", mk(fresh, "perl:5.32/perl", labels.Todo), triggerTodoM, ""},
 		{"modular component object", mk(fresh, map[string]any{"value": "nodejs:18/nodejs"}), triggerNone, ReasonModular},
-		{"modular component list", mk(fresh, []any{"nodejs:18/nodejs"}, LabelRetryNeeded), triggerNone, ReasonModular},
+		{"modular component list", mk(fresh, []any{"nodejs:18/nodejs"}, labels.RetryNeeded), triggerNone, ReasonModular},
 		{"modular but labelled counts as labelled", mk(fresh, "perl:5.32/perl", "ymir_triaged"), triggerNone, ReasonLabelled},
 		{"not modular: no slash", mk(fresh, "perl:5.32"), TriggerFresh, ""},
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -409,7 +410,7 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 	if c.d.trigger == triggerTodoM {
 		o.Reason, o.Trigger = ReasonModular, TriggerTodo
 		log.Info().Msg("modular package: ymir_todo consumed, not published")
-		return f.writeLabels(ctx, log, o, sum, nil, []string{LabelTodo}, false)
+		return f.writeLabels(ctx, log, o, sum, nil, []string{labels.Todo}, false)
 	}
 
 	if f.maxIssues > 0 && sum.Published >= f.maxIssues {
@@ -424,7 +425,7 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 		switch {
 		case err != nil && errors.Is(err, jira.ErrUnauthorized):
 			o.Reason, o.Detail = ReasonError, err.Error()
-			return fmt.Errorf("check who added %s to %s: %w", LabelTodo, key, err)
+			return fmt.Errorf("check who added %s to %s: %w", labels.Todo, key, err)
 		case err != nil:
 			o.Reason, o.Detail = ReasonError, "author check: "+err.Error()
 			log.Warn().Err(err).Msg("cannot check who added ymir_todo: skipped, retried next sweep")
@@ -433,7 +434,7 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 			o.Reason = ReasonUntrusted
 			o.Detail = fmt.Sprintf("ymir_todo added by %q, not a member of %q: label removed", who, f.triggerGroup)
 			log.Info().Str("added_by", who).Str("group", f.triggerGroup).Msg("ymir_todo from a non-member: removed")
-			return f.writeLabels(ctx, log, o, sum, nil, []string{LabelTodo}, false)
+			return f.writeLabels(ctx, log, o, sum, nil, []string{labels.Todo}, false)
 		}
 	}
 
@@ -469,16 +470,16 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 
 	switch c.d.trigger {
 	case TriggerTodo:
-		return f.writeLabels(ctx, log, o, sum, []string{LabelTriageInProgress}, []string{LabelTodo}, true)
+		return f.writeLabels(ctx, log, o, sum, []string{labels.TriageInProgress}, []string{labels.Todo}, true)
 	case TriggerRetry:
-		return f.writeLabels(ctx, log, o, sum, []string{LabelTriageInProgress}, []string{LabelRetryNeeded}, true)
+		return f.writeLabels(ctx, log, o, sum, []string{labels.TriageInProgress}, []string{labels.RetryNeeded}, true)
 	case TriggerStale:
 		// Upstream's two steps: the stale label becomes ymir_retry_needed, which becomes
 		// ymir_triage_in_progress; both show in the issue's history.
-		if err := f.writeLabels(ctx, log, o, sum, []string{LabelRetryNeeded}, []string{c.d.staleLabel}, true); err != nil || o.FlipErr != nil {
+		if err := f.writeLabels(ctx, log, o, sum, []string{labels.RetryNeeded}, []string{c.d.staleLabel}, true); err != nil || o.FlipErr != nil {
 			return err
 		}
-		return f.writeLabels(ctx, log, o, sum, []string{LabelTriageInProgress}, []string{LabelRetryNeeded}, true)
+		return f.writeLabels(ctx, log, o, sum, []string{labels.TriageInProgress}, []string{labels.RetryNeeded}, true)
 	}
 	return nil
 }
@@ -529,7 +530,7 @@ func (f *Fetcher) addedByMember(ctx context.Context, key string, known *jira.Use
 	if known != nil {
 		author = *known
 	} else {
-		a, _, found, err := f.jira.LastLabelAdder(ctx, key, LabelTodo)
+		a, _, found, err := f.jira.LastLabelAdder(ctx, key, labels.Todo)
 		if err != nil {
 			if errors.Is(err, jira.ErrNotFound) {
 				return false, "", nil

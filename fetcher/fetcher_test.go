@@ -14,6 +14,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -25,7 +26,7 @@ func TestLockedAtEveryStageKeepsTriggerUntilRelease(t *testing.T) {
 	for _, stage := range pipeline.Agents {
 		t.Run(stage, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, []fakejira.Issue{todoBy(iss("RHEL-7"), member), iss("RHEL-8", LabelRetryNeeded), iss("RHEL-9")})
+			h := newHarness(t, []fakejira.Issue{todoBy(iss("RHEL-7"), member), iss("RHEL-8", labels.RetryNeeded), iss("RHEL-9")})
 			for _, k := range []string{"RHEL-7", "RHEL-8", "RHEL-9"} {
 				if _, err := h.locker.Acquire(h.ctx, stage, k, lockmw.AcquireOptions{}); err != nil {
 					t.Fatal(err)
@@ -50,8 +51,8 @@ func TestLockedAtEveryStageKeepsTriggerUntilRelease(t *testing.T) {
 			if got := h.published(); !slices.Equal(got, []string{"RHEL-7@todo", "RHEL-8@triage", "RHEL-9@triage"}) {
 				t.Errorf("after release: %v (%s)", got, s)
 			}
-			wantLabels("RHEL-7", LabelTriageInProgress)(t, h, s)
-			wantLabels("RHEL-8", LabelTriageInProgress)(t, h, s)
+			wantLabels("RHEL-7", labels.TriageInProgress)(t, h, s)
+			wantLabels("RHEL-8", labels.TriageInProgress)(t, h, s)
 		})
 	}
 }
@@ -65,7 +66,7 @@ func TestPublishFailureFlipsNoLabel(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	var once sync.Once
 	rdb.AddHook(stopOnPublish{stop: func() { once.Do(srv.Stop) }})
-	h := newHarness(t, []fakejira.Issue{iss("RHEL-1", LabelRetryNeeded), todoBy(iss("RHEL-2"), member), updated(iss("RHEL-3", "ymir_triaged_rebase"), 48*time.Hour)},
+	h := newHarness(t, []fakejira.Issue{iss("RHEL-1", labels.RetryNeeded), todoBy(iss("RHEL-2"), member), updated(iss("RHEL-3", "ymir_triaged_rebase"), 48*time.Hour)},
 		withRedis(rdb))
 	s, err := h.fetcher().Sweep(h.ctx)
 	if err == nil || !strings.Contains(err.Error(), "no label was changed") || Fatal(err) {
@@ -74,8 +75,8 @@ func TestPublishFailureFlipsNoLabel(t *testing.T) {
 	if n := len(h.requests(http.MethodPut, "")); n != 0 {
 		t.Errorf("%d Jira writes after a failed publish", n)
 	}
-	wantLabels("RHEL-1", LabelRetryNeeded)(t, h, s)
-	wantLabels("RHEL-2", LabelTodo)(t, h, s)
+	wantLabels("RHEL-1", labels.RetryNeeded)(t, h, s)
+	wantLabels("RHEL-2", labels.Todo)(t, h, s)
 	wantLabels("RHEL-3", "ymir_triaged_rebase")(t, h, s)
 	if s.Published != 0 || s.Skipped[ReasonError] != 3 {
 		t.Errorf("summary %s", s)
@@ -101,7 +102,7 @@ func (stopOnPublish) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // Two sweeps in a row publish each issue once; once the worker has acked an entry, an
 // issue that still qualifies is published again.
 func TestTwoSweepsPublishOnce(t *testing.T) {
-	h := newHarness(t, []fakejira.Issue{iss("RHEL-1"), iss("RHEL-2"), todoBy(iss("RHEL-3"), member), iss("RHEL-4", LabelRetryNeeded)})
+	h := newHarness(t, []fakejira.Issue{iss("RHEL-1"), iss("RHEL-2"), todoBy(iss("RHEL-3"), member), iss("RHEL-4", labels.RetryNeeded)})
 	s1 := h.sweep()
 	s2 := h.sweep()
 	want := []string{"RHEL-1@triage", "RHEL-2@triage", "RHEL-3@todo", "RHEL-4@triage"}
@@ -175,7 +176,7 @@ func TestDryRunWritesNothingButPublishes(t *testing.T) {
 		t.Errorf("dry run: %s", s)
 	}
 	// A client in dry-run mode implies it too.
-	h2 := newHarness(t, []fakejira.Issue{iss("RHEL-1", LabelRetryNeeded)}, withJira(func(o *jira.Options) { o.DryRun = true }))
+	h2 := newHarness(t, []fakejira.Issue{iss("RHEL-1", labels.RetryNeeded)}, withJira(func(o *jira.Options) { o.DryRun = true }))
 	if s := h2.sweep(); !s.DryRun || s.Published != 1 || len(h2.requests(http.MethodPut, "")) != 0 {
 		t.Errorf("client dry run: %s", s)
 	}
@@ -192,18 +193,18 @@ func TestSampleIssuesSweep(t *testing.T) {
 		labels []string
 	}{
 		fakejira.SampleFresh:          {"", "triage", nil},
-		fakejira.SampleTodo:           {"", "todo", []string{LabelTriageInProgress}},
+		fakejira.SampleTodo:           {"", "todo", []string{labels.TriageInProgress}},
 		fakejira.SampleTodoOutsider:   {ReasonUntrusted, "", nil},
-		fakejira.SampleRetry:          {"", "triage", []string{LabelTriageInProgress}},
-		fakejira.SampleStaleInFlight:  {"", "triage", []string{LabelTriageInProgress}},
-		fakejira.SampleStaleTriaged:   {"", "triage", []string{LabelTriageInProgress}},
-		fakejira.SampleFreshInFlight:  {ReasonLabelled, "", []string{LabelTriageInProgress}},
+		fakejira.SampleRetry:          {"", "triage", []string{labels.TriageInProgress}},
+		fakejira.SampleStaleInFlight:  {"", "triage", []string{labels.TriageInProgress}},
+		fakejira.SampleStaleTriaged:   {"", "triage", []string{labels.TriageInProgress}},
+		fakejira.SampleFreshInFlight:  {ReasonLabelled, "", []string{labels.TriageInProgress}},
 		fakejira.SampleModular:        {ReasonModular, "", nil},
 		fakejira.SampleModularTodo:    {ReasonModular, "", nil},
 		fakejira.SampleTriaged:        {ReasonLabelled, "", nil},
 		fakejira.SampleDone:           {ReasonLabelled, "", nil},
-		fakejira.SampleTodoInProgress: {ReasonLabelled, "", []string{LabelTriageInProgress, LabelTodo}},
-		fakejira.SampleRetryInFlight:  {ReasonLabelled, "", []string{LabelTriageInProgress, LabelRetryNeeded}},
+		fakejira.SampleTodoInProgress: {ReasonLabelled, "", []string{labels.TriageInProgress, labels.Todo}},
+		fakejira.SampleRetryInFlight:  {ReasonLabelled, "", []string{labels.TriageInProgress, labels.RetryNeeded}},
 	}
 	for _, is := range issues {
 		kind := fakejira.SampleKindOf(is)
@@ -256,7 +257,7 @@ func TestJiraErrors(t *testing.T) {
 		if !Fatal(err) || s.Published != 0 {
 			t.Errorf("err %v, %s", err, s)
 		}
-		wantLabels("RHEL-1", LabelTodo)(t, h, s)
+		wantLabels("RHEL-1", labels.Todo)(t, h, s)
 	})
 	t.Run("author check 5xx skips the issue only", func(t *testing.T) {
 		h := newHarness(t, []fakejira.Issue{todoBy(iss("RHEL-1"), member), iss("RHEL-2")})
@@ -265,7 +266,7 @@ func TestJiraErrors(t *testing.T) {
 		if o, _ := s.Outcome("RHEL-1"); o.Reason != ReasonError || !slices.Equal(s.PublishedKeys(), []string{"RHEL-2"}) {
 			t.Errorf("outcome %+v, %s", o, s)
 		}
-		wantLabels("RHEL-1", LabelTodo)(t, h, s)
+		wantLabels("RHEL-1", labels.Todo)(t, h, s)
 		delete(h.failPath, "/issue/RHEL-1")
 		if s := h.sweep(); !slices.Equal(s.PublishedKeys(), []string{"RHEL-1"}) {
 			t.Errorf("next sweep: %s", s)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -367,12 +368,12 @@ func todoBy(is fakejira.Issue, users ...string) fakejira.Issue {
 			Items:   []jira.ChangeItem{{Field: "labels", FromString: strings.Join(from, " "), ToString: strings.Join(to, " ")}}})
 	}
 	for _, u := range users {
-		if slices.Contains(is.Labels, LabelTodo) {
-			without := slices.DeleteFunc(slices.Clone(is.Labels), func(l string) bool { return l == LabelTodo })
+		if slices.Contains(is.Labels, labels.Todo) {
+			without := slices.DeleteFunc(slices.Clone(is.Labels), func(l string) bool { return l == labels.Todo })
 			entry(u, is.Labels, without)
 			is.Labels = without
 		}
-		with := append(slices.Clone(is.Labels), LabelTodo)
+		with := append(slices.Clone(is.Labels), labels.Todo)
 		entry(u, is.Labels, with)
 		is.Labels = with
 	}

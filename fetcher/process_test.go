@@ -6,6 +6,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 )
 
 // getIssue reads an issue from the fake as a webhook's payload would carry it.
@@ -24,7 +25,7 @@ func (h *harness) getIssue(key string) jira.Issue {
 func TestProcessIsTheSweepsPath(t *testing.T) {
 	issues := []fakejira.Issue{
 		iss("RHEL-1"), todoBy(iss("RHEL-2"), member), todoBy(iss("RHEL-3"), outsider),
-		iss("RHEL-4", LabelRetryNeeded), component(todoBy(iss("RHEL-5"), member), "perl:5.32/perl"),
+		iss("RHEL-4", labels.RetryNeeded), component(todoBy(iss("RHEL-5"), member), "perl:5.32/perl"),
 		iss("RHEL-6", "ymir_triaged_rebase"),
 	}
 	h := newHarness(t, issues)
@@ -45,7 +46,7 @@ func TestProcessIsTheSweepsPath(t *testing.T) {
 			t.Errorf("%s: outcome %+v, want %s", key, o, want)
 		}
 	}
-	wantLabels("RHEL-2", LabelTriageInProgress)(t, h, s)
+	wantLabels("RHEL-2", labels.TriageInProgress)(t, h, s)
 	wantLabels("RHEL-3")(t, h, s)
 	// The same batch again: nothing more is published. A sweep then publishes only
 	// RHEL-3, fresh now that its untrusted ymir_todo is gone, as a second sweep would.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -171,7 +172,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			want:    []string{"RHEL-1@triage", "RHEL-2@todo", "RHEL-3@triage"},
 			skipped: map[Reason]int{ReasonQueued: 2},
 			check: func(t *testing.T, h *harness, s Summary) {
-				if got := h.labels("RHEL-2"); !slices.Equal(got, []string{LabelTodo}) {
+				if got := h.labels("RHEL-2"); !slices.Equal(got, []string{labels.Todo}) {
 					t.Errorf("RHEL-2 labels %v: a queued issue's trigger must stay", got)
 				}
 				if len(h.changelogReads("")) != 0 {
@@ -237,7 +238,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 		},
 		{
 			name:    "test_push_issues_to_queue_skip_labeled_issues",
-			issues:  []fakejira.Issue{iss("RHEL-1", "ymir_triaged_rebase"), iss("RHEL-2", LabelRetryNeeded), iss("RHEL-3")},
+			issues:  []fakejira.Issue{iss("RHEL-1", "ymir_triaged_rebase"), iss("RHEL-2", labels.RetryNeeded), iss("RHEL-3")},
 			want:    []string{"RHEL-2@triage", "RHEL-3@triage"},
 			writes:  map[string][]string{"RHEL-2": {"+ymir_triage_in_progress -ymir_retry_needed"}},
 			skipped: map[Reason]int{ReasonLabelled: 1},
@@ -269,38 +270,38 @@ func TestUpstreamFetcherCases(t *testing.T) {
 		},
 		{
 			name:   "test_push_retry_needed_issue",
-			issues: []fakejira.Issue{iss("RHEL-1", LabelRetryNeeded)},
+			issues: []fakejira.Issue{iss("RHEL-1", labels.RetryNeeded)},
 			want:   []string{"RHEL-1@triage"},
 			writes: map[string][]string{"RHEL-1": {"+ymir_triage_in_progress -ymir_retry_needed"}},
 			check:  wantUserTriggered("RHEL-1", false),
 		},
 		{
 			name:    "test_skip_retry_needed_when_in_progress",
-			issues:  []fakejira.Issue{iss("RHEL-1", LabelRetryNeeded, LabelTriageInProgress)},
+			issues:  []fakejira.Issue{iss("RHEL-1", labels.RetryNeeded, labels.TriageInProgress)},
 			skipped: map[Reason]int{ReasonLabelled: 1},
 		},
 		{
 			// Publish comes first here: a failing flip leaves the request out and the
 			// trigger in place; the queued marker keeps the next sweep from a second publish.
 			name:   "test_retry_needed_skip_when_label_flip_fails",
-			issues: []fakejira.Issue{iss("RHEL-1", LabelRetryNeeded)},
+			issues: []fakejira.Issue{iss("RHEL-1", labels.RetryNeeded)},
 			setup:  func(t *testing.T, h *harness) { h.failPut["RHEL-1"] = http.StatusInternalServerError },
 			want:   []string{"RHEL-1@triage"},
-			check:  flipFailedOnce("RHEL-1", []string{LabelRetryNeeded}),
+			check:  flipFailedOnce("RHEL-1", []string{labels.RetryNeeded}),
 		},
 		{
 			name:   "test_dry_run_skips_flip_but_still_pushes/todo",
 			issues: []fakejira.Issue{todoBy(iss("RHEL-1"), member)},
 			cfg:    func(c *Config) { c.DryRun = true },
 			want:   []string{"RHEL-1@todo"},
-			check:  all(wantUserTriggered("RHEL-1", true), wantLabels("RHEL-1", LabelTodo), wantDryRunOutcome("RHEL-1")),
+			check:  all(wantUserTriggered("RHEL-1", true), wantLabels("RHEL-1", labels.Todo), wantDryRunOutcome("RHEL-1")),
 		},
 		{
 			name:   "test_dry_run_skips_flip_but_still_pushes/retry",
-			issues: []fakejira.Issue{iss("RHEL-1", LabelRetryNeeded)},
+			issues: []fakejira.Issue{iss("RHEL-1", labels.RetryNeeded)},
 			cfg:    func(c *Config) { c.DryRun = true },
 			want:   []string{"RHEL-1@triage"},
-			check:  all(wantUserTriggered("RHEL-1", false), wantLabels("RHEL-1", LabelRetryNeeded), wantDryRunOutcome("RHEL-1")),
+			check:  all(wantUserTriggered("RHEL-1", false), wantLabels("RHEL-1", labels.RetryNeeded), wantDryRunOutcome("RHEL-1")),
 		},
 		{
 			name:    "test_run_full_workflow",
@@ -322,7 +323,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			// published; one still waiting is not.
 			name: "test_run_full_workflow_with_labeled_issues",
 			issues: []fakejira.Issue{iss("RHEL-1", "ymir_triage_in_progress"), iss("RHEL-2", "ymir_completed"),
-				iss("RHEL-3"), iss("RHEL-4", LabelRetryNeeded), iss("RHEL-5", "ymir_reproducer_in_progress")},
+				iss("RHEL-3"), iss("RHEL-4", labels.RetryNeeded), iss("RHEL-5", "ymir_reproducer_in_progress")},
 			setup: func(t *testing.T, h *harness) {
 				prePublish(t, h, "RHEL-4", false)
 				h.consume() // RHEL-4's earlier request was handled
@@ -352,7 +353,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 		},
 		{
 			name:   "test_push_routes_to_priority_queue_for_user_triggered/retry",
-			issues: []fakejira.Issue{iss("RHEL-1", LabelRetryNeeded)},
+			issues: []fakejira.Issue{iss("RHEL-1", labels.RetryNeeded)},
 			want:   []string{"RHEL-1@triage"},
 			writes: map[string][]string{"RHEL-1": {"+ymir_triage_in_progress -ymir_retry_needed"}},
 			check:  wantUserTriggered("RHEL-1", false),
@@ -363,7 +364,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			issues: []fakejira.Issue{todoBy(iss("RHEL-1"), member)},
 			want:   []string{"RHEL-1@todo"},
 			writes: map[string][]string{"RHEL-1": {"+ymir_triage_in_progress -ymir_todo"}},
-			check: all(wantUserTriggered("RHEL-1", true), wantLabels("RHEL-1", LabelTriageInProgress),
+			check: all(wantUserTriggered("RHEL-1", true), wantLabels("RHEL-1", labels.TriageInProgress),
 				func(t *testing.T, h *harness, s Summary) {
 					if len(h.changelogReads("RHEL-1")) == 0 {
 						t.Error("no author check")
@@ -377,7 +378,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 		},
 		{
 			name:    "test_skip_user_triggered_when_in_progress",
-			issues:  []fakejira.Issue{todoBy(iss("RHEL-1", LabelTriageInProgress), member)},
+			issues:  []fakejira.Issue{todoBy(iss("RHEL-1", labels.TriageInProgress), member)},
 			skipped: map[Reason]int{ReasonLabelled: 1},
 			check:   noAuthorCheck,
 		},
@@ -393,7 +394,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			issues: []fakejira.Issue{todoBy(iss("RHEL-1"), member)},
 			setup:  func(t *testing.T, h *harness) { h.failPut["RHEL-1"] = http.StatusBadRequest },
 			want:   []string{"RHEL-1@todo"},
-			check:  flipFailedOnce("RHEL-1", []string{LabelTodo}),
+			check:  flipFailedOnce("RHEL-1", []string{labels.Todo}),
 		},
 		{
 			name:   "test_label_added_by_rh_employee_true",
@@ -415,7 +416,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 		},
 		{
 			name:    "test_label_added_by_rh_employee_false_when_no_add_event",
-			issues:  []fakejira.Issue{iss("RHEL-1", LabelTodo)},
+			issues:  []fakejira.Issue{iss("RHEL-1", labels.Todo)},
 			writes:  map[string][]string{"RHEL-1": {"-ymir_todo"}},
 			skipped: map[Reason]int{ReasonUntrusted: 1},
 			check: func(t *testing.T, h *harness, s Summary) {
@@ -445,35 +446,35 @@ func TestUpstreamFetcherCases(t *testing.T) {
 		},
 		{
 			name:   "test_push_stale_triage_in_progress_reenqueued",
-			issues: []fakejira.Issue{updated(iss("RHEL-1", LabelTriageInProgress), stale)},
+			issues: []fakejira.Issue{updated(iss("RHEL-1", labels.TriageInProgress), stale)},
 			want:   []string{"RHEL-1@triage"},
 			writes: map[string][]string{"RHEL-1": {"+ymir_retry_needed -ymir_triage_in_progress", "+ymir_triage_in_progress -ymir_retry_needed"}},
-			check:  all(wantUserTriggered("RHEL-1", false), wantLabels("RHEL-1", LabelTriageInProgress)),
+			check:  all(wantUserTriggered("RHEL-1", false), wantLabels("RHEL-1", labels.TriageInProgress)),
 		},
 		{
 			name:   "test_push_stale_reproducer_in_progress_with_triage_labels_reenqueued",
 			issues: []fakejira.Issue{updated(iss("RHEL-1", "ymir_reproducer_in_progress", "ymir_triaged_not_affected", "ymir_cli_triage"), stale)},
 			want:   []string{"RHEL-1@triage"},
 			writes: map[string][]string{"RHEL-1": {"+ymir_retry_needed -ymir_reproducer_in_progress", "+ymir_triage_in_progress -ymir_retry_needed"}},
-			check:  wantLabels("RHEL-1", "ymir_cli_triage", LabelTriageInProgress, "ymir_triaged_not_affected"),
+			check:  wantLabels("RHEL-1", "ymir_cli_triage", labels.TriageInProgress, "ymir_triaged_not_affected"),
 		},
 		{
 			name:   "test_push_stale_triaged_backport_reenqueued",
 			issues: []fakejira.Issue{updated(iss("RHEL-1", "ymir_triaged_backport"), stale)},
 			want:   []string{"RHEL-1@triage"},
 			writes: map[string][]string{"RHEL-1": {"+ymir_retry_needed -ymir_triaged_backport", "+ymir_triage_in_progress -ymir_retry_needed"}},
-			check:  wantLabels("RHEL-1", LabelTriageInProgress),
+			check:  wantLabels("RHEL-1", labels.TriageInProgress),
 		},
 		{
 			name:    "test_push_stale_label_skipped_when_still_queued_in_redis",
-			issues:  []fakejira.Issue{updated(iss("RHEL-1", LabelTriageInProgress), stale)},
+			issues:  []fakejira.Issue{updated(iss("RHEL-1", labels.TriageInProgress), stale)},
 			setup:   func(t *testing.T, h *harness) { prePublish(t, h, "RHEL-1", false) },
 			want:    []string{"RHEL-1@triage"},
 			skipped: map[Reason]int{ReasonQueued: 1},
 		},
 		{
 			name:    "test_push_fresh_triage_in_progress_still_skipped",
-			issues:  []fakejira.Issue{updated(iss("RHEL-1", LabelTriageInProgress), time.Hour)},
+			issues:  []fakejira.Issue{updated(iss("RHEL-1", labels.TriageInProgress), time.Hour)},
 			skipped: map[Reason]int{ReasonLabelled: 1},
 		},
 		{
@@ -490,10 +491,10 @@ func TestUpstreamFetcherCases(t *testing.T) {
 		},
 		{
 			name:   "test_push_stale_reenqueue_dry_run_skips_flip_but_still_pushes",
-			issues: []fakejira.Issue{updated(iss("RHEL-1", LabelTriageInProgress), stale)},
+			issues: []fakejira.Issue{updated(iss("RHEL-1", labels.TriageInProgress), stale)},
 			cfg:    func(c *Config) { c.DryRun = true },
 			want:   []string{"RHEL-1@triage"},
-			check:  all(wantLabels("RHEL-1", LabelTriageInProgress), wantDryRunOutcome("RHEL-1")),
+			check:  all(wantLabels("RHEL-1", labels.TriageInProgress), wantDryRunOutcome("RHEL-1")),
 		},
 		{
 			// Changed on purpose (review finding "locked skip strands trigger labels" and
@@ -503,14 +504,14 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			issues:  []fakejira.Issue{todoBy(iss("TODO-1"), member)},
 			setup:   lockIssue("triage", "TODO-1"),
 			skipped: map[Reason]int{ReasonLocked: 1},
-			check:   all(noAuthorCheck, wantLabels("TODO-1", LabelTodo), publishedAfterRelease("triage", "TODO-1", "TODO-1@todo", LabelTriageInProgress)),
+			check:   all(noAuthorCheck, wantLabels("TODO-1", labels.Todo), publishedAfterRelease("triage", "TODO-1", "TODO-1@todo", labels.TriageInProgress)),
 		},
 		{
 			name:    "test_locked_retry_needed_consumes_label_but_skips_enqueue",
-			issues:  []fakejira.Issue{iss("RETRY-1", LabelRetryNeeded)},
+			issues:  []fakejira.Issue{iss("RETRY-1", labels.RetryNeeded)},
 			setup:   lockIssue("triage", "RETRY-1"),
 			skipped: map[Reason]int{ReasonLocked: 1},
-			check:   all(wantLabels("RETRY-1", LabelRetryNeeded), publishedAfterRelease("triage", "RETRY-1", "RETRY-1@triage", LabelTriageInProgress)),
+			check:   all(wantLabels("RETRY-1", labels.RetryNeeded), publishedAfterRelease("triage", "RETRY-1", "RETRY-1@triage", labels.TriageInProgress)),
 		},
 	}
 	for _, c := range cases {
@@ -600,7 +601,7 @@ func wantDryRunOutcome(key string) checkFn {
 		if n := len(h.requests(http.MethodPut, "")); n != 0 {
 			t.Errorf("%d Jira writes in dry run", n)
 		}
-		if o, _ := s.Outcome(key); !o.Published || !slices.Contains(o.Added, LabelTriageInProgress) {
+		if o, _ := s.Outcome(key); !o.Published || !slices.Contains(o.Added, labels.TriageInProgress) {
 			t.Errorf("outcome %+v: the flip it would make should be recorded", o)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -13,14 +14,14 @@ import (
 // triggers (ymir_todo, ymir_retry_needed) and the labels of other tools are not among
 // them, so asserting a state never touches them.
 func stateLabels() []string {
-	out := []string{LabelTriageInProgress, LabelTriageErrored}
+	out := []string{labels.TriageInProgress, labels.TriageErrored}
 	for _, r := range Resolutions {
 		if l := ResolutionLabel(r); l != "" {
 			out = append(out, l)
 		}
 	}
 	for _, a := range pipeline.Agents[1:] {
-		out = append(out, DoneLabel(a), FailedLabel(a), ErroredLabel(a))
+		out = append(out, labels.DoneFor(a), labels.FailedFor(a), labels.ErroredFor(a))
 	}
 	return out
 }
@@ -42,7 +43,7 @@ func impliedLabels(recs []pipeline.Record) []string {
 	}
 	tr := recs[ti]
 	if tr.EventType == pipeline.EventStageFailed {
-		return []string{LabelTriageErrored}
+		return []string{labels.TriageErrored}
 	}
 	label := ResolutionLabel(tr.Outcome)
 	if label == "" {
@@ -54,9 +55,9 @@ func impliedLabels(recs []pipeline.Record) []string {
 				continue
 			}
 			if r.EventType == pipeline.EventStageFailed {
-				return []string{ErroredLabel(r.Agent)}
+				return []string{labels.ErroredFor(r.Agent)}
 			}
-			return []string{DoneLabel(r.Agent)}
+			return []string{labels.DoneFor(r.Agent)}
 		}
 	}
 	return []string{label}

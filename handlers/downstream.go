@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
@@ -36,7 +37,7 @@ func (h *handler) downstream(msg *message.Message) error {
 		p.result = &res
 	}
 	res := *p.result
-	done := DoneLabel(agent)
+	done := labels.DoneFor(agent)
 	if !p.labelled {
 		if err := h.setLabels(ctx, ev, []string{done}, otherState(done)); err != nil {
 			return h.jiraErr(ctx, ev, "write "+done, err)
@@ -62,8 +63,8 @@ func (h *handler) downstreamFailed(ctx context.Context, ev *event, cause error) 
 		// Unlike upstream, ymir_triaged_<agent> stays until the last attempt: it is the
 		// issue's only in-flight marker (upstream weak point 11).
 		if errors.Is(cause, errCleanFailure) && ev.userTriggered {
-			if err := h.setLabels(ctx, ev, []string{FailedLabel(agent)}, nil); err != nil {
-				ev.log.Warn().Err(err).Msg("could not write " + FailedLabel(agent) + " (not critical)")
+			if err := h.setLabels(ctx, ev, []string{labels.FailedFor(agent)}, nil); err != nil {
+				ev.log.Warn().Err(err).Msg("could not write " + labels.FailedFor(agent) + " (not critical)")
 			}
 		}
 		ev.log.Warn().Err(cause).Int("max_retries", h.cfg.MaxRetries).Msg(agent + " failed; it will be retried")
@@ -71,7 +72,7 @@ func (h *handler) downstreamFailed(ctx context.Context, ev *event, cause error) 
 	}
 	wctx, cancel := writable(ctx)
 	defer cancel()
-	errored := ErroredLabel(agent)
+	errored := labels.ErroredFor(agent)
 	if !ev.p.labelled {
 		if err := h.setLabels(wctx, ev, []string{errored}, otherState(errored)); err != nil {
 			return h.jiraErr(wctx, ev, "write "+errored, err)

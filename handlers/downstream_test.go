@@ -12,6 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -26,9 +27,9 @@ func TestDownstreamSuccessLabels(t *testing.T) {
 			if err := attempt(h, downstreamMsg(t, agent, "RHEL-20", "rhel-9.6.0", false), 1); err != nil {
 				t.Fatal(err)
 			}
-			e.wantLabels("RHEL-20", "cve", handlers.DoneLabel(agent))
+			e.wantLabels("RHEL-20", "cve", labels.DoneFor(agent))
 			recs := e.recordsOf("RHEL-20", agent)
-			if len(recs) != 1 || recs[0]["event_type"] != pipeline.EventStageDone || recs[0]["outcome"] != handlers.DoneLabel(agent) {
+			if len(recs) != 1 || recs[0]["event_type"] != pipeline.EventStageDone || recs[0]["outcome"] != labels.DoneFor(agent) {
 				t.Fatalf("records %v", recs)
 			}
 			if d := detail(t, recs[0]); d["merge_request_url"] != "https://mr/1" || d["target_branch"] != "rhel-9.6.0" {

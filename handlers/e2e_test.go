@@ -12,6 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -62,11 +63,11 @@ func TestEndToEndTriageToRebase(t *testing.T) {
 	e.publishTriage("RHEL-200", true)
 
 	for _, is := range issues {
-		redistest.Eventually(t, 20*time.Second, func() bool { return contains(e.labels(is.Key), handlers.LabelRebased) },
+		redistest.Eventually(t, 20*time.Second, func() bool { return contains(e.labels(is.Key), labels.Rebased) },
 			"%s rebased (labels %v)", is.Key, e.labels(is.Key))
 	}
 	for _, is := range issues {
-		want := []string{handlers.LabelRebased}
+		want := []string{labels.Rebased}
 		if is.Key != "RHEL-200" {
 			want = append(want, "cve")
 		}
@@ -75,7 +76,7 @@ func TestEndToEndTriageToRebase(t *testing.T) {
 		if len(tr) != 1 || tr[0]["event_type"] != pipeline.EventStageDone || tr[0]["outcome"] != "rebase" {
 			t.Fatalf("%s triage records %v", is.Key, tr)
 		}
-		if len(rb) != 1 || rb[0]["event_type"] != pipeline.EventStageDone || rb[0]["outcome"] != handlers.LabelRebased {
+		if len(rb) != 1 || rb[0]["event_type"] != pipeline.EventStageDone || rb[0]["outcome"] != labels.Rebased {
 			t.Fatalf("%s rebase records %v", is.Key, rb)
 		}
 		if tr[0]["correlation_id"] != rb[0]["correlation_id"] || tr[0]["correlation_id"] == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
@@ -14,9 +15,9 @@ import (
 // comment may be public (JIRA_COMMENT_GROUP empty). Operators read the redacted,
 // bounded stderr tail with `ymirflow dlq show ID`.
 func FailureNotice(cfg Config) func(ctx context.Context, d pipeline.Dead) {
-	outcome := ErroredLabel(cfg.Agent)
+	outcome := labels.ErroredFor(cfg.Agent)
 	if cfg.Agent == "triage" {
-		outcome = LabelTriageErrored
+		outcome = labels.TriageErrored
 	}
 	log := cfg.Logger.With().Str("agent", cfg.Agent).Logger()
 	return func(ctx context.Context, d pipeline.Dead) {

@@ -17,6 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -131,14 +132,14 @@ func (w *fenceWorld) peerRun(t *testing.T, le *lockmw.Lease, key string) {
 	ctx := context.Background()
 	for _, rec := range []pipeline.Record{
 		{EventType: pipeline.EventStageDone, Agent: "triage", IssueKey: key, Outcome: "backport", Fence: "2"},
-		{EventType: pipeline.EventStageDone, Agent: "backport", IssueKey: key, Outcome: handlers.LabelBackported, Fence: "1"},
+		{EventType: pipeline.EventStageDone, Agent: "backport", IssueKey: key, Outcome: labels.Backported, Fence: "1"},
 	} {
 		if _, err := w.e.results.Add(ctx, rec); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := w.e.jc.UpdateLabels(ctx, key, []string{handlers.LabelBackported},
-		[]string{handlers.LabelTriageInProgress, handlers.LabelTriagedBackport}); err != nil {
+	if err := w.e.jc.UpdateLabels(ctx, key, []string{labels.Backported},
+		[]string{labels.TriageInProgress, labels.TriagedBackport}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := le.Release(ctx); err != nil {
@@ -166,7 +167,7 @@ func TestPausedHolderJiraWriteIsRefused(t *testing.T) {
 	if !errors.Is(err, lockmw.ErrLeaseLost) {
 		t.Fatalf("err = %v, want ErrLeaseLost", err)
 	}
-	e.wantLabels("RHEL-40", handlers.LabelBackported)
+	e.wantLabels("RHEL-40", labels.Backported)
 	if n := len(e.fj.Writes()); n != writesBefore {
 		t.Fatalf("%d Jira writes reached the server after the lease was lost: %+v", n-writesBefore, e.fj.Writes()[writesBefore:])
 	}
@@ -252,7 +253,7 @@ func TestRacedLabelWriteConverges(t *testing.T) {
 	h := e.handler("triage", "", &fixed{res: triageResult("backport", "c9s")}, w.config,
 		func(c *handlers.Config) {
 			c.Jira = hookJira{JiraAPI: e.jc, beforeUpdate: func(add []string) {
-				if !slices.Contains(add, handlers.LabelTriagedBackport) {
+				if !slices.Contains(add, labels.TriagedBackport) {
 					return
 				}
 				once.Do(func() { w.peerRun(t, w.expireAndTakeOver(t, "triage", "RHEL-42"), "RHEL-42") })
@@ -262,7 +263,7 @@ func TestRacedLabelWriteConverges(t *testing.T) {
 	if !errors.Is(err, lockmw.ErrLeaseLost) {
 		t.Fatalf("err = %v, want ErrLeaseLost", err)
 	}
-	e.wantLabels("RHEL-42", handlers.LabelBackported)
+	e.wantLabels("RHEL-42", labels.Backported)
 	if w.fences.raced["triage/labels"] != 1 {
 		t.Fatalf("raced writes counted: %v", w.fences.raced)
 	}
@@ -279,13 +280,13 @@ func TestRacedLabelWriteConverges(t *testing.T) {
 // left (here a late claim and a late resolution label) does not survive the next write
 // of the newer holder; the triggers and other tools' labels are left alone.
 func TestTerminalWriteErasesStaleStateLabels(t *testing.T) {
-	e := newEnv(t, fakejira.Issue{Key: "RHEL-43", Labels: []string{handlers.LabelTriageInProgress,
-		handlers.LabelTriagedRebase, handlers.LabelTriagedBackport, "keep", handlers.LabelTodo}})
+	e := newEnv(t, fakejira.Issue{Key: "RHEL-43", Labels: []string{labels.TriageInProgress,
+		labels.TriagedRebase, labels.TriagedBackport, "keep", labels.Todo}})
 	h := e.handler("backport", "c9s", &fixed{res: handlers.Result{Success: true}})
 	if err := attempt(h, downstreamMsg(t, "backport", "RHEL-43", "c9s", false), 1); err != nil {
 		t.Fatal(err)
 	}
-	e.wantLabels("RHEL-43", handlers.LabelBackported, "keep", handlers.LabelTodo)
+	e.wantLabels("RHEL-43", labels.Backported, "keep", labels.Todo)
 }
 
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }

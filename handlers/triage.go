@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
@@ -21,24 +22,24 @@ func (h *handler) triage(msg *message.Message) error {
 	}
 	p := ev.p
 	if !p.claimed {
-		labels, status, known, err := h.readIssue(ctx, ev.key)
+		issueLabels, status, known, err := h.readIssue(ctx, ev.key)
 		if err != nil {
 			return h.jiraErr(ctx, ev, "read the issue's labels and status", err)
 		}
 		if known && isClosed(status) {
-			return h.skipClosed(ctx, ev, labels, status)
+			return h.skipClosed(ctx, ev, issueLabels, status)
 		}
-		if known && alreadyTriaged(labels, ev.userTriggered) {
-			return h.skip(ctx, ev, fmt.Sprintf("already handled: labels %s and no trigger", strings.Join(ymirLabels(labels), ",")))
+		if known && alreadyTriaged(issueLabels, ev.userTriggered) {
+			return h.skip(ctx, ev, fmt.Sprintf("already handled: labels %s and no trigger", strings.Join(labels.Ymir(issueLabels), ",")))
 		}
 		var remove []string
-		for _, l := range ymirLabels(labels) {
-			if l != LabelTriageInProgress {
+		for _, l := range labels.Ymir(issueLabels) {
+			if l != labels.TriageInProgress {
 				remove = append(remove, l)
 			}
 		}
-		if err := h.setLabels(ctx, ev, []string{LabelTriageInProgress}, remove); err != nil {
-			return h.jiraErr(ctx, ev, "claim the issue ("+LabelTriageInProgress+")", err)
+		if err := h.setLabels(ctx, ev, []string{labels.TriageInProgress}, remove); err != nil {
+			return h.jiraErr(ctx, ev, "claim the issue ("+labels.TriageInProgress+")", err)
 		}
 		p.claimed = true
 		if ev.userTriggered && !p.acked {
@@ -75,7 +76,7 @@ func (h *handler) triage(msg *message.Message) error {
 		// an issue that the redelivery triages again, never a labelled issue with no
 		// request behind it.
 		if !p.labelled {
-			if err := h.setLabels(ctx, ev, []string{label}, otherState(label, LabelTriageInProgress)); err != nil {
+			if err := h.setLabels(ctx, ev, []string{label}, otherState(label, labels.TriageInProgress)); err != nil {
 				return h.jiraErr(ctx, ev, "write the resolution label "+label, err)
 			}
 			p.labelled = true
@@ -97,8 +98,8 @@ func (h *handler) triage(msg *message.Message) error {
 				Msg("downstream request published")
 		}
 		if !p.unclaimed {
-			if err := h.setLabels(ctx, ev, nil, []string{LabelTriageInProgress}); err != nil {
-				return h.jiraErr(ctx, ev, "remove "+LabelTriageInProgress, err)
+			if err := h.setLabels(ctx, ev, nil, []string{labels.TriageInProgress}); err != nil {
+				return h.jiraErr(ctx, ev, "remove "+labels.TriageInProgress, err)
 			}
 			p.unclaimed = true
 		}
@@ -122,26 +123,26 @@ func (h *handler) triage(msg *message.Message) error {
 // alreadyTriaged is triage's agent-side dedup (upstream triage_agent.py:1277-1299):
 // skip when a terminal ymir label is present and neither a retry trigger, an in-flight
 // claim nor a maintainer's request says to run again.
-func alreadyTriaged(labels []string, userTriggered bool) bool {
-	if userTriggered || slices.Contains(labels, LabelRetryNeeded) || slices.Contains(labels, LabelTriageInProgress) {
+func alreadyTriaged(issueLabels []string, userTriggered bool) bool {
+	if userTriggered || slices.Contains(issueLabels, labels.RetryNeeded) || slices.Contains(issueLabels, labels.TriageInProgress) {
 		return false
 	}
-	return slices.ContainsFunc(labels, IsTerminalLabel)
+	return slices.ContainsFunc(issueLabels, labels.IsTerminal)
 }
 
 func isClosed(status string) bool {
 	return strings.EqualFold(status, "Closed") || strings.EqualFold(status, "Done")
 }
 
-func (h *handler) skipClosed(ctx context.Context, ev *event, labels []string, status string) error {
+func (h *handler) skipClosed(ctx context.Context, ev *event, issueLabels []string, status string) error {
 	// Unlike upstream, the in-flight claim a fetcher flip left is removed too, or the
 	// closed issue would look in flight for ever (upstream weak point 14).
 	var remove []string
-	if slices.Contains(labels, LabelTriageInProgress) {
-		remove = append(remove, LabelTriageInProgress)
+	if slices.Contains(issueLabels, labels.TriageInProgress) {
+		remove = append(remove, labels.TriageInProgress)
 	}
-	if ev.userTriggered && slices.Contains(labels, LabelTodo) {
-		remove = append(remove, LabelTodo)
+	if ev.userTriggered && slices.Contains(issueLabels, labels.Todo) {
+		remove = append(remove, labels.Todo)
 	}
 	if len(remove) > 0 && !ev.p.labelled {
 		if err := h.setLabels(ctx, ev, nil, remove); err != nil {
@@ -176,16 +177,16 @@ func (h *handler) triageFailed(ctx context.Context, ev *event, cause error) erro
 	wctx, cancel := writable(ctx)
 	defer cancel()
 	if !ev.p.labelled {
-		if err := h.setLabels(wctx, ev, []string{LabelTriageErrored}, otherState(LabelTriageErrored)); err != nil {
-			return h.jiraErr(wctx, ev, "write "+LabelTriageErrored, err)
+		if err := h.setLabels(wctx, ev, []string{labels.TriageErrored}, otherState(labels.TriageErrored)); err != nil {
+			return h.jiraErr(wctx, ev, "write "+labels.TriageErrored, err)
 		}
 		ev.p.labelled = true
 	}
-	if err := h.record(wctx, ev, pipeline.EventStageFailed, LabelTriageErrored,
+	if err := h.record(wctx, ev, pipeline.EventStageFailed, labels.TriageErrored,
 		map[string]any{"error": cause.Error(), "attempts": ev.delivery}); err != nil {
 		return err
 	}
-	ev.log.Error().Err(cause).Msg("triage failed on its last attempt: " + LabelTriageErrored)
+	ev.log.Error().Err(cause).Msg("triage failed on its last attempt: " + labels.TriageErrored)
 	h.forget(ev)
 	return fmt.Errorf("triage of %s failed %d times: %w", ev.key, ev.delivery, cause)
 }
@@ -223,16 +224,6 @@ func (h *handler) downstreamEvent(ev *event, res Result) (*message.Message, erro
 	t.Attempts = 0
 	t.UserTriggered = ev.userTriggered
 	return pipeline.NewEvent(pipeline.RequestedEvent(res.Resolution), ev.key, t, ev.msg)
-}
-
-func ymirLabels(labels []string) []string {
-	var out []string
-	for _, l := range labels {
-		if strings.HasPrefix(l, LabelPrefix) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 func rawOrNull(r json.RawMessage) json.RawMessage {

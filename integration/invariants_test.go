@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -412,10 +413,10 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 			last[is][str(m.Values["agent"])] = m
 		}
 		for _, is := range issues {
-			labels := o.labels(is)
-			for _, l := range labels {
+			have := o.labels(is)
+			for _, l := range have {
 				if strings.HasSuffix(l, "_in_progress") {
-					v("%s: stuck label %s (labels %v)", is, l, labels)
+					v("%s: stuck label %s (labels %v)", is, l, have)
 				}
 			}
 			tr, ok := last[is]["triage"]
@@ -430,13 +431,13 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				}
 				if tr.Values == nil {
 					sk, ok := skipped[is]
-					if ok && slices.ContainsFunc(labels, handlers.IsTerminalLabel) &&
+					if ok && slices.ContainsFunc(have, labels.IsTerminal) &&
 						strings.Contains(str(sk.Values["detail"]), "already handled") {
-						rep.resolutionLost = append(rep.resolutionLost, fmt.Sprintf("%s: labels %v, records %s", is, labels,
+						rep.resolutionLost = append(rep.resolutionLost, fmt.Sprintf("%s: labels %v, records %s", is, have,
 							describe(recordsOf(st, is))))
 						continue
 					}
-					v("%s: no triage outcome (labels %v); its records: %s", is, labels, describe(recordsOf(st, is)))
+					v("%s: no triage outcome (labels %v); its records: %s", is, have, describe(recordsOf(st, is)))
 					continue
 				}
 			}
@@ -445,11 +446,11 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				v("%s: no outcome to check the labels against: triage %s", is, describe([]redis.XMessage{tr}))
 				continue
 			}
-			if !slices.Contains(labels, want) {
-				v("%s: labels %v lack %s (last records: %s)", is, labels, want, describeAll(last[is]))
+			if !slices.Contains(have, want) {
+				v("%s: labels %v lack %s (last records: %s)", is, have, want, describeAll(last[is]))
 			}
-			if notWant != "" && slices.Contains(labels, notWant) {
-				v("%s: labels %v still have %s (last records: %s)", is, labels, notWant, describeAll(last[is]))
+			if notWant != "" && slices.Contains(have, notWant) {
+				v("%s: labels %v still have %s (last records: %s)", is, have, notWant, describeAll(last[is]))
 			}
 		}
 	}
@@ -460,7 +461,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 // the last record of each downstream agent, and one it must not carry ("" for none).
 func expectedLabels(tr redis.XMessage, last map[string]redis.XMessage) (want, notWant string) {
 	if str(tr.Values["event_type"]) == pipeline.EventStageFailed {
-		return handlers.LabelTriageErrored, ""
+		return labels.TriageErrored, ""
 	}
 	res := str(tr.Values["outcome"])
 	if !handlers.IsDispatched(res) {
@@ -471,9 +472,9 @@ func expectedLabels(tr redis.XMessage, last map[string]redis.XMessage) (want, no
 		return handlers.ResolutionLabel(res) + " then a " + res + " outcome (none recorded)", ""
 	}
 	if str(dr.Values["event_type"]) == pipeline.EventStageFailed {
-		return handlers.ErroredLabel(res), handlers.TriagedLabel(res)
+		return labels.ErroredFor(res), labels.TriagedFor(res)
 	}
-	return handlers.DoneLabel(res), handlers.TriagedLabel(res)
+	return labels.DoneFor(res), labels.TriagedFor(res)
 }
 
 func describe(rs []redis.XMessage) string {

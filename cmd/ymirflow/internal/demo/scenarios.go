@@ -9,6 +9,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 )
 
 // Outcomes of a downstream run, per attempt (handlers.DemoSuccess, DemoFailure,
@@ -249,12 +250,12 @@ func (s Scenario) ExpectedLabels(maxRetries int) []string {
 		switch {
 		case agent != "":
 			if okd, _ := s.DownstreamAttempts(maxRetries); okd {
-				out = []string{handlers.DoneLabel(agent)}
+				out = []string{labels.DoneFor(agent)}
 			} else {
-				out = []string{handlers.ErroredLabel(agent)}
+				out = []string{labels.ErroredFor(agent)}
 			}
 		case res == handlers.ResolutionError:
-			out = []string{handlers.LabelTriageErrored}
+			out = []string{labels.TriageErrored}
 		default:
 			out = []string{handlers.ResolutionLabel(res)}
 		}
@@ -333,20 +334,20 @@ func (s Scenario) Issue(seed int64) fakejira.Issue {
 	fmt.Sscanf(s.Key, "RHEL-%d", &num)
 	is := fakejira.SampleIssue(s.Kind, num, seed)
 	if s.Labels != nil {
-		labels := slices.Clone(s.Labels)
-		if slices.Contains(is.Labels, handlers.LabelTodo) {
-			labels = append(labels, handlers.LabelTodo)
+		ls := slices.Clone(s.Labels)
+		if slices.Contains(is.Labels, labels.Todo) {
+			ls = append(ls, labels.Todo)
 			for i := range is.Changelog {
 				for j := range is.Changelog[i].Items {
 					it := &is.Changelog[i].Items[j]
 					if it.Field == "labels" {
 						it.FromString = strings.Join(s.Labels, " ")
-						it.ToString = strings.Join(labels, " ")
+						it.ToString = strings.Join(ls, " ")
 					}
 				}
 			}
 		}
-		is.Labels = labels
+		is.Labels = ls
 	}
 	switch s.TargetBranch {
 	case "rhel-9.6.0", "rhel-10.1":
