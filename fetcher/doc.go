@@ -46,7 +46,7 @@
 // An issue whose triage request still waits in a triage stream (published, not yet acked)
 // is not published again; this replaces upstream's LRANGE of 26 lists per sweep (§8 items
 // 12, 13, 17). It is decided in Redis, O(1) per issue, with a marker key per issue,
-// "<ns>:queued:triage:<KEY>" (QueuedKey), holding "<entry id> <stream>":
+// "<ns>:queued:triage:<KEY>" (pipeline.Topology.Queued), holding "<entry id> <stream>":
 //
 //   - Every publish is one Lua script: unless the marker names an entry still waiting, XADD
 //     the request (pipeline.Encode, so entries are what pipeline.Publisher writes) and point
@@ -65,7 +65,7 @@
 //     second pipelined round trip is made only when some candidate has a marker: it renews
 //     the TTLs and, for an entry already delivered, asks XPENDING about that one id.
 //   - A producer of downstream requests may write the same kind of marker under
-//     QueuedKey(topology, agent, issue); for stale in-flight issues the pre-check reads those
+//     topology.Queued(agent, issue); for stale in-flight issues the pre-check reads those
 //     too, and leaves alone an issue whose downstream request still waits (upstream's "still
 //     queued", §4.3 rule B).
 //

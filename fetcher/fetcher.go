@@ -93,7 +93,6 @@ type Fetcher struct {
 	log            zerolog.Logger
 	clock          func() time.Time
 	group          string // the triage consumer group
-	ns             string
 }
 
 // New validates cfg and returns a Fetcher. It does no I/O.
@@ -156,29 +155,7 @@ func New(cfg Config) (*Fetcher, error) {
 		f.clock = time.Now
 	}
 	f.group = f.topo.Group(triageAgent, "")
-	f.ns = f.topo.Namespace
-	if f.ns == "" {
-		f.ns = pipeline.DefaultNamespace
-	}
 	return f, nil
-}
-
-// QueuedKey is the Redis key of an issue's queued marker for agent:
-// "<namespace>:queued:<agent>:<KEY>" (issue canonical). It holds "<entry id> <stream>" of
-// the last request published for the issue to that agent's streams. The fetcher writes
-// the triage markers; a producer of downstream requests may write the others (SET with a
-// TTL after its XADD), and the fetcher then also leaves alone a stale issue whose
-// downstream request still waits.
-func QueuedKey(t pipeline.Topology, agent, issue string) string {
-	ns := t.Namespace
-	if ns == "" {
-		ns = pipeline.DefaultNamespace
-	}
-	return ns + ":queued:" + agent + ":" + issue
-}
-
-func (f *Fetcher) queuedKey(agent, issue string) string {
-	return f.ns + ":queued:" + agent + ":" + issue
 }
 
 // groupOf is the consumer group reading stream.

@@ -130,7 +130,7 @@ func TestTwoSweepsPublishOnce(t *testing.T) {
 	if s := h.sweep(); !slices.Equal(s.PublishedKeys(), []string{"RHEL-1", "RHEL-2"}) {
 		t.Errorf("after ack: published %v (%s)", s.PublishedKeys(), s)
 	}
-	if ttl := h.rdb.PTTL(h.ctx, QueuedKey(h.topo, "triage", "RHEL-1")).Val(); ttl <= 23*time.Hour || ttl > 24*time.Hour {
+	if ttl := h.rdb.PTTL(h.ctx, h.topo.Queued("triage", "RHEL-1")).Val(); ttl <= 23*time.Hour || ttl > 24*time.Hour {
 		t.Errorf("marker TTL %s, want the 24h default", ttl)
 	}
 }
@@ -329,7 +329,7 @@ func TestQueuedMarkerLifecycle(t *testing.T) {
 		t.Errorf("after the stream was deleted: %s", s)
 	}
 	// A marker that is not ours (garbage) is ignored.
-	h.rdb.Set(h.ctx, QueuedKey(h.topo, "triage", "RHEL-1"), "garbage", time.Hour)
+	h.rdb.Set(h.ctx, h.topo.Queued("triage", "RHEL-1"), "garbage", time.Hour)
 	h.rdb.Del(h.ctx, stream)
 	if s := h.sweep(); s.Published != 2 {
 		t.Errorf("garbage marker: %s", s)
@@ -371,8 +371,8 @@ func TestNew(t *testing.T) {
 	if got := f.locker.Keys("triage", "RHEL-1").Lock; got != "lock:triage:RHEL-1" {
 		t.Errorf("default lease key %q", got)
 	}
-	if QueuedKey(pipeline.Topology{}, "triage", "RHEL-1") != "ymir:queued:triage:RHEL-1" {
-		t.Error("QueuedKey")
+	if (pipeline.Topology{}).Queued("triage", "RHEL-1") != "ymir:queued:triage:RHEL-1" {
+		t.Error("Topology.Queued")
 	}
 }
 

@@ -363,10 +363,10 @@ func TestPublishScript(t *testing.T) {
 	if !fresh {
 		t.Fatal("first publish not fresh")
 	}
-	if m := rdb.Get(ctx, QueuedKey(topo, "triage", "RHEL-1")).Val(); m != id1+" "+s {
+	if m := rdb.Get(ctx, topo.Queued("triage", "RHEL-1")).Val(); m != id1+" "+s {
 		t.Errorf("marker %q", m)
 	}
-	if ttl := rdb.PTTL(ctx, QueuedKey(topo, "triage", "RHEL-1")).Val(); ttl <= 0 || ttl > time.Minute {
+	if ttl := rdb.PTTL(ctx, topo.Queued("triage", "RHEL-1")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("marker TTL %s", ttl)
 	}
 	// Unread, no group yet: blocks, on either triage stream.

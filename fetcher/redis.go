@@ -89,12 +89,12 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 			lookups = append(lookups, f.locker.LockKey(a, k))
 			slots = append(slots, slot{issue: k, stage: a})
 		}
-		lookups = append(lookups, f.queuedKey(triageAgent, k))
+		lookups = append(lookups, f.topo.Queued(triageAgent, k))
 		slots = append(slots, slot{issue: k, marker: triageAgent})
 		if downstream[k] {
 			for _, a := range f.stages {
 				if a != triageAgent {
-					lookups = append(lookups, f.queuedKey(a, k))
+					lookups = append(lookups, f.topo.Queued(a, k))
 					slots = append(slots, slot{issue: k, marker: a})
 				}
 			}
@@ -245,7 +245,7 @@ func (f *Fetcher) publish(ctx context.Context, key, stream string, fields map[st
 	for _, k := range names {
 		args = append(args, k, fields[k])
 	}
-	v, err := publishScript.Run(ctx, f.rdb, []string{f.queuedKey(triageAgent, key), stream}, args...).Slice()
+	v, err := publishScript.Run(ctx, f.rdb, []string{f.topo.Queued(triageAgent, key), stream}, args...).Slice()
 	if err != nil {
 		return "", false, err
 	}

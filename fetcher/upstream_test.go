@@ -188,7 +188,7 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			setup: func(t *testing.T, h *harness) {
 				s := h.topo.Stream("backport", "c9s", false)
 				id := h.rdb.XAdd(h.ctx, &redis.XAddArgs{Stream: s, Values: map[string]any{"payload": "{}"}}).Val()
-				h.rdb.Set(h.ctx, QueuedKey(h.topo, "backport", "RHEL-1"), id+" "+s, time.Hour)
+				h.rdb.Set(h.ctx, h.topo.Queued("backport", "RHEL-1"), id+" "+s, time.Hour)
 			},
 			want:    []string{"RHEL-2@triage"},
 			skipped: map[Reason]int{ReasonQueued: 1},

@@ -98,6 +98,16 @@ func (t Topology) Results() string { return t.ns() + ":results" }
 // Dead is the dead-letter stream.
 func (t Topology) Dead() string { return t.ns() + ":dead" }
 
+// Queued is the key of an issue's queued marker for agent:
+// "<namespace>:queued:<agent>:<KEY>" (issue canonical). It holds "<entry id> <stream>" of
+// the last request published for the issue to that agent's streams. The fetcher writes
+// the triage markers; a producer of downstream requests may write the others (SET with a
+// TTL after its XADD), and the fetcher then also leaves alone a stale issue whose
+// downstream request still waits.
+func (t Topology) Queued(agent, issue string) string {
+	return t.ns() + ":queued:" + agent + ":" + issue
+}
+
 // LockScope is the lockmw scope of this namespace: none for the default namespace (keys
 // compatible with the Python agents), "<ns>:" otherwise.
 func (t Topology) LockScope() string {
