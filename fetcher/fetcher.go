@@ -309,16 +309,28 @@ func (f *Fetcher) process(ctx context.Context, items []Item, sum *Summary) error
 		return err
 	}
 
-	// Pass 3: act, in Jira's order.
+	// Pass 3: act, in Jira's order. A cancelled ctx (SIGTERM) stops the sweep between
+	// issues: the issue at hand is finished (published and flipped, or neither) with a
+	// context that is not cancelled, the rest stay as they are for the next sweep.
 	members := map[string]bool{}
+	work := context.WithoutCancel(ctx)
 	for _, c := range cands {
 		o := &sum.Issues[c.idx]
-		if err := f.handle(ctx, c, o, pre, members, sum); err != nil {
+		err := ctx.Err()
+		if err != nil {
+			err = fmt.Errorf("%w: the sweep stopped before %s", context.Cause(ctx), c.issue.Key)
+		} else {
+			err = f.handle(work, c, o, pre, members, sum)
+		}
+		if err != nil {
 			for _, rest := range cands {
 				if rest.idx > c.idx {
 					sum.Issues[rest.idx].Reason = ReasonError
 					sum.Issues[rest.idx].Detail = "not handled: the sweep stopped early"
 				}
+			}
+			if ctx.Err() != nil && o.Reason == "" && !o.Published {
+				o.Detail = "not handled: the sweep stopped early"
 			}
 			if !o.Published && o.Reason == "" {
 				o.Reason = ReasonError

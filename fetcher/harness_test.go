@@ -51,6 +51,8 @@ type harness struct {
 	failPut  map[string]int // issue key → status its label writes get
 	failPath map[string]int // path prefix → status (e.g. the changelog)
 	jiraOpts func(*jira.Options)
+	// onRequest, when set, sees every request before it is answered.
+	onRequest func(*http.Request)
 }
 
 type recorded struct {
@@ -170,7 +172,11 @@ func (h *harness) serve(w http.ResponseWriter, r *http.Request) {
 			status = st
 		}
 	}
+	hook := h.onRequest
 	h.mu.Unlock()
+	if hook != nil {
+		hook(r)
+	}
 	if status != 0 {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)

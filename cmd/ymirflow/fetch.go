@@ -55,9 +55,14 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	for {
-		// A signal does not cut a sweep short: it would leave issues half handled.
-		s, err := f.Sweep(context.WithoutCancel(ctx))
+		// A signal stops a sweep between issues: the issue in hand is finished (published
+		// and flipped), the rest wait for the next run.
+		s, err := f.Sweep(ctx)
 		fmt.Fprintf(stdout, "fetch: %s\n", s)
+		if err != nil && ctx.Err() != nil {
+			e.log.Info().Err(err).Msg("fetch: stopped by a signal during a sweep; the next run handles the rest")
+			return nil
+		}
 		if err != nil {
 			err = explainFetchError(err, &cfg)
 			if cfg.Once || fetcher.Fatal(err) {

@@ -239,9 +239,13 @@ func New(opts Options) (*Client, error) {
 	case c.pageSize == 0:
 		c.pageSize = DefaultPageSize
 	}
-	if c.hc == nil {
-		c.hc = &http.Client{}
+	hc := &http.Client{}
+	if c.hc != nil {
+		copied := *c.hc
+		hc = &copied
 	}
+	hc.CheckRedirect = sameOriginOnly
+	c.hc = hc
 	return c, nil
 }
 
@@ -305,7 +309,7 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 				return fmt.Errorf("jira: %s %s: %w", r.method, r.path, context.Cause(ctx))
 			}
 			err = fmt.Errorf("jira: %s %s: %w", r.method, r.path, err)
-			retry = r.idempotent
+			retry = r.idempotent && !errors.Is(err, ErrRedirect)
 			log.Debug().Err(err).Int("attempt", attempt).Dur("took", took).Msg("jira request failed")
 		case status >= 200 && status < 300:
 			log.Debug().Int("status", status).Int("attempt", attempt).Dur("took", took).Msg("jira request")
@@ -473,4 +477,19 @@ func redactURLError(err error) error {
 // issuePath returns the unescaped and escaped forms of /rest/api/2/issue/{key}{suffix}.
 func issuePath(key, suffix string) (string, string) {
 	return "/rest/api/2/issue/" + key + suffix, "/rest/api/2/issue/" + url.PathEscape(key) + suffix
+}
+
+// sameOriginOnly is the client's redirect policy: a redirect is followed only to the same
+// scheme, host and port. net/http would forward the Authorization header set on the
+// request to the same host on another port or scheme (https → http: the token in clear)
+// and to subdomains; Jira's API has no reason to redirect anywhere else.
+func sameOriginOnly(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("jira: stopped after 10 redirects")
+	}
+	first := via[0].URL
+	if req.URL.Scheme != first.Scheme || !strings.EqualFold(req.URL.Host, first.Host) {
+		return fmt.Errorf("%w: %s://%s to %s://%s", ErrRedirect, first.Scheme, first.Host, req.URL.Scheme, req.URL.Host)
+	}
+	return nil
 }

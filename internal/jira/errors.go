@@ -25,6 +25,11 @@ var (
 	ErrNotConfigured = errors.New("jira: JIRA_URL is not set, only dry-run writes are possible")
 	// ErrStop, returned by a SearchAll callback, ends the iteration without an error.
 	ErrStop = errors.New("jira: stop iteration")
+	// ErrRedirect is a redirect to another scheme, host or port, refused: the request
+	// carries the Authorization header, which must not reach anyone else.
+	ErrRedirect = errors.New("jira: redirect to another origin refused")
+	// ErrPaging is a search whose pages do not advance, or that passed MaxSearchPages.
+	ErrPaging = errors.New("jira: search paging")
 )
 
 // maxErrorBody bounds HTTPError.Body.

@@ -111,6 +111,10 @@ func (c *Client) Search(ctx context.Context, req SearchRequest) (SearchPage, err
 	return p, nil
 }
 
+// MaxSearchPages bounds one SearchAll walk: a Jira that keeps answering "more" must not
+// keep a sweep going for ever.
+const MaxSearchPages = 1000
+
 // SearchAll pages through every issue matching jql and calls fn for each, in Jira's order, until
 // the results end, maxIssues were delivered (maxIssues <= 0: no limit), or fn returns an error. fn
 // returning ErrStop ends the walk with a nil error; any other error is returned as is. An issue
@@ -123,6 +127,9 @@ func (c *Client) SearchAll(ctx context.Context, jql string, fields []string, max
 	delivered := 0
 	req := SearchRequest{JQL: jql, Fields: fields}
 	for page := 1; ; page++ {
+		if page > MaxSearchPages {
+			return fmt.Errorf("%w: stopped after %d pages (%d issues); narrow JIRA_JQL", ErrPaging, MaxSearchPages, delivered)
+		}
 		req.MaxResults = c.pageSize
 		if maxIssues > 0 && maxIssues-delivered < req.MaxResults {
 			req.MaxResults = maxIssues - delivered
@@ -152,10 +159,13 @@ func (c *Client) SearchAll(ctx context.Context, jql string, fields []string, max
 		}
 		if c.api == APICloud {
 			if p.NextPageToken == req.PageToken {
-				return fmt.Errorf("jira: search: Jira returned the same nextPageToken twice (page %d)", page)
+				return fmt.Errorf("%w: Jira returned the same nextPageToken twice (page %d)", ErrPaging, page)
 			}
 			req.PageToken = p.NextPageToken
 		} else {
+			if p.NextStartAt <= req.StartAt {
+				return fmt.Errorf("%w: startAt did not advance past %d (page %d)", ErrPaging, req.StartAt, page)
+			}
 			req.StartAt = p.NextStartAt
 		}
 	}
