@@ -38,7 +38,15 @@ func runFakeJira(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		source = fmt.Sprintf("%d issues from %s", len(issues), cfg.IssuesFile)
 	}
-	srv := fakejira.New(fakejira.Options{Issues: issues, Groups: fakejira.SampleGroups()})
+	secret, err := cfg.Secret()
+	if err != nil {
+		return err
+	}
+	var hooks []fakejira.WebhookTarget
+	for _, u := range cfg.WebhookURLs() {
+		hooks = append(hooks, fakejira.WebhookTarget{URL: u, Secret: secret})
+	}
+	srv := fakejira.New(fakejira.Options{Issues: issues, Groups: fakejira.SampleGroups(), Webhooks: hooks})
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -53,9 +61,13 @@ func runFakeJira(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
-	log.Info().Str("url", url).Int("issues", len(issues)).Msg("fakejira serving")
+	log.Info().Str("url", url).Int("issues", len(issues)).Strs("webhooks", cfg.WebhookURLs()).Msg("fakejira serving")
 	fmt.Fprintf(stdout, "fakejira: serving %s at %s\n", source, url)
 	fmt.Fprintf(stdout, "  try: JIRA_URL=%s JIRA_TOKEN=any JIRA_TRIGGER_GROUP=%q ymirflow fetch --once\n", url, fakejira.SampleTriggerGroup)
+	for _, u := range cfg.WebhookURLs() {
+		fmt.Fprintf(stdout, "  webhooks to %s on label changes (act as a maintainer: PUT with header %s: %s)\n",
+			u, fakejira.HeaderActAs, fakejira.SampleMaintainer.AccountID)
+	}
 
 	select {
 	case <-ctx.Done():

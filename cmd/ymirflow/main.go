@@ -38,7 +38,8 @@ func commands() []command {
 		{"history", "every event of one issue across streams, in order: history KEY", runHistory},
 		{"replay", "re-publish past events through the normal lock path", runReplay},
 		{"dlq", "the dead-letter stream: dlq list|show|requeue|purge", runDLQ},
-		{"fakejira", "serve the fake Jira for local trials", runFakeJira},
+		{"webhook", "receive Jira webhooks and publish triage requests as a sweep would (--addr A)", runWebhook},
+		{"fakejira", "serve the fake Jira for local trials (--webhook URL sends it webhooks)", runFakeJira},
 	}
 }
 

@@ -64,6 +64,7 @@ func Commands() map[string]Command {
 		"replay":   &Replay{},
 		"dlq":      &DLQ{},
 		"fakejira": &FakeJira{},
+		"webhook":  &Webhook{},
 	}
 }
 

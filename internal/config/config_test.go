@@ -318,6 +318,14 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"fakejira addr", "fakejira", []string{"--addr", "8080"}, nil, "ADDR", "addr", "host:port"},
 		{"fakejira file", "fakejira", []string{"--issues-file", missing}, nil, "ISSUES_FILE", "issues-file", "cannot be read"},
 		{"fakejira issues", "fakejira", []string{"--issues", "-3"}, nil, "ISSUES", "issues", "negative"},
+		{"fakejira webhook", "fakejira", []string{"--webhook", "ftp://x"}, nil, "WEBHOOK", "webhook", "http:// or https://"},
+		{"fakejira webhook secret", "fakejira", []string{"--webhook-secret", "a", "--webhook-secret-file", okTok}, nil, "WEBHOOK_SECRET_FILE", "webhook-secret-file", "both set"},
+		{"webhook no secret", "webhook", []string{"--jira-url", "http://j"}, nil, "WEBHOOK_SECRET", "webhook-secret", "INSECURE_NO_SIGNATURE"},
+		{"webhook no jira", "webhook", []string{"--webhook-secret", "s"}, nil, "JIRA_URL", "jira-url", "is required"},
+		{"webhook secret file", "webhook", []string{"--jira-url", "http://j", "--webhook-secret-file", empty}, nil, "WEBHOOK_SECRET_FILE", "webhook-secret-file", "is empty"},
+		{"webhook deadline", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature"}, map[string]string{"WEBHOOK_DEADLINE": "30s"}, "WEBHOOK_DEADLINE", "webhook-deadline", "at most 10s"},
+		{"webhook body", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--webhook-max-body", "0"}, nil, "WEBHOOK_MAX_BODY", "webhook-max-body", "positive"},
+		{"webhook scope", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--jira-jql", ""}, nil, "JIRA_JQL", "jira-jql", "WEBHOOK_CHECK_SCOPE"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -417,10 +425,10 @@ func TestEnvNames(t *testing.T) {
 	if got := strings.Join(names["LOCK_TTL"], ","); got != "worker" {
 		t.Errorf("LOCK_TTL read by %s, want worker", got)
 	}
-	if got := strings.Join(names["REDIS_URL"], ","); got != "demo,dlq,enqueue,fetch,history,locks,pending,replay,streams,worker" {
+	if got := strings.Join(names["REDIS_URL"], ","); got != "demo,dlq,enqueue,fetch,history,locks,pending,replay,streams,webhook,worker" {
 		t.Errorf("REDIS_URL read by %s", got)
 	}
-	if got := strings.Join(names["JIRA_JQL"], ","); got != "fetch,worker" {
+	if got := strings.Join(names["JIRA_JQL"], ","); got != "fetch,webhook,worker" {
 		t.Errorf("JIRA_JQL read by %s", got)
 	}
 	// Within one command no two flags share a variable, and EnvNamesOf agrees.

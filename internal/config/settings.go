@@ -786,6 +786,8 @@ type FakeJira struct {
 	Seed       int64  // --seed, SEED: seed of the generated sample issues
 	LogLevel   string // --log-level, LOG_LEVEL
 	LogFormat  string // --log-format, LOG_FORMAT
+	Webhook    string // --webhook, WEBHOOK: URLs that get a signed delivery on every label change and issue creation, comma-separated
+	WebhookSecret
 }
 
 // Register defines fakejira's flags on fs.
@@ -796,6 +798,8 @@ func (f *FakeJira) Register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.Seed, "seed", 1, "seed of the generated sample issues")
 	fs.StringVar(&f.LogLevel, "log-level", DefaultLogLevel, "log level: "+strings.Join(LogLevels, "|"))
 	fs.StringVar(&f.LogFormat, "log-format", DefaultLogFormat, "log format: json|console")
+	fs.StringVar(&f.Webhook, "webhook", "", "URLs (comma-separated) that get a signed Jira webhook delivery on every label change and issue creation")
+	f.WebhookSecret.register(fs, "secret the webhook deliveries are signed with (X-Hub-Signature)")
 }
 
 // Validate checks fakejira's settings.
@@ -818,5 +822,6 @@ func (f *FakeJira) Validate() error {
 	if !oneOf(f.LogFormat, "json", "console") {
 		p.add("log-format", "= %q must be json or console", f.LogFormat)
 	}
+	f.validateWebhooks(&p)
 	return p.err()
 }

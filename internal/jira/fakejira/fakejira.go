@@ -10,6 +10,10 @@
 //     POST /rest/api/2/issue/{key}/comment, GET /rest/api/2/issue/{key}/changelog (paged).
 //   - GET /rest/api/2/user/groups?accountId=|username=, GET /rest/api/2/user?…&expand=groups
 //     (from Options.Groups), GET /rest/api/2/myself.
+//   - webhooks: every label change and every issue created with CreateIssue is POSTed to
+//     Options.Webhooks, signed, shaped as Jira's (webhookEvent, issue, user, changelog), with
+//     retries. A PUT with the header X-Fakejira-User: <accountId> acts as that user, as a
+//     maintainer editing the issue in Jira's UI would (changelog author, webhook user).
 //
 // Tests seed it with Go values (Issue) or a JSON file (LoadFile), inject failures with FailNext,
 // and inspect what clients did with Writes, Requests, Labels and Comments. A Server is an
@@ -68,6 +72,12 @@ type Options struct {
 	// Limits bound the connections of the server Start and Listen run (zero: httpsrv's
 	// defaults).
 	Limits httpsrv.Limits
+	// Webhooks receive a signed Jira-shaped delivery on every label change and issue
+	// creation (see webhook.go); WebhookRetries (default 3) retries a failed delivery, after
+	// WebhookRetryDelay (default 100ms), doubled each time.
+	Webhooks          []WebhookTarget
+	WebhookRetries    int
+	WebhookRetryDelay time.Duration
 }
 
 // Issue is the Go-side description of a seeded issue.
@@ -139,6 +149,8 @@ type Server struct {
 	requests []Request
 	nextID   int
 
+	hooks hookState
+
 	lnMu sync.Mutex
 	hs   *http.Server
 	url  string
@@ -159,7 +171,14 @@ func New(opts Options) *Server {
 	if opts.MaxPageSize <= 0 {
 		opts.MaxPageSize = DefaultMaxPageSize
 	}
+	if opts.WebhookRetries == 0 {
+		opts.WebhookRetries = DefaultWebhookRetries
+	}
+	if opts.WebhookRetryDelay <= 0 {
+		opts.WebhookRetryDelay = DefaultWebhookRetryDelay
+	}
 	s := &Server{opts: opts, byKey: map[string]*Issue{}, groups: map[string][]string{}, nextID: 10000}
+	s.hooks.client = &http.Client{Timeout: 5 * time.Second}
 	for u, g := range opts.Groups {
 		s.groups[u] = slices.Clone(g)
 	}

@@ -217,21 +217,28 @@ func (s *Server) search(r *http.Request, body []byte, cloud bool) reply {
 	if start < 0 {
 		return errReply(http.StatusBadRequest, "startAt must not be negative")
 	}
-	start = min(start, len(s.issues))
-	end := min(start+size, len(s.issues))
+	all := s.issues
+	if k, ok := jqlKey(p.JQL); ok {
+		all = nil
+		if is, found := s.byKey[k]; found {
+			all = []*Issue{is}
+		}
+	}
+	start = min(start, len(all))
+	end := min(start+size, len(all))
 	issues := make([]map[string]any, 0, end-start)
-	for _, is := range s.issues[start:end] {
-		issues = append(issues, s.render(r, is, p.Fields, false))
+	for _, is := range all[start:end] {
+		issues = append(issues, s.render(r.Host, is, p.Fields, false))
 	}
 	if cloud {
-		out := map[string]any{"issues": issues, "isLast": end >= len(s.issues)}
-		if end < len(s.issues) {
+		out := map[string]any{"issues": issues, "isLast": end >= len(all)}
+		if end < len(all) {
 			out["nextPageToken"] = encodeToken(end)
 		}
 		return jsonReply(http.StatusOK, out)
 	}
 	return jsonReply(http.StatusOK, map[string]any{
-		"expand": "schema,names", "startAt": start, "maxResults": size, "total": len(s.issues), "issues": issues,
+		"expand": "schema,names", "startAt": start, "maxResults": size, "total": len(all), "issues": issues,
 	})
 }
 
@@ -254,11 +261,11 @@ func (s *Server) getIssue(r *http.Request, key string) reply {
 		fields = strings.Split(v, ",")
 	}
 	expandChangelog := slices.Contains(strings.Split(q.Get("expand"), ","), "changelog")
-	return jsonReply(http.StatusOK, s.render(r, is, fields, expandChangelog))
+	return jsonReply(http.StatusOK, s.render(r.Host, is, fields, expandChangelog))
 }
 
 // render builds the REST shape of an issue. fields nil means every field.
-func (s *Server) render(r *http.Request, is *Issue, fields []string, withChangelog bool) map[string]any {
+func (s *Server) render(host string, is *Issue, fields []string, withChangelog bool) map[string]any {
 	all := map[string]any{}
 	for k, v := range is.Fields {
 		all[k] = v
@@ -292,7 +299,7 @@ func (s *Server) render(r *http.Request, is *Issue, fields []string, withChangel
 	obj := map[string]any{
 		"id":     is.ID,
 		"key":    is.Key,
-		"self":   "http://" + r.Host + "/rest/api/2/issue/" + is.ID,
+		"self":   "http://" + host + "/rest/api/2/issue/" + is.ID,
 		"fields": out,
 	}
 	if withChangelog {
@@ -396,18 +403,7 @@ func (s *Server) putIssue(r *http.Request, key string, body []byte) reply {
 		is.Fields[name] = raw
 		is.Updated = now
 	}
-	if !slices.Equal(labels, is.Labels) && !(len(labels) == 0 && len(is.Labels) == 0) {
-		is.Changelog = append(is.Changelog, jira.ChangelogEntry{
-			ID: strconv.Itoa(s.nextID), Author: s.opts.CurrentUser, Created: jira.Time{Time: now},
-			Items: []jira.ChangeItem{{
-				Field: "labels", FieldType: "jira",
-				FromString: strings.Join(is.Labels, " "), ToString: strings.Join(labels, " "),
-			}},
-		})
-		s.nextID++
-		is.Labels = labels
-		is.Updated = now
-	}
+	s.setLabels(r.Host, is, s.actingUser(r), labels, now)
 	w.At = now
 	s.logWrite(w)
 	return reply{status: http.StatusNoContent}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ymirflow/ymirflow/fetcher"
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/webhook"
+)
+
+// Server bounds of the receiver: Jira's deliveries are small and answered within a second.
+const (
+	webhookReadHeaderTimeout = 5 * time.Second
+	webhookReadTimeout       = 10 * time.Second
+	webhookWriteTimeout      = 10 * time.Second
+	webhookIdleTimeout       = 60 * time.Second
+	webhookMaxHeaderBytes    = 64 << 10
+)
+
+// runWebhook serves the Jira webhook receiver until SIGTERM/SIGINT, which lets deliveries
+// in progress finish.
+func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg config.Webhook
+	if _, err := load("webhook", &cfg, args, stderr); err != nil {
+		return err
+	}
+	token, err := cfg.Token()
+	if err != nil {
+		return err
+	}
+	secret, err := cfg.Secret()
+	if err != nil {
+		return err
+	}
+	e, err := connect(ctx, &cfg.Common, stderr)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	jc, err := jira.New(jira.Options{
+		BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(),
+		Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
+		CommentGroup: cfg.JiraCommentGroup, DryRun: cfg.DryRun, Logger: e.log,
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	own := cfg.OwnAccounts()
+	if len(own) == 0 {
+		me, err := jc.Myself(ctx)
+		if err != nil {
+			return fmt.Errorf("Jira at %s: learn ymirflow's own account (/myself; or set JIRA_OWN_ACCOUNT): %w", config.RedactURL(cfg.JiraURL), err)
+		}
+		for _, id := range []string{me.AccountID, me.Name, me.Key} {
+			if id != "" {
+				own = append(own, id)
+			}
+		}
+	}
+	locker, err := e.newLocker(lockmw.Options{})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	f, err := fetcher.New(fetcher.Config{
+		Jira: jc, Redis: e.rdb, Topology: e.topology, Locker: locker, MaxLen: cfg.MaxLen,
+		JQL: cfg.JiraJQL, TriggerGroup: cfg.JiraTriggerGroup, StaleLabelThreshold: cfg.StaleLabelThreshold,
+		DryRun: cfg.DryRun, Logger: e.log,
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	metrics := pipeline.NewMetrics()
+	wc := webhook.Config{
+		Fetcher: f, Jira: jc, Redis: e.rdb, Topology: e.topology, Secret: []byte(secret),
+		InsecureNoSignature: cfg.InsecureNoSignature, OwnAccounts: own, MaxBody: cfg.WebhookMaxBody,
+		Deadline: cfg.WebhookDeadline, MaxPayloadAge: cfg.WebhookPayloadAge, DeliveryTTL: cfg.WebhookDeliveryTTL,
+		Metrics: webhook.NewMetrics(metrics.Registry), Logger: e.log,
+	}
+	if cfg.WebhookCheckScope {
+		wc.JQL = cfg.JiraJQL
+	}
+	rcv, err := webhook.New(wc)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if cfg.MetricsAddr != "" {
+		if _, err := (pipeline.Health{Metrics: metrics, Redis: e.rdb}).Serve(ctx, cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("ADDR %s: %w", cfg.Addr, err)
+	}
+	hs := &http.Server{Handler: rcv, ReadHeaderTimeout: webhookReadHeaderTimeout, ReadTimeout: webhookReadTimeout,
+		WriteTimeout: webhookWriteTimeout, IdleTimeout: webhookIdleTimeout, MaxHeaderBytes: webhookMaxHeaderBytes}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	e.log.Info().Str("addr", ln.Addr().String()).Str("metrics_addr", cfg.MetricsAddr).Bool("signed", secret != "").
+		Strs("own_accounts", own).Str("scope", wc.JQL).Str("jira", config.RedactURL(cfg.JiraURL)).
+		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).Msg("webhook receiver serving")
+	if secret == "" {
+		e.log.Warn().Msg("INSECURE_NO_SIGNATURE: unsigned deliveries are accepted; anyone who reaches the port can start triage")
+	}
+	fmt.Fprintf(stdout, "webhook: receiving Jira webhooks at http://%s/ (%s)\n", ln.Addr(), strings.TrimSpace(signedDesc(secret)))
+
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return fmt.Errorf("webhook: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("webhook: shutdown: %w", err)
+	}
+	e.log.Info().Msg("webhook receiver stopped")
+	return nil
+}
+
+func signedDesc(secret string) string {
+	if secret == "" {
+		return "UNSIGNED deliveries accepted"
+	}
+	return "signed deliveries only"
+}

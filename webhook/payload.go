@@ -1,0 +1,92 @@
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ymirflow/ymirflow/internal/jira"
+)
+
+// Webhook events the receiver acts on.
+const (
+	EventIssueCreated   = "jira:issue_created"
+	EventIssueUpdated   = "jira:issue_updated"
+	EventCommentCreated = "comment_created"
+)
+
+// Event is the part of a Jira webhook delivery the receiver reads: Atlassian's shape,
+// {"timestamp": ms, "webhookEvent": "jira:issue_updated", "user": {...}, "issue": {...},
+// "changelog": {"id": ..., "items": [{"field": "labels", "fromString": ..., "toString": ...}]},
+// "comment": {...}}. Other members are ignored.
+type Event struct {
+	Timestamp    int64       `json:"timestamp"`
+	WebhookEvent string      `json:"webhookEvent"`
+	User         *jira.User  `json:"user"`
+	Issue        *jira.Issue `json:"issue"`
+	Changelog    *struct {
+		ID    string            `json:"id"`
+		Items []jira.ChangeItem `json:"items"`
+	} `json:"changelog"`
+	Comment *struct {
+		ID     string    `json:"id"`
+		Author jira.User `json:"author"`
+	} `json:"comment"`
+}
+
+// errMalformed marks a body that is not a Jira webhook payload (400).
+var errMalformed = errors.New("webhook: malformed payload")
+
+// parseEvent decodes body. It wants a JSON object with webhookEvent and, for issue and
+// comment events, an issue with a key.
+func parseEvent(body []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return Event{}, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if strings.TrimSpace(e.WebhookEvent) == "" {
+		return Event{}, fmt.Errorf("%w: no webhookEvent", errMalformed)
+	}
+	switch e.WebhookEvent {
+	case EventIssueCreated, EventIssueUpdated, EventCommentCreated:
+		if e.Issue == nil || strings.TrimSpace(e.Issue.Key) == "" {
+			return Event{}, fmt.Errorf("%w: %s without issue.key", errMalformed, e.WebhookEvent)
+		}
+	}
+	return e, nil
+}
+
+// At is when Jira raised the event (zero when the payload has no timestamp).
+func (e Event) At() time.Time {
+	if e.Timestamp <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(e.Timestamp)
+}
+
+// addedLabel reports whether the event's changelog adds label.
+func (e Event) addedLabel(label string) bool {
+	if e.Changelog == nil {
+		return false
+	}
+	for _, it := range e.Changelog.Items {
+		if slices.Contains(it.AddedLabels(), label) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasFields reports whether the payload's issue carries every field in names (a null value
+// counts: Jira sends unset fields as null).
+func hasFields(is *jira.Issue, names []string) bool {
+	for _, n := range names {
+		if _, ok := is.Fields.Raw[n]; !ok {
+			return false
+		}
+	}
+	return true
+}

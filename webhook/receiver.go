@@ -1,0 +1,416 @@
+package webhook
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/fetcher"
+	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// Defaults for Config.
+const (
+	DefaultMaxBody       = 1 << 20
+	DefaultDeadline      = 900 * time.Millisecond
+	DefaultDeliveryTTL   = 24 * time.Hour
+	DefaultMaxPayloadAge = 10 * time.Second
+	// DefaultCommentsMaxLen bounds the stream of recorded comment events.
+	DefaultCommentsMaxLen = 10000
+)
+
+// Header names Jira sends.
+const (
+	HeaderSignature = "X-Hub-Signature"
+	HeaderDelivery  = "X-Atlassian-Webhook-Identifier"
+)
+
+// ErrNoSecret is returned by New when no secret is configured and unsigned deliveries were
+// not explicitly allowed.
+var ErrNoSecret = errors.New("webhook: no secret configured: set WEBHOOK_SECRET or WEBHOOK_SECRET_FILE (or --insecure-no-signature to accept unsigned deliveries)")
+
+// Config configures a Receiver. Fetcher, Jira and Redis are required, and a Secret unless
+// InsecureNoSignature.
+type Config struct {
+	// Fetcher classifies and publishes, exactly as a sweep does (fetcher.Process).
+	Fetcher *fetcher.Fetcher
+	// Jira reads the issues a payload does not describe well enough, and checks scope.
+	Jira *jira.Client
+	// Redis remembers delivery ids and records comment events.
+	Redis redis.UniversalClient
+	// Topology gives the namespace of the receiver's keys.
+	Topology pipeline.Topology
+	// Secret is the webhook's secret: deliveries must carry X-Hub-Signature:
+	// sha256=<hex HMAC-SHA256 of the body>.
+	Secret []byte
+	// InsecureNoSignature accepts unsigned deliveries when Secret is empty.
+	InsecureNoSignature bool
+	// OwnAccounts are the account ids or usernames of ymirflow's own Jira account: events
+	// they caused (its label flips) are ignored.
+	OwnAccounts []string
+	// JQL, when set, is the fetcher's search: an issue is acted on only when it matches
+	// (one search "key = K AND (JQL)"), so a registration without a JQL filter cannot
+	// start work on issues the sweep would never look at.
+	JQL string
+	// MaxBody bounds a delivery's body (default 1 MiB); larger ones get 413.
+	MaxBody int64
+	// Deadline bounds the work on one delivery (default 900ms), so that Jira gets its
+	// answer within a second; work cut short is answered 503 and Jira retries.
+	Deadline time.Duration
+	// MaxPayloadAge: a delivery whose event is older than this (a retry) is not trusted to
+	// describe the issue; the issue is read from Jira. Default 10s.
+	MaxPayloadAge time.Duration
+	// DeliveryTTL is how long a delivery id is remembered (default 24h).
+	DeliveryTTL time.Duration
+	// Metrics counts deliveries; nil: not counted.
+	Metrics *Metrics
+	Logger  zerolog.Logger
+	// Clock is the time source for the payload's age; default time.Now.
+	Clock func() time.Time
+}
+
+// Receiver is the http.Handler that takes Jira's webhook deliveries. Build it with New.
+type Receiver struct {
+	cfg    Config
+	own    map[string]bool
+	fields []string
+	ns     string
+	log    zerolog.Logger
+}
+
+// New validates cfg and returns a Receiver. It does no I/O.
+func New(cfg Config) (*Receiver, error) {
+	switch {
+	case cfg.Fetcher == nil:
+		return nil, errors.New("webhook: Config.Fetcher is required")
+	case cfg.Jira == nil:
+		return nil, errors.New("webhook: Config.Jira is required")
+	case cfg.Redis == nil:
+		return nil, errors.New("webhook: Config.Redis is required")
+	case len(cfg.Secret) == 0 && !cfg.InsecureNoSignature:
+		return nil, ErrNoSecret
+	case cfg.MaxBody < 0 || cfg.Deadline < 0 || cfg.MaxPayloadAge < 0 || cfg.DeliveryTTL < 0:
+		return nil, errors.New("webhook: MaxBody, Deadline, MaxPayloadAge and DeliveryTTL must not be negative")
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.Deadline == 0 {
+		cfg.Deadline = DefaultDeadline
+	}
+	if cfg.MaxPayloadAge == 0 {
+		cfg.MaxPayloadAge = DefaultMaxPayloadAge
+	}
+	if cfg.DeliveryTTL == 0 {
+		cfg.DeliveryTTL = DefaultDeliveryTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	r := &Receiver{cfg: cfg, own: map[string]bool{}, fields: cfg.Fetcher.SearchFields(),
+		ns: cfg.Topology.Namespace, log: cfg.Logger.With().Str("component", "webhook").Logger()}
+	if r.ns == "" {
+		r.ns = pipeline.DefaultNamespace
+	}
+	for _, a := range cfg.OwnAccounts {
+		if a = strings.TrimSpace(a); a != "" {
+			r.own[a] = true
+		}
+	}
+	return r, nil
+}
+
+// Sign returns the X-Hub-Signature value Jira sends for body: "sha256=" and the hex
+// HMAC-SHA256 of body keyed with secret.
+func Sign(secret, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// DeliveryKey is the Redis key remembering a delivery id:
+// "<namespace>:webhook:delivery:<sha256 of the id>" (hashed: the id is the sender's text).
+func DeliveryKey(t pipeline.Topology, id string) string {
+	ns := t.Namespace
+	if ns == "" {
+		ns = pipeline.DefaultNamespace
+	}
+	sum := sha256.Sum256([]byte(id))
+	return ns + ":webhook:delivery:" + hex.EncodeToString(sum[:16])
+}
+
+// CommentsStream is the stream comment_created events are recorded in, for later use:
+// "<namespace>:webhook:comments".
+func CommentsStream(t pipeline.Topology) string {
+	ns := t.Namespace
+	if ns == "" {
+		ns = pipeline.DefaultNamespace
+	}
+	return ns + ":webhook:comments"
+}
+
+// result is the answer to one delivery.
+type result struct {
+	status  int
+	outcome string
+	detail  string
+	issue   string
+	entryID string
+	stream  string
+	err     error
+}
+
+func accepted(outcome, detail string) result {
+	return result{status: http.StatusAccepted, outcome: outcome, detail: detail}
+}
+
+func refused(status int, outcome, detail string) result {
+	return result{status: status, outcome: outcome, detail: detail}
+}
+
+// ServeHTTP implements http.Handler: 202 once the delivery is handled (published, or known
+// to need nothing), 401/405/413/415/400 for deliveries that are not acceptable, 503 when
+// Redis or Jira failed (Jira retries).
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	delivery := req.Header.Get(HeaderDelivery)
+	res := r.serve(w, req, delivery)
+	took := time.Since(start)
+	r.cfg.Metrics.observe(res.status, res.outcome, took)
+
+	ev := r.log.Debug()
+	switch {
+	case res.status >= 500:
+		ev = r.log.Error().Err(res.err)
+	case res.status >= 400:
+		ev = r.log.Warn()
+	case res.outcome == "published":
+		ev = r.log.Info()
+	}
+	ev.Int("status", res.status).Str("outcome", res.outcome).Str("issue_key", res.issue).
+		Str("delivery", delivery).Str("entry_id", res.entryID).Dur("took", took).Msg(res.detail)
+
+	body, _ := json.Marshal(map[string]string{"outcome": res.outcome, "detail": res.detail,
+		"issue_key": res.issue, "entry_id": res.entryID, "stream": res.stream})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(res.status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, delivery string) result {
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return refused(http.StatusMethodNotAllowed, "method_not_allowed", "only POST is accepted")
+	}
+	if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return refused(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json")
+	}
+	if req.ContentLength > r.cfg.MaxBody {
+		return refused(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body of %d bytes exceeds %d", req.ContentLength, r.cfg.MaxBody))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return refused(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body exceeds %d bytes", r.cfg.MaxBody))
+		}
+		return refused(http.StatusBadRequest, "malformed", "reading the body: "+err.Error())
+	}
+	if len(r.cfg.Secret) > 0 {
+		if why := r.checkSignature(req.Header.Get(HeaderSignature), body); why != "" {
+			return refused(http.StatusUnauthorized, "bad_signature_"+why, "signature "+why)
+		}
+	}
+	e, err := parseEvent(body)
+	if err != nil {
+		return refused(http.StatusBadRequest, "malformed", err.Error())
+	}
+
+	ctx, cancel := context.WithTimeout(req.Context(), r.cfg.Deadline)
+	defer cancel()
+	var dkey string
+	if delivery != "" {
+		dkey = DeliveryKey(r.cfg.Topology, delivery)
+		n, err := r.cfg.Redis.Exists(ctx, dkey).Result()
+		if err != nil {
+			return result{status: http.StatusServiceUnavailable, outcome: "redis_unavailable", detail: "Redis: delivery check failed", err: err}
+		}
+		if n > 0 {
+			return accepted("duplicate", "delivery already handled")
+		}
+	}
+	res := r.handle(ctx, e)
+	if e.Issue != nil && res.issue == "" {
+		res.issue = e.Issue.Key
+	}
+	if res.status == http.StatusAccepted && dkey != "" {
+		// Remembered only once handled: a delivery answered 503 must be taken again when
+		// Jira retries it. A failed write costs no more than a repeat of idempotent work.
+		if err := r.cfg.Redis.Set(ctx, dkey, e.WebhookEvent, r.cfg.DeliveryTTL).Err(); err != nil {
+			r.log.Warn().Err(err).Str("delivery", delivery).Msg("delivery id not remembered; a retry would be handled again (idempotent)")
+		}
+	}
+	return res
+}
+
+// checkSignature returns "" for a good signature, else why it is not: missing, algorithm
+// (not sha256=), malformed (not hex) or mismatch.
+func (r *Receiver) checkSignature(header string, body []byte) string {
+	header = strings.TrimSpace(header)
+	if header == "" {
+		return "missing"
+	}
+	algo, sig, ok := strings.Cut(header, "=")
+	if !ok || !strings.EqualFold(algo, "sha256") {
+		return "algorithm"
+	}
+	got, err := hex.DecodeString(sig)
+	if err != nil || len(got) != sha256.Size {
+		return "malformed"
+	}
+	m := hmac.New(sha256.New, r.cfg.Secret)
+	m.Write(body)
+	if !hmac.Equal(got, m.Sum(nil)) {
+		return "mismatch"
+	}
+	return ""
+}
+
+func (r *Receiver) ownEvent(e Event) bool {
+	for _, u := range []*jira.User{e.User, commentAuthor(e)} {
+		if u == nil {
+			continue
+		}
+		for _, id := range []string{u.AccountID, u.Name, u.Key} {
+			if id != "" && r.own[id] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func commentAuthor(e Event) *jira.User {
+	if e.Comment == nil {
+		return nil
+	}
+	return &e.Comment.Author
+}
+
+// handle acts on a parsed, authenticated, new delivery.
+func (r *Receiver) handle(ctx context.Context, e Event) result {
+	if r.ownEvent(e) {
+		return accepted("own_account", "caused by ymirflow's own Jira account")
+	}
+	switch e.WebhookEvent {
+	case EventIssueCreated, EventIssueUpdated:
+		return r.handleIssue(ctx, e)
+	case EventCommentCreated:
+		return r.recordComment(ctx, e)
+	}
+	return accepted("ignored_event", "event "+e.WebhookEvent+" is not acted on")
+}
+
+// handleIssue runs the sweep's rules on the event's issue.
+func (r *Receiver) handleIssue(ctx context.Context, e Event) result {
+	key, err := lockmw.Canonicalize(e.Issue.Key, nil)
+	if err != nil {
+		return accepted("skipped_"+string(fetcher.ReasonInvalidKey), err.Error())
+	}
+	if r.cfg.JQL != "" {
+		in, err := r.inScope(ctx, key)
+		if err != nil {
+			return jiraFailed(key, "scope search", err)
+		}
+		if !in {
+			return result{status: http.StatusAccepted, outcome: "out_of_scope", issue: key, detail: "the issue does not match JIRA_JQL"}
+		}
+	}
+	item := fetcher.Item{Issue: *e.Issue}
+	fresh := !e.At().IsZero() && r.cfg.Clock().Sub(e.At()) <= r.cfg.MaxPayloadAge
+	if fresh && hasFields(e.Issue, r.fields) {
+		if e.User != nil && e.addedLabel(fetcher.LabelTodo) {
+			item.TodoAddedBy = e.User
+		}
+	} else {
+		// A retry, or a payload without the fields a rule reads: the issue as Jira has it now.
+		is, err := r.cfg.Jira.GetIssue(ctx, key, r.fields)
+		if errors.Is(err, jira.ErrNotFound) {
+			return result{status: http.StatusAccepted, outcome: "gone", issue: key, detail: "the issue no longer exists or is not visible"}
+		}
+		if err != nil {
+			return jiraFailed(key, "read the issue", err)
+		}
+		item.Issue = is
+	}
+	sum, err := r.cfg.Fetcher.Process(ctx, item)
+	if err != nil {
+		if errors.Is(err, fetcher.ErrRedis) {
+			return result{status: http.StatusServiceUnavailable, outcome: "redis_unavailable", issue: key, detail: "Redis failed; nothing was acknowledged", err: err}
+		}
+		return jiraFailed(key, "classify", err)
+	}
+	if len(sum.Issues) != 1 {
+		return result{status: http.StatusInternalServerError, outcome: "error", issue: key, detail: "no outcome", err: fmt.Errorf("webhook: %d outcomes for one issue", len(sum.Issues))}
+	}
+	o := sum.Issues[0]
+	switch {
+	case o.Published:
+		return result{status: http.StatusAccepted, outcome: "published", issue: o.Key, entryID: o.EntryID, stream: o.Stream, detail: "triage requested (" + string(o.Trigger) + ")"}
+	case o.Reason == fetcher.ReasonError:
+		return jiraFailed(key, "classify", errors.New(o.Detail))
+	}
+	return result{status: http.StatusAccepted, outcome: "skipped_" + string(o.Reason), issue: o.Key, entryID: o.EntryID, detail: o.Detail}
+}
+
+func jiraFailed(key, what string, err error) result {
+	outcome := "jira_unavailable"
+	if errors.Is(err, context.DeadlineExceeded) {
+		outcome = "timeout"
+	}
+	return result{status: http.StatusServiceUnavailable, outcome: outcome, issue: key, detail: "Jira: " + what + " failed; Jira retries the delivery", err: err}
+}
+
+// inScope reports whether key matches the configured JQL, with one search.
+func (r *Receiver) inScope(ctx context.Context, key string) (bool, error) {
+	page, err := r.cfg.Jira.Search(ctx, jira.SearchRequest{
+		JQL: fmt.Sprintf("key = %q AND (%s)", key, r.cfg.JQL), Fields: []string{"labels"}, MaxResults: 1})
+	if err != nil {
+		return false, err
+	}
+	for _, is := range page.Issues {
+		if strings.EqualFold(is.Key, key) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// recordComment appends a compact record of a comment_created event to CommentsStream.
+func (r *Receiver) recordComment(ctx context.Context, e Event) result {
+	var id, author string
+	if e.Comment != nil {
+		id, author = e.Comment.ID, e.Comment.Author.ID()
+	}
+	key := strings.ToUpper(strings.TrimSpace(e.Issue.Key))
+	err := r.cfg.Redis.XAdd(ctx, &redis.XAddArgs{Stream: CommentsStream(r.cfg.Topology), MaxLen: DefaultCommentsMaxLen, Approx: true,
+		Values: []any{"issue_key", key, "comment_id", id, "author", author, "timestamp", e.Timestamp}}).Err()
+	if err != nil {
+		return result{status: http.StatusServiceUnavailable, outcome: "redis_unavailable", issue: key, detail: "Redis: comment not recorded", err: err}
+	}
+	return result{status: http.StatusAccepted, outcome: "comment_recorded", issue: key, detail: "comment recorded for later use"}
+}

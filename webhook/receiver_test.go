@@ -1,0 +1,359 @@
+package webhook
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ymirflow/ymirflow/fetcher"
+	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// The end-to-end path: a maintainer adds ymir_todo in the fake Jira, whose signed webhook
+// puts exactly one triage request on the :todo stream and flips the label; the flip's own
+// webhook (by ymirflow's account) is ignored.
+func TestMaintainerTodoEndToEnd(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
+	e.jira.ChangeLabels("RHEL-1", maintainer, []string{fetcher.LabelTodo}, nil)
+	eventually(t, 20*time.Second, "label flipped", func() bool {
+		return slices.Contains(e.jira.Labels("RHEL-1"), fetcher.LabelTriageInProgress)
+	})
+	ds := e.waitDeliveries()
+	if got := e.entries(); !slices.Equal(got, []string{"RHEL-1@todo"}) {
+		t.Fatalf("entries %v\n%s", got, e.logs)
+	}
+	if got := e.labels("RHEL-1"); slices.Contains(got, fetcher.LabelTodo) {
+		t.Errorf("labels %v: ymir_todo not consumed", got)
+	}
+	if len(ds) != 2 || e.metrics.Count(202, "published") != 1 || e.metrics.Count(202, "own_account") != 1 {
+		t.Errorf("deliveries %+v; published %v, own %v", ds, e.metrics.Count(202, "published"), e.metrics.Count(202, "own_account"))
+	}
+	for _, d := range ds {
+		if d.Status != http.StatusAccepted || d.Attempts != 1 {
+			t.Errorf("delivery %+v", d)
+		}
+	}
+}
+
+func TestSignature(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) {
+		o.Webhooks = []fakejira.WebhookTarget{} // deliveries are made by hand here
+	}))
+	body := e.event("RHEL-1", maintainer)
+	good := Sign([]byte(secret), body)
+	for _, c := range []struct {
+		name, sig string
+		status    int
+		outcome   string
+	}{
+		{"missing", "", 401, "bad_signature_missing"},
+		{"wrong secret", Sign([]byte("other"), body), 401, "bad_signature_mismatch"},
+		{"other body", Sign([]byte(secret), append(body, ' ')), 401, "bad_signature_mismatch"},
+		{"sha1 prefix", "sha1=" + strings.TrimPrefix(good, "sha256="), 401, "bad_signature_algorithm"},
+		{"no prefix", strings.TrimPrefix(good, "sha256="), 401, "bad_signature_algorithm"},
+		{"not hex", "sha256=zz" + good[9:], 401, "bad_signature_malformed"},
+		{"truncated", good[:len(good)-2], 401, "bad_signature_malformed"},
+	} {
+		st, ans := e.post(body, map[string]string{HeaderSignature: c.sig})
+		if st != c.status || ans["outcome"] != c.outcome {
+			t.Errorf("%s: %d %v, want %d %s", c.name, st, ans, c.status, c.outcome)
+		}
+		if n := e.metrics.Count(c.status, c.outcome); n == 0 {
+			t.Errorf("%s: not counted", c.name)
+		}
+	}
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("a badly signed delivery published %v", got)
+	}
+	if st, ans := e.post(body, map[string]string{HeaderSignature: good}); st != 202 || ans["outcome"] != "published" {
+		t.Fatalf("good signature: %d %v\n%s", st, ans, e.logs)
+	}
+	if got := e.entries(); !slices.Equal(got, []string{"RHEL-1@triage"}) {
+		t.Fatalf("entries %v", got)
+	}
+}
+
+func TestNoSecretRefusesToStart(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.rcv.cfg
+	cfg.Secret = nil
+	if _, err := New(cfg); err != ErrNoSecret {
+		t.Fatalf("New without a secret: %v", err)
+	}
+	cfg.InsecureNoSignature = true
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := r.checkSignature("", nil); why != "missing" {
+		t.Fatalf("checkSignature: %q", why) // not called when insecure, but still a checker
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
+	big := []byte(`{"webhookEvent":"jira:issue_updated","pad":"` + strings.Repeat("x", DefaultMaxBody) + `"}`)
+	for _, c := range []struct {
+		name    string
+		body    []byte
+		method  string
+		ctype   string
+		status  int
+		outcome string
+	}{
+		{"oversized", big, "POST", "application/json", 413, "too_large"},
+		{"not JSON", []byte(`{"webhookEvent":`), "POST", "application/json", 400, "malformed"},
+		{"no event", []byte(`{"issue":{"key":"RHEL-1"}}`), "POST", "application/json", 400, "malformed"},
+		{"issue without key", []byte(`{"webhookEvent":"jira:issue_updated","issue":{}}`), "POST", "application/json", 400, "malformed"},
+		{"GET", nil, "GET", "application/json", 405, "method_not_allowed"},
+		{"text", []byte(`{}`), "POST", "text/plain", 415, "unsupported_media_type"},
+	} {
+		before := e.metrics.Count(c.status, c.outcome)
+		req, _ := http.NewRequest(c.method, e.url, strings.NewReader(string(c.body)))
+		req.Header.Set("Content-Type", c.ctype)
+		req.Header.Set(HeaderSignature, Sign([]byte(secret), c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status || e.metrics.Count(c.status, c.outcome) != before+1 {
+			t.Errorf("%s: %d (counted %v), want %d %s", c.name, resp.StatusCode, e.metrics.Count(c.status, c.outcome)-before, c.status, c.outcome)
+		}
+	}
+	// A chunked body (no Content-Length) above the bound is cut off while read.
+	req, _ := http.NewRequest("POST", e.url, struct{ *strings.Reader }{strings.NewReader(string(big))})
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 {
+		t.Errorf("chunked oversized: %d", resp.StatusCode)
+	}
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("published %v", got)
+	}
+}
+
+// Jira's retry of a delivery already handled is answered 202 and not handled again.
+func TestDuplicateDelivery(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1"), issue("RHEL-2")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
+	body := e.event("RHEL-1", maintainer)
+	if st, ans := e.post(body, signed(body, "d-1")); st != 202 || ans["outcome"] != "published" {
+		t.Fatalf("first: %d %v", st, ans)
+	}
+	// The worker took and finished it: a second handling would publish again.
+	e.rdb.Del(e.ctx, fetcher.QueuedKey(e.topo, "triage", "RHEL-1"))
+	e.rdb.Del(e.ctx, e.topo.Stream("triage", "", false))
+	if st, ans := e.post(body, signed(body, "d-1")); st != 202 || ans["outcome"] != "duplicate" {
+		t.Fatalf("retry: %d %v", st, ans)
+	}
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("the retry published %v", got)
+	}
+	if ttl := e.rdb.TTL(e.ctx, DeliveryKey(e.topo, "d-1")).Val(); ttl < 23*time.Hour || ttl > 24*time.Hour {
+		t.Errorf("delivery remembered for %s, want 24h", ttl)
+	}
+	// Another delivery id is handled.
+	body2 := e.event("RHEL-2", maintainer)
+	if st, ans := e.post(body2, signed(body2, "d-2")); st != 202 || ans["outcome"] != "published" {
+		t.Fatalf("d-2: %d %v", st, ans)
+	}
+}
+
+// Events caused by ymirflow's own account (its flips) start nothing, and are counted.
+func TestOwnAccountIgnored(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")})
+	e.jira.ChangeLabels("RHEL-1", jira.User{AccountID: botID, Name: botID}, []string{fetcher.LabelRetryNeeded}, nil)
+	ds := e.waitDeliveries()
+	if len(ds) != 1 || ds[0].Status != 202 || e.metrics.Count(202, "own_account") != 1 {
+		t.Fatalf("deliveries %+v, own %v", ds, e.metrics.Count(202, "own_account"))
+	}
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("an own event published %v", got)
+	}
+}
+
+// ymir_todo added by someone outside the trigger group is removed, nothing published.
+func TestUntrustedTodo(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
+	e.jira.ChangeLabels("RHEL-1", outsider, []string{fetcher.LabelTodo}, nil)
+	eventually(t, 20*time.Second, "untrusted ymir_todo removed", func() bool {
+		return !slices.Contains(e.jira.Labels("RHEL-1"), fetcher.LabelTodo)
+	})
+	e.waitDeliveries()
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("published %v", got)
+	}
+	if e.metrics.Count(202, "skipped_untrusted") != 1 {
+		t.Errorf("not counted as untrusted\n%s", e.logs)
+	}
+}
+
+// A locked issue keeps its trigger, nothing is published; the next sweep after the release
+// publishes it.
+func TestLockedIssueKeepsTrigger(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
+	lease, err := e.locker.Acquire(e.ctx, "rebase", "RHEL-1", lockmw.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.jira.ChangeLabels("RHEL-1", maintainer, []string{fetcher.LabelTodo}, nil)
+	ds := e.waitDeliveries()
+	if len(ds) != 1 || ds[0].Status != 202 || e.metrics.Count(202, "skipped_locked") != 1 {
+		t.Fatalf("deliveries %+v\n%s", ds, e.logs)
+	}
+	if got := e.entries(); len(got) != 0 || !slices.Contains(e.labels("RHEL-1"), fetcher.LabelTodo) {
+		t.Fatalf("locked: entries %v, labels %v", got, e.labels("RHEL-1"))
+	}
+	if _, err := lease.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.fetcher.Sweep(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.entries(); !slices.Equal(got, []string{"RHEL-1@todo"}) {
+		t.Fatalf("after the release: %v (%s)", got, s)
+	}
+}
+
+// Redis down: the delivery is answered 503 and nothing is acknowledged; Jira's retry after
+// Redis is back publishes it, once.
+func TestRedisDownThenRetry(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	rdb := srv.Client()
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")}, withRedis(rdb, "wh:"),
+		withFake(func(o *fakejira.Options) { o.WebhookRetries, o.WebhookRetryDelay = 8, 200*time.Millisecond }),
+		withConfig(func(c *Config) { c.Deadline = 2 * time.Second }))
+	srv.Stop()
+	e.jira.ChangeLabels("RHEL-1", maintainer, []string{fetcher.LabelTodo}, nil)
+	eventually(t, 20*time.Second, "a 503 while Redis is down", func() bool {
+		return e.metrics.Count(503, "redis_unavailable") > 0
+	})
+	if !slices.Contains(e.labels("RHEL-1"), fetcher.LabelTodo) {
+		t.Fatalf("a label was flipped without a publish: %v", e.labels("RHEL-1"))
+	}
+	srv.Start()
+	ds := e.waitDeliveries()
+	var todo fakejira.Delivery
+	for _, d := range ds {
+		if d.Key == "RHEL-1" && d.Event == EventIssueUpdated && d.Attempts > 1 {
+			todo = d
+		}
+	}
+	if todo.Status != 202 {
+		t.Fatalf("the retried delivery ended %+v (all: %+v)\n%s", todo, ds, e.logs)
+	}
+	if got := e.entries(); !slices.Equal(got, []string{"RHEL-1@todo"}) {
+		t.Fatalf("entries %v", got)
+	}
+	if !slices.Contains(e.labels("RHEL-1"), fetcher.LabelTriageInProgress) {
+		t.Errorf("labels %v", e.labels("RHEL-1"))
+	}
+}
+
+// Webhook deliveries (several copies with distinct ids, as several registrations would
+// send) and sweeps racing on the same issue publish it once.
+func TestWebhookAndSweepRacePublishOnce(t *testing.T) {
+	const n = 8
+	var keys []string
+	var issues []fakejira.Issue
+	for i := range 10 {
+		k := "RHEL-" + strconv.Itoa(i+1)
+		keys = append(keys, k)
+		issues = append(issues, issue(k, "ymir_triaged_rebase", fetcher.LabelTodo))
+	}
+	e := newEnv(t, issues, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
+	// The maintainer's adds, as the changelog the sweep's author check reads.
+	for _, k := range keys {
+		e.jira.ChangeLabels(k, maintainer, nil, []string{fetcher.LabelTodo})
+		e.jira.ChangeLabels(k, maintainer, []string{fetcher.LabelTodo}, nil)
+	}
+	bodies := map[string][]byte{}
+	for _, k := range keys {
+		bodies[k] = e.event(k, maintainer, fetcher.LabelTodo)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 100)
+	for i := range n {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for _, k := range keys {
+				b := bodies[k]
+				if st, ans := e.post(b, signed(b, k+"-"+strconv.Itoa(i))); st != 202 {
+					errs <- k + ": " + strconv.Itoa(st) + " " + ans["outcome"]
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := e.fetcher.Sweep(e.ctx); err != nil {
+				errs <- err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got := e.entries()
+	var want []string
+	for _, k := range keys {
+		want = append(want, k+"@todo")
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("entries %v, want each issue once", got)
+	}
+}
+
+// A delivery older than the payload age (a retry) is not trusted: the issue is read from
+// Jira, and a trigger already consumed there starts nothing.
+func TestStalePayloadReadsJira(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase", fetcher.LabelTodo)},
+		withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }),
+		withConfig(func(c *Config) { c.Clock = func() time.Time { return time.Now().Add(time.Minute) } }))
+	body := e.event("RHEL-1", maintainer, fetcher.LabelTodo)
+	e.jira.ChangeLabels("RHEL-1", maintainer, nil, []string{fetcher.LabelTodo}) // gone since
+	if st, ans := e.post(body, signed(body, "old")); st != 202 || ans["outcome"] != "skipped_labelled" {
+		t.Fatalf("stale delivery: %d %v", st, ans)
+	}
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("published %v", got)
+	}
+}
+
+// Issues outside JIRA_JQL are not acted on; comment events are recorded.
+func TestScopeAndComments(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
+	body := []byte(`{"timestamp":1,"webhookEvent":"jira:issue_created","user":{"accountId":"maint"},"issue":{"key":"OTHER-9","fields":{"labels":[]}}}`)
+	if st, ans := e.post(body, signed(body, "")); st != 202 || ans["outcome"] != "out_of_scope" {
+		t.Fatalf("out of scope: %d %v", st, ans)
+	}
+	body = []byte(`{"timestamp":1,"webhookEvent":"comment_created","comment":{"id":"10","author":{"accountId":"maint"}},"issue":{"key":"RHEL-1","fields":{}}}`)
+	if st, ans := e.post(body, signed(body, "")); st != 202 || ans["outcome"] != "comment_recorded" {
+		t.Fatalf("comment: %d %v", st, ans)
+	}
+	if n := e.rdb.XLen(e.ctx, CommentsStream(e.topo)).Val(); n != 1 {
+		t.Fatalf("comments recorded: %d", n)
+	}
+	body = []byte(`{"timestamp":1,"webhookEvent":"jira:issue_deleted","issue":{"key":"RHEL-1"}}`)
+	if st, ans := e.post(body, signed(body, "")); st != 202 || ans["outcome"] != "ignored_event" {
+		t.Fatalf("deleted: %d %v", st, ans)
+	}
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("published %v", got)
+	}
+}
