@@ -6,26 +6,22 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/webhook"
 )
 
-// Server bounds of the receiver: Jira's deliveries are small and answered within a second.
-const (
-	webhookReadHeaderTimeout = 5 * time.Second
-	webhookReadTimeout       = 10 * time.Second
-	webhookWriteTimeout      = 10 * time.Second
-	webhookIdleTimeout       = 60 * time.Second
-	webhookMaxHeaderBytes    = 64 << 10
-)
+// webhookLimits bound the receiver's connections: Jira's deliveries are small (1 MiB at
+// most) and answered within a second.
+var webhookLimits = httpsrv.Limits{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+	WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
 
 // runWebhook serves the Jira webhook receiver until SIGTERM/SIGINT, which lets deliveries
 // in progress finish.
@@ -102,8 +98,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("ADDR %s: %w", cfg.Addr, err)
 	}
-	hs := &http.Server{Handler: rcv, ReadHeaderTimeout: webhookReadHeaderTimeout, ReadTimeout: webhookReadTimeout,
-		WriteTimeout: webhookWriteTimeout, IdleTimeout: webhookIdleTimeout, MaxHeaderBytes: webhookMaxHeaderBytes}
+	hs := httpsrv.New(rcv, webhookLimits)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	e.log.Info().Str("addr", ln.Addr().String()).Str("metrics_addr", cfg.MetricsAddr).Bool("signed", secret != "").
