@@ -19,6 +19,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -343,7 +344,7 @@ func (r *Receiver) handleIssue(ctx context.Context, e Event) result {
 	item := fetcher.Item{Issue: *e.Issue}
 	fresh := !e.At().IsZero() && r.cfg.Clock().Sub(e.At()) <= r.cfg.MaxPayloadAge
 	if fresh && hasFields(e.Issue, r.fields) {
-		if e.User != nil && e.addedLabel(fetcher.LabelTodo) {
+		if e.User != nil && e.addedLabel(labels.Todo) {
 			item.TodoAddedBy = e.User
 		}
 	} else {

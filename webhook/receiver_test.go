@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -21,15 +21,15 @@ import (
 // webhook (by ymirflow's account) is ignored.
 func TestMaintainerTodoEndToEnd(t *testing.T) {
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
-	e.jira.ChangeLabels("RHEL-1", maintainer, []string{fetcher.LabelTodo}, nil)
+	e.jira.ChangeLabels("RHEL-1", maintainer, []string{labels.Todo}, nil)
 	eventually(t, 20*time.Second, "label flipped", func() bool {
-		return slices.Contains(e.jira.Labels("RHEL-1"), fetcher.LabelTriageInProgress)
+		return slices.Contains(e.jira.Labels("RHEL-1"), labels.TriageInProgress)
 	})
 	ds := e.waitDeliveries()
 	if got := e.entries(); !slices.Equal(got, []string{"RHEL-1@todo"}) {
 		t.Fatalf("entries %v\n%s", got, e.logs)
 	}
-	if got := e.labels("RHEL-1"); slices.Contains(got, fetcher.LabelTodo) {
+	if got := e.labels("RHEL-1"); slices.Contains(got, labels.Todo) {
 		t.Errorf("labels %v: ymir_todo not consumed", got)
 	}
 	if len(ds) != 2 || e.metrics.Count(202, "published") != 1 || e.metrics.Count(202, "own_account") != 1 {
@@ -152,7 +152,7 @@ func TestDuplicateDelivery(t *testing.T) {
 		t.Fatalf("first: %d %v", st, ans)
 	}
 	// The worker took and finished it: a second handling would publish again.
-	e.rdb.Del(e.ctx, fetcher.QueuedKey(e.topo, "triage", "RHEL-1"))
+	e.rdb.Del(e.ctx, e.topo.Queued("triage", "RHEL-1"))
 	e.rdb.Del(e.ctx, e.topo.Stream("triage", "", false))
 	if st, ans := e.post(body, signed(body, "d-1")); st != 202 || ans["outcome"] != "duplicate" {
 		t.Fatalf("retry: %d %v", st, ans)
@@ -173,7 +173,7 @@ func TestDuplicateDelivery(t *testing.T) {
 // Events caused by ymirflow's own account (its flips) start nothing, and are counted.
 func TestOwnAccountIgnored(t *testing.T) {
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")})
-	e.jira.ChangeLabels("RHEL-1", jira.User{AccountID: botID, Name: botID}, []string{fetcher.LabelRetryNeeded}, nil)
+	e.jira.ChangeLabels("RHEL-1", jira.User{AccountID: botID, Name: botID}, []string{labels.RetryNeeded}, nil)
 	ds := e.waitDeliveries()
 	if len(ds) != 1 || ds[0].Status != 202 || e.metrics.Count(202, "own_account") != 1 {
 		t.Fatalf("deliveries %+v, own %v", ds, e.metrics.Count(202, "own_account"))
@@ -186,9 +186,9 @@ func TestOwnAccountIgnored(t *testing.T) {
 // ymir_todo added by someone outside the trigger group is removed, nothing published.
 func TestUntrustedTodo(t *testing.T) {
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
-	e.jira.ChangeLabels("RHEL-1", outsider, []string{fetcher.LabelTodo}, nil)
+	e.jira.ChangeLabels("RHEL-1", outsider, []string{labels.Todo}, nil)
 	eventually(t, 20*time.Second, "untrusted ymir_todo removed", func() bool {
-		return !slices.Contains(e.jira.Labels("RHEL-1"), fetcher.LabelTodo)
+		return !slices.Contains(e.jira.Labels("RHEL-1"), labels.Todo)
 	})
 	e.waitDeliveries()
 	if got := e.entries(); len(got) != 0 {
@@ -207,12 +207,12 @@ func TestLockedIssueKeepsTrigger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.jira.ChangeLabels("RHEL-1", maintainer, []string{fetcher.LabelTodo}, nil)
+	e.jira.ChangeLabels("RHEL-1", maintainer, []string{labels.Todo}, nil)
 	ds := e.waitDeliveries()
 	if len(ds) != 1 || ds[0].Status != 202 || e.metrics.Count(202, "skipped_locked") != 1 {
 		t.Fatalf("deliveries %+v\n%s", ds, e.logs)
 	}
-	if got := e.entries(); len(got) != 0 || !slices.Contains(e.labels("RHEL-1"), fetcher.LabelTodo) {
+	if got := e.entries(); len(got) != 0 || !slices.Contains(e.labels("RHEL-1"), labels.Todo) {
 		t.Fatalf("locked: entries %v, labels %v", got, e.labels("RHEL-1"))
 	}
 	if _, err := lease.Release(e.ctx); err != nil {
@@ -236,11 +236,11 @@ func TestRedisDownThenRetry(t *testing.T) {
 		withFake(func(o *fakejira.Options) { o.WebhookRetries, o.WebhookRetryDelay = 8, 200*time.Millisecond }),
 		withConfig(func(c *Config) { c.Deadline = 2 * time.Second }))
 	srv.Stop()
-	e.jira.ChangeLabels("RHEL-1", maintainer, []string{fetcher.LabelTodo}, nil)
+	e.jira.ChangeLabels("RHEL-1", maintainer, []string{labels.Todo}, nil)
 	eventually(t, 20*time.Second, "a 503 while Redis is down", func() bool {
 		return e.metrics.Count(503, "redis_unavailable") > 0
 	})
-	if !slices.Contains(e.labels("RHEL-1"), fetcher.LabelTodo) {
+	if !slices.Contains(e.labels("RHEL-1"), labels.Todo) {
 		t.Fatalf("a label was flipped without a publish: %v", e.labels("RHEL-1"))
 	}
 	srv.Start()
@@ -257,7 +257,7 @@ func TestRedisDownThenRetry(t *testing.T) {
 	if got := e.entries(); !slices.Equal(got, []string{"RHEL-1@todo"}) {
 		t.Fatalf("entries %v", got)
 	}
-	if !slices.Contains(e.labels("RHEL-1"), fetcher.LabelTriageInProgress) {
+	if !slices.Contains(e.labels("RHEL-1"), labels.TriageInProgress) {
 		t.Errorf("labels %v", e.labels("RHEL-1"))
 	}
 }
@@ -271,17 +271,17 @@ func TestWebhookAndSweepRacePublishOnce(t *testing.T) {
 	for i := range 10 {
 		k := "RHEL-" + strconv.Itoa(i+1)
 		keys = append(keys, k)
-		issues = append(issues, issue(k, "ymir_triaged_rebase", fetcher.LabelTodo))
+		issues = append(issues, issue(k, "ymir_triaged_rebase", labels.Todo))
 	}
 	e := newEnv(t, issues, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
 	// The maintainer's adds, as the changelog the sweep's author check reads.
 	for _, k := range keys {
-		e.jira.ChangeLabels(k, maintainer, nil, []string{fetcher.LabelTodo})
-		e.jira.ChangeLabels(k, maintainer, []string{fetcher.LabelTodo}, nil)
+		e.jira.ChangeLabels(k, maintainer, nil, []string{labels.Todo})
+		e.jira.ChangeLabels(k, maintainer, []string{labels.Todo}, nil)
 	}
 	bodies := map[string][]byte{}
 	for _, k := range keys {
-		bodies[k] = e.event(k, maintainer, fetcher.LabelTodo)
+		bodies[k] = e.event(k, maintainer, labels.Todo)
 	}
 	var wg sync.WaitGroup
 	errs := make(chan string, 100)
@@ -322,11 +322,11 @@ func TestWebhookAndSweepRacePublishOnce(t *testing.T) {
 // A delivery older than the payload age (a retry) is not trusted: the issue is read from
 // Jira, and a trigger already consumed there starts nothing.
 func TestStalePayloadReadsJira(t *testing.T) {
-	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase", fetcher.LabelTodo)},
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase", labels.Todo)},
 		withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }),
 		withConfig(func(c *Config) { c.Clock = func() time.Time { return time.Now().Add(time.Minute) } }))
-	body := e.event("RHEL-1", maintainer, fetcher.LabelTodo)
-	e.jira.ChangeLabels("RHEL-1", maintainer, nil, []string{fetcher.LabelTodo}) // gone since
+	body := e.event("RHEL-1", maintainer, labels.Todo)
+	e.jira.ChangeLabels("RHEL-1", maintainer, nil, []string{labels.Todo}) // gone since
 	if st, ans := e.post(body, signed(body, "old")); st != 202 || ans["outcome"] != "skipped_labelled" {
 		t.Fatalf("stale delivery: %d %v", st, ans)
 	}
