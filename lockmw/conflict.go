@@ -32,15 +32,19 @@ type Conflict struct {
 type ConflictRecorder func(ctx context.Context, pipe redis.Pipeliner, c Conflict)
 
 // conflict handles an event whose issue is held by someone else.
-func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *LockedError, log zerolog.Logger) error {
+func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *LockedError, ev eventLog) error {
 	holder := locked.Holder
-	log = log.With().Str("issue_key", holder.Issue).Str("holder", holder.Owner).Int64("holder_fence", holder.Fence).Logger()
+	log := func() *zerolog.Logger {
+		ev.issue = holder.Issue
+		l := ev.get().With().Str("holder", holder.Owner).Int64("holder_fence", holder.Fence).Logger()
+		return &l
+	}
 	if hasEntry && holder.MessageID == entry.ID && !locked.superseded {
 		// A redelivered copy of the entry a live holder is working on (claimed while the
 		// holder's heartbeat could not refresh it). Acking it would lose the holder's
 		// crash recovery; running it would run it twice. The holder's next heartbeat
 		// takes the entry back.
-		log.Warn().Msg("entry is the live holder's in-flight entry; neither running nor acking it")
+		log().Warn().Msg("entry is the live holder's in-flight entry; neither running nor acking it")
 		m.cfg.Source.Settle(entry)
 		return nil
 	}
@@ -72,9 +76,9 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	}
 	m.cfg.Locker.opts.Observer.Conflict(m.cfg.Agent, outcome, reason)
 	if c.Queued {
-		log.Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
+		log().Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
 	} else {
-		log.Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
+		log().Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	}
 	n, err := rel.Int64()
 	if err != nil {
-		le.log.Warn().Err(err).Dur("expires_within", le.l.opts.TTL).Msg("lease release failed; the key will expire by its TTL")
+		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).Msg("lease release failed; the key will expire by its TTL")
 		err = fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
 	}
 	p := &pending{id: next.opts.MessageID, err: prepErr}
@@ -79,10 +79,88 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	return n == 1, p, err
 }
 
-// handoffs holds a middleware's lease taken ahead, at most one.
+// releaseAck ends an event on standalone Redis in one round trip and one script
+// (handoff.lua): release le, XACK e, and take next's lease if next is set. It is sent
+// by EVALSHA; if the server lost the script, nothing ran and it is sent again by EVAL.
+func (le *Lease) releaseAck(ctx context.Context, e Entry, next handoff, hasNext bool) (bool, *pending, error) {
+	le.stopHeartbeat()
+	first := le.ctx.Err() == nil
+	le.cancel(ErrReleased)
+	keys := append(make([]string, 0, 8), le.keys.Lock, le.keys.Info, le.keys.Done, e.Stream)
+	args := append(make([]any, 0, 9), le.token, e.Group, e.ID)
+	var a *acquisition
+	var p *pending
+	if hasNext {
+		var err error
+		a, err = le.l.prepare(next.agent, next.key, next.opts)
+		p = &pending{id: next.opts.MessageID, err: err}
+		if err == nil {
+			keys = append(keys, a.scriptKeys()...)
+			args = append(args, a.args...)
+		}
+	}
+	res, err := handoffScript.Run(ctx, le.l.rdb, keys, args...).Slice()
+	if first {
+		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
+	}
+	if err == nil && len(res) < 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).Msg("lease release failed; the key will expire by its TTL")
+		err = fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
+		if p != nil && p.err == nil {
+			p.err = err
+		}
+		return false, p, err
+	}
+	if p != nil && p.err == nil {
+		p.lease, p.err = a.finish(context.Background(), res[2:], nil)
+	}
+	return atoi(res[0]) == 1, p, nil
+}
+
+// handoffs holds a middleware's lease taken ahead, at most one, and gives it back if
+// its entry does not arrive within handoffWindow.
 type handoffs struct {
-	mu  sync.Mutex
-	pre *pending
+	mu      sync.Mutex
+	pre     *pending
+	expires time.Time
+	timer   *time.Timer // one per middleware, re-armed for each lease taken ahead
+}
+
+// put keeps p as the lease taken ahead.
+func (h *handoffs) put(p *pending) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pre, h.expires = p, time.Now().Add(handoffWindow)
+	if h.timer == nil {
+		h.timer = time.AfterFunc(handoffWindow, h.expire)
+	} else {
+		h.timer.Reset(handoffWindow)
+	}
+}
+
+// expire gives the lease taken ahead back once its window has passed. The next entry
+// normally arrives within microseconds; if it never reaches the middleware
+// (dead-lettered before it, or the subscription stops), the issue must not stay locked.
+func (h *handoffs) expire() {
+	h.mu.Lock()
+	p := h.pre
+	if p == nil {
+		h.mu.Unlock()
+		return
+	}
+	if wait := time.Until(h.expires); wait > 0 { // the timer fired for an earlier lease
+		h.timer.Reset(wait)
+		h.mu.Unlock()
+		return
+	}
+	h.pre = nil
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	giveBack(ctx, p)
 }
 
 // takePre returns the lease taken ahead, if any, and forgets it.
@@ -91,6 +169,9 @@ func (h *handoffs) takePre() *pending {
 	defer h.mu.Unlock()
 	p := h.pre
 	h.pre = nil
+	if p != nil {
+		h.timer.Stop()
+	}
 	return p
 }
 
@@ -118,36 +199,29 @@ func (m *Middleware) next(cur Entry) (handoff, bool) {
 	return handoff{agent: m.cfg.Agent, key: raw, opts: m.acquireOptions(next)}, true
 }
 
-// releaseHandingOff releases lease and runs ack in one round trip, taking the next
-// entry's lease in it when the next entry is known.
-func (m *Middleware) releaseHandingOff(ctx context.Context, lease *Lease, entry Entry, ack func(redis.Pipeliner)) error {
-	nx, ok := m.next(entry)
-	if !ok {
-		_, err := lease.ReleaseWith(ctx, ack)
-		return err
+// releaseHandingOff releases lease and acks entry in one round trip (release first),
+// taking the next entry's lease in it when the next entry is known.
+func (m *Middleware) releaseHandingOff(ctx context.Context, lease *Lease, entry Entry) error {
+	nx, hasNext := m.next(entry)
+	var p *pending
+	var err error
+	switch {
+	case lease.l.opts.Format != KeysCluster && !lease.drain:
+		// Standalone: one script does all three.
+		_, p, err = lease.releaseAck(ctx, entry, nx, hasNext)
+	case hasNext:
+		_, p, err = lease.releaseAndAcquire(ctx, m.ack(ctx, entry), nx)
+	default:
+		_, err = lease.ReleaseWith(ctx, m.ack(ctx, entry))
 	}
-	_, p, err := lease.releaseAndAcquire(ctx, ack, nx)
-	if p.lease == nil && !errors.As(p.err, new(*LockedError)) && !errors.As(p.err, new(*SupersededError)) {
-		return err // not worth keeping: the event acquires on its own
+	if p != nil && (p.lease != nil || errors.As(p.err, new(*LockedError)) || errors.As(p.err, new(*SupersededError))) {
+		m.handoffs.put(p)
 	}
-	m.handoffs.mu.Lock()
-	m.handoffs.pre = p
-	m.handoffs.mu.Unlock()
-	// The next entry normally arrives within microseconds. If it never reaches this
-	// middleware (dead-lettered before it, or the subscription stops), the issue must
-	// not stay locked: give the lease back after a while.
-	time.AfterFunc(handoffWindow, func() {
-		m.handoffs.mu.Lock()
-		stale := m.handoffs.pre == p
-		if stale {
-			m.handoffs.pre = nil
-		}
-		m.handoffs.mu.Unlock()
-		if stale {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			giveBack(ctx, p)
-		}
-	})
 	return err
+}
+
+// ack queues the XACK of entry (on Redis Cluster the stream and the lease are in
+// different slots, so the ack is a command of its own behind the release script).
+func (m *Middleware) ack(ctx context.Context, e Entry) func(redis.Pipeliner) {
+	return func(pipe redis.Pipeliner) { pipe.XAck(ctx, e.Stream, e.Group, e.ID) }
 }

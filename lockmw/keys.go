@@ -27,10 +27,33 @@ func Canonicalize(raw string, pattern *regexp.Regexp) (string, error) {
 	if len(k) > maxKeyLen {
 		return "", fmt.Errorf("%w: %d characters (at most %d)", ErrInvalidKey, len(k), maxKeyLen)
 	}
-	if !pattern.MatchString(k) {
+	if !matches(pattern, k) {
 		return "", fmt.Errorf("%w: %q does not match %s", ErrInvalidKey, k, pattern)
 	}
 	return k, nil
+}
+
+// matches is pattern.MatchString(k), without the regexp engine for DefaultKeyPattern:
+// this runs several times per event.
+func matches(pattern *regexp.Regexp, k string) bool {
+	if pattern != DefaultKeyPattern {
+		return pattern.MatchString(k)
+	}
+	dash := strings.IndexByte(k, '-')
+	if dash < 1 || dash == len(k)-1 || k[0] < 'A' || k[0] > 'Z' || k[dash+1] == '0' {
+		return false
+	}
+	for i := 1; i < dash; i++ {
+		if c := k[i]; !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	for i := dash + 1; i < len(k); i++ {
+		if k[i] < '0' || k[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // KeyFormat lays out the Redis keys of one lease.

@@ -29,16 +29,66 @@ type Lease struct {
 	onBeat     func(context.Context, redis.Pipeliner)
 	drain      bool
 	maxLen     int64
-	log        zerolog.Logger
 	requeued   atomic.Value // string: id of the drained follow-up
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	unbind func() bool // detaches a pending lease from the event context it was bound to
 
-	stopOnce sync.Once
-	stop     chan struct{} // closed by Release: heartbeat must end
-	done     chan struct{} // closed when the heartbeat has ended
+	// The heartbeat starts lazily: a lease released before its first extend is due
+	// (most events take milliseconds) costs one runtime timer, no goroutine.
+	hbMu      sync.Mutex
+	hbStart   *time.Timer   // starts the heartbeat when the first extend is due
+	hbStopped bool          // Release began: the heartbeat must not start or go on
+	stop      chan struct{} // closed by Release once the heartbeat runs
+	done      chan struct{} // closed when the running heartbeat has ended
+}
+
+// log is the lease's logger, built only when something is logged.
+func (le *Lease) log() *zerolog.Logger {
+	l := le.l.opts.Logger.With().Str("agent", le.agent).Str("issue_key", le.issue).
+		Int64("fence", le.fence).Str("token", le.token[:8]).Logger()
+	return &l
+}
+
+// startHeartbeatLater arranges for the heartbeat to start when the first extend is due
+// (or MaxHold passes, if sooner).
+func (le *Lease) startHeartbeatLater(lastOK time.Time) {
+	le.hbMu.Lock()
+	defer le.hbMu.Unlock()
+	first := min(le.l.opts.TTL/3, time.Until(le.acquiredAt.Add(le.l.opts.MaxHold)))
+	le.hbStart = time.AfterFunc(first, func() {
+		le.hbMu.Lock()
+		if le.hbStopped {
+			le.hbMu.Unlock()
+			return
+		}
+		le.stop, le.done = make(chan struct{}), make(chan struct{})
+		le.hbMu.Unlock()
+		le.heartbeat(lastOK)
+	})
+}
+
+// stopHeartbeat stops the heartbeat, or keeps it from starting, and waits until it has
+// ended. It is idempotent.
+func (le *Lease) stopHeartbeat() {
+	le.hbMu.Lock()
+	first := !le.hbStopped
+	le.hbStopped = true
+	if first {
+		le.hbStart.Stop()
+		if le.stop != nil {
+			close(le.stop)
+		}
+	}
+	done := le.done
+	le.hbMu.Unlock()
+	if first && le.unbind != nil {
+		le.unbind()
+	}
+	if done != nil {
+		<-done
+	}
 }
 
 // Context is cancelled when the lease ends; context.Cause tells why (ErrLeaseLost,
@@ -86,7 +136,7 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 	defer unproven.Stop()
 	maxHold := time.NewTimer(time.Until(le.acquiredAt.Add(le.l.opts.MaxHold)))
 	defer maxHold.Stop()
-	beat := time.NewTimer(interval)
+	beat := time.NewTimer(time.Until(le.acquiredAt.Add(interval)))
 	defer beat.Stop()
 	retry := min(interval, 100*time.Millisecond)
 
@@ -138,7 +188,7 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 		ok, err := r.ok, r.err
 		switch {
 		case err != nil:
-			le.log.Warn().Err(err).Dur("retry_in", retry).Msg("lease extend failed; retrying")
+			le.log().Warn().Err(err).Dur("retry_in", retry).Msg("lease extend failed; retrying")
 			beat.Reset(retry)
 			retry = min(retry*2, interval)
 		case !ok:
@@ -207,20 +257,10 @@ func (le *Lease) end(cause error) {
 		return
 	}
 	// Log and count before cancelling, so whoever wakes on the cancellation sees both.
-	le.log.Error().Err(cause).Str("message_id", le.messageID).
+	le.log().Error().Err(cause).Str("message_id", le.messageID).
 		Dur("held", time.Since(le.acquiredAt)).Msg("lease lost: holder's context cancelled")
 	le.l.opts.Observer.Lost(le.agent, cause)
 	le.cancel(cause)
-}
-
-func (le *Lease) stopHeartbeat() {
-	le.stopOnce.Do(func() {
-		close(le.stop)
-		if le.unbind != nil {
-			le.unbind()
-		}
-	})
-	<-le.done
 }
 
 // Release stops the heartbeat and deletes the lease if it is still ours. It is
@@ -261,7 +301,7 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
 	}
 	if err != nil {
-		le.log.Warn().Err(err).Dur("expires_within", le.l.opts.TTL).
+		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).
 			Msg("lease release failed; the key will expire by its TTL")
 		return false, fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
 	}

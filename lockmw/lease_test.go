@@ -724,3 +724,16 @@ func TestLockKeyMatchesKeys(t *testing.T) {
 		}
 	}
 }
+
+// The hand-written matcher used for DefaultKeyPattern agrees with the regexp.
+func TestDefaultPatternMatcherAgreesWithRegexp(t *testing.T) {
+	custom := regexp.MustCompile(lockmw.DefaultKeyPattern.String()) // another pointer: the regexp path
+	for _, k := range []string{"RHEL-1", "RHEL-10", "A-9", "A_B9-123", "RHEL-0", "RHEL-01", "RHEL-", "-1", "1A-1",
+		"RHEL-1-2", "RHEL_X-5", "rhel-1", "R-1a", "RH EL-1", "RHEL--1", "Ä-1", "RHEL-1\n", "_A-1", "AB", ""} {
+		_, got := lockmw.Canonicalize(k, nil)
+		_, want := lockmw.Canonicalize(k, custom)
+		if (got == nil) != (want == nil) {
+			t.Errorf("%q: default pattern err %v, regexp err %v", k, got, want)
+		}
+	}
+}

@@ -273,13 +273,9 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		onBeat:     a.ao.OnHeartbeat,
 		drain:      a.ao.Drain,
 		maxLen:     a.ao.MaxLen,
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
-	le.log = l.opts.Logger.With().Str("agent", agent).Str("issue_key", issue).
-		Int64("fence", le.fence).Str("token", a.token[:8]).Logger()
 	l.opts.Observer.Acquired(agent)
-	go le.heartbeat(a.sent)
+	le.startHeartbeatLater(a.sent)
 	return le, nil
 }

@@ -183,8 +183,7 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		if m.cfg.Source != nil {
 			entry, hasEntry = m.cfg.Source.Entry(msg)
 		}
-		log := m.cfg.Logger.With().Str("agent", m.cfg.Agent).Str("message_id", entry.ID).
-			Str("correlation_id", msg.Metadata.Get(metaCorrelationID)).Logger()
+		log := eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent, messageID: entry.ID, msg: msg}
 
 		pre := m.handoffs.takePre()
 		if pre != nil && (!hasEntry || pre.id != entry.ID) {
@@ -206,7 +205,8 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err
 			}
 			if !mine {
-				log.Warn().Str("issue_key", raw).Msg("entry was claimed by another consumer while it waited here; not running it")
+				log.issue = raw
+				log.get().Warn().Msg("entry was claimed by another consumer while it waited here; not running it")
 				m.cfg.Source.Settle(entry)
 				return nil, nil
 			}
@@ -244,7 +244,7 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		case err != nil:
 			return nil, fmt.Errorf("%w: %w", ErrTransient, err)
 		}
-		log = log.With().Str("issue_key", lease.Issue()).Int64("fence", lease.Fence()).Logger()
+		log.issue, log.fence = lease.Issue(), lease.Fence()
 		msg.Metadata.Set(MetaIssueKey, lease.Issue())
 		msg.Metadata.Set(MetaFence, strconv.FormatInt(lease.Fence(), 10))
 
@@ -257,9 +257,9 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			// the lease is free).
 			_, _ = lease.Release(cleanup)
 			if errors.Is(lost, context.Canceled) && ctx.Err() != nil {
-				log.Info().Msg("shutting down: lease released, entry left pending for immediate pickup")
+				log.get().Info().Msg("shutting down: lease released, entry left pending for immediate pickup")
 			} else {
-				log.Error().Err(lost).Msg("lease ended while the handler ran; entry left pending for redelivery")
+				log.get().Error().Err(lost).Msg("lease ended while the handler ran; entry left pending for redelivery")
 			}
 			return nil, fmt.Errorf("lockmw: %s %s: %w", m.cfg.Agent, lease.Issue(), lost)
 		}
@@ -271,20 +271,19 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		if !hasEntry {
 			_, relErr := lease.Release(cleanup)
 			if relErr != nil {
-				log.Warn().Err(relErr).Msg("release failed; lease expires by its TTL")
+				log.get().Warn().Err(relErr).Msg("release failed; lease expires by its TTL")
 			}
 			return out, nil
 		}
 		// Release, then ack, in one round trip; the subscriber's own XACK is skipped.
 		// When the next entry is known, its lease is taken in the same round trip.
-		ack := func(pipe redis.Pipeliner) { pipe.XAck(cleanup, entry.Stream, entry.Group, entry.ID) }
-		if relErr := m.releaseHandingOff(cleanup, lease, entry, ack); relErr == nil {
+		if relErr := m.releaseHandingOff(cleanup, lease, entry); relErr == nil {
 			m.cfg.Source.Settle(entry)
 		} else {
-			log.Warn().Err(relErr).Msg("release+ack failed; the subscriber retries the ack, the lease expires by its TTL")
+			log.get().Warn().Err(relErr).Msg("release+ack failed; the subscriber retries the ack, the lease expires by its TTL")
 		}
 		if id := lease.Requeued(); id != "" {
-			log.Info().Str("requeued_id", id).Msg("published the issue's queued follow-up")
+			log.get().Info().Str("requeued_id", id).Msg("published the issue's queued follow-up")
 		}
 		return out, nil
 	}
@@ -323,3 +322,27 @@ func (m *Middleware) ownAndRefresh(ctx context.Context, e Entry) (bool, error) {
 	}
 	return true, nil
 }
+
+// eventLog builds an event's logger only when something is logged: most events log
+// nothing, and a zerolog child logger costs a 500-byte buffer.
+type eventLog struct {
+	base             *zerolog.Logger
+	agent, messageID string
+	msg              *message.Message
+	issue            string
+	fence            int64
+}
+
+func (e eventLog) get() *zerolog.Logger {
+	c := e.base.With().Str("agent", e.agent).Str("message_id", e.messageID).
+		Str("correlation_id", e.msg.Metadata.Get(metaCorrelationID))
+	if e.issue != "" {
+		c = c.Str("issue_key", e.issue)
+	}
+	if e.fence != 0 {
+		c = c.Int64("fence", e.fence)
+	}
+	l := c.Logger()
+	return &l
+}
+

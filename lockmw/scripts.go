@@ -11,6 +11,10 @@ import (
 // KeysCluster), except fenced_xadd's stream, and runs atomically, so compare-and-act
 // has no window.
 var (
+	//go:embed scripts/lease.lua
+	leaseLua string // the steps, put before the scripts that use them
+	//go:embed scripts/handoff.lua
+	handoffLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
 	//go:embed scripts/acquire_or_queue.lua
@@ -26,10 +30,11 @@ var (
 	//go:embed scripts/fenced_xadd.lua
 	fencedXAddLua string
 
-	acquireScript        = redis.NewScript(acquireLua)
+	acquireScript        = redis.NewScript(leaseLua + acquireLua)
+	handoffScript        = redis.NewScript(leaseLua + handoffLua)
 	acquireOrQueueScript = redis.NewScript(acquireOrQueueLua)
 	extendScript         = redis.NewScript(extendLua)
-	releaseScript        = redis.NewScript(releaseLua)
+	releaseScript        = redis.NewScript(leaseLua + releaseLua)
 	releaseDrainScript   = redis.NewScript(releaseDrainLua)
 	forceReleaseScript   = redis.NewScript(forceReleaseLua)
 	fencedXAddScript     = redis.NewScript(fencedXAddLua)

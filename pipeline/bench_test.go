@@ -3,7 +3,9 @@ package pipeline
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,20 +18,24 @@ import (
 )
 
 // The router benchmarks consume b.N triage events with distinct issue keys through one
-// subscription and a no-op handler; one op = one event consumed and acked. Run both in
-// one go to get the ratio:
+// subscription and a no-op handler; one op = one event consumed and acked. Each runs on
+// its own redis-server (no other test's load on it), so beside ns/op they report the
+// CPU that one event costs this process (cpu-ns/event, from getrusage) and the server
+// (redis-cpu-ns/event, from INFO cpu): figures that a busy machine inflates far less
+// than wall time. Run both in one go to get the ratio:
 //
-//	go test -run XXX -bench 'Router(Bare|Locked)' -benchtime 5000x ./pipeline/
+//	go test -run '^$' -bench 'Router(Bare|Locked)$' -benchtime 3000x -count 3 -benchmem ./pipeline/
 
 // BenchmarkRouterBare: a stock Watermill router on watermill-redisstream, no lease.
 func BenchmarkRouterBare(b *testing.B) {
-	rdb, ns := redistest.Client(b)
-	topo := Topology{Namespace: ns + "ymir"}
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
+	rdb := srv.Client()
+	topo := Topology{Namespace: "ymir"}
 	stream := topo.Stream("triage", "", false)
 	var n atomic.Int64
 	done, gate := make(chan struct{}), make(chan struct{})
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client: redis.NewClient(rdb.Options()), Unmarshaller: Marshaller{}, Consumer: "bench-0", ConsumerGroup: "triage",
+		Client: redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true}), Unmarshaller: Marshaller{}, Consumer: "bench-0", ConsumerGroup: "triage",
 		BlockTime: 100 * time.Millisecond, DisableIndefiniteInitialBlock: true,
 	}, nil)
 	if err != nil {
@@ -48,11 +54,12 @@ func BenchmarkRouterBare(b *testing.B) {
 // BenchmarkRouterLocked: pipeline.NewRouter, the full middleware stack with lockmw:
 // acquire (fence and record) in one round trip, release and ack folded into one.
 func BenchmarkRouterLocked(b *testing.B) {
-	rdb, ns := redistest.Client(b)
-	topo := Topology{Namespace: ns + "ymir"}
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
+	rdb := srv.Client()
+	topo := Topology{Namespace: "ymir"}
 	stream := topo.Stream("triage", "", false)
-	opts, _ := ClientOptions(redistest.URL())
-	locker, err := lockmw.New(rdb, lockmw.Options{Scope: ns})
+	opts, _ := ClientOptions(srv.URL())
+	locker, err := lockmw.New(rdb, lockmw.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,6 +114,7 @@ func benchConsume(b *testing.B, rdb *redis.Client, stream string, r runner, gate
 	if _, err := pipe.Exec(ctx); err != nil && pipe.Len() > 0 {
 		b.Fatal(err)
 	}
+	cpu0, rcpu0 := processCPU(), redisCPU(ctx, b, rdb)
 	b.ResetTimer()
 	close(gate)
 	select {
@@ -115,10 +123,37 @@ func benchConsume(b *testing.B, rdb *redis.Client, stream string, r runner, gate
 		b.Fatal("events not consumed")
 	}
 	b.StopTimer()
+	cpu1, rcpu1 := processCPU(), redisCPU(ctx, b, rdb)
 	// The last handler returned; its ack follows within a round trip.
 	deadline := time.Now().Add(10 * time.Second)
 	for rdb.XPending(ctx, stream, "triage").Val().Count > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/event")
+	b.ReportMetric(float64(rcpu1-rcpu0)/float64(b.N), "redis-cpu-ns/event")
+}
+
+// processCPU is the user+system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the user+system CPU time the server has used (INFO cpu).
+func redisCPU(ctx context.Context, b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

@@ -1,0 +1,49 @@
+-- lease.lua: the steps of the lease, put before acquire.lua, release.lua and
+-- handoff.lua so that each step is written once.
+
+-- acquire: SET NX PX the token; on success take the next fence and write the
+-- operator record, all in the one round trip. On conflict return the holder's record so
+-- the caller can name the holder without a second round trip.
+--
+-- With an entry time (entry_ms, the ms part of the event's stream id), an event that
+-- entered its stream before the last release of this lease by another event's run is
+-- refused as superseded ({2, released_ms, released_message_id}): it waited in a
+-- consumer's read-ahead buffer while the issue was being worked on, and would have been
+-- dropped as locked had it been looked at then.
+--
+-- Returns {1, fence}, {2, released_ms, released_message_id} or
+-- {0, owner, fence, acquired_at, message_id, pttl}.
+local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms)
+  if entry_ms ~= '' then
+    local d = redis.call('GET', done)
+    if d then
+      local ms, mid = string.match(d, '^(%d+) (%S+)')
+      if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= message_id then return {2, tonumber(ms), mid} end
+    end
+  end
+  if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then
+    local f = redis.call('INCR', fence)
+    redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f,
+      'acquired_at', acquired_at_ms, 'message_id', message_id)
+    redis.call('PEXPIRE', info, ttl_ms)
+    return {1, f}
+  end
+  local h = redis.call('HMGET', info, 'owner', 'fence', 'acquired_at', 'message_id')
+  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', lock)}
+end
+
+-- release: compare-and-delete. A foreign lease (another token, or a Python agent's
+-- plain key) is never deleted. A release records when (server time) and for which
+-- message it happened, for the superseded checks: the done record is
+-- "<released_ms> <message_id> <last_follow_up_ms>". Returns 1 if it deleted the lease.
+local function release(lock, info, done, token)
+  if redis.call('GET', lock) ~= token then return 0 end
+  local mid = redis.call('HGET', info, 'message_id')
+  redis.call('DEL', lock, info)
+  if mid and mid ~= '' then
+    local t = redis.call('TIME')
+    local prev = string.match(redis.call('GET', done) or '', '^%d+ %S+ (%d+)') or '0'
+    redis.call('SET', done, (t[1] * 1000 + math.floor(t[2] / 1000)) .. ' ' .. mid .. ' ' .. prev, 'PX', 86400000)
+  end
+  return 1
+end
