@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -124,6 +126,9 @@ func benchConsume(b *testing.B, rdb *redis.Client, stream string, r runner, gate
 	}
 	b.StopTimer()
 	cpu1, rcpu1 := processCPU(), redisCPU(ctx, b, rdb)
+	if os.Getenv("BENCH_COMMANDSTATS") != "" {
+		fmt.Fprintln(os.Stderr, rdb.Info(ctx, "commandstats").Val())
+	}
 	// The last handler returned; its ack follows within a round trip.
 	deadline := time.Now().Add(10 * time.Second)
 	for rdb.XPending(ctx, stream, "triage").Val().Count > 0 && time.Now().Before(deadline) {
