@@ -345,4 +345,3 @@ func (e eventLog) get() *zerolog.Logger {
 	l := c.Logger()
 	return &l
 }
-
