@@ -162,3 +162,71 @@ func redisCPU(ctx context.Context, b *testing.B, rdb *redis.Client) time.Duratio
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// BenchmarkRouterIdle: one idle worker (NewRouter with a worker's default settings:
+// BLOCK_TIME 5s, CLAIM_INTERVAL 5s, MAX_IDLE_TIME 3m, one subscription on each of its
+// two input streams) on its own redis-server, no events. One op is one second of
+// idling:
+//
+//	go test -run '^$' -bench 'RouterIdle$' -benchtime 30x ./pipeline/
+//
+// It reports the commands per second the worker sends (BENCH_COMMANDSTATS=1 lists them
+// on stderr), the CPU the worker uses per second, and the server's.
+func BenchmarkRouterIdle(b *testing.B) {
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
+	rdb := srv.Client()
+	opts, _ := ClientOptions(srv.URL())
+	locker, err := lockmw.New(rdb, lockmw.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: Topology{Namespace: "ymir"}, Agent: "triage",
+		Consumer: "idle", Locker: locker, Handler: func(*message.Message) error { return nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.Run(ctx) }()
+	<-r.Running()
+	time.Sleep(time.Second) // past the start: groups created, first claim pass done
+	calls0, cpu0, rcpu0 := commandCalls(ctx, b, rdb), processCPU(), redisCPU(ctx, b, rdb)
+	b.ResetTimer()
+	time.Sleep(time.Duration(b.N) * time.Second)
+	b.StopTimer()
+	calls1, cpu1, rcpu1 := commandCalls(ctx, b, rdb), processCPU(), redisCPU(ctx, b, rdb)
+	total := int64(0)
+	for name, n := range calls1 {
+		d := n - calls0[name]
+		if name == "info" {
+			d -= 2 // the benchmark's own INFO commandstats and INFO cpu
+		}
+		if d > 0 && os.Getenv("BENCH_COMMANDSTATS") != "" {
+			fmt.Fprintf(os.Stderr, "%s: %.3f/s\n", name, float64(d)/float64(b.N))
+		}
+		total += d
+	}
+	secs := float64(b.N)
+	b.ReportMetric(float64(total)/secs, "redis-cmds/s")
+	b.ReportMetric(float64(cpu1-cpu0)/float64(time.Millisecond)/secs, "cpu-ms/s")
+	b.ReportMetric(float64(rcpu1-rcpu0)/float64(time.Millisecond)/secs, "redis-cpu-ms/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// commandCalls is the server's calls per command (INFO commandstats).
+func commandCalls(ctx context.Context, b *testing.B, rdb *redis.Client) map[string]int64 {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		out[name], _ = strconv.ParseInt(n, 10, 64)
+	}
+	return out
+}
