@@ -53,8 +53,9 @@ var workers = []struct {
 // prodSecrets are the Secrets that the prod overlay expects to exist in the
 // cluster (it does not ship them); README.md must say how to create them.
 var prodSecrets = map[string][]string{
-	"ymirflow-redis": {"password", "redis-url"},
-	"ymirflow-jira":  {"token"},
+	"ymirflow-redis":   {"password", "redis-url"},
+	"ymirflow-jira":    {"token"},
+	"ymirflow-webhook": {"secret"},
 }
 
 const graceSeconds = 90
@@ -490,7 +491,9 @@ func TestFetcherCronJobs(t *testing.T) {
 			active         int64
 		}{
 			{"ymirflow-fetch-daily", "0 8 * * *", 600},
-			{"ymirflow-fetch-todo", "*/5 * * * *", 240},
+			// The webhook receiver takes ymir_todo within a second; this sweep is its
+			// safety net, so it runs less often than before the receiver (every 5 minutes).
+			{"ymirflow-fetch-todo", "*/30 * * * *", 240},
 		} {
 			cj := b.cronJobs[want.name]
 			if cj == nil {
