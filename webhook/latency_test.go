@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,9 +56,10 @@ func BenchmarkLabelToStream(b *testing.B) {
 		b.ReportMetric(float64(sp50.Microseconds())/1000, "sweep-p50-ms")
 		b.ReportMetric(float64(sp99.Microseconds())/1000, "sweep-p99-ms")
 		b.ReportMetric(float64(sp50)/float64(hp50), "sweep/webhook-p50")
-		b.Logf("FIGURE label→ymir:triage:todo over %d changes: webhook p50 %s p99 %s; sweep every %s p50 %s p99 %s",
+		load, _ := os.ReadFile("/proc/loadavg") // outliers follow the machine's load
+		b.Logf("FIGURE label→ymir:triage:todo over %d changes: webhook p50 %s p99 %s; sweep every %s p50 %s p99 %s (loadavg %s)",
 			latencyChanges, hp50.Round(10*time.Microsecond), hp99.Round(10*time.Microsecond), latencySweepInterval,
-			sp50.Round(time.Millisecond), sp99.Round(time.Millisecond))
+			sp50.Round(time.Millisecond), sp99.Round(time.Millisecond), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
 	}
 }
 
