@@ -68,7 +68,7 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("%v", err)
 	}
 	f, err := fetcher.New(fetcher.Config{
-		Jira: jc, Redis: e.rdb, Topology: e.topology, Locker: locker, MaxLen: cfg.MaxLen,
+		Jira: jc, Redis: e.rdb, Topology: e.topology, Locker: locker, MaxLen: cfg.MaxLen, MaxEventBytes: cfg.MaxEventBytes,
 		JQL: cfg.JiraJQL, TriggerGroup: cfg.JiraTriggerGroup, StaleLabelThreshold: cfg.StaleLabelThreshold,
 		DryRun: cfg.DryRun, Logger: e.log,
 	})

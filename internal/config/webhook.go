@@ -27,7 +27,7 @@ type WebhookSecret struct {
 
 func (s *WebhookSecret) register(fs *flag.FlagSet, usage string) {
 	fs.StringVar(&s.WebhookSecret, "webhook-secret", "", usage+"; prefer --webhook-secret-file")
-	fs.StringVar(&s.WebhookSecretFile, "webhook-secret-file", "", "file that holds the webhook secret")
+	fs.StringVar(&s.WebhookSecretFile, "webhook-secret-file", "", "file that holds the webhook secret, read once at start-up: restart the process after rotating it")
 }
 
 func (s *WebhookSecret) validate(p *problems) {
