@@ -54,7 +54,7 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	le.cancel(ErrReleased)
 	a, prepErr := le.l.prepare(next.agent, next.key, next.opts)
 	pipe := le.l.rdb.Pipeline()
-	rel := releaseScript.Eval(ctx, pipe, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token)
+	rel := releaseScript.Eval(ctx, pipe, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token, le.messageID)
 	if then != nil {
 		then(pipe)
 	}
@@ -87,7 +87,7 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next handoff, hasNext 
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
 	keys := append(make([]string, 0, 8), le.keys.Lock, le.keys.Info, le.keys.Done, e.Stream)
-	args := append(make([]any, 0, 9), le.token, e.Group, e.ID)
+	args := append(make([]any, 0, 10), le.token, le.messageID, e.Group, e.ID)
 	var a *acquisition
 	var p *pending
 	if hasNext {

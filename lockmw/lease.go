@@ -284,14 +284,14 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 		deleted, err = le.releaseDrain(ctx, then)
 	case then == nil:
 		var n int64
-		n, err = releaseScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token).Int64()
+		n, err = releaseScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token, le.messageID).Int64()
 		deleted = n == 1
 	default:
 		var cmds []redis.Cmder
 		cmds, err = le.pipelined(ctx, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
 			script(releaseScript)
 			then(pipe)
-		})
+		}, le.messageID)
 		if err == nil {
 			n, _ := cmds[0].(*redis.Cmd).Int64()
 			deleted = n == 1

@@ -284,13 +284,13 @@ func (s *subscription) skipAck(args []any) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range args[3:] {
-		if _, ok := s.settled[fmt.Sprint(a)]; !ok {
+		if _, ok := s.settled[idArg(a)]; !ok {
 			return 0, false
 		}
 	}
 	for _, a := range args[3:] {
-		delete(s.settled, fmt.Sprint(a))
-		delete(s.inflight, fmt.Sprint(a))
+		delete(s.settled, idArg(a))
+		delete(s.inflight, idArg(a))
 	}
 	return int64(len(args) - 3), true
 }
@@ -299,7 +299,15 @@ func (s *subscription) forget(args []any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range args[min(3, len(args)):] {
-		delete(s.inflight, fmt.Sprint(a))
-		s.dequeue(fmt.Sprint(a))
+		delete(s.inflight, idArg(a))
+		s.dequeue(idArg(a))
 	}
+}
+
+// idArg is an entry id passed to a command (a string, as go-redis keeps it).
+func idArg(a any) string {
+	if s, ok := a.(string); ok {
+		return s
+	}
+	return fmt.Sprint(a)
 }

@@ -34,11 +34,11 @@ end
 
 -- release: compare-and-delete. A foreign lease (another token, or a Python agent's
 -- plain key) is never deleted. A release records when (server time) and for which
--- message it happened, for the superseded checks: the done record is
--- "<released_ms> <message_id> <last_follow_up_ms>". Returns 1 if it deleted the lease.
-local function release(lock, info, done, token)
+-- message (message_id: the one its acquire wrote into info) it happened, for the
+-- superseded checks: the done record is "<released_ms> <message_id>
+-- <last_follow_up_ms>". Returns 1 if it deleted the lease.
+local function release(lock, info, done, token, mid)
   if redis.call('GET', lock) ~= token then return 0 end
-  local mid = redis.call('HGET', info, 'message_id')
   redis.call('DEL', lock, info)
   if mid and mid ~= '' then
     local t = redis.call('TIME')
