@@ -53,7 +53,7 @@ var workers = []struct {
 // prodSecrets are the Secrets that the prod overlay expects to exist in the
 // cluster (it does not ship them); README.md must say how to create them.
 var prodSecrets = map[string][]string{
-	"ymirflow-redis":   {"password", "redis-url"},
+	"ymirflow-redis":   {"users.acl", "redis-url", "operator-url", "operator-password"},
 	"ymirflow-jira":    {"token"},
 	"ymirflow-webhook": {"secret"},
 }
@@ -642,22 +642,30 @@ func TestValkey(t *testing.T) {
 			t.Errorf("maxmemory %s is more than half the memory limit %s (AOF rewrites fork)", kv["maxmemory"], limit.String())
 		}
 
-		// The password: --requirepass $(VAR), VAR from a Secret.
-		i := slices.Index(c.Args, "--requirepass")
-		if i < 0 || i+1 >= len(c.Args) {
-			t.Fatalf("valkey args %v: no --requirepass", c.Args)
+		// No password on a command line (ps and /proc show it to the whole node): the
+		// users and their passwords are in the aclfile, a file of a Secret.
+		for _, a := range append(slices.Clone(c.Command), c.Args...) {
+			if strings.Contains(strings.ToLower(a), "pass") || strings.Contains(a, "$(") {
+				t.Errorf("valkey command line %v carries a password", append(c.Command, c.Args...))
+			}
 		}
-		ref := c.Args[i+1]
-		if !strings.HasPrefix(ref, "$(") || !strings.HasSuffix(ref, ")") {
-			t.Fatalf("--requirepass %q is not a $(VAR) reference", ref)
+		aclPath := kv["aclfile"]
+		var aclRef *corev1.SecretVolumeSource
+		for _, v := range spec.Volumes {
+			if v.Secret == nil {
+				continue
+			}
+			for _, it := range v.Secret.Items {
+				if aclPath != "" && aclPath == filepath.Join(mounts[v.Name], it.Path) && it.Key == "users.acl" {
+					aclRef = v.Secret
+				}
+			}
 		}
-		e := envVar(c, ref[2:len(ref)-1])
-		if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-			t.Fatalf("--requirepass %s does not come from a Secret: %+v", ref, e)
+		if aclRef == nil {
+			t.Fatalf("valkey.conf aclfile %q is not the users.acl of a mounted Secret", aclPath)
 		}
-		passRef := e.ValueFrom.SecretKeyRef
 
-		// The Service and the ymirflow pods' REDIS_URL.
+		// The Service and the ymirflow pods' REDIS_URL: a user of the aclfile.
 		svc := b.services["valkey"]
 		if svc == nil || !selects(&metav1.LabelSelector{MatchLabels: svc.Spec.Selector}, ss.Spec.Template.Labels) {
 			t.Fatal("no Service valkey selecting the valkey pods")
@@ -665,29 +673,149 @@ func TestValkey(t *testing.T) {
 		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 6379 {
 			t.Errorf("Service valkey ports %+v", svc.Spec.Ports)
 		}
+		sec := b.secrets[aclRef.SecretName]
+		var users map[string]aclUser
+		if sec != nil { // prod: created in the cluster
+			users = parseACL(t, secretValue(sec, "users.acl"))
+			if d, ok := users["default"]; !ok || d.on {
+				t.Error("users.acl leaves the default user on: every client must name itself")
+			}
+		}
 		for _, yc := range b.ymirflowContainers() {
 			if yc.c.Args[0] == "fakejira" {
 				continue
 			}
 			e := envVar(yc.c, "REDIS_URL")
-			if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != passRef.Name {
-				t.Errorf("%s %s: REDIS_URL not from Secret %s: %+v", yc.pod.kind, yc.pod.name, passRef.Name, e)
+			if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != aclRef.SecretName {
+				t.Errorf("%s %s: REDIS_URL not from Secret %s: %+v", yc.pod.kind, yc.pod.name, aclRef.SecretName, e)
 				continue
 			}
-			sec := b.secrets[passRef.Name]
 			if sec == nil {
-				continue // prod: created in the cluster
+				continue
 			}
 			u, err := url.Parse(secretValue(sec, e.ValueFrom.SecretKeyRef.Key))
 			if err != nil {
 				t.Fatalf("REDIS_URL in Secret %s: %v", sec.Name, err)
 			}
-			pw, _ := u.User.Password()
-			if pw != secretValue(sec, passRef.Key) {
-				t.Errorf("Secret %s: the password in %s differs from %s", sec.Name, e.ValueFrom.SecretKeyRef.Key, passRef.Key)
-			}
 			if u.Hostname() != "valkey" || u.Port() != "6379" {
 				t.Errorf("Secret %s: REDIS_URL host %s, want valkey:6379", sec.Name, u.Host)
+			}
+			pw, _ := u.User.Password()
+			usr, ok := users[u.User.Username()]
+			switch {
+			case !ok || !usr.on:
+				t.Errorf("%s %s: REDIS_URL user %q is not an enabled user of users.acl", yc.pod.kind, yc.pod.name, u.User.Username())
+			case usr.password != pw:
+				t.Errorf("%s %s: REDIS_URL password differs from users.acl's for %s", yc.pod.kind, yc.pod.name, usr.name)
+			case !usr.leastPrivilege():
+				t.Errorf("user %s: rules %v are not least privilege (-@all first, no +@all, no ~* or allkeys)", usr.name, usr.rules)
+			}
+		}
+		// The readiness probe authenticates as a user of the aclfile, its password from
+		// the same Secret, through the environment.
+		probe := c.ReadinessProbe
+		if probe == nil || probe.Exec == nil {
+			t.Fatal("valkey has no exec readiness probe")
+		}
+		cmd := probe.Exec.Command
+		i := slices.Index(cmd, "--user")
+		auth := envVar(c, "REDISCLI_AUTH")
+		if i < 0 || i+1 >= len(cmd) || auth == nil || auth.ValueFrom == nil || auth.ValueFrom.SecretKeyRef == nil ||
+			auth.ValueFrom.SecretKeyRef.Name != aclRef.SecretName {
+			t.Fatalf("readiness probe %v / REDISCLI_AUTH %+v: want --user NAME and the password from Secret %s", cmd, auth, aclRef.SecretName)
+		}
+		if sec != nil && users[cmd[i+1]].password != secretValue(sec, auth.ValueFrom.SecretKeyRef.Key) {
+			t.Errorf("readiness probe: REDISCLI_AUTH is not %s's password", cmd[i+1])
+		}
+	})
+}
+
+// aclUser is one "user NAME rule..." line of an ACL file.
+type aclUser struct {
+	name     string
+	on       bool
+	password string
+	rules    []string
+}
+
+func (u aclUser) leastPrivilege() bool {
+	minus := slices.Index(u.rules, "-@all")
+	if minus < 0 {
+		return false
+	}
+	for i, r := range u.rules {
+		if r == "+@all" || r == "allcommands" || r == "~*" || r == "allkeys" || (r == "nocommands" && i > minus) {
+			return false
+		}
+	}
+	return true
+}
+
+func parseACL(t *testing.T, text string) map[string]aclUser {
+	t.Helper()
+	out := map[string]aclUser{}
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if f[0] != "user" || len(f) < 2 {
+			t.Fatalf("users.acl line %q is not a user line", line)
+		}
+		u := aclUser{name: f[1], rules: f[2:]}
+		for _, r := range f[2:] {
+			switch {
+			case r == "on":
+				u.on = true
+			case r == "off":
+				u.on = false
+			case strings.HasPrefix(r, ">"):
+				u.password = r[1:]
+			}
+		}
+		out[u.name] = u
+	}
+	return out
+}
+
+// The workers' metrics port answers only the monitoring stack, and nothing else
+// reaches the workers.
+func TestWorkerMetricsNetworkPolicy(t *testing.T) {
+	forEach(t, func(t *testing.T, b *build) {
+		for _, p := range b.pods() {
+			if p.kind != "Deployment" || !strings.HasPrefix(p.name, "ymirflow-") || p.labels["app.kubernetes.io/component"] != "worker" {
+				continue
+			}
+			var pols []*networkingv1.NetworkPolicy
+			for _, np := range b.netPols {
+				if selects(&np.Spec.PodSelector, p.labels) && slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+					pols = append(pols, np)
+				}
+			}
+			if len(pols) == 0 {
+				t.Errorf("%s: no ingress NetworkPolicy selects its pods", p.name)
+				continue
+			}
+			for _, np := range pols {
+				for _, rule := range np.Spec.Ingress {
+					if len(rule.From) == 0 {
+						t.Errorf("%s: NetworkPolicy %s lets anyone in", p.name, np.Name)
+					}
+					for _, peer := range rule.From {
+						if peer.IPBlock != nil || (peer.PodSelector == nil && peer.NamespaceSelector == nil) ||
+							(peer.PodSelector != nil && len(peer.PodSelector.MatchLabels)+len(peer.PodSelector.MatchExpressions) == 0) {
+							t.Errorf("%s: NetworkPolicy %s peer %+v is not a specific selector", p.name, np.Name, peer)
+						}
+					}
+					if len(rule.Ports) == 0 {
+						t.Errorf("%s: NetworkPolicy %s opens every port", p.name, np.Name)
+					}
+					for _, port := range rule.Ports {
+						if port.Port == nil || (port.Port.IntValue() != 9090 && port.Port.String() != "metrics") {
+							t.Errorf("%s: NetworkPolicy %s opens port %v, want only the metrics port", p.name, np.Name, port.Port)
+						}
+					}
+				}
 			}
 		}
 	})

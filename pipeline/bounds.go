@@ -93,7 +93,7 @@ func oversized(values map[string]any, size, fields, maxBytes int) *message.Messa
 	}
 	var keys []string
 	for k := range values {
-		if len(k) > len(metaPrefix) && k[:len(metaPrefix)] == metaPrefix && len(k) <= 128 {
+		if len(k) > len(metaPrefix) && k[:len(metaPrefix)] == metaPrefix && len(k) <= 128 && !internalMeta(k[len(metaPrefix):]) {
 			keys = append(keys, k)
 		}
 	}

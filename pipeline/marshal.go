@@ -85,11 +85,13 @@ func (m Marshaller) Unmarshal(values map[string]any) (*message.Message, error) {
 			bad = append(bad, fmt.Sprintf("metadata is not msgpack: %v", err))
 		}
 		for k, v := range m {
-			msg.Metadata.Set(k, v)
+			if !internalMeta(k) {
+				msg.Metadata.Set(k, v)
+			}
 		}
 	}
 	for k := range values {
-		if name, ok := strings.CutPrefix(k, metaPrefix); ok {
+		if name, ok := strings.CutPrefix(k, metaPrefix); ok && !internalMeta(name) {
 			msg.Metadata.Set(name, str(k))
 		}
 	}
@@ -102,6 +104,10 @@ func (m Marshaller) Unmarshal(values map[string]any) (*message.Message, error) {
 	}
 	return msg, nil
 }
+
+// internalMeta reports a metadata name of this process's own (_ymir_*): a stream entry
+// must not set it (a forged m:_ymir_bad or m:_ymir_size would steer the dead-letter path).
+func internalMeta(name string) bool { return strings.HasPrefix(name, "_ymir_") }
 
 // EntryID is the stream id a message was read from ("" for a message not read from a
 // stream).

@@ -1,0 +1,185 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// The users of base/secrets.yaml, applied to a real Redis, can do what their
+// commands need and nothing else: the workers' user runs a router (read, lease,
+// fenced publish, results, dead letters, claims), the operators' user runs every
+// inspection and repair; neither can touch other keys or the server.
+func TestACLUsersOnRealRedis(t *testing.T) {
+	b := get(t, "base")
+	sec := b.secrets["ymirflow-redis"]
+	if sec == nil {
+		t.Fatal("base has no Secret ymirflow-redis")
+	}
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	admin := srv.Client()
+	ctx := context.Background()
+	for _, line := range strings.Split(secretValue(sec, "users.acl"), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] == "default" { // the harness keeps the default user
+			continue
+		}
+		args := []any{"ACL", "SETUSER"}
+		for _, x := range f[1:] {
+			args = append(args, x)
+		}
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("ACL SETUSER %s: %v", f[1], err)
+		}
+	}
+	client := func(key string) redis.UniversalClient {
+		u, err := url.Parse(secretValue(sec, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = srv.Addr()
+		c, err := pipeline.Connect(ctx, u.String())
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	worker, operator := client("redis-url"), client("operator-url")
+	workerOpts, _ := pipeline.ClientOptions(strings.Replace(secretValue(sec, "redis-url"), "valkey:6379", srv.Addr(), 1))
+	topo := pipeline.Topology{} // the deployed namespace, ymir
+	noperm := func(what string, err error) {
+		t.Helper()
+		if err != nil && strings.Contains(err.Error(), "NOPERM") {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+
+	// The workers' user: a triage router that publishes downstream under its lease,
+	// records results, and dead-letters a bad event.
+	wlocker, err := lockmw.New(worker, lockmw.Options{Scope: topo.LockScope(), TTL: 3 * time.Second, Owner: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := pipeline.NewPublisher(worker, 1000)
+	results := pipeline.NewResults(worker, topo.Results(), 1000)
+	runs := make(chan string, 10)
+	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: worker, ClientOptions: workerOpts, Topology: topo,
+		Agent: "triage", Consumer: "w1", BlockTime: 200 * time.Millisecond, MaxIdleTime: 2 * time.Second,
+		ClaimInterval: 100 * time.Millisecond, MaxRetries: 1, MaxLen: 1000, Locker: wlocker,
+		Handler: func(msg *message.Message) error {
+			key := msg.Metadata.Get(pipeline.MetaIssueKey)
+			defer func() { runs <- key }()
+			if key == "RHEL-2" {
+				return pipeline.ErrBadEvent
+			}
+			out, err := pipeline.NewEvent(pipeline.EventRebaseRequested, key, pipeline.Task{}, msg)
+			if err != nil {
+				return err
+			}
+			if _, err := pub.PublishID(msg.Context(), topo.Stream("rebase", "c9s", false), out); err != nil {
+				return err
+			}
+			rec := pipeline.RecordFor(msg, "triage", pipeline.EventStageDone)
+			_, err = results.Add(msg.Context(), rec)
+			return err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+
+	// The operators' user: enqueue by hand.
+	opub := pipeline.NewPublisher(operator, 1000)
+	for _, key := range []string{"RHEL-1", "RHEL-2"} {
+		task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+		msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+		if _, err := opub.PublishID(ctx, topo.Stream("triage", "", false), msg); err != nil {
+			t.Fatalf("operator enqueue: %v", err)
+		}
+	}
+	for range 2 {
+		select {
+		case <-runs:
+		case err := <-done:
+			t.Fatalf("router stopped: %v", err)
+		case <-time.After(15 * time.Second):
+			t.Fatal("the worker user's router did not run both events")
+		}
+	}
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		n, _ := admin.XLen(ctx, topo.Dead()).Result()
+		m, _ := admin.XLen(ctx, topo.Results()).Result()
+		return n == 1 && m >= 1
+	}, "a dead letter and a result written by the worker user")
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("router: %v", err)
+	}
+
+	// Every operator command.
+	olocker, err := lockmw.New(operator, lockmw.Options{Scope: topo.LockScope(), TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := inspect.New(inspect.Config{Client: operator, Topology: topo, Locker: olocker, MaxLen: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := wlocker.Acquire(ctx, "rebase", "RHEL-9", lockmw.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("worker acquire: %v", err)
+	}
+	defer lease.Release(ctx)
+	_, err = in.Pending(ctx, inspect.PendingFilter{})
+	noperm("pending", err)
+	locks, err := in.Locks(ctx, inspect.LockFilter{})
+	noperm("locks", err)
+	if len(locks) != 1 {
+		t.Errorf("operator sees %d leases, want 1", len(locks))
+	}
+	_, err = in.Streams(ctx)
+	noperm("streams", err)
+	_, err = in.History(ctx, "RHEL-1")
+	noperm("history", err)
+	_, err = in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", Issue: "RHEL-1"})
+	noperm("replay", err)
+	dls, err := in.DeadLetters(ctx, inspect.DeadFilter{})
+	noperm("dlq list", err)
+	if len(dls) != 1 {
+		t.Fatalf("%d dead letters", len(dls))
+	}
+	_, err = in.Requeue(ctx, dls[0].ID)
+	noperm("dlq requeue", err)
+	_, err = in.ForceRelease(ctx, "rebase", "RHEL-9")
+	noperm("locks release", err)
+	_, err = in.Purge(ctx, inspect.TimeID(time.Now()))
+	noperm("dlq purge", err)
+
+	// Nothing else.
+	for name, c := range map[string]redis.UniversalClient{"worker": worker, "operator": operator} {
+		for _, cmd := range [][]any{{"FLUSHALL"}, {"CONFIG", "GET", "*"}, {"KEYS", "*"}, {"SET", "other:key", "x"},
+			{"GET", "other:key"}, {"ACL", "LIST"}, {"SHUTDOWN"}, {"SCRIPT", "FLUSH"}, {"CLIENT", "KILL", "TYPE", "normal"}, {"MODULE", "LIST"}} {
+			if err := c.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+				t.Errorf("%s user: %v: %v, want NOPERM", name, cmd, err)
+			}
+		}
+	}
+	if err := operator.Do(ctx, "XREADGROUP", "GROUP", "triage", "x", "STREAMS", topo.Stream("triage", "", false), ">").Err(); err == nil ||
+		!strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("operator user consumes: %v", err)
+	}
+}
