@@ -2,6 +2,7 @@ package jira
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -79,13 +80,35 @@ func (c *Client) Search(ctx context.Context, req SearchRequest) (SearchPage, err
 	if size <= 0 {
 		size = c.pageSize
 	}
+	var raw json.RawMessage
+	var err error
 	if c.api == APICloud {
-		var resp cloudSearchResponse
-		err := c.do(ctx, request{
+		err = c.do(ctx, request{
 			method: http.MethodPost, path: "/rest/api/3/search/jql", idempotent: true,
 			body: cloudSearchBody{JQL: req.JQL, MaxResults: size, Fields: fields, NextPageToken: req.PageToken},
-		}, &resp)
-		if err != nil {
+		}, &raw)
+	} else {
+		err = c.do(ctx, request{
+			method: http.MethodPost, path: "/rest/api/2/search", idempotent: true,
+			body: serverSearchBody{JQL: req.JQL, StartAt: req.StartAt, MaxResults: size, Fields: fields},
+		}, &raw)
+	}
+	if err != nil {
+		return SearchPage{}, err
+	}
+	p, err := parseSearchPage(c.api, raw, size)
+	if err != nil {
+		return SearchPage{}, fmt.Errorf("jira: search: decode response: %w", err)
+	}
+	return p, nil
+}
+
+// parseSearchPage decodes one search response of api (APICloud or APIServer) asked
+// with maxResults size.
+func parseSearchPage(api string, body []byte, size int) (SearchPage, error) {
+	if api == APICloud {
+		var resp cloudSearchResponse
+		if err := json.Unmarshal(body, &resp); err != nil {
 			return SearchPage{}, err
 		}
 		p := SearchPage{Issues: resp.Issues, NextPageToken: resp.NextPageToken, MaxResults: size, Total: -1}
@@ -96,11 +119,7 @@ func (c *Client) Search(ctx context.Context, req SearchRequest) (SearchPage, err
 		return p, nil
 	}
 	var resp serverSearchResponse
-	err := c.do(ctx, request{
-		method: http.MethodPost, path: "/rest/api/2/search", idempotent: true,
-		body: serverSearchBody{JQL: req.JQL, StartAt: req.StartAt, MaxResults: size, Fields: fields},
-	}, &resp)
-	if err != nil {
+	if err := json.Unmarshal(body, &resp); err != nil {
 		return SearchPage{}, err
 	}
 	p := SearchPage{
