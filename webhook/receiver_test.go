@@ -3,6 +3,7 @@ package webhook
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -355,5 +356,43 @@ func TestScopeAndComments(t *testing.T) {
 	}
 	if got := e.entries(); len(got) != 0 {
 		t.Fatalf("published %v", got)
+	}
+}
+
+// A Jira that does not answer in time does not hold the delivery: the receiver answers 503
+// (Jira retries) once Config.Deadline has passed, and nothing is published.
+func TestSlowJiraAnswersWithinDeadline(t *testing.T) {
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); slow.Close() })
+	const deadline = 300 * time.Millisecond
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }),
+		withConfig(func(c *Config) {
+			jc, err := jira.New(jira.Options{BaseURL: slow.URL, Token: "t", RateLimit: -1, MaxRetries: 0, Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Jira, c.Deadline = jc, deadline
+		}))
+	body := e.event("RHEL-1", maintainer)
+	start := time.Now()
+	st, ans := e.post(body, signed(body, "slow-1"))
+	took := time.Since(start)
+	if st != http.StatusServiceUnavailable || ans["outcome"] != "timeout" {
+		t.Fatalf("slow Jira: %d %v", st, ans)
+	}
+	if took < deadline || took > deadline+2*time.Second {
+		t.Errorf("answered after %s, want just after the %s deadline", took, deadline)
+	}
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("published %v", got)
+	}
+	if n := e.rdb.Exists(e.ctx, DeliveryKey(e.topo, "slow-1")).Val(); n != 0 {
+		t.Error("a delivery answered 503 was remembered: Jira's retry would be dropped")
 	}
 }
