@@ -313,3 +313,23 @@ func (in *Inspector) Purge(ctx context.Context, before string) (int64, error) {
 	}
 	return in.rdb.XTrimMinID(ctx, in.topo.Dead(), fullID(before)).Result()
 }
+
+// Delete deletes the dead letters ids (an operator's purge of selected entries) and
+// returns how many existed. One round trip (XDEL).
+func (in *Inspector) Delete(ctx context.Context, ids ...string) (int64, error) {
+	var full []string
+	for _, id := range ids {
+		if err := CheckID(id); err != nil {
+			return 0, err
+		}
+		full = append(full, fullID(id))
+	}
+	if len(full) == 0 {
+		return 0, nil
+	}
+	n, err := in.rdb.XDel(ctx, in.topo.Dead(), full...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("xdel %s: %w", in.topo.Dead(), err)
+	}
+	return n, nil
+}

@@ -95,7 +95,7 @@ func dlqList(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdout
 		return inputErr(err)
 	}
 	if cfg.JSON {
-		return writeJSON(stdout, map[string]any{"dead_letters": dls})
+		return writeJSON(stdout, inspect.DeadLettersReport{DeadLetters: dls})
 	}
 	if len(dls) == 0 {
 		fmt.Fprintln(stdout, "no dead letters")
@@ -160,7 +160,7 @@ func dlqRequeue(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, ids
 		for _, e := range unjoin(err) {
 			errs = append(errs, e.Error())
 		}
-		if jerr := writeJSON(stdout, map[string]any{"requeued": done, "errors": errs}); jerr != nil {
+		if jerr := writeJSON(stdout, inspect.RequeueReport{Requeued: done, Errors: errs}); jerr != nil {
 			return jerr
 		}
 		return inputErr(err)
@@ -187,7 +187,7 @@ func dlqPurge(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdou
 		}
 		if len(dls) == 0 {
 			if cfg.JSON {
-				return writeJSON(stdout, map[string]any{"purged": 0})
+				return writeJSON(stdout, inspect.PurgeReport{})
 			}
 			fmt.Fprintln(stdout, "no dead letters to purge")
 			return nil
@@ -205,7 +205,7 @@ func dlqPurge(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdou
 		return inputErr(err)
 	}
 	if cfg.JSON {
-		return writeJSON(stdout, map[string]any{"purged": n})
+		return writeJSON(stdout, inspect.PurgeReport{Purged: n})
 	}
 	fmt.Fprintf(stdout, "purged %d dead letter(s)\n", n)
 	return nil

@@ -49,10 +49,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if len(events) > 0 {
 			issue = events[0].Issue
 		}
-		return writeJSON(stdout, struct {
-			Issue  string                 `json:"issue"`
-			Events []inspect.HistoryEvent `json:"events"`
-		}{issue, events})
+		return writeJSON(stdout, inspect.HistoryReport{Issue: issue, Events: events})
 	}
 	if len(events) == 0 {
 		fmt.Fprintf(stdout, "no events of %s in any stream\n", pos[0])

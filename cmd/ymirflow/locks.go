@@ -57,7 +57,7 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		leases = []inspect.LeaseInfo{}
 	}
 	if cfg.JSON {
-		return writeJSON(stdout, map[string]any{"leases": leases})
+		return writeJSON(stdout, inspect.LocksReport{Leases: leases})
 	}
 	if len(leases) == 0 {
 		fmt.Fprintln(stdout, "no live leases")

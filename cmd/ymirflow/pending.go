@@ -47,7 +47,7 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if groups == nil {
 			groups = []inspect.GroupPending{}
 		}
-		return writeJSON(stdout, map[string]any{"groups": groups})
+		return writeJSON(stdout, inspect.PendingReport{Groups: groups})
 	}
 	if len(groups) == 0 {
 		fmt.Fprintln(stdout, "no consumer groups yet (no worker has started on these streams)")

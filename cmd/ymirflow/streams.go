@@ -44,7 +44,7 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		streams = []inspect.StreamInfo{}
 	}
 	if cfg.JSON {
-		return writeJSON(stdout, map[string]any{"streams": streams})
+		return writeJSON(stdout, inspect.StreamsReport{Streams: streams})
 	}
 	if len(streams) == 0 {
 		fmt.Fprintf(stdout, "no streams under namespace %s yet\n", cfg.Namespace)

@@ -65,6 +65,7 @@ func Commands() map[string]Command {
 		"dlq":      &DLQ{},
 		"fakejira": &FakeJira{},
 		"webhook":  &Webhook{},
+		"web":      &Web{},
 	}
 }
 

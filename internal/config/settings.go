@@ -45,6 +45,9 @@ const (
 	DefaultDemoIssues     = 40
 	DefaultDemoDuration   = 400 * time.Millisecond // typical simulated agent run at --speed 1
 	DefaultMaxEventBytes  = 1 << 20
+	DefaultWebAddr        = "127.0.0.1:8080"
+	DefaultWebRefresh     = 2 * time.Second
+	DefaultConsumerIdle   = time.Minute
 )
 
 // Agents are the agent names, in pipeline order. Branches are the target
@@ -510,6 +513,9 @@ type Demo struct {
 	JSON    bool   // --json, JSON: print the summary as JSON
 	Keep    bool   // --keep, KEEP: keep the namespace in a real Redis, or the embedded Redis serving until Ctrl-C
 	LogFile string // --log-file, LOG_FILE: where the workers' logs go ("-": stderr; empty: a new temp file)
+	// Web (--web, DEMO_WEB) is the listen address of the operator console over the
+	// demo's run ("": none); the embedded Redis keeps serving it until Ctrl-C.
+	Web string
 }
 
 // Register defines the demo's flags on fs.
@@ -524,6 +530,7 @@ func (d *Demo) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&d.JSON, "json", false, "print the summary as JSON (progress goes to stderr)")
 	fs.BoolVar(&d.Keep, "keep", false, "keep the demo's data: its namespace in a real Redis, or the embedded Redis serving until Ctrl-C")
 	fs.StringVar(&d.LogFile, "log-file", "", "file that receives the workers' logs (-: stderr; empty: a new file in the temp dir)")
+	stringVarEnv(fs, &d.Web, "web", "DEMO_WEB", "", "serve the operator console over the demo's run at this address, e.g. 127.0.0.1:8080 (empty: none)")
 }
 
 // AgentDuration is the typical simulated agent run that Speed asks for (0: instant).
@@ -558,6 +565,11 @@ func (d *Demo) Validate() error {
 	}
 	if _, err := d.AgentDuration(); err != nil {
 		p.add("speed", "%s", err.Error())
+	}
+	if d.Web != "" {
+		if _, _, err := net.SplitHostPort(d.Web); err != nil {
+			p.add("web", "= %q must be host:port or :port", d.Web)
+		}
 	}
 	return p.err()
 }
@@ -824,4 +836,89 @@ func (f *FakeJira) Validate() error {
 	}
 	f.validateWebhooks(&p)
 	return p.err()
+}
+
+// Web is the settings of `ymirflow web`: the operator console.
+type Web struct {
+	Common
+	Addr      string // --addr, WEB_ADDR: listen address (loopback by default)
+	Token     string // --web-token, WEB_TOKEN: bearer token that write actions need (empty: read-only)
+	TokenFile string // --web-token-file, WEB_TOKEN_FILE: file holding the token (read by WriteToken)
+	ReadOnly  bool   // --read-only, WEB_READ_ONLY: refuse every write action even with a token
+	// Refresh (--refresh, WEB_REFRESH) is how often pages refresh themselves;
+	// ConsumerIdle (--consumer-idle, WEB_CONSUMER_IDLE) the idle time past which a
+	// consumer is shown as not alive.
+	Refresh      time.Duration
+	ConsumerIdle time.Duration
+}
+
+// Register defines the console's flags on fs.
+func (w *Web) Register(fs *flag.FlagSet) {
+	w.Common.Register(fs)
+	stringVarEnv(fs, &w.Addr, "addr", "WEB_ADDR", DefaultWebAddr, "listen address of the console; keep it on loopback or behind a NetworkPolicy")
+	fs.StringVar(&w.Token, "web-token", "", "bearer token that write actions (requeue, purge, force release) need; empty: the console is read-only; prefer --web-token-file")
+	fs.StringVar(&w.TokenFile, "web-token-file", "", "file that holds the bearer token, read once at start-up")
+	boolVarEnv(fs, &w.ReadOnly, "read-only", "WEB_READ_ONLY", false, "refuse every write action, even with a token (the default when no token is set)")
+	durationVarEnv(fs, &w.Refresh, "refresh", "WEB_REFRESH", DefaultWebRefresh, "how often pages refresh themselves")
+	durationVarEnv(fs, &w.ConsumerIdle, "consumer-idle", "WEB_CONSUMER_IDLE", DefaultConsumerIdle, "a consumer idle for longer is shown as not alive")
+}
+
+// Validate checks the console's settings.
+func (w *Web) Validate() error {
+	var p problems
+	w.Common.validate(&p)
+	if _, _, err := net.SplitHostPort(w.Addr); err != nil {
+		p.add("addr", "= %q must be host:port or :port", w.Addr)
+	}
+	if w.Token != "" && w.TokenFile != "" {
+		p.add("web-token-file", "and WEB_TOKEN (--web-token) are both set; set one")
+	}
+	if w.TokenFile != "" {
+		b, err := os.ReadFile(w.TokenFile)
+		switch {
+		case err != nil:
+			p.add("web-token-file", "= %q cannot be read: %v", w.TokenFile, unwrapPathErr(err))
+		case len(strings.TrimSpace(string(b))) < MinWebToken:
+			p.add("web-token-file", "= %q holds fewer than %d characters", w.TokenFile, MinWebToken)
+		}
+	}
+	if w.Token != "" && len(w.Token) < MinWebToken {
+		p.add("web-token", "must have at least %d characters", MinWebToken)
+	}
+	if w.Refresh < 200*time.Millisecond {
+		p.add("refresh", "= %s must be at least 200ms", fmtDur(w.Refresh))
+	}
+	if w.ConsumerIdle <= 0 {
+		p.add("consumer-idle", "= %s must be positive", fmtDur(w.ConsumerIdle))
+	}
+	return p.err()
+}
+
+// MinWebToken is the shortest accepted console token: a guessable token is no
+// protection.
+const MinWebToken = 16
+
+// WriteToken returns the token write actions need: Token, or the trimmed content of
+// TokenFile, read now; "" when writes are off (no token, or ReadOnly).
+func (w *Web) WriteToken() (string, error) {
+	if w.ReadOnly {
+		return "", nil
+	}
+	if w.Token != "" || w.TokenFile == "" {
+		return w.Token, nil
+	}
+	b, err := os.ReadFile(w.TokenFile)
+	if err != nil {
+		return "", &SettingError{Env: "WEB_TOKEN_FILE", Flag: "web-token-file",
+			Msg: fmt.Sprintf("= %q cannot be read: %v", w.TokenFile, unwrapPathErr(err))}
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// durationVarEnv defines a duration flag read from an environment variable whose
+// name is not derived from the flag's.
+func durationVarEnv(fs *flag.FlagSet, p *time.Duration, name, env string, value time.Duration, usage string) {
+	fs.DurationVar(p, name, value, usage)
+	f := fs.Lookup(name)
+	f.Value = withEnv{Value: f.Value, env: env}
 }
