@@ -1,0 +1,203 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ymirflow/ymirflow/inspect"
+)
+
+// The JSON API: the documents of the CLI's --json (inspect's report structs), plus
+// the overview and the outcomes chart's data. Errors are {"error": ..., "status": N}.
+
+type apiError struct {
+	Error  string `json:"error"`
+	Status int    `json:"status"`
+}
+
+type apiFunc func(r *http.Request) (any, error)
+
+func (s *Server) api(f apiFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := f(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func (s *Server) apiOverview(r *http.Request) (any, error) { return s.overviewData(r) }
+
+func (s *Server) apiStreams(r *http.Request) (any, error) {
+	st, err := s.in.Streams(r.Context())
+	if st == nil {
+		st = []inspect.StreamInfo{}
+	}
+	return inspect.StreamsReport{Streams: st}, err
+}
+
+func (s *Server) apiPending(r *http.Request) (any, error) {
+	f, err := s.pendingFilter(r.URL.Query())
+	if err != nil {
+		return nil, err
+	}
+	groups, err := s.in.Pending(r.Context(), f)
+	if groups == nil {
+		groups = []inspect.GroupPending{}
+	}
+	return inspect.PendingReport{Groups: groups}, err
+}
+
+func (s *Server) apiLeases(r *http.Request) (any, error) {
+	ls, err := s.in.Locks(r.Context(), inspect.LockFilter{})
+	if ls == nil {
+		ls = []inspect.LeaseInfo{}
+	}
+	return inspect.LocksReport{Leases: ls}, err
+}
+
+func (s *Server) apiOutcomes(r *http.Request) (any, error) {
+	window := time.Hour
+	if v := r.URL.Query().Get("minutes"); v != "" {
+		m, err := strconv.Atoi(v)
+		if err != nil || m < 1 || m > 24*60 {
+			return nil, badRequest("minutes must be a whole number from 1 to 1440")
+		}
+		window = time.Duration(m) * time.Minute
+	}
+	return s.in.Outcomes(r.Context(), window, time.Minute)
+}
+
+func (s *Server) apiIssue(r *http.Request) (any, error) { return s.history(r, r.PathValue("key")) }
+
+func (s *Server) apiDeadLetters(r *http.Request) (any, error) {
+	dls, err := s.deadList(r)
+	if err != nil {
+		return nil, err
+	}
+	return inspect.DeadLettersReport{DeadLetters: dls}, nil
+}
+
+func (s *Server) apiDeadLetter(r *http.Request) (any, error) {
+	d, err := s.in.DeadLetter(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	s.scrub(&d)
+	return d, nil
+}
+
+// readJSON decodes a write's body into v; unknown fields are refused.
+func readJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return badRequest("the body must be a JSON object")
+		}
+		return badRequest("the body is not the expected JSON: %v", err)
+	}
+	return nil
+}
+
+type idsBody struct {
+	IDs []string `json:"ids"`
+}
+
+func (s *Server) apiRequeue(r *http.Request) (any, error) {
+	if err := s.authorizeAPI(r); err != nil {
+		return nil, err
+	}
+	var b idsBody
+	if err := readJSON(r, &b); err != nil {
+		return nil, err
+	}
+	sel, err := ids(b.IDs)
+	if err != nil {
+		return nil, err
+	}
+	done, err := s.in.Requeue(r.Context(), sel...)
+	rep := inspect.RequeueReport{Requeued: done, Errors: []string{}}
+	if rep.Requeued == nil {
+		rep.Requeued = []inspect.Requeued{}
+	}
+	for _, e := range unjoin(err) {
+		rep.Errors = append(rep.Errors, s.clean(e.Error()))
+	}
+	s.cfg.Logger.Info().Int("requeued", len(done)).Msg("api: dead letters requeued")
+	return rep, nil
+}
+
+func (s *Server) apiPurge(r *http.Request) (any, error) {
+	if err := s.authorizeAPI(r); err != nil {
+		return nil, err
+	}
+	var b idsBody
+	if err := readJSON(r, &b); err != nil {
+		return nil, err
+	}
+	sel, err := ids(b.IDs)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.in.Delete(r.Context(), sel...)
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.Logger.Info().Int64("purged", n).Msg("api: dead letters purged")
+	return inspect.PurgeReport{Purged: n}, nil
+}
+
+type releaseBody struct {
+	Agent string `json:"agent"`
+	Issue string `json:"issue"`
+}
+
+func (s *Server) apiRelease(r *http.Request) (any, error) {
+	if err := s.authorizeAPI(r); err != nil {
+		return nil, err
+	}
+	var b releaseBody
+	if err := readJSON(r, &b); err != nil {
+		return nil, err
+	}
+	agent, issue, err := s.leaseRef(b.Agent, b.Issue)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := s.in.ForceRelease(r.Context(), agent, issue)
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.Logger.Info().Str("agent", agent).Str("issue_key", rel.Issue).Int64("fence", rel.Fence).Msg("api: lease force-released")
+	return rel, nil
+}
+
+// unjoin lists the errors inside errors.Join(...).
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

@@ -1,0 +1,460 @@
+package web
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// view is what a page handler renders: a template and its data.
+type view struct {
+	name   string // template set (page)
+	Title  string
+	Active string // navigation tab
+	Data   any
+	// Set by page() for the layout.
+	Writable bool   // a token is configured
+	SignedIn bool   // this browser has a session
+	CSRF     string // the session's CSRF token
+	Refresh  int64  // ms; 0: the page does not refresh itself
+	Notice   string
+	Code     int // status code of an error page
+	Path     string
+}
+
+type pageFunc func(w http.ResponseWriter, r *http.Request) (*view, error)
+
+// page renders a page handler's view, or its error as an error page; with
+// ?fragment=1 only the part that refreshes itself ("live").
+func (s *Server) page(f pageFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := f(w, r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if v == nil { // redirected
+			return
+		}
+		s.render(w, r, v, http.StatusOK)
+	})
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code, msg := s.status(r, err)
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		writeJSON(w, code, apiError{Error: msg, Status: code})
+		return
+	}
+	s.render(w, r, &view{name: "error", Title: http.StatusText(code), Data: msg, Code: code}, code)
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, v *view, code int) {
+	v.Writable = s.Writable()
+	nonce, ok := s.session(r)
+	v.SignedIn = ok
+	if ok {
+		v.CSRF = s.csrf(nonce)
+	}
+	if v.Refresh == 0 && v.name != "error" && v.name != "login" && v.name != "release" && v.name != "deadletter" {
+		v.Refresh = s.cfg.Refresh.Milliseconds()
+	}
+	v.Notice = notice(r.URL.Query())
+	v.Path = r.URL.Path
+	name := "layout.html"
+	if r.URL.Query().Get("fragment") == "1" && v.name != "error" {
+		name = "live"
+	}
+	var buf bytes.Buffer
+	if err := s.pages[v.name].ExecuteTemplate(&buf, name, v); err != nil {
+		s.cfg.Logger.Error().Err(err).Str("page", v.name).Msg("console template failed")
+		http.Error(w, "internal error: the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// notice is the fixed message after a write action (never text from the URL).
+func notice(q url.Values) string {
+	n, _ := strconv.Atoi(q.Get("n"))
+	switch q.Get("done") {
+	case "requeued":
+		return fmt.Sprintf("Requeued %d dead letter(s).", n)
+	case "purged":
+		return fmt.Sprintf("Purged %d dead letter(s).", n)
+	case "released":
+		return "Lease force-released; its fence was bumped, so the old holder is fenced out."
+	case "nothing":
+		return "Nothing to release: nobody holds that lease any more."
+	case "signedin":
+		return "Signed in: write actions are on for this browser."
+	case "signedout":
+		return "Signed out."
+	}
+	return ""
+}
+
+func redirect(w http.ResponseWriter, r *http.Request, to string) (*view, error) {
+	http.Redirect(w, r, to, http.StatusSeeOther)
+	return nil, nil
+}
+
+// --- Overview ---
+
+// Overview is the overview page's data and GET /api/v1/overview.
+type Overview struct {
+	Streams   []inspect.StreamInfo `json:"streams"`
+	Running   []RunningRow         `json:"running"`
+	Consumers []ConsumerRow        `json:"consumers"`
+	Outcomes  inspect.Outcomes     `json:"outcomes"`
+	Chart     chart                `json:"-"`
+}
+
+// RunningRow counts the running leases of one agent and branch.
+type RunningRow struct {
+	Agent   string `json:"agent"`
+	Branch  string `json:"branch,omitempty"`
+	Running int    `json:"running"`
+	Issues  string `json:"issues"` // the issues held, comma separated
+}
+
+// ConsumerRow is one consumer of one group and whether it is alive.
+type ConsumerRow struct {
+	Stream  string `json:"stream"`
+	Group   string `json:"group"`
+	Name    string `json:"name"`
+	Pending int64  `json:"pending"`
+	IdleMS  int64  `json:"idle_ms"`
+	Alive   bool   `json:"alive"`
+}
+
+func (s *Server) overviewData(r *http.Request) (Overview, error) {
+	ctx := r.Context()
+	streams, err := s.in.Streams(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
+	running, err := s.in.Running(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
+	outcomes, err := s.in.Outcomes(ctx, time.Hour, time.Minute)
+	if err != nil {
+		return Overview{}, err
+	}
+	ov := Overview{Streams: streams, Outcomes: outcomes, Running: []RunningRow{}, Consumers: []ConsumerRow{}}
+	if ov.Streams == nil {
+		ov.Streams = []inspect.StreamInfo{}
+	}
+	type ab struct{ a, b string }
+	held := map[ab][]string{}
+	for _, l := range running {
+		k := ab{l.Lease.Agent, l.Branch}
+		held[k] = append(held[k], l.Lease.Issue)
+	}
+	seen := map[ab]bool{}
+	for _, rt := range s.cfg.Topology.AllInputs() {
+		k := ab{rt.Agent, rt.Branch}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		ov.Running = append(ov.Running, RunningRow{Agent: rt.Agent, Branch: rt.Branch, Running: len(held[k]), Issues: strings.Join(held[k], ", ")})
+	}
+	for k, issues := range held {
+		if !seen[k] { // the guarded entry is in none of the agent's streams
+			ov.Running = append(ov.Running, RunningRow{Agent: k.a, Branch: "?", Running: len(issues), Issues: strings.Join(issues, ", ")})
+		}
+	}
+	for _, st := range streams {
+		for _, g := range st.Groups {
+			for _, c := range g.Consumers {
+				ov.Consumers = append(ov.Consumers, ConsumerRow{Stream: st.Stream, Group: g.Name, Name: c.Name, Pending: c.Pending,
+					IdleMS: c.Idle.Milliseconds(), Alive: c.Idle <= s.cfg.ConsumerIdle})
+			}
+		}
+	}
+	ov.Chart = newChart(outcomes)
+	return ov, nil
+}
+
+func (s *Server) overview(_ http.ResponseWriter, r *http.Request) (*view, error) {
+	ov, err := s.overviewData(r)
+	if err != nil {
+		return nil, err
+	}
+	return &view{name: "overview", Title: "Overview", Active: "overview", Data: ov}, nil
+}
+
+// --- Leases ---
+
+func (s *Server) leases(_ http.ResponseWriter, r *http.Request) (*view, error) {
+	running, err := s.in.Running(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	return &view{name: "leases", Title: "Leases", Active: "leases", Data: running}, nil
+}
+
+// leaseRef reads and checks agent and issue of a force release.
+func (s *Server) leaseRef(agent, issue string) (string, string, error) {
+	if !slices.Contains(pipeline.Agents, agent) {
+		return "", "", badRequest("unknown agent %q (one of %s)", s.clip(agent, 40), strings.Join(pipeline.Agents, ", "))
+	}
+	issue = strings.TrimSpace(issue)
+	if issue == "" || len(issue) > maxKeyLen {
+		return "", "", badRequest("an issue key of 1 to %d characters is required", maxKeyLen)
+	}
+	return agent, issue, nil
+}
+
+func (s *Server) releaseConfirm(_ http.ResponseWriter, r *http.Request) (*view, error) {
+	agent, issue, err := s.leaseRef(r.URL.Query().Get("agent"), r.URL.Query().Get("issue"))
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.in.Lease(r.Context(), agent, issue)
+	if err != nil {
+		return nil, err
+	}
+	return &view{name: "release", Title: "Force release", Active: "leases", Data: l}, nil
+}
+
+func (s *Server) releasePost(w http.ResponseWriter, r *http.Request) (*view, error) {
+	if err := s.authorizeForm(r); err != nil {
+		return nil, err
+	}
+	agent, issue, err := s.leaseRef(r.PostFormValue("agent"), r.PostFormValue("issue"))
+	if err != nil {
+		return nil, err
+	}
+	rel, err := s.in.ForceRelease(r.Context(), agent, issue)
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.Logger.Info().Str("agent", agent).Str("issue_key", rel.Issue).Int64("fence", rel.Fence).Msg("console: lease force-released")
+	if rel.Holder == nil {
+		return redirect(w, r, "/leases?done=nothing")
+	}
+	return redirect(w, r, "/leases?done=released")
+}
+
+// --- Pending ---
+
+// pendingFilter reads the optional agent, branch and issue filters.
+func (s *Server) pendingFilter(q url.Values) (inspect.PendingFilter, error) {
+	f := inspect.PendingFilter{Agent: q.Get("agent"), Branch: q.Get("branch"), Issue: strings.TrimSpace(q.Get("issue"))}
+	if f.Agent != "" && !slices.Contains(pipeline.Agents, f.Agent) {
+		return f, badRequest("unknown agent %q (one of %s)", s.clip(f.Agent, 40), strings.Join(pipeline.Agents, ", "))
+	}
+	if f.Branch != "" && !slices.Contains(s.branches(), f.Branch) {
+		return f, badRequest("unknown branch %q (one of %s)", s.clip(f.Branch, 40), strings.Join(s.branches(), ", "))
+	}
+	if len(f.Issue) > maxKeyLen {
+		return f, badRequest("an issue key has at most %d characters", maxKeyLen)
+	}
+	return f, nil
+}
+
+func (s *Server) branches() []string {
+	var out []string
+	for _, r := range s.cfg.Topology.AllInputs() {
+		if r.Branch != "" && !slices.Contains(out, r.Branch) {
+			out = append(out, r.Branch)
+		}
+	}
+	return out
+}
+
+func (s *Server) pending(_ http.ResponseWriter, r *http.Request) (*view, error) {
+	f, err := s.pendingFilter(r.URL.Query())
+	if err != nil {
+		return nil, err
+	}
+	groups, err := s.in.Pending(r.Context(), f)
+	if err != nil {
+		return nil, err
+	}
+	return &view{name: "pending", Title: "Pending", Active: "pending", Data: groups}, nil
+}
+
+// --- Issue ---
+
+type issueData struct {
+	Query  string
+	Issue  string
+	Events []inspect.HistoryEvent
+}
+
+// history reads an issue's timeline; any key form is accepted (" rhel-123 ").
+func (s *Server) history(r *http.Request, raw string) (inspect.HistoryReport, error) {
+	raw = strings.TrimSpace(raw)
+	if len(raw) > maxKeyLen {
+		return inspect.HistoryReport{}, badRequest("an issue key has at most %d characters", maxKeyLen)
+	}
+	events, err := s.in.History(r.Context(), raw)
+	if err != nil {
+		return inspect.HistoryReport{}, err
+	}
+	rep := inspect.HistoryReport{Issue: raw, Events: events}
+	if len(events) > 0 {
+		rep.Issue = events[0].Issue
+	}
+	if rep.Events == nil {
+		rep.Events = []inspect.HistoryEvent{}
+	}
+	for i := range rep.Events {
+		rep.Events[i].Detail = s.clean(rep.Events[i].Detail)
+	}
+	return rep, nil
+}
+
+func (s *Server) issue(_ http.ResponseWriter, r *http.Request) (*view, error) {
+	q := r.URL.Query().Get("key")
+	v := &view{name: "issue", Title: "Issue", Active: "issue", Data: issueData{Query: q}}
+	if strings.TrimSpace(q) == "" {
+		return v, nil
+	}
+	rep, err := s.history(r, q)
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Events) == 0 {
+		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("no events of %s in any stream (the streams keep the last MAX_LEN entries)", s.clip(q, maxKeyLen))}
+	}
+	v.Title = rep.Issue
+	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events}
+	return v, nil
+}
+
+// --- Dead letters ---
+
+func (s *Server) deadList(r *http.Request) ([]inspect.DeadLetter, error) {
+	issue := strings.TrimSpace(r.URL.Query().Get("issue"))
+	if len(issue) > maxKeyLen {
+		return nil, badRequest("an issue key has at most %d characters", maxKeyLen)
+	}
+	dls, err := s.in.DeadLetters(r.Context(), inspect.DeadFilter{Issue: issue})
+	if err != nil {
+		return nil, err
+	}
+	for i := range dls {
+		s.scrub(&dls[i])
+	}
+	// Newest first: what just died is what the operator looks for.
+	slices.Reverse(dls)
+	return dls, nil
+}
+
+// scrub redacts what an agent or a producer may have written into a dead letter.
+func (s *Server) scrub(d *inspect.DeadLetter) {
+	d.Error = s.bound(d.Error)
+	d.Payload = s.bound(d.Payload)
+	for k, v := range d.Metadata {
+		d.Metadata[k] = s.bound(v)
+	}
+}
+
+func (s *Server) deadLetters(_ http.ResponseWriter, r *http.Request) (*view, error) {
+	dls, err := s.deadList(r)
+	if err != nil {
+		return nil, err
+	}
+	return &view{name: "dead", Title: "Dead letters", Active: "dead", Data: dls}, nil
+}
+
+func (s *Server) deadLetter(_ http.ResponseWriter, r *http.Request) (*view, error) {
+	d, err := s.in.DeadLetter(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	s.scrub(&d)
+	return &view{name: "deadletter", Title: "Dead letter " + d.ID, Active: "dead", Data: d}, nil
+}
+
+// ids reads the selected dead-letter ids of a form.
+func ids(vals []string) ([]string, error) {
+	if len(vals) == 0 {
+		return nil, badRequest("select at least one dead letter")
+	}
+	if len(vals) > maxIDs {
+		return nil, badRequest("at most %d dead letters at a time (got %d)", maxIDs, len(vals))
+	}
+	for _, id := range vals {
+		if err := inspect.CheckID(id); err != nil {
+			return nil, err
+		}
+	}
+	return vals, nil
+}
+
+func (s *Server) deadLettersPost(w http.ResponseWriter, r *http.Request) (*view, error) {
+	if err := s.authorizeForm(r); err != nil {
+		return nil, err
+	}
+	sel, err := ids(r.PostForm["id"])
+	if err != nil {
+		return nil, err
+	}
+	switch r.PostFormValue("op") {
+	case "requeue":
+		done, err := s.in.Requeue(r.Context(), sel...)
+		if err != nil && len(done) == 0 {
+			return nil, err
+		}
+		s.cfg.Logger.Info().Int("requeued", len(done)).Msg("console: dead letters requeued")
+		return redirect(w, r, fmt.Sprintf("/dead-letters?done=requeued&n=%d", len(done)))
+	case "purge":
+		n, err := s.in.Delete(r.Context(), sel...)
+		if err != nil {
+			return nil, err
+		}
+		s.cfg.Logger.Info().Int64("purged", n).Msg("console: dead letters purged")
+		return redirect(w, r, fmt.Sprintf("/dead-letters?done=purged&n=%d", n))
+	}
+	return nil, badRequest("op must be requeue or purge")
+}
+
+// --- Sign in ---
+
+func (s *Server) loginPage(_ http.ResponseWriter, r *http.Request) (*view, error) {
+	return &view{name: "login", Title: "Sign in", Data: localPath(r.URL.Query().Get("next"))}, nil
+}
+
+func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) (*view, error) {
+	if s.cfg.Token == "" {
+		return nil, &httpError{http.StatusForbidden, readOnlyMsg}
+	}
+	if err := sameOrigin(r); err != nil {
+		return nil, err
+	}
+	if !s.tokenOK(r.PostFormValue("token")) {
+		s.cfg.Logger.Warn().Str("remote", r.RemoteAddr).Msg("console: sign-in with a wrong token")
+		return nil, &httpError{http.StatusUnauthorized, "refused: that is not the console token"}
+	}
+	s.newSession(w, r)
+	next := localPath(r.PostFormValue("next"))
+	sep := "?"
+	if strings.Contains(next, "?") {
+		sep = "&"
+	}
+	return redirect(w, r, next+sep+"done=signedin")
+}
+
+func (s *Server) logoutPost(w http.ResponseWriter, r *http.Request) (*view, error) {
+	if err := sameOrigin(r); err != nil {
+		return nil, err
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	return redirect(w, r, "/?done=signedout")
+}

@@ -1,0 +1,232 @@
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config configures a Server.
+type Config struct {
+	// Inspector reads and repairs the pipeline; Topology names its streams.
+	Inspector *inspect.Inspector
+	Topology  pipeline.Topology
+	// Token is the bearer token write actions need; "" makes the console read-only.
+	Token string
+	// Redactor masks the process's own secrets in everything shown (nil: none known).
+	Redactor *redact.Redactor
+	Logger   zerolog.Logger
+	// Refresh is how often pages refresh themselves (default 2s); ConsumerIdle the
+	// idle time past which a consumer is shown as not alive (default 1m).
+	Refresh      time.Duration
+	ConsumerIdle time.Duration
+	// RequestTimeout bounds the Redis work of one request (default 10s).
+	RequestTimeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Input limits: anything longer is refused with a 4xx before any Redis work.
+const (
+	maxQuery   = 2048     // bytes of a URL's query string
+	maxBody    = 64 << 10 // bytes of a form or JSON body
+	maxIDs     = 1000     // dead-letter ids in one requeue or purge
+	maxKeyLen  = 64       // an issue key as typed
+	maxErrList = 240      // characters of an error in a list
+	maxShown   = 64 << 10 // characters of one value on a detail page
+)
+
+// Server is the console's http.Handler.
+type Server struct {
+	cfg    Config
+	in     *inspect.Inspector
+	pages  map[string]*template.Template
+	mux    *http.ServeMux
+	secret []byte // signs session cookies and CSRF tokens; new at every start
+}
+
+// New returns the console. It does no I/O.
+func New(cfg Config) (*Server, error) {
+	if cfg.Inspector == nil {
+		return nil, errors.New("web: Config needs an Inspector")
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 2 * time.Second
+	}
+	if cfg.ConsumerIdle <= 0 {
+		cfg.ConsumerIdle = time.Minute
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Redactor == nil {
+		cfg.Redactor = redact.New()
+	}
+	if cfg.Token != "" {
+		cfg.Redactor.Add(cfg.Token)
+	}
+	s := &Server{cfg: cfg, in: cfg.Inspector, secret: make([]byte, 32), pages: map[string]*template.Template{}}
+	if _, err := rand.Read(s.secret); err != nil {
+		return nil, fmt.Errorf("web: session key: %w", err)
+	}
+	for _, name := range []string{"overview", "leases", "release", "pending", "issue", "dead", "deadletter", "login", "error"} {
+		t, err := template.New("layout.html").Funcs(s.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("web: template %s: %w", name, err)
+		}
+		s.pages[name] = t
+	}
+	s.routes()
+	return s, nil
+}
+
+// Writable reports whether write actions are on (a token is configured).
+func (s *Server) Writable() bool { return s.cfg.Token != "" }
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+
+	m.Handle("GET /{$}", s.page(s.overview))
+	m.Handle("GET /leases", s.page(s.leases))
+	m.Handle("GET /leases/release", s.page(s.releaseConfirm))
+	m.Handle("POST /leases/release", s.page(s.releasePost))
+	m.Handle("GET /pending", s.page(s.pending))
+	m.Handle("GET /issue", s.page(s.issue))
+	m.Handle("GET /dead-letters", s.page(s.deadLetters))
+	m.Handle("GET /dead-letters/{id}", s.page(s.deadLetter))
+	m.Handle("POST /dead-letters", s.page(s.deadLettersPost))
+	m.Handle("GET /login", s.page(s.loginPage))
+	m.Handle("POST /login", s.page(s.loginPost))
+	m.Handle("POST /logout", s.page(s.logoutPost))
+
+	m.Handle("GET /api/v1/overview", s.api(s.apiOverview))
+	m.Handle("GET /api/v1/streams", s.api(s.apiStreams))
+	m.Handle("GET /api/v1/pending", s.api(s.apiPending))
+	m.Handle("GET /api/v1/leases", s.api(s.apiLeases))
+	m.Handle("GET /api/v1/outcomes", s.api(s.apiOutcomes))
+	m.Handle("GET /api/v1/issues/{key}", s.api(s.apiIssue))
+	m.Handle("GET /api/v1/dead-letters", s.api(s.apiDeadLetters))
+	m.Handle("GET /api/v1/dead-letters/{id}", s.api(s.apiDeadLetter))
+	m.Handle("POST /api/v1/dead-letters/requeue", s.api(s.apiRequeue))
+	m.Handle("POST /api/v1/dead-letters/purge", s.api(s.apiPurge))
+	m.Handle("POST /api/v1/leases/release", s.api(s.apiRelease))
+	m.Handle("/api/", s.api(func(*http.Request) (any, error) {
+		return nil, &httpError{http.StatusNotFound, "no such API endpoint (see /api/v1/)"}
+	}))
+	m.Handle("/", s.page(func(http.ResponseWriter, *http.Request) (*view, error) {
+		return nil, &httpError{http.StatusNotFound, "no such page"}
+	}))
+	s.mux = m
+}
+
+// csp allows the console's own script, style and fetches, and nothing else: no
+// inline script, no frames, no form posts elsewhere.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// ServeHTTP sets the security headers, refuses oversized input and serves.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.cfg.Logger.Error().Str("path", r.URL.Path).Interface("panic", v).Msg("console handler panicked")
+			http.Error(w, "internal error", http.StatusInternalServerError)
+		}
+	}()
+	if len(r.URL.RawQuery) > maxQuery || len(r.URL.Path) > maxQuery {
+		s.fail(w, r, &httpError{http.StatusRequestURITooLong, fmt.Sprintf("the address is longer than %d bytes", maxQuery)})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	s.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// httpError is an error with the status and message the client gets.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// status maps an error to the response: what the client typed wrong is a 4xx with
+// the reason; Redis trouble is a 503 (the console itself is fine).
+func (s *Server) status(r *http.Request, err error) (int, string) {
+	var he *httpError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &he):
+		return he.code, he.msg
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit)
+	case errors.Is(err, lockmw.ErrInvalidKey), errors.Is(err, inspect.ErrBadID):
+		return http.StatusBadRequest, s.clean(err.Error())
+	case errors.Is(err, inspect.ErrNotFound):
+		return http.StatusNotFound, s.clean(err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "Redis did not answer in time"
+	}
+	s.cfg.Logger.Warn().Err(errors.New(s.clean(err.Error()))).Str("path", r.URL.Path).Msg("console request failed")
+	return http.StatusServiceUnavailable, "the pipeline's Redis could not answer: " + s.clean(err.Error())
+}
+
+// clean redacts the process's secrets from s.
+func (s *Server) clean(v string) string { return s.cfg.Redactor.String(v) }
+
+// clip redacts v, flattens its whitespace and bounds it to n characters.
+func (s *Server) clip(v string, n int) string {
+	v = strings.Join(strings.Fields(s.clean(v)), " ")
+	if r := []rune(v); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return v
+}
+
+// bound redacts v and bounds it to maxShown characters, keeping its lines.
+func (s *Server) bound(v string) string {
+	v = s.clean(v)
+	if r := []rune(v); len(r) > maxShown {
+		return string(r[:maxShown]) + fmt.Sprintf("\n… (%d more characters)", len(r)-maxShown)
+	}
+	return v
+}
