@@ -81,9 +81,40 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if cfg.JSON {
 		progress = stderr
 	}
+	keep := cfg.Keep
+	var onPhase func(string, *demo.Summary)
+	var console *demoConsole
+	if cfg.Web != "" {
+		// The console shows the run live, then keeps showing its streams until Ctrl-C.
+		console, err = startDemoConsole(cfg.Web, log)
+		if err != nil {
+			return err
+		}
+		defer console.Close()
+		console.intro(progress)
+		keep = true
+		onPhase = func(phase string, s *demo.Summary) {
+			if phase != demo.PhaseSweep {
+				return
+			}
+			url := cfg.RedisURL
+			if s.Embedded {
+				url = s.Redis // no password
+			}
+			if err := console.attach(ctx, url, s.Namespace); err != nil {
+				log.Error().Err(err).Msg("console: cannot read the demo's Redis")
+			}
+		}
+	}
 	sum, err := demo.Run(ctx, demo.Options{RedisURL: cfg.RedisURL, Namespace: ns, Issues: cfg.Issues, Seed: cfg.Seed,
-		AgentDuration: agentDur, Keep: cfg.Keep, Out: stdout, JSON: cfg.JSON, Progress: progress,
-		Live: demoIsTerminal(progress), Logger: log, LogFile: logName})
+		AgentDuration: agentDur, Keep: keep, Out: stdout, JSON: cfg.JSON, Progress: progress,
+		Live: demoIsTerminal(progress), Logger: log, LogFile: logName, OnPhase: onPhase})
+	if console != nil && err == nil && ctx.Err() == nil {
+		// A real Redis: Run has returned; the embedded one served until Ctrl-C already.
+		console.intro(progress)
+		fmt.Fprintln(progress, "The console keeps serving until Ctrl-C.")
+		<-ctx.Done()
+	}
 	switch {
 	case errors.Is(err, demo.ErrInterrupted):
 		return nil // the demo said so; Ctrl-C is a clean way out

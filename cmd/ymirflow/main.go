@@ -39,6 +39,7 @@ func commands() []command {
 		{"replay", "re-publish past events through the normal lock path", runReplay},
 		{"dlq", "the dead-letter stream: dlq list|show|requeue|purge", runDLQ},
 		{"webhook", "receive Jira webhooks and publish triage requests as a sweep would (--addr A)", runWebhook},
+		{"web", "the operator console in a browser, and its JSON API (--addr, default 127.0.0.1:8080)", runWeb},
 		{"fakejira", "serve the fake Jira for local trials (--webhook URL sends it webhooks)", runFakeJira},
 	}
 }
