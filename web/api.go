@@ -115,6 +115,10 @@ func readJSON(r *http.Request, v any) error {
 		}
 		return badRequest("the body is not the expected JSON: %v", err)
 	}
+	// Read the rest so that an oversized body is refused whole, not half-read.
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -76,10 +76,14 @@ func (s *Server) newSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // sameOrigin refuses a request that a browser sent from another origin. Browsers send
-// Origin with every POST; a request without it comes from a non-browser client.
+// Origin with every POST (and Sec-Fetch-Site); a request with neither comes from a
+// non-browser client, which the token or the CSRF token must then authorize.
 func sameOrigin(r *http.Request) error {
 	o := r.Header.Get("Origin")
-	if o == "" {
+	switch site := r.Header.Get("Sec-Fetch-Site"); {
+	case site != "" && site != "same-origin":
+		return &httpError{http.StatusForbidden, "refused: the request comes from another site (" + site + ")"}
+	case o == "":
 		return nil
 	}
 	u, err := url.Parse(o)

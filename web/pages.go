@@ -134,8 +134,8 @@ type ConsumerRow struct {
 	Group   string `json:"group"`
 	Name    string `json:"name"`
 	Pending int64  `json:"pending"`
-	IdleMS  int64  `json:"idle_ms"`
-	Alive   bool   `json:"alive"`
+	IdleMS  int64  `json:"idle_ms"` // -1: Redis did not say
+	Alive   bool   `json:"alive"`   // idle for at most ConsumerIdle
 }
 
 func (s *Server) overviewData(r *http.Request) (Overview, error) {
@@ -180,7 +180,7 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 		for _, g := range st.Groups {
 			for _, c := range g.Consumers {
 				ov.Consumers = append(ov.Consumers, ConsumerRow{Stream: st.Stream, Group: g.Name, Name: c.Name, Pending: c.Pending,
-					IdleMS: c.Idle.Milliseconds(), Alive: c.Idle <= s.cfg.ConsumerIdle})
+					IdleMS: c.Idle.Milliseconds(), Alive: c.Idle >= 0 && c.Idle <= s.cfg.ConsumerIdle})
 			}
 		}
 	}

@@ -28,7 +28,7 @@ func (s *Server) funcs() template.FuncMap {
 		"releaseURL": func(agent, issue string) string {
 			return "/leases/release?" + url.Values{"agent": {agent}, "issue": {issue}}.Encode()
 		},
-		"idle":    func(ms int64) string { return human(time.Duration(ms) * time.Millisecond) },
+		"idle": func(ms int64) string { return human(time.Duration(ms) * time.Millisecond) },
 		"sortedKeys": func(m map[string]string) []string {
 			keys := make([]string, 0, len(m))
 			for k := range m {

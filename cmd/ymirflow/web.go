@@ -80,4 +80,3 @@ func serveConsole(ctx context.Context, addr string, srv *web.Server, log zerolog
 	}
 	return nil
 }
-

@@ -425,7 +425,7 @@ func TestEnvNames(t *testing.T) {
 	if got := strings.Join(names["LOCK_TTL"], ","); got != "worker" {
 		t.Errorf("LOCK_TTL read by %s, want worker", got)
 	}
-	if got := strings.Join(names["REDIS_URL"], ","); got != "demo,dlq,enqueue,fetch,history,locks,pending,replay,streams,webhook,worker" {
+	if got := strings.Join(names["REDIS_URL"], ","); got != "demo,dlq,enqueue,fetch,history,locks,pending,replay,streams,web,webhook,worker" {
 		t.Errorf("REDIS_URL read by %s", got)
 	}
 	if got := strings.Join(names["JIRA_JQL"], ","); got != "fetch,webhook,worker" {
