@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -734,6 +736,26 @@ func TestDefaultPatternMatcherAgreesWithRegexp(t *testing.T) {
 		_, want := lockmw.Canonicalize(k, custom)
 		if (got == nil) != (want == nil) {
 			t.Errorf("%q: default pattern err %v, regexp err %v", k, got, want)
+		}
+	}
+}
+
+// A lease costs no goroutine until its first extend is due: most events end in
+// milliseconds, long before TTL/3.
+func TestHeldLeaseStartsNoGoroutineBeforeFirstExtend(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{TTL: time.Minute})
+	before := runtime.NumGoroutine()
+	var leases []*lockmw.Lease
+	for i := range 200 {
+		leases = append(leases, mustAcquire(t, l, "triage", "RHEL-"+strconv.Itoa(i+1)))
+	}
+	if grown := runtime.NumGoroutine() - before; grown > 20 {
+		t.Fatalf("200 fresh leases added %d goroutines", grown)
+	}
+	for _, le := range leases {
+		if _, err := le.Release(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -294,3 +294,45 @@ func TestDefaultIssueKeyIsMetadataOnly(t *testing.T) {
 		t.Fatalf("metadata after the run: %v", msg.Metadata)
 	}
 }
+
+// The end of an event (release, ack and the next entry's acquire, one script sent by
+// EVALSHA) works on a server that lost its scripts (a restart, SCRIPT FLUSH): sent
+// again in full, it runs once and in order.
+func TestHandoffAfterScriptFlush(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{}) // SCRIPT FLUSH is server-wide
+	rdb := srv.Client()
+	ctx := context.Background()
+	l := newLocker(t, rdb, "", lockmw.Options{})
+	a := pendingEntry(t, rdb, "s", "c")
+	b := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: map[string]any{"payload": "{}"}}).Val()
+	src := &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: "s", Group: "g", Consumer: "c", ID: a, ReadAt: time.Now()}},
+		nextID: b, nextKey: "RHEL-2"}
+	mw, err := lockmw.NewMiddleware(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: src, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Handler(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+
+	rdb.ScriptFlush(ctx)
+	if _, err := h(message.NewMessage("u1", []byte(`{"metadata":{"issue":"RHEL-1"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, rdb, "lock:triage:RHEL-1") || rdb.XPending(ctx, "s", "g").Val().Count != 0 {
+		t.Fatal("first event not released and acked")
+	}
+	if info, held, err := l.Inspect(ctx, "triage", "RHEL-2"); err != nil || !held || info.MessageID != b {
+		t.Fatalf("next entry's lease not taken ahead: held=%v info=%+v err=%v", held, info, err)
+	}
+
+	rdb.ScriptFlush(ctx)
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"s", ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	src.entry.ID, src.nextID = b, ""
+	if _, err := h(message.NewMessage("u2", []byte(`{"metadata":{"issue":"RHEL-2"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, rdb, "lock:triage:RHEL-2") || rdb.XPending(ctx, "s", "g").Val().Count != 0 || src.settled != 2 {
+		t.Fatalf("second event not released and acked (settled %d)", src.settled)
+	}
+}
