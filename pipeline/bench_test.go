@@ -165,11 +165,11 @@ func redisCPU(ctx context.Context, b *testing.B, rdb *redis.Client) time.Duratio
 }
 
 // BenchmarkRouterIdle: one idle worker (NewRouter with a worker's default settings:
-// BLOCK_TIME 5s, CLAIM_INTERVAL 5s, MAX_IDLE_TIME 3m, one subscription on each of its
-// two input streams) on its own redis-server, no events. One op is one second of
-// idling:
+// BLOCK_TIME 5s, CLAIM_INTERVAL 5s, MAX_IDLE_TIME 3m, MAX_LEN 100 000 so the streams are
+// trimmed once a minute, one subscription on each of its two input streams) on its own
+// redis-server, no events. One op is one second of idling:
 //
-//	go test -run '^$' -bench 'RouterIdle$' -benchtime 30x ./pipeline/
+//	go test -run '^$' -bench 'RouterIdle$' -benchtime 90x ./pipeline/
 //
 // It reports the commands per second the worker sends (BENCH_COMMANDSTATS=1 lists them
 // on stderr), the CPU the worker uses per second, and the server's.
@@ -182,7 +182,7 @@ func BenchmarkRouterIdle(b *testing.B) {
 		b.Fatal(err)
 	}
 	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: Topology{Namespace: "ymir"}, Agent: "triage",
-		Consumer: "idle", Locker: locker, Handler: func(*message.Message) error { return nil }})
+		Consumer: "idle", Locker: locker, MaxLen: DefaultMaxLen, Handler: func(*message.Message) error { return nil }})
 	if err != nil {
 		b.Fatal(err)
 	}
