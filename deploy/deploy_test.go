@@ -912,6 +912,17 @@ func resolveEnv(t *testing.T, b *build, c *corev1.Container, spec corev1.PodSpec
 			env[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			env[e.Name] = podName
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			ref := e.ValueFrom.ConfigMapKeyRef
+			cm := b.configMaps[ref.Name]
+			if cm == nil {
+				t.Fatalf("%s: %s from ConfigMap %s, not in the build", c.Name, e.Name, ref.Name)
+			}
+			v, ok := cm.Data[ref.Key]
+			if !ok {
+				t.Fatalf("%s: %s from ConfigMap %s key %s, which it lacks", c.Name, e.Name, ref.Name, ref.Key)
+			}
+			env[e.Name] = v
 		case e.ValueFrom.SecretKeyRef != nil:
 			ref := e.ValueFrom.SecretKeyRef
 			if s := b.secrets[ref.Name]; s != nil {
@@ -1051,8 +1062,8 @@ func secretMount(c *corev1.Container, spec corev1.PodSpec, path string) (string,
 func TestJiraTokenFromSecret(t *testing.T) {
 	forEach(t, func(t *testing.T, b *build) {
 		for _, yc := range b.ymirflowContainers() {
-			if yc.c.Args[0] == "fakejira" {
-				continue
+			if !slices.Contains(config.EnvNamesOf(yc.c.Args[0]), "JIRA_TOKEN_FILE") {
+				continue // fakejira, the console: no Jira client
 			}
 			where := yc.pod.kind + " " + yc.pod.name
 			if envVar(yc.c, "JIRA_TOKEN") != nil {
@@ -1157,4 +1168,71 @@ func stages(text string) []string {
 		}
 	}
 	return out
+}
+
+// TestConsole: the operator console is read-only as deployed (no token can be read, and
+// WEB_READ_ONLY says so), uses the operators' Valkey user, and only pods of the namespace
+// reach it, on its port alone.
+func TestConsole(t *testing.T) {
+	forEach(t, func(t *testing.T, b *build) {
+		d := b.deployments["ymirflow-console"]
+		if d == nil {
+			t.Fatal("no ymirflow-console Deployment")
+		}
+		c := &d.Spec.Template.Spec.Containers[0]
+		if len(c.Args) == 0 || c.Args[0] != "web" {
+			t.Fatalf("console runs %v, want web", c.Args)
+		}
+		env := resolveEnv(t, b, c, d.Spec.Template.Spec, d.Name)
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		t.Setenv("WEB_TOKEN", "")
+		t.Setenv("WEB_TOKEN_FILE", "")
+		var w config.Web
+		if _, err := config.Load("web", &w, nil); err != nil {
+			t.Fatalf("the console's settings: %v", err)
+		}
+		if tok, err := w.WriteToken(); err != nil || tok != "" || !w.ReadOnly {
+			t.Errorf("the console is not read-only as deployed (read-only %v, token set %v, %v)", w.ReadOnly, tok != "", err)
+		}
+		if r := envVar(c, "REDIS_URL"); r == nil || r.ValueFrom == nil || r.ValueFrom.SecretKeyRef == nil || r.ValueFrom.SecretKeyRef.Key != "operator-url" {
+			t.Errorf("REDIS_URL %+v: want the operators' user (operator-url)", r)
+		}
+		_, port, _ := net.SplitHostPort(w.Addr)
+		svc := b.services["ymirflow-console"]
+		if svc == nil || !selects(&metav1.LabelSelector{MatchLabels: svc.Spec.Selector}, d.Spec.Template.Labels) ||
+			len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "http" || svc.Spec.Type != corev1.ServiceTypeClusterIP {
+			t.Fatalf("Service ymirflow-console %+v does not serve the console's pods inside the cluster", svc)
+		}
+		var pols []*networkingv1.NetworkPolicy
+		for _, np := range b.netPols {
+			if selects(&np.Spec.PodSelector, d.Spec.Template.Labels) && slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+				pols = append(pols, np)
+			}
+		}
+		if len(pols) == 0 {
+			t.Fatal("no ingress NetworkPolicy selects the console's pods")
+		}
+		for _, np := range pols {
+			for _, rule := range np.Spec.Ingress {
+				if len(rule.From) == 0 {
+					t.Errorf("NetworkPolicy %s lets anyone reach the console", np.Name)
+				}
+				for _, peer := range rule.From {
+					if peer.IPBlock != nil || peer.NamespaceSelector != nil || peer.PodSelector == nil {
+						t.Errorf("NetworkPolicy %s peer %+v reaches beyond the namespace", np.Name, peer)
+					}
+				}
+				for _, p := range rule.Ports {
+					if p.Port == nil || (p.Port.String() != port && p.Port.String() != "http") {
+						t.Errorf("NetworkPolicy %s opens port %v, want only %s", np.Name, p.Port, port)
+					}
+				}
+				if len(rule.Ports) == 0 {
+					t.Errorf("NetworkPolicy %s opens every port", np.Name)
+				}
+			}
+		}
+	})
 }
