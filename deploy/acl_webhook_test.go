@@ -1,0 +1,141 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/fetcher"
+	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/webhook"
+)
+
+// The webhook receiver and the fetcher run as the pods' Redis user of base/secrets.yaml
+// (redis-url): a delivery is published, remembered and its retry dropped, a comment is
+// recorded, and a sweep's pre-check and publish pass, all without NOPERM.
+func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
+	b := get(t, "base")
+	sec := b.secrets["ymirflow-redis"]
+	if sec == nil {
+		t.Fatal("base has no Secret ymirflow-redis")
+	}
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	admin := srv.Client()
+	ctx := context.Background()
+	for _, line := range strings.Split(secretValue(sec, "users.acl"), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] == "default" {
+			continue
+		}
+		args := []any{"ACL", "SETUSER"}
+		for _, x := range f[1:] {
+			args = append(args, x)
+		}
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("ACL SETUSER %s: %v", f[1], err)
+		}
+	}
+	u, err := url.Parse(secretValue(sec, "redis-url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = srv.Addr()
+	rdb, err := pipeline.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+
+	maint := jira.User{AccountID: "maint"}
+	fj := fakejira.New(fakejira.Options{
+		Issues: []fakejira.Issue{
+			{Key: "RHEL-1", Labels: []string{"ymir_triaged_rebase"}, Updated: time.Now()},
+			{Key: "RHEL-2", Updated: time.Now()},
+		},
+		Groups: map[string][]string{"maint": {"g"}},
+	})
+	jurl := fj.Start()
+	t.Cleanup(fj.Close)
+	jc, err := jira.New(jira.Options{BaseURL: jurl, Token: "t", RateLimit: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := pipeline.Topology{} // the deployed namespace, ymir
+	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fetcher.New(fetcher.Config{Jira: jc, Redis: rdb, Topology: topo, Locker: locker, JQL: "project = RHEL",
+		TriggerGroup: "g", MaxLen: 1000, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := webhook.New(webhook.Config{Fetcher: f, Jira: jc, Redis: rdb, Topology: topo, Secret: []byte("s"),
+		JQL: "project = RHEL", Metrics: webhook.NewMetrics(prometheus.NewRegistry()), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(rcv)
+	t.Cleanup(ts.Close)
+	post := func(body []byte, id string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, ts.URL, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(webhook.HeaderSignature, webhook.Sign([]byte("s"), body))
+		req.Header.Set(webhook.HeaderDelivery, id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var ans map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&ans)
+		return resp.StatusCode, ans["outcome"] + " " + ans["detail"]
+	}
+
+	fj.ChangeLabels("RHEL-1", maint, []string{"ymir_todo"}, nil)
+	is, err := jc.GetIssue(ctx, "RHEL-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var issue map[string]any
+	_ = json.Unmarshal(is.Raw, &issue)
+	body, _ := json.Marshal(map[string]any{"timestamp": time.Now().UnixMilli(), "webhookEvent": "jira:issue_updated",
+		"user": maint, "issue": issue, "changelog": map[string]any{"items": []map[string]any{
+			{"field": "labels", "fromString": "ymir_triaged_rebase", "toString": "ymir_triaged_rebase ymir_todo"}}}})
+	if st, out := post(body, "d1"); st != 202 || !strings.HasPrefix(out, "published") {
+		log, _ := admin.Do(ctx, "ACL", "LOG", "5").Result()
+		t.Fatalf("delivery as the pods' user: %d %s\nACL LOG: %v", st, out, log)
+	}
+	if st, out := post(body, "d1"); st != 202 || !strings.HasPrefix(out, "duplicate") {
+		t.Fatalf("retry as the pods' user: %d %s", st, out)
+	}
+	comment := []byte(`{"timestamp":1,"webhookEvent":"comment_created","comment":{"id":"1","author":{"accountId":"maint"}},"issue":{"key":"RHEL-1"}}`)
+	if st, out := post(comment, "d2"); st != 202 || !strings.HasPrefix(out, "comment_recorded") {
+		t.Fatalf("comment as the pods' user: %d %s", st, out)
+	}
+	s, err := f.Sweep(ctx)
+	if err != nil {
+		t.Fatalf("sweep as the pods' user: %v", err)
+	}
+	if !slices.Equal(s.PublishedKeys(), []string{"RHEL-2"}) {
+		t.Errorf("sweep: %s", s)
+	}
+	if n := admin.XLen(ctx, topo.Stream("triage", "", true)).Val(); n != 1 {
+		t.Errorf("%d entries on the todo stream", n)
+	}
+}
