@@ -84,7 +84,7 @@ var (
 func (b *build) add(t *testing.T, apiVersion, kind, name string, data []byte) error {
 	t.Helper()
 	var obj any
-	put := func() {}
+	var put func()
 	switch apiVersion + "/" + kind {
 	case "apps/v1/Deployment":
 		o := &appsv1.Deployment{}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -318,7 +319,7 @@ func (h *harness) consume() {
 			h.t.Fatal(err)
 		}
 		res, err := h.rdb.XReadGroup(h.ctx, &redis.XReadGroupArgs{Group: "triage", Consumer: "c1", Streams: []string{s, ">"}, Count: 1000, Block: -1}).Result()
-		if err != nil && err != redis.Nil {
+		if err != nil && !errors.Is(err, redis.Nil) {
 			h.t.Fatal(err)
 		}
 		for _, st := range res {
@@ -338,7 +339,7 @@ func (h *harness) deliver() {
 		if err := h.rdb.XGroupCreateMkStream(h.ctx, s, "triage", "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 			h.t.Fatal(err)
 		}
-		if _, err := h.rdb.XReadGroup(h.ctx, &redis.XReadGroupArgs{Group: "triage", Consumer: "c1", Streams: []string{s, ">"}, Count: 1000, Block: -1}).Result(); err != nil && err != redis.Nil {
+		if _, err := h.rdb.XReadGroup(h.ctx, &redis.XReadGroupArgs{Group: "triage", Consumer: "c1", Streams: []string{s, ">"}, Count: 1000, Block: -1}).Result(); err != nil && !errors.Is(err, redis.Nil) {
 			h.t.Fatal(err)
 		}
 	}

@@ -190,18 +190,9 @@ func TestEndToEndTwoWorkersOneIssueNeverOverlap(t *testing.T) {
 	})
 	h := e.handler("rebuild", "c9s", r)
 	for _, name := range []string{"a", "b"} {
-		rt, err := pipeline.NewRouter(pipeline.RouterConfig{
-			Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "rebuild", Branch: "c9s", Consumer: name,
-			BlockTime: 100 * time.Millisecond, MaxIdleTime: 2 * time.Second, ClaimInterval: 100 * time.Millisecond,
-			NackResendSleep: 50 * time.Millisecond, MaxRetries: 2, RetryInitial: 10 * time.Millisecond,
-			CloseTimeout: 5 * time.Second, Locker: e.locker(), Logger: e.log, Handler: h,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = rt.Run(ctx) }()
-		<-rt.Running()
-		t.Cleanup(func() { rt.Close() })
+		cfg := e.Config("rebuild", "c9s", name, e.locker(), h)
+		cfg.Logger = e.log
+		e.Start(ctx, cfg)
 	}
 	for range 2 {
 		if _, err := e.pub.PublishID(ctx, e.topo.Stream("rebuild", "c9s", false), downstreamMsg(t, "rebuild", "RHEL-500", "c9s", false)); err != nil {

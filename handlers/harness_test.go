@@ -19,7 +19,7 @@ import (
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
-	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -27,6 +27,7 @@ import (
 // env is one test's world: its own namespace on the shared test Redis, a fake Jira and
 // a real Jira client talking to it.
 type env struct {
+	*routertest.Env
 	t       testing.TB
 	rdb     *redis.Client
 	ns      string
@@ -41,12 +42,8 @@ type env struct {
 
 func newEnv(t testing.TB, issues ...fakejira.Issue) *env {
 	t.Helper()
-	rdb, ns := redistest.Client(t)
-	opts, err := pipeline.ClientOptions(redistest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo := pipeline.Topology{Namespace: ns + "ymir"}
+	re := routertest.New(t)
+	rdb, ns, topo, opts := re.Client, re.Namespace, re.Topology, re.Options
 	fj := fakejira.New(fakejira.Options{Issues: issues, Token: "secret"})
 	url := fj.Start()
 	t.Cleanup(fj.Close)
@@ -59,16 +56,12 @@ func newEnv(t testing.TB, issues ...fakejira.Issue) *env {
 	if os.Getenv("YMIR_TEST_LOG") != "" {
 		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).With().Timestamp().Str("test", t.Name()).Logger()
 	}
-	return &env{t: t, rdb: rdb, ns: ns, topo: topo, opts: opts, pub: pipeline.NewPublisher(rdb, 0),
+	return &env{Env: re, t: t, rdb: rdb, ns: ns, topo: topo, opts: opts, pub: re.Publisher,
 		results: pipeline.NewResults(rdb, topo.Results(), 0), fj: fj, jc: jc, log: log}
 }
 
 func (e *env) locker() *lockmw.Locker {
-	l, err := lockmw.New(e.rdb, lockmw.Options{Scope: e.topo.LockScope(), TTL: 3 * time.Second})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return l
+	return e.Locker(lockmw.Options{TTL: 3 * time.Second})
 }
 
 // handler builds an agent's handler on this env.
@@ -89,25 +82,9 @@ func (e *env) handler(agent, branch string, r handlers.Runner, mod ...func(*hand
 // router runs a real pipeline router for (agent, branch) with fast settings.
 func (e *env) router(ctx context.Context, agent, branch string, h message.NoPublishHandlerFunc, maxRetries int) *pipeline.Router {
 	e.t.Helper()
-	r, err := pipeline.NewRouter(pipeline.RouterConfig{
-		Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: agent, Branch: branch, Consumer: "w-" + agent + branch,
-		BlockTime: 100 * time.Millisecond, MaxIdleTime: 2 * time.Second, ClaimInterval: 100 * time.Millisecond,
-		NackResendSleep: 50 * time.Millisecond, MaxRetries: maxRetries, RetryInitial: 10 * time.Millisecond,
-		CloseTimeout: 5 * time.Second, Locker: e.locker(), Logger: e.log, Handler: h,
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	select {
-	case <-r.Running():
-	case err := <-done:
-		e.t.Fatalf("router stopped at start: %v", err)
-	case <-time.After(10 * time.Second):
-		e.t.Fatal("router did not start")
-	}
-	e.t.Cleanup(func() { r.Close() })
+	cfg := e.Config(agent, branch, "w-"+agent+branch, e.locker(), h)
+	cfg.MaxRetries, cfg.Logger = maxRetries, e.log
+	r, _ := e.Start(ctx, cfg)
 	return r
 }
 

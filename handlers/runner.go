@@ -60,7 +60,7 @@ type Result struct {
 	Extra map[string]json.RawMessage `json:"-"`
 }
 
-// ErrBadOutput: a runner printed something that is not a valid result. The event is
+// ErrBadOutput means a runner printed something that is not a valid result. The event is
 // retried, then dead-lettered.
 var ErrBadOutput = errors.New("runner output is not a valid result")
 
@@ -74,11 +74,11 @@ func ParseResult(agent string, out []byte) (Result, error) {
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(obj, &fields); err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrBadOutput, err)
+		return Result{}, fmt.Errorf("%w: %w", ErrBadOutput, err)
 	}
 	var r Result
 	if err := json.Unmarshal(obj, &r); err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrBadOutput, err)
+		return Result{}, fmt.Errorf("%w: %w", ErrBadOutput, err)
 	}
 	if agent == "triage" {
 		if r.Resolution == "" {

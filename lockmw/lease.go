@@ -363,7 +363,7 @@ func (le *Lease) Requeued() string {
 // wrapping ErrLeaseLost (also when the heartbeat already gave it up).
 func (le *Lease) Check(ctx context.Context) error {
 	if err := le.Err(); err != nil && !errors.Is(err, ErrReleased) {
-		return fmt.Errorf("%w: %v", ErrLeaseLost, err)
+		return fmt.Errorf("%w: %v", ErrLeaseLost, err) //nolint:errorlint // callers see one kind, ErrLeaseLost, not the heartbeat's cause
 	}
 	v, err := le.l.rdb.Get(ctx, le.keys.Lock).Result()
 	if errors.Is(err, redis.Nil) || (err == nil && v != le.token) {
@@ -382,7 +382,7 @@ func (le *Lease) Check(ctx context.Context) error {
 // another slot, so the check and the append are two steps there.
 func (le *Lease) XAdd(ctx context.Context, stream string, maxLen int64, values map[string]any) (string, error) {
 	if err := le.Err(); err != nil && !errors.Is(err, ErrReleased) {
-		return "", fmt.Errorf("%w: %v", ErrLeaseLost, err)
+		return "", fmt.Errorf("%w: %v", ErrLeaseLost, err) //nolint:errorlint // callers see one kind, ErrLeaseLost, not the heartbeat's cause
 	}
 	if le.l.opts.Format == KeysCluster {
 		if err := le.Check(ctx); err != nil {

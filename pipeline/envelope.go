@@ -62,12 +62,12 @@ type Task struct {
 func ParseTask(payload []byte) (Task, error) {
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &all); err != nil {
-		return Task{}, fmt.Errorf("%w: payload is not a JSON object: %v", ErrBadEvent, err)
+		return Task{}, fmt.Errorf("%w: payload is not a JSON object: %w", ErrBadEvent, err)
 	}
 	t := Task{extra: all}
 	if raw, ok := all["metadata"]; ok {
 		if err := json.Unmarshal(raw, &t.Metadata); err != nil {
-			return Task{}, fmt.Errorf("%w: metadata is not an object: %v", ErrBadEvent, err)
+			return Task{}, fmt.Errorf("%w: metadata is not an object: %w", ErrBadEvent, err)
 		}
 	}
 	if raw, ok := all["attempts"]; ok {

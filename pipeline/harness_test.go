@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -20,6 +20,7 @@ import (
 // env is one test's pipeline: its own namespace for streams and leases on the shared
 // test Redis.
 type env struct {
+	*routertest.Env
 	t    testing.TB
 	rdb  *redis.Client
 	ns   string
@@ -28,13 +29,13 @@ type env struct {
 	opts *redis.UniversalOptions
 }
 
-func newEnv(t testing.TB) *env {
-	rdb, ns := redistest.Client(t)
-	opts, err := pipeline.ClientOptions(redistest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, rdb: rdb, ns: ns, topo: pipeline.Topology{Namespace: ns + "ymir"}, pub: pipeline.NewPublisher(rdb, 0), opts: opts}
+func newEnv(t testing.TB) *env { return envOf(t, routertest.New(t)) }
+
+// newEnvOn is an env on a private server, for tests that restart it.
+func newEnvOn(t testing.TB, srv *redistest.Server) *env { return envOf(t, routertest.OnServer(t, srv)) }
+
+func envOf(t testing.TB, re *routertest.Env) *env {
+	return &env{Env: re, t: t, rdb: re.Client, ns: re.Namespace, topo: re.Topology, pub: re.Publisher, opts: re.Options}
 }
 
 func (e *env) locker(ttl time.Duration) *lockmw.Locker {
@@ -61,87 +62,29 @@ func (e *env) start(ctx context.Context, o routerOpts, h message.NoPublishHandle
 	if o.ttl == 0 {
 		o.ttl = 3 * time.Second
 	}
-	if o.maxIdle == 0 {
-		o.maxIdle = 2 * time.Second
-	}
 	if o.consumer == "" {
 		o.consumer = "w1"
 	}
-	if o.maxRetries == 0 {
-		o.maxRetries = 2
+	cfg := e.Config("triage", "", o.consumer, e.locker(o.ttl), h)
+	cfg.BlockTime, cfg.Concurrency, cfg.Policy, cfg.Logger = 200*time.Millisecond, o.concurrency, o.policy, o.logger
+	if o.maxIdle != 0 {
+		cfg.MaxIdleTime = o.maxIdle
 	}
-	r, err := pipeline.NewRouter(pipeline.RouterConfig{
-		Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "triage", Consumer: o.consumer,
-		Concurrency: o.concurrency,
-		BlockTime:   200 * time.Millisecond, MaxIdleTime: o.maxIdle, ClaimInterval: 100 * time.Millisecond,
-		NackResendSleep: 50 * time.Millisecond, MaxRetries: o.maxRetries, RetryInitial: 10 * time.Millisecond,
-		CloseTimeout: 5 * time.Second, Policy: o.policy, Locker: e.locker(o.ttl), Logger: o.logger, Handler: h,
-	})
-	if err != nil {
-		e.t.Fatal(err)
+	if o.maxRetries != 0 {
+		cfg.MaxRetries = o.maxRetries
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	select {
-	case <-r.Running():
-	case err := <-done:
-		e.t.Fatalf("router stopped at start: %v", err)
-	case <-time.After(10 * time.Second):
-		e.t.Fatal("router did not start")
-	}
-	e.t.Cleanup(func() { r.Close() })
-	return r, done
+	return e.Start(ctx, cfg)
 }
 
 func (e *env) triage() string { return e.topo.Stream("triage", "", false) }
 
-func (e *env) publishTriage(key string) string {
-	e.t.Helper()
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	id, err := e.pub.PublishID(context.Background(), e.triage(), msg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return id
-}
+func (e *env) publishTriage(key string) string { return e.PublishTriage(key) }
 
-func (e *env) results(eventType string) []redis.XMessage {
-	e.t.Helper()
-	all, err := e.rdb.XRange(context.Background(), e.topo.Results(), "-", "+").Result()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []redis.XMessage
-	for _, m := range all {
-		if m.Values["event_type"] == eventType {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+func (e *env) results(eventType string) []redis.XMessage { return e.Records(eventType) }
 
-func (e *env) dead() []redis.XMessage {
-	all, err := e.rdb.XRange(context.Background(), e.topo.Dead(), "-", "+").Result()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return all
-}
+func (e *env) dead() []redis.XMessage { return e.Entries(e.topo.Dead()) }
 
-func (e *env) pending(stream string) int64 {
-	p, err := e.rdb.XPending(context.Background(), stream, "triage").Result()
-	if err != nil {
-		if strings.Contains(err.Error(), "NOGROUP") {
-			return 0
-		}
-		e.t.Fatal(err)
-	}
-	return p.Count
-}
+func (e *env) pending(stream string) int64 { return e.Pending(stream, "triage") }
 
 // runs counts handler runs per issue key.
 type runs struct {

@@ -376,7 +376,7 @@ func TestRetryBackoffSchedule(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	var at []time.Time
-	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "triage",
+	cfg := pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "triage",
 		Consumer: "w", BlockTime: 200 * time.Millisecond, MaxIdleTime: 2 * time.Second, MaxRetries: 3,
 		RetryInitial: 100 * time.Millisecond, Locker: e.locker(3 * time.Second),
 		Handler: func(*message.Message) error {
@@ -384,13 +384,8 @@ func TestRetryBackoffSchedule(t *testing.T) {
 			at = append(at, time.Now())
 			mu.Unlock()
 			return errBoom
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = r.Run(ctx) }()
-	<-r.Running()
-	defer r.Close()
+		}}
+	e.Start(ctx, cfg)
 	e.publishTriage("RHEL-8")
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 }, "dead-lettered")
 	mu.Lock()
@@ -419,7 +414,7 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "triage",
+	cfg := pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "triage",
 		Consumer: "w", Concurrency: 2, BlockTime: 200 * time.Millisecond, MaxIdleTime: 2 * time.Second,
 		Locker: locker, Metrics: metrics,
 		Handler: func(msg *message.Message) error {
@@ -435,13 +430,8 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 			case <-time.After(5 * time.Second):
 			}
 			return nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = r.Run(ctx) }()
-	<-r.Running()
-	defer r.Close()
+		}}
+	e.Start(ctx, cfg)
 	// One subscription may read up to three entries ahead of the other (one in flight, two
 	// read ahead); with six, the other one gets some.
 	for i := range 6 {

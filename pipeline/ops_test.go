@@ -109,11 +109,7 @@ func TestHealthAndMetrics(t *testing.T) {
 // Redis restarting mid-run (AOF on): no crash, no lost event.
 func TestRedisRestartMidRunLosesNothing(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
-	e := newEnv(t)
-	e.rdb = srv.Client()
-	opts, _ := pipeline.ClientOptions(srv.URL())
-	e.opts = opts
-	e.pub = pipeline.NewPublisher(e.rdb, 0)
+	e := newEnvOn(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var r runs

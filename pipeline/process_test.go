@@ -27,11 +27,10 @@ import (
 const envWorker = "YMIR_TEST_WORKER"
 
 type workerSpec struct {
-	ns, consumer     string
-	ttl, maxIdle     time.Duration
-	block, hold      time.Duration // hold 0: until cancelled
-	claimInterval    time.Duration
-	untilCancelledOK bool
+	ns, consumer  string
+	ttl, maxIdle  time.Duration
+	block, hold   time.Duration // hold 0: until cancelled
+	claimInterval time.Duration
 }
 
 func startWorker(t *testing.T, w workerSpec) (*exec.Cmd, <-chan struct{}) {

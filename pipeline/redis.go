@@ -91,7 +91,7 @@ func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("%w: %s: %v", ErrRedisUnreachable, Redact(rawURL), err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrRedisUnreachable, Redact(rawURL), err)
 	}
 	return c, nil
 }

@@ -326,7 +326,7 @@ func SettingErrors(err error) []*SettingError {
 		if e == nil {
 			return
 		}
-		if se, ok := e.(*SettingError); ok {
+		if se, ok := e.(*SettingError); ok { //nolint:errorlint // the walk unwraps the tree itself, node by node
 			out = append(out, se)
 			return
 		}

@@ -136,7 +136,7 @@ func New(opts Options) (*Client, error) {
 	if raw := strings.TrimSpace(opts.BaseURL); raw != "" {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("JIRA_URL: not a URL: %v", redactURLError(err))
+			return nil, fmt.Errorf("JIRA_URL: not a URL: %w", redactURLError(err))
 		}
 		switch {
 		case u.Scheme != "http" && u.Scheme != "https":

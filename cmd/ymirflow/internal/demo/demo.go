@@ -388,8 +388,11 @@ func (r *run) duplicates(ctx context.Context, s1 fetcher.Summary) error {
 				continue
 			}
 			xs, err := r.rdb.XRangeN(ctx, o.Stream, o.EntryID, o.EntryID, 1).Result()
-			if err != nil || len(xs) == 0 {
-				return fmt.Errorf("read %s %s to publish it again: %v", o.Stream, o.EntryID, err)
+			if err != nil {
+				return fmt.Errorf("read %s %s to publish it again: %w", o.Stream, o.EntryID, err)
+			}
+			if len(xs) == 0 {
+				return fmt.Errorf("read %s %s to publish it again: the entry is gone", o.Stream, o.EntryID)
 			}
 			if err := r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: o.Stream, Values: xs[0].Values}).Err(); err != nil {
 				return fmt.Errorf("publish %s again: %w", s.Key, err)

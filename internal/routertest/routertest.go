@@ -1,0 +1,182 @@
+// Package routertest runs pipeline routers against a real Redis in tests, in the spirit
+// of riverqueue's rivertest: New gives a test its own namespace on the shared test
+// server (see redistest), Config gives router settings fast enough for tests, and Start
+// returns once the router reads, failing the test if it cannot, and closes it when the
+// test ends.
+//
+// It never mocks Redis: routers here read real streams through real consumer groups,
+// and their leases are real keys, so what a test sees is what a worker does.
+package routertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// StartTimeout bounds how long Start waits for a router to read; generous, because CI
+// is a busy machine.
+const StartTimeout = 10 * time.Second
+
+// Env is one test's pipeline world on the shared test Redis. Every key it makes starts
+// with Namespace and is deleted when the test ends.
+type Env struct {
+	tb testing.TB
+	// Client is shared by leases, results and dead letters (and the test's own reads).
+	Client *redis.Client
+	// Options open each subscriber's own client (a subscriber closes its client).
+	Options *redis.UniversalOptions
+	// Namespace is the test's key prefix, e.g. "t-3f9a1c2b:".
+	Namespace string
+	// Topology puts the pipeline's streams under Namespace + "ymir".
+	Topology pipeline.Topology
+	// Publisher appends events to the env's streams.
+	Publisher *pipeline.Publisher
+}
+
+// New returns a fresh Env; it fails the test with a line saying how to start Redis when
+// none answers.
+func New(tb testing.TB) *Env {
+	tb.Helper()
+	rdb, ns := redistest.Client(tb)
+	opts, err := pipeline.ClientOptions(redistest.URL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &Env{tb: tb, Client: rdb, Options: opts, Namespace: ns,
+		Topology: pipeline.Topology{Namespace: ns + "ymir"}, Publisher: pipeline.NewPublisher(rdb, 0)}
+}
+
+// OnServer returns an Env on a private server started with redistest.StartServer, for
+// tests that stop, restart, pause or cut Redis under a running router.
+func OnServer(tb testing.TB, srv *redistest.Server) *Env {
+	tb.Helper()
+	opts, err := pipeline.ClientOptions(srv.URL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rdb, ns := srv.Client(), redistest.Namespace()
+	return &Env{tb: tb, Client: rdb, Options: opts, Namespace: ns,
+		Topology: pipeline.Topology{Namespace: ns + "ymir"}, Publisher: pipeline.NewPublisher(rdb, 0)}
+}
+
+// Locker returns a lease manager on the env's client with o's options; an empty Scope
+// becomes the topology's lock scope, so the leases live in the test's namespace.
+func (e *Env) Locker(o lockmw.Options) *lockmw.Locker {
+	e.tb.Helper()
+	if o.Scope == "" {
+		o.Scope = e.Topology.LockScope()
+	}
+	l, err := lockmw.New(e.Client, o)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return l
+}
+
+// Config is a router for (agent, branch) on the env with settings fast enough for tests:
+// XREADGROUP blocks 100 ms, claim passes every 100 ms, entries may be claimed after 2 s
+// idle, two attempts 10 ms apart, a nacked message comes back after 50 ms. Change any
+// field before Start.
+func (e *Env) Config(agent, branch, consumer string, locker *lockmw.Locker, h message.NoPublishHandlerFunc) pipeline.RouterConfig {
+	return pipeline.RouterConfig{
+		Client: e.Client, ClientOptions: e.Options, Topology: e.Topology, Agent: agent, Branch: branch,
+		Consumer: consumer, BlockTime: 100 * time.Millisecond, MaxIdleTime: 2 * time.Second,
+		ClaimInterval: 100 * time.Millisecond, NackResendSleep: 50 * time.Millisecond, MaxRetries: 2,
+		RetryInitial: 10 * time.Millisecond, CloseTimeout: 5 * time.Second, Locker: locker, Handler: h,
+	}
+}
+
+// Start builds the router of cfg and runs it until ctx ends or the test ends, and
+// returns once it reads; the channel receives Run's result. A router that cannot be
+// built, or stops or hangs at start, fails the test.
+func Start(ctx context.Context, tb testing.TB, cfg pipeline.RouterConfig) (*pipeline.Router, <-chan error) {
+	tb.Helper()
+	r, err := pipeline.NewRouter(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t := time.NewTimer(StartTimeout)
+	defer t.Stop()
+	select {
+	case <-r.Running():
+	case err := <-done:
+		tb.Fatalf("router %s stopped at start: %v", cfg.Consumer, err)
+	case <-t.C:
+		tb.Fatalf("router %s did not start within %s", cfg.Consumer, StartTimeout)
+	}
+	tb.Cleanup(func() { _ = r.Close() })
+	return r, done
+}
+
+// Start is Start on the env's test.
+func (e *Env) Start(ctx context.Context, cfg pipeline.RouterConfig) (*pipeline.Router, <-chan error) {
+	e.tb.Helper()
+	return Start(ctx, e.tb, cfg)
+}
+
+// Entries returns every entry of stream (e.g. Topology.Results() or Topology.Dead()),
+// oldest first.
+func (e *Env) Entries(stream string) []redis.XMessage {
+	e.tb.Helper()
+	all, err := e.Client.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return all
+}
+
+// Pending is the number of entries of stream delivered to group and not acked; 0 when
+// the group or the stream does not exist yet.
+func (e *Env) Pending(stream, group string) int64 {
+	e.tb.Helper()
+	p, err := e.Client.XPending(context.Background(), stream, group).Result()
+	if err != nil {
+		if redis.HasErrorPrefix(err, "NOGROUP") {
+			return 0
+		}
+		e.tb.Fatal(err)
+	}
+	return p.Count
+}
+
+// PublishTriage appends a minimal triage request for key ({"metadata":{"issue":KEY}}, as
+// `ymirflow enqueue` writes it) to the triage stream and returns its entry id.
+func (e *Env) PublishTriage(key string) string {
+	e.tb.Helper()
+	task, err := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	id, err := e.Publisher.PublishID(context.Background(), e.Topology.Stream("triage", "", false), msg)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	return id
+}
+
+// Records returns the entries of the results stream whose event_type is eventType
+// (pipeline.EventStageDone, pipeline.EventLockDropped, ...), oldest first.
+func (e *Env) Records(eventType string) []redis.XMessage {
+	e.tb.Helper()
+	var out []redis.XMessage
+	for _, m := range e.Entries(e.Topology.Results()) {
+		if m.Values["event_type"] == eventType {
+			out = append(out, m)
+		}
+	}
+	return out
+}
