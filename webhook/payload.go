@@ -45,7 +45,7 @@ var errMalformed = errors.New("webhook: malformed payload")
 func parseEvent(body []byte) (Event, error) {
 	var e Event
 	if err := json.Unmarshal(body, &e); err != nil {
-		return Event{}, fmt.Errorf("%w: %v", errMalformed, err)
+		return Event{}, fmt.Errorf("%w: %w", errMalformed, err)
 	}
 	if strings.TrimSpace(e.WebhookEvent) == "" {
 		return Event{}, fmt.Errorf("%w: no webhookEvent", errMalformed)
