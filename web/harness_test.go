@@ -150,15 +150,3 @@ func (e *env) get(path string) (int, string) {
 	code, body, _ := e.do("GET", path, "", nil)
 	return code, body
 }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

@@ -162,7 +162,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	defer func() {
 		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
+			if v == http.ErrAbortHandler { //nolint:errorlint // a recovered panic value, compared as net/http compares it
 				panic(v)
 			}
 			s.cfg.Logger.Error().Str("path", r.URL.Path).Interface("panic", v).Msg("console handler panicked")
