@@ -396,3 +396,31 @@ func TestSlowJiraAnswersWithinDeadline(t *testing.T) {
 		t.Error("a delivery answered 503 was remembered: Jira's retry would be dropped")
 	}
 }
+
+// An issue created in Jira (jira:issue_created) is a fresh issue: published to the backlog
+// stream as a sweep would; one created with ymir_todo has no changelog naming who added it,
+// so, as in a sweep, the label is untrusted and removed.
+func TestIssueCreated(t *testing.T) {
+	e := newEnv(t, nil)
+	e.jira.CreateIssue(issue("RHEL-5"), maintainer)
+	e.jira.CreateIssue(issue("RHEL-6", "ymir_triaged_rebase", labels.Todo), maintainer)
+	ds := e.waitDeliveries()
+	if got := e.entries(); !slices.Equal(got, []string{"RHEL-5@triage"}) {
+		t.Fatalf("entries %v (deliveries %+v)\n%s", got, ds, e.logs)
+	}
+	if e.metrics.Count(202, "published") != 1 || e.metrics.Count(202, "skipped_untrusted") != 1 {
+		t.Errorf("published %v, untrusted %v", e.metrics.Count(202, "published"), e.metrics.Count(202, "skipped_untrusted"))
+	}
+	if got := e.labels("RHEL-6"); slices.Contains(got, labels.Todo) {
+		t.Errorf("RHEL-6 labels %v", got)
+	}
+	created := 0
+	for _, d := range ds {
+		if d.Event == EventIssueCreated {
+			created++
+		}
+	}
+	if created != 2 {
+		t.Errorf("%d jira:issue_created deliveries, want 2", created)
+	}
+}

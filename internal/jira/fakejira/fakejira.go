@@ -10,7 +10,9 @@
 //     POST /rest/api/2/issue/{key}/comment, GET /rest/api/2/issue/{key}/changelog (paged).
 //   - GET /rest/api/2/user/groups?accountId=|username=, GET /rest/api/2/user?…&expand=groups
 //     (from Options.Groups), GET /rest/api/2/myself.
-//   - webhooks: every label change and every issue created with CreateIssue is POSTed to
+//   - POST /rest/api/2/issue {"fields":{"project":{"key":…},"summary":…,"labels":[…]}} creates
+//     an issue with the project's next number.
+//   - webhooks: every label change and every issue created (POST, or CreateIssue) is POSTed to
 //     Options.Webhooks, signed, shaped as Jira's (webhookEvent, issue, user, changelog), with
 //     retries. A PUT with the header X-Fakejira-User: <accountId> acts as that user, as a
 //     maintainer editing the issue in Jira's UI would (changelog author, webhook user).

@@ -122,6 +122,8 @@ func (s *Server) handle(r *http.Request, body []byte) reply {
 			return errReply(http.StatusMethodNotAllowed)
 		}
 		return s.search(r, body, false)
+	case rest == "issue" && method == http.MethodPost:
+		return s.createIssue(r, body)
 	case parts[0] == "issue" && len(parts) == 2:
 		switch method {
 		case http.MethodGet:

@@ -252,3 +252,43 @@ func (s *Server) Deliveries() []Delivery {
 	defer s.hooks.mu.Unlock()
 	return slices.Clone(s.hooks.deliveries)
 }
+
+// createIssue implements POST /rest/api/2/issue with {"fields":{"project":{"key":P},
+// "summary":…,"labels":[…]}}: the issue gets the next number of its project, and
+// jira:issue_created goes to the webhooks, by the acting user. It runs with s.mu held.
+func (s *Server) createIssue(r *http.Request, body []byte) reply {
+	var req struct {
+		Fields struct {
+			Project struct {
+				Key string `json:"key"`
+			} `json:"project"`
+			Summary string   `json:"summary"`
+			Labels  []string `json:"labels"`
+		} `json:"fields"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return errReply(http.StatusBadRequest, "fakejira: bad issue: "+err.Error())
+	}
+	project := strings.ToUpper(strings.TrimSpace(req.Fields.Project.Key))
+	if project == "" {
+		return errReply(http.StatusBadRequest, "fakejira: fields.project.key is required")
+	}
+	next := 1
+	for k := range s.byKey {
+		if p, n, ok := strings.Cut(k, "-"); ok && p == project {
+			if v, err := strconv.Atoi(n); err == nil && v >= next {
+				next = v + 1
+			}
+		}
+	}
+	now := s.opts.Clock()
+	is := &Issue{Key: project + "-" + strconv.Itoa(next), ID: strconv.Itoa(s.nextID), Summary: req.Fields.Summary,
+		Status: "New", Labels: slices.Clone(req.Fields.Labels), Created: now, Updated: now}
+	s.nextID++
+	s.issues = append(s.issues, is)
+	s.byKey[is.Key] = is
+	s.logWrite(Write{Method: r.Method, Path: r.URL.Path, Key: is.Key, Add: slices.Clone(is.Labels), At: now})
+	s.queueWebhook(r.Host, "jira:issue_created", "issue_created", is, s.actingUser(r), nil, now)
+	return jsonReply(http.StatusCreated, map[string]string{"id": is.ID, "key": is.Key,
+		"self": "http://" + r.Host + "/rest/api/2/issue/" + is.ID})
+}
