@@ -133,7 +133,10 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 		Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Int("attempts", attempts).Str("dead_letter_id", add.Val()).
 		Msg("event dead-lettered")
 	if d.onDead != nil && attempts > 0 {
-		d.onDead(ctx, Dead{Msg: msg, DeadID: add.Val(), Attempts: attempts, Err: cause})
+		// Its own bound: the dead letter is written, whatever the hook (a Jira comment) does.
+		hctx, hcancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 15*time.Second)
+		defer hcancel()
+		d.onDead(hctx, Dead{Msg: msg, DeadID: add.Val(), Attempts: attempts, Err: cause})
 	}
 	return nil
 }
