@@ -85,10 +85,10 @@ func (h *handler) converge(parent context.Context, ev *event) {
 	for {
 		live := ""
 		for _, a := range pipeline.Agents {
-			if _, ok, err := locker.Inspect(ctx, a, ev.key); err != nil {
+			if info, ok, err := locker.Inspect(ctx, a, ev.key); err != nil {
 				ev.log.Warn().Err(err).Msg("labels not converged: the issue's leases could not be read")
 				return
-			} else if ok {
+			} else if ok && (a != h.cfg.Agent || info.Fence != ev.fence) {
 				live = a
 				break
 			}

@@ -59,6 +59,11 @@ func (h *handler) setLabels(ctx context.Context, ev *event, add, remove []string
 	}
 	ev.log.Info().Strs("add", add).Strs("remove", remove).Msg("jira labels written")
 	if fenced {
+		if a := aborted(ctx); a != nil && !errors.Is(a, lockmw.ErrLeaseLost) {
+			// Shutdown (or the lease could no longer be proven): the lease is still
+			// ours until the handler returns, so no newer holder can have written.
+			return nil
+		}
 		if err := lease.Check(ctx); errors.Is(err, lockmw.ErrLeaseLost) {
 			h.cfg.Fences.FencedWriteRaced(h.cfg.Agent, "labels")
 			ev.log.Warn().Err(err).Strs("add", add).Strs("remove", remove).

@@ -17,7 +17,19 @@ import (
 const (
 	DefaultTTL     = 300 * time.Second
 	DefaultMaxHold = 6 * time.Hour
+	// MinTTL is the shortest TTL New accepts: the heartbeat (TTL/3) must have time for
+	// a round trip.
+	MinTTL = 30 * time.Millisecond
 )
+
+// DefaultSafetyMargin is Options.SafetyMargin's default for ttl (TTL/10): a lease is
+// given up that long before its key can expire, so whatever the holder runs must be
+// stopped within it (a runner's kill grace must fit in it).
+func DefaultSafetyMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// HeartbeatFor is the heartbeat interval of a lease with this ttl (TTL/3). A
+// subscriber's claim threshold (MAX_IDLE_TIME) must exceed it.
+func HeartbeatFor(ttl time.Duration) time.Duration { return ttl / 3 }
 
 // Observer is told about lease events, for metrics. Methods must be fast and safe for
 // concurrent use.
@@ -78,11 +90,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Locker, error) {
 	if opts.TTL == 0 {
 		opts.TTL = DefaultTTL
 	}
-	if opts.TTL < 3*time.Millisecond {
-		return nil, fmt.Errorf("lockmw: LOCK_TTL must be at least 3ms, got %s", opts.TTL)
+	if opts.TTL < MinTTL {
+		return nil, fmt.Errorf("lockmw: LOCK_TTL must be at least %s, got %s", MinTTL, opts.TTL)
 	}
 	if opts.SafetyMargin == 0 {
-		opts.SafetyMargin = opts.TTL / 10
+		opts.SafetyMargin = DefaultSafetyMargin(opts.TTL)
 	}
 	if opts.SafetyMargin < 0 || opts.SafetyMargin >= opts.TTL*2/3 {
 		return nil, fmt.Errorf("lockmw: safety margin %s must be in [0, 2/3 of LOCK_TTL %s)", opts.SafetyMargin, opts.TTL)
@@ -112,7 +124,7 @@ func (l *Locker) TTL() time.Duration { return l.opts.TTL }
 
 // HeartbeatInterval is how often a held lease is extended (TTL/3). A subscriber's
 // claim threshold must exceed it, or entries whose lease is alive could be claimed.
-func (l *Locker) HeartbeatInterval() time.Duration { return l.opts.TTL / 3 }
+func (l *Locker) HeartbeatInterval() time.Duration { return HeartbeatFor(l.opts.TTL) }
 
 // Canonicalize returns the canonical form of an issue key under this Locker's
 // KeyPattern, or an ErrInvalidKey error: use it to check keys before they are enqueued.

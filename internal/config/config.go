@@ -6,8 +6,10 @@
 // variable's name is the flag's name uppercased with '-' replaced by '_'
 // (--lock-ttl is LOCK_TTL, --ymir-namespace is YMIR_NAMESPACE), except where a
 // flag says otherwise: --exec is read from RUNNER_EXEC. A flag given on the
-// command line wins over the environment; an environment variable set to the
-// empty string counts as unset. Durations are Go durations (300s, 5m, 200ms).
+// command line wins over the environment. An environment variable set to the
+// empty string counts as unset, except for a setting whose --help gives the empty
+// value a meaning ("empty: anyone", "empty: off"): there it means that, as
+// --flag ” does. Durations are Go durations (300s, 5m, 200ms).
 //
 // A command uses it in three steps, which [Load] does in one call:
 //
@@ -120,8 +122,21 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		}
 		return err
 	}
-	return nil
+	// ff skips variables set to the empty string; where --help says what the empty
+	// value means, the empty variable means it too.
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(EnvName(f)); ok && v == "" && !given[f.Name] && EmptyMeaningful(f) && err == nil {
+			err = forwarder{fs: fs, f: f}.Set("")
+		}
+	})
+	return err
 }
+
+// EmptyMeaningful reports whether f's --help gives the empty value a meaning
+// ("(empty: anyone)"), so that an environment variable set to "" is applied.
+func EmptyMeaningful(f *flag.Flag) bool { return strings.Contains(f.Usage, "empty:") }
 
 // forwarder is a flag.Value that sets another FlagSet's flag, so that the
 // real FlagSet records it as set (fs.Visit sees it).

@@ -12,14 +12,16 @@ import (
 	"time"
 )
 
-// clearEnv blanks every variable the binary reads, so that the caller's
-// environment cannot leak into a test (an empty value counts as unset).
+// clearEnv unsets every variable the binary reads (restored after the test), so
+// that the caller's environment cannot leak into a test.
 func clearEnv(t *testing.T) {
 	t.Helper()
 	for name := range EnvNames() {
 		t.Setenv(name, "")
+		os.Unsetenv(name)
 	}
 	t.Setenv("EXEC", "")
+	os.Unsetenv("EXEC")
 }
 
 func load(t *testing.T, name string, c Command, args ...string) error {
@@ -52,6 +54,7 @@ func TestDefaults(t *testing.T) {
 		BlockTime: 5 * time.Second, MaxIdleTime: 3 * time.Minute, ClaimInterval: 5 * time.Second,
 		MaxRetries: 3, Concurrency: 1, ConsumerName: host, MetricsAddr: ":9090", KillGrace: 10 * time.Second,
 	}
+	w.fs = nil
 	if w != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", w, want)
 	}
@@ -194,13 +197,13 @@ func TestDurationParsing(t *testing.T) {
 		if w.LockMaxHold != tc.want {
 			t.Errorf("flag %s = %v, want %v", tc.in, w.LockMaxHold, tc.want)
 		}
-		t.Setenv("BLOCK_TIME", tc.in)
+		t.Setenv("LOCK_MAX_HOLD", tc.in)
 		var w2 Worker
 		if err := load(t, "worker", &w2, demoWorker()...); err != nil {
 			t.Fatalf("env %s: %v", tc.in, err)
 		}
-		if w2.BlockTime != tc.want {
-			t.Errorf("env %s = %v, want %v", tc.in, w2.BlockTime, tc.want)
+		if w2.LockMaxHold != tc.want {
+			t.Errorf("env %s = %v, want %v", tc.in, w2.LockMaxHold, tc.want)
 		}
 	}
 
@@ -265,11 +268,18 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"zero ttl", "worker", w("--lock-ttl", "0s"), nil, "LOCK_TTL", "lock-ttl", "must be positive"},
 		{"negative ttl", "worker", w("--lock-ttl", "-5s"), nil, "LOCK_TTL", "lock-ttl", "= -5s must be positive"},
 		{"negative ttl env", "worker", w(), map[string]string{"LOCK_TTL": "-1m"}, "LOCK_TTL", "lock-ttl", "must be positive"},
-		{"tiny ttl", "worker", w("--lock-ttl", "1ms"), nil, "LOCK_TTL", "lock-ttl", "too short"},
-		{"idle below heartbeat", "worker", w("--max-idle-time", "1m"), nil, "MAX_IDLE_TIME", "max-idle-time",
-			"MAX_IDLE_TIME (--max-idle-time) = 1m must exceed the lease heartbeat interval LOCK_TTL/3 = 1m40s"},
+		{"tiny ttl", "worker", w("--lock-ttl", "1ms"), nil, "LOCK_TTL", "lock-ttl", "= 1ms must be from 30ms to 24h"},
+		{"huge ttl", "worker", w("--lock-ttl", "25h"), nil, "LOCK_TTL", "lock-ttl", "= 25h must be from 30ms to 24h"},
+		{"idle below heartbeat", "worker", w("--lock-ttl", "5m", "--max-idle-time", "1m"), nil, "MAX_IDLE_TIME", "max-idle-time",
+			"MAX_IDLE_TIME (--max-idle-time) = 1m must exceed the lease heartbeat interval LOCK_TTL/3 = 1m40s; LOCK_TTL (--lock-ttl) is 5m"},
+		{"idle below heartbeat env", "worker", w(), map[string]string{"LOCK_TTL": "5m", "MAX_IDLE_TIME": "1m"}, "MAX_IDLE_TIME", "max-idle-time",
+			"LOCK_TTL (--lock-ttl) is 5m"},
 		{"idle equal heartbeat", "worker", w("--lock-ttl", "3m", "--max-idle-time", "1m"), nil, "MAX_IDLE_TIME", "max-idle-time", "LOCK_TTL/3 = 1m"},
-		{"max hold", "worker", w("--lock-max-hold", "1m"), nil, "LOCK_MAX_HOLD", "lock-max-hold", "at least LOCK_TTL (--lock-ttl) = 5m"},
+		{"max hold", "worker", w("--lock-max-hold", "1m", "--lock-ttl", "5m"), nil, "LOCK_MAX_HOLD", "lock-max-hold", "= 1m must be at least LOCK_TTL = 5m; LOCK_TTL (--lock-ttl) is 5m"},
+		// KILL_GRACE raises the derived LOCK_TTL, MAX_IDLE_TIME lowers it: given together
+		// they can contradict each other, and the message says LOCK_TTL was derived.
+		{"grace against idle", "worker", w("--kill-grace", "1m", "--max-idle-time", "1m"), nil, "KILL_GRACE", "kill-grace",
+			"= 1m must not exceed LOCK_TTL/10 = 12s (the lease's safety margin); LOCK_TTL (--lock-ttl) is not set and was derived as 2m"},
 		{"max hold zero", "worker", w("--lock-max-hold", "0s"), nil, "LOCK_MAX_HOLD", "lock-max-hold", "must be positive"},
 		{"no agent", "worker", []string{"--runner", "demo"}, nil, "AGENT", "agent", "is required"},
 		{"unknown agent", "worker", []string{"--runner", "demo", "--agent", "reproducer"}, nil, "AGENT", "agent", `"reproducer" is not an agent`},

@@ -25,7 +25,7 @@ func ExampleLoad() {
 	// Output:
 	// error: <nil>
 	// backport c9s 1m30s 30s 8s
-	// MAX_IDLE_TIME (--max-idle-time) = 1m must exceed the lease heartbeat interval LOCK_TTL/3 = 1m40s
+	// MAX_IDLE_TIME (--max-idle-time) = 1m must exceed the lease heartbeat interval LOCK_TTL/3 = 1m40s; LOCK_TTL (--lock-ttl) is 5m
 }
 
 func ExampleEnvNamesOf() {

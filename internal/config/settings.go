@@ -12,40 +12,47 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ymirflow/ymirflow/fetcher"
+	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// Defaults shared by the commands and by the deployment manifests.
+// Defaults shared by the commands and by the deployment manifests. Where a library
+// owns a setting (the lease, the router, the Jira client, the runner, the fetcher), the
+// default is the library's, referenced here, never re-declared.
 const (
 	DefaultRedisURL       = "redis://127.0.0.1:6379/0"
-	DefaultNamespace      = "ymir"
+	DefaultNamespace      = pipeline.DefaultNamespace
 	DefaultLogLevel       = "info"
 	DefaultLogFormat      = "json"
-	DefaultMaxLen         = 100000
+	DefaultMaxLen         = pipeline.DefaultMaxLen
 	DefaultJiraAPI        = "auto"
-	DefaultJiraTimeout    = 90 * time.Second
-	DefaultJiraMaxRetries = 4
-	DefaultJiraRateLimit  = 5.0
+	DefaultJiraTimeout    = jira.DefaultTimeout
+	DefaultJiraMaxRetries = jira.DefaultMaxRetries
+	DefaultJiraRateLimit  = jira.DefaultRateLimit
 	DefaultJQL            = "project = RHEL AND assignee = jotnar-project"
 	DefaultTriggerGroup   = "Red Hat Employee"
 	DefaultRunner         = "exec"
-	DefaultLockTTL        = 300 * time.Second
-	DefaultLockMaxHold    = 6 * time.Hour
-	DefaultOnConflict     = "drop"
-	DefaultBlockTime      = 5 * time.Second
-	DefaultMaxIdleTime    = 3 * time.Minute
-	DefaultClaimInterval  = 5 * time.Second
-	DefaultMaxRetries     = 3
+	DefaultLockTTL        = lockmw.DefaultTTL
+	DefaultLockMaxHold    = lockmw.DefaultMaxHold
+	DefaultOnConflict     = string(lockmw.Drop)
+	DefaultBlockTime      = pipeline.DefaultBlockTime
+	DefaultMaxIdleTime    = pipeline.DefaultMaxIdleTime
+	DefaultClaimInterval  = pipeline.DefaultClaimInterval
+	DefaultMaxRetries     = pipeline.DefaultMaxRetries
 	DefaultConcurrency    = 1
 	DefaultMetricsAddr    = ":9090"
-	DefaultKillGrace      = 10 * time.Second
+	DefaultKillGrace      = handlers.DefaultKillGrace
 	DefaultFetchInterval  = 5 * time.Minute
-	DefaultStaleThreshold = 24 * time.Hour
+	DefaultStaleThreshold = fetcher.DefaultStaleLabelThreshold
 	DefaultFakeJiraAddr   = "127.0.0.1:8080"
 	DefaultFakeJiraIssues = 20
 	DefaultDemoIssues     = 40
 	DefaultDemoDuration   = 400 * time.Millisecond // typical simulated agent run at --speed 1
-	DefaultMaxEventBytes  = 1 << 20
+	DefaultMaxEventBytes  = pipeline.DefaultMaxEventBytes
 	DefaultWebAddr        = "127.0.0.1:8080"
 	DefaultWebRefresh     = 2 * time.Second
 	DefaultConsumerIdle   = time.Minute
@@ -54,8 +61,8 @@ const (
 // Agents are the agent names, in pipeline order. Branches are the target
 // branches of the downstream agents.
 var (
-	Agents   = []string{"triage", "rebase", "backport", "rebuild"}
-	Branches = []string{"c9s", "c10s"}
+	Agents   = pipeline.Agents
+	Branches = pipeline.Branches
 )
 
 // LogLevels are the accepted LOG_LEVEL values (zerolog's level names).
@@ -188,7 +195,7 @@ func (j *Jira) Register(fs *flag.FlagSet) {
 	fs.StringVar(&j.JiraTriggerGroup, "jira-trigger-group", DefaultTriggerGroup, "Jira group whose members may trigger work with ymir_todo (empty: anyone)")
 	fs.StringVar(&j.JiraAPI, "jira-api", DefaultJiraAPI, "Jira REST flavour: cloud (/rest/api/3), server (/rest/api/2) or auto")
 	fs.StringVar(&j.JiraCommentGroup, "jira-comment-group", "", "Jira group that the pipeline's comments are restricted to (empty: visible to all)")
-	fs.DurationVar(&j.JiraTimeout, "jira-timeout", DefaultJiraTimeout, "bound of one Jira HTTP attempt")
+	fs.DurationVar(&j.JiraTimeout, "jira-timeout", DefaultJiraTimeout, "bound of one Jira HTTP attempt"+rangeHelp("jira-timeout"))
 	fs.IntVar(&j.JiraMaxRetries, "jira-max-retries", DefaultJiraMaxRetries, "retries of a Jira request after a 429, a 5xx or a network error (negative: none)")
 	fs.Float64Var(&j.JiraRateLimit, "jira-rate-limit", DefaultJiraRateLimit, "Jira requests per second, all requests of the process together (negative: no limit)")
 	fs.BoolVar(&j.DryRun, "dry-run", false, "log Jira writes instead of sending them")
@@ -220,9 +227,7 @@ func (j *Jira) validate(p *problems) {
 	if !oneOf(j.JiraAPI, "cloud", "server", "auto") {
 		p.add("jira-api", "= %q must be cloud, server or auto", j.JiraAPI)
 	}
-	if j.JiraTimeout <= 0 {
-		p.add("jira-timeout", "= %s must be positive", fmtDur(j.JiraTimeout))
-	}
+	checkRange(p, "jira-timeout", j.JiraTimeout)
 	if j.JiraRateLimit == 0 {
 		p.add("jira-rate-limit", "= 0 would block every request (negative: no limit)")
 	}
@@ -292,6 +297,8 @@ type Worker struct {
 	KillGrace     time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
 	DemoDuration  time.Duration // --demo-duration, DEMO_DURATION: typical length of a simulated run (runner demo)
 	DemoSeed      int64         // --demo-seed, DEMO_SEED: seed of the simulated outcomes (runner demo)
+
+	fs *flag.FlagSet // set by Register: tells which settings were given (derive)
 }
 
 // Register defines the worker's flags on fs.
@@ -303,18 +310,23 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Runner, "runner", DefaultRunner, "runner: exec (a command per event) or demo (simulated agents)")
 	stringVarEnv(fs, &w.Exec, "exec", "RUNNER_EXEC", "", "command run with /bin/sh -c per event by the exec runner")
 	fs.StringVar(&w.RunnerEnv, "runner-env", "", "comma-separated variables of the worker's environment passed to the exec runner, besides PATH, HOME, LANG, TZ, TMPDIR and the YMIR_* it sets: names and PREFIX_* globs (GITLAB_TOKEN,ANTHROPIC_*). REDIS_URL is never passed; JIRA_TOKEN, JIRA_TOKEN_FILE and JIRA_EMAIL only when named")
-	fs.DurationVar(&w.LockTTL, "lock-ttl", DefaultLockTTL, "TTL of the per-issue lease; the heartbeat extends it every LOCK_TTL/3")
-	fs.DurationVar(&w.LockMaxHold, "lock-max-hold", DefaultLockMaxHold, "longest a handler may hold a lease")
+	fs.DurationVar(&w.LockTTL, "lock-ttl", DefaultLockTTL, "TTL of the per-issue lease; the heartbeat extends it every LOCK_TTL/3"+
+		rangeHelp("lock-ttl")+"; unset: "+fmtDur(DefaultLockTTL)+", raised to 10×KILL_GRACE, lowered to LOCK_MAX_HOLD and to 2×MAX_IDLE_TIME when those are set")
+	fs.DurationVar(&w.LockMaxHold, "lock-max-hold", DefaultLockMaxHold, "longest a handler may hold a lease, at least LOCK_TTL"+
+		rangeHelp("lock-max-hold")+"; unset: the larger of "+fmtDur(DefaultLockMaxHold)+" and LOCK_TTL")
 	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "event for an issue locked by another holder: drop or coalesce")
-	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks")
-	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3")
-	fs.DurationVar(&w.ClaimInterval, "claim-interval", DefaultClaimInterval, "how often pending entries are checked for claiming")
+	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks"+rangeHelp("block-time"))
+	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3"+
+		rangeHelp("max-idle-time")+"; unset: the larger of "+fmtDur(DefaultMaxIdleTime)+" and LOCK_TTL/2")
+	fs.DurationVar(&w.ClaimInterval, "claim-interval", DefaultClaimInterval, "how often pending entries are checked for claiming"+rangeHelp("claim-interval"))
 	fs.IntVar(&w.MaxRetries, "max-retries", DefaultMaxRetries, "attempts at a failing event before it goes to the dead-letter stream")
 	fs.IntVar(&w.Concurrency, "concurrency", DefaultConcurrency, "events handled at once per input stream")
 	fs.StringVar(&w.ConsumerName, "consumer-name", hostname(), "stable consumer name, so that a restarted worker resumes its own pending entries")
 	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty: off)")
-	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group")
-	fs.DurationVar(&w.DemoDuration, "demo-duration", 0, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it; 0: instant)")
+	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group, at most LOCK_TTL/10 (the lease's safety margin)"+
+		rangeHelp("kill-grace")+"; unset: the smaller of "+fmtDur(DefaultKillGrace)+" and LOCK_TTL/10")
+	fs.DurationVar(&w.DemoDuration, "demo-duration", 0, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it; 0: instant)"+rangeHelp("demo-duration"))
+	w.fs = fs
 	fs.Int64Var(&w.DemoSeed, "demo-seed", 0, "seed of the simulated outcomes (runner demo)")
 }
 
@@ -350,8 +362,8 @@ func (w *Worker) HeartbeatInterval() time.Duration { return w.LockTTL / 3 }
 // exceed it.
 func (w *Worker) ShutdownBudget() time.Duration { return w.BlockTime + time.Second + w.KillGrace }
 
-// MinLockTTL is the shortest LOCK_TTL accepted.
-const MinLockTTL = 30 * time.Millisecond
+// MinLockTTL is the shortest LOCK_TTL accepted (the lease's own minimum).
+const MinLockTTL = lockmw.MinTTL
 
 // Validate checks the worker's settings.
 func (w *Worker) Validate() error {
@@ -368,35 +380,15 @@ func (w *Worker) Validate() error {
 	default:
 		p.add("runner", "= %q must be exec or demo", w.Runner)
 	}
-	ttlOK := true
-	switch {
-	case w.LockTTL <= 0:
-		ttlOK = false
-		p.add("lock-ttl", "= %s must be positive", fmtDur(w.LockTTL))
-	case w.LockTTL < MinLockTTL:
-		ttlOK = false
-		p.add("lock-ttl", "= %s is too short to heartbeat (at least %s)", fmtDur(w.LockTTL), fmtDur(MinLockTTL))
+	w.derive()
+	for name, d := range map[string]time.Duration{"lock-ttl": w.LockTTL, "lock-max-hold": w.LockMaxHold,
+		"block-time": w.BlockTime, "max-idle-time": w.MaxIdleTime, "claim-interval": w.ClaimInterval,
+		"kill-grace": w.KillGrace, "demo-duration": w.DemoDuration} {
+		checkRange(&p, name, d)
 	}
-	switch {
-	case w.LockMaxHold <= 0:
-		p.add("lock-max-hold", "= %s must be positive", fmtDur(w.LockMaxHold))
-	case ttlOK && w.LockMaxHold < w.LockTTL:
-		p.add("lock-max-hold", "= %s must be at least LOCK_TTL (--lock-ttl) = %s", fmtDur(w.LockMaxHold), fmtDur(w.LockTTL))
-	}
-	if !oneOf(w.OnConflict, "drop", "coalesce") {
+	w.validateLease(&p)
+	if !oneOf(w.OnConflict, string(lockmw.Drop), string(lockmw.Coalesce)) {
 		p.add("on-conflict", "= %q must be drop or coalesce", w.OnConflict)
-	}
-	if w.BlockTime <= 0 {
-		p.add("block-time", "= %s must be positive", fmtDur(w.BlockTime))
-	}
-	switch {
-	case w.MaxIdleTime <= 0:
-		p.add("max-idle-time", "= %s must be positive", fmtDur(w.MaxIdleTime))
-	case ttlOK && w.MaxIdleTime <= w.HeartbeatInterval():
-		p.add("max-idle-time", "= %s must exceed the lease heartbeat interval LOCK_TTL/3 = %s", fmtDur(w.MaxIdleTime), fmtDur(w.HeartbeatInterval()))
-	}
-	if w.ClaimInterval <= 0 {
-		p.add("claim-interval", "= %s must be positive", fmtDur(w.ClaimInterval))
 	}
 	if w.MaxRetries < 1 {
 		p.add("max-retries", "= %d must be at least 1", w.MaxRetries)
@@ -416,17 +408,6 @@ func (w *Worker) Validate() error {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			p.add("metrics-addr", "= %q has an invalid port", w.MetricsAddr)
 		}
-	}
-	switch {
-	case w.KillGrace <= 0:
-		p.add("kill-grace", "= %s must be positive", fmtDur(w.KillGrace))
-	case ttlOK && w.KillGrace > w.LockTTL/10:
-		// The lease gives up LOCK_TTL/10 before its key can expire; a runner that ignores
-		// SIGTERM must be dead by then, or it could still work when a new holder starts.
-		p.add("kill-grace", "= %s must not exceed LOCK_TTL/10 = %s (the lease's safety margin)", fmtDur(w.KillGrace), fmtDur(w.LockTTL/10))
-	}
-	if w.DemoDuration < 0 {
-		p.add("demo-duration", "= %s must not be negative", fmtDur(w.DemoDuration))
 	}
 	if _, err := w.RunnerEnvPatterns(); err != nil {
 		p.add("runner-env", "= %q: %v", w.RunnerEnv, err)
@@ -478,9 +459,9 @@ func (f *Fetch) Register(fs *flag.FlagSet) {
 	f.Common.Register(fs)
 	f.Jira.Register(fs)
 	fs.BoolVar(&f.Once, "once", false, "run one sweep and exit")
-	fs.DurationVar(&f.Interval, "interval", DefaultFetchInterval, "time between sweeps (without --once)")
+	fs.DurationVar(&f.Interval, "interval", DefaultFetchInterval, "time between sweeps (without --once)"+rangeHelp("interval"))
 	fs.IntVar(&f.MaxIssues, "max-issues", 0, "issues published per sweep (0: no limit)")
-	fs.DurationVar(&f.StaleLabelThreshold, "stale-label-threshold", DefaultStaleThreshold, "an in-flight label on an issue not updated for this long is recovered")
+	fs.DurationVar(&f.StaleLabelThreshold, "stale-label-threshold", DefaultStaleThreshold, "an in-flight label on an issue not updated for this long is recovered"+rangeHelp("stale-label-threshold"))
 }
 
 // Validate checks the fetcher's settings.
@@ -494,15 +475,14 @@ func (f *Fetch) Validate() error {
 	if strings.TrimSpace(f.JiraJQL) == "" {
 		p.add("jira-jql", "is required: the fetcher's search")
 	}
-	if !f.Once && f.Interval <= 0 {
-		p.add("interval", "= %s must be positive (or use ONCE (--once))", fmtDur(f.Interval))
+	if !f.Once && !inRange("interval", f.Interval) {
+		checkRange(&p, "interval", f.Interval)
+		p[len(p)-1].(*SettingError).Msg += " (or use ONCE (--once))"
 	}
 	if f.MaxIssues < 0 {
 		p.add("max-issues", "= %d must not be negative (0: no limit)", f.MaxIssues)
 	}
-	if f.StaleLabelThreshold <= 0 {
-		p.add("stale-label-threshold", "= %s must be positive", fmtDur(f.StaleLabelThreshold))
-	}
+	checkRange(&p, "stale-label-threshold", f.StaleLabelThreshold)
 	return p.err()
 }
 
