@@ -57,6 +57,23 @@ type DeadFilter struct {
 	Before string // a stream id: only entries with a smaller id ("" for all)
 }
 
+// NewestDeadLetters returns the newest n dead letters, newest first, and how many the
+// stream holds. One round trip (XREVRANGE COUNT n and XLEN), whatever the stream's
+// length.
+func (in *Inspector) NewestDeadLetters(ctx context.Context, n int64) ([]DeadLetter, int64, error) {
+	pipe := in.rdb.Pipeline()
+	rng := pipe.XRevRangeN(ctx, in.topo.Dead(), "+", "-", n)
+	cnt := pipe.XLen(ctx, in.topo.Dead())
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("xrevrange %s: %w", in.topo.Dead(), err)
+	}
+	out := []DeadLetter{}
+	for _, m := range rng.Val() {
+		out = append(out, in.deadLetter(m))
+	}
+	return out, cnt.Val(), nil
+}
+
 // TimeID is the smallest stream id of time t ("<unix ms>-0"), for Before bounds.
 func TimeID(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) + "-0" }
 

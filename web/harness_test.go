@@ -42,7 +42,7 @@ func newEnv(t testing.TB, tok string) *env {
 	rdb, ns := redistest.Client(t)
 	e := &env{t: t, rdb: rdb, ns: ns, topo: pipeline.Topology{Namespace: ns + "ymir"}, pub: pipeline.NewPublisher(rdb, 0)}
 	var err error
-	if e.locker, err = lockmw.New(rdb, lockmw.Options{Scope: e.topo.LockScope(), TTL: 30 * time.Second}); err != nil {
+	if e.locker, err = lockmw.New(rdb, lockmw.Options{Scope: e.topo.LockScope(), TTL: 9 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if e.in, err = inspect.New(inspect.Config{Client: rdb, Topology: e.topo, Locker: e.locker}); err != nil {
@@ -99,7 +99,7 @@ func (e *env) start(ctx context.Context, h message.NoPublishHandlerFunc) {
 	}
 	r, err := pipeline.NewRouter(pipeline.RouterConfig{
 		Client: e.rdb, ClientOptions: opts, Topology: e.topo, Agent: "triage", Consumer: "w1", Concurrency: 2,
-		BlockTime: 200 * time.Millisecond, MaxIdleTime: 15 * time.Second, ClaimInterval: 100 * time.Millisecond,
+		BlockTime: 200 * time.Millisecond, MaxIdleTime: 4 * time.Second, ClaimInterval: 100 * time.Millisecond,
 		NackResendSleep: 50 * time.Millisecond, MaxRetries: 1, RetryInitial: 10 * time.Millisecond,
 		CloseTimeout: 5 * time.Second, Locker: e.locker, Handler: h,
 	})

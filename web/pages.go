@@ -148,7 +148,7 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
-	outcomes, err := s.in.Outcomes(ctx, time.Hour, time.Minute)
+	outcomes, err := s.outcomes(r)
 	if err != nil {
 		return Overview{}, err
 	}
@@ -285,6 +285,10 @@ func (s *Server) pending(_ http.ResponseWriter, r *http.Request) (*view, error) 
 	if err != nil {
 		return nil, err
 	}
+	// A page shows the oldest maxRows entries of a group (the API has them all).
+	for i := range groups {
+		groups[i].Entries = groups[i].Entries[:min(len(groups[i].Entries), maxRows)]
+	}
 	return &view{name: "pending", Title: "Pending", Active: "pending", Data: groups}, nil
 }
 
@@ -365,12 +369,32 @@ func (s *Server) scrub(d *inspect.DeadLetter) {
 	}
 }
 
+// deadPage is the dead-letter list as shown: the newest maxRows of Total.
+type deadPage struct {
+	Rows  []inspect.DeadLetter
+	Total int
+}
+
 func (s *Server) deadLetters(_ http.ResponseWriter, r *http.Request) (*view, error) {
-	dls, err := s.deadList(r)
-	if err != nil {
-		return nil, err
+	var page deadPage
+	if r.URL.Query().Get("issue") == "" {
+		// The newest rows only, however long the stream.
+		dls, n, err := s.in.NewestDeadLetters(r.Context(), maxRows)
+		if err != nil {
+			return nil, err
+		}
+		for i := range dls {
+			s.scrub(&dls[i])
+		}
+		page = deadPage{Rows: dls, Total: int(n)}
+	} else {
+		dls, err := s.deadList(r)
+		if err != nil {
+			return nil, err
+		}
+		page = deadPage{Rows: dls[:min(len(dls), maxRows)], Total: len(dls)}
 	}
-	return &view{name: "dead", Title: "Dead letters", Active: "dead", Data: dls}, nil
+	return &view{name: "dead", Title: "Dead letters", Active: "dead", Data: page}, nil
 }
 
 func (s *Server) deadLetter(_ http.ResponseWriter, r *http.Request) (*view, error) {
@@ -457,4 +481,21 @@ func (s *Server) logoutPost(w http.ResponseWriter, r *http.Request) (*view, erro
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	return redirect(w, r, "/?done=signedout")
+}
+
+// outcomesTTL is how long the overview reuses the chart's counts: reading an hour of
+// results on every 2 s refresh would cost far more than the chart is worth.
+const outcomesTTL = 10 * time.Second
+
+func (s *Server) outcomes(r *http.Request) (inspect.Outcomes, error) {
+	s.chartMu.Lock()
+	defer s.chartMu.Unlock()
+	if now := s.cfg.Now(); now.Sub(s.chartAt) >= outcomesTTL {
+		o, err := s.in.Outcomes(r.Context(), time.Hour, time.Minute)
+		if err != nil {
+			return inspect.Outcomes{}, err
+		}
+		s.chart, s.chartAt = o, now
+	}
+	return s.chart, nil
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -54,6 +55,7 @@ const (
 	maxKeyLen  = 64       // an issue key as typed
 	maxErrList = 240      // characters of an error in a list
 	maxShown   = 64 << 10 // characters of one value on a detail page
+	maxRows    = 500      // rows of one list on a page (the API has them all)
 )
 
 // Server is the console's http.Handler.
@@ -63,6 +65,10 @@ type Server struct {
 	pages  map[string]*template.Template
 	mux    *http.ServeMux
 	secret []byte // signs session cookies and CSRF tokens; new at every start
+
+	chartMu sync.Mutex // the overview's outcomes, reused for outcomesTTL
+	chart   inspect.Outcomes
+	chartAt time.Time
 }
 
 // New returns the console. It does no I/O.

@@ -2,12 +2,14 @@ package web_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 func TestPagesRenderEscapedRedactedAndWithCSP(t *testing.T) {
@@ -174,5 +176,36 @@ func TestAPIHasTheCLIShapes(t *testing.T) {
 	_ = json.Unmarshal([]byte(body), &h)
 	if h.Issue != "RHEL-10" || len(h.Events) != 2 {
 		t.Fatalf("history: %+v", h)
+	}
+}
+
+func TestForceReleaseBehindAConfirmation(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := t.Context()
+	le, err := e.locker.Acquire(ctx, "triage", "RHEL-11", lockmw.AcquireOptions{Owner: "pod-a", MessageID: "5-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(ctx)
+	_, page := e.get("/leases")
+	if !strings.Contains(page, `href="/leases/release?agent=triage&amp;issue=RHEL-11"`) {
+		t.Fatalf("leases page without a force release link:\n%s", page)
+	}
+	// The link asks first: the confirmation page changes nothing.
+	code, confirm := e.get("/leases/release?agent=triage&issue=rhel-11")
+	if code != 200 || !strings.Contains(confirm, "Force release triage RHEL-11?") || !strings.Contains(confirm, "pod-a") {
+		t.Fatalf("confirmation: %d\n%s", code, confirm)
+	}
+	if _, err := e.in.Lease(ctx, "triage", "RHEL-11"); err != nil {
+		t.Fatalf("the confirmation page released the lease: %v", err)
+	}
+	// Confirmed through the API with the token: released, fence bumped.
+	code, body, _ := e.do("POST", "/api/v1/leases/release", `{"agent":"triage","issue":" rhel-11 "}`, map[string]string{"Authorization": "Bearer " + token})
+	var rel inspect.Released
+	if code != 200 || json.Unmarshal([]byte(body), &rel) != nil || rel.Holder == nil || rel.Holder.Owner != "pod-a" || rel.Fence <= le.Fence() {
+		t.Fatalf("release: %d %s", code, body)
+	}
+	if _, err := e.in.Lease(ctx, "triage", "RHEL-11"); !errors.Is(err, inspect.ErrNotFound) {
+		t.Fatalf("lease after release: %v", err)
 	}
 }

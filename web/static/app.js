@@ -26,7 +26,12 @@
     });
   }
 
+  // A page that is slow to render (a long timeline) is asked for less often: never
+  // more than a third of the time is spent waiting for it.
+  var wait = refresh;
+
   function poll() {
+    var t0 = performance.now();
     var u = new URL(window.location.href);
     u.searchParams.set("fragment", "1");
     u.searchParams.delete("done");
@@ -42,13 +47,14 @@
       live.querySelectorAll("input[type=checkbox]").forEach(function (e) { if (checked[e.value]) e.checked = true; });
       live.querySelectorAll("details").forEach(function (e) { if (open[e.id]) e.open = true; });
       base = performance.now();
+      wait = Math.max(refresh, 3 * (base - t0));
       tick();
       var up = document.getElementById("updated");
       if (up) { up.textContent = "updated " + new Date().toLocaleTimeString(); up.className = ""; }
     }).catch(function () {
       var up = document.getElementById("updated");
       if (up) { up.textContent = "refresh failed; retrying"; up.className = "stale"; }
-    }).finally(function () { setTimeout(poll, refresh); });
+    }).finally(function () { setTimeout(poll, wait); });
   }
 
   // A button with data-confirm asks first (purge).
