@@ -185,4 +185,22 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 	if !strings.Contains(sout.String(), "leaking redis=[redacted]") {
 		t.Errorf("dlq show does not show the stderr tail:\n%s", sout.String())
 	}
+	// The CLI redacts what it prints even when the data holds a secret verbatim (written
+	// by something that did not redact).
+	raw, err := admin.XAdd(context.Background(), &redis.XAddArgs{Stream: topo.Dead(), Values: map[string]any{
+		"_watermill_message_uuid": "u", "payload": "{}", pipeline.DeadFieldError: "token " + jiraToken + " pw " + redisPW,
+		pipeline.DeadFieldStream: topo.Stream("triage", "", false), pipeline.DeadFieldID: "1-1"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cout, cerr lockedBuffer
+	for _, args := range [][]string{{"dlq", "show", raw}, {"dlq", "show", raw, "--json"}, {"dlq", "list"}} {
+		if code := run(context.Background(), append(args, "--ymir-namespace", topo.Namespace), &cout, &cerr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, cerr.String())
+		}
+	}
+	check("the CLI's output", cout.String()+cerr.String())
+	if !strings.Contains(cout.String(), "token [redacted] pw [redacted]") {
+		t.Errorf("CLI output:\n%s", cout.String())
+	}
 }
