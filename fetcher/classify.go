@@ -149,10 +149,11 @@ func componentNames(v any) []string {
 	return nil
 }
 
-// classify applies upstream rules A–D (upstream.md §4.3) to one issue. The author check of
+// classify applies rules A–D (docs/architecture.md, "The fetcher's rules") to one issue. The author check of
 // rule A, the lock and queue checks and MAX_ISSUES come later; the modular skip is applied
 // here, after the rules, as upstream did (only issues that would be published are counted
-// as modular), except that a modular ymir_todo is consumed (upstream §8 item 16).
+// as modular), except that a modular ymir_todo is consumed (the Python fetcher left it
+// to be re-checked every sweep).
 func classify(is jira.Issue, now time.Time, threshold time.Duration, componentField string) decision {
 	issueLabels := is.Fields.Labels
 	ymir := labels.Ymir(issueLabels)

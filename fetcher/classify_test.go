@@ -106,7 +106,7 @@ func TestClassify(t *testing.T) {
 		{"fresh", mk(fresh, nil), TriggerFresh, ""},
 		{"non-ymir labels only", mk(fresh, nil, "security", "CVE"), TriggerFresh, ""},
 		{"A todo", mk(fresh, nil, labels.Todo), TriggerTodo, ""},
-		{"A todo with an outcome label (upstream §8 item 8)", mk(fresh, nil, labels.Todo, "ymir_triaged_backport"), TriggerTodo, ""},
+		{"A todo with an outcome label (in progress means the _in_progress suffix only)", mk(fresh, nil, labels.Todo, "ymir_triaged_backport"), TriggerTodo, ""},
 		{"A todo in progress", mk(fresh, nil, labels.Todo, labels.TriageInProgress), triggerNone, ReasonLabelled},
 		{"B stale in progress with todo", mk(stale, nil, labels.Todo, labels.TriageInProgress), TriggerStale, ""},
 		{"B stale triaged", mk(stale, nil, "ymir_triaged_rebase"), TriggerStale, ""},

@@ -1,7 +1,7 @@
 // Package fetcher sweeps Jira for issues that need triage and publishes one triage request
 // per issue to the pipeline's triage streams. It is the Go successor of the Python ymir
-// jira_issue_fetcher (reference/upstream.md §4), with its weak points (§8 items 6–18)
-// fixed.
+// jira_issue_fetcher, with the differences listed in docs/architecture.md, "The fetcher's
+// rules".
 //
 // The entry point is New; (*Fetcher).Sweep runs one sweep and returns a Summary (found,
 // published, skipped by reason, one Outcome per issue). (*Fetcher).Process runs passes 1–3
@@ -20,16 +20,16 @@
 //     Jira's +0000 offsets and naive timestamps, read as UTC) → recovered (B); other ymir_*
 //     labels → skipped (C); ymir_retry_needed without an in-progress label → retried (D). A
 //     modular package (component like perl:5.32/perl) is skipped, and its ymir_todo removed
-//     rather than re-checked every sweep (upstream §8 item 16).
+//     rather than re-checked every sweep.
 //  2. Pre-check the whole batch in ONE pipelined round trip, never a SCAN (upstream SCANned
-//     the keyspace for triage leases only, §8 items 6 and 18): the lease key of every stage
+//     the keyspace for triage leases only, from a snapshot taken before the sweep): the lease key of every stage
 //     (triage, rebase, backport, rebuild; names from lockmw.Locker.LockKey(agent, issue))
 //     of every candidate, and its queued marker (below), as point lookups. They are sent as
 //     MGETs of up to 1 024 keys in one pipeline: an EXISTS that also says which stage
 //     holds the lease, and measured 4× cheaper than one EXISTS per key. A locked issue is
 //     left exactly as it is, trigger label included, and nothing is published; the first
 //     sweep after the release takes it (the review finding "locked skip strands trigger
-//     labels", without upstream's flip-and-drop of §8 item 7).
+//     labels", without upstream's flip-and-drop, which could strand an issue for good).
 //  3. Act, per candidate in Jira's order: MAX_ISSUES (skips do not count); for ymir_todo the
 //     check that whoever added it last (newest add in the paginated changelog) is in
 //     JIRA_TRIGGER_GROUP, a non-member's ymir_todo being removed; then PUBLISH, then FLIP
@@ -44,8 +44,8 @@
 // # Idempotent publish
 //
 // An issue whose triage request still waits in a triage stream (published, not yet acked)
-// is not published again; this replaces upstream's LRANGE of 26 lists per sweep (§8 items
-// 12, 13, 17). It is decided in Redis, O(1) per issue, with a marker key per issue,
+// is not published again; this replaces upstream's LRANGE of 26 lists per sweep (lists
+// that never shrank, and that ymir_todo bypassed). It is decided in Redis, O(1) per issue, with a marker key per issue,
 // "<ns>:queued:triage:<KEY>" (pipeline.Topology.Queued), holding "<entry id> <stream>":
 //
 //   - Every publish is one Lua script: unless the marker names an entry still waiting, XADD
@@ -67,7 +67,7 @@
 //   - A producer of downstream requests may write the same kind of marker under
 //     topology.Queued(agent, issue); for stale in-flight issues the pre-check reads those
 //     too, and leaves alone an issue whose downstream request still waits (upstream's "still
-//     queued", §4.3 rule B).
+//     queued" of rule B).
 //
 // Costs per sweep: Jira: one search request per page, two reads per ymir_todo author check
 // (changelog, groups; groups cached per user for the sweep), one label write per flip.

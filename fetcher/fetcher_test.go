@@ -274,7 +274,7 @@ func TestJiraErrors(t *testing.T) {
 	})
 }
 
-// Upstream §8 item 16: a modular ymir_todo is consumed at once, without an author check,
+// A modular ymir_todo is consumed at once, without an author check,
 // rather than re-checked every sweep for ever.
 func TestModularTodoIsConsumed(t *testing.T) {
 	h := newHarness(t, []fakejira.Issue{component(todoBy(iss("RHEL-1"), member), "perl:5.32/perl"), component(todoBy(iss("RHEL-2"), outsider), "nodejs:18/nodejs")})

@@ -18,8 +18,8 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// upCase is one port of a test of ymir/jira_issue_fetcher/tests/unit/test_jira_issue_fetcher.py
-// (upstream.md §4.7), named after it. Where this design deliberately differs from upstream
+// upCase is one port of a test of the Python fetcher's unit tests
+// (ymir/jira_issue_fetcher/tests/unit/test_jira_issue_fetcher.py), named after it. Where this design deliberately differs from upstream
 // (publish before flip; a locked issue keeps its trigger), the case asserts the new
 // contract and says so.
 type upCase struct {
@@ -497,8 +497,8 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			check:  all(wantLabels("RHEL-1", labels.TriageInProgress), wantDryRunOutcome("RHEL-1")),
 		},
 		{
-			// Changed on purpose (review finding "locked skip strands trigger labels" and
-			// upstream §8 item 7): a locked issue keeps its trigger and nothing is
+			// Changed on purpose (review finding "locked skip strands trigger labels"; the
+			// Python fetcher flipped and dropped): a locked issue keeps its trigger and nothing is
 			// published; the first sweep after the release consumes it.
 			name:    "test_locked_todo_consumes_label_but_skips_enqueue",
 			issues:  []fakejira.Issue{todoBy(iss("TODO-1"), member)},

@@ -61,7 +61,7 @@ func (h *handler) downstreamFailed(ctx context.Context, ev *event, cause error) 
 	}
 	if !ev.last {
 		// Unlike upstream, ymir_triaged_<agent> stays until the last attempt: it is the
-		// issue's only in-flight marker (upstream weak point 11).
+		// issue's only in-flight marker.
 		if errors.Is(cause, errCleanFailure) && ev.userTriggered {
 			if err := h.setLabels(ctx, ev, []string{labels.FailedFor(agent)}, nil); err != nil {
 				ev.log.Warn().Err(err).Msg("could not write " + labels.FailedFor(agent) + " (not critical)")

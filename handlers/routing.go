@@ -7,7 +7,7 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// Resolutions a triage runner may return (upstream models.py Resolution).
+// Resolutions a triage runner may return (the Python agents' Resolution enum).
 const (
 	ResolutionRebase        = "rebase"
 	ResolutionBackport      = "backport"
@@ -50,8 +50,8 @@ func IsDispatched(resolution string) bool {
 	return resolution == ResolutionRebase || resolution == ResolutionBackport || resolution == ResolutionRebuild
 }
 
-// StreamBranch maps a target branch to the downstream agents' branch (upstream
-// constants.py:116-156): c9s when the lowercased branch contains rhel-9, c9s, rhel-8
+// StreamBranch maps a target branch to the downstream agents' branch, as the Python
+// agents do: c9s when the lowercased branch contains rhel-9, c9s, rhel-8
 // or c8s, c10s otherwise.
 func StreamBranch(targetBranch string) string {
 	b := strings.ToLower(targetBranch)
@@ -63,7 +63,7 @@ func StreamBranch(targetBranch string) string {
 	return "c10s"
 }
 
-// Dispatch is the routing table (upstream §5.2): the stream a triage resolution's
+// Dispatch is the routing table (docs/architecture.md, "The routing table"): the stream a triage resolution's
 // downstream request goes to, or ok=false when nothing is dispatched (a resolution
 // that is not rebase, backport or rebuild, or no target branch). User-triggered work
 // goes to the :todo twin.

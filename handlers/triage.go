@@ -120,7 +120,7 @@ func (h *handler) triage(msg *message.Message) error {
 	return nil
 }
 
-// alreadyTriaged is triage's agent-side dedup (upstream triage_agent.py:1277-1299):
+// alreadyTriaged is triage's agent-side dedup, as the Python triage agent's:
 // skip when a terminal ymir label is present and neither a retry trigger, an in-flight
 // claim nor a maintainer's request says to run again.
 func alreadyTriaged(issueLabels []string, userTriggered bool) bool {
@@ -136,7 +136,7 @@ func isClosed(status string) bool {
 
 func (h *handler) skipClosed(ctx context.Context, ev *event, issueLabels []string, status string) error {
 	// Unlike upstream, the in-flight claim a fetcher flip left is removed too, or the
-	// closed issue would look in flight for ever (upstream weak point 14).
+	// closed issue would look in flight for ever.
 	var remove []string
 	if slices.Contains(issueLabels, labels.TriageInProgress) {
 		remove = append(remove, labels.TriageInProgress)

@@ -10,7 +10,7 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// TestLeaseSurvivesARedisBlipOfHalfItsTTL: DESIGN §3 says "Redis blips shorter than the
+// TestLeaseSurvivesARedisBlipOfHalfItsTTL: the lease promises "Redis blips shorter than the
 // TTL never cancel work". Redis (AOF) is down for TTL/2, starting just before the lease's
 // second heartbeat: the key is still alive on the server when Redis is back (last extend at
 // TTL/3, expiry at 4/3 TTL), and the holder may extend it until TTL/3 + TTL - TTL/10. The

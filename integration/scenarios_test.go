@@ -194,8 +194,8 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 	}
 	bound := s.o.tm.LockTTL + s.o.tm.Claim
 	// A claimed entry waits behind what its new consumer already holds: the run in flight
-	// and the read-ahead entry (one in flight per subscription, DESIGN §9), so up to two
-	// runner sleeps, plus process and Redis slack.
+	// and the read-ahead entry (one in flight per subscription), so up to two runner
+	// sleeps, plus process and Redis slack.
 	slack := 2*time.Duration(s.o.runnerMax)*time.Millisecond + 500*time.Millisecond
 	var covered []time.Duration
 	for _, rc := range recs {
@@ -561,8 +561,8 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // TestPartitionedWorkerStopsBeforeItsLeaseExpires: one triage worker loses Redis (its
 // proxy drops every byte both ways for 6 s) while it runs a long triage; its peer keeps
 // Redis and takes the issue over once the lease expires. The partitioned worker must have
-// stopped its runner by then (DESIGN §3: the context is cancelled when no extend has
-// succeeded for TTL minus a margin), so the ledger shows no overlap.
+// stopped its runner by then (the context is cancelled when no extend has succeeded for
+// TTL minus a margin; docs/architecture.md, "The lease"), so the ledger shows no overlap.
 func TestPartitionedWorkerStopsBeforeItsLeaseExpires(t *testing.T) {
 	o := defaultOptions()
 	o.proxy = true

@@ -63,7 +63,7 @@ func exists(t testing.TB, rdb redis.UniversalClient, key string) bool {
 	return n == 1
 }
 
-// --- The 21 tests of the Python lock (upstream.md §2.5), against a real Redis. ---
+// --- The 21 tests of the Python lock (ymir/common/tests/unit/test_issue_lock.py), against a real Redis. ---
 
 func TestAcquireSucceedsOnEmptyKey(t *testing.T) {
 	rdb, ns := redistest.Client(t)

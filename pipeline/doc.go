@@ -7,7 +7,8 @@
 // stream of the agent (and per unit of CONCURRENCY), each wrapped, outermost first, in
 // recoverer → correlation → metrics → dead letters → lockmw → retry → timeout → handler.
 //
-// watermill-redisstream is used as it is, with three fixes around it (DESIGN §9): a
+// watermill-redisstream is used as it is, with three fixes around it (docs/architecture.md,
+// "Living with watermill-redisstream"): a
 // go-redis hook on each subscriber's own client stamps every entry with its stream id,
 // so the lease can guard and refresh it, and skips the subscriber's XACK when the lock
 // middleware already acked the entry in its release round trip; a claim veto refuses

@@ -12,7 +12,7 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
-// Metadata keys of the envelope (DESIGN §2.2).
+// Metadata keys of the envelope (docs/architecture.md, "The envelope").
 const (
 	MetaIssueKey      = lockmw.MetaIssueKey
 	MetaEventType     = "event_type"
@@ -155,7 +155,7 @@ func NewEvent(eventType, issueKey string, task Task, cause *message.Message) (*m
 }
 
 // Validate checks an event for agent and returns its canonical issue key, or an error
-// wrapping ErrBadEvent (DESIGN §6 rows 1–4). Events written by the Python producers
+// wrapping ErrBadEvent (the bad events of docs/architecture.md, "Bad input"). Events written by the Python producers
 // carry no envelope metadata; they are accepted as the agent's request type.
 func Validate(msg *message.Message, agent string, locker *lockmw.Locker) (string, error) {
 	if reason := msg.Metadata.Get(metaBad); reason != "" {

@@ -119,7 +119,8 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 }
 
 // Entries that wait in a busy consumer's read-ahead buffer age and are claimed by an
-// idle consumer; the busy one must then not run them a second time (DESIGN §9).
+// idle consumer; the busy one must then not run them a second time (read-ahead, in
+// docs/architecture.md, "Living with watermill-redisstream").
 func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -232,7 +233,7 @@ func TestCoalesceRunsTwice(t *testing.T) {
 	}
 }
 
-// DESIGN §6 rows 1–4: to the dead-letter stream with the reason, acked, no lock taken,
+// Bad events (docs/architecture.md, "Bad input"), rows 1–4: to the dead-letter stream with the reason, acked, no lock taken,
 // and the router keeps running.
 func TestBadInputGoesToDeadLetters(t *testing.T) {
 	e := newEnv(t)

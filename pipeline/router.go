@@ -16,7 +16,8 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
-// Defaults of the router settings (DESIGN §4, §7).
+// Defaults of the router settings (BLOCK_TIME, MAX_IDLE_TIME, CLAIM_INTERVAL,
+// MAX_RETRIES, MAX_LEN).
 const (
 	DefaultBlockTime     = 5 * time.Second
 	DefaultMaxIdleTime   = 3 * time.Minute

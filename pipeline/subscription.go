@@ -18,7 +18,8 @@ import (
 )
 
 // subscription is one watermill-redisstream Subscriber reading one stream as one
-// consumer, with the fixes of DESIGN §9 around it. It implements lockmw.Source.
+// consumer, with the fixes of docs/architecture.md, "Living with watermill-redisstream",
+// around it. It implements lockmw.Source.
 type subscription struct {
 	route    Route
 	consumer string

@@ -14,7 +14,8 @@ var (
 // DefaultNamespace prefixes every stream (YMIR_NAMESPACE).
 const DefaultNamespace = "ymir"
 
-// Topology maps agents and branches to streams and consumer groups (DESIGN §2.1).
+// Topology maps agents and branches to streams and consumer groups, and names every
+// other key of the pipeline (docs/architecture.md, "Streams and groups").
 type Topology struct {
 	Namespace string
 }

@@ -14,7 +14,8 @@ import (
 // Trim cuts stream down towards maxLen entries without ever removing an entry that a
 // consumer group still needs: one that is pending (delivered, not acked) or not yet
 // delivered. XADD MAXLEN would remove the oldest entries whatever their state, and a
-// trimmed pending entry can no longer be claimed or re-run (DESIGN §2.1). It returns the
+// trimmed pending entry can no longer be claimed or re-run (docs/architecture.md, "Streams and
+// groups"). It returns the
 // number of entries removed. maxLen <= 0 never trims.
 func Trim(ctx context.Context, rdb redis.UniversalClient, stream string, maxLen int64) (int64, error) {
 	if maxLen <= 0 {

@@ -10,7 +10,7 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// runEnqueue publishes requests by hand (DESIGN §7): `ymirflow enqueue --agent A
+// runEnqueue publishes requests by hand: `ymirflow enqueue --agent A
 // [--branch B] [--user-triggered] KEY...`. Every key is checked before anything is
 // published; each is then published as given, even twice, and its stream id printed.
 func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -18,7 +18,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
-// DESIGN §6: Redis unreachable at start → exit 1 with one clear line naming the URL,
+// docs/architecture.md, "Bad input": Redis unreachable at start → exit 1 with one clear line naming the URL,
 // without its password; a bad setting → exit 2 naming it.
 func TestWorkerStartErrors(t *testing.T) {
 	port := redistest.FreePort(t)

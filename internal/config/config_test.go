@@ -422,7 +422,7 @@ func TestJiraToken(t *testing.T) {
 
 func TestEnvNames(t *testing.T) {
 	names := EnvNames()
-	// Every variable of DESIGN.md §7 plus the runner's.
+	// Every variable the commands document, plus the runner's.
 	for _, want := range []string{"REDIS_URL", "YMIR_NAMESPACE", "LOCK_TTL", "LOCK_MAX_HOLD", "ON_CONFLICT",
 		"BLOCK_TIME", "MAX_IDLE_TIME", "CLAIM_INTERVAL", "MAX_RETRIES", "CONCURRENCY", "CONSUMER_NAME",
 		"METRICS_ADDR", "LOG_LEVEL", "LOG_FORMAT", "JIRA_URL", "JIRA_EMAIL", "JIRA_TOKEN", "JIRA_TOKEN_FILE",

@@ -94,7 +94,7 @@ func Ymir(ls []string) []string {
 // IsTerminal reports whether label counts as "already handled" for triage's
 // agent-side dedup: every label of the upstream enum except the in-flight ones
 // (ymir_triage_in_progress, ymir_rebase_sibling, ymir_rebase_waiting_for_siblings)
-// and the maintainer trigger ymir_todo (upstream triage_agent.py, the dedup before a run).
+// and the maintainer trigger ymir_todo (as the Python triage agent's dedup before a run).
 func IsTerminal(label string) bool {
 	switch label {
 	case TriageInProgress, RebaseSibling, RebaseWaitingSiblings, Todo:
