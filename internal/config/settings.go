@@ -477,7 +477,7 @@ func (f *Fetch) Validate() error {
 	}
 	if !f.Once && !inRange("interval", f.Interval) {
 		checkRange(&p, "interval", f.Interval)
-		p[len(p)-1].(*SettingError).Msg += " (or use ONCE (--once))"
+		p[len(p)-1].(*SettingError).Msg += " (or use ONCE (--once))" //nolint:errorlint // problems holds *SettingError values, never wrapped
 	}
 	if f.MaxIssues < 0 {
 		p.add("max-issues", "= %d must not be negative (0: no limit)", f.MaxIssues)
