@@ -58,7 +58,7 @@ func (d DemoRunner) Outcome(agent, issueKey string, attempt int) (outcome, branc
 			mix = DefaultTriageMix
 		}
 	}
-	outcome = pick(mix, d.hash("outcome", agent, issueKey, attempt))
+	outcome = PickWeighted(mix, d.hash("outcome", agent, issueKey, attempt))
 	if agent == "triage" {
 		branches := d.Branches
 		if branches == nil {
@@ -143,8 +143,10 @@ func (d DemoRunner) hash(salt, agent, key string, attempt int) uint64 {
 	return v ^ (v >> 29) ^ (v >> 47)
 }
 
-// pick chooses a key of mix with probability proportional to its weight, by h.
-func pick(mix map[string]int, h uint64) string {
+// PickWeighted chooses a key of mix with probability proportional to its weight, by h
+// (a hash or a random number); "" when no weight is positive. The demo runner's outcomes
+// and the demo's planned paths are both drawn with it.
+func PickWeighted(mix map[string]int, h uint64) string {
 	keys := make([]string, 0, len(mix))
 	total := 0
 	for k, w := range mix {

@@ -89,13 +89,9 @@ func fullID(id string) string {
 // Cost: one round trip per PageSize entries of the dead-letter stream (below Before);
 // the issue is matched on the client.
 func (in *Inspector) DeadLetters(ctx context.Context, f DeadFilter) ([]DeadLetter, error) {
-	var issue string
-	if f.Issue != "" {
-		k, err := in.locker.Canonicalize(f.Issue)
-		if err != nil {
-			return nil, err
-		}
-		issue = k
+	issue, err := in.issueFilter(f.Issue)
+	if err != nil {
+		return nil, err
 	}
 	end := "+"
 	if f.Before != "" {
@@ -105,7 +101,7 @@ func (in *Inspector) DeadLetters(ctx context.Context, f DeadFilter) ([]DeadLette
 		end = "(" + fullID(f.Before)
 	}
 	out := []DeadLetter{}
-	err := in.scan(ctx, 1, func(int) string { return in.topo.Dead() }, "-", end, func(_ int, m redis.XMessage) {
+	err = in.scan(ctx, 1, func(int) string { return in.topo.Dead() }, "-", end, func(_ int, m redis.XMessage) {
 		d := in.deadLetter(m)
 		if issue == "" || d.Issue == issue {
 			out = append(out, d)
@@ -180,6 +176,18 @@ func (in *Inspector) Requeue(ctx context.Context, ids ...string) ([]Requeued, er
 		good = good[n:]
 	}
 	return out, errors.Join(errs...)
+}
+
+// Errors lists the per-entry errors that Requeue and RequeueAll join into one; nil for
+// nil.
+func Errors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // splits the join itself
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // RequeueAll requeues every dead letter (of issue, when not "").

@@ -67,6 +67,14 @@ func New(cfg Config) (*Inspector, error) {
 		maxBytes: cfg.MaxEventBytes, page: cfg.PageSize, now: cfg.Now}, nil
 }
 
+// issueFilter canonicalises an optional issue filter ("" for none).
+func (in *Inspector) issueFilter(raw string) (string, error) {
+	if raw == "" {
+		return "", nil
+	}
+	return in.locker.Canonicalize(raw)
+}
+
 // ErrNotFound is returned for a stream entry or lease that does not exist.
 var ErrNotFound = errors.New("not found")
 

@@ -92,13 +92,9 @@ func (e PendingEntry) MarshalJSON() ([]byte, error) {
 // distinct issues for the leases (PTTL + HGETALL, pipelined). Never one round trip
 // per entry, and no SCAN.
 func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPending, error) {
-	var issue string
-	if f.Issue != "" {
-		k, err := in.locker.Canonicalize(f.Issue)
-		if err != nil {
-			return nil, err
-		}
-		issue = k
+	issue, err := in.issueFilter(f.Issue)
+	if err != nil {
+		return nil, err
 	}
 	var routes []pipeline.Route
 	for _, r := range in.topo.AllInputs() {

@@ -126,7 +126,8 @@ type idsBody struct {
 	IDs []string `json:"ids"`
 }
 
-func (s *Server) apiRequeue(r *http.Request) (any, error) {
+// selectedIDs authorizes a write and reads the dead-letter ids it acts on.
+func (s *Server) selectedIDs(r *http.Request) ([]string, error) {
 	if err := s.authorizeAPI(r); err != nil {
 		return nil, err
 	}
@@ -134,7 +135,11 @@ func (s *Server) apiRequeue(r *http.Request) (any, error) {
 	if err := readJSON(r, &b); err != nil {
 		return nil, err
 	}
-	sel, err := ids(b.IDs)
+	return ids(b.IDs)
+}
+
+func (s *Server) apiRequeue(r *http.Request) (any, error) {
+	sel, err := s.selectedIDs(r)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +148,7 @@ func (s *Server) apiRequeue(r *http.Request) (any, error) {
 	if rep.Requeued == nil {
 		rep.Requeued = []inspect.Requeued{}
 	}
-	for _, e := range unjoin(err) {
+	for _, e := range inspect.Errors(err) {
 		rep.Errors = append(rep.Errors, s.clean(e.Error()))
 	}
 	s.cfg.Logger.Info().Int("requeued", len(done)).Msg("api: dead letters requeued")
@@ -151,14 +156,7 @@ func (s *Server) apiRequeue(r *http.Request) (any, error) {
 }
 
 func (s *Server) apiPurge(r *http.Request) (any, error) {
-	if err := s.authorizeAPI(r); err != nil {
-		return nil, err
-	}
-	var b idsBody
-	if err := readJSON(r, &b); err != nil {
-		return nil, err
-	}
-	sel, err := ids(b.IDs)
+	sel, err := s.selectedIDs(r)
 	if err != nil {
 		return nil, err
 	}
@@ -193,15 +191,4 @@ func (s *Server) apiRelease(r *http.Request) (any, error) {
 	}
 	s.cfg.Logger.Info().Str("agent", agent).Str("issue_key", rel.Issue).Int64("fence", rel.Fence).Msg("api: lease force-released")
 	return rel, nil
-}
-
-// unjoin lists the errors inside errors.Join(...).
-func unjoin(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }

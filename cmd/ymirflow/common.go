@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -86,4 +87,18 @@ func environSecrets(getenv func(string) string) []string {
 		}
 	}
 	return out
+}
+
+// jiraClient is the Jira client of the commands that search and write (fetch, webhook);
+// a bad setting is a usage error.
+func jiraClient(j *config.Jira, token string, log zerolog.Logger) (*jira.Client, error) {
+	jc, err := jira.New(jira.Options{
+		BaseURL: j.JiraURL, Email: j.JiraEmail, Token: token, API: j.APIFlavour(),
+		Timeout: j.JiraTimeout, MaxRetries: j.JiraMaxRetries, RateLimit: j.JiraRateLimit,
+		CommentGroup: j.JiraCommentGroup, DryRun: j.DryRun, Logger: log,
+	})
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return jc, nil
 }

@@ -157,7 +157,7 @@ func dlqRequeue(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, ids
 	}
 	if cfg.JSON {
 		errs := []string{}
-		for _, e := range unjoin(err) {
+		for _, e := range inspect.Errors(err) {
 			errs = append(errs, e.Error())
 		}
 		if jerr := writeJSON(stdout, inspect.RequeueReport{Requeued: done, Errors: errs}); jerr != nil {
@@ -209,17 +209,6 @@ func dlqPurge(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdou
 	}
 	fmt.Fprintf(stdout, "purged %d dead letter(s)\n", n)
 	return nil
-}
-
-// unjoin lists the errors inside errors.Join(...).
-func unjoin(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 func clip(s string, n int) string {

@@ -32,13 +32,9 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer e.Close()
-	jc, err := jira.New(jira.Options{
-		BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(),
-		Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
-		CommentGroup: cfg.JiraCommentGroup, DryRun: cfg.DryRun, Logger: e.log,
-	})
+	jc, err := jiraClient(&cfg.Jira, token, e.log)
 	if err != nil {
-		return usagef("%v", err)
+		return err
 	}
 	locker, err := e.newLocker(lockmw.Options{}) // the workers' key layout
 

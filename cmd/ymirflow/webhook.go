@@ -12,7 +12,6 @@ import (
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
-	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/webhook"
@@ -43,13 +42,9 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer e.Close()
-	jc, err := jira.New(jira.Options{
-		BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(),
-		Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
-		CommentGroup: cfg.JiraCommentGroup, DryRun: cfg.DryRun, Logger: e.log,
-	})
+	jc, err := jiraClient(&cfg.Jira, token, e.log)
 	if err != nil {
-		return usagef("%v", err)
+		return err
 	}
 	own := cfg.OwnAccounts()
 	if len(own) == 0 {

@@ -140,10 +140,10 @@ func padKey(k string) string { return fmt.Sprintf("%12s", k) }
 // mixes.
 func randomScenario(r *rand.Rand) Scenario {
 	s := Scenario{Kind: fakejira.SampleFresh}
-	res := pickWeighted(r, handlers.DefaultTriageMix)
+	res := handlers.PickWeighted(handlers.DefaultTriageMix, r.Uint64())
 	if res == handlers.ResolutionError {
 		// An error is retried: now and then it clears on a later attempt.
-		s.Triage = []string{res, pickWeighted(r, map[string]int{handlers.ResolutionError: 2, handlers.ResolutionBackport: 1, handlers.ResolutionPostponed: 1})}
+		s.Triage = []string{res, handlers.PickWeighted(map[string]int{handlers.ResolutionError: 2, handlers.ResolutionBackport: 1, handlers.ResolutionPostponed: 1}, r.Uint64())}
 		res = s.Triage[1]
 	} else {
 		s.Triage = []string{res}
@@ -151,7 +151,7 @@ func randomScenario(r *rand.Rand) Scenario {
 	if handlers.IsDispatched(res) {
 		s.TargetBranch = []string{"rhel-9.6.0", "rhel-10.1", "c9s", "c10s"}[r.IntN(4)]
 		for range 3 {
-			o := pickWeighted(r, handlers.DefaultDownstreamMix)
+			o := handlers.PickWeighted(handlers.DefaultDownstreamMix, r.Uint64())
 			s.Downstream = append(s.Downstream, o)
 			if o == ok {
 				break
@@ -159,26 +159,6 @@ func randomScenario(r *rand.Rand) Scenario {
 		}
 	}
 	return s
-}
-
-func pickWeighted(r *rand.Rand, mix map[string]int) string {
-	keys := make([]string, 0, len(mix))
-	total := 0
-	for k, w := range mix {
-		if w > 0 {
-			keys = append(keys, k)
-			total += w
-		}
-	}
-	slices.Sort(keys)
-	n := r.IntN(total)
-	for _, k := range keys {
-		n -= mix[k]
-		if n < 0 {
-			return k
-		}
-	}
-	return keys[len(keys)-1]
 }
 
 // at returns plan[attempt-1], the last entry repeating.
