@@ -75,15 +75,17 @@ func ownSecrets(c *config.Common, jiraToken string) []string {
 }
 
 // environSecrets are ymirflow's own secrets in the environment: the Redis password of
-// REDIS_URL, JIRA_TOKEN and the content of JIRA_TOKEN_FILE.
+// REDIS_URL, JIRA_TOKEN and WEB_TOKEN, and the content of JIRA_TOKEN_FILE and WEB_TOKEN_FILE.
 func environSecrets(getenv func(string) string) []string {
-	out := []string{getenv("JIRA_TOKEN")}
+	out := []string{getenv("JIRA_TOKEN"), getenv("WEB_TOKEN")}
 	if o, err := pipeline.ClientOptions(getenv("REDIS_URL")); err == nil {
 		out = append(out, o.Password)
 	}
-	if f := getenv("JIRA_TOKEN_FILE"); f != "" {
-		if b, err := os.ReadFile(f); err == nil && len(b) <= 64<<10 {
-			out = append(out, strings.TrimSpace(string(b)))
+	for _, name := range []string{"JIRA_TOKEN_FILE", "WEB_TOKEN_FILE"} {
+		if f := getenv(name); f != "" {
+			if b, err := os.ReadFile(f); err == nil && len(b) <= 64<<10 {
+				out = append(out, strings.TrimSpace(string(b)))
+			}
 		}
 	}
 	return out

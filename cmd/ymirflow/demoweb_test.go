@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
 // `demo --web` prints the console's URL and serves the demo's run there until Ctrl-C.
@@ -63,5 +65,18 @@ func TestDemoServesTheConsole(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("the demo did not stop after Ctrl-C")
+	}
+}
+
+// The console's token is one of ymirflow's own secrets: nothing a command prints shows it.
+func TestWebTokenIsASecret(t *testing.T) {
+	f := t.TempDir() + "/token"
+	if err := os.WriteFile(f, []byte("file-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"WEB_TOKEN": "env-token-0123456789", "WEB_TOKEN_FILE": f}
+	red := redact.New(environSecrets(func(k string) string { return env[k] })...)
+	if got := red.String("env-token-0123456789 file-token-0123456789"); got != "[redacted] [redacted]" {
+		t.Fatalf("redacted: %q", got)
 	}
 }
