@@ -187,7 +187,17 @@ func TestBrowserEndToEnd(t *testing.T) {
 	do("sign in", chromedp.Navigate(base+"/login?next=/dead-letters"), chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#signin")))
 	waitFor("signed in", `location.pathname == "/dead-letters" && document.querySelector('`+row+`')`)
-	do("requeue", chromedp.Click(chromedp.CSS(row)), chromedp.Click(chromedp.CSS("#requeue")))
+	// The selection survives the page refreshing itself: the table is replaced (it loses
+	// the mark set here) and the box is still ticked.
+	do("select", chromedp.Click(chromedp.CSS(row)))
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector("#dead").__old = true`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a refresh", `!document.querySelector("#dead").__old`)
+	if kept, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector('`+row+`').checked`)); err != nil || !kept {
+		t.Fatalf("the selection was lost on refresh (%v)", err)
+	}
+	do("requeue", chromedp.Click(chromedp.CSS("#requeue")))
 	waitFor("requeued", `location.search.includes("done=requeued") && document.querySelector("#notice")`)
 	if notice := text("#notice"); !strings.Contains(notice, "Requeued 1") {
 		t.Fatalf("after requeue: %q", notice)
