@@ -22,6 +22,7 @@ import (
 // fenced publish, results, dead letters, claims), the operators' user runs every
 // inspection and repair; neither can touch other keys or the server.
 func TestACLUsersOnRealRedis(t *testing.T) {
+	t.Parallel()
 	b := get(t, "base")
 	sec := b.secrets["ymirflow-redis"]
 	if sec == nil {

@@ -28,6 +28,7 @@ import (
 // (redis-url): a delivery is published, remembered and its retry dropped, a comment is
 // recorded, and a sweep's pre-check and publish pass, all without NOPERM.
 func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
+	t.Parallel()
 	b := get(t, "base")
 	sec := b.secrets["ymirflow-redis"]
 	if sec == nil {

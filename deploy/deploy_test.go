@@ -281,6 +281,7 @@ func envVar(c *corev1.Container, name string) *corev1.EnvVar {
 }
 
 func TestOverlaysBuildStrictly(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		if len(b.deployments) == 0 || len(b.cronJobs) != 2 || len(b.statefulSets) != 1 {
 			t.Errorf("deployments %v, cronjobs %v, statefulsets %v",
@@ -321,6 +322,7 @@ func TestOverlaysBuildStrictly(t *testing.T) {
 }
 
 func TestWorkerDeployments(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		want := map[string]bool{}
 		for _, w := range workers {
@@ -407,6 +409,7 @@ func TestWorkerDeployments(t *testing.T) {
 }
 
 func TestPodHardening(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		for _, p := range b.pods() {
 			where := p.kind + " " + p.name
@@ -455,6 +458,7 @@ func TestPodHardening(t *testing.T) {
 }
 
 func TestPodDisruptionBudgets(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		for _, w := range workers {
 			d := b.deployments[w.name]
@@ -485,6 +489,7 @@ func TestPodDisruptionBudgets(t *testing.T) {
 }
 
 func TestFetcherCronJobs(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		for _, want := range []struct {
 			name, schedule string
@@ -576,6 +581,7 @@ func parseMem(s string) (int64, error) {
 }
 
 func TestValkey(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		ss := b.statefulSets["valkey"]
 		if ss == nil {
@@ -781,6 +787,7 @@ func parseACL(t *testing.T, text string) map[string]aclUser {
 // The workers' metrics port answers only the monitoring stack, and nothing else
 // reaches the workers.
 func TestWorkerMetricsNetworkPolicy(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		for _, p := range b.pods() {
 			if p.kind != "Deployment" || !strings.HasPrefix(p.name, "ymirflow-") || p.labels["app.kubernetes.io/component"] != "worker" {
@@ -829,6 +836,7 @@ func secretValue(s *corev1.Secret, key string) string {
 }
 
 func TestNetworkPolicy(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		ss := b.statefulSets["valkey"]
 		var pols []*networkingv1.NetworkPolicy
@@ -945,6 +953,7 @@ func resolveEnv(t *testing.T, b *build, c *corev1.Container, spec corev1.PodSpec
 // ymirflow container (env and envFrom) to the settings of the command it runs,
 // as the binary itself lists them.
 func TestEnvironmentIsTheBinarys(t *testing.T) {
+	t.Parallel()
 	known := config.EnvNames()
 	forEach(t, func(t *testing.T, b *build) {
 		cs := b.ymirflowContainers()
@@ -1060,6 +1069,7 @@ func secretMount(c *corev1.Container, spec corev1.PodSpec, path string) (string,
 }
 
 func TestJiraTokenFromSecret(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		for _, yc := range b.ymirflowContainers() {
 			if !slices.Contains(config.EnvNamesOf(yc.c.Args[0]), "JIRA_TOKEN_FILE") {
@@ -1087,6 +1097,7 @@ func TestJiraTokenFromSecret(t *testing.T) {
 }
 
 func TestProdShipsNoPlaceholderSecrets(t *testing.T) {
+	t.Parallel()
 	b := get(t, "overlays/prod")
 	if len(b.secrets) != 0 {
 		t.Errorf("prod ships Secrets %v; they must be created in the cluster", sortedKeys(b.secrets))
@@ -1127,6 +1138,7 @@ func TestProdShipsNoPlaceholderSecrets(t *testing.T) {
 }
 
 func TestContainerfile(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("Containerfile")
 	if err != nil {
 		t.Fatal(err)

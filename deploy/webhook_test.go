@@ -19,6 +19,7 @@ import (
 // `ymirflow webhook` with its secret from a Secret file, a Service on its port, a
 // NetworkPolicy admitting ingress on that port, and an Ingress left for the operator.
 func TestWebhookReceiver(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, b *build) {
 		d := b.deployments["ymirflow-webhook"]
 		if d == nil {
@@ -114,6 +115,7 @@ func TestWebhookReceiver(t *testing.T) {
 
 // The Ingress example points at the receiver's Service and port.
 func TestWebhookIngressExample(t *testing.T) {
+	t.Parallel()
 	b := get(t, "base")
 	svc := b.services["ymirflow-webhook"]
 	raw, err := os.ReadFile("examples/webhook-ingress.yaml")

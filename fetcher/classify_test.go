@@ -12,6 +12,7 @@ import (
 // Ports of upstream's test_is_label_stale [5 cases] and
 // test_is_label_stale_naive_datetime_treated_as_utc (threshold 24 h).
 func TestIsLabelStale(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
 	jiraFmt := func(d time.Duration) string { return now.Add(-d).Format("2006-01-02T15:04:05.000-0700") }
 	cases := []struct {
@@ -53,6 +54,7 @@ func TestIsLabelStale(t *testing.T) {
 
 // Ports of upstream's test_find_stale_in_flight_label_* and test_find_stale_reproducer_*.
 func TestFindStaleInFlightLabel(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	stale, fresh := now.Add(-100*time.Hour), now.Add(-time.Minute)
 	cases := []struct {
@@ -84,6 +86,7 @@ func TestFindStaleInFlightLabel(t *testing.T) {
 
 // TestClassify covers rules A–D and the modular skip without I/O.
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	mk := func(updated time.Time, comp any, labels ...string) jira.Issue {
 		f := map[string]any{"labels": labels, "updated": jira.Time{Time: updated}}

@@ -60,6 +60,7 @@ func TestLockedAtEveryStageKeepsTriggerUntilRelease(t *testing.T) {
 // If the publish fails (Redis stopped at that very moment), no label is flipped, and the
 // sweep stops with an error.
 func TestPublishFailureFlipsNoLabel(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true, MaxRetries: 1,
 		MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
@@ -102,6 +103,7 @@ func (stopOnPublish) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // Two sweeps in a row publish each issue once; once the worker has acked an entry, an
 // issue that still qualifies is published again.
 func TestTwoSweepsPublishOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []fakejira.Issue{iss("RHEL-1"), iss("RHEL-2"), todoBy(iss("RHEL-3"), member), iss("RHEL-4", labels.RetryNeeded)})
 	s1 := h.sweep()
 	s2 := h.sweep()
@@ -138,6 +140,7 @@ func TestTwoSweepsPublishOnce(t *testing.T) {
 // Sweeps racing from two processes publish each issue once (the check and the XADD are
 // one script).
 func TestConcurrentSweepsPublishOnce(t *testing.T) {
+	t.Parallel()
 	var issues []fakejira.Issue
 	for i := 1; i <= 30; i++ {
 		issues = append(issues, iss("RHEL-"+strconv.Itoa(i)))
@@ -161,6 +164,7 @@ func TestConcurrentSweepsPublishOnce(t *testing.T) {
 
 // DRY_RUN writes nothing to Jira (no PUT at all) but publishes to the right streams.
 func TestDryRunWritesNothingButPublishes(t *testing.T) {
+	t.Parallel()
 	issues := fakejira.SampleIssues(len(fakejira.SampleKinds), 1)
 	h := newHarness(t, issues, withFake(func(o *fakejira.Options) { o.Groups = fakejira.SampleGroups() }))
 	s := h.sweep(func(c *Config) { c.DryRun = true })
@@ -184,6 +188,7 @@ func TestDryRunWritesNothingButPublishes(t *testing.T) {
 
 // Every sample kind gets what the rules say.
 func TestSampleIssuesSweep(t *testing.T) {
+	t.Parallel()
 	issues := fakejira.SampleIssues(len(fakejira.SampleKinds), 3)
 	h := newHarness(t, issues, withFake(func(o *fakejira.Options) { o.Groups = fakejira.SampleGroups() }))
 	s := h.sweep(func(c *Config) { c.TriggerGroup = fakejira.SampleTriggerGroup })
@@ -228,6 +233,7 @@ func TestSampleIssuesSweep(t *testing.T) {
 // A 429 with Retry-After is waited out; a permanent one fails the sweep (see the upstream
 // port); a 401 or 403 on the search is fatal.
 func TestJiraErrors(t *testing.T) {
+	t.Parallel()
 	t.Run("429 Retry-After", func(t *testing.T) {
 		h := newHarness(t, []fakejira.Issue{iss("RHEL-1")})
 		h.srv.FailNext(1, http.StatusTooManyRequests, "1")
@@ -277,6 +283,7 @@ func TestJiraErrors(t *testing.T) {
 // A modular ymir_todo is consumed at once, without an author check,
 // rather than re-checked every sweep for ever.
 func TestModularTodoIsConsumed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []fakejira.Issue{component(todoBy(iss("RHEL-1"), member), "perl:5.32/perl"), component(todoBy(iss("RHEL-2"), outsider), "nodejs:18/nodejs")})
 	s := h.sweep()
 	if s.Skipped[ReasonModular] != 2 || s.Published != 0 {
@@ -296,6 +303,7 @@ func TestModularTodoIsConsumed(t *testing.T) {
 // Keys are canonicalised before any lookup: a lease on RHEL-5 covers " rhel-5"; invalid
 // keys are skipped.
 func TestCanonicalKeys(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []fakejira.Issue{iss("rhel-5"), iss(" Rhel-6"), iss("../x"), iss("RHEL-0")})
 	if _, err := h.locker.Acquire(h.ctx, "rebase", "RHEL-5", lockmw.AcquireOptions{}); err != nil {
 		t.Fatal(err)
@@ -312,6 +320,7 @@ func TestCanonicalKeys(t *testing.T) {
 // A marker whose stream was deleted or whose entry was trimmed does not block; a marker
 // of an entry still waiting does.
 func TestQueuedMarkerLifecycle(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []fakejira.Issue{iss("RHEL-1"), iss("RHEL-2")})
 	if s := h.sweep(); s.Published != 2 {
 		t.Fatal(s)
@@ -337,6 +346,7 @@ func TestQueuedMarkerLifecycle(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
+	t.Parallel()
 	rdb, _ := redistest.Client(t)
 	jc, _ := jira.New(jira.Options{})
 	ok := Config{Jira: jc, Redis: rdb, JQL: "x"}
@@ -379,6 +389,7 @@ func TestNew(t *testing.T) {
 // MAX_LEN trims the triage streams after a sweep with pipeline.Trim: entries still waiting
 // are never cut, acked ones are (approximately: whole macro nodes).
 func TestTrimKeepsWaitingEntries(t *testing.T) {
+	t.Parallel()
 	const n = 300
 	var issues []fakejira.Issue
 	for i := 1; i <= n; i++ {

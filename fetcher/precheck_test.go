@@ -46,6 +46,7 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // is made only when some candidate has a queued marker (to renew it and, for an entry
 // already delivered to the triage group, to confirm it is still pending).
 func TestPrecheckIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	topo := pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}
@@ -341,6 +342,7 @@ func delayLine(b *testing.B, addr string, d time.Duration) string {
 // is unread or pending blocks; one whose entry was acked, trimmed or whose stream is gone
 // does not.
 func TestPublishScript(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	topo := pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}

@@ -23,6 +23,7 @@ func (h *harness) getIssue(key string) jira.Issue {
 // streams and label flips as a sweep over the same issues, and a publish that a later
 // sweep does not repeat.
 func TestProcessIsTheSweepsPath(t *testing.T) {
+	t.Parallel()
 	issues := []fakejira.Issue{
 		iss("RHEL-1"), todoBy(iss("RHEL-2"), member), todoBy(iss("RHEL-3"), outsider),
 		iss("RHEL-4", labels.RetryNeeded), component(todoBy(iss("RHEL-5"), member), "perl:5.32/perl"),
@@ -61,6 +62,7 @@ func TestProcessIsTheSweepsPath(t *testing.T) {
 // A source that knows who added ymir_todo (a webhook's changelog) spares the changelog
 // read; the group check still applies to that user.
 func TestProcessKnownTodoAdder(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []fakejira.Issue{todoBy(iss("RHEL-1"), outsider), todoBy(iss("RHEL-2"), outsider)})
 	f := h.fetcher()
 	s, err := f.Process(h.ctx,

@@ -13,6 +13,7 @@ import (
 // SIGTERM (a cancelled ctx) during a sweep stops it between issues: the issue at hand
 // is published and flipped, the others are left untouched for the next sweep.
 func TestSweepStopsBetweenIssues(t *testing.T) {
+	t.Parallel()
 	var issues []fakejira.Issue
 	for _, k := range []string{"RHEL-1", "RHEL-2", "RHEL-3", "RHEL-4"} {
 		issues = append(issues, todoBy(iss(k), member)) // published to :todo, then ymir_todo flipped

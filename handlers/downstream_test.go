@@ -18,6 +18,7 @@ import (
 )
 
 func TestDownstreamSuccessLabels(t *testing.T) {
+	t.Parallel()
 	for _, agent := range []string{"rebase", "backport", "rebuild"} {
 		t.Run(agent, func(t *testing.T) {
 			e := newEnv(t, fakejira.Issue{Key: "RHEL-20", Labels: []string{"ymir_triaged_" + agent, "ymir_" + agent + "_failed",
@@ -43,6 +44,7 @@ func TestDownstreamSuccessLabels(t *testing.T) {
 }
 
 func TestDownstreamFailureLabels(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name       string
 		r          *fixed
@@ -89,6 +91,7 @@ func TestDownstreamFailureLabels(t *testing.T) {
 // A Jira outage while the success label is written: the runner's result is kept, the
 // attempt fails and the next one writes the label without running the agent again.
 func TestJiraOutageDuringLabelWriteIsRetriedWithoutRerun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-22", Labels: []string{"ymir_triaged_rebase"}})
 	r := &fixed{res: handlers.Result{Success: true}}
 	// Jira goes down while the agent works.
@@ -115,6 +118,7 @@ func TestJiraOutageDuringLabelWriteIsRetriedWithoutRerun(t *testing.T) {
 // Still down on the last attempt: the event is not dead-lettered but left pending
 // (the error matches lockmw.ErrTransient, which the pipeline nacks).
 func TestJiraDownOnLastAttemptLeavesEventPending(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-23", Labels: []string{"ymir_triaged_rebase"}})
 	r := &fixed{res: handlers.Result{Success: true}}
 	h := e.handler("rebase", "c9s", r, func(c *handlers.Config) { c.MaxRetries = 1 })
@@ -132,6 +136,7 @@ func TestJiraDownOnLastAttemptLeavesEventPending(t *testing.T) {
 // holder), triage's resolution label write is refused before it is sent, so neither
 // the label nor the downstream request exists.
 func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-24"})
 	locker := e.locker()
 	r := &fixed{res: triageResult("backport", "rhel-9.6.0")}
@@ -190,6 +195,7 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 // Cancelling the handler's context (lease lost, shutdown) is not a failure: no labels,
 // no records, and the error tells the pipeline to redeliver.
 func TestCancelledRunIsNotAFailure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-25", Labels: []string{"ymir_triaged_rebuild"}})
 	r := handlers.RunnerFunc(func(ctx context.Context, req handlers.RunRequest) (handlers.Result, error) {
 		<-ctx.Done()

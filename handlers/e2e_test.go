@@ -42,6 +42,7 @@ func (e *env) pendingOf(stream, group string) int64 {
 // Real routers, real Redis, fake Jira, demo agents: triage → rebase:c9s, labels and
 // results at each step, the user-triggered issue through the :todo twins.
 func TestEndToEndTriageToRebase(t *testing.T) {
+	t.Parallel()
 	var issues []fakejira.Issue
 	for i := range 5 {
 		issues = append(issues, fakejira.Issue{Key: fmt.Sprintf("RHEL-%d", 100+i), Labels: []string{"cve"}})
@@ -107,6 +108,7 @@ func TestEndToEndTriageToRebase(t *testing.T) {
 // Retries exhausted through the router: _errored label, triaged label removed, the
 // event in the dead-letter stream, a stage.failed record.
 func TestEndToEndRetriesExhaustedGoToDead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-300", Labels: []string{"ymir_triaged_backport"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -140,6 +142,7 @@ func TestEndToEndRetriesExhaustedGoToDead(t *testing.T) {
 // processed once Jira is back; the agent ran once and the downstream request was
 // published once.
 func TestEndToEndJiraOutageDuringLabelWrite(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-400"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -171,6 +174,7 @@ func TestEndToEndJiraOutageDuringLabelWrite(t *testing.T) {
 
 // Two workers of one agent, the same issue published twice: the runs never overlap.
 func TestEndToEndTwoWorkersOneIssueNeverOverlap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-500", Labels: []string{"ymir_triaged_rebuild"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -214,6 +218,7 @@ func TestEndToEndTwoWorkersOneIssueNeverOverlap(t *testing.T) {
 // the event is dead-lettered with the runner's stderr and the issue gets its _errored
 // label.
 func TestEndToEndExecBadOutputRetriedThenDead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-600", Labels: []string{"ymir_triaged_rebuild"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -152,6 +152,7 @@ func (w *fenceWorld) peerRun(t *testing.T, le *lockmw.Lease, key string) {
 // holder's labels stay; it is logged with fence and issue and counted; nothing is
 // recorded or published under the old fence.
 func TestPausedHolderJiraWriteIsRefused(t *testing.T) {
+	t.Parallel()
 	w := newFenceWorld(t, fakejira.Issue{Key: "RHEL-40"})
 	e := w.e
 	runner := &fixed{res: triageResult("backport", "c9s")}
@@ -194,6 +195,7 @@ func TestPausedHolderJiraWriteIsRefused(t *testing.T) {
 // its first write is the "already closed" comment, which is refused (comments are best
 // effort: logged and counted), and its skip record is refused too.
 func TestPausedHolderJiraCommentIsRefused(t *testing.T) {
+	t.Parallel()
 	w := newFenceWorld(t, fakejira.Issue{Key: "RHEL-41", Status: "Closed"})
 	e := w.e
 	h := e.handler("triage", "", &fixed{res: triageResult("postponed", "")}, w.config,
@@ -247,6 +249,7 @@ func (j hookJira) UpdateLabels(ctx context.Context, key string, add, remove []st
 // again after Jira answered, finds it lost, and converges the labels to the last
 // recorded outcome (the backport's), so the stale label does not survive.
 func TestRacedLabelWriteConverges(t *testing.T) {
+	t.Parallel()
 	w := newFenceWorld(t, fakejira.Issue{Key: "RHEL-42"})
 	e := w.e
 	var once sync.Once
@@ -280,6 +283,7 @@ func TestRacedLabelWriteConverges(t *testing.T) {
 // left (here a late claim and a late resolution label) does not survive the next write
 // of the newer holder; the triggers and other tools' labels are left alone.
 func TestTerminalWriteErasesStaleStateLabels(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-43", Labels: []string{labels.TriageInProgress,
 		labels.TriagedRebase, labels.TriagedBackport, "keep", labels.Todo}})
 	h := e.handler("backport", "c9s", &fixed{res: handlers.Result{Success: true}})

@@ -91,6 +91,7 @@ func TestExecRunnerContract(t *testing.T) {
 // ymirflow's own Jira credentials pass only when named, and are reported; secret-looking
 // names are reported for redaction; REDIS_URL never passes.
 func TestBuildAgentEnvExplicitCredentials(t *testing.T) {
+	t.Parallel()
 	environ := []string{"PATH=/bin", "JIRA_TOKEN=jt-1234", "GITLAB_TOKEN=gl-5678", "ANTHROPIC_API_KEY=ak-9999",
 		"ANTHROPIC_MODEL=m", "REDIS_URL=redis://:pw@h", "OTHER=x"}
 	e := handlers.BuildAgentEnv(environ, []string{"JIRA_TOKEN", "GITLAB_TOKEN", "ANTHROPIC_*", "REDIS_URL"})
@@ -108,6 +109,7 @@ func TestBuildAgentEnvExplicitCredentials(t *testing.T) {
 
 // The stderr tail in the error and the log passes the redactor.
 func TestExecRunnerRedactsStderr(t *testing.T) {
+	t.Parallel()
 	var log bytes.Buffer
 	r := handlers.ExecRunner{Command: `echo "token=$SECRET_TOKEN" >&2; exit 3`, Env: []string{"SECRET_TOKEN=s3cr3t-value"},
 		Redactor: redact.New("s3cr3t-value"), Logger: zerolog.New(&log)}
@@ -121,6 +123,7 @@ func TestExecRunnerRedactsStderr(t *testing.T) {
 }
 
 func TestExecRunnerDownstreamResult(t *testing.T) {
+	t.Parallel()
 	r := handlers.ExecRunner{Command: `echo '{"success":false,"error":"build failed","merge_request_url":null}'`}
 	res, err := r.Run(context.Background(), runReq(t, "rebase"))
 	if err != nil {
@@ -136,6 +139,7 @@ func TestExecRunnerDownstreamResult(t *testing.T) {
 }
 
 func TestExecRunnerErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, agent, cmd string
 		bad              bool     // ErrBadOutput
@@ -172,6 +176,7 @@ func TestExecRunnerErrors(t *testing.T) {
 }
 
 func TestExecRunnerStderrIsBounded(t *testing.T) {
+	t.Parallel()
 	r := handlers.ExecRunner{Command: `head -c 200000 /dev/zero | tr '\0' e >&2; echo END >&2; exit 1`, MaxStderr: 1000}
 	_, err := r.Run(context.Background(), runReq(t, "rebase"))
 	if err == nil || !strings.HasSuffix(err.Error(), "END") || len(err.Error()) > 4000 {
@@ -266,6 +271,7 @@ func TestExecRunnerReapsLeftovers(t *testing.T) {
 }
 
 func TestDemoRunnerIsDeterministic(t *testing.T) {
+	t.Parallel()
 	d := handlers.DemoRunner{Seed: 7}
 	ctx := context.Background()
 	for i := range 50 {
@@ -318,6 +324,7 @@ func TestDemoRunnerIsDeterministic(t *testing.T) {
 }
 
 func TestDemoRunnerMixDurationAndCancel(t *testing.T) {
+	t.Parallel()
 	d := handlers.DemoRunner{Mix: map[string]int{"rebase": 1, "error": 0}, Branches: []string{"c9s"}, Duration: 40 * time.Millisecond}
 	start := time.Now()
 	res, err := d.Run(context.Background(), handlers.RunRequest{Agent: "triage", IssueKey: "RHEL-1", Attempt: 1})

@@ -17,6 +17,7 @@ import (
 )
 
 func TestRoutingTable(t *testing.T) {
+	t.Parallel()
 	topo := pipeline.Topology{Namespace: "ymir"}
 	cases := []struct {
 		resolution, branch string
@@ -61,6 +62,7 @@ func TestRoutingTable(t *testing.T) {
 // Every resolution against fakejira and Redis: the label, the stream, the downstream
 // Task and the results record.
 func TestTriageResolutions(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, resolution, branch string
 		user                     bool
@@ -157,6 +159,7 @@ func TestTriageResolutions(t *testing.T) {
 }
 
 func TestTriageClaimIsOnePutRemovingOtherYmirLabels(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-8", Labels: []string{"ymir_todo", "ymir_triaged_backport", "ymir_backport_errored", "ymir_legacy_x", "keep"}})
 	r := &fixed{res: triageResult("backport", "c9s")}
 	var during []string
@@ -195,6 +198,7 @@ func TestTriageClaimIsOnePutRemovingOtherYmirLabels(t *testing.T) {
 }
 
 func TestTriageDedup(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		labels []string
@@ -240,6 +244,7 @@ func TestTriageDedup(t *testing.T) {
 }
 
 func TestTriageFailureRetriesThenErrored(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		r    *fixed
@@ -280,6 +285,7 @@ func TestTriageFailureRetriesThenErrored(t *testing.T) {
 }
 
 func TestTriageIssueMissingInJiraIsBadEvent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.handler("triage", "", &fixed{res: triageResult("rebase", "c9s")})
 	if err := attempt(h, triageMsg(t, "RHEL-404", false, ""), 1); !errors.Is(err, pipeline.ErrBadEvent) {
@@ -288,6 +294,7 @@ func TestTriageIssueMissingInJiraIsBadEvent(t *testing.T) {
 }
 
 func TestNoJiraLogsInsteadOfWriting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-11", Labels: []string{"ymir_triaged_backport"}})
 	r := &fixed{res: triageResult("backport", "c9s")}
 	h := e.handler("triage", "", r, func(c *handlers.Config) { c.Jira = nil; c.DryRun = true })
@@ -311,6 +318,7 @@ func TestNoJiraLogsInsteadOfWriting(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for name, cfg := range map[string]handlers.Config{
 		"unknown agent":      {Agent: "x", Runner: &fixed{}, Results: e.results},
@@ -374,6 +382,7 @@ func (o *orderJira) UpdateLabels(ctx context.Context, key string, add, remove []
 // removed after: a downstream agent that finishes before triage's last write still
 // leaves the right labels.
 func TestTriageLabelPublishOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-12"})
 	stream := e.topo.Stream("backport", "c9s", false)
 	oj := &orderJira{Client: e.jc, e: e, stream: stream}
@@ -406,6 +415,7 @@ func TestTriageLabelPublishOrder(t *testing.T) {
 // not a skip. The record is fenced, so it goes to the lease's Redis: the failure is made
 // there (the stream's key holds a string for the first delivery).
 func TestTriageRedeliveryAfterRecordFailureKeepsResolution(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-13"})
 	rc := e.rdb
 	runner := &fixed{res: triageResult("backport", "c9s")}

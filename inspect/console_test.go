@@ -16,6 +16,7 @@ import (
 // newest dead letters, and the purge of selected ones.
 
 func TestOutcomesCountPerMinuteAndType(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 4, 12, 30, 30, 0, time.UTC)
@@ -51,6 +52,7 @@ func TestOutcomesCountPerMinuteAndType(t *testing.T) {
 }
 
 func TestRunningNamesTheStreamOfTheGuardedEntry(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	locker := e.locker(time.Minute)
@@ -80,6 +82,7 @@ func TestRunningNamesTheStreamOfTheGuardedEntry(t *testing.T) {
 }
 
 func TestNewestDeadLettersAndDelete(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 0)

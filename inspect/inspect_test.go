@@ -61,6 +61,7 @@ func (e *env) readAs(stream, group, consumer string, n int64) []redis.XMessage {
 }
 
 func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	locker := e.locker(time.Minute)
@@ -132,6 +133,7 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 }
 
 func TestLocksAndForceRelease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	locker := e.locker(time.Minute)
@@ -180,6 +182,7 @@ func TestLocksAndForceRelease(t *testing.T) {
 }
 
 func TestStreamsReportsGroupsLagAndConsumers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 0)
@@ -211,6 +214,7 @@ func TestStreamsReportsGroupsLagAndConsumers(t *testing.T) {
 }
 
 func TestHistoryOrdersEventsAcrossStreams(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 2)
@@ -270,6 +274,7 @@ func TestHistoryOrdersEventsAcrossStreams(t *testing.T) {
 }
 
 func TestReplayOfARangeYieldsThatManyNewEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 2)
@@ -319,6 +324,7 @@ func TestReplayOfARangeYieldsThatManyNewEvents(t *testing.T) {
 
 // A replay takes the normal path: a replay of a locked issue is dropped like any event.
 func TestReplayOfALockedIssueIsDropped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -367,6 +373,7 @@ func (e *env) bury(stream, id, key, errText string) string {
 }
 
 func TestRequeueMovesAnEntryBackExactlyOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 0)
@@ -418,6 +425,7 @@ func TestRequeueMovesAnEntryBackExactlyOnce(t *testing.T) {
 }
 
 func TestRequeueAllPurgeAndList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 2)
@@ -455,6 +463,7 @@ func TestRequeueAllPurgeAndList(t *testing.T) {
 // End to end: an event that keeps failing is dead-lettered by the router; once the
 // cause is fixed, a requeue runs it exactly once more.
 func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -487,6 +496,7 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 
 // Requeue and Replay keep streams near MaxLen without cutting entries a group needs.
 func TestRequeueAndReplayNeverTrimPendingEntries(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	in, err := inspect.New(inspect.Config{Client: e.rdb, Topology: e.topo, Locker: e.locker(time.Minute), MaxLen: 2})

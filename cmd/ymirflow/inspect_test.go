@@ -124,6 +124,7 @@ func withStdin(t *testing.T, answer string, interactive bool) {
 }
 
 func TestHuman(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		0: "0s", 350 * time.Millisecond: "350ms", 42 * time.Second: "42s", 90 * time.Second: "1m30s",
 		2 * time.Minute: "2m", 2*time.Hour + 5*time.Minute + 10*time.Second: "2h5m", 76 * time.Hour: "3d4h", -3 * time.Second: "-3s",

@@ -8,6 +8,7 @@ import (
 
 // Table cells never carry control characters to the terminal, and are capped.
 func TestTableCellsAreSafe(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	tb := newTable(&buf, "ID", "CORRELATION")
 	tb.row("1-0", "abc\x1b[2J\x1b]0;pwned\x07\u202edef\r\nnext")

@@ -21,6 +21,7 @@ import (
 // docs/architecture.md, "Bad input": Redis unreachable at start → exit 1 with one clear line naming the URL,
 // without its password; a bad setting → exit 2 naming it.
 func TestWorkerStartErrors(t *testing.T) {
+	t.Parallel()
 	port := redistest.FreePort(t)
 	url := "redis://admin:hunter2@127.0.0.1:" + strconv.Itoa(port) + "/0"
 	var out, errs bytes.Buffer

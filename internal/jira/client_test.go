@@ -72,6 +72,7 @@ func countRequests(srv *fakejira.Server, method, path string) int {
 }
 
 func TestNewValidation(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty")
 	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
@@ -107,6 +108,7 @@ func TestNewValidation(t *testing.T) {
 }
 
 func TestNewDefaultsAndAPIAuto(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ url, api, want string }{
 		{"https://example.atlassian.net/", "", jira.APICloud},
 		{"https://jira.example.com/jira", "", jira.APIServer},
@@ -134,6 +136,7 @@ func TestNewDefaultsAndAPIAuto(t *testing.T) {
 }
 
 func TestSearchCloudPaging(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(7)}, jira.Options{API: jira.APICloud, PageSize: 3})
 	ctx := context.Background()
 
@@ -193,6 +196,7 @@ func toJira(in []fakejira.Issue) []jira.Issue {
 }
 
 func TestSearchServerPaging(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(8)}, jira.Options{PageSize: 3})
 	if c.API() != jira.APIServer {
 		t.Fatalf("API() = %s for a loopback URL, want server", c.API())
@@ -255,6 +259,7 @@ func TestSearchServerPaging(t *testing.T) {
 }
 
 func TestAuthHeaders(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("basic", func(t *testing.T) {
 		srv, c := newPair(t, fakejira.Options{Issues: seedIssues(1), Email: "bot@example.com", Token: "api-tok"},
@@ -301,6 +306,7 @@ func basicOf(h string) (string, string, bool) {
 }
 
 func TestTypedErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("401", func(t *testing.T) {
 		srv, c := newPair(t, fakejira.Options{Issues: seedIssues(1), Token: "right"}, jira.Options{Token: "wrong"})
@@ -345,6 +351,7 @@ func TestTypedErrors(t *testing.T) {
 }
 
 func TestRetry429HonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(2)}, jira.Options{})
 	srv.FailNext(1, http.StatusTooManyRequests, "1")
 	start := time.Now()
@@ -361,6 +368,7 @@ func TestRetry429HonoursRetryAfter(t *testing.T) {
 }
 
 func TestRetry429HTTPDate(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(1)}, jira.Options{})
 	// An HTTP date in the past means "now".
 	srv.FailNext(2, http.StatusTooManyRequests, time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat))
@@ -377,6 +385,7 @@ func TestRetry429HTTPDate(t *testing.T) {
 }
 
 func TestRetry5xxThenSuccess(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(1)}, jira.Options{})
 	srv.FailNext(1, http.StatusBadGateway, "")
 	srv.FailNext(1, http.StatusInternalServerError, "")
@@ -393,6 +402,7 @@ func TestRetry5xxThenSuccess(t *testing.T) {
 }
 
 func TestRetriesExhausted(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(1)}, jira.Options{MaxRetries: 2})
 	srv.FailNext(10, http.StatusServiceUnavailable, "")
 	_, err := c.GetIssue(context.Background(), "RHEL-1", nil)
@@ -420,6 +430,7 @@ func TestRetriesExhausted(t *testing.T) {
 }
 
 func TestNoSleepPastContextDeadline(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(1)}, jira.Options{})
 	srv.FailNext(1, http.StatusTooManyRequests, "30")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -471,6 +482,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 }
 
 func TestUpdateLabelsOnePut(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	srv, c := newPair(t, fakejira.Options{
 		Issues: []fakejira.Issue{{Key: "RHEL-7", Labels: []string{"keep", "ymir_todo"}}},
@@ -521,6 +533,7 @@ func TestUpdateLabelsOnePut(t *testing.T) {
 }
 
 func TestAddComment(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(1)}, jira.Options{CommentGroup: "Red Hat Employee"})
 	if err := c.AddComment(context.Background(), "RHEL-1", "Ymir picked up your request"); err != nil {
 		t.Fatalf("AddComment: %v", err)
@@ -555,6 +568,7 @@ func labelChange(id string, who jira.User, at time.Time, from, to string) jira.C
 }
 
 func TestChangelogPagingAndLastLabelAdder(t *testing.T) {
+	t.Parallel()
 	alice := jira.User{AccountID: "acc-alice", DisplayName: "Alice"}
 	bob := jira.User{AccountID: "acc-bob", DisplayName: "Bob"}
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -603,6 +617,7 @@ func TestChangelogPagingAndLastLabelAdder(t *testing.T) {
 }
 
 func TestChangelogServer(t *testing.T) {
+	t.Parallel()
 	bob := jira.User{Name: "bob"}
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	srv, c := newPair(t, fakejira.Options{Issues: []fakejira.Issue{{Key: "RHEL-5", Changelog: []jira.ChangelogEntry{
@@ -619,6 +634,7 @@ func TestChangelogServer(t *testing.T) {
 }
 
 func TestUserGroups(t *testing.T) {
+	t.Parallel()
 	groups := map[string][]string{"acc-1": {"Red Hat Employee", "jira-users"}, "bob": {"jira-users"}}
 	ctx := context.Background()
 	_, cloud := newPair(t, fakejira.Options{Groups: groups}, jira.Options{API: jira.APICloud})
@@ -643,6 +659,7 @@ func TestUserGroups(t *testing.T) {
 }
 
 func TestMyself(t *testing.T) {
+	t.Parallel()
 	me := jira.User{AccountID: "acc-bot", DisplayName: "bot"}
 	_, c := newPair(t, fakejira.Options{CurrentUser: me}, jira.Options{})
 	got, err := c.Myself(context.Background())
@@ -652,6 +669,7 @@ func TestMyself(t *testing.T) {
 }
 
 func TestIssueKeepsUnknownFields(t *testing.T) {
+	t.Parallel()
 	updated := time.Date(2024, 5, 1, 10, 20, 30, 0, time.UTC)
 	_, c := newPair(t, fakejira.Options{Issues: []fakejira.Issue{{
 		Key: "RHEL-3", Summary: "s", Status: "In Progress", Labels: []string{"l1"}, Updated: updated,
@@ -698,6 +716,7 @@ func TestIssueKeepsUnknownFields(t *testing.T) {
 }
 
 func TestDryRunSendsNoWrite(t *testing.T) {
+	t.Parallel()
 	srv, c := newPair(t, fakejira.Options{Issues: seedIssues(2)}, jira.Options{DryRun: true})
 	ctx := context.Background()
 	if err := c.UpdateLabels(ctx, "RHEL-1", []string{"ymir_triage_in_progress"}, []string{"ymir_todo"}); err != nil {
@@ -733,6 +752,7 @@ func TestDryRunSendsNoWrite(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
+	t.Parallel()
 	const rate, n = 20.0, 6
 	_, c := newPair(t, fakejira.Options{Issues: seedIssues(1)}, jira.Options{RateLimit: rate})
 	start := time.Now()
@@ -760,6 +780,7 @@ func TestRateLimit(t *testing.T) {
 }
 
 func TestParseTime(t *testing.T) {
+	t.Parallel()
 	want := time.Date(2024, 5, 1, 10, 20, 30, 0, time.UTC)
 	for _, s := range []string{
 		"2024-05-01T10:20:30.000+0000",
@@ -803,6 +824,7 @@ func TestParseTime(t *testing.T) {
 }
 
 func TestChangeItemLabels(t *testing.T) {
+	t.Parallel()
 	it := jira.ChangeItem{Field: "labels", FromString: "a b", ToString: "b c d"}
 	if got := it.AddedLabels(); !slices.Equal(got, []string{"c", "d"}) {
 		t.Errorf("AddedLabels = %v", got)
@@ -832,6 +854,7 @@ func flaky(n int, bad, next http.Handler) http.Handler {
 }
 
 func TestNetworkErrorAndAttemptTimeoutAreRetried(t *testing.T) {
+	t.Parallel()
 	srv := fakejira.New(fakejira.Options{Issues: seedIssues(1)})
 	cut := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, _, err := w.(http.Hijacker).Hijack()

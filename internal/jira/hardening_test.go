@@ -16,6 +16,7 @@ import (
 // A redirect to another port, or from https to http, is refused and never carries the
 // Authorization header there.
 func TestRedirectToAnotherOriginRefused(t *testing.T) {
+	t.Parallel()
 	var leaked atomic.Int32
 	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "" {
@@ -49,6 +50,7 @@ func TestRedirectToAnotherOriginRefused(t *testing.T) {
 
 // Server/DC paging that does not advance ends with ErrPaging instead of looping.
 func TestSearchAllStopsWhenStartAtDoesNotAdvance(t *testing.T) {
+	t.Parallel()
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
@@ -70,6 +72,7 @@ func TestSearchAllStopsWhenStartAtDoesNotAdvance(t *testing.T) {
 
 // A Jira that always has another page stops at MaxSearchPages.
 func TestSearchAllPageCap(t *testing.T) {
+	t.Parallel()
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {

@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		in   string
@@ -33,6 +34,7 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestBackoffGrowsWithJitterAndCap(t *testing.T) {
+	t.Parallel()
 	c := &Client{baseDelay: 100 * time.Millisecond, maxDelay: time.Second}
 	for attempt, full := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 30: time.Second} {
 		for range 50 {
@@ -45,6 +47,7 @@ func TestBackoffGrowsWithJitterAndCap(t *testing.T) {
 }
 
 func TestSleepCtxRefusesToOutliveDeadline(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -55,6 +58,7 @@ func TestSleepCtxRefusesToOutliveDeadline(t *testing.T) {
 }
 
 func TestHTTPErrorBodyTruncated(t *testing.T) {
+	t.Parallel()
 	e := newHTTPError("GET", "/x", 500, []byte(strings.Repeat("é", 2000)))
 	if len(e.Body) > maxErrorBody+len("…") || !strings.HasSuffix(e.Body, "…") {
 		t.Fatalf("body not truncated: %d bytes", len(e.Body))
@@ -69,6 +73,7 @@ func TestHTTPErrorBodyTruncated(t *testing.T) {
 }
 
 func TestLimiterSpacesCalls(t *testing.T) {
+	t.Parallel()
 	l := &limiter{interval: 30 * time.Millisecond}
 	start := time.Now()
 	for range 4 {

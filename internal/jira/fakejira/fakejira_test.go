@@ -54,6 +54,7 @@ func do(t *testing.T, method, url, body string, hdr ...string) (int, http.Header
 }
 
 func TestLoadFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "issues.json")
 	if err := os.WriteFile(path, []byte(issuesJSON), 0o600); err != nil {
 		t.Fatal(err)
@@ -113,6 +114,7 @@ func TestLoadFile(t *testing.T) {
 }
 
 func TestHandlerMountedAndEndpoints(t *testing.T) {
+	t.Parallel()
 	srv := fakejira.New(fakejira.Options{Issues: []fakejira.Issue{
 		{Key: "A-1", Summary: "one", Labels: []string{"x"}, Fields: map[string]any{"customfield_1": 7}},
 		{Key: "A-2"},
@@ -175,6 +177,7 @@ func TestHandlerMountedAndEndpoints(t *testing.T) {
 }
 
 func TestFailNextAndAuth(t *testing.T) {
+	t.Parallel()
 	srv := fakejira.New(fakejira.Options{Issues: []fakejira.Issue{{Key: "A-1"}}, Token: "pat"})
 	url := srv.Start()
 	defer srv.Close()
@@ -205,6 +208,7 @@ func TestFailNextAndAuth(t *testing.T) {
 }
 
 func TestConcurrentWritesAreSerialised(t *testing.T) {
+	t.Parallel()
 	srv := fakejira.New(fakejira.Options{Issues: []fakejira.Issue{{Key: "A-1"}}})
 	url := srv.Start()
 	defer srv.Close()
@@ -240,6 +244,7 @@ func TestConcurrentWritesAreSerialised(t *testing.T) {
 }
 
 func TestUserEndpoints(t *testing.T) {
+	t.Parallel()
 	srv := fakejira.New(fakejira.Options{Groups: map[string][]string{"acc-1": {"g1"}}})
 	url := srv.Start()
 	defer srv.Close()

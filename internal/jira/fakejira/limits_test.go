@@ -11,6 +11,7 @@ import (
 
 // fakejira's server closes idle keep-alive connections.
 func TestServerClosesIdleConnections(t *testing.T) {
+	t.Parallel()
 	s := fakejira.New(fakejira.Options{Limits: httpsrv.Limits{IdleTimeout: 200 * time.Millisecond}})
 	url := s.Start()
 	t.Cleanup(s.Close)

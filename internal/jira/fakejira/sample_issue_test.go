@@ -8,6 +8,7 @@ import (
 )
 
 func TestSampleIssue(t *testing.T) {
+	t.Parallel()
 	for _, k := range fakejira.SampleKinds {
 		a := fakejira.SampleIssue(k, 77, 3)
 		b := fakejira.SampleIssue(k, 77, 3)

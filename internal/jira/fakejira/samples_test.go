@@ -10,6 +10,7 @@ import (
 )
 
 func TestSampleIssues(t *testing.T) {
+	t.Parallel()
 	a := fakejira.SampleIssues(40, 7)
 	b := fakejira.SampleIssues(40, 7)
 	if len(a) != 40 {

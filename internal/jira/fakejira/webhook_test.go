@@ -26,6 +26,7 @@ type received struct {
 // A label change through the API and an issue created through the API are delivered signed,
 // shaped as Jira's, by the acting user; a failed delivery is retried with the same id.
 func TestWebhookDeliveries(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []received
 	fail := 1

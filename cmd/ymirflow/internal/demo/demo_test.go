@@ -271,6 +271,7 @@ func runDemo(t *testing.T, o demo.Options) (*demo.Summary, streamsAtEnd, error) 
 }
 
 func TestDemoEmbedded(t *testing.T) {
+	t.Parallel()
 	before := runtime.NumGoroutine()
 	var out, progress bytes.Buffer
 	s, at, err := runDemo(t, demo.Options{Issues: demo.CatalogueSize, Seed: 7, Out: &out, Progress: &progress,
@@ -303,6 +304,7 @@ func TestDemoEmbedded(t *testing.T) {
 
 // More issues than the catalogue: the rest are random, and still accounted for.
 func TestDemoRandomScenarios(t *testing.T) {
+	t.Parallel()
 	s, at, err := runDemo(t, demo.Options{Issues: demo.CatalogueSize + 20, Seed: 3, AgentDuration: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -311,6 +313,7 @@ func TestDemoRandomScenarios(t *testing.T) {
 }
 
 func TestDemoRealRedis(t *testing.T) {
+	t.Parallel()
 	rdb, _ := redistest.Client(t) // fails with a clear line when no Redis answers
 	var out bytes.Buffer
 	s, at, err := runDemo(t, demo.Options{RedisURL: redistest.URL(), Issues: demo.CatalogueSize, Seed: 11, Out: &out})
@@ -332,6 +335,7 @@ func TestDemoRealRedis(t *testing.T) {
 }
 
 func TestDemoRealRedisKeepAndUsedNamespace(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ns = strings.TrimSuffix(ns, ":") // the demo appends ":" to its namespace
 	s, _, err := runDemo(t, demo.Options{RedisURL: redistest.URL(), Namespace: ns, Issues: 6, Keep: true, AgentDuration: -1})
@@ -354,6 +358,7 @@ func TestDemoRealRedisKeepAndUsedNamespace(t *testing.T) {
 // Cancelling the context mid-run stops the demo cleanly: ErrInterrupted, routers closed,
 // no goroutine left, no panic.
 func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
 	for _, where := range []string{"embedded", "real"} {
 		t.Run(where, func(t *testing.T) {
 			url := ""
@@ -412,6 +417,7 @@ func waitGoroutines(t *testing.T, before int) {
 }
 
 func TestScenariosCoverEveryPath(t *testing.T) {
+	t.Parallel()
 	scen := demo.Scenarios(demo.CatalogueSize, 1)
 	kinds := map[fakejira.SampleKind]bool{}
 	resolutions := map[string]bool{}

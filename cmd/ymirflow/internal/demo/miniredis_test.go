@@ -39,6 +39,7 @@ func backends(t *testing.T) map[string]func(t *testing.T) (redis.UniversalClient
 // watermill-redisstream, lockmw and the fetcher use against miniredis and against the
 // real Redis, and expects the same answers.
 func TestEmbeddedRedisSpeaksThePipeline(t *testing.T) {
+	t.Parallel()
 	for name, open := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			c, p := open(t)
@@ -237,6 +238,7 @@ return last`, []string{s}, nil,
 // TestEmbeddedRedisDifferences pins what miniredis does differently, so a new version
 // that changes it is noticed (the demo's settings rely on these).
 func TestEmbeddedRedisDifferences(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for name, open := range backends(t) {
 		t.Run(name, func(t *testing.T) {
