@@ -91,16 +91,26 @@ func environSecrets(getenv func(string) string) []string {
 	return out
 }
 
-// jiraClient is the Jira client of the commands that search and write (fetch, webhook);
-// a bad setting is a usage error.
-func jiraClient(j *config.Jira, token string, log zerolog.Logger) (*jira.Client, error) {
+// connectJira connects to Redis (as connect) and builds the Jira client of the commands
+// that search and write (fetch, webhook); a bad Jira setting is a usage error. The
+// caller closes the env.
+func connectJira(ctx context.Context, c *config.Common, j *config.Jira, stderr io.Writer) (*env, *jira.Client, error) {
+	token, err := j.Token()
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := connect(ctx, c, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
 	jc, err := jira.New(jira.Options{
 		BaseURL: j.JiraURL, Email: j.JiraEmail, Token: token, API: j.APIFlavour(),
 		Timeout: j.JiraTimeout, MaxRetries: j.JiraMaxRetries, RateLimit: j.JiraRateLimit,
-		CommentGroup: j.JiraCommentGroup, DryRun: j.DryRun, Logger: log,
+		CommentGroup: j.JiraCommentGroup, DryRun: j.DryRun, Logger: e.log,
 	})
 	if err != nil {
-		return nil, usagef("%v", err)
+		e.Close()
+		return nil, nil, usagef("%v", err)
 	}
-	return jc, nil
+	return e, jc, nil
 }

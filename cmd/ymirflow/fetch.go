@@ -23,19 +23,11 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := load("fetch", &cfg, args, stderr); err != nil {
 		return err
 	}
-	token, err := cfg.Token()
-	if err != nil {
-		return err
-	}
-	e, err := connect(ctx, &cfg.Common, stderr)
+	e, jc, err := connectJira(ctx, &cfg.Common, &cfg.Jira, stderr)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	jc, err := jiraClient(&cfg.Jira, token, e.log)
-	if err != nil {
-		return err
-	}
 	locker, err := e.newLocker(lockmw.Options{}) // the workers' key layout
 
 	if err != nil {

@@ -29,23 +29,15 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := load("webhook", &cfg, args, stderr); err != nil {
 		return err
 	}
-	token, err := cfg.Token()
-	if err != nil {
-		return err
-	}
 	secret, err := cfg.Secret()
 	if err != nil {
 		return err
 	}
-	e, err := connect(ctx, &cfg.Common, stderr)
+	e, jc, err := connectJira(ctx, &cfg.Common, &cfg.Jira, stderr)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	jc, err := jiraClient(&cfg.Jira, token, e.log)
-	if err != nil {
-		return err
-	}
 	own := cfg.OwnAccounts()
 	if len(own) == 0 {
 		me, err := jc.Myself(ctx)

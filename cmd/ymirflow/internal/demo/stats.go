@@ -156,39 +156,30 @@ func newTally(rdb redis.UniversalClient, topo pipeline.Topology) *tally {
 
 // poll reads the records appended since the last poll.
 func (t *tally) poll(ctx context.Context) error {
+	if err := t.readSince(ctx, t.topo.Results(), &t.lastResult, t.result); err != nil {
+		return err
+	}
+	return t.readSince(ctx, t.topo.Dead(), &t.lastDead, t.dead)
+}
+
+// readSince hands each entry of stream after *last to fn, and moves *last on.
+func (t *tally) readSince(ctx context.Context, stream string, last *string, fn func(map[string]any)) error {
 	for {
-		msgs, err := t.rdb.XRangeN(ctx, t.topo.Results(), t.lastResult, "+", 500).Result()
+		msgs, err := t.rdb.XRangeN(ctx, stream, *last, "+", 500).Result()
 		if err != nil {
-			return fmt.Errorf("read %s: %w", t.topo.Results(), err)
+			return fmt.Errorf("read %s: %w", stream, err)
 		}
 		for _, m := range msgs {
-			if m.ID == t.lastResult {
+			if m.ID == *last {
 				continue
 			}
-			t.lastResult = m.ID
-			t.result(m.Values)
+			*last = m.ID
+			fn(m.Values)
 		}
 		if len(msgs) < 500 {
-			break
+			return nil
 		}
 	}
-	for {
-		msgs, err := t.rdb.XRangeN(ctx, t.topo.Dead(), t.lastDead, "+", 500).Result()
-		if err != nil {
-			return fmt.Errorf("read %s: %w", t.topo.Dead(), err)
-		}
-		for _, m := range msgs {
-			if m.ID == t.lastDead {
-				continue
-			}
-			t.lastDead = m.ID
-			t.dead(m.Values)
-		}
-		if len(msgs) < 500 {
-			break
-		}
-	}
-	return nil
 }
 
 func str(v any) string {
