@@ -357,8 +357,9 @@ func TestDemoRealRedisKeepAndUsedNamespace(t *testing.T) {
 
 // Cancelling the context mid-run stops the demo cleanly: ErrInterrupted, routers closed,
 // no goroutine left, no panic.
+// TestDemoInterrupted counts the process's goroutines, so it must not run beside the
+// package's parallel tests: it stays serial (serial tests finish before parallel ones start).
 func TestDemoInterrupted(t *testing.T) {
-	t.Parallel()
 	for _, where := range []string{"embedded", "real"} {
 		t.Run(where, func(t *testing.T) {
 			url := ""
