@@ -3,7 +3,6 @@ package inspect_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,11 +33,7 @@ func newEnv(t testing.TB) *env {
 }
 
 func (e *env) locker(ttl time.Duration) *lockmw.Locker {
-	l, err := lockmw.New(e.rdb, lockmw.Options{Scope: e.ns, TTL: ttl})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return l
+	return e.Locker(lockmw.Options{Scope: e.ns, TTL: ttl})
 }
 
 // routerOpts are the knobs tests turn; the rest are fast defaults.
@@ -82,26 +77,7 @@ func (e *env) dead() []redis.XMessage { return e.Entries(e.topo.Dead()) }
 func (e *env) pending(stream string) int64 { return e.Pending(stream, "triage") }
 
 // runs counts handler runs per issue key.
-type runs struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (r *runs) add(key string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.n == nil {
-		r.n = map[string]int{}
-	}
-	r.n[key]++
-	return r.n[key]
-}
-
-func (r *runs) get(key string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n[key]
-}
+type runs = routertest.Runs
 
 func issueOf(msg *message.Message) string { return msg.Metadata.Get(pipeline.MetaIssueKey) }
 

@@ -330,11 +330,11 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 	defer cancel()
 	var r runs
 	e.start(ctx, routerOpts{}, func(msg *message.Message) error {
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		return nil
 	})
 	e.publishTriage("RHEL-5")
-	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-5") == 1 }, "first run")
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-5") == 1 }, "first run")
 	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "released and acked")
 	other := e.locker(time.Minute)
 	le, err := other.Acquire(ctx, "triage", "RHEL-5", lockmw.AcquireOptions{Owner: "elsewhere"})
@@ -350,7 +350,7 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 	if got := e.results(pipeline.EventLockDropped)[0].Values["message_id"]; got != rep.Events[0].ID {
 		t.Fatalf("dropped %v, want the replay %s", got, rep.Events[0].ID)
 	}
-	if r.get("RHEL-5") != 1 {
+	if r.Get("RHEL-5") != 1 {
 		t.Fatal("the replay of a locked issue ran")
 	}
 }
@@ -471,7 +471,7 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 	var broken atomic.Bool
 	broken.Store(true)
 	e.start(ctx, routerOpts{maxRetries: 1}, func(msg *message.Message) error {
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		if broken.Load() {
 			return errBoom
 		}
@@ -479,17 +479,17 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 	})
 	e.publishTriage("RHEL-6")
 	redistest.Eventually(t, 5*time.Second, func() bool { return len(e.dead()) == 1 }, "dead letter")
-	runsBefore := r.get("RHEL-6")
+	runsBefore := r.Get("RHEL-6")
 	broken.Store(false)
 	in := e.inspector(nil, 0)
 	done, err := in.Requeue(ctx, e.dead()[0].ID)
 	if err != nil || len(done) != 1 {
 		t.Fatalf("Requeue = %+v, %v", done, err)
 	}
-	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-6") == runsBefore+1 }, "one more run")
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-6") == runsBefore+1 }, "one more run")
 	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "acked")
 	time.Sleep(300 * time.Millisecond)
-	if got := r.get("RHEL-6"); got != runsBefore+1 || len(e.dead()) != 0 {
+	if got := r.Get("RHEL-6"); got != runsBefore+1 || len(e.dead()) != 0 {
 		t.Fatalf("runs %d (before %d), dead %d", got, runsBefore, len(e.dead()))
 	}
 }

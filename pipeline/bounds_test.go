@@ -71,17 +71,17 @@ func TestOversizedEntryDeadLetteredWhileNextRuns(t *testing.T) {
 	heap0, rss0 := settledHeap(), procStatus(t, "VmRSS")
 	var r runs
 	e.start(ctx, routerOpts{}, func(msg *message.Message) error {
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		return nil
 	})
-	redistest.Eventually(t, 20*time.Second, func() bool { return r.get("RHEL-2") == 1 && len(e.dead()) == 1 },
-		"the next event runs and the huge one is dead-lettered (runs %v, dead %d)", r.n, len(e.dead()))
+	redistest.Eventually(t, 20*time.Second, func() bool { return r.Get("RHEL-2") == 1 && len(e.dead()) == 1 },
+		"the next event runs and the huge one is dead-lettered (runs %v, dead %d)", r.Snapshot(), len(e.dead()))
 	hwm := procStatus(t, "VmHWM")
 	heap1, rss1 := settledHeap(), procStatus(t, "VmRSS")
 	t.Logf("worker meeting a %d MiB entry: RSS %.1f MiB before, %.1f MiB after (peak of the process %.1f MiB); "+
 		"heap after GC %.1f → %.1f MiB", huge>>20, mib(rss0), mib(rss1), mib(hwm), mib(int64(heap0)), mib(int64(heap1)))
 
-	if r.get("RHEL-1") != 0 {
+	if r.Get("RHEL-1") != 0 {
 		t.Fatal("the oversized event ran")
 	}
 	d := e.dead()[0]
@@ -149,13 +149,13 @@ func TestTooManyFieldsDeadLettered(t *testing.T) {
 	e.publishTriage("RHEL-4")
 	var r runs
 	e.start(ctx, routerOpts{}, func(msg *message.Message) error {
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		return nil
 	})
-	redistest.Eventually(t, 10*time.Second, func() bool { return r.get("RHEL-4") == 1 && len(e.dead()) == 1 },
+	redistest.Eventually(t, 10*time.Second, func() bool { return r.Get("RHEL-4") == 1 && len(e.dead()) == 1 },
 		"the next event runs and the wide one is dead-lettered")
-	if r.get("RHEL-3") != 0 || !strings.Contains(e.dead()[0].Values[pipeline.DeadFieldError].(string), "259 fields") {
-		t.Fatalf("runs %v, dead %v", r.n, trimValues(e.dead()[0].Values))
+	if r.Get("RHEL-3") != 0 || !strings.Contains(e.dead()[0].Values[pipeline.DeadFieldError].(string), "259 fields") {
+		t.Fatalf("runs %v, dead %v", r.Snapshot(), trimValues(e.dead()[0].Values))
 	}
 }
 

@@ -30,7 +30,7 @@ func TestBurstOfSameIssueRunsOnceUnderDrop(t *testing.T) {
 	var r runs
 	var published atomic.Int64
 	handler := func(msg *message.Message) error {
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		// Hold the lease until the whole burst is in the stream, so every other event of
 		// the burst arrives while this run is going on.
 		want := published.Load()
@@ -54,7 +54,7 @@ func TestBurstOfSameIssueRunsOnceUnderDrop(t *testing.T) {
 		redistest.Eventually(t, 10*time.Second, func() bool {
 			return len(e.results("lock.dropped")) == b*(perBurst-1) && e.pending(e.triage()) == 0
 		}, "burst %d settled: %d dropped so far", b, len(e.results("lock.dropped")))
-		if got := r.get("RHEL-7"); got != b {
+		if got := r.Get("RHEL-7"); got != b {
 			t.Fatalf("after burst %d: %d runs, want %d", b, got, b)
 		}
 	}
@@ -80,13 +80,13 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 	var otherRan atomic.Bool
 	done := make(chan struct{})
 	e.start(ctx, routerOpts{consumer: "a", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		time.Sleep(3 * maxIdle)
 		close(done)
 		return nil
 	})
 	id := e.publishTriage("RHEL-2")
-	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-2") == 1 }, "run started")
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-2") == 1 }, "run started")
 	e.start(ctx, routerOpts{consumer: "b", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
 		otherRan.Store(true)
 		return nil
@@ -95,8 +95,8 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 		select {
 		case <-done:
 			redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "entry acked")
-			if otherRan.Load() || r.get("RHEL-2") != 1 {
-				t.Fatalf("runs=%d, other consumer ran=%v", r.get("RHEL-2"), otherRan.Load())
+			if otherRan.Load() || r.Get("RHEL-2") != 1 {
+				t.Fatalf("runs=%d, other consumer ran=%v", r.Get("RHEL-2"), otherRan.Load())
 			}
 			if n := len(e.results("lock.dropped")); n != 0 {
 				t.Fatalf("the in-flight entry was dropped (acked) by the other consumer: %d records", n)
@@ -129,7 +129,7 @@ func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
 	var r runs
 	started := make(chan struct{}, 1)
 	e.start(ctx, routerOpts{consumer: "a", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		if issueOf(msg) == "RHEL-1" {
 			started <- struct{}{}
 			time.Sleep(4 * maxIdle)
@@ -141,15 +141,15 @@ func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
 	e.publishTriage("RHEL-2") // read ahead by a, stuck behind RHEL-1
 	e.publishTriage("RHEL-3")
 	e.start(ctx, routerOpts{consumer: "b", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		return nil
 	})
 	redistest.Eventually(t, 10*time.Second, func() bool {
-		return r.get("RHEL-1") == 1 && r.get("RHEL-2") >= 1 && r.get("RHEL-3") >= 1 && e.pending(e.triage()) == 0
+		return r.Get("RHEL-1") == 1 && r.Get("RHEL-2") >= 1 && r.Get("RHEL-3") >= 1 && e.pending(e.triage()) == 0
 	}, "all three run")
 	time.Sleep(2 * maxIdle) // a's buffer drains after RHEL-1; nothing may run again
 	for _, k := range []string{"RHEL-1", "RHEL-2", "RHEL-3"} {
-		if n := r.get(k); n != 1 {
+		if n := r.Get(k); n != 1 {
 			t.Fatalf("%s ran %d times", k, n)
 		}
 	}
@@ -164,7 +164,7 @@ func TestLeaseLossCancelsHandlerAndEventReruns(t *testing.T) {
 	var r runs
 	var firstCause atomic.Value
 	e.start(ctx, routerOpts{ttl: 600 * time.Millisecond}, func(msg *message.Message) error {
-		if r.add(issueOf(msg)) > 1 {
+		if r.Add(issueOf(msg)) > 1 {
 			return nil
 		}
 		lease, _ := lockmw.LeaseFrom(msg.Context())
@@ -178,7 +178,7 @@ func TestLeaseLossCancelsHandlerAndEventReruns(t *testing.T) {
 		}
 	})
 	e.publishTriage("RHEL-4")
-	redistest.Eventually(t, 10*time.Second, func() bool { return r.get("RHEL-4") == 2 && e.pending(e.triage()) == 0 }, "re-run after loss")
+	redistest.Eventually(t, 10*time.Second, func() bool { return r.Get("RHEL-4") == 2 && e.pending(e.triage()) == 0 }, "re-run after loss")
 	if c, _ := firstCause.Load().(error); !errors.Is(c, lockmw.ErrLeaseLost) {
 		t.Fatalf("first run's cause = %v, want ErrLeaseLost", c)
 	}
@@ -197,7 +197,7 @@ func TestCoalesceRunsTwice(t *testing.T) {
 	var published atomic.Int64
 	var lastPayloads sync.Map
 	handler := func(msg *message.Message) error {
-		n := r.add(issueOf(msg))
+		n := r.Add(issueOf(msg))
 		lastPayloads.Store(n, msg.UUID)
 		if n == 1 {
 			redistest.Eventually(t, 10*time.Second, func() bool {
@@ -211,16 +211,16 @@ func TestCoalesceRunsTwice(t *testing.T) {
 	}
 	published.Store(51)
 	e.publishTriage("RHEL-5")
-	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-5") == 1 }, "first run")
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-5") == 1 }, "first run")
 	for range 50 {
 		e.publishTriage("RHEL-5")
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for !(r.get("RHEL-5") == 2 && e.pending(e.triage()) == 0) {
+	for !(r.Get("RHEL-5") == 2 && e.pending(e.triage()) == 0) {
 		if time.Now().After(deadline) {
 			keys := e.rdb.Keys(ctx, "*"+e.ns+"*").Val()
 			t.Fatalf("no follow-up run: runs=%d pending=%d len=%d coalesced=%d dropped=%d keys=%v done=%q",
-				r.get("RHEL-5"), e.pending(e.triage()), e.rdb.XLen(ctx, e.triage()).Val(),
+				r.Get("RHEL-5"), e.pending(e.triage()), e.rdb.XLen(ctx, e.triage()).Val(),
 				len(e.results("lock.coalesced")), len(e.results("lock.dropped")), keys,
 				e.rdb.Get(ctx, "lockdone:"+e.ns+"triage:RHEL-5").Val())
 		}
@@ -228,7 +228,7 @@ func TestCoalesceRunsTwice(t *testing.T) {
 	}
 	t.Logf("coalesced=%d dropped=%d", len(e.results("lock.coalesced")), len(e.results("lock.dropped")))
 	time.Sleep(time.Second)
-	if n := r.get("RHEL-5"); n != 2 {
+	if n := r.Get("RHEL-5"); n != 2 {
 		t.Fatalf("%d runs, want exactly 2", n)
 	}
 }
@@ -240,7 +240,7 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var r runs
-	e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.add(issueOf(msg)); return nil })
+	e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.Add(issueOf(msg)); return nil })
 	add := func(values map[string]any) {
 		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: values}).Err(); err != nil {
 			t.Fatal(err)
@@ -278,7 +278,7 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 	}
 	e.publishTriage("RHEL-99") // the router must still be running after all that
 	redistest.Eventually(t, 10*time.Second, func() bool {
-		return r.get("RHEL-99") == 1 && len(e.dead()) == len(cases) && e.pending(e.triage()) == 0
+		return r.Get("RHEL-99") == 1 && len(e.dead()) == len(cases) && e.pending(e.triage()) == 0
 	}, "bad events dead-lettered (%d of %d), good one run", len(e.dead()), len(cases))
 	dead := e.dead()
 	for i, c := range cases {
@@ -297,7 +297,7 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 			}
 		}
 	}
-	if r.get("RHEL-1") != 0 {
+	if r.Get("RHEL-1") != 0 {
 		t.Fatal("a bad event reached the handler")
 	}
 }
@@ -338,7 +338,7 @@ func TestEntriesAreReadableAndLegacyFormatIsRead(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var r runs
-	e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.add(issueOf(msg)); return nil })
+	e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.Add(issueOf(msg)); return nil })
 	id := e.publishTriage("RHEL-31")
 	vals := e.rdb.XRange(ctx, e.triage(), id, id).Val()[0].Values
 	if vals["m:issue_key"] != "RHEL-31" || vals["m:event_type"] != "triage.requested" || vals["payload"] == "" {
@@ -353,7 +353,7 @@ func TestEntriesAreReadableAndLegacyFormatIsRead(t *testing.T) {
 	if err := stock.Publish(e.triage(), legacy); err != nil {
 		t.Fatal(err)
 	}
-	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-31") == 1 && r.get("RHEL-32") == 1 }, "both formats handled")
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-31") == 1 && r.Get("RHEL-32") == 1 }, "both formats handled")
 }
 
 // Closing a router closes its subscribers' own clients, never the shared one.

@@ -113,7 +113,7 @@ func TestRedisRestartMidRunLosesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var r runs
-	_, done := e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.add(issueOf(msg)); return nil })
+	_, done := e.start(ctx, routerOpts{}, func(msg *message.Message) error { r.Add(issueOf(msg)); return nil })
 	keys := []string{}
 	for i := 1; i <= 20; i++ {
 		k := "RHEL-" + itoa(i)
@@ -130,7 +130,7 @@ func TestRedisRestartMidRunLosesNothing(t *testing.T) {
 	}
 	redistest.Eventually(t, 30*time.Second, func() bool {
 		for _, k := range keys {
-			if r.get(k) == 0 {
+			if r.Get(k) == 0 {
 				return false
 			}
 		}

@@ -149,12 +149,12 @@ func TestSIGKILLMidHandlerIsRerunElsewhere(t *testing.T) {
 	var fenceB string
 	var rerunAt time.Time
 	e.start(ctx, routerOpts{consumer: "b", ttl: ttl, maxIdle: maxIdle}, func(msg *message.Message) error {
-		if r.add(issueOf(msg)) == 1 {
+		if r.Add(issueOf(msg)) == 1 {
 			rerunAt, fenceB = time.Now(), msg.Metadata.Get("fence")
 		}
 		return nil
 	})
-	redistest.Eventually(t, 15*time.Second, func() bool { return r.get("RHEL-50") == 1 && e.pending(e.triage()) == 0 }, "b re-runs it")
+	redistest.Eventually(t, 15*time.Second, func() bool { return r.Get("RHEL-50") == 1 && e.pending(e.triage()) == 0 }, "b re-runs it")
 	fenceA := strings.Fields(ledgerLines(e, "start")[0])[4]
 	fa, _ := strconv.Atoi(fenceA)
 	fb, _ := strconv.Atoi(fenceB)
@@ -167,8 +167,8 @@ func TestSIGKILLMidHandlerIsRerunElsewhere(t *testing.T) {
 	if recovery > bound {
 		t.Fatalf("re-run %s after the kill, bound %s", recovery, bound)
 	}
-	if r.get("RHEL-50") != 1 {
-		t.Fatalf("re-run %d times", r.get("RHEL-50"))
+	if r.Get("RHEL-50") != 1 {
+		t.Fatalf("re-run %d times", r.Get("RHEL-50"))
 	}
 }
 

@@ -22,11 +22,11 @@ func TestEventRunsOnceAndIsAcked(t *testing.T) {
 			t.Error("handler has no lease in its context")
 		}
 		fence = msg.Metadata.Get("fence")
-		r.add(issueOf(msg))
+		r.Add(issueOf(msg))
 		return nil
 	})
 	e.publishTriage("rhel-1")
-	redistest.Eventually(t, 5*time.Second, func() bool { return r.get("RHEL-1") == 1 }, "one run")
+	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-1") == 1 }, "one run")
 	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "entry acked")
 	if fence == "" {
 		t.Fatal("no fence in metadata")

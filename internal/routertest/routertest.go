@@ -10,6 +10,8 @@ package routertest
 
 import (
 	"context"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,4 +181,36 @@ func (e *Env) Records(eventType string) []redis.XMessage {
 		}
 	}
 	return out
+}
+
+// Runs counts handler runs per issue key; handlers on several subscriptions may add at
+// once. The zero value is ready to use.
+type Runs struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Add records one more run of key and returns how many there have been.
+func (r *Runs) Add(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[key]++
+	return r.n[key]
+}
+
+// Get returns how many runs of key were recorded.
+func (r *Runs) Get(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[key]
+}
+
+// Snapshot returns a copy of the counts, for failure messages.
+func (r *Runs) Snapshot() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.n)
 }
