@@ -17,13 +17,16 @@ import (
 )
 
 // Defaults of the router settings (BLOCK_TIME, MAX_IDLE_TIME, CLAIM_INTERVAL,
-// MAX_RETRIES, MAX_LEN).
+// MAX_RETRIES, MAX_LEN, READ_BATCH).
 const (
 	DefaultBlockTime     = 5 * time.Second
 	DefaultMaxIdleTime   = 3 * time.Minute
 	DefaultClaimInterval = 5 * time.Second
 	DefaultMaxRetries    = 3
 	DefaultMaxLen        = 100_000
+	DefaultReadBatch     = 8
+	// MaxReadBatch bounds READ_BATCH: entries read ahead wait in this process.
+	MaxReadBatch = 100
 )
 
 // RouterConfig configures one worker's router.
@@ -51,10 +54,13 @@ type RouterConfig struct {
 	// CloseTimeout bounds a graceful shutdown.
 	CloseTimeout time.Duration
 	MaxLen       int64
-	Policy       lockmw.Policy
-	Locker       *lockmw.Locker
-	Logger       zerolog.Logger
-	Metrics      *Metrics
+	// ReadBatch is the most entries one XREADGROUP takes while the subscription keeps
+	// up with a backlog (0: DefaultReadBatch; 1: one entry per read, as Watermill asks).
+	ReadBatch int
+	Policy    lockmw.Policy
+	Locker    *lockmw.Locker
+	Logger    zerolog.Logger
+	Metrics   *Metrics
 	// MaxEventBytes bounds one entry (0: DefaultMaxEventBytes): a bigger one is
 	// dead-lettered with a truncated copy, never run.
 	MaxEventBytes int
@@ -118,6 +124,12 @@ func (c *RouterConfig) defaults() error {
 			return fmt.Errorf("%s must be positive, got %s", name, d)
 		}
 	}
+	if c.ReadBatch == 0 {
+		c.ReadBatch = DefaultReadBatch
+	}
+	if c.ReadBatch < 1 || c.ReadBatch > MaxReadBatch {
+		return fmt.Errorf("READ_BATCH must be between 1 and %d, got %d", MaxReadBatch, c.ReadBatch)
+	}
 	if c.MaxRetries < 1 {
 		return fmt.Errorf("MAX_RETRIES must be at least 1, got %d", c.MaxRetries)
 	}
@@ -156,7 +168,8 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			consumer := cfg.Consumer + "-" + strconv.Itoa(i)
 			sub, err := newSubscription(subscriptionConfig{Route: route, Consumer: consumer, ClientOptions: cfg.ClientOptions,
 				Shared: cfg.Client, Locker: cfg.Locker, BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime,
-				ClaimInterval: cfg.ClaimInterval, NackSleep: cfg.NackResendSleep, MaxEventBytes: cfg.MaxEventBytes, Logger: log})
+				ClaimInterval: cfg.ClaimInterval, NackSleep: cfg.NackResendSleep, MaxEventBytes: cfg.MaxEventBytes,
+				ReadBatch: cfg.ReadBatch, Logger: log})
 			if err != nil {
 				return nil, err
 			}

@@ -29,11 +29,27 @@ type subscription struct {
 	sub      *redisstream.Subscriber
 	log      zerolog.Logger
 
+	readBatch int64 // most entries one XREADGROUP takes (1: as Watermill asks)
+
 	mu       sync.Mutex
 	inflight map[string]struct{} // delivered to this process, not yet acked
 	settled  map[string]struct{} // acked by the middleware, or not ours: skip the XACK
 	queue    []queued            // read, not yet handed to the middleware, in read order
+	ready    []redis.XStream     // read by a batched XREADGROUP, not yet given to the reader
+	started  time.Time           // when the middleware took the entry it handles now
+	handled  time.Duration       // how long the last finished entry took, start to ack
+	finished time.Time           // when it finished
 }
+
+// Read batching. Watermill's reader asks for one entry per XREADGROUP, so a backlog
+// costs a round trip per event for the read alone. While this subscription gets through
+// its entries quickly (the last one finished less than fastHandling after it started,
+// and less than a second ago), the read hook asks Redis for up to ReadBatch entries and
+// answers the reader's next calls from them, with no round trip. A slow handler, or
+// the first event after a quiet spell, keeps reads at one entry, so a batch does not
+// sit here behind a long run while other consumers are free; entries that do wait
+// long are covered like the read-ahead ones (ownership check before running).
+const fastHandling = 20 * time.Millisecond
 
 type queued struct{ id, issueKey string }
 
@@ -48,19 +64,21 @@ type subscriptionConfig struct {
 	ClaimInterval time.Duration
 	NackSleep     time.Duration
 	MaxEventBytes int
+	ReadBatch     int
 	Logger        zerolog.Logger
 }
 
 func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 	s := &subscription{
-		route:    cfg.Route,
-		consumer: cfg.Consumer,
-		client:   redis.NewUniversalClient(cfg.ClientOptions),
-		shared:   cfg.Shared,
-		locker:   cfg.Locker,
-		log:      cfg.Logger.With().Str("stream", cfg.Route.Stream).Str("consumer", cfg.Consumer).Logger(),
-		inflight: map[string]struct{}{},
-		settled:  map[string]struct{}{},
+		route:     cfg.Route,
+		consumer:  cfg.Consumer,
+		client:    redis.NewUniversalClient(cfg.ClientOptions),
+		shared:    cfg.Shared,
+		locker:    cfg.Locker,
+		log:       cfg.Logger.With().Str("stream", cfg.Route.Stream).Str("consumer", cfg.Consumer).Logger(),
+		inflight:  map[string]struct{}{},
+		settled:   map[string]struct{}{},
+		readBatch: int64(max(cfg.ReadBatch, 1)),
 	}
 	s.client.AddHook(s)
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
@@ -180,6 +198,7 @@ func (s *subscription) Entry(msg *message.Message) (lockmw.Entry, bool) {
 	}
 	s.mu.Lock()
 	s.dequeue(id)
+	s.started = time.Now()
 	s.mu.Unlock()
 	return e, true
 }
@@ -191,6 +210,16 @@ func (s *subscription) Settle(e lockmw.Entry) {
 	s.settled[e.ID] = struct{}{}
 	delete(s.inflight, e.ID)
 	s.dequeue(e.ID)
+	s.finish()
+}
+
+// finish records how long the entry handled now took. Called with s.mu held.
+func (s *subscription) finish() {
+	if s.started.IsZero() {
+		return
+	}
+	s.finished = time.Now()
+	s.handled, s.started = s.finished.Sub(s.started), time.Time{}
 }
 
 // Encode implements lockmw.Source.
@@ -219,6 +248,9 @@ func (s *subscription) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 			return err
 		}
+		if c, ok := cmd.(*redis.XStreamSliceCmd); ok && cmd.Name() == "xreadgroup" {
+			return s.read(ctx, next, c)
+		}
 		err := next(ctx, cmd)
 		if err != nil {
 			return err
@@ -235,6 +267,57 @@ func (s *subscription) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 		}
 		return nil
+	}
+}
+
+// read answers the Watermill reader's XREADGROUP (one entry asked for): with an entry
+// an earlier batched read took, else from Redis, asking for up to readBatch entries
+// while this subscription keeps up (see fastHandling). Every entry read is stamped and
+// counted in flight at once, so Peek sees it and the claim veto spares it.
+func (s *subscription) read(ctx context.Context, next redis.ProcessHook, c *redis.XStreamSliceCmd) error {
+	s.mu.Lock()
+	if len(s.ready) > 0 {
+		x := s.ready[0]
+		s.ready[0] = redis.XStream{}
+		s.ready = s.ready[1:]
+		s.mu.Unlock()
+		c.SetVal([]redis.XStream{x})
+		return nil
+	}
+	batch := s.readBatch > 1 && s.handled > 0 && s.handled < fastHandling && time.Since(s.finished) < time.Second
+	s.mu.Unlock()
+	if batch {
+		setCount(c.Args(), s.readBatch)
+	}
+	if err := next(ctx, c); err != nil {
+		return err
+	}
+	val := c.Val()
+	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	for _, st := range val {
+		s.stamp(st.Stream, st.Messages, now)
+	}
+	if len(val) != 1 || len(val[0].Messages) < 2 {
+		return nil
+	}
+	st := val[0]
+	s.mu.Lock()
+	for _, m := range st.Messages[1:] {
+		s.ready = append(s.ready, redis.XStream{Stream: st.Stream, Messages: []redis.XMessage{m}})
+	}
+	s.mu.Unlock()
+	c.SetVal([]redis.XStream{{Stream: st.Stream, Messages: st.Messages[:1]}})
+	return nil
+}
+
+// setCount sets the COUNT of an XREADGROUP's arguments (as go-redis builds them:
+// ... "count", n, ...) to n.
+func setCount(args []any, n int64) {
+	for i := 0; i+1 < len(args); i++ {
+		if a, ok := args[i].(string); ok && strings.EqualFold(a, "count") {
+			args[i+1] = n
+			return
+		}
 	}
 }
 
@@ -303,6 +386,7 @@ func (s *subscription) forget(args []any) {
 		delete(s.inflight, idArg(a))
 		s.dequeue(idArg(a))
 	}
+	s.finish()
 }
 
 // idArg is an entry id passed to a command (a string, as go-redis keeps it).

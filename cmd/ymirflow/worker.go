@@ -84,7 +84,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("%v", err)
 	}
 	router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topology,
-		Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency,
+		Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency, ReadBatch: cfg.ReadBatch,
 		BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
 		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policy: policy,
 		Locker: locker, Logger: log, Metrics: metrics, Handler: h, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,

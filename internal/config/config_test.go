@@ -52,7 +52,7 @@ func TestDefaults(t *testing.T) {
 		Agent:  "triage", Runner: "demo",
 		LockTTL: 300 * time.Second, LockMaxHold: 6 * time.Hour, OnConflict: "drop",
 		BlockTime: 5 * time.Second, MaxIdleTime: 3 * time.Minute, ClaimInterval: 5 * time.Second,
-		MaxRetries: 3, Concurrency: 1, ConsumerName: host, MetricsAddr: ":9090", KillGrace: 10 * time.Second,
+		MaxRetries: 3, Concurrency: 1, ReadBatch: 8, ConsumerName: host, MetricsAddr: ":9090", KillGrace: 10 * time.Second,
 	}
 	w.fs = nil
 	if w != want {
@@ -294,6 +294,8 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"claim interval", "worker", w("--claim-interval", "-1s"), nil, "CLAIM_INTERVAL", "claim-interval", "must be positive"},
 		{"max retries", "worker", w("--max-retries", "0"), nil, "MAX_RETRIES", "max-retries", "at least 1"},
 		{"concurrency", "worker", w("--concurrency", "0"), nil, "CONCURRENCY", "concurrency", "between 1 and"},
+		{"read batch zero", "worker", w("--read-batch", "0"), nil, "READ_BATCH", "read-batch", "between 1 and 100"},
+		{"read batch big", "worker", w("--read-batch", "1000"), nil, "READ_BATCH", "read-batch", "between 1 and 100"},
 		{"consumer name", "worker", w("--consumer-name", "a b"), nil, "CONSUMER_NAME", "consumer-name", "spaces"},
 		{"consumer name empty", "worker", w("--consumer-name", ""), nil, "CONSUMER_NAME", "consumer-name", "required"},
 		{"metrics addr", "worker", w("--metrics-addr", "9090"), nil, "METRICS_ADDR", "metrics-addr", "host:port"},
@@ -424,7 +426,7 @@ func TestEnvNames(t *testing.T) {
 	names := EnvNames()
 	// Every variable the commands document, plus the runner's.
 	for _, want := range []string{"REDIS_URL", "YMIR_NAMESPACE", "LOCK_TTL", "LOCK_MAX_HOLD", "ON_CONFLICT",
-		"BLOCK_TIME", "MAX_IDLE_TIME", "CLAIM_INTERVAL", "MAX_RETRIES", "CONCURRENCY", "CONSUMER_NAME",
+		"BLOCK_TIME", "MAX_IDLE_TIME", "CLAIM_INTERVAL", "MAX_RETRIES", "CONCURRENCY", "READ_BATCH", "CONSUMER_NAME",
 		"METRICS_ADDR", "LOG_LEVEL", "LOG_FORMAT", "JIRA_URL", "JIRA_EMAIL", "JIRA_TOKEN", "JIRA_TOKEN_FILE",
 		"JIRA_JQL", "JIRA_TRIGGER_GROUP", "MAX_ISSUES", "STALE_LABEL_THRESHOLD", "DRY_RUN", "RUNNER",
 		"RUNNER_EXEC", "KILL_GRACE", "MAX_LEN", "AGENT", "BRANCH", "ONCE", "INTERVAL", "JIRA_API"} {

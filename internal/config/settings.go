@@ -44,6 +44,7 @@ const (
 	DefaultClaimInterval  = pipeline.DefaultClaimInterval
 	DefaultMaxRetries     = pipeline.DefaultMaxRetries
 	DefaultConcurrency    = 1
+	DefaultReadBatch      = pipeline.DefaultReadBatch
 	DefaultMetricsAddr    = ":9090"
 	DefaultKillGrace      = handlers.DefaultKillGrace
 	DefaultFetchInterval  = 5 * time.Minute
@@ -292,6 +293,7 @@ type Worker struct {
 	ClaimInterval time.Duration // --claim-interval, CLAIM_INTERVAL: how often pending entries are checked
 	MaxRetries    int           // --max-retries, MAX_RETRIES: attempts at a failing event before the DLQ
 	Concurrency   int           // --concurrency, CONCURRENCY: subscriptions per input stream
+	ReadBatch     int           // --read-batch, READ_BATCH: most entries one stream read takes while the worker keeps up
 	ConsumerName  string        // --consumer-name, CONSUMER_NAME: stable consumer name (default: hostname)
 	MetricsAddr   string        // --metrics-addr, METRICS_ADDR: /metrics, /healthz, /readyz (empty: off)
 	KillGrace     time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
@@ -321,6 +323,7 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.ClaimInterval, "claim-interval", DefaultClaimInterval, "how often pending entries are checked for claiming"+rangeHelp("claim-interval"))
 	fs.IntVar(&w.MaxRetries, "max-retries", DefaultMaxRetries, "attempts at a failing event before it goes to the dead-letter stream")
 	fs.IntVar(&w.Concurrency, "concurrency", DefaultConcurrency, "events handled at once per input stream")
+	fs.IntVar(&w.ReadBatch, "read-batch", DefaultReadBatch, fmt.Sprintf("most entries one stream read takes while events finish in under 20ms (a backlog of quick events, e.g. drops); slower events are read one at a time. 1 to %d; 1: one entry per read", pipeline.MaxReadBatch))
 	fs.StringVar(&w.ConsumerName, "consumer-name", hostname(), "stable consumer name, so that a restarted worker resumes its own pending entries")
 	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty: off)")
 	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group, at most LOCK_TTL/10 (the lease's safety margin)"+
@@ -395,6 +398,9 @@ func (w *Worker) Validate() error {
 	}
 	if w.Concurrency < 1 || w.Concurrency > 1024 {
 		p.add("concurrency", "= %d must be between 1 and 1024", w.Concurrency)
+	}
+	if w.ReadBatch < 1 || w.ReadBatch > pipeline.MaxReadBatch {
+		p.add("read-batch", "= %d must be between 1 and %d", w.ReadBatch, pipeline.MaxReadBatch)
 	}
 	switch {
 	case w.ConsumerName == "":
