@@ -38,7 +38,7 @@ func TestLeaseRoundTripsPerEvent(t *testing.T) {
 	redistest.Eventually(t, 30*time.Second, func() bool { return handled.Load() == n }, "all handled")
 	per := float64(rt.Count()) / float64(n-1)
 	t.Logf("%.2f round trips per event on the shared client", per)
-	if per > 1.5 {
-		t.Fatalf("%.2f round trips per event, want about 1 (release+ack+next acquire)", per)
+	if per > 1.2 {
+		t.Fatalf("%.2f round trips per event, want about 1 (release+ack+next acquire; the next entry is read ahead in batches, or waited for)", per)
 	}
 }

@@ -29,13 +29,16 @@ type subscription struct {
 	sub      *redisstream.Subscriber
 	log      zerolog.Logger
 
-	readBatch int64 // most entries one XREADGROUP takes (1: as Watermill asks)
+	readBatch int64         // most entries one XREADGROUP takes (1: as Watermill asks)
+	peekWait  time.Duration // see defaultPeekWait
 
 	mu       sync.Mutex
 	inflight map[string]struct{} // delivered to this process, not yet acked
 	settled  map[string]struct{} // acked by the middleware, or not ours: skip the XACK
 	queue    []queued            // read, not yet handed to the middleware, in read order
 	ready    []redis.XStream     // read by a batched XREADGROUP, not yet given to the reader
+	reading  chan struct{}       // closed when the XREADGROUP in flight returns; nil if none
+	readFrom time.Time           // when it was sent
 	started  time.Time           // when the middleware took the entry it handles now
 	handled  time.Duration       // how long the last finished entry took, start to ack
 	finished time.Time           // when it finished
@@ -79,6 +82,7 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 		inflight:  map[string]struct{}{},
 		settled:   map[string]struct{}{},
 		readBatch: int64(max(cfg.ReadBatch, 1)),
+		peekWait:  defaultPeekWait,
 	}
 	s.client.AddHook(s)
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
@@ -285,7 +289,15 @@ func (s *subscription) read(ctx context.Context, next redis.ProcessHook, c *redi
 		return nil
 	}
 	batch := s.readBatch > 1 && s.handled > 0 && s.handled < fastHandling && time.Since(s.finished) < time.Second
+	reading := make(chan struct{})
+	s.reading, s.readFrom = reading, time.Now()
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.reading = nil
+		s.mu.Unlock()
+		close(reading)
+	}()
 	if batch {
 		setCount(c.Args(), s.readBatch)
 	}
@@ -337,11 +349,31 @@ func (s *subscription) stamp(stream string, msgs []redis.XMessage, now string) {
 	}
 }
 
+// defaultPeekWait is how long Peek waits for a read that was sent this recently: a read
+// that finds entries answers within a round trip, one on an empty stream blocks
+// BLOCK_TIME.
+const defaultPeekWait = time.Millisecond
+
 // Peek implements lockmw.Peeker: the entry handed over next, as far as this process
-// knows (its read order).
+// knows (its read order). With nothing read ahead but a read sent less than peekWait
+// ago, it waits for that read (at most peekWait): the next lease is then taken in the
+// release's round trip instead of a round trip of its own.
 func (s *subscription) Peek() (id, issueKey string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.queue) == 0 && s.reading != nil {
+		if wait := s.peekWait - time.Since(s.readFrom); wait > 0 {
+			reading := s.reading
+			s.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-reading:
+			case <-t.C:
+			}
+			t.Stop()
+			s.mu.Lock()
+		}
+	}
 	if len(s.queue) == 0 {
 		return "", "", false
 	}
