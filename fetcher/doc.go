@@ -46,7 +46,10 @@
 // An issue whose triage request still waits in a triage stream (published, not yet acked)
 // is not published again; this replaces upstream's LRANGE of 26 lists per sweep (lists
 // that never shrank, and that ymir_todo bypassed). It is decided in Redis, O(1) per issue, with a marker key per issue,
-// "<ns>:queued:triage:<KEY>" (pipeline.Topology.Queued), holding "<entry id> <stream>":
+// "<ns>:queued:triage:<KEY>" (pipeline.Topology.Queued), holding "<entry id> <stream>
+// <message UUID>". The UUID is there because an id alone does not name an entry for good:
+// a stream deleted and created again restarts its ids, and its first entry takes the id
+// of an old entry published in the same millisecond.
 //
 //   - Every publish is one Lua script: unless the marker names an entry still waiting, XADD
 //     the request (pipeline.Encode, so entries are what pipeline.Publisher writes) and point
@@ -55,16 +58,19 @@
 //     publish once. pipeline.Publisher cannot take part in a script, hence the own XADD.
 //   - "Waiting" is read from the stream itself, so no cooperation from the triage handler is
 //     needed: the entry is after the triage group's last-delivered-id and still in the
-//     stream (unread; a missing group counts as unread, workers create it from id 0), or
-//     XPENDING finds exactly that id (delivered, not acked). Once the entry is acked (done,
+//     stream with the marker's UUID (unread; a missing group counts as unread, workers
+//     create it from id 0), or XPENDING finds exactly that id (delivered, not acked) and
+//     the entry, if still there, has the marker's UUID. Once the entry is acked (done,
 //     dropped or dead-lettered) the marker is stale and the issue may be published again,
 //     whatever its TTL. The TTL only bounds garbage; each sweep that finds a marker renews
 //     it, so a backlog older than the TTL is not published twice.
 //   - The pre-check reads the markers in the lease round trip, with each triage stream's
-//     oldest entry and the group's last-delivered-id (XRANGE - + COUNT 1, XINFO GROUPS). A
-//     second pipelined round trip is made only when some candidate has a marker: it renews
-//     the TTLs and, for an entry already delivered, asks XPENDING about that one id.
-//   - A producer of downstream requests may write the same kind of marker under
+//     group's last-delivered-id (XINFO GROUPS). A second pipelined round trip is made only
+//     when some candidate has a marker: it renews the TTLs, reads the entry each marker
+//     names (XRANGE id id) and, for an entry already delivered, asks XPENDING about that
+//     one id.
+//   - A producer of downstream requests may write the same kind of marker (with or
+//     without the UUID; without it, any entry at the id counts as the marker's) under
 //     topology.Queued(agent, issue); for stale in-flight issues the pre-check reads those
 //     too, and leaves alone an issue whose downstream request still waits (upstream's "still
 //     queued" of rule B).

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -365,8 +366,9 @@ func TestPublishScript(t *testing.T) {
 	if !fresh {
 		t.Fatal("first publish not fresh")
 	}
-	if m := rdb.Get(ctx, topo.Queued("triage", "RHEL-1")).Val(); m != id1+" "+s {
-		t.Errorf("marker %q", m)
+	uuid, _ := rdb.XRange(ctx, s, id1, id1).Val()[0].Values[pipeline.FieldUUID].(string)
+	if m := rdb.Get(ctx, topo.Queued("triage", "RHEL-1")).Val(); uuid == "" || m != id1+" "+s+" "+uuid {
+		t.Errorf("marker %q, want %q", m, id1+" "+s+" "+uuid)
 	}
 	if ttl := rdb.PTTL(ctx, topo.Queued("triage", "RHEL-1")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("marker TTL %s", ttl)
@@ -400,5 +402,64 @@ func TestPublishScript(t *testing.T) {
 	rdb.Del(ctx, s)
 	if _, fresh := pub("RHEL-1", s); !fresh {
 		t.Error("entry of a deleted stream still blocks")
+	}
+}
+
+// A stream deleted and created again restarts its ids: its first entry takes the id of an
+// entry of the old stream whenever both were added in the same millisecond. A marker
+// naming that id must not take the newcomer (another issue's request) for its own entry:
+// neither the pre-check nor the publish script may skip the issue, whether the newcomer is
+// unread or pending. The marker's own entry at that id (restored, same UUID) still blocks.
+func TestRecreatedStreamReusesAnID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		delivered bool // the newcomer was read by a worker: pending
+		own       bool // the entry at the id is the marker's own
+		queued    bool
+	}{
+		{name: "unread newcomer"},
+		{name: "pending newcomer", delivered: true},
+		{name: "own entry unread", own: true, queued: true},
+		{name: "own entry pending", own: true, delivered: true, queued: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, []fakejira.Issue{iss("RHEL-2")})
+			if s := h.sweep(); s.Published != 1 {
+				t.Fatal(s)
+			}
+			stream := h.topo.Stream("triage", "", false)
+			old := h.rdb.XRange(h.ctx, stream, "-", "+").Val()[0]
+			values := old.Values
+			if !tc.own {
+				msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-1", triageTask("RHEL-1", false), nil)
+				values = pipeline.Encode(msg)
+			}
+			h.rdb.Del(h.ctx, stream)
+			if err := h.rdb.XAdd(h.ctx, &redis.XAddArgs{Stream: stream, ID: old.ID, Values: values}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			f := h.fetcher()
+			if tc.delivered {
+				h.deliver()
+			}
+			pre, err := f.precheck(h.ctx, []string{"RHEL-2"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, queued := pre.queued["RHEL-2"]; queued != tc.queued {
+				t.Errorf("pre-check: queued %v, want %v (marker %q, entry %s %v)", pre.queued, tc.queued,
+					h.rdb.Get(h.ctx, h.topo.Queued("triage", "RHEL-2")).Val(), old.ID, values)
+			}
+			msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-2", triageTask("RHEL-2", false), nil)
+			id, fresh, err := f.publish(h.ctx, "RHEL-2", stream, pipeline.Encode(msg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fresh == tc.queued {
+				t.Errorf("publish script: fresh=%v id %s, want fresh=%v", fresh, id, !tc.queued)
+			}
+		})
 	}
 }

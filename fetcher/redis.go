@@ -4,36 +4,66 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // publishScript appends an entry unless the issue's marker names one still waiting, and
 // points the marker at the new entry, atomically. It appends without MAXLEN: trimming is
 // pipeline.Trim's, which never cuts an entry a group still needs.
-// KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3..] field,
-// value, ... Returns {0, waiting id} or {1, new id}.
+// KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3] the
+// message UUID field (pipeline.FieldUUID), ARGV[4..] field, value, ... Returns
+// {0, waiting id} or {1, new id}.
 var publishScript = redis.NewScript(publishLua)
 
 //go:embed scripts/publish.lua
 var publishLua string
 
-// marker is a parsed queued marker: the entry last published for an issue.
-type marker struct{ id, stream string }
+// marker is a parsed queued marker: the entry last published for an issue, as
+// "<entry id> <stream> <uuid>" (the fetcher's) or "<entry id> <stream>" (what a producer
+// of downstream requests may write).
+type marker struct {
+	id, stream string
+	// uuid is the entry's message UUID; "" when the marker has none. Ids alone do not
+	// name an entry for good: a stream deleted and created again restarts its ids from
+	// its first XADD's millisecond, so an entry of the new stream can carry the very id
+	// of one of the old stream.
+	uuid string
+}
 
 func parseMarker(v string) (marker, bool) {
-	id, stream, ok := strings.Cut(v, " ")
-	if !ok || id == "" || stream == "" {
+	parts := strings.Split(v, " ")
+	if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
 		return marker{}, false
 	}
-	if _, ok := streamid.ParseFull(id); !ok {
+	if _, ok := streamid.ParseFull(parts[0]); !ok {
 		return marker{}, false
 	}
-	return marker{id, stream}, true
+	m := marker{id: parts[0], stream: parts[1]}
+	if len(parts) == 3 {
+		m.uuid = parts[2]
+	}
+	return m, true
+}
+
+// names says whether the entry read at the marker's id (XRANGE id id) is the one the
+// marker names; entry is nil when there is none. A marker without a UUID names whatever
+// entry has its id.
+func (m marker) names(entry *redis.XMessage) bool {
+	if entry == nil || entry.ID != m.id {
+		return false
+	}
+	if m.uuid == "" {
+		return true
+	}
+	v, _ := entry.Values[pipeline.FieldUUID].(string)
+	return v == m.uuid
 }
 
 // precheckResult is what one batch pre-check found.
@@ -50,8 +80,6 @@ type precheckResult struct {
 // streamState is what the pre-check learnt about one stream.
 type streamState struct {
 	exists   bool
-	first    streamid.ID // the oldest entry still in the stream
-	hasFirst bool
 	last     streamid.ID // the group's last-delivered-id
 	hasGroup bool
 }
@@ -65,13 +93,15 @@ const mgetChunk = 1024
 // a SCAN: the lease key of every stage for every issue (Locker.LockKey(agent, issue))
 // and every issue's triage marker are point lookups, sent as MGETs of up to mgetChunk keys
 // (a lease exists iff its slot is not nil: EXISTS that also says which stage, at a quarter
-// of the cost of one EXISTS per key), plus, per triage stream, its oldest entry and the
-// triage group's last-delivered-id. Issues in downstream also get their downstream
-// stages' markers read, with those streams' states. A marker whose entry is after the
-// group's last-delivered-id (or whose group does not exist yet) and not older than the
-// stream's oldest entry is unread: queued. Round trip 2 happens only when some marker was
-// found: it renews the markers' TTL and, for entries already delivered to the group (of
-// issues that are not locked), asks XPENDING about that single id, O(log n).
+// of the cost of one EXISTS per key), plus, per triage stream, the triage group's
+// last-delivered-id. Issues in downstream also get their downstream stages' markers read,
+// with those streams' states. Round trip 2 happens only when some marker was found: it
+// renews the markers' TTL and reads the entry each marker names (XRANGE id id, O(log n)),
+// which must still be in the stream and be the marker's own (marker.names); for entries
+// already delivered to the group (of issues that are not locked) it also asks XPENDING
+// about that single id. A marker whose entry is after the group's last-delivered-id (or
+// whose group does not exist yet) is unread: queued; one whose entry was delivered is
+// queued while pending.
 func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[string]bool) (precheckResult, error) {
 	res := precheckResult{locked: map[string]string{}, queued: map[string]string{}}
 	if len(keys) == 0 {
@@ -110,14 +140,12 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 	}
 	var mgets []*redis.SliceCmd
 	infos := make([]*redis.XInfoGroupsCmd, len(streams))
-	firsts := make([]*redis.XMessageSliceCmd, len(streams))
 	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := 0; i < len(lookups); i += mgetChunk {
 			mgets = append(mgets, p.MGet(ctx, lookups[i:min(i+mgetChunk, len(lookups))]...))
 		}
 		for i, s := range streams {
 			infos[i] = p.XInfoGroups(ctx, s)
-			firsts[i] = p.XRangeN(ctx, s, "-", "+", 1)
 		}
 		return nil
 	})
@@ -151,19 +179,14 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 				st.last, st.hasGroup = id, true
 			}
 		}
-		xs, err := firsts[i].Result()
-		if err != nil {
-			return res, fmt.Errorf("queued pre-check: XRANGE %s: %w", s, err)
-		}
-		if len(xs) > 0 {
-			st.first, st.hasFirst = mustID(xs[0].ID), true
-		}
 		state[s] = st
 	}
 
 	type found struct {
 		issue, key string
 		m          marker
+		unread     bool
+		entry      *redis.XMessageSliceCmd
 		pend       *redis.XPendingExtCmd
 	}
 	var markers []found
@@ -196,14 +219,12 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 			if !known || !st.exists {
 				continue
 			}
-			id := mustID(c.m.id)
-			switch {
-			case !st.hasGroup || id.After(st.last):
-				// Unread, unless trimmed away.
-				if st.hasFirst && !st.first.After(id) {
-					res.queued[c.issue] = c.m.id
-				}
-			case res.locked[c.issue] == "":
+			c.unread = !st.hasGroup || mustID(c.m.id).After(st.last)
+			if !c.unread && res.locked[c.issue] != "" {
+				continue // skipped as locked whatever the entry's state
+			}
+			c.entry = p.XRangeN(ctx, c.m.stream, c.m.id, c.m.id, 1)
+			if !c.unread {
 				c.pend = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.m.stream, Group: f.groupOf(c.m.stream),
 					Start: c.m.id, End: c.m.id, Count: 1})
 			}
@@ -212,7 +233,21 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 	})
 	res.roundTrips = 2
 	for _, c := range markers {
-		if c.pend == nil {
+		if c.entry == nil {
+			continue
+		}
+		xs, err := c.entry.Result()
+		if err != nil && !isNoSuchKey(err) {
+			return res, fmt.Errorf("queued pre-check: XRANGE %s: %w", c.m.stream, err)
+		}
+		var entry *redis.XMessage
+		if len(xs) > 0 {
+			entry = &xs[0]
+		}
+		if c.unread {
+			if c.m.names(entry) {
+				res.queued[c.issue] = c.m.id
+			}
 			continue
 		}
 		pe, err := c.pend.Result()
@@ -220,7 +255,9 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		case err != nil && (isNoSuchKey(err) || redis.HasErrorPrefix(err, "NOGROUP")):
 		case err != nil:
 			return res, fmt.Errorf("queued pre-check: XPENDING %s: %w", c.m.stream, err)
-		case len(pe) > 0:
+		case len(pe) > 0 && (entry == nil || c.m.names(entry)):
+			// Pending: its worker has it, even if the entry was deleted since (then
+			// nothing tells whose it was, and it counts as the marker's).
 			res.queued[c.issue] = c.m.id
 		}
 	}
@@ -240,8 +277,8 @@ func (f *Fetcher) publish(ctx context.Context, key, stream string, fields map[st
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	args := make([]any, 0, 2+2*len(names))
-	args = append(args, f.group, f.queuedTTL.Milliseconds())
+	args := make([]any, 0, 3+2*len(names))
+	args = append(args, f.group, f.queuedTTL.Milliseconds(), pipeline.FieldUUID)
 	for _, k := range names {
 		args = append(args, k, fields[k])
 	}

@@ -100,11 +100,13 @@ func (t Topology) Results() string { return t.ns() + ":results" }
 func (t Topology) Dead() string { return t.ns() + ":dead" }
 
 // Queued is the key of an issue's queued marker for agent:
-// "<namespace>:queued:<agent>:<KEY>" (issue canonical). It holds "<entry id> <stream>" of
-// the last request published for the issue to that agent's streams. The fetcher writes
-// the triage markers; a producer of downstream requests may write the others (SET with a
-// TTL after its XADD), and the fetcher then also leaves alone a stale issue whose
-// downstream request still waits.
+// "<namespace>:queued:<agent>:<KEY>" (issue canonical). It holds "<entry id> <stream>
+// <message UUID>" of the last request published for the issue to that agent's streams; the
+// UUID may be left out, but then an entry of the stream deleted and created again that
+// took the same id (same millisecond) passes for the request. The fetcher writes the
+// triage markers; a producer of downstream requests may write the others (SET with a TTL
+// after its XADD), and the fetcher then also leaves alone a stale issue whose downstream
+// request still waits.
 func (t Topology) Queued(agent, issue string) string {
 	return t.ns() + ":queued:" + agent + ":" + issue
 }
