@@ -121,12 +121,11 @@ func TestRedisRestartMidRunLosesNothing(t *testing.T) {
 		if i == 10 {
 			srv.Restart()
 		}
-		for {
-			if _, err := e.pub.PublishID(ctx, e.triage(), mustEvent(t, k)); err == nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond) // the publisher side of the test retries too
-		}
+		// The publisher side of the test retries too, until the restarted server answers.
+		redistest.Eventually(t, 30*time.Second, func() bool {
+			_, err := e.pub.PublishID(ctx, e.triage(), mustEvent(t, k))
+			return err == nil
+		}, "publish %s after the restart", k)
 	}
 	redistest.Eventually(t, 30*time.Second, func() bool {
 		for _, k := range keys {
