@@ -186,7 +186,7 @@ func TestEndToEndTwoWorkersOneIssueNeverOverlap(t *testing.T) {
 		runs++
 		maxInFlight = max(maxInFlight, inFlight)
 		mu.Unlock()
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the point: a run long enough for the other worker's delivery to overlap it
 		mu.Lock()
 		inFlight--
 		mu.Unlock()

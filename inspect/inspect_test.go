@@ -488,7 +488,7 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 	}
 	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-6") == runsBefore+1 }, "one more run")
 	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "acked")
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a window for a wrong extra run or dead letter to show
 	if got := r.Get("RHEL-6"); got != runsBefore+1 || len(e.dead()) != 0 {
 		t.Fatalf("runs %d (before %d), dead %d", got, runsBefore, len(e.dead()))
 	}

@@ -174,7 +174,7 @@ func TestClusterPipeline(t *testing.T) {
 	s.addIssues(n / 2)
 	var kills []time.Duration
 	for i := 0; i < 2; i++ {
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // pacing: each SIGKILL lands mid-run
 		w := s.pickVictim()
 		at := s.kill(w)
 		s.startWorker(w.g, w.name)
@@ -270,7 +270,7 @@ func TestClusterLockSuite(t *testing.T) {
 	if !errors.As(err, &locked) || locked.Holder.Owner != "a" || locked.Holder.Fence != la.Fence() {
 		t.Fatalf("conflict: %v, want a LockedError naming a (fence %d)", err, la.Fence())
 	}
-	time.Sleep(3 * ttl)
+	time.Sleep(3 * ttl) // the point: only the heartbeat keeps the lease past its TTL
 	if err := la.Err(); err != nil {
 		t.Fatalf("the heartbeat did not keep the lease past %s: %v", 3*ttl, err)
 	}

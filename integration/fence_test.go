@@ -51,7 +51,7 @@ func TestHelperProcess(t *testing.T) {
 			return
 		}
 		fmt.Printf("OK %s\n", id)
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // pacing: one publish per 20ms until refused
 	}
 }
 
@@ -132,7 +132,7 @@ func TestLatePublishAfterPauseIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // pacing: the paused holder wakes well after the successor's publish
 	_ = cmd.Process.Signal(syscall.SIGCONT)
 	resumed := time.Now()
 	var refusal string

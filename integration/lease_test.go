@@ -33,6 +33,7 @@ func TestLeaseSurvivesARedisBlipOfHalfItsTTL(t *testing.T) {
 	}
 	defer lease.Release(context.Background())
 	t0 := lease.AcquiredAt()
+	// The point: the outage is timed against the heartbeats (see above).
 	time.Sleep(time.Until(t0.Add(2*ttl/3 - 100*time.Millisecond)))
 	down := time.Now()
 	srv.Stop()

@@ -132,7 +132,7 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 			othersAlive := !rec.readyG.IsZero()
 			switch p := rand.IntN(10); {
 			case p < 5:
-				time.Sleep(randDur(0, 1500*time.Millisecond))
+				time.Sleep(randDur(0, 1500*time.Millisecond)) // restarted after a random downtime
 				nw := s.startWorker(w.g, w.name)
 				if rec.readyG.IsZero() {
 					rec.readyG = nw.ready
@@ -149,7 +149,7 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 			kills = append(kills, rec)
 			nextKill = time.Now().Add(randDur(time.Second, 3*time.Second))
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the chaos loop's tick
 	}
 	for _, w := range dead {
 		s.startWorker(w.g, w.name)
@@ -287,7 +287,7 @@ func TestRollingRestartSIGTERM(t *testing.T) {
 			s.addIssues(k)
 			fed += k
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // pacing: work flows between two SIGTERMs
 	}
 	if fed < total {
 		s.addIssues(total - fed)
@@ -326,10 +326,10 @@ func TestRedisRestartedTwice(t *testing.T) {
 	}
 	var lostIn []int
 	for i, down := range []time.Duration{s.o.tm.LockTTL / 2, s.o.tm.LockTTL + time.Second} {
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // pacing: each restart lands mid-run
 		if i == 1 && total-total/2 > 0 {
 			s.addIssues(total - total/2)
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // pacing: the new issues are in flight
 		}
 		before := lostSoFar()
 		if err := s.rdb.Do(ctx, "CLIENT", "PAUSE", 5000, "WRITE").Err(); err != nil {
@@ -407,7 +407,7 @@ func TestProxyLatencyAndCut(t *testing.T) {
 	total := issuesFor(40)
 	start := time.Now()
 	s.addIssues(total / 2)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the point: work runs under latency for a while
 	cut := 10 * time.Second
 	s.toxic("cut-up", "timeout", "upstream", `{"timeout":0}`)
 	s.toxic("cut-down", "timeout", "downstream", `{"timeout":0}`)
@@ -587,7 +587,7 @@ func TestPartitionedWorkerStopsBeforeItsLeaseExpires(t *testing.T) {
 			cutW = w
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // pacing: the cut lands inside the run, not at its start
 	s.toxic("cut-up", "timeout", "upstream", `{"timeout":0}`, cutW.name)
 	s.toxic("cut-down", "timeout", "downstream", `{"timeout":0}`, cutW.name)
 	cutAt := time.Now()

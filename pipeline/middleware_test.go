@@ -81,7 +81,7 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 	done := make(chan struct{})
 	e.start(ctx, routerOpts{consumer: "a", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
-		time.Sleep(3 * maxIdle)
+		time.Sleep(3 * maxIdle) // the point: a run longer than MAX_IDLE_TIME
 		close(done)
 		return nil
 	})
@@ -114,7 +114,7 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 		if len(p) == 1 && p[0].Idle > maxIdle {
 			t.Fatalf("in-flight entry idle %s > MAX_IDLE_TIME: claimable", p[0].Idle)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // sampling: the invariant is checked all along the run
 	}
 }
 
@@ -132,7 +132,7 @@ func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
 		r.Add(issueOf(msg))
 		if issueOf(msg) == "RHEL-1" {
 			started <- struct{}{}
-			time.Sleep(4 * maxIdle)
+			time.Sleep(4 * maxIdle) // the point: RHEL-2 and RHEL-3 age past MAX_IDLE_TIME in a's read-ahead
 		}
 		return nil
 	})
@@ -227,7 +227,7 @@ func TestCoalesceRunsTwice(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("coalesced=%d dropped=%d", len(e.results("lock.coalesced")), len(e.results("lock.dropped")))
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a window for a wrong third run to show: an absence takes time to see
 	if n := r.Get("RHEL-5"); n != 2 {
 		t.Fatalf("%d runs, want exactly 2", n)
 	}

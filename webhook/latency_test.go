@@ -114,7 +114,7 @@ func sweepLatencies(b *testing.B) []time.Duration {
 		key := "RHEL-" + strconv.Itoa(1000+i)
 		changed[key] = time.Now()
 		e.jira.ChangeLabels(key, maintainer, []string{labels.Todo}, nil)
-		time.Sleep(spacing)
+		time.Sleep(spacing) // pacing: the changes arrive spread over 4s, as maintainers' would
 	}
 	stream := e.topo.Stream("triage", "", true)
 	eventually(b, 30*time.Second, "every change swept", func() bool {

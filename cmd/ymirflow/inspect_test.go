@@ -316,12 +316,12 @@ func TestHistoryCommand(t *testing.T) {
 	ctx := context.Background()
 	var want []string
 	want = append(want, o.publish(o.stream("triage", ""), "RHEL-7"))
-	time.Sleep(2 * time.Millisecond)
+	time.Sleep(2 * time.Millisecond) // distinct milliseconds: the history is in the ids' time order
 	o.publish(o.stream("triage", ""), "RHEL-8")
 	id, _ := o.rdb.XAdd(ctx, &redis.XAddArgs{Stream: o.topo.Results(), Values: map[string]any{
 		"event_type": "stage.done", "agent": "triage", "issue_key": "RHEL-7", "fence": "4", "correlation_id": "corr-1", "outcome": "rebase"}}).Result()
 	want = append(want, id)
-	time.Sleep(2 * time.Millisecond)
+	time.Sleep(2 * time.Millisecond) // distinct milliseconds, as above
 	want = append(want, o.publish(o.stream("rebase", "c9s"), "RHEL-7"))
 
 	// Flags after the key work too.

@@ -78,6 +78,8 @@ func TestEmbeddedRedisSpeaksThePipeline(t *testing.T) {
 				}
 				woke <- time.Since(start)
 			}()
+			// Time for the XREADGROUP to block (neither server says so to a client; if it has
+			// not blocked yet, it reads the entry at once and the check proves less, never fails).
 			time.Sleep(100 * time.Millisecond)
 			must(c.XAdd(ctx, &redis.XAddArgs{Stream: s2, Values: map[string]any{"x": "1"}}).Err())
 			if d := <-woke; d < 0 || d > 2*time.Second {
@@ -178,7 +180,7 @@ func TestEmbeddedRedisSpeaksThePipeline(t *testing.T) {
 
 			// A key's TTL runs out by the clock (miniredis: thanks to ClockTTL).
 			must(c.Set(ctx, p+"ttl", "x", 200*time.Millisecond).Err())
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(400 * time.Millisecond) // the point: past the 200ms TTL
 			if n := c.Exists(ctx, p+"ttl").Val(); n != 0 {
 				t.Errorf("a key with a 200ms TTL still exists after 400ms")
 			}
@@ -280,7 +282,7 @@ func TestEmbeddedRedisDifferences(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), DisableIdentity: true})
 	defer c.Close()
 	c.Set(ctx, "k", "v", 50*time.Millisecond)
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // the point: past the 50ms TTL
 	if c.Exists(ctx, "k").Val() != 1 {
 		t.Error("miniredis without ClockTTL expired a key by itself: the demo's ClockTTL may no longer be needed")
 	}
