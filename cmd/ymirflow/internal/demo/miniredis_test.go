@@ -218,6 +218,20 @@ return last`, []string{s}, nil,
 					func(v any, err error) bool { return err == nil && v == id1 }},
 				{"XPENDING range in Lua", "return #redis.call('XPENDING', KEYS[1], 'g', ARGV[1], ARGV[1], 1)", []string{s}, []any{id1},
 					func(v any, err error) bool { return err == nil && v == int64(0) }},
+				{"XRANGE fields in Lua", `
+local xs = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1], 'COUNT', 1)
+if #xs == 0 then return false end
+local f = xs[1][2]
+for i = 1, #f, 2 do
+  if f[i] == 'a' and not string.find(f[i + 1], '%s') then return f[i + 1] end
+end
+return false`, []string{s}, []any{id2},
+					func(v any, err error) bool { return err == nil && v == "2" }},
+				{"string.match, three parts", "local a, b, c = string.match(ARGV[1], '^(%S+) (%S+) (%S+)$'); return {a, b, c}", nil, []any{"1-0 s u"},
+					func(v any, err error) bool {
+						l, _ := v.([]any)
+						return err == nil && len(l) == 3 && l[2] == "u"
+					}},
 				{"false is nil", "local w = false; return w and 'x'", nil, nil,
 					func(v any, err error) bool { return errors.Is(err, redis.Nil) }},
 			}
