@@ -160,3 +160,39 @@ func (e *env) pendingOn(c *redis.Client) int64 {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A router whose Run ended before Watermill's started (its context was cancelled during
+// the start-up pass) closes at once, not after CloseTimeout: a SIGTERM during start-up,
+// or the demo interrupted early, must not wait for handlers that never ran.
+func TestCloseOfRouterCancelledAtStartIsImmediate(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.Config("triage", "", "w1", e.locker(3*time.Second), func(*message.Message) error { return nil })
+	cfg.CloseTimeout = 30 * time.Second
+	r, err := pipeline.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err == nil {
+		t.Fatal("Run with a cancelled context returned nil")
+	}
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %s (CloseTimeout %s): it waited for handlers that never ran", took, cfg.CloseTimeout)
+	}
+	// Closed before it ran: Run refuses to start.
+	r2, err := pipeline.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Close(); err != nil {
+		t.Errorf("Close before Run: %v", err)
+	}
+	if err := r2.Run(context.Background()); err == nil {
+		t.Error("Run after Close returned nil")
+	}
+}

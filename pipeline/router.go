@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -142,6 +143,10 @@ type Router struct {
 	cfg   RouterConfig
 	subs  []*subscription
 	locks []*lockmw.Middleware
+
+	mu      sync.Mutex
+	started bool // Run handed over to Watermill's Run
+	closed  bool
 }
 
 // NewRouter builds the router of (Agent, Branch): for each input stream (the :todo twin
@@ -219,6 +224,13 @@ func (r *Router) Run(ctx context.Context) error {
 			s.log.Info().Int("entries", n).Msg("resuming this consumer's pending entries from its previous run")
 		}
 	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return errors.New("pipeline: router closed before it ran")
+	}
+	r.started = true
+	r.mu.Unlock()
 	go r.trimLoop(ctx)
 	err := r.Router.Run(ctx)
 	// A lease taken ahead for an entry that was never handed over goes back now, so
@@ -229,6 +241,25 @@ func (r *Router) Run(ctx context.Context) error {
 		l.Close(cctx)
 	}
 	return err
+}
+
+// Close stops the router. Watermill counts a handler as running from the moment it is
+// added, so on a router whose Run never reached Watermill's (cancelled during the
+// start-up pass, or never called) its Close would wait CloseTimeout for handlers that
+// never started; such a router just closes its subscriptions.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	started := r.started
+	r.closed = true
+	r.mu.Unlock()
+	if started {
+		return r.Router.Close()
+	}
+	var errs []error
+	for _, s := range r.subs {
+		errs = append(errs, s.sub.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // trimLoop keeps the router's input streams near MaxLen with Trim, which spares every
