@@ -6,9 +6,11 @@ import (
 )
 
 // correlation gives every event a correlation id (kept across stages) before anything
-// logs about it.
+// logs about it. As the first of our middlewares on the message's new goroutine, it
+// also grows that goroutine's stack in one step (growStack).
 func correlation(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		growStack(0)
 		if msg.Metadata.Get(MetaCorrelationID) == "" {
 			msg.Metadata.Set(MetaCorrelationID, watermill.NewUUID())
 		}
