@@ -212,37 +212,14 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 
-		var ao AcquireOptions
-		if hasEntry {
-			ao = m.acquireOptions(entry)
-		}
-		if m.cfg.Policy == Coalesce && hasEntry {
-			fields, err := m.cfg.Source.Encode(msg)
-			if err != nil {
-				return nil, err
-			}
-			ao.Queue = &QueuedEvent{Stream: entry.Stream, Fields: fields}
-		}
 		var lease *Lease
 		if pre != nil {
 			lease, err = pre.take(ctx)
 		} else {
-			lease, err = m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
+			lease, err = m.acquire(ctx, msg, raw, entry, hasEntry)
 		}
-		var locked *LockedError
-		var superseded *SupersededError
-		switch {
-		case errors.As(err, &locked):
-			return nil, m.conflict(ctx, msg, entry, hasEntry, locked, log)
-		case errors.As(err, &superseded):
-			// It waited in this consumer's read-ahead while another event's run of the
-			// issue went on: dropped, exactly as if it had been seen then.
-			return nil, m.conflict(ctx, msg, entry, hasEntry, &LockedError{Holder: Info{Agent: m.cfg.Agent,
-				Issue: superseded.Issue, MessageID: superseded.ByMessageID}, superseded: true}, log)
-		case errors.Is(err, ErrInvalidKey):
-			return nil, err
-		case err != nil:
-			return nil, fmt.Errorf("%w: %w", ErrTransient, err)
+		if err != nil {
+			return nil, m.notAcquired(ctx, msg, entry, hasEntry, err, log)
 		}
 		log.issue, log.fence = lease.Issue(), lease.Fence()
 		msg.Metadata.Set(MetaIssueKey, lease.Issue())
@@ -287,6 +264,44 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		}
 		return out, nil
 	}
+}
+
+// acquire takes the event's lease in a round trip of its own (no lease was taken ahead
+// for it).
+func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw string, entry Entry, hasEntry bool) (*Lease, error) {
+	var ao AcquireOptions
+	if hasEntry {
+		ao = m.acquireOptions(entry)
+	}
+	if m.cfg.Policy == Coalesce && hasEntry {
+		fields, err := m.cfg.Source.Encode(msg)
+		if err != nil {
+			return nil, err
+		}
+		ao.Queue = &QueuedEvent{Stream: entry.Stream, Fields: fields}
+	}
+	return m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
+}
+
+// notAcquired handles an event whose lease was not taken: a busy issue is a conflict
+// (dropped or queued), an invalid key goes back as it is, anything else is transient.
+// It is out of Handler's line so that the errors.As targets cost the events that
+// get their lease no allocation.
+func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, err error, log eventLog) error {
+	var locked *LockedError
+	var superseded *SupersededError
+	switch {
+	case errors.As(err, &locked):
+		return m.conflict(ctx, msg, entry, hasEntry, locked, log)
+	case errors.As(err, &superseded):
+		// It waited in this consumer's read-ahead while another event's run of the
+		// issue went on: dropped, exactly as if it had been seen then.
+		return m.conflict(ctx, msg, entry, hasEntry, &LockedError{Holder: Info{Agent: m.cfg.Agent,
+			Issue: superseded.Issue, MessageID: superseded.ByMessageID}, superseded: true}, log)
+	case errors.Is(err, ErrInvalidKey):
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrTransient, err)
 }
 
 // run calls the handler with the lease in its context; a panic becomes an error so the
