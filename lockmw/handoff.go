@@ -86,20 +86,30 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next handoff, hasNext 
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
-	keys := append(make([]string, 0, 8), le.keys.Lock, le.keys.Info, le.keys.Done, e.Stream)
-	args := append(make([]any, 0, 10), le.token, le.messageID, e.Group, e.ID)
 	var a *acquisition
 	var p *pending
 	if hasNext {
 		var err error
 		a, err = le.l.prepare(next.agent, next.key, next.opts)
 		p = &pending{id: next.opts.MessageID, err: err}
-		if err == nil {
-			keys = append(keys, a.scriptKeys()...)
-			args = append(args, a.args...)
-		}
 	}
-	res, err := handoffScript.Run(ctx, le.l.rdb, keys, args...).Slice()
+	// KEYS lock, info, done, stream[, next's 4]; ARGV token, message_id, group, entry
+	// id[, next's 6]: the lease's own values as its acquire boxed them.
+	args := append(scriptArgs(18), le.relArgs[0], le.relArgs[1], le.relArgs[2], e.Stream)
+	nkeys := 4
+	if a != nil {
+		args = append(args, a.kv[:4]...)
+		nkeys = 8
+	}
+	var id any = le.relArgs[4]
+	if e.ID != le.messageID {
+		id = e.ID
+	}
+	args = append(args, le.relArgs[3], le.relArgs[4], e.Group, id)
+	if a != nil {
+		args = append(args, a.kv[4:]...)
+	}
+	res, err := runScript(ctx, le.l.rdb, handoffScript, nkeys, args).Slice()
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
 	}

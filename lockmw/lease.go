@@ -30,6 +30,9 @@ type Lease struct {
 	drain      bool
 	maxLen     int64
 	requeued   atomic.Value // string: id of the drained follow-up
+	// relArgs are the release script's KEYS (lock, info, done) and ARGV (token,
+	// message_id), boxed once by the acquire (which sent the same values).
+	relArgs [5]any
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -210,7 +213,7 @@ func (le *Lease) extend(ctx context.Context) (bool, error) {
 		return n == 1, err
 	}
 	cmds, err := le.pipelined(ctx, []string{le.keys.Lock, le.keys.Info}, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
-		script(extendScript)
+		script(extendScript.Script)
 		le.onBeat(ctx, pipe)
 	}, le.l.opts.TTL.Milliseconds())
 	if err != nil {
@@ -284,12 +287,12 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 		deleted, err = le.releaseDrain(ctx, then)
 	case then == nil:
 		var n int64
-		n, err = releaseScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token, le.messageID).Int64()
+		n, err = runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(len(le.relArgs)), le.relArgs[:]...)).Int64()
 		deleted = n == 1
 	default:
 		var cmds []redis.Cmder
 		cmds, err = le.pipelined(ctx, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
-			script(releaseScript)
+			script(releaseScript.Script)
 			then(pipe)
 		}, le.messageID)
 		if err == nil {

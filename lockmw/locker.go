@@ -78,8 +78,9 @@ type Options struct {
 
 // Locker hands out per-issue leases. It is safe for concurrent use.
 type Locker struct {
-	rdb  redis.UniversalClient
-	opts Options
+	rdb    redis.UniversalClient
+	opts   Options
+	ttlArg any // opts.TTL in ms, boxed once for the acquire script
 }
 
 // New returns a Locker on rdb. It does no I/O.
@@ -115,7 +116,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Locker, error) {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
-	return &Locker{rdb: rdb, opts: opts}, nil
+	return &Locker{rdb: rdb, opts: opts, ttlArg: opts.TTL.Milliseconds()}, nil
 }
 
 // TTL is the lease TTL; settings that must be sized against it (a kill grace, a
@@ -187,7 +188,7 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	}
 	var res []any
 	if ao.Queue == nil {
-		res, err = acquireScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+		res, err = runScript(ctx, l.rdb, acquireScript, 4, append(scriptArgs(len(a.kv)), a.kv[:]...)).Slice()
 	} else {
 		res, err = acquireOrQueueScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
 	}
@@ -202,7 +203,11 @@ type acquisition struct {
 	keys                Keys
 	sent                time.Time
 	ao                  AcquireOptions
-	args                []any
+	// kv is the acquire script's KEYS (lock, info, fence, done) and ARGV (token, ttl_ms,
+	// owner, acquired_at_ms, message_id, entry_ms), boxed once: the lease's release
+	// sends five of them again.
+	kv   [8 + 2]any
+	args []any // the ARGV of a.scriptKeys()'s script: kv[4:], or acquire_or_queue's
 }
 
 func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition, error) {
@@ -219,8 +224,10 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	if !ao.EntryTime.IsZero() {
 		entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
 	}
+	a.kv = [...]any{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done,
+		a.token, l.ttlArg, a.owner, a.sent.UnixMilli(), ao.MessageID, entryMS}
 	if ao.Queue == nil {
-		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID, entryMS}
+		a.args = a.kv[4:]
 	} else {
 		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
 			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream, entryMS}
@@ -285,6 +292,7 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		onBeat:     a.ao.OnHeartbeat,
 		drain:      a.ao.Drain,
 		maxLen:     a.ao.MaxLen,
+		relArgs:    [...]any{a.kv[0], a.kv[1], a.kv[3], a.kv[4], a.kv[8]},
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(agent)

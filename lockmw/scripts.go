@@ -1,6 +1,7 @@
 package lockmw
 
 import (
+	"context"
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
@@ -30,12 +31,52 @@ var (
 	//go:embed scripts/fenced_xadd.lua
 	fencedXAddLua string
 
-	acquireScript        = redis.NewScript(leaseLua + acquireLua)
-	handoffScript        = redis.NewScript(leaseLua + handoffLua)
-	acquireOrQueueScript = redis.NewScript(acquireOrQueueLua)
-	extendScript         = redis.NewScript(extendLua)
-	releaseScript        = redis.NewScript(leaseLua + releaseLua)
-	releaseDrainScript   = redis.NewScript(releaseDrainLua)
-	forceReleaseScript   = redis.NewScript(forceReleaseLua)
-	fencedXAddScript     = redis.NewScript(fencedXAddLua)
+	acquireScript        = newScript(leaseLua + acquireLua)
+	handoffScript        = newScript(leaseLua + handoffLua)
+	acquireOrQueueScript = newScript(acquireOrQueueLua)
+	extendScript         = newScript(extendLua)
+	releaseScript        = newScript(leaseLua + releaseLua)
+	releaseDrainScript   = newScript(releaseDrainLua)
+	forceReleaseScript   = newScript(forceReleaseLua)
+	fencedXAddScript     = newScript(fencedXAddLua)
 )
+
+// script is a Lua script with the second argument of its EVALSHA (the digest) and of
+// its EVAL (the source) boxed once, for runScript.
+type script struct {
+	*redis.Script
+	sha, src any
+}
+
+func newScript(src string) script {
+	s := redis.NewScript(src)
+	return script{Script: s, sha: s.Hash(), src: src}
+}
+
+// runScript is Script.Run (EVALSHA, and EVAL if the server lost the script) for
+// arguments the caller has laid out and boxed: args[3:] holds nkeys KEYS then ARGV, and
+// args[:3] is filled in here. Script.Run copies and boxes every key and argument again
+// on each call; the lease's hot path (acquire, handoff, release) boxes each value once
+// per lease instead.
+func runScript(ctx context.Context, rdb redis.UniversalClient, s script, nkeys int, args []any) *redis.Cmd {
+	args[0], args[1], args[2] = "evalsha", s.sha, nkeys
+	cmd := scriptCmd(ctx, nkeys, args)
+	_ = rdb.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[0], args[1] = "eval", s.src
+		cmd = scriptCmd(ctx, nkeys, args)
+		_ = rdb.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+func scriptCmd(ctx context.Context, nkeys int, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	if nkeys > 0 {
+		cmd.SetFirstKeyPos(3) // as go-redis's eval does: a cluster client routes by it
+	}
+	return cmd
+}
+
+// scriptArgs returns an args slice for runScript with room for n keys and arguments.
+func scriptArgs(n int) []any { return make([]any, 3, 3+n) }
