@@ -136,7 +136,13 @@ type handoffs struct {
 	mu      sync.Mutex
 	pre     *pending
 	expires time.Time
-	timer   *time.Timer // one per middleware, re-armed for each lease taken ahead
+	// timer is one per middleware. It is armed by the first lease taken ahead and then
+	// left running: when it fires, it gives back a lease whose window has passed, or
+	// waits for the rest of the current one's, or stops if none is held. Stopping and
+	// re-arming it for every event would cost a runtime timer insertion each, which
+	// wakes another thread (the new timer is often the earliest).
+	timer *time.Timer
+	armed bool
 }
 
 // put keeps p as the lease taken ahead.
@@ -144,11 +150,13 @@ func (h *handoffs) put(p *pending) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pre, h.expires = p, time.Now().Add(handoffWindow)
-	if h.timer == nil {
+	switch {
+	case h.timer == nil:
 		h.timer = time.AfterFunc(handoffWindow, h.expire)
-	} else {
+	case !h.armed:
 		h.timer.Reset(handoffWindow)
 	}
+	h.armed = true
 }
 
 // expire gives the lease taken ahead back once its window has passed. The next entry
@@ -158,29 +166,42 @@ func (h *handoffs) expire() {
 	h.mu.Lock()
 	p := h.pre
 	if p == nil {
+		h.armed = false
 		h.mu.Unlock()
 		return
 	}
-	if wait := time.Until(h.expires); wait > 0 { // the timer fired for an earlier lease
+	if wait := time.Until(h.expires); wait > 0 { // the timer was armed for an earlier lease
 		h.timer.Reset(wait)
 		h.mu.Unlock()
 		return
 	}
-	h.pre = nil
+	h.pre, h.armed = nil, false
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	giveBack(ctx, p)
 }
 
-// takePre returns the lease taken ahead, if any, and forgets it.
+// takePre returns the lease taken ahead, if any, and forgets it. The timer runs on; it
+// finds nothing to give back.
 func (h *handoffs) takePre() *pending {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := h.pre
 	h.pre = nil
-	if p != nil {
+	return p
+}
+
+// close returns the lease taken ahead, if any, and stops the timer (the router has
+// stopped: nothing is taken ahead any more).
+func (h *handoffs) close() *pending {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.pre
+	h.pre = nil
+	if h.timer != nil {
 		h.timer.Stop()
+		h.armed = false
 	}
 	return p
 }

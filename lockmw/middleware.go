@@ -152,7 +152,7 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 // Close gives back a lease taken ahead for an entry that was not delivered. Call it
 // after the router has stopped.
 func (m *Middleware) Close(ctx context.Context) {
-	giveBack(ctx, m.handoffs.takePre())
+	giveBack(ctx, m.handoffs.close())
 }
 
 func metadataIssueKey(msg *message.Message) (string, error) {
