@@ -94,18 +94,18 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next handoff, hasNext 
 		p = &pending{id: next.opts.MessageID, err: err}
 	}
 	// KEYS lock, info, done, stream[, next's 4]; ARGV token, message_id, group, entry
-	// id[, next's 6]: the lease's own values as its acquire boxed them.
-	args := append(scriptArgs(18), le.relArgs[0], le.relArgs[1], le.relArgs[2], e.Stream)
+	// id[, next's 6], the lease's own by pointer (see acquisition.kv).
+	args := append(scriptArgs(18), &le.keys.Lock, &le.keys.Info, &le.keys.Done, e.Stream)
 	nkeys := 4
 	if a != nil {
 		args = append(args, a.kv[:4]...)
 		nkeys = 8
 	}
-	var id any = le.relArgs[4]
+	var id any = &le.messageID // the entry's id, which the lease was taken for
 	if e.ID != le.messageID {
 		id = e.ID
 	}
-	args = append(args, le.relArgs[3], le.relArgs[4], e.Group, id)
+	args = append(args, &le.token, &le.messageID, e.Group, id)
 	if a != nil {
 		args = append(args, a.kv[4:]...)
 	}

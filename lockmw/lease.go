@@ -30,9 +30,6 @@ type Lease struct {
 	drain      bool
 	maxLen     int64
 	requeued   atomic.Value // string: id of the drained follow-up
-	// relArgs are the release script's KEYS (lock, info, done) and ARGV (token,
-	// message_id), boxed once by the acquire (which sent the same values).
-	relArgs [5]any
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -287,7 +284,8 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 		deleted, err = le.releaseDrain(ctx, then)
 	case then == nil:
 		var n int64
-		n, err = runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(len(le.relArgs)), le.relArgs[:]...)).Int64()
+		n, err = runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(5),
+			&le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.token, &le.messageID)).Int64()
 		deleted = n == 1
 	default:
 		var cmds []redis.Cmder

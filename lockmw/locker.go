@@ -78,9 +78,9 @@ type Options struct {
 
 // Locker hands out per-issue leases. It is safe for concurrent use.
 type Locker struct {
-	rdb    redis.UniversalClient
-	opts   Options
-	ttlArg any // opts.TTL in ms, boxed once for the acquire script
+	rdb   redis.UniversalClient
+	opts  Options
+	ttlMS int64 // opts.TTL in ms, for the scripts' arguments (by pointer)
 }
 
 // New returns a Locker on rdb. It does no I/O.
@@ -116,7 +116,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Locker, error) {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
-	return &Locker{rdb: rdb, opts: opts, ttlArg: opts.TTL.Milliseconds()}, nil
+	return &Locker{rdb: rdb, opts: opts, ttlMS: opts.TTL.Milliseconds()}, nil
 }
 
 // TTL is the lease TTL; settings that must be sized against it (a kill grace, a
@@ -203,10 +203,13 @@ type acquisition struct {
 	keys                Keys
 	sent                time.Time
 	ao                  AcquireOptions
+	sentMS              int64
+	entryMS             string
 	// kv is the acquire script's KEYS (lock, info, fence, done) and ARGV (token, ttl_ms,
-	// owner, acquired_at_ms, message_id, entry_ms), boxed once: the lease's release
-	// sends five of them again.
-	kv   [8 + 2]any
+	// owner, acquired_at_ms, message_id, entry_ms) as pointers to the fields above, which
+	// go-redis writes as their values: an argument boxed in an interface is an
+	// allocation, a pointer is not.
+	kv   [4 + 6]any
 	args []any // the ARGV of a.scriptKeys()'s script: kv[4:], or acquire_or_queue's
 }
 
@@ -224,8 +227,9 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	if !ao.EntryTime.IsZero() {
 		entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
 	}
-	a.kv = [...]any{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done,
-		a.token, l.ttlArg, a.owner, a.sent.UnixMilli(), ao.MessageID, entryMS}
+	a.sentMS, a.entryMS = a.sent.UnixMilli(), entryMS
+	a.kv = [...]any{&a.keys.Lock, &a.keys.Info, &a.keys.Fence, &a.keys.Done,
+		&a.token, &l.ttlMS, &a.owner, &a.sentMS, &a.ao.MessageID, &a.entryMS}
 	if ao.Queue == nil {
 		a.args = a.kv[4:]
 	} else {
@@ -292,7 +296,6 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		onBeat:     a.ao.OnHeartbeat,
 		drain:      a.ao.Drain,
 		maxLen:     a.ao.MaxLen,
-		relArgs:    [...]any{a.kv[0], a.kv[1], a.kv[3], a.kv[4], a.kv[8]},
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(agent)

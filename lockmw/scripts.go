@@ -54,10 +54,10 @@ func newScript(src string) script {
 }
 
 // runScript is Script.Run (EVALSHA, and EVAL if the server lost the script) for
-// arguments the caller has laid out and boxed: args[3:] holds nkeys KEYS then ARGV, and
-// args[:3] is filled in here. Script.Run copies and boxes every key and argument again
-// on each call; the lease's hot path (acquire, handoff, release) boxes each value once
-// per lease instead.
+// arguments the caller has laid out: args[3:] holds nkeys KEYS then ARGV, and args[:3]
+// is filled in here. Script.Run copies its keys and arguments into a new slice and
+// boxes each (an allocation apiece) on every call; the lease's hot path (acquire,
+// handoff, release) builds one slice and passes its strings by pointer.
 func runScript(ctx context.Context, rdb redis.UniversalClient, s script, nkeys int, args []any) *redis.Cmd {
 	args[0], args[1], args[2] = "evalsha", s.sha, nkeys
 	cmd := scriptCmd(ctx, nkeys, args)
