@@ -36,12 +36,17 @@ type Lease struct {
 	unbind func() bool // detaches a pending lease from the event context it was bound to
 
 	// The heartbeat starts lazily: a lease released before its first extend is due
-	// (most events take milliseconds) costs one runtime timer, no goroutine.
+	// (most events take milliseconds) costs a place in its Locker's starter list, no
+	// goroutine and no timer of its own.
 	hbMu      sync.Mutex
-	hbStart   *time.Timer   // starts the heartbeat when the first extend is due
 	hbStopped bool          // Release began: the heartbeat must not start or go on
 	stop      chan struct{} // closed by Release once the heartbeat runs
 	done      chan struct{} // closed when the running heartbeat has ended
+
+	// In the starter's list (guarded by its mutex) until the heartbeat starts at hbDue.
+	hbDue          time.Time
+	hbPrev, hbNext *Lease
+	hbQueued       bool
 }
 
 // log is the lease's logger, built only when something is logged.
@@ -53,20 +58,23 @@ func (le *Lease) log() *zerolog.Logger {
 
 // startHeartbeatLater arranges for the heartbeat to start when the first extend is due
 // (or MaxHold passes, if sooner).
-func (le *Lease) startHeartbeatLater(lastOK time.Time) {
+func (le *Lease) startHeartbeatLater() {
+	now := time.Now()
+	le.hbDue = now.Add(min(le.l.opts.TTL/3, le.acquiredAt.Add(le.l.opts.MaxHold).Sub(now)))
+	le.l.starter.add(le)
+}
+
+// startHeartbeat runs the heartbeat, unless the lease is being released. The first
+// extend proves the lease from its acquire on.
+func (le *Lease) startHeartbeat() {
 	le.hbMu.Lock()
-	defer le.hbMu.Unlock()
-	first := min(le.l.opts.TTL/3, time.Until(le.acquiredAt.Add(le.l.opts.MaxHold)))
-	le.hbStart = time.AfterFunc(first, func() {
-		le.hbMu.Lock()
-		if le.hbStopped {
-			le.hbMu.Unlock()
-			return
-		}
-		le.stop, le.done = make(chan struct{}), make(chan struct{})
+	if le.hbStopped {
 		le.hbMu.Unlock()
-		le.heartbeat(lastOK)
-	})
+		return
+	}
+	le.stop, le.done = make(chan struct{}), make(chan struct{})
+	le.hbMu.Unlock()
+	le.heartbeat(le.acquiredAt)
 }
 
 // stopHeartbeat stops the heartbeat, or keeps it from starting, and waits until it has
@@ -76,7 +84,7 @@ func (le *Lease) stopHeartbeat() {
 	first := !le.hbStopped
 	le.hbStopped = true
 	if first {
-		le.hbStart.Stop()
+		le.l.starter.remove(le)
 		if le.stop != nil {
 			close(le.stop)
 		}

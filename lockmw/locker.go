@@ -81,6 +81,8 @@ type Locker struct {
 	rdb   redis.UniversalClient
 	opts  Options
 	ttlMS int64 // opts.TTL in ms, for the scripts' arguments (by pointer)
+	// starter starts the heartbeats of the leases held long enough to need one.
+	starter starter
 }
 
 // New returns a Locker on rdb. It does no I/O.
@@ -299,6 +301,6 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(agent)
-	le.startHeartbeatLater(a.sent)
+	le.startHeartbeatLater()
 	return le, nil
 }
