@@ -193,3 +193,46 @@ func TestBatchedEntriesSurviveRestart(t *testing.T) {
 		}
 	}
 }
+
+// Quick events, then a long one: the entries a batch read with it are handed back to
+// the group after about a second, and another consumer runs them while the long one
+// goes on, instead of after it (or after MAX_IDLE_TIME). Only Watermill's own two
+// read-ahead entries wait for the long event.
+func TestBatchBehindALongEventIsHandedBack(t *testing.T) {
+	e := newEnv(t)
+	const n, slow = 40, "RHEL-12"
+	e.backlog(n)
+	var r runs
+	var handled atomic.Int64
+	slowStarted, slowDone := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// MAX_IDLE_TIME far beyond the test: only the hand-back can move the entries.
+	e.start(ctx, routerOpts{consumer: "w1", maxIdle: time.Minute}, func(msg *message.Message) error {
+		if issueOf(msg) == slow {
+			close(slowStarted)
+			<-slowDone // the long run, released by the test
+		}
+		r.Add(issueOf(msg))
+		handled.Add(1)
+		return nil
+	})
+	<-slowStarted
+	e.start(ctx, routerOpts{consumer: "w2", maxIdle: time.Minute}, func(msg *message.Message) error {
+		r.Add(issueOf(msg))
+		handled.Add(1)
+		return nil
+	})
+	// All but the long event and Watermill's two read ahead behind it get handled while
+	// it runs.
+	redistest.Eventually(t, 20*time.Second, func() bool { return handled.Load() >= n-3 },
+		"all but the long event and two read-ahead entries handled while it runs")
+	close(slowDone)
+	redistest.Eventually(t, 20*time.Second, func() bool { return handled.Load() >= n }, "every event handled")
+	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "no entry pending")
+	for k, v := range r.Snapshot() {
+		if v != 1 {
+			t.Errorf("%s ran %d times, want 1", k, v)
+		}
+	}
+}

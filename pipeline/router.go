@@ -240,6 +240,9 @@ func (r *Router) Run(ctx context.Context) error {
 	for _, l := range r.locks {
 		l.Close(cctx)
 	}
+	for _, s := range r.subs {
+		s.stopOffers()
+	}
 	return err
 }
 

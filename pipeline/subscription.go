@@ -31,17 +31,21 @@ type subscription struct {
 
 	readBatch int64         // most entries one XREADGROUP takes (1: as Watermill asks)
 	peekWait  time.Duration // see defaultPeekWait
+	maxIdle   time.Duration // MAX_IDLE_TIME: an entry idle this long may be claimed
+	offerTime time.Duration // see defaultOfferAfter
+	offerer   *time.Timer   // hands the batch back when the event being handled runs long
 
 	mu       sync.Mutex
-	inflight map[string]struct{} // delivered to this process, not yet acked
-	settled  map[string]struct{} // acked by the middleware, or not ours: skip the XACK
-	queue    []queued            // read, not yet handed to the middleware, in read order
-	ready    []redis.XStream     // read by a batched XREADGROUP, not yet given to the reader
-	reading  chan struct{}       // closed when the XREADGROUP in flight returns; nil if none
-	readFrom time.Time           // when it was sent
-	started  time.Time           // when the middleware took the entry it handles now
-	handled  time.Duration       // how long the last finished entry took, start to ack
-	finished time.Time           // when it finished
+	inflight map[string]struct{}  // delivered to this process, not yet acked
+	settled  map[string]struct{}  // acked by the middleware, or not ours: skip the XACK
+	queue    []queued             // read, not yet handed to the middleware, in read order
+	ready    []redis.XStream      // read by a batched XREADGROUP, not yet given to the reader
+	reading  chan struct{}        // closed when the XREADGROUP in flight returns; nil if none
+	readFrom time.Time            // when it was sent
+	offered  map[string]time.Time // batch entries handed back: the long event's start
+	started  time.Time            // when the middleware took the entry it handles now
+	handled  time.Duration        // how long the last finished entry took, start to ack
+	finished time.Time            // when it finished
 }
 
 // Read batching. Watermill's reader asks for one entry per XREADGROUP, so a backlog
@@ -53,6 +57,13 @@ type subscription struct {
 // sit here behind a long run while other consumers are free; entries that do wait
 // long are covered like the read-ahead ones (ownership check before running).
 const fastHandling = 20 * time.Millisecond
+
+// defaultOfferAfter: when the event being handled has run this long and entries of a
+// batch still wait here, they are handed back to the group (marked idle, so any
+// consumer's next claim pass takes them), and this consumer's own claim loop leaves
+// them alone while it is busy. A batch thus waits behind a long run (quick events, then
+// an agent run) for about this plus CLAIM_INTERVAL, not MAX_IDLE_TIME.
+const defaultOfferAfter = time.Second
 
 type queued struct{ id, issueKey string }
 
@@ -83,6 +94,9 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 		settled:   map[string]struct{}{},
 		readBatch: int64(max(cfg.ReadBatch, 1)),
 		peekWait:  defaultPeekWait,
+		maxIdle:   cfg.MaxIdleTime,
+		offerTime: defaultOfferAfter,
+		offered:   map[string]time.Time{},
 	}
 	s.client.AddHook(s)
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
@@ -149,7 +163,7 @@ func (s *subscription) prepare(ctx context.Context, maxIdle time.Duration) (int,
 // guards it. Entries this process holds (in flight or in the read-ahead buffer) are
 // never claimed back from ourselves.
 func (s *subscription) shouldClaim(xp redis.XPendingExt) bool {
-	if xp.Consumer == s.consumer && s.isInflight(xp.ID) {
+	if xp.Consumer == s.consumer && (s.isInflight(xp.ID) || s.keepOffered(xp.ID)) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -183,6 +197,97 @@ func (s *subscription) shouldClaim(xp redis.XPendingExt) bool {
 	return true
 }
 
+// keepOffered reports whether id is a batch entry this consumer handed back while the
+// long event it waited behind still runs: other consumers are to take it. Once that
+// event is over, this consumer's own claim loop may take it back (there may be no
+// other consumer).
+func (s *subscription) keepOffered(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	during, ok := s.offered[id]
+	if !ok {
+		return false
+	}
+	if s.started.Equal(during) {
+		return true
+	}
+	delete(s.offered, id)
+	return false
+}
+
+// armOffer arms the timer for when the event handled now will have run offerTime, if
+// entries of a batch wait behind it. Called with s.mu held.
+func (s *subscription) armOffer() {
+	if len(s.ready) == 0 || s.started.IsZero() || s.maxIdle <= 0 {
+		return
+	}
+	d := max(s.offerTime-time.Since(s.started), 0)
+	if s.offerer == nil {
+		s.offerer = time.AfterFunc(d, s.offerBack)
+		return
+	}
+	s.offerer.Reset(d)
+}
+
+// offerBack hands the entries still waiting in the batch back to the group when the
+// event being handled has run offerTime: they are marked idle past MAX_IDLE_TIME (as a
+// restart's start-up pass does), so other consumers' claim passes take them.
+func (s *subscription) offerBack() {
+	s.mu.Lock()
+	if s.started.IsZero() || len(s.ready) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	if time.Since(s.started) < s.offerTime { // armed for an earlier event
+		s.armOffer()
+		s.mu.Unlock()
+		return
+	}
+	for id, during := range s.offered {
+		if !during.Equal(s.started) { // claimed elsewhere, or taken back
+			delete(s.offered, id)
+		}
+	}
+	stream := s.route.Stream
+	ids := make([]string, 0, len(s.ready))
+	for _, x := range s.ready {
+		for _, m := range x.Messages {
+			ids = append(ids, m.ID)
+			s.offered[m.ID] = s.started
+			delete(s.inflight, m.ID)
+			s.dequeue(m.ID)
+		}
+	}
+	clear(s.ready)
+	s.ready = s.ready[:0]
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	args := []any{"XCLAIM", stream, s.route.Group, s.consumer, 0}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, "IDLE", (s.maxIdle + time.Second).Milliseconds(), "JUSTID")
+	if err := s.shared.Do(ctx, args...).Err(); err != nil {
+		// They stay pending here, unhandled until this consumer's claim loop or another's
+		// takes them after MAX_IDLE_TIME: late, not lost.
+		s.log.Warn().Err(err).Int("entries", len(ids)).Msg("could not hand read-ahead entries back to the group")
+		return
+	}
+	s.log.Info().Int("entries", len(ids)).Dur("running_for", s.offerTime).
+		Msg("the event being handled runs long: handed the entries read ahead with it back to the group")
+}
+
+// stopOffers stops the hand-back timer (the router has stopped).
+func (s *subscription) stopOffers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.offerer != nil {
+		s.offerer.Stop()
+	}
+}
+
 func (s *subscription) isInflight(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -203,6 +308,7 @@ func (s *subscription) Entry(msg *message.Message) (lockmw.Entry, bool) {
 	s.mu.Lock()
 	s.dequeue(id)
 	s.started = time.Now()
+	s.armOffer()
 	s.mu.Unlock()
 	return e, true
 }
@@ -317,6 +423,7 @@ func (s *subscription) read(ctx context.Context, next redis.ProcessHook, c *redi
 	for _, m := range st.Messages[1:] {
 		s.ready = append(s.ready, redis.XStream{Stream: st.Stream, Messages: []redis.XMessage{m}})
 	}
+	s.armOffer()
 	s.mu.Unlock()
 	c.SetVal([]redis.XStream{{Stream: st.Stream, Messages: st.Messages[:1]}})
 	return nil

@@ -72,3 +72,29 @@ func TestPeekWaitsForTheReadInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A batch entry handed back to the group is left to other consumers while this one is
+// busy (its own claim loop would queue it behind the long event again), and taken back
+// by this one once it is idle (there may be no other consumer).
+func TestOwnClaimLeavesHandedBackEntriesWhileBusy(t *testing.T) {
+	long := time.Now() // the long event's start
+	s := &subscription{consumer: "c", inflight: map[string]struct{}{}, offered: map[string]time.Time{"1-1": long, "1-2": long}}
+	s.started = long
+	if !s.keepOffered("1-1") {
+		t.Error("during the long event: this consumer's claim loop would take back an entry it handed to the group")
+	}
+	if s.keepOffered("2-1") {
+		t.Error("an entry never handed back is vetoed")
+	}
+	s.finish()
+	if s.keepOffered("1-1") {
+		t.Error("idle: the entry it handed back is not taken back")
+	}
+	s.started = long.Add(time.Second) // busy again, with another event
+	if s.keepOffered("1-2") {
+		t.Error("busy with the next event: an entry handed back during the long one is never taken back by this consumer")
+	}
+	if len(s.offered) != 0 {
+		t.Errorf("entries taken back are still listed as handed back: %v", s.offered)
+	}
+}
