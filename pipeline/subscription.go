@@ -33,7 +33,6 @@ type subscription struct {
 	peekWait  time.Duration // see defaultPeekWait
 	maxIdle   time.Duration // MAX_IDLE_TIME: an entry idle this long may be claimed
 	offerTime time.Duration // see defaultOfferAfter
-	offerer   *time.Timer   // hands the batch back when the event being handled runs long
 
 	mu       sync.Mutex
 	inflight map[string]struct{}  // delivered to this process, not yet acked
@@ -43,6 +42,8 @@ type subscription struct {
 	reading  chan struct{}        // closed when the XREADGROUP in flight returns; nil if none
 	readFrom time.Time            // when it was sent
 	offered  map[string]time.Time // batch entries handed back: the long event's start
+	offerer  *time.Timer          // hands the batch back when the event being handled runs long
+	offerAt  time.Time            // when offerer fires; zero when it is not armed
 	started  time.Time            // when the middleware took the entry it handles now
 	handled  time.Duration        // how long the last finished entry took, start to ack
 	finished time.Time            // when it finished
@@ -221,12 +222,16 @@ func (s *subscription) armOffer() {
 	if len(s.ready) == 0 || s.started.IsZero() || s.maxIdle <= 0 {
 		return
 	}
-	d := max(s.offerTime-time.Since(s.started), 0)
+	due := s.started.Add(s.offerTime)
+	if !s.offerAt.IsZero() && !s.offerAt.After(due) {
+		return // it fires sooner, and re-arms for this event then: no timer change per event
+	}
+	s.offerAt = due
 	if s.offerer == nil {
-		s.offerer = time.AfterFunc(d, s.offerBack)
+		s.offerer = time.AfterFunc(time.Until(due), s.offerBack)
 		return
 	}
-	s.offerer.Reset(d)
+	s.offerer.Reset(time.Until(due))
 }
 
 // offerBack hands the entries still waiting in the batch back to the group when the
@@ -234,6 +239,7 @@ func (s *subscription) armOffer() {
 // restart's start-up pass does), so other consumers' claim passes take them.
 func (s *subscription) offerBack() {
 	s.mu.Lock()
+	s.offerAt = time.Time{}
 	if s.started.IsZero() || len(s.ready) == 0 {
 		s.mu.Unlock()
 		return
