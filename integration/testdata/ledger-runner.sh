@@ -21,8 +21,16 @@
 #               else success; RUNNER_NO_FAIL=1: always success.
 L=${LEDGER:?LEDGER is not set}
 ids="$YMIR_AGENT ${YMIR_BRANCH:--} $YMIR_ISSUE_KEY ${YMIR_FENCE:-0} ${YMIR_ATTEMPT:-0} $PPID $$ ${YMIR_MESSAGE_ID:--}"
-echo "start $ids $(date +%s%N)" >>"$L"
-trap 'echo "end $ids $(date +%s%N) term" >>"$L"; exit 143' TERM INT
+# now sets t to the time in ns. The worker's SIGTERM goes to the whole process group, so it
+# can kill the date of a command substitution and leave t empty: then ask again (the
+# worker sends one SIGTERM; its SIGKILL, after the grace, ends this shell too).
+now() {
+	t=$(date +%s%N)
+	[ -n "$t" ] || t=$(date +%s%N)
+}
+now
+echo "start $ids $t" >>"$L"
+trap 'now; echo "end $ids $t term" >>"$L"; exit 143' TERM INT
 
 cat >/dev/null
 
@@ -58,5 +66,6 @@ elif [ $((n % 17)) -eq 5 ] && [ "${RUNNER_NO_FAIL:-}" != 1 ]; then
 else
 	out="{\"success\":true,\"merge_request_url\":\"https://gitlab.example/mr/$n\"}"
 fi
-echo "end $ids $(date +%s%N) ok" >>"$L"
+now
+echo "end $ids $t ok" >>"$L"
 echo "$out"
