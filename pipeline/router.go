@@ -216,7 +216,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 // returns within BlockTime + 1 s + the handlers' own wind-down.
 func (r *Router) Run(ctx context.Context) error {
 	for _, s := range r.subs {
-		n, err := s.prepare(ctx, r.cfg.MaxIdleTime)
+		n, err := s.prepare(ctx)
 		if err != nil {
 			return err
 		}

@@ -128,7 +128,7 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 // prepare creates the group and re-marks this consumer's own pending entries (left by
 // a previous run under the same name) as idle, so the subscriber's first claim pass
 // takes them at once instead of after MaxIdleTime.
-func (s *subscription) prepare(ctx context.Context, maxIdle time.Duration) (int, error) {
+func (s *subscription) prepare(ctx context.Context) (int, error) {
 	err := s.shared.XGroupCreateMkStream(ctx, s.route.Stream, s.route.Group, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return 0, fmt.Errorf("create group %s on %s: %w", s.route.Group, s.route.Stream, err)
@@ -144,12 +144,11 @@ func (s *subscription) prepare(ctx context.Context, maxIdle time.Duration) (int,
 		if len(pend) == 0 {
 			return marked, nil
 		}
-		args := []any{"XCLAIM", s.route.Stream, s.route.Group, s.consumer, 0}
-		for _, p := range pend {
-			args = append(args, p.ID)
+		ids := make([]string, len(pend))
+		for i, p := range pend {
+			ids[i] = p.ID
 		}
-		args = append(args, "IDLE", (maxIdle + time.Second).Milliseconds(), "JUSTID")
-		if err := s.shared.Do(ctx, args...).Err(); err != nil {
+		if err := s.markIdle(ctx, ids); err != nil {
 			return marked, fmt.Errorf("re-mark own pending entries of %s: %w", s.route.Stream, err)
 		}
 		marked += len(pend)
@@ -158,6 +157,18 @@ func (s *subscription) prepare(ctx context.Context, maxIdle time.Duration) (int,
 		}
 		start = "(" + pend[len(pend)-1].ID
 	}
+}
+
+// markIdle re-marks entries this consumer owns as idle past MAX_IDLE_TIME (XCLAIM to
+// itself, IDLE, JUSTID), so the next claim pass of any consumer may take them.
+func (s *subscription) markIdle(ctx context.Context, ids []string) error {
+	args := make([]any, 0, 8+len(ids))
+	args = append(args, "XCLAIM", s.route.Stream, s.route.Group, s.consumer, 0)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, "IDLE", (s.maxIdle + time.Second).Milliseconds(), "JUSTID")
+	return s.shared.Do(ctx, args...).Err()
 }
 
 // shouldClaim is the claim veto: an idle entry is claimed only when no live lease
@@ -254,7 +265,6 @@ func (s *subscription) offerBack() {
 			delete(s.offered, id)
 		}
 	}
-	stream := s.route.Stream
 	ids := make([]string, 0, len(s.ready))
 	for _, x := range s.ready {
 		for _, m := range x.Messages {
@@ -270,12 +280,7 @@ func (s *subscription) offerBack() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	args := []any{"XCLAIM", stream, s.route.Group, s.consumer, 0}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	args = append(args, "IDLE", (s.maxIdle + time.Second).Milliseconds(), "JUSTID")
-	if err := s.shared.Do(ctx, args...).Err(); err != nil {
+	if err := s.markIdle(ctx, ids); err != nil {
 		// They stay pending here, unhandled until this consumer's claim loop or another's
 		// takes them after MAX_IDLE_TIME: late, not lost.
 		s.log.Warn().Err(err).Int("entries", len(ids)).Msg("could not hand read-ahead entries back to the group")
