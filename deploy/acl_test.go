@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
@@ -23,40 +24,10 @@ import (
 // inspection and repair; neither can touch other keys or the server.
 func TestACLUsersOnRealRedis(t *testing.T) {
 	t.Parallel()
-	b := get(t, "base")
-	sec := b.secrets["ymirflow-redis"]
-	if sec == nil {
-		t.Fatal("base has no Secret ymirflow-redis")
-	}
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	srv, sec := aclServer(t)
 	admin := srv.Client()
 	ctx := context.Background()
-	for _, line := range strings.Split(secretValue(sec, "users.acl"), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || f[1] == "default" { // the harness keeps the default user
-			continue
-		}
-		args := []any{"ACL", "SETUSER"}
-		for _, x := range f[1:] {
-			args = append(args, x)
-		}
-		if err := admin.Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("ACL SETUSER %s: %v", f[1], err)
-		}
-	}
-	client := func(key string) redis.UniversalClient {
-		u, err := url.Parse(secretValue(sec, key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.Host = srv.Addr()
-		c, err := pipeline.Connect(ctx, u.String())
-		if err != nil {
-			t.Fatalf("%s: %v", key, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	client := func(key string) redis.UniversalClient { return aclClient(t, srv, sec, key) }
 	worker, operator := client("redis-url"), client("operator-url")
 	workerOpts, _ := pipeline.ClientOptions(strings.Replace(secretValue(sec, "redis-url"), "valkey:6379", srv.Addr(), 1))
 	topo := pipeline.Topology{} // the deployed namespace, ymir
@@ -183,4 +154,48 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 		!strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("operator user consumes: %v", err)
 	}
+}
+
+// aclServer starts a redis-server of the test's own with the users of base/secrets.yaml
+// (users.acl) set on it, the default user kept for the harness, and returns it with the
+// Secret.
+func aclServer(t *testing.T) (*redistest.Server, *corev1.Secret) {
+	t.Helper()
+	sec := get(t, "base").secrets["ymirflow-redis"]
+	if sec == nil {
+		t.Fatal("base has no Secret ymirflow-redis")
+	}
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	admin := srv.Client()
+	for _, line := range strings.Split(secretValue(sec, "users.acl"), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] == "default" { // the harness keeps the default user
+			continue
+		}
+		args := []any{"ACL", "SETUSER"}
+		for _, x := range f[1:] {
+			args = append(args, x)
+		}
+		if err := admin.Do(context.Background(), args...).Err(); err != nil {
+			t.Fatalf("ACL SETUSER %s: %v", f[1], err)
+		}
+	}
+	return srv, sec
+}
+
+// aclClient connects to srv as the user of the Secret's URL key (redis-url,
+// operator-url), closed when the test ends.
+func aclClient(t *testing.T, srv *redistest.Server, sec *corev1.Secret, key string) redis.UniversalClient {
+	t.Helper()
+	u, err := url.Parse(secretValue(sec, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = srv.Addr()
+	c, err := pipeline.Connect(context.Background(), u.String())
+	if err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

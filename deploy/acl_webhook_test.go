@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
-	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/webhook"
@@ -29,37 +27,10 @@ import (
 // recorded, and a sweep's pre-check and publish pass, all without NOPERM.
 func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	t.Parallel()
-	b := get(t, "base")
-	sec := b.secrets["ymirflow-redis"]
-	if sec == nil {
-		t.Fatal("base has no Secret ymirflow-redis")
-	}
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	srv, sec := aclServer(t)
 	admin := srv.Client()
 	ctx := context.Background()
-	for _, line := range strings.Split(secretValue(sec, "users.acl"), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || f[1] == "default" {
-			continue
-		}
-		args := []any{"ACL", "SETUSER"}
-		for _, x := range f[1:] {
-			args = append(args, x)
-		}
-		if err := admin.Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("ACL SETUSER %s: %v", f[1], err)
-		}
-	}
-	u, err := url.Parse(secretValue(sec, "redis-url"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = srv.Addr()
-	rdb, err := pipeline.Connect(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rdb.Close() })
+	rdb := aclClient(t, srv, sec, "redis-url")
 
 	maint := jira.User{AccountID: "maint"}
 	fj := fakejira.New(fakejira.Options{
