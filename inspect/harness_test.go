@@ -8,7 +8,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -32,38 +31,14 @@ func newEnv(t testing.TB) *env {
 	return &env{Env: re, t: t, rdb: re.Client, ns: re.Namespace, topo: re.Topology, pub: re.Publisher, opts: re.Options}
 }
 
-func (e *env) locker(ttl time.Duration) *lockmw.Locker {
-	return e.Locker(lockmw.Options{Scope: e.ns, TTL: ttl})
-}
+func (e *env) locker(ttl time.Duration) *lockmw.Locker { return e.TriageLocker(ttl) }
 
 // routerOpts are the knobs tests turn; the rest are fast defaults.
-type routerOpts struct {
-	consumer    string
-	ttl         time.Duration
-	maxIdle     time.Duration
-	policy      lockmw.Policy
-	maxRetries  int
-	concurrency int
-	logger      zerolog.Logger
-}
+type routerOpts = routertest.TriageOptions
 
 func (e *env) start(ctx context.Context, o routerOpts, h message.NoPublishHandlerFunc) (*pipeline.Router, <-chan error) {
 	e.t.Helper()
-	if o.ttl == 0 {
-		o.ttl = 3 * time.Second
-	}
-	if o.consumer == "" {
-		o.consumer = "w1"
-	}
-	cfg := e.Config("triage", "", o.consumer, e.locker(o.ttl), h)
-	cfg.BlockTime, cfg.Concurrency, cfg.Policy, cfg.Logger = 200*time.Millisecond, o.concurrency, o.policy, o.logger
-	if o.maxIdle != 0 {
-		cfg.MaxIdleTime = o.maxIdle
-	}
-	if o.maxRetries != 0 {
-		cfg.MaxRetries = o.maxRetries
-	}
-	return e.Start(ctx, cfg)
+	return e.StartTriage(ctx, o, h)
 }
 
 func (e *env) triage() string { return e.topo.Stream("triage", "", false) }

@@ -470,7 +470,7 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 	var r runs
 	var broken atomic.Bool
 	broken.Store(true)
-	e.start(ctx, routerOpts{maxRetries: 1}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{MaxRetries: 1}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
 		if broken.Load() {
 			return errBoom

@@ -136,8 +136,8 @@ func TestBatchedConsumersRunEachEventOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	h := func(msg *message.Message) error { r.Add(issueOf(msg)); return nil }
-	e.start(ctx, routerOpts{consumer: "w1"}, h)
-	e.start(ctx, routerOpts{consumer: "w2"}, h)
+	e.start(ctx, routerOpts{Consumer: "w1"}, h)
+	e.start(ctx, routerOpts{Consumer: "w2"}, h)
 	total := func() int {
 		s := 0
 		for _, v := range r.Snapshot() {
@@ -164,7 +164,7 @@ func TestBatchedEntriesSurviveRestart(t *testing.T) {
 	var handled atomic.Int64
 	ctx1, stop := context.WithCancel(context.Background())
 	twentieth := make(chan struct{})
-	_, done := e.start(ctx1, routerOpts{maxIdle: time.Minute}, func(msg *message.Message) error {
+	_, done := e.start(ctx1, routerOpts{MaxIdle: time.Minute}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
 		if handled.Add(1) == 20 {
 			// Stop in the middle of the backlog, with a batch read ahead.
@@ -184,7 +184,7 @@ func TestBatchedEntriesSurviveRestart(t *testing.T) {
 	}
 	ctx2, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e.start(ctx2, routerOpts{maxIdle: time.Minute}, func(msg *message.Message) error { r.Add(issueOf(msg)); return nil })
+	e.start(ctx2, routerOpts{MaxIdle: time.Minute}, func(msg *message.Message) error { r.Add(issueOf(msg)); return nil })
 	redistest.Eventually(t, 30*time.Second, func() bool { return len(r.Snapshot()) == n }, "every event handled")
 	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "no entry pending")
 	for _, k := range keys {
@@ -208,7 +208,7 @@ func TestBatchBehindALongEventIsHandedBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// MAX_IDLE_TIME far beyond the test: only the hand-back can move the entries.
-	e.start(ctx, routerOpts{consumer: "w1", maxIdle: time.Minute}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{Consumer: "w1", MaxIdle: time.Minute}, func(msg *message.Message) error {
 		if issueOf(msg) == slow {
 			close(slowStarted)
 			<-slowDone // the long run, released by the test
@@ -218,7 +218,7 @@ func TestBatchBehindALongEventIsHandedBack(t *testing.T) {
 		return nil
 	})
 	<-slowStarted
-	e.start(ctx, routerOpts{consumer: "w2", maxIdle: time.Minute}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{Consumer: "w2", MaxIdle: time.Minute}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
 		handled.Add(1)
 		return nil

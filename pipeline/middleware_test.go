@@ -41,7 +41,7 @@ func TestBurstOfSameIssueRunsOnceUnderDrop(t *testing.T) {
 		return nil
 	}
 	for i := range routers {
-		e.start(ctx, routerOpts{consumer: fmt.Sprintf("w%d", i)}, handler)
+		e.start(ctx, routerOpts{Consumer: fmt.Sprintf("w%d", i)}, handler)
 	}
 	for b := 1; b <= bursts; b++ {
 		published.Add(perBurst)
@@ -79,7 +79,7 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 	var r runs
 	var otherRan atomic.Bool
 	done := make(chan struct{})
-	e.start(ctx, routerOpts{consumer: "a", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{Consumer: "a", TTL: 600 * time.Millisecond, MaxIdle: maxIdle}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
 		time.Sleep(3 * maxIdle) // the point: a run longer than MAX_IDLE_TIME
 		close(done)
@@ -87,7 +87,7 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 	})
 	id := e.publishTriage("RHEL-2")
 	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-2") == 1 }, "run started")
-	e.start(ctx, routerOpts{consumer: "b", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{Consumer: "b", TTL: 600 * time.Millisecond, MaxIdle: maxIdle}, func(msg *message.Message) error {
 		otherRan.Store(true)
 		return nil
 	})
@@ -128,7 +128,7 @@ func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
 	maxIdle := 400 * time.Millisecond
 	var r runs
 	started := make(chan struct{}, 1)
-	e.start(ctx, routerOpts{consumer: "a", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{Consumer: "a", TTL: 600 * time.Millisecond, MaxIdle: maxIdle}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
 		if issueOf(msg) == "RHEL-1" {
 			started <- struct{}{}
@@ -140,7 +140,7 @@ func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
 	<-started
 	e.publishTriage("RHEL-2") // read ahead by a, stuck behind RHEL-1
 	e.publishTriage("RHEL-3")
-	e.start(ctx, routerOpts{consumer: "b", ttl: 600 * time.Millisecond, maxIdle: maxIdle}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{Consumer: "b", TTL: 600 * time.Millisecond, MaxIdle: maxIdle}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
 		return nil
 	})
@@ -163,7 +163,7 @@ func TestLeaseLossCancelsHandlerAndEventReruns(t *testing.T) {
 	defer cancel()
 	var r runs
 	var firstCause atomic.Value
-	e.start(ctx, routerOpts{ttl: 600 * time.Millisecond}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{TTL: 600 * time.Millisecond}, func(msg *message.Message) error {
 		if r.Add(issueOf(msg)) > 1 {
 			return nil
 		}
@@ -207,7 +207,7 @@ func TestCoalesceRunsTwice(t *testing.T) {
 		return nil
 	}
 	for i := range 2 {
-		e.start(ctx, routerOpts{consumer: fmt.Sprintf("w%d", i), policy: lockmw.Coalesce}, handler)
+		e.start(ctx, routerOpts{Consumer: fmt.Sprintf("w%d", i), Policy: lockmw.Coalesce}, handler)
 	}
 	published.Store(51)
 	e.publishTriage("RHEL-5")
@@ -310,7 +310,7 @@ func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
 	defer cancel()
 	var attempts atomic.Int64
 	var fences sync.Map
-	e.start(ctx, routerOpts{maxRetries: 3}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{MaxRetries: 3}, func(msg *message.Message) error {
 		attempts.Add(1)
 		fences.Store(msg.Metadata.Get("fence"), true)
 		return errBoom

@@ -148,7 +148,7 @@ func TestSIGKILLMidHandlerIsRerunElsewhere(t *testing.T) {
 	var r runs
 	var fenceB string
 	var rerunAt time.Time
-	e.start(ctx, routerOpts{consumer: "b", ttl: ttl, maxIdle: maxIdle}, func(msg *message.Message) error {
+	e.start(ctx, routerOpts{Consumer: "b", TTL: ttl, MaxIdle: maxIdle}, func(msg *message.Message) error {
 		if r.Add(issueOf(msg)) == 1 {
 			rerunAt, fenceB = time.Now(), msg.Metadata.Get("fence")
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -118,6 +119,44 @@ func Start(ctx context.Context, tb testing.TB, cfg pipeline.RouterConfig) (*pipe
 	}
 	tb.Cleanup(func() { _ = r.Close() })
 	return r, done
+}
+
+// TriageOptions are the knobs the pipeline and inspect tests turn on a triage router;
+// the rest are Config's fast defaults, with XREADGROUP blocking 200 ms.
+type TriageOptions struct {
+	Consumer    string        // "w1" when empty
+	TTL         time.Duration // of the lease; 3 s when zero
+	MaxIdle     time.Duration // MAX_IDLE_TIME; Config's when zero
+	Policy      lockmw.Policy
+	MaxRetries  int // Config's when zero
+	Concurrency int
+	Logger      zerolog.Logger
+}
+
+// TriageLocker is a lease manager with the given TTL whose leases live in the env's
+// namespace.
+func (e *Env) TriageLocker(ttl time.Duration) *lockmw.Locker {
+	return e.Locker(lockmw.Options{Scope: e.Namespace, TTL: ttl})
+}
+
+// StartTriage starts a triage router with o's settings and handler h (see Start).
+func (e *Env) StartTriage(ctx context.Context, o TriageOptions, h message.NoPublishHandlerFunc) (*pipeline.Router, <-chan error) {
+	e.tb.Helper()
+	if o.TTL == 0 {
+		o.TTL = 3 * time.Second
+	}
+	if o.Consumer == "" {
+		o.Consumer = "w1"
+	}
+	cfg := e.Config("triage", "", o.Consumer, e.TriageLocker(o.TTL), h)
+	cfg.BlockTime, cfg.Concurrency, cfg.Policy, cfg.Logger = 200*time.Millisecond, o.Concurrency, o.Policy, o.Logger
+	if o.MaxIdle != 0 {
+		cfg.MaxIdleTime = o.MaxIdle
+	}
+	if o.MaxRetries != 0 {
+		cfg.MaxRetries = o.MaxRetries
+	}
+	return e.Start(ctx, cfg)
 }
 
 // Start is Start on the env's test.
