@@ -3,7 +3,9 @@
 // tests that must stop, restart or cut the server.
 //
 // Tests never mock Redis. A test that needs Redis and cannot reach it fails with a line
-// saying how to start one; it never skips.
+// saying how to start one; it never skips. A package whose tests or examples use the shared
+// server calls Main from its TestMain, so that with Redis down the whole package fails at
+// once with one line instead of every test and example failing (or hanging) on its own.
 package redistest
 
 import (
@@ -12,6 +14,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +40,79 @@ func URL() string {
 	return DefaultURL
 }
 
+// Main is the TestMain of a package whose tests or examples use the shared server: one
+// PING (no retries, a short dial timeout), then the package's tests. When the server does
+// not answer, nothing runs: it prints one line naming the URL tried and how to start a
+// server, and exits 1 within seconds. Without it each test would pay go-redis's dial
+// retries (≈1.7 s), log them, and an example waiting on a router would block until the
+// go test timeout. When Redis is up the cost is one round trip per package, none per test.
+func Main(m *testing.M) {
+	if err := Reachable(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// Reachable pings the shared test server once and returns nil, or an error whose text is
+// the one line Main prints: the URL tried (password redacted), why, and how to start one.
+func Reachable() error {
+	opts, err := redis.ParseURL(URL())
+	if err != nil {
+		return fmt.Errorf("redistest: REDIS_URL %q is not a Redis URL (%w); unset it to use %s", redactURL(URL()), err, DefaultURL)
+	}
+	// A plain TCP dial first: go-redis's pool retries a refused dial five times and logs
+	// the failure on its own line, which is noise next to the one line that matters.
+	conn, err := net.DialTimeout("tcp", opts.Addr, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("redistest: cannot reach Redis at %s (%w); %s", redactURL(URL()), err, StartHint(opts.Addr))
+	}
+	conn.Close()
+	opts.DisableIdentity = true
+	// One attempt, quickly (TLS, AUTH and SELECT still go through go-redis). The
+	// pipeline's own clients retry; a test pre-flight must not.
+	opts.MaxRetries = -1
+	opts.DialTimeout = 2 * time.Second
+	opts.ReadTimeout = 2 * time.Second
+	opts.PoolSize = 1
+	c := redis.NewClient(opts)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redistest: cannot reach Redis at %s (%w); %s", redactURL(URL()), err, StartHint(opts.Addr))
+	}
+	return nil
+}
+
+// StartHint says how to start a server the tests can use at addr (host:port), naming that
+// port: `make redis` starts one on 127.0.0.1:6379 only.
+func StartHint(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, port = addr, "6379"
+	}
+	local := host == "127.0.0.1" || host == "localhost" || host == "::1" || host == ""
+	switch {
+	case local && port == "6379":
+		return "start one with `make redis` (or `redis-server --daemonize yes --save ''`), or set REDIS_URL to a server that answers"
+	case local:
+		return "start one with `redis-server --daemonize yes --save '' --port " + port +
+			"`, or unset REDIS_URL and run `make redis` (127.0.0.1:6379)"
+	default:
+		return "check that " + addr + " is up and reachable, or unset REDIS_URL and run `make redis` (127.0.0.1:6379)"
+	}
+}
+
+// redactURL hides a password in u, which error messages and logs must never show.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	return p.Redacted()
+}
+
 // Client returns a client on the shared test server and a namespace unique to this test
 // (e.g. "t-3f9a1c2b:"). Every key the test creates must start with the namespace; the
 // keys are deleted when the test ends, and only those.
@@ -44,7 +120,7 @@ func Client(tb testing.TB) (*redis.Client, string) {
 	tb.Helper()
 	opts, err := redis.ParseURL(URL())
 	if err != nil {
-		tb.Fatalf("redistest: REDIS_URL %q: %v", URL(), err)
+		tb.Fatalf("redistest: REDIS_URL %q: %v", redactURL(URL()), err)
 	}
 	opts.DisableIdentity = true
 	c := redis.NewClient(opts)
@@ -52,8 +128,7 @@ func Client(tb testing.TB) (*redis.Client, string) {
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		tb.Fatalf("redistest: cannot reach Redis at %s (%v); start one with "+
-			"`redis-server --daemonize yes --port 6379 --save ''` or set REDIS_URL", opts.Addr, err)
+		tb.Fatalf("redistest: cannot reach Redis at %s (%v); %s", redactURL(URL()), err, StartHint(opts.Addr))
 	}
 	ns := Namespace()
 	tb.Cleanup(func() {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package redistest_test
+
+const raceEnabled = false

@@ -1,0 +1,120 @@
+package redistest_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+)
+
+// With the shared Redis down, a package that uses it fails at once with one line naming
+// the URL tried and how to start a server: no test or example runs, none hangs (lockmw's
+// ExampleNewMiddleware used to block on <-router.Running() until the go test timeout) and
+// none panics (inspect's examples indexed an empty result). It runs `go test` on two real
+// packages with REDIS_URL on a closed port, so a package that loses its TestMain, or a
+// Main that starts retrying, fails here.
+func TestUnreachableFailsFast(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two test binaries")
+	}
+	root := moduleRoot(t)
+	port := redistest.FreePort(t) // free a moment ago: nothing listens there
+	url := "redis://127.0.0.1:" + strconv.Itoa(port) + "/15"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	args := []string{"test", "-count=1", "-timeout", "60s"}
+	if raceEnabled {
+		args = append(args, "-race") // reuses the outer run's compiled packages
+	}
+	args = append(args, "./lockmw/", "./inspect/")
+	cmd := exec.CommandContext(ctx, goTool(), args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err == nil {
+		t.Fatalf("go test passed with REDIS_URL=%s:\n%s", url, out.String())
+	}
+	text := out.String()
+	for _, want := range []string{url, "redis-server --daemonize yes --save '' --port " + strconv.Itoa(port), "make redis"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	// Per package: the hint once, then go test's FAIL line with the binary's run time.
+	fail := regexp.MustCompile(`(?m)^FAIL\s+github.com/ymirflow/ymirflow/(\S+)\s+([0-9.]+)s$`)
+	got := fail.FindAllStringSubmatch(text, -1)
+	if len(got) != 2 {
+		t.Fatalf("want a FAIL line for lockmw and inspect, got %q:\n%s", got, text)
+	}
+	for _, m := range got {
+		secs, _ := strconv.ParseFloat(m[2], 64)
+		if secs > 5 {
+			t.Errorf("%s took %.1fs to fail; want seconds", m[1], secs)
+		}
+	}
+	if n := strings.Count(text, "redistest: cannot reach Redis"); n != 2 {
+		t.Errorf("hint printed %d times, want once per package:\n%s", n, text)
+	}
+	var noise []string
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		if !strings.HasPrefix(line, "redistest: ") && !strings.HasPrefix(line, "FAIL") {
+			noise = append(noise, line)
+		}
+	}
+	if len(noise) > 0 {
+		t.Errorf("lines besides the hint and FAIL:\n%s", strings.Join(noise, "\n"))
+	}
+}
+
+// The hint names the port REDIS_URL names, and never a password.
+func TestReachableHint(t *testing.T) {
+	port := redistest.FreePort(t)
+	t.Setenv("REDIS_URL", "redis://u:s3cret@127.0.0.1:"+strconv.Itoa(port)+"/3")
+	err := redistest.Reachable()
+	if err == nil {
+		t.Fatal("Reachable: nil on a closed port")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "s3cret") || !strings.Contains(msg, "--port "+strconv.Itoa(port)) ||
+		!strings.Contains(msg, "127.0.0.1:"+strconv.Itoa(port)+"/3") || strings.Contains(msg, "\n") {
+		t.Errorf("hint %q", msg)
+	}
+	if h := redistest.StartHint("127.0.0.1:6379"); !strings.Contains(h, "make redis") {
+		t.Errorf("StartHint(6379) = %q", h)
+	}
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+}
