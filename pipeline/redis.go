@@ -82,18 +82,30 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 
 // Connect returns a client for REDIS_URL that has answered PING. The error names the
 // URL without its password.
+//
+// The PING is sent by a probe client that dials once and does not retry: at start-up a
+// refused connection is an answer, and the client's retries (go-redis's command retries
+// with backoff, each with the pool's dial attempts 100ms apart) would only delay it by
+// up to seconds. The returned
+// client keeps its retries for the blips of a long run.
 func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
-	c, err := NewClient(rawURL)
+	o, err := ClientOptions(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	probeOpts := *o
+	probeOpts.MaxRetries = -1
+	probeOpts.DialerRetries = 1 // attempts in all: the pool's default is 5, 100ms apart
+	probeOpts.PoolSize = 1
+	probe := redis.NewUniversalClient(&probeOpts)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
-		c.Close()
+	err = probe.Ping(pctx).Err()
+	probe.Close()
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrRedisUnreachable, Redact(rawURL), err)
 	}
-	return c, nil
+	return redis.NewUniversalClient(o), nil
 }
 
 // Redact hides the password of a Redis URL, and secret-looking query parameters; text

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -39,6 +41,9 @@ func connect(ctx context.Context, c *config.Common, stderr io.Writer) (*env, err
 		return nil, usagef("%v", err)
 	}
 	rdb, err := pipeline.Connect(ctx, c.RedisURL)
+	if errors.Is(err, pipeline.ErrRedisUnreachable) {
+		return nil, fmt.Errorf("REDIS_URL (--redis-url): %w (start a server, e.g. `make redis`, or point REDIS_URL at one)", err)
+	}
 	if err != nil {
 		return nil, err // names the URL, without its password
 	}

@@ -16,12 +16,21 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
+const demoHelp = `
+Runs the whole pipeline once, in one process, and checks it: an embedded Redis
+(miniredis; REDIS_URL for a real one, in a fresh namespace), a fake Jira with sample
+issues that exercise every path, a fetcher sweep, deliberate duplicates, two workers
+per stage with simulated agents, a second sweep, and a summary whose checks must all
+pass (exit 1 otherwise). Ctrl-C stops it cleanly. For a pipeline that keeps running
+until Ctrl-C, see ymirflow dev.
+`
+
 // runDemo runs the whole pipeline in one process (cmd/ymirflow/internal/demo): `ymirflow demo
 // [--issues N] [--speed S] [--seed N] [--json] [--keep]`. Ctrl-C stops it cleanly (exit
 // 0, with a line saying so).
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Demo
-	fs, err := load("demo", &cfg, args, stderr)
+	fs, err := parseCmd("demo", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ the count for the question).
 // runDLQ manages the dead-letter stream.
 func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.DLQ
-	pos, err := loadCmd("dlq", "dlq list|show ID|requeue ID...|requeue --all|purge [flags]", dlqHelp, &cfg, args, stdout, stderr)
+	pos, err := loadCmd("dlq", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer e.Close()
 	switch sub {
 	case "list":
-		return dlqList(ctx, in, &cfg, stdout)
+		return dlqList(ctx, in, &cfg, stdout, stderr)
 	case "show":
 		return dlqShow(ctx, in, &cfg, rest[0], stdout)
 	case "requeue":
@@ -89,16 +89,17 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 }
 
-func dlqList(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdout io.Writer) error {
+func dlqList(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdout, stderr io.Writer) error {
 	dls, err := in.DeadLetters(ctx, inspect.DeadFilter{Issue: cfg.Issue, Before: cfg.BeforeID(time.Now())})
 	if err != nil {
-		return inputErr(err)
+		return inputKeyErr(err, cfg.Issue)
 	}
 	if cfg.JSON {
 		return writeJSON(stdout, inspect.DeadLettersReport{DeadLetters: dls})
 	}
 	if len(dls) == 0 {
 		fmt.Fprintln(stdout, "no dead letters")
+		noteFilters(stderr, &cfg.Common, "issue", cfg.Issue, "before", cfg.Before)
 		return nil
 	}
 	t := newTable(stdout, "ID", "AGE", "STREAM", "ORIGINAL ID", "ISSUE", "EVENT", "AGENT", "ATTEMPTS", "ERROR")
@@ -163,7 +164,7 @@ func dlqRequeue(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, ids
 		if jerr := writeJSON(stdout, inspect.RequeueReport{Requeued: done, Errors: errs}); jerr != nil {
 			return jerr
 		}
-		return inputErr(err)
+		return inputKeyErr(err, cfg.Issue)
 	}
 	if len(done) > 0 {
 		t := newTable(stdout, "DEAD ID", "STREAM", "NEW ID", "ISSUE", "EVENT")
@@ -175,7 +176,7 @@ func dlqRequeue(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, ids
 		}
 	}
 	fmt.Fprintf(stdout, "requeued %d dead letter(s)\n", len(done))
-	return inputErr(err)
+	return inputKeyErr(err, cfg.Issue)
 }
 
 func dlqPurge(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdout, stderr io.Writer) error {

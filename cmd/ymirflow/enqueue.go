@@ -10,16 +10,25 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
+const enqueueHelp = `
+Publishes requests by hand, one per KEY, to the input stream of --agent (and
+--branch): for triage a Task {"metadata":{"issue":KEY}}, for a downstream agent the
+triage state it reads. Every key is checked before anything is published; each is
+then published as given, even twice, and its stream id printed.
+
+Arguments:
+  KEY...   issue keys, e.g. RHEL-123 (case and surrounding spaces do not matter)
+`
+
 // runEnqueue publishes requests by hand: `ymirflow enqueue --agent A
 // [--branch B] [--user-triggered] KEY...`. Every key is checked before anything is
 // published; each is then published as given, even twice, and its stream id printed.
 func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Enqueue
-	fs, err := load("enqueue", &cfg, args, stderr)
+	raw, err := loadCmd("enqueue", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}
-	raw := fs.Args()
 	if len(raw) == 0 {
 		return usagef("no issue key given: enqueue --agent A [--branch B] [--user-triggered] KEY...")
 	}
@@ -27,7 +36,7 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for i, k := range raw {
 		c, err := lockmw.Canonicalize(k, lockmw.DefaultKeyPattern)
 		if err != nil {
-			return usagef("invalid issue key %q: %v", k, err)
+			return badKey(k)
 		}
 		keys[i] = c
 	}

@@ -18,13 +18,25 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
+const fakejiraHelp = `
+Serves an in-memory fake Jira for local trials until SIGTERM or SIGINT: sample
+issues covering every fetcher rule (--issues N, --seed S), or those of a JSON file
+(--issues-file: an array shaped as Jira's REST API returns issues). Any JQL returns
+every issue; any credentials are accepted. --webhook sends a signed delivery to each
+URL on every label change and issue creation. It prints the URL to use as JIRA_URL.
+`
+
 // runFakeJira serves the in-memory fake Jira until SIGTERM/SIGINT: sample issues covering
 // every fetcher rule (--issues N, --seed S), or the issues of a JSON file (--issues-file).
 // Any JQL returns every issue; any credentials are accepted. It prints the URL to use.
 func runFakeJira(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.FakeJira
-	if _, err := load("fakejira", &cfg, args, stderr); err != nil {
+	pos, err := loadCmd("fakejira", &cfg, args, stdout)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
 	}
 	log, err := pipeline.NewLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {

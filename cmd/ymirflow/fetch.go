@@ -13,6 +13,14 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
+const fetchHelp = `
+Sweeps Jira with JIRA_JQL and publishes a triage request for each issue that needs
+one (fresh, ymir_todo from a member of JIRA_TRIGGER_GROUP, ymir_retry_needed, a
+stale in-flight label), skipping issues whose lease is held. --once sweeps once and
+exits; otherwise it sweeps every --interval until SIGTERM or SIGINT. Exit 1 when Jira
+refuses the credentials (401/403) or Redis cannot be reached.
+`
+
 // runFetch sweeps Jira once (--once) or every --interval until SIGTERM/SIGINT, which lets
 // the sweep in progress finish. Each sweep logs a summary line and prints a human one on
 // stdout. Exit 1 when Jira refuses the credentials (401/403) or Redis cannot be reached;
@@ -20,8 +28,12 @@ import (
 // and the next sweep tries again.
 func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Fetch
-	if _, err := load("fetch", &cfg, args, stderr); err != nil {
+	pos, err := loadCmd("fetch", &cfg, args, stdout)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
 	}
 	e, jc, err := connectJira(ctx, &cfg.Common, &cfg.Jira, stderr)
 	if err != nil {

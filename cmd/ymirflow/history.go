@@ -25,7 +25,7 @@ cross the network. Streams are capped by MAX_LEN, which bounds it.
 // runHistory prints every event of one issue, in order.
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Inspect
-	pos, err := loadCmd("history", "history KEY [--json]", historyHelp, &cfg, args, stdout, stderr)
+	pos, err := loadCmd("history", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer e.Close()
 	events, err := in.History(ctx, pos[0])
 	if err != nil {
-		return inputErr(err)
+		return inputKeyErr(err, pos[0])
 	}
 	if events == nil {
 		events = []inspect.HistoryEvent{}
@@ -53,6 +53,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if len(events) == 0 {
 		fmt.Fprintf(stdout, "no events of %s in any stream\n", pos[0])
+		noteFilters(stderr, &cfg.Common)
 		return nil
 	}
 	t := newTable(stdout, "TIME", "STREAM", "ID", "EVENT", "AGENT", "FENCE", "CORRELATION ID", "REPLAY OF", "ABOUT", "DETAIL")

@@ -34,7 +34,7 @@ locks release: 2 round trips.
 // runLocks lists live leases, or force-releases one (locks release AGENT KEY).
 func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Locks
-	pos, err := loadCmd("locks", "locks [--agent A] [--issue KEY] [--json] | locks release AGENT KEY [--yes]", locksHelp, &cfg, args, stdout, stderr)
+	pos, err := loadCmd("locks", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer e.Close()
 	leases, err := in.Locks(ctx, inspect.LockFilter{Agent: cfg.Agent, Issue: cfg.Issue})
 	if err != nil {
-		return inputErr(err)
+		return inputKeyErr(err, cfg.Issue)
 	}
 	if leases == nil {
 		leases = []inspect.LeaseInfo{}
@@ -61,6 +61,7 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if len(leases) == 0 {
 		fmt.Fprintln(stdout, "no live leases")
+		noteFilters(stderr, &cfg.Common, "agent", cfg.Agent, "issue", cfg.Issue)
 		return nil
 	}
 	t := newTable(stdout, "AGENT", "ISSUE", "OWNER", "FENCE", "HELD FOR", "SINCE", "TTL", "MESSAGE ID")
@@ -96,7 +97,7 @@ func releaseLock(ctx context.Context, cfg *config.Locks, pos []string, stdout, s
 		return nil
 	}
 	if err != nil {
-		return inputErr(err)
+		return inputKeyErr(err, key)
 	}
 	q := fmt.Sprintf("force-release %s %s held by %s (fence %d, held for %s, TTL %s, entry %s)?",
 		agent, cur.Issue, orPlain(cur.Owner), cur.Fence, human(cur.Held), ttl(cur.TTL), orDash(cur.MessageID))

@@ -19,29 +19,55 @@ import (
 // version is stamped at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-// command is one subcommand. run gets the arguments after the command's name.
+// command is one subcommand. run gets the arguments after the command's name; usage
+// is its usage line (after "ymirflow "), help what --help says before the settings.
 type command struct {
 	name    string
 	summary string
+	usage   string
+	help    string
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func commands() []command {
 	return []command{
-		{"demo", "run the whole pipeline in one process on an embedded Redis and a fake Jira", runDemo},
-		{"worker", "run one agent's router (--agent triage|rebase|backport|rebuild [--branch c9s|c10s])", runWorker},
-		{"fetch", "sweep Jira and publish triage requests (--once or --interval D)", runFetch},
-		{"enqueue", "publish requests by hand: enqueue --agent A [--branch B] KEY...", runEnqueue},
-		{"pending", "pending stream entries per group, with the lease guarding each", runPending},
-		{"locks", "live leases; `locks release AGENT KEY` force-releases one", runLocks},
-		{"streams", "length, groups, lag, pending and consumers of every stream", runStreams},
-		{"history", "every event of one issue across streams, in order: history KEY", runHistory},
-		{"replay", "re-publish past events through the normal lock path", runReplay},
-		{"dlq", "the dead-letter stream: dlq list|show|requeue|purge", runDLQ},
-		{"webhook", "receive Jira webhooks and publish triage requests as a sweep would (--addr A)", runWebhook},
-		{"web", "the operator console in a browser, and its JSON API (--addr, default 127.0.0.1:8080)", runWeb},
-		{"fakejira", "serve the fake Jira for local trials (--webhook URL sends it webhooks)", runFakeJira},
+		{"demo", "run the whole pipeline in one process on an embedded Redis and a fake Jira",
+			"demo [--issues N] [--speed S] [--seed N] [--json] [--keep] [--web A]", demoHelp, runDemo},
+		{"worker", "run one agent's router (--agent triage|rebase|backport|rebuild [--branch c9s|c10s])",
+			"worker --agent triage|rebase|backport|rebuild [--branch c9s|c10s] [--runner exec|demo] [--exec CMD]", workerHelp, runWorker},
+		{"fetch", "sweep Jira and publish triage requests (--once or --interval D)",
+			"fetch --jira-url URL [--once | --interval D]", fetchHelp, runFetch},
+		{"enqueue", "publish requests by hand: enqueue --agent A [--branch B] KEY...",
+			"enqueue [--agent A] [--branch B] [--user-triggered] KEY...", enqueueHelp, runEnqueue},
+		{"pending", "pending stream entries per group, with the lease guarding each",
+			"pending [--agent A] [--branch B] [--issue KEY] [--json]", pendingHelp, runPending},
+		{"locks", "live leases; `locks release AGENT KEY` force-releases one",
+			"locks [--agent A] [--issue KEY] [--json] | locks release AGENT KEY [--yes]", locksHelp, runLocks},
+		{"streams", "length, groups, lag, pending and consumers of every stream",
+			"streams [--json]", streamsHelp, runStreams},
+		{"history", "every event of one issue across streams, in order: history KEY",
+			"history KEY [--json]", historyHelp, runHistory},
+		{"replay", "re-publish past events through the normal lock path",
+			"replay --stream S [--from ID] [--to ID] [--issue KEY] [--dry-run] [--yes] [--json]", replayHelp, runReplay},
+		{"dlq", "the dead-letter stream: dlq list|show|requeue|purge",
+			"dlq list|show ID|requeue ID...|requeue --all|purge [flags]", dlqHelp, runDLQ},
+		{"webhook", "receive Jira webhooks and publish triage requests as a sweep would (--addr A)",
+			"webhook --jira-url URL --webhook-secret-file F [--addr HOST:PORT]", webhookHelp, runWebhook},
+		{"web", "the operator console in a browser, and its JSON API (--addr, default " + config.DefaultWebAddr + ")",
+			"web [--addr HOST:PORT] [--read-only]", webHelp, runWeb},
+		{"fakejira", "serve the fake Jira for local trials (--webhook URL sends it webhooks)",
+			"fakejira [--addr HOST:PORT] [--issues N | --issues-file F] [--webhook URL]", fakejiraHelp, runFakeJira},
 	}
+}
+
+// commandNamed returns the command called name.
+func commandNamed(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
 }
 
 func main() {
@@ -73,6 +99,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			if _, ok := commandNamed(args[1]); ok {
+				return run(ctx, []string{args[1], "--help"}, stdout, stderr)
+			}
+			fmt.Fprintf(stderr, "ymirflow help: unknown command %q\n\n", args[1])
+			printHelp(stderr)
+			return exitUsage
+		}
 		printHelp(stdout)
 		return exitOK
 	case "version", "-version", "--version":
@@ -115,14 +149,17 @@ func printHelp(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nEvery setting is a flag and an environment variable (the flag wins);")
-	fmt.Fprintln(w, "`ymirflow COMMAND --help` lists them with their defaults. Exit codes: 0 ok, 1 runtime error, 2 usage error.")
+	fmt.Fprintln(w, "\nEvery setting is a flag and an environment variable (the flag wins); the filters and modes")
+	fmt.Fprintln(w, "of one invocation (--agent, --issue, --json, --yes, ...) of an operator command are flags only.")
+	fmt.Fprintln(w, "`ymirflow help COMMAND` (or COMMAND --help) lists them with their defaults.")
+	fmt.Fprintln(w, "Exit codes: 0 ok, 1 runtime error, 2 usage error.")
 }
 
-// load parses a command's settings; a --help request prints the usage and ends the
-// command with flag.ErrHelp (exit 0), a bad setting is a usage error (exit 2).
-func load(name string, c config.Command, args []string, stderr io.Writer) (*flag.FlagSet, error) {
-	fs, err := config.LoadTo(stderr, "ymirflow "+name, c, args)
+// load parses a command's settings (flags given before any argument). A --help request
+// ends the command with flag.ErrHelp (exit 0); a bad setting is a usage error (exit 2).
+// Nothing is printed: loadCmd prints the help and the usage line.
+func load(name string, c config.Command, args []string) (*flag.FlagSet, error) {
+	fs, err := config.LoadTo(io.Discard, "ymirflow "+name, c, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return fs, err
 	}

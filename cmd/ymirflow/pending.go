@@ -27,7 +27,7 @@ keys (pipelined XRANGE id id), 1 per 500 issues for their leases. No SCAN.
 // runPending prints pending entries per group with the lease guarding each.
 func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Pending
-	pos, err := loadCmd("pending", "pending [--agent A] [--branch B] [--issue KEY] [--json]", pendingHelp, &cfg, args, stdout, stderr)
+	pos, err := loadCmd("pending", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer e.Close()
 	groups, err := in.Pending(ctx, inspect.PendingFilter{Agent: cfg.Agent, Branch: cfg.Branch, Issue: cfg.Issue})
 	if err != nil {
-		return inputErr(err)
+		return inputKeyErr(err, cfg.Issue)
 	}
 	if cfg.JSON {
 		if groups == nil {
@@ -49,8 +49,10 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return writeJSON(stdout, inspect.PendingReport{Groups: groups})
 	}
+	filters := []string{"agent", cfg.Agent, "branch", cfg.Branch, "issue", cfg.Issue}
 	if len(groups) == 0 {
 		fmt.Fprintln(stdout, "no consumer groups yet (no worker has started on these streams)")
+		noteFilters(stderr, &cfg.Common, filters...)
 		return nil
 	}
 	t := newTable(stdout, "STREAM", "GROUP", "PENDING", "OLDEST", "NEWEST", "CONSUMERS")
@@ -69,6 +71,7 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintln(stdout)
 	if entries == 0 {
 		fmt.Fprintln(stdout, "no pending entries")
+		noteFilters(stderr, &cfg.Common, filters...)
 		return nil
 	}
 	t = newTable(stdout, "ID", "STREAM", "CONSUMER", "IDLE", "DELIVERIES", "ISSUE", "STATE", "HOLDER", "FENCE", "TTL", "NOTE")

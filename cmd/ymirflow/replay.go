@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/config"
@@ -30,7 +31,7 @@ on the client for --issue), 1 per event replayed.
 // runReplay re-publishes past events.
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Replay
-	pos, err := loadCmd("replay", "replay --stream S [--from ID] [--to ID] [--issue KEY] [--dry-run] [--yes] [--json]", replayHelp, &cfg, args, stdout, stderr)
+	pos, err := loadCmd("replay", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: route.Stream, From: cfg.From, To: cfg.To, Issue: cfg.Issue, DryRun: cfg.DryRun})
 	if err != nil && len(rep.Events) == 0 {
-		return inputErr(err)
+		return inputKeyErr(err, cfg.Issue)
 	}
 	if cfg.JSON {
 		if jerr := writeJSON(stdout, rep); jerr != nil {
@@ -81,6 +82,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(stdout, "skipped %s: %s\n", s.ID, s.Reason)
+	}
+	if len(rep.Events) == 0 {
+		noteFilters(stderr, &cfg.Common, "stream", cfg.Stream, "from", strings.Trim(cfg.From, "-"), "to", strings.Trim(cfg.To, "+"), "issue", cfg.Issue)
 	}
 	verb := "replayed"
 	if rep.DryRun {

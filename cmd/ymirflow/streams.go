@@ -24,7 +24,7 @@ XINFO CONSUMERS of every group pipelined).
 // runStreams prints the streams with their groups and consumers.
 func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Inspect
-	pos, err := loadCmd("streams", "streams [--json]", streamsHelp, &cfg, args, stdout, stderr)
+	pos, err := loadCmd("streams", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -48,6 +48,7 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if len(streams) == 0 {
 		fmt.Fprintf(stdout, "no streams under namespace %s yet\n", cfg.Namespace)
+		noteFilters(stderr, &cfg.Common)
 		return nil
 	}
 	t := newTable(stdout, "STREAM", "KIND", "LENGTH", "FIRST", "LAST", "GROUP", "LAG", "PENDING", "LAST DELIVERED", "CONSUMERS (pending, idle)")

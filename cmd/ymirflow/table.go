@@ -28,8 +28,20 @@ import (
 
 // loadCmd parses a command's settings and returns its positional arguments. Flags may
 // come before, between or after the positional arguments (`history RHEL-1 --json`).
-// -h/--help prints usage, description and flags to stdout and returns flag.ErrHelp.
-func loadCmd(name, usage, help string, c config.Command, args []string, stdout, stderr io.Writer) ([]string, error) {
+// -h/--help prints the usage line, the description and the settings to stdout and
+// returns flag.ErrHelp; a mistake on the command line is a usage error that carries the
+// usage line (and, for an unknown flag, the nearest one).
+func loadCmd(name string, c config.Command, args []string, stdout io.Writer) ([]string, error) {
+	fs, err := parseCmd(name, c, args, stdout)
+	if err != nil {
+		return nil, err
+	}
+	return fs.Args(), nil
+}
+
+// parseCmd is loadCmd returning the FlagSet, to tell which settings were given.
+func parseCmd(name string, c config.Command, args []string, stdout io.Writer) (*flag.FlagSet, error) {
+	cmd, _ := commandNamed(name)
 	scratch := flag.NewFlagSet(name, flag.ContinueOnError)
 	c.Register(scratch)
 	var flags, pos []string
@@ -45,8 +57,7 @@ func loadCmd(name, usage, help string, c config.Command, args []string, stdout, 
 		}
 		n := strings.TrimLeft(a, "-")
 		if n == "h" || n == "help" {
-			fmt.Fprintf(stdout, "Usage: ymirflow %s\n\n%s\n\nFlags (each also an environment variable):\n", usage, strings.TrimSpace(help))
-			config.WriteUsage(stdout, scratch)
+			writeHelp(stdout, cmd, scratch)
 			return nil, flag.ErrHelp
 		}
 		flags = append(flags, a)
@@ -65,11 +76,26 @@ func loadCmd(name, usage, help string, c config.Command, args []string, stdout, 
 			flags = append(flags, args[i])
 		}
 	}
-	fs, err := load(name, c, append(append(flags, "--"), pos...), stderr)
-	if err != nil {
+	fs, err := load(name, c, append(append(flags, "--"), pos...))
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		writeHelp(stdout, cmd, scratch)
+		return nil, err
+	case err != nil && len(config.SettingErrors(err)) == 0:
+		// The command line itself is wrong (an unknown flag, a flag without its value):
+		// say how the command is used, not every setting it has.
+		return nil, usagef("%v\nUsage: ymirflow %s\n`ymirflow help %s` lists every flag.", errors.Unwrap(err), cmd.usage, name)
+	case err != nil:
 		return nil, err
 	}
-	return fs.Args(), nil
+	return fs, nil
+}
+
+// writeHelp prints a command's help: usage line, description, settings.
+func writeHelp(w io.Writer, cmd command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: ymirflow %s\n\n%s\n\n", cmd.usage, strings.TrimSpace(cmd.help))
+	fmt.Fprintln(w, "Flags, with the environment variable that sets each (the flag wins) or \"(flag only)\":")
+	config.WriteUsage(w, fs)
 }
 
 // inspector connects to Redis and returns the Inspector of the configured pipeline,
@@ -97,10 +123,53 @@ func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *
 // inputErr turns errors that come from what the operator typed (an invalid issue key,
 // a malformed stream id) into usage errors (exit 2).
 func inputErr(err error) error {
-	if errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, inspect.ErrBadID) {
+	if errors.Is(err, lockmw.ErrInvalidKey) {
+		return usagef("an issue key given is invalid: %s", keyForm)
+	}
+	return inputKeyErr(err, "")
+}
+
+const keyForm = "an issue key is a project key, a dash and a number, e.g. RHEL-123"
+
+// inputKeyErr is inputErr where the operator typed the issue key key: an invalid one is
+// said in a plain sentence with an example, not with the lease library's pattern.
+func inputKeyErr(err error, key string) error {
+	switch {
+	case errors.Is(err, lockmw.ErrInvalidKey):
+		return badKey(key)
+	case errors.Is(err, inspect.ErrBadID):
 		return usageError{err}
 	}
 	return err
+}
+
+// badKey is the usage error for key, which is not an issue key.
+func badKey(key string) error {
+	const form = keyForm
+	switch {
+	case key == "":
+		return usagef("the issue key is empty: %s", form)
+	case utf8.RuneCountInString(key) > 64:
+		return usagef("%q… (%d characters) is not an issue key: %s", string([]rune(key)[:40]), len(key), form)
+	}
+	return usagef("%q is not an issue key: %s", key, form)
+}
+
+// noteFilters says on stderr, under an empty result, what was looked at: the filters in
+// force (name, value pairs; empty values are not in force) and the pipeline read. An
+// empty view must never leave the operator guessing whether a filter hid everything.
+func noteFilters(stderr io.Writer, c *config.Common, pairs ...string) {
+	var on []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] != "" {
+			on = append(on, fmt.Sprintf("--%s %s", pairs[i], pairs[i+1]))
+		}
+	}
+	filters := "no filters"
+	if len(on) > 0 {
+		filters = "filters in force: " + strings.Join(on, ", ")
+	}
+	fmt.Fprintf(stderr, "(%s; namespace %s at %s)\n", filters, c.Namespace, c.RedactedRedisURL())
 }
 
 // table prints aligned columns. Cells come from stream entries anyone may have written:
@@ -241,7 +310,7 @@ func confirm(stderr io.Writer, yes bool, question string) error {
 	}
 	in, interactive := stdin()
 	if !interactive {
-		return usagef("stdin is not a terminal, so nobody can answer %q; pass --yes (or ASSUME_YES=true) to go ahead", question)
+		return usagef("stdin is not a terminal, so nobody can answer %q; pass --yes to go ahead", question)
 	}
 	fmt.Fprintf(stderr, "%s [y/N] ", question)
 	line, _ := bufio.NewReader(in).ReadString('\n')

@@ -28,7 +28,7 @@ a token, or with --read-only, the console is read-only. It binds to loopback by 
 // runWeb serves the operator console until ctx ends.
 func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Web
-	pos, err := loadCmd("web", "web [--addr HOST:PORT] [--read-only]", webHelp, &cfg, args, stdout, stderr)
+	pos, err := loadCmd("web", &cfg, args, stdout)
 	if err != nil {
 		return err
 	}

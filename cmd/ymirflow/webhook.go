@@ -22,12 +22,23 @@ import (
 var webhookLimits = httpsrv.Limits{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 	WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
 
+const webhookHelp = `
+Receives Jira's webhooks (jira:issue_created, jira:issue_updated) and publishes a
+triage request when the issue needs one, through the same rules and lock pre-check
+as the fetcher's sweep, until SIGTERM or SIGINT. Deliveries must be signed with
+WEBHOOK_SECRET (X-Hub-Signature: sha256=...), unless --insecure-no-signature.
+`
+
 // runWebhook serves the Jira webhook receiver until SIGTERM/SIGINT, which lets deliveries
 // in progress finish.
 func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Webhook
-	if _, err := load("webhook", &cfg, args, stderr); err != nil {
+	pos, err := loadCmd("webhook", &cfg, args, stdout)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
 	}
 	secret, err := cfg.Secret()
 	if err != nil {

@@ -15,12 +15,25 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
+const workerHelp = `
+Runs one agent's router until SIGTERM or SIGINT: it reads the agent's input streams
+(and their :todo twins) through the consumer group of the agent and branch, takes
+the issue's lease for each event, and runs the agent: --runner exec runs --exec with
+/bin/sh -c per event (the task JSON on stdin, the result JSON on stdout; see the
+README, "Writing an agent"), --runner demo simulates one. A worker per agent and
+branch: triage takes no --branch, rebase, backport and rebuild one of c9s, c10s.
+`
+
 // runWorker runs one agent's router until SIGTERM/SIGINT: `ymirflow worker --agent A
 // [--branch B] [--runner exec|demo] [--exec CMD]`.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Worker
-	if _, err := load("worker", &cfg, args, stderr); err != nil {
+	pos, err := loadCmd("worker", &cfg, args, stdout)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
 	}
 	patterns, err := cfg.RunnerEnvPatterns()
 	if err != nil {

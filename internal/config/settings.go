@@ -109,7 +109,7 @@ func (c *Common) validate(p *problems) {
 		p.add("redis-url", "is required")
 	default:
 		if msg := checkRedisURL(c.RedisURL); msg != "" {
-			p.add("redis-url", "= %q %s", RedactURL(c.RedisURL), msg)
+			p.add("redis-url", "%s", msg)
 		}
 	}
 	switch {
@@ -132,25 +132,67 @@ func (c *Common) validate(p *problems) {
 	}
 }
 
+// redisURLForm is the expected form of REDIS_URL, for messages about one that is not.
+const redisURLForm = "redis://host:6379/0 (in general redis://[user:password@]host:port/db; rediss:// for TLS)"
+const redisURLGeneral = "(in general redis://[user:password@]host:port/db; rediss:// for TLS)"
+
+// checkRedisURL returns what is wrong with raw as a Redis URL ("" when nothing), value
+// (redacted) included, ending with the expected form.
 func checkRedisURL(raw string) string {
+	if !strings.Contains(raw, "://") {
+		// host:port is the usual slip; show it mended (the redaction sees a URL then).
+		if mended := RedactURL("redis://" + raw); !strings.HasPrefix(mended, "<") {
+			as := mended
+			if u, err := url.Parse(mended); err == nil && strings.Trim(u.Path, "/") == "" {
+				as = strings.TrimSuffix(mended, "/") + "/0"
+			}
+			return fmt.Sprintf("= %q has no scheme: write it as %s %s", strings.TrimPrefix(mended, "redis://"),
+				as, redisURLGeneral)
+		}
+		return "is not a URL: write it as " + redisURLForm
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "is not a URL"
+		return "is not a URL: write it as " + redisURLForm
 	}
+	shown := fmt.Sprintf("= %q", RedactURL(raw))
 	switch u.Scheme {
 	case "redis", "rediss":
 		if u.Host == "" {
-			return "has no host"
+			return shown + " has no host: write it as " + redisURLForm
 		}
 		if db := strings.Trim(u.Path, "/"); db != "" {
 			if n, err := strconv.Atoi(db); err != nil || n < 0 {
-				return "has a database that is not a number"
+				return shown + " has a database that is not a number: write it as " + redisURLForm
 			}
 		}
 	default:
-		return "must start with redis:// or rediss:// (unix sockets are not supported)"
+		return shown + " must start with redis:// or rediss:// (unix sockets are not supported): write it as " + redisURLForm
 	}
 	return ""
+}
+
+// httpURLProblem returns what is wrong with raw as an http(s) URL ("" when nothing),
+// value (redacted) included, with an example of the expected form.
+func httpURLProblem(raw, example string) string {
+	u, err := url.Parse(raw)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return ""
+	}
+	shown := RedactURL(raw)
+	if !strings.Contains(raw, "://") {
+		if m := RedactURL("https://" + raw); !strings.HasPrefix(m, "<") {
+			shown = strings.TrimPrefix(m, "https://")
+		}
+		if strings.HasPrefix(shown, "<") {
+			return "is not a URL: it must be an http:// or https:// URL, e.g. " + example
+		}
+		return fmt.Sprintf("= %q has no scheme: it must be an http:// or https:// URL, e.g. %s", shown, example)
+	}
+	if strings.HasPrefix(shown, "<") {
+		return "is not a URL: it must be an http:// or https:// URL, e.g. " + example
+	}
+	return fmt.Sprintf("= %q must be an http:// or https:// URL, e.g. %s", shown, example)
 }
 
 // Bounds of MAX_EVENT_BYTES: a triage request is a few hundred bytes; Redis's own
@@ -220,9 +262,8 @@ func (j *Jira) Validate() error {
 
 func (j *Jira) validate(p *problems) {
 	if j.JiraURL != "" {
-		u, err := url.Parse(j.JiraURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			p.add("jira-url", "= %q must be an http:// or https:// URL", RedactURL(j.JiraURL))
+		if msg := httpURLProblem(j.JiraURL, "https://example.atlassian.net/"); msg != "" {
+			p.add("jira-url", "%s", msg)
 		}
 	}
 	if !oneOf(j.JiraAPI, "cloud", "server", "auto") {
@@ -311,6 +352,9 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Branch, "branch", "", "target branch: "+strings.Join(Branches, "|")+" (every agent but triage)")
 	fs.StringVar(&w.Runner, "runner", DefaultRunner, "runner: exec (a command per event) or demo (simulated agents)")
 	stringVarEnv(fs, &w.Exec, "exec", "RUNNER_EXEC", "", "command run with /bin/sh -c per event by the exec runner")
+	required(fs, "agent", "")
+	required(fs, "branch", "required for every agent but triage")
+	required(fs, "exec", "required with --runner exec")
 	fs.StringVar(&w.RunnerEnv, "runner-env", "", "comma-separated variables of the worker's environment passed to the exec runner, besides PATH, HOME, LANG, TZ, TMPDIR and the YMIR_* it sets: names and PREFIX_* globs (GITLAB_TOKEN,ANTHROPIC_*). REDIS_URL is never passed; JIRA_TOKEN, JIRA_TOKEN_FILE and JIRA_EMAIL only when named")
 	fs.DurationVar(&w.LockTTL, "lock-ttl", DefaultLockTTL, "TTL of the per-issue lease; the heartbeat extends it every LOCK_TTL/3"+
 		rangeHelp("lock-ttl")+"; unset: "+fmtDur(DefaultLockTTL)+", raised to 10×KILL_GRACE, lowered to LOCK_MAX_HOLD and to 2×MAX_IDLE_TIME when those are set")
@@ -373,7 +417,7 @@ func (w *Worker) Validate() error {
 	var p problems
 	w.Common.validate(&p)
 	w.Jira.validate(&p)
-	validateAgentBranch(&p, w.Agent, w.Branch)
+	validateAgentBranch(&p, w.Agent, w.Branch, false)
 	switch w.Runner {
 	case "exec":
 		if strings.TrimSpace(w.Exec) == "" {
@@ -426,26 +470,30 @@ func (w *Worker) Validate() error {
 // branch, every other agent one of [Branches].
 func ValidateAgentBranch(agent, branch string) error {
 	var p problems
-	validateAgentBranch(&p, agent, branch)
+	validateAgentBranch(&p, agent, branch, false)
 	return p.err()
 }
 
-func validateAgentBranch(p *problems, agent, branch string) {
+func validateAgentBranch(p *problems, agent, branch string, flagOnly bool) {
+	add := p.add
+	if flagOnly {
+		add = p.addFlag
+	}
 	switch {
 	case agent == "":
-		p.add("agent", "is required: one of %s", strings.Join(Agents, "|"))
+		add("agent", "is required: one of %s", strings.Join(Agents, "|"))
 		return
 	case !oneOf(agent, Agents...):
-		p.add("agent", "= %q is not an agent: one of %s", agent, strings.Join(Agents, "|"))
+		add("agent", "= %q is not an agent: one of %s", agent, strings.Join(Agents, "|"))
 		return
 	}
 	switch {
 	case agent == "triage" && branch != "":
-		p.add("branch", "= %q is not taken by agent triage, which reads every branch's issues", branch)
+		add("branch", "= %q is not taken by agent triage, which reads every branch's issues", branch)
 	case agent != "triage" && branch == "":
-		p.add("branch", "is required for agent %s: one of %s", agent, strings.Join(Branches, "|"))
+		add("branch", "is required for agent %s: one of %s", agent, strings.Join(Branches, "|"))
 	case agent != "triage" && !oneOf(branch, Branches...):
-		p.add("branch", "= %q is not a branch: one of %s", branch, strings.Join(Branches, "|"))
+		add("branch", "= %q is not a branch: one of %s", branch, strings.Join(Branches, "|"))
 	}
 }
 
@@ -464,6 +512,7 @@ type Fetch struct {
 func (f *Fetch) Register(fs *flag.FlagSet) {
 	f.Common.Register(fs)
 	f.Jira.Register(fs)
+	required(fs, "jira-url", "required: the fetcher searches Jira")
 	fs.BoolVar(&f.Once, "once", false, "run one sweep and exit")
 	fs.DurationVar(&f.Interval, "interval", DefaultFetchInterval, "time between sweeps (without --once)"+rangeHelp("interval"))
 	fs.IntVar(&f.MaxIssues, "max-issues", 0, "issues published per sweep (0: no limit)")
@@ -516,6 +565,7 @@ func (d *Demo) Register(fs *flag.FlagSet) {
 	fs.Int64Var(&d.Seed, "seed", 1, "seed of the simulated agents' outcomes")
 	fs.StringVar(&d.Speed, "speed", "1", "speed of the simulated agents: a factor (2 or 2x: twice as fast, 0.5: half as fast) or the typical run, e.g. 300ms (0s: instant); at 1 a run takes about "+fmtDur(DefaultDemoDuration))
 	fs.BoolVar(&d.JSON, "json", false, "print the summary as JSON (progress goes to stderr)")
+	flagOnly(fs, "json")
 	fs.BoolVar(&d.Keep, "keep", false, "keep the demo's data: its namespace in a real Redis, or the embedded Redis serving until Ctrl-C")
 	fs.StringVar(&d.LogFile, "log-file", "", "file that receives the workers' logs (-: stderr; empty: a new file in the temp dir)")
 	stringVarEnv(fs, &d.Web, "web", "DEMO_WEB", "", "serve the operator console over the demo's run at this address, e.g. 127.0.0.1:8080 (empty: none)")
@@ -566,9 +616,9 @@ func (d *Demo) Validate() error {
 // positional arguments.
 type Enqueue struct {
 	Common
-	Agent         string // --agent, AGENT
-	Branch        string // --branch, BRANCH: every agent but triage
-	UserTriggered bool   // --user-triggered, USER_TRIGGERED: publish to the :todo stream
+	Agent         string // --agent (flag only)
+	Branch        string // --branch (flag only): every agent but triage
+	UserTriggered bool   // --user-triggered (flag only): publish to the :todo stream
 }
 
 // Register defines enqueue's flags on fs.
@@ -577,13 +627,15 @@ func (e *Enqueue) Register(fs *flag.FlagSet) {
 	fs.StringVar(&e.Agent, "agent", "triage", "agent whose stream gets the requests: "+strings.Join(Agents, "|"))
 	fs.StringVar(&e.Branch, "branch", "", "target branch: "+strings.Join(Branches, "|")+" (every agent but triage)")
 	fs.BoolVar(&e.UserTriggered, "user-triggered", false, "publish as user-triggered work (the :todo stream)")
+	flagOnly(fs, "agent", "branch", "user-triggered")
+	required(fs, "branch", "required for every agent but triage")
 }
 
 // Validate checks enqueue's settings.
 func (e *Enqueue) Validate() error {
 	var p problems
 	e.Common.validate(&p)
-	validateAgentBranch(&p, e.Agent, e.Branch)
+	validateAgentBranch(&p, e.Agent, e.Branch, true)
 	return p.err()
 }
 
@@ -591,13 +643,14 @@ func (e *Enqueue) Validate() error {
 // streams, history, replay, dlq).
 type Inspect struct {
 	Common
-	JSON bool // --json, JSON: print JSON instead of a table
+	JSON bool // --json (flag only): print JSON instead of a table
 }
 
 // Register defines the inspection flags on fs.
 func (i *Inspect) Register(fs *flag.FlagSet) {
 	i.Common.Register(fs)
 	fs.BoolVar(&i.JSON, "json", false, "print JSON instead of a table")
+	flagOnly(fs, "json")
 }
 
 // Validate checks the inspection settings.
@@ -607,14 +660,14 @@ func (i *Inspect) Validate() error { return i.Common.Validate() }
 // is not derived from the flag's.
 func boolVarEnv(fs *flag.FlagSet, p *bool, name, env string, value bool, usage string) {
 	fs.BoolVar(p, name, value, usage)
-	f := fs.Lookup(name)
-	f.Value = withEnv{Value: f.Value, env: env}
+	settingOf(fs.Lookup(name)).env = env
 }
 
-// registerYes defines --yes. It is read from ASSUME_YES, not YES: skipping a
-// confirmation must never come from a stray generic variable.
+// registerYes defines --yes, a flag only: skipping a confirmation must never come
+// from a variable left in the shell.
 func registerYes(fs *flag.FlagSet, p *bool, what string) {
-	boolVarEnv(fs, p, "yes", "ASSUME_YES", false, "do not ask before "+what)
+	fs.BoolVar(p, "yes", false, "do not ask before "+what)
+	flagOnly(fs, "yes")
 }
 
 var (
@@ -627,34 +680,34 @@ func validateRangeID(p *problems, flagName, v string) {
 	if v == "" || v == "-" || v == "+" || streamIDPattern.MatchString(strings.TrimPrefix(v, "(")) {
 		return
 	}
-	p.add(flagName, "= %q is not a stream id: MS or MS-SEQ (e.g. 1700000000000-0), - or +, or ( before an id for an exclusive bound", v)
+	p.addFlag(flagName, "= %q is not a stream id: MS or MS-SEQ (e.g. 1700000000000-0), - or +, or ( before an id for an exclusive bound", v)
 }
 
 func validateIssueFilter(p *problems, v string) {
 	if v != "" && !issueKeyish.MatchString(strings.TrimSpace(v)) {
-		p.add("issue", "= %q is not an issue key", v)
+		p.addFlag("issue", "= %q is not an issue key: a project key, a dash and a number, e.g. RHEL-123", v)
 	}
 }
 
 // validateAgentBranchFilter checks optional agent and branch filters.
 func validateAgentBranchFilter(p *problems, agent, branch string) {
 	if agent != "" && !oneOf(agent, Agents...) {
-		p.add("agent", "= %q is not an agent: one of %s", agent, strings.Join(Agents, "|"))
+		p.addFlag("agent", "= %q is not an agent: one of %s", agent, strings.Join(Agents, "|"))
 	}
 	if branch != "" && !oneOf(branch, Branches...) {
-		p.add("branch", "= %q is not a branch: one of %s", branch, strings.Join(Branches, "|"))
+		p.addFlag("branch", "= %q is not a branch: one of %s", branch, strings.Join(Branches, "|"))
 	}
 	if agent == "triage" && branch != "" {
-		p.add("branch", "= %q is not taken by agent triage, which reads every branch's issues", branch)
+		p.addFlag("branch", "= %q is not taken by agent triage, which reads every branch's issues", branch)
 	}
 }
 
 // Pending is the settings of `ymirflow pending`.
 type Pending struct {
 	Inspect
-	Agent  string // --agent, AGENT: only this agent's groups (empty: every agent)
-	Branch string // --branch, BRANCH: only this branch's groups (empty: every branch)
-	Issue  string // --issue, ISSUE: only this issue's entries (the group summaries stay whole)
+	Agent  string // --agent (flag only): only this agent's groups (empty: every agent)
+	Branch string // --branch (flag only): only this branch's groups (empty: every branch)
+	Issue  string // --issue (flag only): only this issue's entries (the group summaries stay whole)
 }
 
 // Register defines pending's flags on fs.
@@ -663,6 +716,7 @@ func (c *Pending) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Agent, "agent", "", "only this agent's groups: "+strings.Join(Agents, "|")+" (empty: every agent)")
 	fs.StringVar(&c.Branch, "branch", "", "only this branch's groups: "+strings.Join(Branches, "|")+" (empty: every branch)")
 	fs.StringVar(&c.Issue, "issue", "", "only this issue's pending entries, e.g. RHEL-123")
+	flagOnly(fs, "agent", "branch", "issue")
 }
 
 // Validate checks pending's settings.
@@ -677,9 +731,9 @@ func (c *Pending) Validate() error {
 // Locks is the settings of `ymirflow locks` and `ymirflow locks release`.
 type Locks struct {
 	Inspect
-	Agent string // --agent, AGENT: only this agent's leases
-	Issue string // --issue, ISSUE: only this issue's leases (direct lookups, no SCAN)
-	Yes   bool   // --yes, ASSUME_YES: release without asking
+	Agent string // --agent (flag only): only this agent's leases
+	Issue string // --issue (flag only): only this issue's leases (direct lookups, no SCAN)
+	Yes   bool   // --yes (flag only): release without asking
 }
 
 // Register defines locks' flags on fs.
@@ -688,6 +742,7 @@ func (c *Locks) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Agent, "agent", "", "only this agent's leases: "+strings.Join(Agents, "|")+" (empty: every agent)")
 	fs.StringVar(&c.Issue, "issue", "", "only this issue's leases, looked up directly instead of scanning")
 	registerYes(fs, &c.Yes, "force-releasing a lease (locks release)")
+	flagOnly(fs, "agent", "issue")
 }
 
 // Validate checks locks' settings.
@@ -702,12 +757,12 @@ func (c *Locks) Validate() error {
 // Replay is the settings of `ymirflow replay`.
 type Replay struct {
 	Inspect
-	Stream string // --stream, STREAM: input stream, e.g. triage, rebase:c9s, ymir:rebase:c9s:todo
-	From   string // --from, FROM: first stream id (default -)
-	To     string // --to, TO: last stream id (default +: the last entry when the replay starts)
-	Issue  string // --issue, ISSUE: only this issue's events
-	DryRun bool   // --dry-run, DRY_RUN: list what would be replayed
-	Yes    bool   // --yes, ASSUME_YES: replay a whole stream without asking
+	Stream string // --stream (flag only): input stream, e.g. triage, rebase:c9s, ymir:rebase:c9s:todo
+	From   string // --from (flag only): first stream id (default -)
+	To     string // --to (flag only): last stream id (default +: the last entry when the replay starts)
+	Issue  string // --issue (flag only): only this issue's events
+	DryRun bool   // --dry-run (flag only; DRY_RUN is the Jira setting): list what would be replayed
+	Yes    bool   // --yes (flag only): replay a whole stream without asking
 }
 
 // Register defines replay's flags on fs.
@@ -719,6 +774,8 @@ func (c *Replay) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Issue, "issue", "", "only this issue's events")
 	fs.BoolVar(&c.DryRun, "dry-run", false, "list what would be replayed; publish nothing")
 	registerYes(fs, &c.Yes, "replaying a whole stream (no --from, --to or --issue)")
+	flagOnly(fs, "stream", "from", "to", "issue", "dry-run")
+	required(fs, "stream", "")
 }
 
 // Validate checks replay's settings.
@@ -726,7 +783,7 @@ func (c *Replay) Validate() error {
 	var p problems
 	c.Common.validate(&p)
 	if strings.TrimSpace(c.Stream) == "" {
-		p.add("stream", "is required: the input stream to replay, e.g. triage or rebase:c9s")
+		p.addFlag("stream", "is required: the input stream to replay, e.g. triage or rebase:c9s")
 	}
 	validateRangeID(&p, "from", c.From)
 	validateRangeID(&p, "to", c.To)
@@ -737,10 +794,10 @@ func (c *Replay) Validate() error {
 // DLQ is the settings of `ymirflow dlq`.
 type DLQ struct {
 	Inspect
-	Issue  string // --issue, ISSUE: only this issue's dead letters (list, requeue --all)
-	Before string // --before, BEFORE: only dead letters older than a stream id or a duration (list, purge)
-	All    bool   // --all, REQUEUE_ALL: requeue every dead letter (of --issue)
-	Yes    bool   // --yes, ASSUME_YES: purge without asking
+	Issue  string // --issue (flag only): only this issue's dead letters (list, requeue --all)
+	Before string // --before (flag only): only dead letters older than a stream id or a duration (list, purge)
+	All    bool   // --all (flag only): requeue every dead letter (of --issue)
+	Yes    bool   // --yes (flag only): purge without asking
 }
 
 // Register defines dlq's flags on fs.
@@ -748,8 +805,9 @@ func (c *DLQ) Register(fs *flag.FlagSet) {
 	c.Inspect.Register(fs)
 	fs.StringVar(&c.Issue, "issue", "", "only this issue's dead letters (list, requeue --all)")
 	fs.StringVar(&c.Before, "before", "", "only dead letters older than this: a stream id (1700000000000-0) or an age (72h) (list, purge)")
-	boolVarEnv(fs, &c.All, "all", "REQUEUE_ALL", false, "requeue every dead letter (only --issue's with --issue)")
+	fs.BoolVar(&c.All, "all", false, "requeue every dead letter (only --issue's with --issue)")
 	registerYes(fs, &c.Yes, "purging dead letters")
+	flagOnly(fs, "issue", "before", "all")
 }
 
 // BeforeID returns --before as a stream id: itself, or for an age the id of
@@ -772,7 +830,7 @@ func (c *DLQ) Validate() error {
 	validateIssueFilter(&p, c.Issue)
 	if c.Before != "" && !streamIDPattern.MatchString(c.Before) {
 		if d, err := time.ParseDuration(c.Before); err != nil || d <= 0 {
-			p.add("before", "= %q is neither a stream id (1700000000000-0) nor a positive age (72h)", c.Before)
+			p.addFlag("before", "= %q is neither a stream id (1700000000000-0) nor a positive age (72h)", c.Before)
 		}
 	}
 	return p.err()
@@ -907,6 +965,5 @@ func (w *Web) WriteToken() (string, error) {
 // name is not derived from the flag's.
 func durationVarEnv(fs *flag.FlagSet, p *time.Duration, name, env string, value time.Duration, usage string) {
 	fs.DurationVar(p, name, value, usage)
-	f := fs.Lookup(name)
-	f.Value = withEnv{Value: f.Value, env: env}
+	settingOf(fs.Lookup(name)).env = env
 }

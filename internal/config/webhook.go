@@ -3,7 +3,6 @@ package config
 import (
 	"flag"
 	"net"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -83,6 +82,8 @@ func (w *Webhook) Register(fs *flag.FlagSet) {
 	w.Jira.Register(fs)
 	w.WebhookSecret.register(fs, "the Jira webhook's secret: deliveries must carry X-Hub-Signature: sha256=<HMAC-SHA256 of the body>")
 	fs.StringVar(&w.Addr, "addr", DefaultWebhookAddr, "listen address of the webhook receiver")
+	required(fs, "jira-url", "required: the receiver reads issues and writes labels")
+	required(fs, "webhook-secret", "required, or --webhook-secret-file, unless --insecure-no-signature")
 	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "listen address of /metrics, /healthz and /readyz (empty: none)")
 	fs.BoolVar(&w.InsecureNoSignature, "insecure-no-signature", false, "accept unsigned deliveries when no secret is set (never in production)")
 	fs.StringVar(&w.JiraOwnAccount, "jira-own-account", "", "ymirflow's own Jira account ids or usernames, comma-separated: events they cause are ignored (empty: Jira's /myself at start)")
@@ -160,9 +161,8 @@ func (f *FakeJira) WebhookURLs() []string {
 func (f *FakeJira) validateWebhooks(p *problems) {
 	f.WebhookSecret.validate(p)
 	for _, raw := range f.WebhookURLs() {
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			p.add("webhook", "= %q must be an http:// or https:// URL", RedactURL(raw))
+		if msg := httpURLProblem(raw, "http://127.0.0.1:8082/"); msg != "" {
+			p.add("webhook", "%s", msg)
 		}
 	}
 }
