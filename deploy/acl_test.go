@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ymirflow/ymirflow/inspect"
@@ -36,6 +37,16 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "NOPERM") {
 			t.Fatalf("%s: %v", what, err)
 		}
+	}
+
+	// The workers' user claims its consumer name (one process per name) and frees it.
+	claim, err := pipeline.ClaimConsumer(ctx, worker, topo, "triage", "w1", time.Second, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("worker user: claim the consumer name: %v", err)
+	}
+	claim.Release(ctx)
+	if n := admin.Exists(ctx, topo.ConsumerClaimKey("triage", "w1")).Val(); n != 0 {
+		t.Fatalf("worker user: the consumer name claim is left after Release")
 	}
 
 	// The workers' user: a triage router that publishes downstream under its lease,

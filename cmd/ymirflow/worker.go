@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +23,12 @@ the issue's lease for each event, and runs the agent: --runner exec runs --exec 
 /bin/sh -c per event (the task JSON on stdin, the result JSON on stdout; see the
 README, "Writing an agent"), --runner demo simulates one. A worker per agent and
 branch: triage takes no --branch, rebase, backport and rebuild one of c9s, c10s.
+
+Each process needs its own CONSUMER_NAME: unset, it is the hostname in Kubernetes (the
+pod's name) and hostname-pid elsewhere, and a worker refuses to start while a live
+process has its name in the group. METRICS_ADDR defaults to a free port on loopback
+(logged at start), so that workers share a machine; set it (e.g. :9090) where
+something scrapes it.
 `
 
 // runWorker runs one agent's router until SIGTERM/SIGINT: `ymirflow worker --agent A
@@ -54,6 +61,18 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer e.Close()
 	log := e.log
+
+	// One process per consumer name: a second one would resume the first's pending
+	// entries while the first still runs them.
+	group := e.topology.Group(cfg.Agent, cfg.Branch)
+	claim, err := pipeline.ClaimConsumer(ctx, e.rdb, e.topology, group, cfg.ConsumerName, 0, log)
+	if errors.Is(err, pipeline.ErrConsumerInUse) {
+		return usagef("CONSUMER_NAME (--consumer-name) = %q is taken (%v): give each worker its own name, or leave CONSUMER_NAME unset for hostname-pid", cfg.ConsumerName, err)
+	}
+	if err != nil {
+		return err
+	}
+	defer claim.Release(context.Background())
 
 	metrics := pipeline.NewMetrics()
 	locker, err := e.newLocker(lockmw.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
@@ -123,7 +142,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		jiraDesc = config.RedactURL(cfg.JiraURL)
 	}
 	log.Info().Str("agent", cfg.Agent).Str("branch", cfg.Branch).Str("streams", strings.Join(streams, ",")).
-		Str("group", e.topology.Group(cfg.Agent, cfg.Branch)).Str("consumer", cfg.ConsumerName).
+		Str("group", group).Str("consumer", cfg.ConsumerName).
 		Int("concurrency", cfg.Concurrency).Str("lock_ttl", cfg.LockTTL.String()).Str("heartbeat", cfg.HeartbeatInterval().String()).
 		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", string(policy)).Int("max_retries", cfg.MaxRetries).
 		Str("max_idle_time", cfg.MaxIdleTime.String()).Str("runner", cfg.Runner).Str("kill_grace", cfg.KillGrace.String()).

@@ -569,10 +569,20 @@ func oneOf(v string, allowed ...string) bool {
 	return false
 }
 
-func hostname() string {
+// DefaultConsumerName is a worker's consumer name when CONSUMER_NAME is unset: in
+// Kubernetes (KUBERNETES_SERVICE_HOST set) the hostname, which is the pod's name: unique
+// per pod and stable across a container's restarts, so a restarted worker resumes its
+// own pending entries at once. Elsewhere hostname-pid: two workers on one machine must
+// not become one consumer (the second would resume the first's entries while the first
+// runs them), and a hostname there names the machine, not the process. "" when the
+// hostname cannot be read.
+func DefaultConsumerName() string {
 	h, err := os.Hostname()
-	if err != nil {
+	if err != nil || h == "" {
 		return ""
 	}
-	return h
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return h
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,18 +42,21 @@ func demoWorker(extra ...string) []string {
 
 func TestDefaults(t *testing.T) {
 	clearEnv(t)
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	os.Unsetenv("KUBERNETES_SERVICE_HOST")
 	var w Worker
 	if err := load(t, "worker", &w, demoWorker()...); err != nil {
 		t.Fatal(err)
 	}
 	host, _ := os.Hostname()
+	host += "-" + strconv.Itoa(os.Getpid()) // not in Kubernetes: hostname-pid
 	want := Worker{
 		Common: Common{RedisURL: "redis://127.0.0.1:6379/0", Namespace: "ymir", LogLevel: "info", LogFormat: "json", MaxLen: 100000, MaxEventBytes: 1 << 20},
 		Jira:   Jira{JiraJQL: DefaultJQL, JiraTriggerGroup: "Red Hat Employee", JiraAPI: "auto", JiraTimeout: 90 * time.Second, JiraMaxRetries: 4, JiraRateLimit: 5},
 		Agent:  "triage", Runner: "demo",
 		LockTTL: 300 * time.Second, LockMaxHold: 6 * time.Hour, OnConflict: "drop",
 		BlockTime: 5 * time.Second, MaxIdleTime: 3 * time.Minute, ClaimInterval: 5 * time.Second,
-		MaxRetries: 3, Concurrency: 1, ReadBatch: 8, ConsumerName: host, MetricsAddr: ":9090", KillGrace: 10 * time.Second,
+		MaxRetries: 3, Concurrency: 1, ReadBatch: 8, ConsumerName: host, MetricsAddr: "127.0.0.1:0", KillGrace: 10 * time.Second,
 	}
 	w.fs = nil
 	if w != want {
@@ -566,5 +570,24 @@ func TestRunnerEnvAndEventBounds(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%v: error %v, want one naming %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// Issue 29: CONSUMER_NAME unset is unique per process outside Kubernetes (two workers on
+// one machine are two consumers) and the pod's name inside (stable across a container's
+// restarts).
+func TestDefaultConsumerName(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	os.Unsetenv("KUBERNETES_SERVICE_HOST")
+	if got, want := DefaultConsumerName(), host+"-"+strconv.Itoa(os.Getpid()); got != want {
+		t.Errorf("outside Kubernetes: %q, want %q", got, want)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+	if got := DefaultConsumerName(); got != host {
+		t.Errorf("in Kubernetes: %q, want the hostname %q", got, host)
 	}
 }

@@ -45,11 +45,14 @@ const (
 	DefaultMaxRetries     = pipeline.DefaultMaxRetries
 	DefaultConcurrency    = 1
 	DefaultReadBatch      = pipeline.DefaultReadBatch
-	DefaultMetricsAddr    = ":9090"
+	// DefaultMetricsAddr is a free port on loopback, so that several workers (and the
+	// webhook) share a machine; a deployment that scrapes them sets METRICS_ADDR (the
+	// manifests: :9090). The port taken is logged at start.
+	DefaultMetricsAddr    = "127.0.0.1:0"
 	DefaultKillGrace      = handlers.DefaultKillGrace
 	DefaultFetchInterval  = 5 * time.Minute
 	DefaultStaleThreshold = fetcher.DefaultStaleLabelThreshold
-	DefaultFakeJiraAddr   = "127.0.0.1:8080"
+	DefaultFakeJiraAddr   = "127.0.0.1:8081" // the console has 8080, the webhook 8082
 	DefaultFakeJiraIssues = 20
 	DefaultDemoIssues     = 40
 	DefaultDemoDuration   = 400 * time.Millisecond // typical simulated agent run at --speed 1
@@ -335,7 +338,7 @@ type Worker struct {
 	MaxRetries    int           // --max-retries, MAX_RETRIES: attempts at a failing event before the DLQ
 	Concurrency   int           // --concurrency, CONCURRENCY: subscriptions per input stream
 	ReadBatch     int           // --read-batch, READ_BATCH: most entries one stream read takes while the worker keeps up
-	ConsumerName  string        // --consumer-name, CONSUMER_NAME: stable consumer name (default: hostname)
+	ConsumerName  string        // --consumer-name, CONSUMER_NAME: one per process (default: DefaultConsumerName)
 	MetricsAddr   string        // --metrics-addr, METRICS_ADDR: /metrics, /healthz, /readyz (empty: off)
 	KillGrace     time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
 	DemoDuration  time.Duration // --demo-duration, DEMO_DURATION: typical length of a simulated run (runner demo)
@@ -368,8 +371,8 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.IntVar(&w.MaxRetries, "max-retries", DefaultMaxRetries, "attempts at a failing event before it goes to the dead-letter stream")
 	fs.IntVar(&w.Concurrency, "concurrency", DefaultConcurrency, "events handled at once per input stream")
 	fs.IntVar(&w.ReadBatch, "read-batch", DefaultReadBatch, fmt.Sprintf("most entries one stream read takes while events finish in under 20ms (a backlog of quick events, e.g. drops); slower events are read one at a time. 1 to %d; 1: one entry per read", pipeline.MaxReadBatch))
-	fs.StringVar(&w.ConsumerName, "consumer-name", hostname(), "stable consumer name, so that a restarted worker resumes its own pending entries")
-	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty: off)")
+	fs.StringVar(&w.ConsumerName, "consumer-name", DefaultConsumerName(), "the worker's name in its consumer group, one per process (a worker refuses to start while a live process has it); unset: the hostname in Kubernetes (the pod's name, so a restarted container resumes its pending entries), hostname-pid elsewhere")
+	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty: off); the default, a free port on loopback, is logged at start")
 	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group, at most LOCK_TTL/10 (the lease's safety margin)"+
 		rangeHelp("kill-grace")+"; unset: the smaller of "+fmtDur(DefaultKillGrace)+" and LOCK_TTL/10")
 	fs.DurationVar(&w.DemoDuration, "demo-duration", 0, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it; 0: instant)"+rangeHelp("demo-duration"))

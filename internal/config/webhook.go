@@ -10,7 +10,7 @@ import (
 
 // Defaults of `ymirflow webhook`.
 const (
-	DefaultWebhookAddr          = ":8080"
+	DefaultWebhookAddr          = ":8082" // the console has 8080, fakejira 8081
 	DefaultWebhookMaxBody       = 1 << 20
 	DefaultWebhookDeadline      = 900 * time.Millisecond
 	DefaultWebhookPayloadMaxAge = 10 * time.Second
@@ -84,7 +84,7 @@ func (w *Webhook) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Addr, "addr", DefaultWebhookAddr, "listen address of the webhook receiver")
 	required(fs, "jira-url", "required: the receiver reads issues and writes labels")
 	required(fs, "webhook-secret", "required, or --webhook-secret-file, unless --insecure-no-signature")
-	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "listen address of /metrics, /healthz and /readyz (empty: none)")
+	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "listen address of /metrics, /healthz and /readyz (empty: none); the default, a free port on loopback, is logged at start")
 	fs.BoolVar(&w.InsecureNoSignature, "insecure-no-signature", false, "accept unsigned deliveries when no secret is set (never in production)")
 	fs.StringVar(&w.JiraOwnAccount, "jira-own-account", "", "ymirflow's own Jira account ids or usernames, comma-separated: events they cause are ignored (empty: Jira's /myself at start)")
 	fs.BoolVar(&w.WebhookCheckScope, "webhook-check-scope", true, "act only on issues that match JIRA_JQL (one Jira search per delivery)")

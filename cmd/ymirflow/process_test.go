@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+)
+
+// buildBinary builds `ymirflow` into a temp dir of t and returns its path: the tests
+// that need real processes (separate pids, signals) run it.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ymirflow")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// proc is a ymirflow process started by a test, its output collected line by line.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  []string // stdout lines
+	errs []string // stderr lines
+	done chan struct{}
+	err  error
+}
+
+// startProc starts bin with args and exactly env (nothing leaks from the test's own
+// environment); it is killed when the test ends, if still running.
+func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	collect := func(r io.Reader, into *[]string) {
+		defer wg.Done()
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			*into = append(*into, sc.Text())
+			p.mu.Unlock()
+		}
+	}
+	wg.Add(2)
+	go collect(stdout, &p.out)
+	go collect(stderr, &p.errs)
+	go func() {
+		wg.Wait() // the pipes are read to their end before Wait closes them
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// stdout and stderr return what the process printed so far.
+func (p *proc) stdout() string { p.mu.Lock(); defer p.mu.Unlock(); return strings.Join(p.out, "\n") }
+func (p *proc) stderr() string { p.mu.Lock(); defer p.mu.Unlock(); return strings.Join(p.errs, "\n") }
+
+// waitLine polls the process's stdout or stderr (errs) until a line satisfies match, and
+// returns it; it fails the test at the deadline or if the process exits first.
+func (p *proc) waitLine(errs bool, within time.Duration, match func(string) bool) string {
+	p.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		p.mu.Lock()
+		lines := p.out
+		if errs {
+			lines = p.errs
+		}
+		for _, l := range lines {
+			if match(l) {
+				p.mu.Unlock()
+				return l
+			}
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.done:
+			p.t.Fatalf("%v exited (%v) before the line looked for\nstdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], p.err, p.stdout(), p.stderr())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%v: no such line after %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], within, p.stdout(), p.stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// exit waits at most within for the process to end and returns its exit code.
+func (p *proc) exit(within time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		p.t.Fatalf("%v: still running %v later\nstderr:\n%s", p.cmd.Args[1:], within, p.stderr())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// stop sends SIGINT (Ctrl-C) and returns the exit code and how long the process took.
+func (p *proc) stop(within time.Duration) (int, time.Duration) {
+	p.t.Helper()
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		p.t.Fatal(err)
+	}
+	code := p.exit(within)
+	return code, time.Since(start)
+}
+
+// Issue 29, done when: two workers started with default settings on one machine both
+// run, as two consumers with two metrics ports; a third given the name of a live one
+// refuses to start, saying what to set.
+func TestTwoDefaultWorkersShareAMachine(t *testing.T) {
+	bin := buildBinary(t)
+	_, ns := redistest.Client(t)
+	env := []string{"REDIS_URL=" + redistest.URL(), "YMIR_NAMESPACE=" + ns + "ymir", "BLOCK_TIME=200ms", "LOG_LEVEL=info"}
+	type start struct {
+		Consumer string `json:"consumer"`
+		Metrics  string `json:"metrics_addr"`
+	}
+	var starts []start
+	var workers []*proc
+	for range 2 {
+		w := startProc(t, bin, env, "worker", "--agent", "triage", "--runner", "demo")
+		line := w.waitLine(true, 30*time.Second, func(l string) bool { return strings.Contains(l, `"worker starting"`) })
+		var s start
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		starts = append(starts, s)
+		workers = append(workers, w)
+	}
+	if starts[0].Consumer == starts[1].Consumer || starts[0].Metrics == starts[1].Metrics ||
+		!strings.HasPrefix(starts[0].Metrics, "127.0.0.1:") {
+		t.Fatalf("two default workers: %+v", starts)
+	}
+	for i, w := range workers {
+		if !ready(w.stderr()) {
+			t.Errorf("worker %d (%s) does not serve /readyz", i, starts[i].Consumer)
+		}
+	}
+
+	third := startProc(t, bin, env, "worker", "--agent", "triage", "--runner", "demo", "--consumer-name", starts[0].Consumer)
+	if code := third.exit(10 * time.Second); code != exitUsage {
+		t.Fatalf("a worker under a live worker's name: exit %d\n%s", code, third.stderr())
+	}
+	if msg := third.stderr(); !strings.Contains(msg, "CONSUMER_NAME") || !strings.Contains(msg, "is taken") {
+		t.Errorf("a worker under a live worker's name says:\n%s", msg)
+	}
+	for _, w := range workers {
+		if code, took := w.stop(10 * time.Second); code != 0 {
+			t.Errorf("worker: exit %d after SIGINT (%v)\n%s", code, took, w.stderr())
+		}
+	}
+	// Stopped cleanly, a worker frees its name at once: a restart under it starts.
+	again := startProc(t, bin, env, "worker", "--agent", "triage", "--runner", "demo", "--consumer-name", starts[0].Consumer)
+	again.waitLine(true, 30*time.Second, func(l string) bool { return strings.Contains(l, `"worker starting"`) })
+	if code, _ := again.stop(10 * time.Second); code != 0 {
+		t.Errorf("restarted worker: exit %d\n%s", code, again.stderr())
+	}
+}
