@@ -31,6 +31,8 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"dev", "a whole local pipeline until Ctrl-C: fake Jira, fetcher, webhook, a worker per stage, console",
+			"dev [--exec CMD] [--web-addr A] [--embedded-redis-addr A] [--interval D]", devHelp, runDev},
 		{"demo", "run the whole pipeline in one process on an embedded Redis and a fake Jira",
 			"demo [--issues N] [--speed S] [--seed N] [--json] [--keep] [--web A]", demoHelp, runDemo},
 		{"worker", "run one agent's router (--agent triage|rebase|backport|rebuild [--branch c9s|c10s])",

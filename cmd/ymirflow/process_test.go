@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -192,5 +194,85 @@ func TestTwoDefaultWorkersShareAMachine(t *testing.T) {
 	again.waitLine(true, 30*time.Second, func(l string) bool { return strings.Contains(l, `"worker starting"`) })
 	if code, _ := again.stop(10 * time.Second); code != 0 {
 		t.Errorf("restarted worker: exit %d\n%s", code, again.stderr())
+	}
+}
+
+// Issue 29, done when: `ymirflow dev` brings up the whole pipeline with the console, and
+// locks, pending and history from another terminal show it; Ctrl-C stops it, exit 0.
+func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
+	bin := buildBinary(t)
+	port := func() string { return "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) }
+	redisAddr := port()
+	start := time.Now()
+	dev := startProc(t, bin, []string{"LOG_LEVEL=info"}, "dev", "--embedded-redis-addr", redisAddr, "--web-addr", port(),
+		"--fakejira-addr", port(), "--webhook-addr", port(), "--demo-duration", "300ms", "--log-dir", t.TempDir())
+	line := dev.waitLine(false, 30*time.Second, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "console ") })
+	up := time.Since(start)
+	f := strings.Fields(line) // console URL token T
+	if len(f) != 4 || f[2] != "token" || len(f[3]) < 16 {
+		t.Fatalf("console line %q", line)
+	}
+	consoleURL := f[1]
+	t.Logf("FIGURE dev: console up %v after the start", up.Round(time.Millisecond))
+	export := dev.waitLine(false, time.Second, func(l string) bool { return strings.Contains(l, "export REDIS_URL=") })
+	if !strings.Contains(export, "REDIS_URL=redis://"+redisAddr+"/0") {
+		t.Fatalf("the commands to try do not name the embedded Redis %s: %q", redisAddr, export)
+	}
+
+	// The console answers, and a write needs the printed token.
+	resp, err := http.Get(consoleURL + "api/v1/overview")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("console %s: %v %v", consoleURL, resp, err)
+	}
+	resp.Body.Close()
+
+	// Another terminal: the operator commands against the printed REDIS_URL.
+	other := []string{"REDIS_URL=redis://" + redisAddr + "/0", "YMIR_NAMESPACE=ymir", "AGENT=triage"}
+	cmd := func(args ...string) string {
+		t.Helper()
+		p := startProc(t, bin, other, args...)
+		if code := p.exit(20 * time.Second); code != 0 {
+			t.Fatalf("ymirflow %v: exit %d\n%s", args, code, p.stderr())
+		}
+		return p.stdout()
+	}
+	// RHEL-1001 is the first sample issue, fresh: the first sweep triages it, and its
+	// rebase or backport or rebuild follows.
+	deadline := time.Now().Add(30 * time.Second)
+	var hist string
+	for {
+		hist = cmd("history", "RHEL-1001")
+		if strings.Contains(hist, "stage.done") && strings.Count(hist, "stage.done") >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history RHEL-1001 after 30s:\n%s", hist)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out := cmd("pending", "--json"); !strings.Contains(out, `"group": "triage"`) || !strings.Contains(out, `"group": "rebase-c9s"`) {
+		t.Fatalf("pending shows no worker's group:\n%s", out)
+	}
+	// A lease shows while a (300ms) run is on; enqueue one to be sure there is one.
+	cmd("enqueue", "RHEL-1001")
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		out := cmd("locks", "--json")
+		if strings.Contains(out, `"owner": "dev-`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("locks never showed a dev worker's lease:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	code, took := dev.stop(20 * time.Second)
+	if code != 0 || !strings.Contains(dev.stdout(), "stopped") {
+		t.Fatalf("dev after SIGINT: exit %d after %v\nstdout:\n%s\nstderr:\n%s", code, took, dev.stdout(), dev.stderr())
+	}
+	t.Logf("FIGURE dev: exit 0 %v after SIGINT", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("dev took %v to stop (bound 10s)", took)
 	}
 }

@@ -55,6 +55,7 @@ type Command interface {
 // a command added to the CLI must be added here too.
 func Commands() map[string]Command {
 	return map[string]Command{
+		"dev":      &Dev{},
 		"demo":     &Demo{},
 		"worker":   &Worker{},
 		"fetch":    &Fetch{},

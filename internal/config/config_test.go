@@ -180,8 +180,8 @@ func TestRunnerExecEnv(t *testing.T) {
 	}
 
 	names := EnvNames()
-	if got := names["RUNNER_EXEC"]; len(got) != 1 || got[0] != "worker" {
-		t.Errorf("EnvNames()[RUNNER_EXEC] = %v, want [worker]", got)
+	if got := strings.Join(names["RUNNER_EXEC"], ","); got != "dev,worker" {
+		t.Errorf("EnvNames()[RUNNER_EXEC] = %v, want dev,worker", got)
 	}
 	if _, ok := names["EXEC"]; ok {
 		t.Error("EnvNames lists EXEC")
@@ -441,10 +441,10 @@ func TestEnvNames(t *testing.T) {
 	if got := strings.Join(names["LOCK_TTL"], ","); got != "worker" {
 		t.Errorf("LOCK_TTL read by %s, want worker", got)
 	}
-	if got := strings.Join(names["REDIS_URL"], ","); got != "demo,dlq,enqueue,fetch,history,locks,pending,replay,streams,web,webhook,worker" {
+	if got := strings.Join(names["REDIS_URL"], ","); got != "demo,dev,dlq,enqueue,fetch,history,locks,pending,replay,streams,web,webhook,worker" {
 		t.Errorf("REDIS_URL read by %s", got)
 	}
-	if got := strings.Join(names["JIRA_JQL"], ","); got != "fetch,webhook,worker" {
+	if got := strings.Join(names["JIRA_JQL"], ","); got != "dev,fetch,webhook,worker" {
 		t.Errorf("JIRA_JQL read by %s", got)
 	}
 	// Within one command no two flags share a variable, and EnvNamesOf agrees.

@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+const devHelp = `
+Runs a whole local pipeline in this process until Ctrl-C (SIGINT or SIGTERM): the
+fake Jira with sample issues (or JIRA_URL's Jira), the fetcher sweeping every
+--interval, the webhook receiver (the fake Jira sends it a signed delivery on every
+label change), one worker per stage and branch (triage; rebase, backport and rebuild
+on c9s and c10s) with simulated agents or your own (--exec ./my-agent), and the
+operator console, on an embedded Redis (miniredis, at --embedded-redis-addr) or
+REDIS_URL's. Each component is the same code as its own command (fakejira, fetch,
+webhook, worker, web), with its log in its own file under --log-dir.
+
+It prints the console's URL and token, and the commands to try from another
+terminal (ymirflow locks, pending, history, ... with the REDIS_URL it prints).
+The embedded Redis holds everything in memory: it is gone after Ctrl-C; with more
+than one worker per group, use a real Redis (miniredis's XCLAIM ignores min-idle).
+`
+
+// devStages are the workers of `ymirflow dev`: one per stage and branch.
+var devStages = func() [][2]string {
+	out := [][2]string{{"triage", ""}}
+	for _, a := range pipeline.Agents[1:] {
+		for _, b := range pipeline.Branches {
+			out = append(out, [2]string{a, b})
+		}
+	}
+	return out
+}()
+
+// devStopBudget bounds the wait for the components after Ctrl-C: a worker takes
+// BLOCK_TIME (1s here) + 1s, plus KILL_GRACE when an --exec agent ignores SIGTERM.
+const devStopBudget = 30 * time.Second
+
+// runDev runs `ymirflow dev`. Each component runs as its own command would (runFakeJira,
+// runWebhook, runWorker, runFetch, runWeb), in a goroutine, with the arguments that wire
+// them to each other; the first to fail stops the others.
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg config.Dev
+	fs, err := parseCmd("dev", &cfg, args, stdout)
+	if err != nil {
+		return err
+	}
+	if len(fs.Args()) > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+
+	logDir := cfg.LogDir
+	if logDir == "" {
+		if logDir, err = os.MkdirTemp("", "ymirflow-dev-*"); err != nil {
+			return fmt.Errorf("create the log directory: %w", err)
+		}
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return usagef("LOG_DIR (--log-dir) %v", err)
+	}
+
+	// The embedded Redis listens on a fixed address, for the commands of other terminals.
+	redisURL := cfg.RedisURL
+	embedded := redisURL == ""
+	if embedded {
+		m := miniredis.NewMiniRedis()
+		// miniredis leaves TTLs alone unless told to: without this, a lease whose holder
+		// died would never expire (see the demo package's comment).
+		m.ClockTTL(true)
+		if err := m.StartAddr(cfg.RedisAddr); err != nil {
+			return usagef("EMBEDDED_REDIS_ADDR (--embedded-redis-addr) %s: %v (set another address, or REDIS_URL for a real Redis)", cfg.RedisAddr, err)
+		}
+		defer m.Close()
+		redisURL = "redis://" + m.Addr() + "/0"
+	} else {
+		// Unreachable: one line now, not one per component.
+		rdb, err := pipeline.Connect(ctx, redisURL)
+		if err != nil {
+			return fmt.Errorf("REDIS_URL (--redis-url): %w", err)
+		}
+		rdb.Close()
+	}
+
+	// Addresses are resolved before anything starts: each component names the others'.
+	fakeJira := cfg.JiraURL == ""
+	webAddr, err := resolveAddr(cfg.WebAddr, "WEB_ADDR (--web-addr)")
+	if err != nil {
+		return err
+	}
+	webhookAddr, err := resolveAddr(cfg.WebhookAddr, "WEBHOOK_ADDR (--webhook-addr)")
+	if err != nil {
+		return err
+	}
+	jiraURL := cfg.JiraURL
+	if fakeJira {
+		a, err := resolveAddr(cfg.FakeJiraAddr, "FAKEJIRA_ADDR (--fakejira-addr)")
+		if err != nil {
+			return err
+		}
+		jiraURL = "http://" + a
+	}
+	token, secret := devRandom(), devRandom()
+
+	common := []string{"--redis-url", redisURL, "--ymir-namespace", cfg.Namespace, "--log-level", cfg.LogLevel,
+		"--log-format", cfg.LogFormat, "--max-len", strconv.FormatInt(cfg.MaxLen, 10),
+		"--max-event-bytes", strconv.Itoa(cfg.MaxEventBytes)}
+	// The fake Jira takes any token and has no rate limit to respect; a real one gets the
+	// settings given to dev (the rest each component reads from the environment).
+	jiraArgs := []string{"--jira-url", jiraURL, "--jira-token", "dev", "--jira-api", "server", "--jira-rate-limit", "-1",
+		"--jira-trigger-group", fakejira.SampleTriggerGroup, "--jira-jql", "project = RHEL"}
+	if !fakeJira {
+		jiraArgs = []string{"--jira-url", jiraURL}
+		for _, name := range []string{"jira-email", "jira-token", "jira-token-file", "jira-jql", "jira-trigger-group", "jira-api",
+			"jira-comment-group", "jira-timeout", "jira-max-retries", "jira-rate-limit", "dry-run"} {
+			if given[name] {
+				jiraArgs = append(jiraArgs, "--"+name+"="+fs.Lookup(name).Value.String())
+			}
+		}
+	}
+
+	dctx, stop := context.WithCancel(ctx)
+	defer stop()
+	g := &devGroup{stop: stop, logDir: logDir}
+	if fakeJira {
+		g.start(dctx, "fakejira", runFakeJira, "--addr", strings.TrimPrefix(jiraURL, "http://"),
+			"--issues", strconv.Itoa(cfg.Issues), "--seed", strconv.FormatInt(cfg.Seed, 10),
+			"--log-level", cfg.LogLevel, "--log-format", cfg.LogFormat,
+			"--webhook", "http://"+webhookAddr+"/", "--webhook-secret", secret)
+		if err := waitHTTP(dctx, jiraURL+"/rest/api/2/myself", g); err != nil {
+			return g.wait(err)
+		}
+	}
+	webhookOn := fakeJira || given["webhook-secret"] || given["webhook-secret-file"] || os.Getenv("WEBHOOK_SECRET") != "" || os.Getenv("WEBHOOK_SECRET_FILE") != ""
+	if webhookOn {
+		wargs := append(append([]string{"--addr", webhookAddr, "--metrics-addr", ""}, common...), jiraArgs...)
+		if fakeJira {
+			wargs = append(wargs, "--webhook-secret", secret)
+		}
+		g.start(dctx, "webhook", runWebhook, wargs...)
+	}
+	runner := []string{"--runner", "demo", "--demo-duration", cfg.DemoDuration.String(), "--demo-seed", strconv.FormatInt(cfg.Seed, 10)}
+	if cfg.Exec != "" {
+		runner = []string{"--runner", "exec", "--exec", cfg.Exec, "--runner-env", cfg.RunnerEnv}
+	}
+	var consumers []string
+	for _, st := range devStages {
+		group := pipeline.Topology{}.Group(st[0], st[1])
+		// A name per stage, stable across runs: on a real Redis a restarted dev resumes
+		// its own pending entries; a second dev on the same namespace is refused.
+		consumer := "dev-" + group
+		consumers = append(consumers, group)
+		wargs := []string{"--agent", st[0], "--consumer-name", consumer, "--metrics-addr", "", "--block-time", "1s"}
+		if st[1] != "" {
+			wargs = append(wargs, "--branch", st[1])
+		}
+		g.start(dctx, "worker-"+group, runWorker, append(append(append(wargs, runner...), common...), jiraArgs...)...)
+	}
+	g.start(dctx, "fetch", runFetch, append(append([]string{"--interval", cfg.Interval.String()}, common...), jiraArgs...)...)
+	g.start(dctx, "web", runWeb, append([]string{"--addr", webAddr, "--web-token", token}, common...)...)
+
+	// Ready: the console answers and every worker holds its consumer name.
+	if err := waitHTTP(dctx, "http://"+webAddr+"/", g); err != nil {
+		return g.wait(err)
+	}
+	if err := waitClaims(dctx, redisURL, cfg.Namespace, consumers, g); err != nil {
+		return g.wait(err)
+	}
+	devBanner(stdout, devInfo{redisURL: redisURL, embedded: embedded, namespace: cfg.Namespace, jiraURL: jiraURL,
+		fakeJira: fakeJira, issues: cfg.Issues, webhook: webhookOn, webhookAddr: webhookAddr, interval: cfg.Interval,
+		exec: cfg.Exec, demoDuration: cfg.DemoDuration, webAddr: webAddr, token: token, logDir: logDir})
+
+	err = g.wait(nil)
+	if ctx.Err() != nil && err == nil {
+		fmt.Fprintln(stdout, "ymirflow dev: stopped; every component shut down cleanly.")
+	}
+	return err
+}
+
+// devGroup runs dev's components; the first that ends with an error stops the others.
+type devGroup struct {
+	stop   context.CancelFunc
+	logDir string
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	err    error
+	files  []*os.File
+}
+
+func (g *devGroup) start(ctx context.Context, name string, run func(context.Context, []string, io.Writer, io.Writer) error, args ...string) {
+	f, err := os.OpenFile(filepath.Join(g.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		g.fail(fmt.Errorf("%s: log file: %w", name, err))
+		return
+	}
+	g.mu.Lock()
+	g.files = append(g.files, f)
+	g.mu.Unlock()
+	out := &syncWriter{w: f}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := run(ctx, args, out, out); err != nil {
+			g.fail(fmt.Errorf("%s: %w (its log: %s)", name, err, f.Name()))
+		}
+	}()
+}
+
+func (g *devGroup) fail(err error) {
+	g.mu.Lock()
+	if g.err == nil {
+		g.err = err
+	}
+	g.mu.Unlock()
+	g.stop()
+}
+
+func (g *devGroup) failed() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// wait stops everything when cause is not nil, then waits for the components (at most
+// devStopBudget) and returns the first error.
+func (g *devGroup) wait(cause error) error {
+	if cause != nil {
+		g.fail(cause)
+	}
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(devStopBudget):
+		g.fail(fmt.Errorf("components still running %s after the stop", devStopBudget))
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, f := range g.files {
+		f.Close()
+	}
+	return g.err
+}
+
+// syncWriter serialises the writes of a component's goroutines to its log file.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// resolveAddr returns addr with a port of 0 replaced by a free one, so that the
+// components can be told each other's addresses before they listen.
+func resolveAddr(addr, setting string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", usagef("%s = %q must be host:port", setting, addr)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port != "0" {
+		return net.JoinHostPort(host, port), nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", usagef("%s %v", setting, err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// waitHTTP polls url until it answers (any status), g fails, or 30s pass.
+func waitHTTP(ctx context.Context, url string, g *devGroup) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := g.failed(); err != nil {
+			return err
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil // Ctrl-C while starting: a clean stop
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not answer after 30s", url)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitClaims polls until every worker holds its consumer name, g fails, or 30s pass.
+func waitClaims(ctx context.Context, redisURL, ns string, groups []string, g *devGroup) error {
+	rdb, err := pipeline.Connect(ctx, redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	topo := pipeline.Topology{Namespace: ns}
+	keys := make([]string, len(groups))
+	for i, grp := range groups {
+		keys[i] = topo.ConsumerClaimKey(grp, "dev-"+grp)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := g.failed(); err != nil {
+			return err
+		}
+		if n, err := rdb.Exists(ctx, keys...).Result(); err == nil && int(n) == len(keys) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the workers did not start within 30s")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func devRandom() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type devInfo struct {
+	redisURL, namespace, jiraURL, webhookAddr, exec, webAddr, token, logDir string
+	embedded, fakeJira, webhook                                             bool
+	issues                                                                  int
+	interval, demoDuration                                                  time.Duration
+}
+
+// devBanner prints what runs where, and what to try from another terminal.
+func devBanner(w io.Writer, d devInfo) {
+	where := "Redis " + pipeline.Redact(d.redisURL)
+	if d.embedded {
+		where = "the embedded Redis at " + d.redisURL
+	}
+	fmt.Fprintf(w, "ymirflow dev: a local pipeline on %s, namespace %s\n", where, d.namespace)
+	if d.fakeJira {
+		fmt.Fprintf(w, "  fake Jira   %s (%d sample issues, RHEL-1001 on; any token)\n", d.jiraURL, d.issues)
+	} else {
+		fmt.Fprintf(w, "  Jira        %s\n", config.RedactURL(d.jiraURL))
+	}
+	if d.webhook {
+		fmt.Fprintf(w, "  webhook     http://%s/ (the fake Jira's label changes arrive here, signed)\n", d.webhookAddr)
+	} else {
+		fmt.Fprintln(w, "  webhook     off (set WEBHOOK_SECRET or WEBHOOK_SECRET_FILE to receive a real Jira's)")
+	}
+	fmt.Fprintf(w, "  fetcher     a sweep every %s\n", d.interval)
+	runner := fmt.Sprintf("simulated agents, runs of about %s", d.demoDuration)
+	if d.exec != "" {
+		runner = "your agent: " + d.exec
+	}
+	fmt.Fprintf(w, "  workers     triage; rebase, backport, rebuild on c9s and c10s (%s)\n", runner)
+	fmt.Fprintf(w, "  console     http://%s/ token %s\n", d.webAddr, d.token)
+	fmt.Fprintf(w, "  logs        %s\n", d.logDir)
+	fmt.Fprintln(w, "\nTry, from another terminal:")
+	fmt.Fprintf(w, "  export REDIS_URL=%s YMIR_NAMESPACE=%s\n", pipeline.Redact(d.redisURL), d.namespace)
+	fmt.Fprintln(w, "  ymirflow locks                 # live leases")
+	fmt.Fprintln(w, "  ymirflow pending               # entries in flight, and the lease guarding each")
+	fmt.Fprintln(w, "  ymirflow streams               # every stream, its groups and consumers")
+	fmt.Fprintln(w, "  ymirflow history RHEL-1001     # one issue's events across streams")
+	fmt.Fprintln(w, "  ymirflow enqueue RHEL-1001     # triage it again, by hand")
+	fmt.Fprintln(w, "  ymirflow dlq list              # what failed every retry")
+	if d.fakeJira {
+		fmt.Fprintf(w, "  curl -X PUT -H 'Content-Type: application/json' -H '%s: %s' \\\n", fakejira.HeaderActAs, fakejira.SampleMaintainer.AccountID)
+		fmt.Fprintf(w, "    -d '{\"update\":{\"labels\":[{\"add\":\"ymir_todo\"}]}}' %s/rest/api/2/issue/RHEL-1002   # a maintainer's ymir_todo, via the webhook\n", d.jiraURL)
+	}
+	fmt.Fprintln(w, "\nCtrl-C stops everything.")
+}
