@@ -278,6 +278,25 @@ func (le *Lease) Release(ctx context.Context) (bool, error) {
 	return le.ReleaseWith(ctx, nil)
 }
 
+// giveBack deletes a lease that no run used (taken ahead for an entry that never
+// reached the middleware) without recording a release: a release record makes the
+// events that entered before it count as superseded, and no run covered them.
+func (le *Lease) giveBack(ctx context.Context) {
+	le.stopHeartbeat()
+	first := le.ctx.Err() == nil
+	le.cancel(ErrReleased)
+	var noRun string
+	err := runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(5),
+		&le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.token, &noRun)).Err()
+	if first {
+		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
+	}
+	if err != nil {
+		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).
+			Msg("giving back a lease taken ahead failed; the key will expire by its TTL")
+	}
+}
+
 // ReleaseWith is Release with extra commands queued behind the release script in the
 // same round trip, executed after it by the server (the middleware acks its stream
 // entry this way: release first, then ack, for the price of one round trip).

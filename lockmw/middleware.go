@@ -76,7 +76,9 @@ type Source interface {
 // one and acks its entry, so the lease costs no round trip of its own on the critical
 // path (policy Drop only).
 type Peeker interface {
-	// Peek returns the id and raw issue key of the entry delivered next, if known.
+	// Peek returns the id and raw issue key of the entry delivered next, if known. The
+	// key is empty for an entry that will not reach the middleware (a bad event that
+	// the dead-letter path takes first): no lease is taken ahead for it.
 	Peek() (id, issueKey string, ok bool)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -335,4 +336,41 @@ func TestHandoffAfterScriptFlush(t *testing.T) {
 	if exists(t, rdb, "lock:triage:RHEL-2") || rdb.XPending(ctx, "s", "g").Val().Count != 0 || src.settled != 2 {
 		t.Fatalf("second event not released and acked (settled %d)", src.settled)
 	}
+}
+
+// A lease taken ahead and given back (Close, or another entry delivered instead) is not
+// a run: an event of that issue that entered its stream before the give-back still
+// runs, rather than being dropped as superseded.
+func TestGivenBackLeaseSupersedesNothing(t *testing.T) {
+	for _, path := range []string{"close", "other entry"} {
+		t.Run(path, func(t *testing.T) {
+			e := newHandoffEnv(t)
+			// d, of b's issue, entered before the lease taken ahead for b goes back.
+			d := e.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.stream, Values: map[string]any{"payload": "{}"}}).Val()
+			// The superseded check has millisecond resolution: give back in a later one.
+			redistest.Eventually(t, 5*time.Second, func() bool {
+				return e.rdb.Time(context.Background()).Val().UnixMilli() > streamMS(d)
+			}, "Redis clock past %s", d)
+			switch path {
+			case "close":
+				e.mw.Close(context.Background())
+			default:
+				e.src.entry.ID, e.src.nextID = d, ""
+			}
+			var ran bool
+			h := e.mw.Handler(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })
+			if _, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-2"}}`))); err != nil {
+				t.Fatal(err)
+			}
+			if !ran {
+				t.Fatal("d, of the issue whose lease was only taken ahead and given back, was dropped")
+			}
+		})
+	}
+}
+
+func streamMS(id string) int64 {
+	ms, _, _ := strings.Cut(id, "-")
+	n, _ := strconv.ParseInt(ms, 10, 64)
+	return n
 }

@@ -204,3 +204,15 @@ func isJSONObject(b []byte) bool {
 	}
 	return false
 }
+
+// runnable is subscriptionConfig.Runnable for agent: an entry is runnable when it
+// decodes (Marshaller, with the router's size bound) into a message that Validate
+// accepts, exactly the test the dead-letter middleware applies before the lease.
+func runnable(agent string, locker *lockmw.Locker, maxEventBytes int) func(map[string]any) bool {
+	m := Marshaller{MaxEventBytes: maxEventBytes}
+	return func(values map[string]any) bool {
+		msg, _ := m.Unmarshal(values)
+		_, err := Validate(msg, agent, locker)
+		return err == nil
+	}
+}

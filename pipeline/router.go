@@ -174,7 +174,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			sub, err := newSubscription(subscriptionConfig{Route: route, Consumer: consumer, ClientOptions: cfg.ClientOptions,
 				Shared: cfg.Client, Locker: cfg.Locker, BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime,
 				ClaimInterval: cfg.ClaimInterval, NackSleep: cfg.NackResendSleep, MaxEventBytes: cfg.MaxEventBytes,
-				ReadBatch: cfg.ReadBatch, Logger: log})
+				ReadBatch: cfg.ReadBatch, Logger: log, Runnable: runnable(cfg.Agent, cfg.Locker, cfg.MaxEventBytes)})
 			if err != nil {
 				return nil, err
 			}

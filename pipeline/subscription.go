@@ -29,10 +29,11 @@ type subscription struct {
 	sub      *redisstream.Subscriber
 	log      zerolog.Logger
 
-	readBatch int64         // most entries one XREADGROUP takes (1: as Watermill asks)
-	peekWait  time.Duration // see defaultPeekWait
-	maxIdle   time.Duration // MAX_IDLE_TIME: an entry idle this long may be claimed
-	offerTime time.Duration // see defaultOfferAfter
+	runnable  func(values map[string]any) bool // see subscriptionConfig.Runnable
+	readBatch int64                            // most entries one XREADGROUP takes (1: as Watermill asks)
+	peekWait  time.Duration                    // see defaultPeekWait
+	maxIdle   time.Duration                    // MAX_IDLE_TIME: an entry idle this long may be claimed
+	offerTime time.Duration                    // see defaultOfferAfter
 
 	mu       sync.Mutex
 	inflight map[string]struct{}  // delivered to this process, not yet acked
@@ -66,7 +67,13 @@ const fastHandling = 20 * time.Millisecond
 // an agent run) for about this plus CLAIM_INTERVAL, not MAX_IDLE_TIME.
 const defaultOfferAfter = time.Second
 
-type queued struct{ id, issueKey string }
+// queued is an entry read and not yet handed to the middleware. values are its stream
+// fields, kept to decide once, at Peek, whether the dead-letter path will take it.
+type queued struct {
+	id, issueKey string
+	values       map[string]any
+	checked      bool
+}
 
 type subscriptionConfig struct {
 	Route         Route
@@ -81,6 +88,10 @@ type subscriptionConfig struct {
 	MaxEventBytes int
 	ReadBatch     int
 	Logger        zerolog.Logger
+	// Runnable reports whether an entry's fields make an event that reaches the lease
+	// (the dead-letter middleware's Validate passes). Peek names no issue for one that
+	// does not, so no lease is taken ahead for a bad event. Nil: every entry.
+	Runnable func(values map[string]any) bool
 }
 
 func newSubscription(cfg subscriptionConfig) (*subscription, error) {
@@ -93,6 +104,7 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 		log:       cfg.Logger.With().Str("stream", cfg.Route.Stream).Str("consumer", cfg.Consumer).Logger(),
 		inflight:  map[string]struct{}{},
 		settled:   map[string]struct{}{},
+		runnable:  cfg.Runnable,
 		readBatch: int64(max(cfg.ReadBatch, 1)),
 		peekWait:  defaultPeekWait,
 		maxIdle:   cfg.MaxIdleTime,
@@ -463,7 +475,7 @@ func (s *subscription) stamp(stream string, msgs []redis.XMessage, now string) {
 		msgs[i].Values[fieldReadAt] = now
 		s.inflight[msgs[i].ID] = struct{}{}
 		key, _ := msgs[i].Values[metaPrefix+MetaIssueKey].(string)
-		s.queue = append(s.queue, queued{id: msgs[i].ID, issueKey: key})
+		s.queue = append(s.queue, queued{id: msgs[i].ID, issueKey: key, values: msgs[i].Values})
 	}
 }
 
@@ -495,7 +507,18 @@ func (s *subscription) Peek() (id, issueKey string, ok bool) {
 	if len(s.queue) == 0 {
 		return "", "", false
 	}
-	return s.queue[0].id, s.queue[0].issueKey, true
+	q := &s.queue[0]
+	if !q.checked {
+		// Decided here, once per entry and only for the entry handed over next: a bad
+		// event never reaches the lease, so a lease taken ahead for it would only sit
+		// there, making the issue look busy to every other consumer until given back.
+		q.checked = true
+		if q.issueKey != "" && s.runnable != nil && !s.runnable(q.values) {
+			q.issueKey = ""
+		}
+		q.values = nil
+	}
+	return q.id, q.issueKey, true
 }
 
 // dequeue forgets id as waiting (it was handed to the middleware or settled). Called

@@ -11,6 +11,12 @@
 -- message_id, queue_ttl_ms, target_stream, entry_ms or '', field, value, ...
 -- Returns {1, fence}, {2, released_ms, released_message_id} or
 -- {0, owner, fence, acquired_at, message_id, pttl, replaced}.
+--
+-- Safe to repeat, like acquire in lease.lua: a lock that already holds the token is the
+-- lease this script made on a try whose reply was lost.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return {1, tonumber(redis.call('HGET', KEYS[2], 'fence') or redis.call('GET', KEYS[3]) or 0)}
+end
 if ARGV[8] ~= '' then
   local d = redis.call('GET', KEYS[5])
   if d then

@@ -11,9 +11,17 @@
 -- consumer's read-ahead buffer while the issue was being worked on, and would have been
 -- dropped as locked had it been looked at then.
 --
+-- It is safe to repeat: when the lock already holds token (go-redis sent the script
+-- again after the first try's reply was lost), it returns the lease that try made,
+-- with its fence, instead of reporting the issue locked by its own holder.
+--
 -- Returns {1, fence}, {2, released_ms, released_message_id} or
 -- {0, owner, fence, acquired_at, message_id, pttl}.
 local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms)
+  local cur = redis.call('GET', lock)
+  if cur == token then
+    return {1, tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)}
+  end
   if entry_ms ~= '' then
     local d = redis.call('GET', done)
     if d then
@@ -33,10 +41,13 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
 end
 
 -- release: compare-and-delete. A foreign lease (another token, or a Python agent's
--- plain key) is never deleted. A release records when (server time) and for which
--- message (message_id: the one its acquire wrote into info) it happened, for the
+-- plain key) is never deleted. The release of a run records when (server time) and for
+-- which message (message_id: the one its acquire wrote into info) it happened, for the
 -- superseded checks: the done record is "<released_ms> <message_id>
--- <last_follow_up_ms>". Returns 1 if it deleted the lease.
+-- <last_follow_up_ms>". A lease given back without a run (taken ahead for an entry
+-- that never reached it) passes an empty mid and records nothing: no event is
+-- superseded by a run that did not happen. Returns 1 if it deleted the lease; a repeat
+-- finds the lease gone and changes nothing.
 local function release(lock, info, done, token, mid)
   if redis.call('GET', lock) ~= token then return 0 end
   redis.call('DEL', lock, info)
