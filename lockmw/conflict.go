@@ -50,17 +50,27 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	}
 	c := Conflict{Agent: m.cfg.Agent, Message: msg, Entry: entry, Holder: holder, Superseded: locked.superseded,
 		Queued: locked.Queued, Replaced: locked.Replaced}
+	// The record goes before the ack. On standalone Redis one pipeline keeps that order
+	// (one connection, run in order); a Cluster pipeline sends each node its commands
+	// concurrently, so there the ack is a second round trip after the record succeeded.
+	// A crash in between leaves the entry pending; its redelivery records nothing twice
+	// if the recorder is idempotent per entry (the pipeline's is).
+	cluster := m.cfg.Locker.opts.Format == KeysCluster
 	if m.cfg.OnConflict != nil || hasEntry {
 		pipe := m.cfg.Locker.rdb.Pipeline()
 		if m.cfg.OnConflict != nil {
 			m.cfg.OnConflict(ctx, pipe, c)
 		}
-		if hasEntry {
+		ackLater := hasEntry && cluster && pipe.Len() > 0
+		if hasEntry && !ackLater {
 			pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
 		}
-		if pipe.Len() > 0 {
-			if _, err := pipe.Exec(ctx); err != nil {
-				return fmt.Errorf("%w: record the conflict on %s: %w", ErrTransient, holder.Issue, err)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("%w: record the conflict on %s: %w", ErrTransient, holder.Issue, err)
+		}
+		if ackLater {
+			if err := m.cfg.Locker.rdb.XAck(ctx, entry.Stream, entry.Group, entry.ID).Err(); err != nil {
+				return fmt.Errorf("%w: ack the conflict on %s: %w", ErrTransient, holder.Issue, err)
 			}
 		}
 	}

@@ -44,10 +44,14 @@ func (p *pending) take(ctx context.Context) (*Lease, error) {
 	return le, nil
 }
 
-// releaseAndAcquire releases le, runs then (an XACK), and acquires next, in this order
-// and in one round trip. The pending lease's heartbeat runs from now on; its context is
-// detached until take binds it to its event's context. Both scripts are sent by EVAL,
-// so a server that lost its script cache cannot make the round trip half-fail.
+// releaseAndAcquire ends an event on Redis Cluster: it releases le and acquires next
+// in one round trip (a cluster pipeline, sent to each key's node), and only once the
+// release has succeeded runs then (the XACK) in a second one. The stream is in another
+// slot than the lease, and a cluster pipeline sends each node its commands
+// concurrently, so one round trip could not keep the ack after the release. The
+// pending lease's heartbeat runs from now on; its context is detached until take binds
+// it to its event's context. Both scripts are sent by EVAL, so a server that lost its
+// script cache cannot make the round trip half-fail.
 func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pipeliner), next handoff) (bool, *pending, error) {
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
@@ -55,9 +59,6 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	a, prepErr := le.l.prepare(next.agent, next.key, next.opts)
 	pipe := le.l.rdb.Pipeline()
 	rel := releaseScript.Eval(ctx, pipe, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token, le.messageID)
-	if then != nil {
-		then(pipe)
-	}
 	var acq *redis.Cmd
 	if prepErr == nil {
 		acq = acquireScript.Eval(ctx, pipe, a.scriptKeys(), a.args...)
@@ -70,6 +71,12 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	if err != nil {
 		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).Msg("lease release failed; the key will expire by its TTL")
 		err = fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
+	} else if then != nil {
+		ack := le.l.rdb.Pipeline()
+		then(ack)
+		if _, aerr := ack.Exec(ctx); aerr != nil && !errors.Is(aerr, redis.Nil) {
+			err = fmt.Errorf("lockmw: after releasing %s: %w", le.keys.Lock, aerr)
+		}
 	}
 	p := &pending{id: next.opts.MessageID, err: prepErr}
 	if prepErr == nil {

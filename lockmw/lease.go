@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
 // Lease is a held per-issue lease. Its methods are safe for concurrent use.
@@ -30,6 +31,7 @@ type Lease struct {
 	drain      bool
 	maxLen     int64
 	requeued   atomic.Value // string: id of the drained follow-up
+	appends    atomic.Int64 // fenced appends so far: each one's id for xonce
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -297,33 +299,24 @@ func (le *Lease) giveBack(ctx context.Context) {
 	}
 }
 
-// ReleaseWith is Release with extra commands queued behind the release script in the
-// same round trip, executed after it by the server (the middleware acks its stream
-// entry this way: release first, then ack, for the price of one round trip).
+// ReleaseWith is Release followed by extra commands (the middleware acks its stream
+// entry this way): they are sent only once the release has succeeded, in a second
+// round trip, so they can never take effect before it, whatever the server's script
+// cache holds and however a Cluster client splits a pipeline across nodes. An error of
+// the extra commands is returned after the release is done.
 func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner)) (bool, error) {
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
 	var deleted bool
 	var err error
-	switch {
-	case le.drain:
-		deleted, err = le.releaseDrain(ctx, then)
-	case then == nil:
+	if le.drain {
+		deleted, err = le.releaseDrain(ctx)
+	} else {
 		var n int64
 		n, err = runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(5),
 			&le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.token, &le.messageID)).Int64()
 		deleted = n == 1
-	default:
-		var cmds []redis.Cmder
-		cmds, err = le.pipelined(ctx, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
-			script(releaseScript.Script)
-			then(pipe)
-		}, le.messageID)
-		if err == nil {
-			n, _ := cmds[0].(*redis.Cmd).Int64()
-			deleted = n == 1
-		}
 	}
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
@@ -333,51 +326,66 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 			Msg("lease release failed; the key will expire by its TTL")
 		return false, fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
 	}
+	if then != nil {
+		pipe := le.l.rdb.Pipeline()
+		then(pipe)
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return deleted, fmt.Errorf("lockmw: after releasing %s: %w", le.keys.Lock, err)
+		}
+	}
 	return deleted, nil
 }
 
-// releaseDrain releases and publishes the queued follow-up (coalesce policy). The
-// extra commands run after the release script, in the same round trip.
-func (le *Lease) releaseDrain(ctx context.Context, then func(pipe redis.Pipeliner)) (bool, error) {
-	inline := le.l.opts.Format != KeysCluster
-	pipe := le.l.rdb.Pipeline()
+// maxDrainRounds bounds the Cluster drain loop: each round publishes a follow-up that
+// replaced the one published in the round before, which takes an event per round.
+const maxDrainRounds = 8
+
+// releaseDrain releases and publishes the queued follow-up (coalesce policy). On
+// standalone Redis one script does both; on Redis Cluster the follow-up is published
+// (once, by its _qid) before the script deletes its slot and the lease, so a crash
+// in between leaves it queued for the next holder rather than lost.
+func (le *Lease) releaseDrain(ctx context.Context) (bool, error) {
 	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Queue, le.keys.Done}
-	inl := "0"
-	if inline {
-		inl = "1"
+	mode := "1"
+	if le.l.opts.Format == KeysCluster {
+		mode = "0"
 	}
-	cmd := releaseDrainScript.Eval(ctx, pipe, keys, le.token, inl, le.maxLen)
-	if then != nil {
-		then(pipe)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && cmd.Err() != nil {
-		return false, err
-	}
-	res, err := cmd.Slice()
-	if err != nil {
-		return false, err
-	}
-	deleted := atoi(res[0]) == 1
-	if len(res) >= 3 && atoi(res[1]) == 1 {
-		le.requeued.Store(fmt.Sprint(res[2]))
-	} else if len(res) > 2 { // cluster: the stream is in another slot; publish from here
-		values := map[string]any{}
-		stream := ""
-		for i := 2; i+1 < len(res); i += 2 {
-			k, v := fmt.Sprint(res[i]), res[i+1]
-			if k == "_stream" {
-				stream = fmt.Sprint(v)
-				continue
-			}
-			values[k] = v
-		}
-		id, err := le.l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: le.maxLen, Approx: le.maxLen > 0, Values: values}).Result()
+	published := ""
+	for range maxDrainRounds {
+		res, err := releaseDrainScript.Run(ctx, le.l.rdb, keys, le.token, mode, le.maxLen, published).Slice()
 		if err != nil {
-			return deleted, fmt.Errorf("lockmw: publish queued follow-up to %s: %w", stream, err)
+			return false, err
+		}
+		if len(res) == 0 {
+			return false, fmt.Errorf("unexpected reply %v", res)
+		}
+		if atoi(res[0]) != 3 {
+			if len(res) >= 3 && atoi(res[1]) == 1 {
+				le.requeued.Store(fmt.Sprint(res[2]))
+			}
+			return atoi(res[0]) == 1, nil
+		}
+		values := map[string]any{}
+		stream, qid := "", ""
+		for i := 1; i+1 < len(res); i += 2 {
+			switch k := fmt.Sprint(res[i]); k {
+			case "_stream":
+				stream = fmt.Sprint(res[i+1])
+			case "_qid":
+				qid = fmt.Sprint(res[i+1])
+			default:
+				values[k] = res[i+1]
+			}
+		}
+		id, err := xonce.Run(ctx, le.l.rdb, xonce.Append{Stream: stream, ID: "follow-up-" + le.keys.Queue + "-" + qid,
+			Values: values, MaxLen: le.maxLen, TTL: le.l.opts.MaxHold + le.l.opts.TTL})
+		if err != nil {
+			return false, fmt.Errorf("lockmw: publish queued follow-up to %s: %w", stream, err)
 		}
 		le.requeued.Store(id)
+		published = qid
 	}
-	return deleted, nil
+	return false, fmt.Errorf("lockmw: drain %s: the queued follow-up kept being replaced", le.keys.Queue)
 }
 
 // Requeued is the stream id of the follow-up event that Release published (coalesce
@@ -408,30 +416,36 @@ func (le *Lease) Check(ctx context.Context) error {
 // cannot publish. maxLen > 0 trims approximately. It returns the new entry's id, or an
 // error wrapping ErrLeaseLost. On Redis Cluster (KeysCluster) the stream lives in
 // another slot, so the check and the append are two steps there.
+//
+// An append is safe to repeat: go-redis sends it again when its reply is lost, and the
+// repeat returns the first entry's id instead of appending a second copy (xonce).
 func (le *Lease) XAdd(ctx context.Context, stream string, maxLen int64, values map[string]any) (string, error) {
 	if err := le.Err(); err != nil && !errors.Is(err, ErrReleased) {
 		return "", fmt.Errorf("%w: %v", ErrLeaseLost, err) //nolint:errorlint // callers see one kind, ErrLeaseLost, not the heartbeat's cause
 	}
+	a := xonce.Append{Stream: stream, ID: le.token + "-" + strconv.FormatInt(le.appends.Add(1), 10),
+		Values: values, MaxLen: maxLen, TTL: appendOnceTTL}
 	if le.l.opts.Format == KeysCluster {
 		if err := le.Check(ctx); err != nil {
 			return "", err
 		}
-		return le.l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: maxLen, Approx: maxLen > 0, Values: values}).Result()
+	} else {
+		a.Lock, a.Token = le.keys.Lock, le.token
 	}
-	args := make([]any, 0, 2+2*len(values))
-	args = append(args, le.token, maxLen)
-	for k, v := range values {
-		args = append(args, k, v)
+	id, err := xonce.Run(ctx, le.l.rdb, a)
+	if errors.Is(err, xonce.ErrLeaseLost) {
+		return "", fmt.Errorf("%w: publish to %s refused (fence %d)", ErrLeaseLost, stream, le.fence)
 	}
-	id, err := fencedXAddScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, stream}, args...).Text()
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "LEASELOST") {
-			return "", fmt.Errorf("%w: publish to %s refused (fence %d)", ErrLeaseLost, stream, le.fence)
-		}
 		return "", fmt.Errorf("lockmw: fenced xadd %s: %w", stream, err)
 	}
 	return id, nil
 }
+
+// appendOnceTTL is how long a fenced append is recognised if sent again: only
+// go-redis's own retries repeat it (a handler's retry makes a new append), so a minute
+// is ample and the markers stay few.
+const appendOnceTTL = time.Minute
 
 func newToken() string {
 	var b [16]byte

@@ -9,7 +9,7 @@ import (
 
 // The lease's Lua scripts, one file each under scripts/ (their comments give KEYS,
 // ARGV and replies). Each touches only the keys of one lease (one hash slot under
-// KeysCluster), except fenced_xadd's stream, and runs atomically, so compare-and-act
+// KeysCluster) and runs atomically, so compare-and-act
 // has no window.
 var (
 	//go:embed scripts/lease.lua
@@ -28,8 +28,6 @@ var (
 	releaseDrainLua string
 	//go:embed scripts/force_release.lua
 	forceReleaseLua string
-	//go:embed scripts/fenced_xadd.lua
-	fencedXAddLua string
 
 	acquireScript        = newScript(leaseLua + acquireLua)
 	handoffScript        = newScript(leaseLua + handoffLua)
@@ -38,7 +36,6 @@ var (
 	releaseScript        = newScript(leaseLua + releaseLua)
 	releaseDrainScript   = newScript(releaseDrainLua)
 	forceReleaseScript   = newScript(forceReleaseLua)
-	fencedXAddScript     = newScript(fencedXAddLua)
 )
 
 // script is a Lua script with the second argument of its EVALSHA (the digest) and of

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
@@ -66,8 +67,9 @@ func (d *deadLetters) middleware(src lockmw.Source) message.HandlerMiddleware {
 	}
 }
 
-// bury copies the event to the dead-letter stream and acks it, atomically (MULTI), so a
-// crash cannot lose it or bury it twice. It returns nil when done (the router then acks
+// bury copies the event to the dead-letter stream and acks it, atomically on a
+// standalone Redis, so a crash cannot lose it; the copy is made once per entry, so
+// nothing buries it twice. It returns nil when done (the router then acks
 // a second time, for free) or the error that kept it from being done (nack: retried).
 func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error, attempts int) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
@@ -100,25 +102,31 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 			}
 		}
 	}
-	// MULTI makes the copy and the ack one step on a standalone Redis. On Cluster the two
-	// streams live in different slots: the copy goes first, then the ack, so a crash in
-	// between can bury an event twice but never lose it.
-	var tx redis.Pipeliner
-	if _, cluster := d.rdb.(*redis.ClusterClient); cluster {
-		tx = d.rdb.Pipeline()
-	} else {
-		tx = d.rdb.TxPipeline()
-	}
-	add := tx.XAdd(ctx, &redis.XAddArgs{Stream: d.stream, MaxLen: d.maxLen, Approx: d.maxLen > 0, Values: values})
+	// One script makes the copy and the ack one step on a standalone Redis. On Cluster
+	// the two streams live in different slots: the copy goes first, then the ack. Either
+	// way the copy is made once per entry (xonce): go-redis's retry after a lost reply,
+	// or a redelivery after a crash between copy and ack, finds the first copy.
+	a := xonce.Append{Stream: d.stream, ID: xonce.NewID(), Values: values, MaxLen: d.maxLen}
 	if hasEntry {
-		tx.XAck(ctx, entry.Stream, entry.Group, entry.ID)
-		if oversize != "" {
-			// The dead letter holds the bounded copy; the original goes, or Redis keeps
-			// megabytes that no consumer will ever read.
-			tx.XDel(ctx, entry.Stream, entry.ID)
-		}
+		a.ID = "dead-" + entry.Stream + "-" + entry.ID
 	}
-	if _, err := tx.Exec(ctx); err != nil {
+	_, cluster := d.rdb.(*redis.ClusterClient)
+	if hasEntry && !cluster {
+		a.AckStream, a.AckGroup, a.AckID = entry.Stream, entry.Group, entry.ID
+		// The dead letter holds the bounded copy; the original goes, or Redis keeps
+		// megabytes that no consumer will ever read.
+		a.AckDelete = oversize != ""
+	}
+	deadID, err := xonce.Run(ctx, d.rdb, a)
+	if err == nil && hasEntry && cluster {
+		pipe := d.rdb.Pipeline()
+		pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
+		if oversize != "" {
+			pipe.XDel(ctx, entry.Stream, entry.ID)
+		}
+		_, err = pipe.Exec(ctx)
+	}
+	if err != nil {
 		d.log.Error().Err(err).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
 			Msg("cannot write the dead letter; the entry stays pending")
 		return errors.Join(lockmw.ErrTransient, err)
@@ -130,13 +138,13 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 		d.metrics.dead.WithLabelValues(d.agent).Inc()
 	}
 	d.log.Error().Str("error", errText).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
-		Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Int("attempts", attempts).Str("dead_letter_id", add.Val()).
+		Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Int("attempts", attempts).Str("dead_letter_id", deadID).
 		Msg("event dead-lettered")
 	if d.onDead != nil && attempts > 0 {
 		// Its own bound: the dead letter is written, whatever the hook (a Jira comment) does.
 		hctx, hcancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 15*time.Second)
 		defer hcancel()
-		d.onDead(hctx, Dead{Msg: msg, DeadID: add.Val(), Attempts: attempts, Err: cause})
+		d.onDead(hctx, Dead{Msg: msg, DeadID: deadID, Attempts: attempts, Err: cause})
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
@@ -43,8 +44,14 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 		if c.Superseded {
 			reason = "superseded"
 		}
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: maxLen, Approx: maxLen > 0,
-			Values: map[string]any{
+		// One record per entry, however often it is sent: go-redis's retry after a lost
+		// reply, or the entry's redelivery after a crash between record and ack.
+		id := "conflict-" + c.Entry.Stream + "-" + c.Entry.ID
+		if c.Entry.ID == "" {
+			id = xonce.NewID() // not read from a stream: nothing redelivers it
+		}
+		xonce.Queue(ctx, pipe, xonce.Append{Stream: stream, ID: id,
+			MaxLen: maxLen, Values: map[string]any{
 				"event_type":        eventType,
 				"issue_key":         c.Holder.Issue,
 				"agent":             c.Agent,

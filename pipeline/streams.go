@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 
@@ -83,7 +84,7 @@ func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.M
 		p.maybeTrim(ctx, stream)
 		return id, nil
 	}
-	id, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: values}).Result()
+	id, err := xonce.Run(ctx, p.rdb, xonce.Append{Stream: stream, ID: xonce.NewID(), Values: values, TTL: retryOnceTTL})
 	if err != nil {
 		return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
 	}
@@ -93,6 +94,10 @@ func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.M
 
 // Close implements message.Publisher; the client belongs to the caller.
 func (p *Publisher) Close() error { return nil }
+
+// retryOnceTTL is how long an append outside a lease is recognised if go-redis sends it
+// again after a lost reply (its retries take about a second).
+const retryOnceTTL = time.Minute
 
 // Record is one line of the results stream.
 type Record struct {
@@ -150,7 +155,7 @@ func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 	if lease, ok := lockmw.LeaseFrom(ctx); ok {
 		id, err = lease.XAdd(ctx, r.stream, r.maxLen, v)
 	} else {
-		id, err = r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, MaxLen: r.maxLen, Approx: r.maxLen > 0, Values: v}).Result()
+		id, err = xonce.Run(ctx, r.rdb, xonce.Append{Stream: r.stream, ID: xonce.NewID(), Values: v, MaxLen: r.maxLen, TTL: retryOnceTTL})
 	}
 	if err != nil {
 		return "", fmt.Errorf("record %s for %s: %w", rec.EventType, rec.IssueKey, err)

@@ -9,6 +9,9 @@
 --
 -- KEYS: lock, info, fence, queue, done. ARGV: token, ttl_ms, owner, acquired_at_ms,
 -- message_id, queue_ttl_ms, target_stream, entry_ms or '', field, value, ...
+-- The queued follow-up carries _qid, the id of the entry it copies: on Redis Cluster
+-- its release publishes it once by that id before deleting it (release_drain.lua).
+--
 -- Returns {1, fence}, {2, released_ms, released_message_id} or
 -- {0, owner, fence, acquired_at, message_id, pttl, replaced}.
 --
@@ -34,7 +37,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, fence}
 end
 local replaced = redis.call('DEL', KEYS[4])
-local args = {'HSET', KEYS[4], '_stream', ARGV[7]}
+local args = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5]}
 for i = 9, #ARGV do table.insert(args, ARGV[i]) end
 redis.call(unpack(args))
 redis.call('PEXPIRE', KEYS[4], ARGV[6])

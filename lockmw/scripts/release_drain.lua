@@ -1,12 +1,31 @@
--- release_drain is release.lua for the coalesce policy: after deleting our lease
--- it takes the queued follow-up, if any, and returns it (field, value, ...) for the
--- caller to publish; on standalone Redis (ARGV[2] = "1") it appends it to its stream
--- itself, so a crash cannot lose it between take and publish.
+-- release_drain is release.lua for the coalesce policy: it gives the lease back and
+-- publishes the issue's queued follow-up, if any, so that the follow-up is never lost
+-- between being taken and being published.
 --
--- KEYS: lock, info, queue, done. ARGV: token, inline_xadd, maxlen.
+-- On standalone Redis (mode '1') it does it all in one atomic step: release, take the
+-- follow-up, XADD it to its stream. On Redis Cluster (mode '0') the stream is in another
+-- slot, so it is a loop the caller drives: while a follow-up is queued that the caller
+-- has not published (its _qid differs from published_qid), the script returns it
+-- ({3, field, value, ...}) and changes nothing; the caller publishes it (once, by its
+-- _qid) and calls again; only then does the script release and delete the slot.
+--
+-- The queue of a lease held by someone else is never touched; the queue of a lease
+-- that nobody holds (ours expired) is drained, so its follow-up is not stranded. A
+-- repeat after a lost reply finds the lease gone and the queue empty: it does nothing.
+--
+-- KEYS: lock, info, queue, done. ARGV: token, mode, maxlen, published_qid ('' if none).
+-- Returns {released}, {released, 1, new id} (standalone), {released, 2} (cluster: the
+-- published follow-up's slot deleted) or {3, field, value, ...}.
+local mine = redis.call('GET', KEYS[1]) == ARGV[1]
+local q = {}
+if mine or redis.call('EXISTS', KEYS[1]) == 0 then q = redis.call('HGETALL', KEYS[3]) end
+local qid = ''
+for i = 1, #q, 2 do if q[i] == '_qid' then qid = q[i + 1] end end
+if ARGV[2] ~= '1' and #q > 0 and qid ~= ARGV[4] then
+  return {3, unpack(q)}
+end
 local released = 0
-local q = redis.call('HGETALL', KEYS[3])
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if mine then
   local mid = redis.call('HGET', KEYS[2], 'message_id')
   redis.call('DEL', KEYS[1], KEYS[2])
   if mid and mid ~= '' then
@@ -20,13 +39,13 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 if #q == 0 then return {released} end
 redis.call('DEL', KEYS[3])
-if ARGV[2] ~= '1' then return {released, 0, unpack(q)} end
+if ARGV[2] ~= '1' then return {released, 2} end
 local stream = ''
 local args = {'XADD', '', 'MAXLEN', '~', ARGV[3], '*'}
 if tonumber(ARGV[3]) <= 0 then args = {'XADD', '', '*'} end
 for i = 1, #q, 2 do
   if q[i] == '_stream' then stream = q[i+1]
-  else table.insert(args, q[i]); table.insert(args, q[i+1]) end
+  elseif q[i] ~= '_qid' then table.insert(args, q[i]); table.insert(args, q[i+1]) end
 end
 args[2] = stream
 local id = redis.call(unpack(args))

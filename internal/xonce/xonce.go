@@ -1,0 +1,130 @@
+// Package xonce appends to Redis streams so that an append sent twice adds one entry.
+//
+// go-redis sends a command again when its connection fails before the reply arrives
+// (Options.MaxRetries). For a read or a compare-and-delete that is harmless; for XADD
+// it is a second record: two outcome records of one run, two downstream requests. Each
+// append here carries an id chosen by the caller before the first try, and a small
+// marker key (in the stream's hash slot, so it works on Redis Cluster) remembers
+// which entry that id made. A repeat finds the marker and returns the same entry id.
+package xonce
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed xadd_once.lua
+var xaddOnceLua string
+
+var xaddOnce = redis.NewScript(xaddOnceLua)
+
+// DefaultTTL is how long a repeat of an append is recognised when Append.TTL is zero:
+// far longer than go-redis's retries (about a second) and than a crashed worker's entry
+// takes to be redelivered.
+const DefaultTTL = time.Hour
+
+// ErrLeaseLost is returned when Append.Lock no longer holds Append.Token.
+var ErrLeaseLost = errors.New("xonce: lease is no longer held")
+
+// Append is one append to a stream.
+type Append struct {
+	// Stream receives the entry.
+	Stream string
+	// ID names this append: a repeat with the same ID within TTL adds nothing. Pick it
+	// before the first try (a random token, or the id of what the append records).
+	// Required.
+	ID string
+	// Values are the entry's fields.
+	Values map[string]any
+	// MaxLen trims the stream approximately; 0 does not trim. Default 0.
+	MaxLen int64
+	// TTL is how long a repeat is recognised. Default DefaultTTL.
+	TTL time.Duration
+	// Lock and Token, when set, make the append fenced: it is refused with
+	// ErrLeaseLost unless Lock holds Token. The lock key must be on the stream's node
+	// (standalone Redis). Default: no check.
+	Lock, Token string
+	// AckStream, AckGroup and AckID, when set, XACK that entry in the same atomic step
+	// (standalone Redis: the ack stream must be on the same node), and AckDelete also
+	// XDELs it. Default: no ack.
+	AckStream, AckGroup, AckID string
+	AckDelete                  bool
+}
+
+// MarkerKey is the key that remembers the append id of stream: in the stream's hash
+// slot (the stream's own hash tag if it has one, else the whole name as the tag).
+func MarkerKey(stream, id string) string {
+	if i := strings.IndexByte(stream, '{'); i >= 0 {
+		if j := strings.IndexByte(stream[i+1:], '}'); j > 0 {
+			return stream + ":once:" + id
+		}
+	}
+	return "{" + stream + "}:once:" + id
+}
+
+func (a Append) keysArgs() ([]string, []any) {
+	keys := []string{a.Stream, MarkerKey(a.Stream, a.ID)}
+	if a.Token != "" {
+		keys = append(keys, a.Lock)
+	}
+	if a.AckGroup != "" {
+		keys = append(keys, a.AckStream)
+	}
+	ttl := a.TTL
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	del := ""
+	if a.AckDelete {
+		del = "1"
+	}
+	args := make([]any, 0, 6+2*len(a.Values))
+	args = append(args, a.MaxLen, ttl.Milliseconds(), a.Token, a.AckGroup, a.AckID, del)
+	for k, v := range a.Values {
+		args = append(args, k, v)
+	}
+	return keys, args
+}
+
+// Run appends (EVALSHA, EVAL if the server lost the script) and returns the entry's
+// id: the new entry's, or the first one's when this append id was seen before.
+func Run(ctx context.Context, c redis.Scripter, a Append) (string, error) {
+	if a.ID == "" {
+		return "", errors.New("xonce: Append.ID is empty")
+	}
+	keys, args := a.keysArgs()
+	return result(xaddOnce.Run(ctx, c, keys, args...))
+}
+
+// Queue adds the append to pipe (by EVAL, which a server without the script cache
+// still runs) and returns its command; read it with Result after Exec.
+func Queue(ctx context.Context, pipe redis.Pipeliner, a Append) *redis.Cmd {
+	keys, args := a.keysArgs()
+	return xaddOnce.Eval(ctx, pipe, keys, args...)
+}
+
+// Result is the entry id of a queued append's command, or ErrLeaseLost.
+func Result(cmd *redis.Cmd) (string, error) { return result(cmd) }
+
+func result(cmd *redis.Cmd) (string, error) {
+	id, err := cmd.Text()
+	if err != nil && strings.HasPrefix(err.Error(), "LEASELOST") {
+		return "", ErrLeaseLost
+	}
+	return id, err
+}
+
+// NewID returns a random append id, for an append that names nothing else: a repeat of
+// the same call (go-redis's retry) is then recognised, a new call is a new append.
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
