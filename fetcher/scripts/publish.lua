@@ -2,7 +2,8 @@
 -- waiting there, and point the marker at the new entry, atomically.
 -- KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3] the
 -- field holding an entry's message UUID, ARGV[4..] field, value, ...
--- Returns {0, waiting id} or {1, new id}.
+-- Returns {0, waiting id} or {1, new id} ({1, id} also for a repeat of the same
+-- message, by its UUID).
 
 -- idgt mirrors streamid.Compare (a > b) for full "ms-seq" ids.
 local function idgt(a, b)
@@ -59,17 +60,23 @@ local function waiting(marker, group, ttl, uuidField)
     w = #redis.call('XPENDING', stream, group, id, id, 1) > 0 and named(stream, id, uuidField, uuid) ~= false
   end
   if w then redis.call('PEXPIRE', marker, ttl) end
-  return w and id
+  return w and id, uuid
 end
 
-local cur = waiting(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-if cur then return {0, cur} end
 local args = {'XADD', KEYS[2], '*'}
 local uuid = nil
 for i = 4, #ARGV, 2 do
   table.insert(args, ARGV[i])
   table.insert(args, ARGV[i + 1])
   if ARGV[i] == ARGV[3] then uuid = ARGV[i + 1] end
+end
+local cur, curUUID = waiting(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+if cur then
+  -- The waiting entry is this very message: the script ran before and its reply was
+  -- lost (go-redis sent it again). Report that publish, not a refusal, so the caller
+  -- goes on as after a publish (flips the trigger label).
+  if uuid and uuid ~= '' and curUUID == uuid then return {1, cur} end
+  return {0, cur}
 end
 local id = redis.call(unpack(args))
 local marker = id .. ' ' .. KEYS[2]

@@ -303,3 +303,26 @@ func Script(src string, contains ...string) Match {
 		return false
 	}
 }
+
+// Arg matches any command one of whose arguments (the name aside) contains each of
+// contains: whatever command carries a record, by a word of the record.
+func Arg(contains ...string) Match {
+	return func(args []string) bool {
+		if len(args) == 0 {
+			return false
+		}
+		return Command(args[0], contains...)(args)
+	}
+}
+
+// Any matches a command that one of ms matches.
+func Any(ms ...Match) Match {
+	return func(args []string) bool {
+		for _, m := range ms {
+			if m(args) {
+				return true
+			}
+		}
+		return false
+	}
+}

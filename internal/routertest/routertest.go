@@ -70,6 +70,25 @@ func OnServer(tb testing.TB, srv *redistest.Server) *Env {
 		Topology: pipeline.Topology{Namespace: ns + "ymir"}, Publisher: pipeline.NewPublisher(rdb, 0)}
 }
 
+// OnURL returns an Env whose clients (shared and subscribers') connect to rawURL with
+// the pipeline's own client settings (pipeline.ClientOptions: go-redis's retries
+// included), on a fresh namespace deleted when the test ends. Tests that put a fault
+// between the pipeline and Redis (redistest.LossyProxy) point it at the fault.
+func OnURL(tb testing.TB, rawURL string) *Env {
+	tb.Helper()
+	opts, err := pipeline.ClientOptions(rawURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rdb, ns := redis.NewClient(opts.Simple()), redistest.Namespace()
+	tb.Cleanup(func() {
+		redistest.DeleteNamespace(context.Background(), rdb, ns)
+		rdb.Close()
+	})
+	return &Env{tb: tb, Client: rdb, Options: opts, Namespace: ns,
+		Topology: pipeline.Topology{Namespace: ns + "ymir"}, Publisher: pipeline.NewPublisher(rdb, 0)}
+}
+
 // Locker returns a lease manager on the env's client with o's options; an empty Scope
 // becomes the topology's lock scope, so the leases live in the test's namespace.
 func (e *Env) Locker(o lockmw.Options) *lockmw.Locker {
