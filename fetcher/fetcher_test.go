@@ -418,3 +418,33 @@ func TestTrimKeepsWaitingEntries(t *testing.T) {
 		t.Errorf("%d of the %d waiting entries left", got, n)
 	}
 }
+
+// The publish script runs and its reply is lost: go-redis sends it again, and the
+// repeat finds the entry it made (by the message's UUID) and reports a publish, so the
+// issue is published once and its trigger label flipped, as after any publish.
+func TestPublishReplyLostPublishesOnceAndFlips(t *testing.T) {
+	t.Parallel()
+	direct, _ := redistest.Client(t)
+	if err := direct.ScriptLoad(context.Background(), publishLua).Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
+	uo, err := pipeline.ClientOptions(proxy.URL(direct.Options().DB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(uo.Simple())
+	t.Cleanup(func() { rdb.Close() })
+	h := newHarness(t, []fakejira.Issue{iss("RHEL-1", labels.RetryNeeded)}, withRedis(rdb))
+	proxy.LoseReply(redistest.Script(publishLua), 1)
+	s := h.sweep()
+	if proxy.Cuts() != 1 {
+		t.Fatalf("the publish's reply was not lost (%d cuts)", proxy.Cuts())
+	}
+	if got := h.published(); !slices.Equal(got, []string{"RHEL-1@triage"}) || s.Published != 1 {
+		t.Fatalf("published %v (%s), want RHEL-1 once", got, s)
+	}
+	if slices.Contains(h.labels("RHEL-1"), labels.RetryNeeded) {
+		t.Errorf("trigger label not flipped after the publish: %v", h.labels("RHEL-1"))
+	}
+}
