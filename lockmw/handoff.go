@@ -75,7 +75,7 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 		ack := le.l.rdb.Pipeline()
 		then(ack)
 		if _, aerr := ack.Exec(ctx); aerr != nil && !errors.Is(aerr, redis.Nil) {
-			err = fmt.Errorf("lockmw: after releasing %s: %w", le.keys.Lock, aerr)
+			err = fmt.Errorf("%w %s: %w", errAfterRelease, le.keys.Lock, aerr)
 		}
 	}
 	p := &pending{id: next.opts.MessageID, err: prepErr}

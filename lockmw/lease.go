@@ -330,11 +330,15 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 		pipe := le.l.rdb.Pipeline()
 		then(pipe)
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return deleted, fmt.Errorf("lockmw: after releasing %s: %w", le.keys.Lock, err)
+			return deleted, fmt.Errorf("%w %s: %w", errAfterRelease, le.keys.Lock, err)
 		}
 	}
 	return deleted, nil
 }
+
+// errAfterRelease marks a failure of the commands sent after a release that
+// succeeded (ReleaseWith's then): the lease is gone, only the rest failed.
+var errAfterRelease = errors.New("lockmw: released; the commands after the release failed:")
 
 // maxDrainRounds bounds the Cluster drain loop: each round publishes a follow-up that
 // replaced the one published in the round before, which takes an event per round.

@@ -256,10 +256,18 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		}
 		// Release, then ack, in one round trip; the subscriber's own XACK is skipped.
 		// When the next entry is known, its lease is taken in the same round trip.
-		if relErr := m.releaseHandingOff(cleanup, lease, entry); relErr == nil {
+		switch relErr := m.releaseHandingOff(cleanup, lease, entry); {
+		case relErr == nil:
 			m.cfg.Source.Settle(entry)
-		} else {
-			log.get().Warn().Err(relErr).Msg("release+ack failed; the subscriber retries the ack, the lease expires by its TTL")
+		case errors.Is(relErr, errAfterRelease):
+			log.get().Warn().Err(relErr).Msg("lease released, its ack failed; the subscriber retries the ack")
+		default:
+			// The lease may still be held. Acking the entry now would leave a live lease
+			// that no pending entry covers: events for the issue would be dropped as
+			// locked until the TTL, and none of them would run. Left pending, the entry
+			// is re-run once the lease is free: at least once, never lost.
+			log.get().Warn().Err(relErr).Msg("release failed; entry left pending, re-run once the lease expires")
+			return nil, fmt.Errorf("%w: %w", ErrTransient, relErr)
 		}
 		if id := lease.Requeued(); id != "" {
 			log.get().Info().Str("requeued_id", id).Msg("published the issue's queued follow-up")
