@@ -33,8 +33,17 @@ type HistoryEvent struct {
 	// About is the input entry a results record or a dead letter is about
 	// ("stream id").
 	About string `json:"about,omitempty"`
-	// Detail: a result's outcome, a conflict's holder, a dead letter's error.
+	// Detail: a result's outcome, a conflict's reason and the other entry, a dead
+	// letter's error.
 	Detail string `json:"detail,omitempty"`
+	// Reason is a lock.dropped or lock.coalesced record's reason: "locked" (it met a
+	// live holder) or "superseded" (it entered its stream before another entry's run of
+	// the issue ended); OtherEntry is that other entry's id, and Holder and HolderFence
+	// the live holder a "locked" one met.
+	Reason      string `json:"reason,omitempty"`
+	OtherEntry  string `json:"other_entry,omitempty"`
+	Holder      string `json:"holder,omitempty"`
+	HolderFence string `json:"holder_fence,omitempty"`
 }
 
 // History returns every entry about issue in every stream of the topology (inputs,
@@ -99,8 +108,10 @@ func historyEvent(stream, kind string, route pipeline.Route, m redis.XMessage, k
 				d = append(d, v(f))
 			}
 		}
-		if h := v("holder"); h != "" || v("holder_message_id") != "" {
-			d = append(d, fmt.Sprintf("held by %s (fence %s, entry %s)", h, v("holder_fence"), v("holder_message_id")))
+		if c := conflictDetail(v); c != "" {
+			ev.Reason, ev.OtherEntry = v("reason"), v("holder_message_id")
+			ev.Holder, ev.HolderFence = v("holder"), v("holder_fence")
+			d = append(d, c)
 		}
 		ev.Detail = strings.Join(d, "; ")
 		return ev
@@ -121,6 +132,33 @@ func historyEvent(stream, kind string, route pipeline.Route, m redis.XMessage, k
 		ev.Detail = fmt.Sprintf("%s after %s attempt(s): %s", orig, v(pipeline.DeadFieldAttempts), v(pipeline.DeadFieldError))
 	}
 	return ev
+}
+
+// conflictDetail says why a lock.dropped or lock.coalesced record's entry did not run,
+// naming the other entry; "" for other records. A superseded record names no holder
+// (the run that superseded it had ended), so "held by" would be false.
+func conflictDetail(v func(string) string) string {
+	holder, fence, other := v("holder"), v("holder_fence"), v("holder_message_id")
+	if holder == "" && other == "" {
+		return ""
+	}
+	entry := other
+	if entry == "" {
+		entry = "unknown" // a lease taken without a message id (by hand, or an old worker)
+	}
+	var d string
+	switch {
+	case v("reason") == "superseded":
+		d = "superseded by entry " + entry + ", whose run of the issue ended after this one was queued"
+	case v("event_type") == pipeline.EventLockCoalesced:
+		d = fmt.Sprintf("queued behind entry %s, held by %s (fence %s); runs once it is released", entry, holder, fence)
+	default:
+		d = fmt.Sprintf("held by %s (fence %s) for entry %s", holder, fence, entry)
+	}
+	if v("replaced") == "true" {
+		d += "; replaced the event queued before it"
+	}
+	return d
 }
 
 // scan reads streams 0..n-1 from start to end (inclusive bounds as XRANGE takes them)

@@ -50,6 +50,7 @@ type Inspector struct {
 	maxBytes int
 	page     int64
 	now      func() time.Time
+	srv      serverCache
 }
 
 // New returns an Inspector. It does no I/O.

@@ -26,9 +26,13 @@ const (
 	// StateGuarded: a live lease of the entry's issue names this entry: its holder is
 	// working on it and the claim veto keeps other consumers off it.
 	StateGuarded = "guarded"
-	// StateOrphaned: no live lease guards the entry (its consumer died or was never
-	// running it): it is claimed once it has been idle for MAX_IDLE_TIME.
+	// StateOrphaned: no live lease guards the entry and its consumer is not alive (it
+	// died, or does not report its presence): it is claimed once it has been idle for
+	// MAX_IDLE_TIME.
 	StateOrphaned = "orphaned"
+	// StateQueued: no lease guards the entry yet, but its consumer is alive: the worker
+	// read it ahead and runs it after the entry it is working on (Note names it).
+	StateQueued = "queued"
 )
 
 // GroupPending is one consumer group's pending entries list.
@@ -63,14 +67,15 @@ type PendingEntry struct {
 	// Issue is the entry's issue key, canonical when it is valid; "" when the entry
 	// names none or is no longer in the stream.
 	Issue string `json:"issue"`
-	// State is StateGuarded or StateOrphaned.
+	// State is StateGuarded, StateQueued or StateOrphaned.
 	State string `json:"state"`
 	// Lease is the live lease of the issue for this agent, when there is one; it
 	// guards this entry only when State is StateGuarded (else it guards another entry
 	// of the issue, and this one will be dropped as locked when redelivered).
 	Lease *LeaseInfo `json:"lease,omitempty"`
-	// Note explains an orphan: the entry was trimmed or deleted, names no issue, or
-	// its issue is held for another entry.
+	// Note explains a queued entry (which entry it waits behind, on which worker) or
+	// an orphan: the entry was trimmed or deleted, names no issue, or its issue is
+	// held for another entry.
 	Note string `json:"note,omitempty"`
 }
 
@@ -86,7 +91,11 @@ func (e PendingEntry) MarshalJSON() ([]byte, error) {
 // Pending returns, for each existing consumer group matching f, the XPENDING summary
 // and every pending entry with its issue key and the lease guarding it.
 //
-// Cost: one round trip for the summaries of all groups; one per page of PageSize
+// An entry no lease guards is StateQueued when its consumer's worker is alive (its
+// presence beat, pipeline.WorkerBeat): it was read ahead and waits behind the entry the
+// worker runs; else StateOrphaned.
+//
+// Cost: one round trip for the summaries of all groups and the workers' presence; one per page of PageSize
 // entries (the pages of all groups pipelined together, so the longest list counts);
 // one per 1000 entries for their issue keys (XRANGE id id, pipelined); one per 500
 // distinct issues for the leases (PTTL + HGETALL, pipelined). Never one round trip
@@ -112,8 +121,13 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 	for i, r := range routes {
 		sums[i] = pipe.XPending(ctx, r.Stream, r.Group)
 	}
+	readPresence := in.queuePresence(ctx, pipe)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
 		return nil, fmt.Errorf("xpending: %w", err)
+	}
+	pres, err := readPresence()
+	if err != nil {
+		return nil, err
 	}
 	var groups []GroupPending
 	var live []pipeline.Route
@@ -216,6 +230,21 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 		return nil, err
 	}
 
+	// The entry each consumer runs now: the one its issue's live lease names.
+	type gc struct {
+		g        int
+		consumer string
+	}
+	running := map[gc]string{}
+	for _, rf := range refs {
+		x := raw[rf.g][rf.e]
+		if k, ok := in.canonical(issues[rf]); ok {
+			if info, ok := leases[lockmw.Ref{Agent: live[rf.g].Agent, Issue: k}]; ok && info.MessageID == x.ID {
+				running[gc{rf.g, x.Consumer}] = x.ID
+			}
+		}
+	}
+
 	for _, rf := range refs {
 		x := raw[rf.g][rf.e]
 		key, valid := in.canonical(issues[rf])
@@ -242,6 +271,21 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 					if info.MessageID == "" {
 						e.Note = "issue held by a lock without a message id; dropped if still locked when claimed"
 					}
+				}
+			}
+		}
+		if e.State == StateOrphaned && present[rf] && valid {
+			if w, ok := pres.of(live[rf.g].Stream, live[rf.g].Group, x.Consumer); ok && w.Alive {
+				e.State = StateQueued
+				why := e.Note
+				e.Note = "queued on a live worker (" + w.String() + "), next after its current entry"
+				if id := running[gc{rf.g, x.Consumer}]; id != "" {
+					e.Note = "queued behind " + id + " on a live worker (" + w.String() + ")"
+				}
+				if e.Lease != nil {
+					e.Note += "; its issue is held for entry " + e.Lease.MessageID + ": dropped if still held when its turn comes"
+				} else if why != "" {
+					e.Note += "; " + why
 				}
 			}
 		}

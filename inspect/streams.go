@@ -1,10 +1,12 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,7 +39,8 @@ type StreamInfo struct {
 type GroupInfo struct {
 	Name string `json:"name"`
 	// Lag is the number of entries not yet delivered to the group; -1 when Redis
-	// cannot tell (entries deleted inside the range).
+	// cannot tell (entries deleted inside the range, a Redis older than 7.0, or the
+	// embedded miniredis, which answers the stream's length).
 	Lag             int64          `json:"lag"`
 	Pending         int64          `json:"pending"`
 	LastDeliveredID string         `json:"last_delivered_id"`
@@ -49,25 +52,42 @@ type GroupInfo struct {
 type ConsumerInfo struct {
 	Name    string `json:"name"`
 	Pending int64  `json:"pending"`
-	// Idle is the time since the consumer last read or claimed.
+	// Idle is the time since the consumer last read or claimed; negative when the
+	// server does not say (the embedded miniredis) or the consumer has not read yet
+	// (known only from its presence).
 	Idle time.Duration `json:"-"`
+	// State is ConsumerAlive, ConsumerDead or ConsumerNoBeat, from the worker's
+	// presence beats: an idle consumer of a live process is alive.
+	State string `json:"state"`
+	// Process names the consumer's process ("host pid 123") when it reports its
+	// presence; LastSeen is its last beat.
+	Process  string     `json:"process,omitempty"`
+	LastSeen *time.Time `json:"last_seen,omitempty"`
 }
 
-// MarshalJSON adds idle_ms.
+// MarshalJSON adds idle_ms (-1: unknown).
 func (c ConsumerInfo) MarshalJSON() ([]byte, error) {
 	type plain ConsumerInfo
+	idle := c.Idle.Milliseconds()
+	if c.Idle < 0 {
+		idle = -1
+	}
 	return json.Marshal(struct {
 		plain
 		IdleMS int64 `json:"idle_ms"`
-	}{plain(c), c.Idle.Milliseconds()})
+	}{plain(c), idle})
 }
 
 // Streams returns every stream of the topology that exists (the input streams with
 // their :todo twins, then results and dead), with length, first and last ids, and
-// each consumer group's lag, pending count and consumers with their idle times.
+// each consumer group's lag, pending count and consumers with their idle times and
+// states (alive, dead, no heartbeat). A consumer whose worker reports its presence
+// but has not read yet is listed too, with an unknown idle time.
 //
-// Cost: two round trips: XINFO STREAM and XINFO GROUPS of every stream pipelined,
-// then XINFO CONSUMERS of every group pipelined.
+// Cost: two round trips: XINFO STREAM and XINFO GROUPS of every stream and the
+// workers' presence pipelined, then XINFO CONSUMERS of every group pipelined; and
+// once per Inspector, INFO server (the embedded miniredis answers no lag and no idle
+// times: they are reported unknown rather than wrong).
 func (in *Inspector) Streams(ctx context.Context) ([]StreamInfo, error) {
 	var all []StreamInfo
 	for _, r := range in.topo.AllInputs() {
@@ -83,9 +103,15 @@ func (in *Inspector) Streams(ctx context.Context) ([]StreamInfo, error) {
 		infos[i] = pipe.XInfoStream(ctx, s.Stream)
 		groups[i] = pipe.XInfoGroups(ctx, s.Stream)
 	}
+	readPresence := in.queuePresence(ctx, pipe)
 	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKeyErr(err) && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("xinfo: %w", err)
 	}
+	pres, err := readPresence()
+	if err != nil {
+		return nil, err
+	}
+	embedded := in.server(ctx).Embedded()
 	var out []StreamInfo
 	type gref struct{ s, g int }
 	var grefs []gref
@@ -105,6 +131,9 @@ func (in *Inspector) Streams(ctx context.Context) ([]StreamInfo, error) {
 		s.FirstID, s.LastID = info.FirstEntry.ID, info.LastEntry.ID
 		s.Groups = []GroupInfo{}
 		for _, g := range gs {
+			if embedded {
+				g.Lag = -1
+			}
 			s.Groups = append(s.Groups, GroupInfo{Name: g.Name, Lag: g.Lag, Pending: g.Pending,
 				LastDeliveredID: g.LastDeliveredID, EntriesRead: g.EntriesRead, Consumers: []ConsumerInfo{}})
 			grefs = append(grefs, gref{len(out), len(s.Groups) - 1})
@@ -128,9 +157,32 @@ func (in *Inspector) Streams(ctx context.Context) ([]StreamInfo, error) {
 			return nil, fmt.Errorf("xinfo consumers %s %s: %w", out[r.s].Stream, out[r.s].Groups[r.g].Name, err)
 		}
 		g := &out[r.s].Groups[r.g]
+		seen := map[string]bool{}
 		for _, c := range cs {
-			g.Consumers = append(g.Consumers, ConsumerInfo{Name: c.Name, Pending: c.Pending, Idle: c.Idle})
+			if embedded || c.Idle < 0 {
+				c.Idle = -time.Millisecond
+			}
+			seen[c.Name] = true
+			g.Consumers = append(g.Consumers, consumerInfo(pres, out[r.s].Stream, g.Name, c.Name, c.Pending, c.Idle))
 		}
+		// A worker that reported its presence before its first read is shown at once.
+		for ref, w := range pres.workers {
+			if ref.stream == out[r.s].Stream && ref.group == g.Name && !seen[ref.consumer] && w.Alive {
+				g.Consumers = append(g.Consumers, consumerInfo(pres, ref.stream, ref.group, ref.consumer, 0, -time.Millisecond))
+			}
+		}
+		slices.SortFunc(g.Consumers, func(a, b ConsumerInfo) int { return cmp.Compare(a.Name, b.Name) })
 	}
 	return out, nil
+}
+
+func consumerInfo(p presence, stream, group, name string, pending int64, idle time.Duration) ConsumerInfo {
+	c := ConsumerInfo{Name: name, Pending: pending, Idle: idle}
+	state, w := p.state(stream, group, name)
+	c.State = state
+	if w != nil {
+		seen := w.LastSeen
+		c.Process, c.LastSeen = w.String(), &seen
+	}
+	return c
 }

@@ -232,6 +232,7 @@ func (r *Router) Run(ctx context.Context) error {
 	r.started = true
 	r.mu.Unlock()
 	go r.trimLoop(ctx)
+	defer r.startPresence(ctx)() // presence.go: the console's alive / dead
 	err := r.Router.Run(ctx)
 	// A lease taken ahead for an entry that was never handed over goes back now, so
 	// the entry's issue is free for whoever resumes it.

@@ -118,6 +118,8 @@ type Overview struct {
 	Consumers []ConsumerRow        `json:"consumers"`
 	Outcomes  inspect.Outcomes     `json:"outcomes"`
 	Chart     chart                `json:"-"`
+	// PresenceTTL is how recent a worker's presence beat must be for it to be alive.
+	PresenceTTL time.Duration `json:"-"`
 }
 
 // RunningRow counts the running leases of one agent and branch.
@@ -134,8 +136,16 @@ type ConsumerRow struct {
 	Group   string `json:"group"`
 	Name    string `json:"name"`
 	Pending int64  `json:"pending"`
-	IdleMS  int64  `json:"idle_ms"` // -1: Redis did not say
-	Alive   bool   `json:"alive"`   // idle for at most ConsumerIdle
+	IdleMS  int64  `json:"idle_ms"` // -1: Redis did not say, or it has not read yet
+	// State is the worker's own word (inspect.ConsumerAlive, ConsumerDead or
+	// ConsumerNoBeat); Alive is State == alive.
+	State string `json:"state"`
+	Alive bool   `json:"alive"`
+	// Recent: a consumer without presence beats that read within ConsumerIdle (a worker
+	// that does not report its presence, say a Python agent).
+	Recent   bool       `json:"recent"`
+	Process  string     `json:"process,omitempty"`
+	LastSeen *time.Time `json:"last_seen,omitempty"`
 }
 
 func (s *Server) overviewData(r *http.Request) (Overview, error) {
@@ -152,7 +162,8 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
-	ov := Overview{Streams: streams, Outcomes: outcomes, Running: []RunningRow{}, Consumers: []ConsumerRow{}}
+	ov := Overview{Streams: streams, Outcomes: outcomes, Running: []RunningRow{}, Consumers: []ConsumerRow{},
+		PresenceTTL: pipeline.PresenceTTL}
 	if ov.Streams == nil {
 		ov.Streams = []inspect.StreamInfo{}
 	}
@@ -179,8 +190,13 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 	for _, st := range streams {
 		for _, g := range st.Groups {
 			for _, c := range g.Consumers {
+				idle := c.Idle.Milliseconds()
+				if c.Idle < 0 {
+					idle = -1
+				}
 				ov.Consumers = append(ov.Consumers, ConsumerRow{Stream: st.Stream, Group: g.Name, Name: c.Name, Pending: c.Pending,
-					IdleMS: c.Idle.Milliseconds(), Alive: c.Idle >= 0 && c.Idle <= s.cfg.ConsumerIdle})
+					IdleMS: idle, State: c.State, Alive: c.State == inspect.ConsumerAlive, Process: c.Process, LastSeen: c.LastSeen,
+					Recent: c.State == inspect.ConsumerNoBeat && c.Idle >= 0 && c.Idle <= s.cfg.ConsumerIdle})
 			}
 		}
 	}
@@ -285,11 +301,27 @@ func (s *Server) pending(_ http.ResponseWriter, r *http.Request) (*view, error) 
 	if err != nil {
 		return nil, err
 	}
-	// A page shows the oldest maxRows entries of a group (the API has them all).
-	for i := range groups {
-		groups[i].Entries = groups[i].Entries[:min(len(groups[i].Entries), maxRows)]
+	// A page shows the oldest maxRows entries of a group (the API has them all), and
+	// the groups with nothing pending on one line: they are most of them at rest.
+	data := pendingData{Groups: []inspect.GroupPending{}}
+	for _, g := range groups {
+		if g.Count == 0 {
+			data.Empty = append(data.Empty, g.Stream)
+			continue
+		}
+		g.Entries = g.Entries[:min(len(g.Entries), maxRows)]
+		data.Groups = append(data.Groups, g)
 	}
-	return &view{name: "pending", Title: "Pending", Active: "pending", Data: groups}, nil
+	data.Any = len(groups) > 0
+	return &view{name: "pending", Title: "Pending", Active: "pending", Data: data}, nil
+}
+
+// pendingData is the pending page: the groups with pending entries, and the streams
+// whose group has none.
+type pendingData struct {
+	Groups []inspect.GroupPending
+	Empty  []string
+	Any    bool // some group exists
 }
 
 // --- Issue ---

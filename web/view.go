@@ -17,6 +17,12 @@ func (s *Server) funcs() template.FuncMap {
 		"ms":    func(d time.Duration) int64 { return d.Milliseconds() },
 		"clip":  func(v string) string { return s.clip(v, maxErrList) },
 		"stamp": stamp,
+		"stampMS": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05.000Z")
+		},
 		"ago": func(t time.Time) string {
 			if t.IsZero() {
 				return ""

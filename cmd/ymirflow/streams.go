@@ -14,8 +14,12 @@ import (
 const streamsHelp = `
 Shows every stream of the pipeline that exists (each agent's input stream and its
 :todo twin, then results and dead): length, first and last entry id, and per consumer
-group the lag (entries not yet delivered; ? when Redis cannot tell), the pending count,
-the last delivered id, and each consumer with its pending count and idle time.
+group the lag (entries not yet delivered; ? when Redis cannot tell, as miniredis), the pending count,
+the last delivered id, and each consumer with its pending count, idle time (? when
+Redis does not say: the embedded miniredis, or a worker that has not read yet) and
+state: alive (its worker renewed its presence in the last 10s, busy or idle), dead (its
+worker stopped renewing: killed or cut off) or no-heartbeat (stopped cleanly, or a
+worker that does not report its presence).
 
 Cost: 2 round trips (XINFO STREAM + XINFO GROUPS of every stream pipelined, then
 XINFO CONSUMERS of every group pipelined).
@@ -51,7 +55,7 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		noteFilters(stderr, &cfg.Common)
 		return nil
 	}
-	t := newTable(stdout, "STREAM", "KIND", "LENGTH", "FIRST", "LAST", "GROUP", "LAG", "PENDING", "LAST DELIVERED", "CONSUMERS (pending, idle)")
+	t := newTable(stdout, "STREAM", "KIND", "LENGTH", "FIRST", "LAST", "GROUP", "LAG", "PENDING", "LAST DELIVERED", "CONSUMERS (pending, idle, state)")
 	for _, s := range streams {
 		head := []string{s.Stream, s.Kind, strconv.FormatInt(s.Length, 10), s.FirstID, s.LastID}
 		if len(s.Groups) == 0 {
@@ -68,7 +72,11 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 			var cs []string
 			for _, c := range g.Consumers {
-				cs = append(cs, fmt.Sprintf("%s(%d, %s)", c.Name, c.Pending, human(c.Idle)))
+				idle := human(c.Idle)
+				if c.Idle < 0 { // the embedded Redis does not say, or it has not read yet
+					idle = "?"
+				}
+				cs = append(cs, fmt.Sprintf("%s(%d, %s, %s)", c.Name, c.Pending, idle, c.State))
 			}
 			t.row(append(head, g.Name, lag, strconv.FormatInt(g.Pending, 10), g.LastDeliveredID, strings.Join(cs, " "))...)
 		}

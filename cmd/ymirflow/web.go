@@ -15,6 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/web"
 )
 
@@ -44,6 +45,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer e.Close()
+	pipeline.WarnOldServer(ctx, e.rdb, e.log) // README, "Requirements"
 	red := redact.New(append(environSecrets(os.Getenv), ownSecrets(&cfg.Common, "")...)...)
 	srv, err := web.New(web.Config{Inspector: in, Topology: e.topology, Token: token, Redactor: red, Logger: e.log,
 		Refresh: cfg.Refresh, ConsumerIdle: cfg.ConsumerIdle})

@@ -61,6 +61,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer e.Close()
 	log := e.log
+	pipeline.WarnOldServer(ctx, e.rdb, log) // README, "Requirements"
 
 	// One process per consumer name: a second one would resume the first's pending
 	// entries while the first still runs them.
