@@ -759,3 +759,35 @@ func TestHeldLeaseStartsNoGoroutineBeforeFirstExtend(t *testing.T) {
 		}
 	}
 }
+
+// The superseded check compares an event's stream id (which never decreases) with the
+// server time of the last release. When the server's clock has been stepped back since
+// that release, the two cannot be compared: the event runs rather than being dropped
+// for a run that may have ended before it entered. Once the clock has caught up, the
+// check applies again.
+func TestSupersededSurvivesAClockStepBack(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lockmw.Options{})
+	ctx := context.Background()
+	done := l.Keys("triage", "RHEL-1").Done
+	now := rdb.Time(ctx).Val()
+	// The last release, recorded by a clock ten minutes ahead of the server's now: as
+	// the server sees it after its clock was stepped back ten minutes.
+	ahead := now.Add(10 * time.Minute).UnixMilli()
+	rdb.Set(ctx, done, strconv.FormatInt(ahead, 10)+" 1-0 0", time.Hour)
+	le, err := l.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "2-0", EntryTime: now})
+	if err != nil {
+		t.Fatalf("an event after a clock step back: %v, want it to run", err)
+	}
+	if _, err := le.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A release recorded in the server's past still supersedes older events.
+	past := now.Add(-time.Minute)
+	rdb.Set(ctx, done, strconv.FormatInt(now.UnixMilli(), 10)+" 2-0 0", time.Hour)
+	_, err = l.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "3-0", EntryTime: past})
+	var sup *lockmw.SupersededError
+	if !errors.As(err, &sup) {
+		t.Fatalf("an event older than the last release: %v, want a SupersededError", err)
+	}
+}

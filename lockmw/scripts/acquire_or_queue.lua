@@ -24,7 +24,9 @@ if ARGV[8] ~= '' then
   local d = redis.call('GET', KEYS[5])
   if d then
     local ms, mid, rq = string.match(d, '^(%d+) (%S+) (%d+)')
-    if rq and tonumber(ARGV[8]) < tonumber(rq) then
+    local t = redis.call('TIME')
+    -- As stepped_back in lease.lua: a clock stepped back since cannot compare.
+    if rq and tonumber(ARGV[8]) < tonumber(rq) and t[1] * 1000 + math.floor(t[2] / 1000) >= tonumber(rq) then
       return {2, tonumber(rq), mid}
     end
   end

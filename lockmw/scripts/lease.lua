@@ -1,6 +1,17 @@
 -- lease.lua: the steps of the lease, put before acquire.lua, release.lua and
 -- handoff.lua so that each step is written once.
 
+-- stepped_back reports whether the server's clock now reads earlier than ms, a time
+-- it recorded: it was stepped back since (an NTP step, a failover to a server whose
+-- clock is behind). Stream ids are not stepped back with it (they never decrease), so
+-- an entry id and a recorded time cannot be compared until the clock has caught up,
+-- and the superseded check is skipped: the event runs (the lease still excludes any
+-- overlap) rather than being dropped for a run that may have ended before it entered.
+local function stepped_back(ms)
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000) < tonumber(ms)
+end
+
 -- acquire: SET NX PX the token; on success take the next fence and write the
 -- operator record, all in the one round trip. On conflict return the holder's record so
 -- the caller can name the holder without a second round trip.
@@ -26,7 +37,9 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
     local d = redis.call('GET', done)
     if d then
       local ms, mid = string.match(d, '^(%d+) (%S+)')
-      if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= message_id then return {2, tonumber(ms), mid} end
+      if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= message_id and not stepped_back(ms) then
+        return {2, tonumber(ms), mid}
+      end
     end
   end
   if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then
