@@ -83,15 +83,10 @@ func (h *handler) converge(parent context.Context, ev *event) {
 	locker := lease.Locker()
 	deadline := time.Now().Add(min(locker.TTL(), convergeWait))
 	for {
-		live := ""
-		for _, a := range pipeline.Agents {
-			if info, ok, err := locker.Inspect(ctx, a, ev.key); err != nil {
-				ev.log.Warn().Err(err).Msg("labels not converged: the issue's leases could not be read")
-				return
-			} else if ok && (a != h.cfg.Agent || info.Fence != ev.fence) {
-				live = a
-				break
-			}
+		live, err := h.liveHolder(ctx, locker, ev)
+		if err != nil {
+			ev.log.Warn().Err(err).Msg("labels not converged: the issue's leases could not be read")
+			return
 		}
 		if live == "" {
 			break
@@ -134,10 +129,38 @@ func (h *handler) converge(parent context.Context, ev *event) {
 	if len(add) == 0 && len(remove) == 0 {
 		return
 	}
+	// Checked again just before the write, in one round trip: a run that started while
+	// the outcomes and the issue were read claims the issue with labels this write
+	// would remove. Its own writes assert its state; converging is left to them. (Jira
+	// and Redis share no transaction, so a run starting during the write itself is not
+	// excluded: that window is one Jira round trip, where it was several.)
+	if live, err := h.liveHolder(ctx, locker, ev); err != nil || live != "" {
+		ev.log.Warn().Err(err).Str("holder_agent", live).Msg("labels not converged: a run of the issue started meanwhile")
+		return
+	}
 	if err := h.cfg.Jira.UpdateLabels(ctx, ev.key, add, remove); err != nil {
 		ev.log.Warn().Err(err).Msg("labels not converged: the write failed")
 		return
 	}
 	ev.log.Info().Strs("add", add).Strs("remove", remove).Strs("labels", want).
 		Msg("labels converged to the last recorded outcome")
+}
+
+// liveHolder names an agent that holds a live lease of the issue other than this run's
+// own (one round trip for every agent's lease), or "".
+func (h *handler) liveHolder(ctx context.Context, locker *lockmw.Locker, ev *event) (string, error) {
+	refs := make([]lockmw.Ref, 0, len(pipeline.Agents))
+	for _, a := range pipeline.Agents {
+		refs = append(refs, lockmw.Ref{Agent: a, Issue: ev.key})
+	}
+	infos, err := locker.InspectMany(ctx, refs)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range refs {
+		if info, ok := infos[r]; ok && (r.Agent != h.cfg.Agent || info.Fence != ev.fence) {
+			return r.Agent, nil
+		}
+	}
+	return "", nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,3 +295,54 @@ func TestTerminalWriteErasesStaleStateLabels(t *testing.T) {
 }
 
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Converging checks for a live holder again just before its write: a run that claims
+// the issue while converge reads the outcomes and the issue keeps its claim label (here
+// a new triage run's ymir_triage_in_progress), which the write would have removed.
+func TestConvergeLeavesARunThatStartedMeanwhile(t *testing.T) {
+	t.Parallel()
+	w := newFenceWorld(t, fakejira.Issue{Key: "RHEL-44"})
+	e := w.e
+	var raced, claimed atomic.Bool
+	var once sync.Once
+	h := e.handler("triage", "", &fixed{res: triageResult("backport", "c9s")}, w.config,
+		func(c *handlers.Config) {
+			c.Jira = hookJira{JiraAPI: e.jc,
+				beforeUpdate: func(add []string) {
+					if slices.Contains(add, labels.TriagedBackport) {
+						once.Do(func() {
+							w.peerRun(t, w.expireAndTakeOver(t, "triage", "RHEL-44"), "RHEL-44")
+							raced.Store(true)
+						})
+					}
+				},
+				beforeGet: func() {
+					// converge's read of the issue: a new triage run claims it now.
+					if raced.Load() && claimed.CompareAndSwap(false, true) {
+						if _, err := w.peer.Acquire(context.Background(), "triage", "RHEL-44", lockmw.AcquireOptions{}); err != nil {
+							t.Error(err)
+						}
+						if err := e.jc.UpdateLabels(context.Background(), "RHEL-44", []string{labels.TriageInProgress}, nil); err != nil {
+							t.Error(err)
+						}
+					}
+				}}
+		})
+	err := w.handle(t, "triage", h, triageMsg(t, "RHEL-44", false, ""))
+	if !errors.Is(err, lockmw.ErrLeaseLost) {
+		t.Fatalf("err = %v, want ErrLeaseLost", err)
+	}
+	if !claimed.Load() {
+		t.Fatal("converge never read the issue: the race was not set up")
+	}
+	is, err := e.jc.GetIssue(context.Background(), "RHEL-44", []string{"labels"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(is.Fields.Labels, labels.TriageInProgress) {
+		t.Fatalf("converge removed the new run's claim: labels %v", is.Fields.Labels)
+	}
+	if len(w.logs.lines("labels not converged: a run of the issue started meanwhile")) != 1 {
+		t.Fatalf("want one 'a run of the issue started meanwhile' line: %q", w.logs.lines("converge"))
+	}
+}
