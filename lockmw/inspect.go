@@ -48,15 +48,16 @@ func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, 
 }
 
 // ForceRelease deletes the lease (agent, rawKey) whoever holds it and bumps its fence,
-// so the evicted holder's fenced writes are refused. It returns the new fence. Operators
-// only: the holder's work is not stopped until its next heartbeat notices.
+// so the evicted holder's fenced writes are refused, and announces it: a holder whose
+// Locker watches evictions (WatchEvictions) stops at once, any other at its next
+// heartbeat. It returns the new fence. Operators only.
 func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64, error) {
 	issue, err := l.Canonicalize(rawKey)
 	if err != nil {
 		return 0, err
 	}
 	keys := l.Keys(agent, issue)
-	fence, err := forceReleaseScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence}).Int64()
+	fence, err := forceReleaseScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence}, l.EvictionChannel()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("lockmw: force release %s: %w", keys.Lock, err)
 	}

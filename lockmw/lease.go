@@ -87,6 +87,7 @@ func (le *Lease) stopHeartbeat() {
 	le.hbStopped = true
 	if first {
 		le.l.starter.remove(le)
+		le.l.evict.untrack(le)
 		if le.stop != nil {
 			close(le.stop)
 		}

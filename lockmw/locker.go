@@ -83,6 +83,8 @@ type Locker struct {
 	ttlMS int64 // opts.TTL in ms, for the scripts' arguments (by pointer)
 	// starter starts the heartbeats of the leases held long enough to need one.
 	starter starter
+	// evict ends leases at once when a force release evicts them (WatchEvictions).
+	evict evictions
 }
 
 // New returns a Locker on rdb. It does no I/O.
@@ -301,6 +303,7 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(agent)
+	l.evict.track(le)
 	le.startHeartbeatLater()
 	return le, nil
 }

@@ -34,6 +34,13 @@ func retry(attempts int, initial time.Duration, log zerolog.Logger) message.Hand
 					return nil, errors.Join(err, context.Cause(msg.Context()))
 				case <-t.C:
 				}
+				// No attempt starts without the lease: it may have been taken away (a force
+				// release whose announcement was missed) while this one waited.
+				if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
+					if cerr := lease.Check(msg.Context()); cerr != nil {
+						return nil, errors.Join(err, cerr)
+					}
+				}
 				delay = min(2*delay, time.Minute)
 			}
 		}

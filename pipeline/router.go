@@ -141,6 +141,7 @@ func (c *RouterConfig) defaults() error {
 type Router struct {
 	*message.Router
 	cfg   RouterConfig
+	log   zerolog.Logger
 	subs  []*subscription
 	locks []*lockmw.Middleware
 
@@ -164,7 +165,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{Router: wr, cfg: cfg}
+	r := &Router{Router: wr, cfg: cfg, log: log}
 	dead := &deadLetters{rdb: cfg.Client, stream: cfg.Topology.Dead(), maxLen: cfg.MaxLen, agent: cfg.Agent,
 		attempts: cfg.MaxRetries, locker: cfg.Locker, log: log, metrics: cfg.Metrics, redactor: cfg.Redactor,
 		onDead: cfg.OnDead}
@@ -233,6 +234,16 @@ func (r *Router) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	go r.trimLoop(ctx)
 	defer r.startPresence(ctx)() // presence.go: the console's alive / dead
+	// A force release stops its holder here at once, not at the holder's next heartbeat.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if err := r.cfg.Locker.WatchEvictions(wctx); err != nil {
+			r.log.Warn().Err(err).Msg("not watching force releases; an evicted holder stops at its next heartbeat")
+		}
+	}()
+	defer func() { stopWatch(); <-watched }()
 	err := r.Router.Run(ctx)
 	// A lease taken ahead for an entry that was never handed over goes back now, so
 	// the entry's issue is free for whoever resumes it.

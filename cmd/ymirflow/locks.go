@@ -19,8 +19,10 @@ been held, TTL left, and the stream entry it guards.
 
   locks release AGENT KEY [--yes]
       force-releases the lease of KEY for AGENT whoever holds it, and bumps its fence:
-      the evicted holder's next fenced publish is refused and its next heartbeat
-      cancels its work. Asks y/N on the terminal unless --yes; without a terminal and
+      the evicted holder's fenced writes are refused, its worker is told at once and
+      cancels the run (at its next heartbeat if it missed the announcement), and the
+      entry runs again under a new lease, on the same worker or another. Asks y/N on
+      the terminal unless --yes; without a terminal and
       without --yes it refuses (exit 2).
 
 Cost: with --issue, direct lookups of that issue's lease for each agent, 1 round trip.

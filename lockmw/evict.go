@@ -1,0 +1,109 @@
+package lockmw
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Evictions: ForceRelease announces each eviction on a Pub/Sub channel, and a Locker
+// that watches it (WatchEvictions) ends the evicted lease at once, with ErrLeaseLost,
+// rather than at its next heartbeat (up to TTL/3 later). A missed announcement (the
+// subscription was reconnecting) costs only that delay: the heartbeat still finds the
+// key gone.
+
+// evictions are the live leases of a watching Locker, by lock key.
+type evictions struct {
+	mu   sync.Mutex
+	on   bool
+	live map[string]map[*Lease]struct{}
+}
+
+func (e *evictions) track(le *Lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.on {
+		return
+	}
+	m := e.live[le.keys.Lock]
+	if m == nil {
+		m = map[*Lease]struct{}{}
+		e.live[le.keys.Lock] = m
+	}
+	m[le] = struct{}{}
+}
+
+func (e *evictions) untrack(le *Lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if m := e.live[le.keys.Lock]; m != nil {
+		delete(m, le)
+		if len(m) == 0 {
+			delete(e.live, le.keys.Lock)
+		}
+	}
+}
+
+// EvictionChannel is the Pub/Sub channel on which this Locker's ForceRelease announces
+// evictions ("<lock key> <new fence>").
+func (l *Locker) EvictionChannel() string { return l.opts.Scope + "lockevict" }
+
+// WatchEvictions subscribes to EvictionChannel and, until ctx ends, ends each lease of
+// this Locker that a force release evicts, at once: its context is cancelled with a
+// cause wrapping ErrLeaseLost, so the holder stops its work. Leases acquired before the
+// call are not watched. It returns nil when ctx ends, or the subscription's error.
+func (l *Locker) WatchEvictions(ctx context.Context) error {
+	ps := l.rdb.Subscribe(ctx, l.EvictionChannel())
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("lockmw: subscribe to %s: %w", l.EvictionChannel(), err)
+	}
+	l.evict.mu.Lock()
+	l.evict.on, l.evict.live = true, map[string]map[*Lease]struct{}{}
+	l.evict.mu.Unlock()
+	defer func() {
+		l.evict.mu.Lock()
+		l.evict.on, l.evict.live = false, nil
+		l.evict.mu.Unlock()
+	}()
+	ch := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			l.evicted(m.Payload)
+		}
+	}
+}
+
+// evicted ends the leases of key older than the fence the force release took.
+func (l *Locker) evicted(payload string) {
+	key, f, ok := strings.Cut(payload, " ")
+	if !ok {
+		return
+	}
+	fence, err := strconv.ParseInt(f, 10, 64)
+	if err != nil {
+		return
+	}
+	l.evict.mu.Lock()
+	var gone []*Lease
+	for le := range l.evict.live[key] {
+		if le.fence < fence {
+			gone = append(gone, le)
+		}
+	}
+	l.evict.mu.Unlock()
+	for _, le := range gone {
+		le.end(fmt.Errorf("%w: force-released by an operator (fence now %d)", ErrLeaseLost, fence))
+	}
+}
