@@ -240,6 +240,9 @@ func (s *Summary) WriteText(w io.Writer, keep bool) {
 		fmt.Fprintf(w, "Namespace %s was deleted; with --keep it stays, and then:\n", s.Namespace)
 		s.commands(w, example)
 	}
+	// The demo is often the first thing run, with `go run`: say where the binary the
+	// lines above name comes from, and what keeps a pipeline up.
+	fmt.Fprintln(w, "(ymirflow is `go install ./cmd/ymirflow`; `ymirflow dev` keeps a whole pipeline running until Ctrl-C.)")
 	if s.LogFile != "" {
 		fmt.Fprintf(w, "Logs of every worker: %s\n", s.LogFile)
 	}
