@@ -84,6 +84,9 @@ func TestEveryCommandHasOneHelpStyle(t *testing.T) {
 			}
 		})
 	}
+	if _, errs, code := runArgs("worker", "--agent"); code != exitUsage || !strings.Contains(errs, "needs an argument: --agent") {
+		t.Errorf("worker --agent (no value): exit %d\n%s", code, errs)
+	}
 	_, errs, code := runArgs("worker", "--agnet", "triage")
 	if code != exitUsage || !strings.Contains(errs, "did you mean --agent?") {
 		t.Fatalf("worker --agnet: exit %d\n%s", code, errs)

@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func printHelp(w io.Writer) {
-	fmt.Fprintf(w, "ymirflow %s: AI agents over Jira issues on Redis Streams, one lease per issue and stage.\n\n", version)
+	fmt.Fprintf(w, "ymirflow (version %s): AI agents over Jira issues on Redis Streams, one lease per issue and stage.\n\n", version)
 	fmt.Fprintln(w, "Usage: ymirflow COMMAND [flags] [args]")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands() {

@@ -71,10 +71,12 @@ func parseCmd(name string, c config.Command, args []string, stdout io.Writer) (*
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 			continue
 		}
-		if i+1 < len(args) {
-			i++
-			flags = append(flags, args[i])
+		if i+1 == len(args) {
+			// Without this, the "--" below would become the flag's value.
+			return nil, usagef("flag needs an argument: --%s\nUsage: ymirflow %s", f.Name, cmd.usage)
 		}
+		i++
+		flags = append(flags, args[i])
 	}
 	fs, err := load(name, c, append(append(flags, "--"), pos...))
 	switch {
