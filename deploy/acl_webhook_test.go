@@ -23,8 +23,8 @@ import (
 )
 
 // The webhook receiver and the fetcher run as the pods' Redis user of base/secrets.yaml
-// (redis-url): a delivery is published, remembered and its retry dropped, a comment is
-// recorded, and a sweep's pre-check and publish pass, all without NOPERM.
+// (redis-url): a delivery is stored in the inbox, classified, published, remembered and
+// its retry dropped, a comment is recorded, and a sweep's pre-check and publish pass, all without NOPERM.
 func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	t.Parallel()
 	srv, sec := aclServer(t)
@@ -63,6 +63,20 @@ func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	}
 	ts := httptest.NewServer(rcv)
 	t.Cleanup(ts.Close)
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- rcv.Run(rctx) }() // classifies the stored deliveries, as the same user
+	t.Cleanup(func() { stop(); <-ran })
+	classified := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				log, _ := admin.Do(ctx, "ACL", "LOG", "5").Result()
+				t.Fatalf("%s not classified as the pods' user\nACL LOG: %v", what, log)
+			}
+		}
+	}
+	todo := topo.Stream("triage", "", true)
 	post := func(body []byte, id string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, ts.URL, bytes.NewReader(body))
@@ -89,17 +103,22 @@ func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	body, _ := json.Marshal(map[string]any{"timestamp": time.Now().UnixMilli(), "webhookEvent": "jira:issue_updated",
 		"user": maint, "issue": issue, "changelog": map[string]any{"items": []map[string]any{
 			{"field": "labels", "fromString": "ymir_triaged_rebase", "toString": "ymir_triaged_rebase ymir_todo"}}}})
-	if st, out := post(body, "d1"); st != 202 || !strings.HasPrefix(out, "published") {
+	if st, out := post(body, "d1"); st != 202 || !strings.HasPrefix(out, "queued") {
 		log, _ := admin.Do(ctx, "ACL", "LOG", "5").Result()
 		t.Fatalf("delivery as the pods' user: %d %s\nACL LOG: %v", st, out, log)
 	}
+	classified("the delivery", func() bool {
+		return admin.XLen(ctx, todo).Val() == 1 && admin.XLen(ctx, webhook.InboxStream(topo)).Val() == 0 &&
+			admin.Exists(ctx, webhook.DeliveryKey(topo, "d1")).Val() == 1
+	})
 	if st, out := post(body, "d1"); st != 202 || !strings.HasPrefix(out, "duplicate") {
 		t.Fatalf("retry as the pods' user: %d %s", st, out)
 	}
 	comment := []byte(`{"timestamp":1,"webhookEvent":"comment_created","comment":{"id":"1","author":{"accountId":"maint"}},"issue":{"key":"RHEL-1"}}`)
-	if st, out := post(comment, "d2"); st != 202 || !strings.HasPrefix(out, "comment_recorded") {
+	if st, out := post(comment, "d2"); st != 202 || !strings.HasPrefix(out, "queued") {
 		t.Fatalf("comment as the pods' user: %d %s", st, out)
 	}
+	classified("the comment", func() bool { return admin.XLen(ctx, webhook.CommentsStream(topo)).Val() == 1 })
 	s, err := f.Sweep(ctx)
 	if err != nil {
 		t.Fatalf("sweep as the pods' user: %v", err)
@@ -107,7 +126,7 @@ func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	if !slices.Equal(s.PublishedKeys(), []string{"RHEL-2"}) {
 		t.Errorf("sweep: %s", s)
 	}
-	if n := admin.XLen(ctx, topo.Stream("triage", "", true)).Val(); n != 1 {
+	if n := admin.XLen(ctx, todo).Val(); n != 1 {
 		t.Errorf("%d entries on the todo stream", n)
 	}
 }

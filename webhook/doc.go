@@ -4,7 +4,9 @@
 // through fetcher.(*Fetcher).Process, one code path, and the fetcher's idempotent publish
 // makes a webhook and a sweep racing on an issue publish it once.
 //
-// The entry point is New; a Receiver is an http.Handler. Per delivery, in order:
+// The entry point is New; a Receiver is an http.Handler, and Run classifies what it
+// stored. A delivery is made durable first and classified after, so that Jira's answer
+// never waits for Jira itself (JIRA_RATE_LIMIT, slow searches): ServeHTTP checks, in order,
 //
 //   - only POST (405), Content-Type application/json (415), a body of at most
 //     Config.MaxBody, 1 MiB by default (413);
@@ -14,24 +16,35 @@
 //     (ErrNoSecret) unless InsecureNoSignature;
 //   - a JSON object with webhookEvent, and an issue key for issue and comment events (400);
 //   - X-Atlassian-Webhook-Identifier, the same on Jira's retries of one delivery: a
-//     delivery already handled is answered 202 "duplicate". The id is remembered in Redis
-//     (DeliveryKey, 24h) only once the delivery is handled, so a delivery answered 503 is
-//     taken again on its retry;
+//     delivery already handled is answered 202 "duplicate" (DeliveryKey, 24h);
+//
+// then appends the raw delivery to the inbox (InboxStream, one XADD) and answers 202
+// "queued": two Redis round trips, no Jira call. Redis failing or slower than
+// Config.Deadline (900ms) gets 503, and Jira retries.
+//
+// Run reads the inbox through the consumer group InboxGroup, one delivery at a time in
+// order, and classifies it as the receiver used to before answering:
+//
+//   - a delivery id already handled (Jira retried while the first copy waited) is a
+//     duplicate;
 //   - events caused by ymirflow's own Jira account (its label flips) are ignored, counted;
 //   - jira:issue_created and jira:issue_updated: when Config.JQL is set, one search
 //     "key = K AND (JQL)" keeps out issues the sweep would never look at (a registration
 //     without a JQL filter must not start work elsewhere); then the payload's issue is used
 //     when it carries every field the rules read and the event is recent
-//     (Config.MaxPayloadAge); otherwise (a retry, or a thin payload) the issue is read from
-//     Jira. A changelog that adds ymir_todo names who added it, sparing the changelog read
-//     of the trigger-group check. fetcher.Process then classifies, pre-checks leases
-//     (a locked issue keeps its trigger label and is published by the sweep after the
-//     release), publishes idempotently and flips the label;
+//     (Config.MaxPayloadAge); otherwise (a retry, a thin payload, or one that waited in
+//     the inbox) the issue is read from Jira. A changelog that adds ymir_todo names who
+//     added it, sparing the changelog read of the trigger-group check. fetcher.Process
+//     then classifies, pre-checks leases (a locked issue keeps its trigger label and is
+//     published by the sweep after the release), publishes idempotently and flips the
+//     label;
 //   - comment_created: recorded in CommentsStream for later use.
 //
-// Answers: 202 once the request is in its stream, or the delivery is known to need
-// nothing (duplicate, own account, out of scope, skipped by a rule); 503 when Redis or Jira
-// failed, or the work did not end within Config.Deadline (900ms by default), so that Jira
-// retries. Nothing is acknowledged before it is safely in a stream. Every answer is counted
-// in Metrics by status and outcome.
+// A classified delivery is acked and deleted from the inbox and its id remembered; one
+// whose classification failed (Redis or Jira unavailable, Config.ProcessTimeout) stays
+// pending and is taken again after Config.RetryAfter by this or another replica, at most
+// Config.MaxAttempts times (then logged and counted as gave_up; the sweep still sees the
+// issue). A receiver killed mid-classification leaves its entry pending for the next one:
+// nothing answered 202 is lost. Answers are counted in Metrics by status and outcome,
+// classifications by the status they would have been answered with and outcome.
 package webhook

@@ -51,6 +51,9 @@ type env struct {
 	metrics *Metrics
 	url     string
 	logs    *syncBuffer
+
+	mu        sync.Mutex
+	processed map[string]result // by inbox id, the last classification
 }
 
 type envOpt func(*envConfig)
@@ -60,6 +63,8 @@ type envConfig struct {
 	ns      string
 	fake    fakejira.Options
 	webhook func(*Config)
+	noRun   bool
+	jira    func(*jira.Options)
 }
 
 func withRedis(rdb redis.UniversalClient, ns string) envOpt {
@@ -69,6 +74,13 @@ func withRedis(rdb redis.UniversalClient, ns string) envOpt {
 func withFake(fn func(*fakejira.Options)) envOpt { return func(c *envConfig) { fn(&c.fake) } }
 
 func withConfig(fn func(*Config)) envOpt { return func(c *envConfig) { c.webhook = fn } }
+
+// withJira changes the options of the env's Jira client (the fetcher's and the
+// receiver's): by default no rate limit and fast retries.
+func withJira(fn func(*jira.Options)) envOpt { return func(c *envConfig) { c.jira = fn } }
+
+// withoutRun: nothing classifies the inbox until the test calls run.
+func withoutRun() envOpt { return func(c *envConfig) { c.noRun = true } }
 
 func issue(key string, labels ...string) fakejira.Issue {
 	return fakejira.Issue{Key: key, Labels: labels, Updated: time.Now().UTC().Add(-time.Minute), Components: []string{"openssl"}}
@@ -113,8 +125,12 @@ func newEnv(t testing.TB, issues []fakejira.Issue, opts ...envOpt) *env {
 		e.jira.Close()
 	})
 	var err error
-	e.jc, err = jira.New(jira.Options{BaseURL: jurl, Token: "t", RateLimit: -1, MaxRetries: 1,
-		RetryBaseDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond, Timeout: 5 * time.Second})
+	jo := jira.Options{BaseURL: jurl, Token: "t", RateLimit: -1, MaxRetries: 1,
+		RetryBaseDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond, Timeout: 5 * time.Second}
+	if c.jira != nil {
+		c.jira(&jo)
+	}
+	e.jc, err = jira.New(jo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,14 +155,57 @@ func newEnv(t testing.TB, issues []fakejira.Issue, opts ...envOpt) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.processed = map[string]result{}
+	e.rcv.processed = func(id string, res result) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.processed[id] = res
+	}
+	if !c.noRun {
+		e.run(t)
+	}
 	hmu.Lock()
 	h = e.rcv
 	hmu.Unlock()
 	return e
 }
 
-// post sends body to the receiver with headers, and returns the status and the answer.
+// run classifies the env's inbox until the test ends.
+func (e *env) run(t testing.TB) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.rcv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// post sends body to the receiver with headers and returns the status and the answer;
+// for a delivery stored in the inbox, once it is classified, the status and outcome of
+// the classification (what the receiver answered before the inbox).
 func (e *env) post(body []byte, header map[string]string) (int, map[string]string) {
+	e.t.Helper()
+	st, ans := e.postRaw(body, header)
+	if st != http.StatusAccepted || ans["outcome"] != "queued" {
+		return st, ans
+	}
+	var res result
+	eventually(e.t, 30*time.Second, "delivery "+ans["inbox_id"]+" classified", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		var ok bool
+		res, ok = e.processed[ans["inbox_id"]]
+		return ok
+	})
+	return res.status, map[string]string{"outcome": res.outcome, "detail": res.detail, "issue_key": res.issue,
+		"entry_id": res.entryID, "stream": res.stream, "inbox_id": ans["inbox_id"]}
+}
+
+// postRaw sends body to the receiver with headers, and returns the status and the answer.
+func (e *env) postRaw(body []byte, header map[string]string) (int, map[string]string) {
 	e.t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, e.url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -231,7 +290,17 @@ func (e *env) waitDeliveries() []fakejira.Delivery {
 	if err := e.jira.WaitWebhooks(ctx); err != nil {
 		e.t.Fatalf("webhooks not delivered: %v", err)
 	}
+	e.drain(30 * time.Second)
 	return e.jira.Deliveries()
+}
+
+// drain waits until every delivery stored in the inbox is classified (classified entries
+// are deleted).
+func (e *env) drain(within time.Duration) {
+	e.t.Helper()
+	eventually(e.t, within, "inbox drained", func() bool {
+		return e.rdb.XLen(e.ctx, InboxStream(e.topo)).Val() == 0
+	})
 }
 
 // eventually polls cond until it holds or the deadline passes.

@@ -11,6 +11,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +34,22 @@ const (
 	DefaultMaxPayloadAge = 10 * time.Second
 	// DefaultCommentsMaxLen bounds the stream of recorded comment events.
 	DefaultCommentsMaxLen = 10000
+	// DefaultProcessTimeout bounds the classification of one stored delivery (Jira
+	// reads under JIRA_RATE_LIMIT, the lease pre-check, the publish).
+	DefaultProcessTimeout = 10 * time.Second
+	// DefaultRetryAfter is how long a stored delivery whose classification failed (or
+	// whose receiver died) waits before it is taken again. It must exceed ProcessTimeout,
+	// or a delivery still being classified could be taken by another replica.
+	DefaultRetryAfter = 30 * time.Second
+	// DefaultMaxAttempts bounds the classifications of one delivery; after the last the
+	// delivery is given up (logged, counted): the next sweep still sees the issue.
+	DefaultMaxAttempts = 10
+	// DefaultInboxMaxLen bounds the inbox (approximately): it holds only the backlog,
+	// classified entries are deleted.
+	DefaultInboxMaxLen = 100_000
+	// InboxGroup is the consumer group of the inbox: every replica's processor is a
+	// consumer of it.
+	InboxGroup = "webhook"
 )
 
 // Header names Jira sends.
@@ -69,9 +87,21 @@ type Config struct {
 	JQL string
 	// MaxBody bounds a delivery's body (default 1 MiB); larger ones get 413.
 	MaxBody int64
-	// Deadline bounds the work on one delivery (default 900ms), so that Jira gets its
-	// answer within a second; work cut short is answered 503 and Jira retries.
+	// Deadline bounds the answer to one delivery (default 900ms): the checks and the
+	// append to the inbox; a Redis that does not answer in time gets 503 and Jira retries.
+	// The classification runs after the answer, in Run, bounded by ProcessTimeout.
 	Deadline time.Duration
+	// ProcessTimeout bounds the classification of one stored delivery (default 10s);
+	// RetryAfter is how long a failed one waits before it is taken again (default 30s,
+	// more than ProcessTimeout); MaxAttempts bounds its classifications (default 10).
+	ProcessTimeout, RetryAfter time.Duration
+	MaxAttempts                int
+	// InboxMaxLen bounds the inbox stream (default 100 000, approximate).
+	InboxMaxLen int64
+	// Consumer is this process's consumer name in the inbox's group (default
+	// "<hostname>-<pid>"): entries a dead process left are taken by another after
+	// RetryAfter, whatever its name.
+	Consumer string
 	// MaxPayloadAge: a delivery whose event is older than this (a retry) is not trusted to
 	// describe the issue; the issue is read from Jira. Default 10s.
 	MaxPayloadAge time.Duration
@@ -84,13 +114,16 @@ type Config struct {
 	Clock func() time.Time
 }
 
-// Receiver is the http.Handler that takes Jira's webhook deliveries. Build it with New.
+// Receiver is the http.Handler that takes Jira's webhook deliveries, and (Run) the
+// loop that classifies them. Build it with New.
 type Receiver struct {
 	cfg    Config
 	own    map[string]bool
 	fields []string
 	ns     string
 	log    zerolog.Logger
+	// processed, when set (tests), hears the outcome of every inbox entry classified.
+	processed func(inboxID string, res result)
 }
 
 // New validates cfg and returns a Receiver. It does no I/O.
@@ -104,8 +137,28 @@ func New(cfg Config) (*Receiver, error) {
 		return nil, errors.New("webhook: Config.Redis is required")
 	case len(cfg.Secret) == 0 && !cfg.InsecureNoSignature:
 		return nil, ErrNoSecret
-	case cfg.MaxBody < 0 || cfg.Deadline < 0 || cfg.MaxPayloadAge < 0 || cfg.DeliveryTTL < 0:
-		return nil, errors.New("webhook: MaxBody, Deadline, MaxPayloadAge and DeliveryTTL must not be negative")
+	case cfg.MaxBody < 0 || cfg.Deadline < 0 || cfg.MaxPayloadAge < 0 || cfg.DeliveryTTL < 0 ||
+		cfg.ProcessTimeout < 0 || cfg.RetryAfter < 0 || cfg.MaxAttempts < 0 || cfg.InboxMaxLen < 0:
+		return nil, errors.New("webhook: MaxBody, Deadline, MaxPayloadAge, DeliveryTTL, ProcessTimeout, RetryAfter, MaxAttempts and InboxMaxLen must not be negative")
+	}
+	if cfg.ProcessTimeout == 0 {
+		cfg.ProcessTimeout = DefaultProcessTimeout
+	}
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = max(DefaultRetryAfter, 2*cfg.ProcessTimeout)
+	}
+	if cfg.RetryAfter <= cfg.ProcessTimeout {
+		return nil, fmt.Errorf("webhook: RetryAfter (%s) must exceed ProcessTimeout (%s): a delivery being classified could be taken again", cfg.RetryAfter, cfg.ProcessTimeout)
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.InboxMaxLen == 0 {
+		cfg.InboxMaxLen = DefaultInboxMaxLen
+	}
+	if cfg.Consumer == "" {
+		host, _ := os.Hostname()
+		cfg.Consumer = host + "-" + strconv.Itoa(os.Getpid())
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
@@ -154,6 +207,17 @@ func DeliveryKey(t pipeline.Topology, id string) string {
 	return ns + ":webhook:delivery:" + hex.EncodeToString(sum[:16])
 }
 
+// InboxStream is the stream deliveries are stored in before they are classified:
+// "<namespace>:webhook:inbox". Entries carry the raw body and the delivery id; the
+// InboxGroup reads them, and an entry is deleted once classified.
+func InboxStream(t pipeline.Topology) string {
+	ns := t.Namespace
+	if ns == "" {
+		ns = pipeline.DefaultNamespace
+	}
+	return ns + ":webhook:inbox"
+}
+
 // CommentsStream is the stream comment_created events are recorded in, for later use:
 // "<namespace>:webhook:comments".
 func CommentsStream(t pipeline.Topology) string {
@@ -183,9 +247,10 @@ func refused(status int, outcome, detail string) result {
 	return result{status: status, outcome: outcome, detail: detail}
 }
 
-// ServeHTTP implements http.Handler: 202 once the delivery is handled (published, or known
-// to need nothing), 401/405/413/415/400 for deliveries that are not acceptable, 503 when
-// Redis or Jira failed (Jira retries).
+// ServeHTTP implements http.Handler: 202 "queued" once the delivery is stored in the
+// inbox (Run classifies it), 202 "duplicate" for a delivery id already handled,
+// 401/405/413/415/400 for deliveries that are not acceptable, 503 when Redis failed (Jira
+// retries). Jira is never called here: its rate limit cannot delay the answer.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	delivery := req.Header.Get(HeaderDelivery)
@@ -205,8 +270,11 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	ev.Int("status", res.status).Str("outcome", res.outcome).Str("issue_key", res.issue).
 		Str("delivery", delivery).Str("entry_id", res.entryID).Dur("took", took).Msg(res.detail)
 
-	body, _ := json.Marshal(map[string]string{"outcome": res.outcome, "detail": res.detail,
-		"issue_key": res.issue, "entry_id": res.entryID, "stream": res.stream})
+	answer := map[string]string{"outcome": res.outcome, "detail": res.detail, "issue_key": res.issue}
+	if res.outcome == "queued" {
+		answer["inbox_id"], answer["stream"] = res.entryID, res.stream
+	}
+	body, _ := json.Marshal(answer)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(res.status)
 	_, _ = w.Write(append(body, '\n'))
@@ -243,10 +311,8 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, delivery stri
 
 	ctx, cancel := context.WithTimeout(req.Context(), r.cfg.Deadline)
 	defer cancel()
-	var dkey string
 	if delivery != "" {
-		dkey = DeliveryKey(r.cfg.Topology, delivery)
-		n, err := r.cfg.Redis.Exists(ctx, dkey).Result()
+		n, err := r.cfg.Redis.Exists(ctx, DeliveryKey(r.cfg.Topology, delivery)).Result()
 		if err != nil {
 			return result{status: http.StatusServiceUnavailable, outcome: "redis_unavailable", detail: "Redis: delivery check failed", err: err}
 		}
@@ -254,16 +320,19 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request, delivery stri
 			return accepted("duplicate", "delivery already handled")
 		}
 	}
-	res := r.handle(ctx, e)
-	if e.Issue != nil && res.issue == "" {
-		res.issue = e.Issue.Key
+	// Durable first, classified after: once the entry is in the inbox, Run classifies it
+	// (retrying, on any replica) whatever happens to this process, so Jira may be told
+	// 202 now. A copy that Jira retries meanwhile is classified as a duplicate.
+	inbox := InboxStream(r.cfg.Topology)
+	id, err := r.cfg.Redis.XAdd(ctx, &redis.XAddArgs{Stream: inbox, MaxLen: r.cfg.InboxMaxLen, Approx: true,
+		Values: []any{"body", body, "delivery", delivery, "event", e.WebhookEvent, "received_ms", strconv.FormatInt(time.Now().UnixMilli(), 10)}}).Result()
+	if err != nil {
+		return result{status: http.StatusServiceUnavailable, outcome: "redis_unavailable", detail: "Redis: delivery not stored; Jira retries it", err: err}
 	}
-	if res.status == http.StatusAccepted && dkey != "" {
-		// Remembered only once handled: a delivery answered 503 must be taken again when
-		// Jira retries it. A failed write costs no more than a repeat of idempotent work.
-		if err := r.cfg.Redis.Set(ctx, dkey, e.WebhookEvent, r.cfg.DeliveryTTL).Err(); err != nil {
-			r.log.Warn().Err(err).Str("delivery", delivery).Msg("delivery id not remembered; a retry would be handled again (idempotent)")
-		}
+	res := accepted("queued", "delivery stored; classified in the background")
+	res.entryID, res.stream = id, inbox
+	if e.Issue != nil {
+		res.issue = strings.ToUpper(strings.TrimSpace(e.Issue.Key))
 	}
 	return res
 }

@@ -8,8 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
@@ -359,41 +362,97 @@ func TestScopeAndComments(t *testing.T) {
 	}
 }
 
-// A Jira that does not answer in time does not hold the delivery: the receiver answers 503
-// (Jira retries) once Config.Deadline has passed, and nothing is published.
-func TestSlowJiraAnswersWithinDeadline(t *testing.T) {
+// A Jira that does not answer does not hold the delivery: it is stored and answered 202
+// at once; its classification times out (ProcessTimeout), leaves it pending and
+// unremembered, and it is classified again after RetryAfter, when Jira answers.
+func TestSlowJiraDoesNotDelayTheAnswer(t *testing.T) {
+	var slowMode atomic.Bool
+	slowMode.Store(true)
 	release := make(chan struct{})
+	var fake *fakejira.Server
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
+		if slowMode.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
 		}
+		fake.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() { close(release); slow.Close() })
-	const deadline = 300 * time.Millisecond
+	const timeout = 300 * time.Millisecond
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }),
 		withConfig(func(c *Config) {
 			jc, err := jira.New(jira.Options{BaseURL: slow.URL, Token: "t", RateLimit: -1, MaxRetries: 0, Timeout: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.Jira, c.Deadline = jc, deadline
+			c.Jira, c.ProcessTimeout, c.RetryAfter = jc, timeout, 2*timeout
 		}))
+	fake = e.jira
 	body := e.event("RHEL-1", maintainer)
+	// A payload the rules cannot trust (no changelog, old): the issue is read from Jira.
+	body = []byte(strings.Replace(string(body), `"timestamp":`, `"timestamp":1,"x":`, 1))
 	start := time.Now()
-	st, ans := e.post(body, signed(body, "slow-1"))
-	took := time.Since(start)
-	if st != http.StatusServiceUnavailable || ans["outcome"] != "timeout" {
-		t.Fatalf("slow Jira: %d %v", st, ans)
+	st, ans := e.postRaw(body, signed(body, "slow-1"))
+	if took := time.Since(start); st != http.StatusAccepted || ans["outcome"] != "queued" || took > 200*time.Millisecond {
+		t.Fatalf("slow Jira: %d %v after %s, want 202 queued at once", st, ans, took)
 	}
-	if took < deadline || took > deadline+2*time.Second {
-		t.Errorf("answered after %s, want just after the %s deadline", took, deadline)
-	}
+	eventually(t, 10*time.Second, "a timed-out classification", func() bool { return e.metrics.Count(503, "timeout") > 0 })
 	if got := e.entries(); len(got) != 0 {
 		t.Fatalf("published %v", got)
 	}
 	if n := e.rdb.Exists(e.ctx, DeliveryKey(e.topo, "slow-1")).Val(); n != 0 {
-		t.Error("a delivery answered 503 was remembered: Jira's retry would be dropped")
+		t.Error("a delivery that failed was remembered: its retry would be dropped")
+	}
+	if n := e.rdb.XLen(e.ctx, InboxStream(e.topo)).Val(); n != 1 {
+		t.Fatalf("inbox holds %d entries, want the failed delivery", n)
+	}
+	slowMode.Store(false) // Jira answers again: the retry publishes
+	e.drain(30 * time.Second)
+	if got := e.entries(); !slices.Equal(got, []string{"RHEL-1@triage"}) {
+		t.Fatalf("entries after Jira came back: %v\n%s", got, e.logs)
+	}
+}
+
+// A delivery stored by a receiver that died before classifying it (unread, or read and
+// left pending) is classified by the next receiver: nothing Jira was told 202 for is
+// lost.
+func TestStoredDeliveriesSurviveTheReceiver(t *testing.T) {
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1"), issue("RHEL-2")}, withoutRun(),
+		withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }),
+		withConfig(func(c *Config) { c.ProcessTimeout, c.RetryAfter = 200*time.Millisecond, 400*time.Millisecond }))
+	var ids []string
+	for _, k := range []string{"RHEL-1", "RHEL-2"} {
+		b := e.event(k, maintainer)
+		st, ans := e.postRaw(b, signed(b, "d-"+k))
+		if st != http.StatusAccepted || ans["outcome"] != "queued" {
+			t.Fatalf("%s: %d %v", k, st, ans)
+		}
+		ids = append(ids, ans["inbox_id"])
+	}
+	// The dead process had read the first one (pending on its consumer) and died.
+	inbox := InboxStream(e.topo)
+	e.rdb.XGroupCreateMkStream(e.ctx, inbox, InboxGroup, "0")
+	if n := len(e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: InboxGroup, Consumer: "dead", Streams: []string{inbox, ">"}, Count: 1}).Val()); n != 1 {
+		t.Fatal("the dead consumer read nothing")
+	}
+	if got := e.entries(); len(got) != 0 {
+		t.Fatalf("published before any receiver classified: %v", got)
+	}
+	e.run(t) // the next receiver
+	e.drain(30 * time.Second)
+	if got := e.entries(); !slices.Equal(got, []string{"RHEL-1@triage", "RHEL-2@triage"}) {
+		t.Fatalf("entries %v\n%s", got, e.logs)
+	}
+	for _, id := range ids {
+		e.mu.Lock()
+		res, ok := e.processed[id]
+		e.mu.Unlock()
+		if !ok || res.outcome != "published" {
+			t.Errorf("inbox entry %s: %+v", id, res)
+		}
 	}
 }
 

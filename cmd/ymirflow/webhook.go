@@ -99,6 +99,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	hs := httpsrv.New(rcv, webhookLimits)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	// The inbox's classifier: deliveries are answered once stored, classified by Run.
+	rctx, stopRun := context.WithCancel(ctx)
+	classified := make(chan struct{})
+	go func() { defer close(classified); _ = rcv.Run(rctx) }()
+	defer func() { stopRun(); <-classified }()
 	e.log.Info().Str("addr", ln.Addr().String()).Str("metrics_addr", cfg.MetricsAddr).Bool("signed", secret != "").
 		Strs("own_accounts", own).Str("scope", wc.JQL).Str("jira", config.RedactURL(cfg.JiraURL)).
 		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).Msg("webhook receiver serving")
