@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
 var (
@@ -40,6 +42,13 @@ func TestMain(m *testing.M) {
 func mainWithBinary(m *testing.M) int {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		fmt.Fprintln(os.Stderr, "integration: redis-server not found on PATH; install it with `apt-get install -y redis-server`")
+		return 1
+	}
+	// The scenarios start their own servers, but a suite run with the shared test Redis
+	// down is a machine not set up for the suite: say so at once, as every other package
+	// does, rather than after minutes of scenarios (`go test ./...` fails in seconds).
+	if err := redistest.Reachable(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	dir, err := os.MkdirTemp("", "ymirflow-integration-")
