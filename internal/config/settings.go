@@ -650,7 +650,7 @@ func (d *Dev) Register(fs *flag.FlagSet) {
 	fs.Lookup("redis-url").Usage = "Redis URL (empty: an embedded Redis in this process, at --embedded-redis-addr)"
 	d.Jira.Register(fs)
 	fs.Lookup("jira-url").Usage = "a real Jira's base URL, e.g. https://example.atlassian.net/ (empty: a fake Jira with sample issues, at --fakejira-addr)"
-	stringVarEnv(fs, &d.Exec, "exec", "RUNNER_EXEC", "", "your agent: every worker runs it with /bin/sh -c per event, as `worker --runner exec --exec` (empty: simulated agents)")
+	stringVarEnv(fs, &d.Exec, "exec", "RUNNER_EXEC", "", "your agent: every worker runs it with /bin/sh -c per event, as worker --runner exec --exec does (empty: simulated agents)")
 	fs.StringVar(&d.RunnerEnv, "runner-env", "", "variables passed to --exec besides the base set, as the worker's RUNNER_ENV")
 	fs.StringVar(&d.RedisAddr, "embedded-redis-addr", DefaultDevRedisAddr, "listen address of the embedded Redis (without REDIS_URL)")
 	fs.StringVar(&d.WebAddr, "web-addr", DefaultWebAddr, "listen address of the console")
