@@ -132,14 +132,20 @@ type serverCache struct {
 }
 
 // server returns the server's name and version, asking it (one round trip) only the
-// first time; a failed ask is retried on the next call.
+// first time; an ask that failed on the network is retried on the next call.
 func (in *Inspector) server(ctx context.Context) pipeline.Server {
 	in.srv.mu.Lock()
 	defer in.srv.mu.Unlock()
 	if !in.srv.known {
 		s, err := pipeline.ServerInfo(ctx, in.rdb)
 		if err != nil {
-			return pipeline.Server{Name: "redis", Version: pipeline.MinRedisVersion} // assume the usual
+			// Assume the usual. A refusal (an ACL without INFO) is for good: not asked
+			// again; a network failure is.
+			s = pipeline.Server{Name: "redis", Version: pipeline.MinRedisVersion}
+			var re redis.Error
+			if !errors.As(err, &re) {
+				return s
+			}
 		}
 		in.srv.s, in.srv.known = s, true
 	}

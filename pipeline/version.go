@@ -52,13 +52,17 @@ func (s Server) Old() string {
 }
 
 // ServerInfo asks rdb's server (one node, for a cluster client any) for its name and
-// version with INFO server. A server that rejects INFO server is Server{Name: "unknown"}
-// and no error; a connection failure is an error.
+// version with INFO server. A server that does not know INFO server is
+// Server{Name: "unknown"} and no error; a connection failure, or an ACL that forbids
+// INFO (NOPERM), is an error.
 func ServerInfo(ctx context.Context, rdb redis.UniversalClient) (Server, error) {
 	txt, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
 		var re redis.Error
-		if errors.As(err, &re) { // a reply, not a network failure: the server rejects it
+		// A reply, not a network failure: a server that does not know INFO server (the
+		// embedded miniredis). A user the ACL forbids INFO (NOPERM) talks to a real
+		// server whose version is unknown, which is not the same thing: an error.
+		if errors.As(err, &re) && !redis.HasErrorPrefix(err, "NOPERM") {
 			return Server{Name: "unknown"}, nil
 		}
 		return Server{}, fmt.Errorf("INFO server: %w", err)

@@ -34,3 +34,19 @@ func TestServerVersionAndTheMinimum(t *testing.T) {
 		t.Fatalf("ServerInfo(miniredis) = %+v, %v", s, err)
 	}
 }
+
+// A user the ACL forbids INFO talks to a real server: that is an error (version
+// unknown), never the embedded Redis, whose partial answers the views would then hide.
+func TestServerInfoUnderAnACLWithoutInfo(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	ctx := context.Background()
+	if err := srv.Client().Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noinfo", Password: "pw", DisableIdentity: true})
+	defer c.Close()
+	s, err := pipeline.ServerInfo(ctx, c)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") || s.Embedded() && s.Name == "unknown" {
+		t.Fatalf("ServerInfo without +info = %+v, %v; want a NOPERM error", s, err)
+	}
+}
