@@ -14,36 +14,27 @@ import (
 // subscription was reconnecting) costs only that delay: the heartbeat still finds the
 // key gone.
 
-// evictions are the live leases of a watching Locker, by lock key.
+// evictions are the live leases of a watching Locker: a handful (one per subscription
+// of a worker), so an eviction looks at each rather than indexing them by key, which
+// would cost an allocation per lease.
 type evictions struct {
 	mu   sync.Mutex
 	on   bool
-	live map[string]map[*Lease]struct{}
+	live map[*Lease]struct{}
 }
 
 func (e *evictions) track(le *Lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.on {
-		return
+	if e.on {
+		e.live[le] = struct{}{}
 	}
-	m := e.live[le.keys.Lock]
-	if m == nil {
-		m = map[*Lease]struct{}{}
-		e.live[le.keys.Lock] = m
-	}
-	m[le] = struct{}{}
 }
 
 func (e *evictions) untrack(le *Lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if m := e.live[le.keys.Lock]; m != nil {
-		delete(m, le)
-		if len(m) == 0 {
-			delete(e.live, le.keys.Lock)
-		}
-	}
+	delete(e.live, le)
 }
 
 // EvictionChannel is the Pub/Sub channel on which this Locker's ForceRelease announces
@@ -64,7 +55,7 @@ func (l *Locker) WatchEvictions(ctx context.Context) error {
 		return fmt.Errorf("lockmw: subscribe to %s: %w", l.EvictionChannel(), err)
 	}
 	l.evict.mu.Lock()
-	l.evict.on, l.evict.live = true, map[string]map[*Lease]struct{}{}
+	l.evict.on, l.evict.live = true, map[*Lease]struct{}{}
 	l.evict.mu.Unlock()
 	defer func() {
 		l.evict.mu.Lock()
@@ -97,8 +88,8 @@ func (l *Locker) evicted(payload string) {
 	}
 	l.evict.mu.Lock()
 	var gone []*Lease
-	for le := range l.evict.live[key] {
-		if le.fence < fence {
+	for le := range l.evict.live {
+		if le.keys.Lock == key && le.fence < fence {
 			gone = append(gone, le)
 		}
 	}

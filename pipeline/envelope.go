@@ -207,12 +207,36 @@ func isJSONObject(b []byte) bool {
 
 // runnable is subscriptionConfig.Runnable for agent: an entry is runnable when it
 // decodes (Marshaller, with the router's size bound) into a message that Validate
-// accepts, exactly the test the dead-letter middleware applies before the lease.
+// accepts, exactly the test the dead-letter middleware applies before the lease. The
+// common entry (readable fields, the issue key in m:issue_key) is decided on its raw
+// fields without decoding it; anything else takes the full decode, so the two can
+// never disagree.
 func runnable(agent string, locker *lockmw.Locker, maxEventBytes int) func(map[string]any) bool {
 	m := Marshaller{MaxEventBytes: maxEventBytes}
-	return func(values map[string]any) bool {
+	limit := orMaxEventBytes(maxEventBytes)
+	want := RequestedEvent(agent)
+	full := func(values map[string]any) bool {
 		msg, _ := m.Unmarshal(values)
 		_, err := Validate(msg, agent, locker)
 		return err == nil
+	}
+	return func(values map[string]any) bool {
+		str := func(k string) (string, bool) { v, ok := values[k].(string); return v, ok }
+		uuid, _ := str(fieldUUID)
+		payload, hasPayload := str(fieldPayload)
+		key, _ := str(metaPrefix + MetaIssueKey)
+		sv, _ := str(metaPrefix + MetaSchemaVersion)
+		et, _ := str(metaPrefix + MetaEventType)
+		_, msgpack := values[fieldMetadata]
+		if uuid == "" || !hasPayload || key == "" || msgpack || (sv != "" && sv != SchemaVersion) || (et != "" && et != want) {
+			return full(values)
+		}
+		if size, fields := entrySize(values); size > limit || fields > MaxEventFields {
+			return false // what Unmarshal marks oversized: dead-lettered
+		}
+		if _, err := locker.Canonicalize(key); err != nil || !isJSONObject([]byte(payload)) {
+			return full(values)
+		}
+		return true
 	}
 }
