@@ -65,22 +65,27 @@ return now
 `)
 
 // startPresence renews the router's presence until ctx ends or the returned stop is
-// called (when Run returns, also after a Close), which removes it and waits for that.
+// called (when Run returns, also after a Close). stop then removes it: a clean stop is
+// gone at once, not in PresenceTTL. The removal waits for Run's end, not ctx's: while
+// Watermill winds the subscriptions down, one more command per router only competes with
+// their releases and acks (the demo's 14 routers on one embedded Redis stalled on it).
 func (r *Router) startPresence(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.presence(ctx)
-	}()
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan []any, 1)
+	go func() { done <- r.presence(pctx) }()
 	return func() {
 		cancel()
-		<-done
+		members := <-done
+		cctx, cancelRm := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancelRm()
+		if err := r.cfg.Client.ZRem(cctx, r.cfg.Topology.Workers(), members...).Err(); err != nil {
+			r.cfg.Logger.Debug().Err(err).Msg("worker presence not removed; it expires")
+		}
 	}
 }
 
-// presence renews the router's members until ctx ends, then removes them.
-func (r *Router) presence(ctx context.Context) {
+// presence renews the router's members until ctx ends, and returns them.
+func (r *Router) presence(ctx context.Context) []any {
 	host, _ := os.Hostname()
 	started := time.Now().UnixMilli()
 	args := []any{PresenceTTL.Milliseconds(), presenceKeep.Milliseconds()}
@@ -115,13 +120,7 @@ func (r *Router) presence(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			// A clean stop: the worker is gone now, not in PresenceTTL.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			if err := r.cfg.Client.ZRem(cctx, key[0], members...).Err(); err != nil {
-				log.Debug().Err(err).Msg("worker presence not removed; it expires")
-			}
-			cancel()
-			return
+			return members
 		case <-t.C:
 			beat()
 		}
