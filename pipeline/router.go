@@ -254,6 +254,12 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	for _, s := range r.subs {
 		s.stopOffers()
+		// Watermill closes its subscribers only when the router is closed, not when
+		// Run's context ends: without this, each subscription's own Redis client (and
+		// its reader goroutines) would outlive the router. Close is idempotent.
+		if cerr := s.sub.Close(); cerr != nil {
+			r.log.Warn().Err(cerr).Str("stream", s.route.Stream).Msg("closing a subscription")
+		}
 	}
 	return err
 }

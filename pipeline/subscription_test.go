@@ -2,12 +2,15 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 // With nothing read ahead, Peek waits for the read in flight, so the middleware learns
@@ -97,4 +100,44 @@ func TestOwnClaimLeavesHandedBackEntriesWhileBusy(t *testing.T) {
 	if len(s.offered) != 0 {
 		t.Errorf("entries taken back are still listed as handed back: %v", s.offered)
 	}
+}
+
+// A router stopped by cancelling its context closes its subscriptions' own Redis
+// clients: nothing is left connected after Run returns.
+func TestRouterStoppedByItsContextClosesItsClients(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	opts, err := ClientOptions(redistest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	locker, err := lockmw.New(rdb, lockmw.Options{Scope: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: Topology{Namespace: ns + "ymir"},
+		Agent: "triage", Consumer: "w", BlockTime: 100 * time.Millisecond, MaxIdleTime: 200 * time.Second,
+		ClaimInterval: 100 * time.Millisecond, Locker: locker, Handler: func(*message.Message) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case <-r.Running():
+	case <-time.After(10 * time.Second):
+		t.Fatal("router did not start")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("router did not stop")
+	}
+	for _, s := range r.subs {
+		if err := s.client.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
+			t.Errorf("subscription %s: its client still answers (%v) after Run returned", s.route.Stream, err)
+		}
+	}
+	_ = r.Close()
 }
