@@ -43,17 +43,10 @@ func (l *Locker) EvictionChannel() string { return l.opts.Scope + "lockevict" }
 
 // WatchEvictions subscribes to EvictionChannel and, until ctx ends, ends each lease of
 // this Locker that a force release evicts, at once: its context is cancelled with a
-// cause wrapping ErrLeaseLost, so the holder stops its work. Leases acquired before the
-// call are not watched. It returns nil when ctx ends, or the subscription's error.
+// cause wrapping ErrLeaseLost, so the holder stops its work. The subscription
+// reconnects by itself after a Redis outage; announcements made meanwhile are missed
+// (the heartbeat covers them). It returns nil when ctx ends.
 func (l *Locker) WatchEvictions(ctx context.Context) error {
-	ps := l.rdb.Subscribe(ctx, l.EvictionChannel())
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("lockmw: subscribe to %s: %w", l.EvictionChannel(), err)
-	}
 	l.evict.mu.Lock()
 	l.evict.on, l.evict.live = true, map[*Lease]struct{}{}
 	l.evict.mu.Unlock()
@@ -62,6 +55,11 @@ func (l *Locker) WatchEvictions(ctx context.Context) error {
 		l.evict.on, l.evict.live = false, nil
 		l.evict.mu.Unlock()
 	}()
+	// Channel reads in its own goroutine, which Close ends: a Receive here would block
+	// on a client that does not honour ctx while it reads (ContextTimeoutEnabled off),
+	// and keep the caller from returning.
+	ps := l.rdb.Subscribe(context.WithoutCancel(ctx), l.EvictionChannel())
+	defer ps.Close()
 	ch := ps.Channel()
 	for {
 		select {

@@ -36,8 +36,10 @@ func retry(attempts int, initial time.Duration, log zerolog.Logger) message.Hand
 				}
 				// No attempt starts without the lease: it may have been taken away (a force
 				// release whose announcement was missed) while this one waited.
+				// A check that cannot reach Redis proves nothing either way: the attempt
+				// goes ahead, its writes fenced as always.
 				if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
-					if cerr := lease.Check(msg.Context()); cerr != nil {
+					if cerr := lease.Check(msg.Context()); errors.Is(cerr, lockmw.ErrLeaseLost) {
 						return nil, errors.Join(err, cerr)
 					}
 				}
