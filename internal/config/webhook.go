@@ -70,7 +70,7 @@ type Webhook struct {
 	JiraOwnAccount      string        // --jira-own-account, JIRA_OWN_ACCOUNT: ymirflow's Jira account ids or usernames, comma-separated (empty: asked from Jira's /myself at start)
 	WebhookCheckScope   bool          // --webhook-check-scope, WEBHOOK_CHECK_SCOPE: act only on issues matching JIRA_JQL (one search per delivery)
 	WebhookMaxBody      int64         // --webhook-max-body, WEBHOOK_MAX_BODY: largest body accepted, bytes
-	WebhookDeadline     time.Duration // --webhook-deadline, WEBHOOK_DEADLINE: bound of the work on one delivery
+	WebhookDeadline     time.Duration // --webhook-deadline, WEBHOOK_DEADLINE: bound of the answer to one delivery (checks and the inbox append)
 	WebhookPayloadAge   time.Duration // --webhook-payload-max-age, WEBHOOK_PAYLOAD_MAX_AGE: older deliveries (retries) are not trusted to describe the issue
 	WebhookDeliveryTTL  time.Duration // --webhook-delivery-ttl, WEBHOOK_DELIVERY_TTL: how long delivery ids are remembered
 	StaleLabelThreshold time.Duration // --stale-label-threshold, STALE_LABEL_THRESHOLD: as the fetcher's
@@ -89,7 +89,7 @@ func (w *Webhook) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.JiraOwnAccount, "jira-own-account", "", "ymirflow's own Jira account ids or usernames, comma-separated: events they cause are ignored (empty: Jira's /myself at start)")
 	fs.BoolVar(&w.WebhookCheckScope, "webhook-check-scope", true, "act only on issues that match JIRA_JQL (one Jira search per delivery)")
 	fs.Int64Var(&w.WebhookMaxBody, "webhook-max-body", DefaultWebhookMaxBody, "largest delivery body accepted, in bytes (larger: 413)")
-	fs.DurationVar(&w.WebhookDeadline, "webhook-deadline", DefaultWebhookDeadline, "bound of the work on one delivery; cut short: 503, and Jira retries")
+	fs.DurationVar(&w.WebhookDeadline, "webhook-deadline", DefaultWebhookDeadline, "bound of the answer to one delivery: its checks and its append to the inbox (classified after the answer); cut short: 503, and Jira retries")
 	fs.DurationVar(&w.WebhookPayloadAge, "webhook-payload-max-age", DefaultWebhookPayloadMaxAge, "a delivery older than this (a retry) is not trusted to describe the issue: it is read from Jira")
 	fs.DurationVar(&w.WebhookDeliveryTTL, "webhook-delivery-ttl", DefaultWebhookDeliveryTTL, "how long delivery ids are remembered, to drop Jira's retries of a delivery already handled")
 	fs.DurationVar(&w.StaleLabelThreshold, "stale-label-threshold", DefaultStaleThreshold, "an in-flight label on an issue not updated for this long is recovered")
