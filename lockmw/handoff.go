@@ -71,12 +71,8 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	if err != nil {
 		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).Msg("lease release failed; the key will expire by its TTL")
 		err = fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
-	} else if then != nil {
-		ack := le.l.rdb.Pipeline()
-		then(ack)
-		if _, aerr := ack.Exec(ctx); aerr != nil && !errors.Is(aerr, redis.Nil) {
-			err = fmt.Errorf("%w %s: %w", errAfterRelease, le.keys.Lock, aerr)
-		}
+	} else {
+		err = le.afterRelease(ctx, then)
 	}
 	p := &pending{id: next.opts.MessageID, err: prepErr}
 	if prepErr == nil {

@@ -285,19 +285,8 @@ func (le *Lease) Release(ctx context.Context) (bool, error) {
 // reached the middleware) without recording a release: a release record makes the
 // events that entered before it count as superseded, and no run covered them.
 func (le *Lease) giveBack(ctx context.Context) {
-	le.stopHeartbeat()
-	first := le.ctx.Err() == nil
-	le.cancel(ErrReleased)
-	var noRun string
-	err := runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(5),
-		&le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.token, &noRun)).Err()
-	if first {
-		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
-	}
-	if err != nil {
-		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).
-			Msg("giving back a lease taken ahead failed; the key will expire by its TTL")
-	}
+	var noRun string // release.lua records nothing for an empty message id
+	_, _ = le.release(ctx, nil, &noRun)
 }
 
 // ReleaseWith is Release followed by extra commands (the middleware acks its stream
@@ -306,6 +295,12 @@ func (le *Lease) giveBack(ctx context.Context) {
 // cache holds and however a Cluster client splits a pipeline across nodes. An error of
 // the extra commands is returned after the release is done.
 func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner)) (bool, error) {
+	return le.release(ctx, then, &le.messageID)
+}
+
+// release is ReleaseWith recording the release for message mid (the superseded
+// checks), or for none when *mid is empty.
+func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), mid *string) (bool, error) {
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
@@ -316,7 +311,7 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 	} else {
 		var n int64
 		n, err = runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(5),
-			&le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.token, &le.messageID)).Int64()
+			&le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.token, mid)).Int64()
 		deleted = n == 1
 	}
 	if first {
@@ -327,14 +322,21 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 			Msg("lease release failed; the key will expire by its TTL")
 		return false, fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
 	}
-	if then != nil {
-		pipe := le.l.rdb.Pipeline()
-		then(pipe)
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return deleted, fmt.Errorf("%w %s: %w", errAfterRelease, le.keys.Lock, err)
-		}
+	return deleted, le.afterRelease(ctx, then)
+}
+
+// afterRelease sends then's commands, once the release has succeeded; their failure
+// wraps errAfterRelease.
+func (le *Lease) afterRelease(ctx context.Context, then func(pipe redis.Pipeliner)) error {
+	if then == nil {
+		return nil
 	}
-	return deleted, nil
+	pipe := le.l.rdb.Pipeline()
+	then(pipe)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w %s: %w", errAfterRelease, le.keys.Lock, err)
+	}
+	return nil
 }
 
 // errAfterRelease marks a failure of the commands sent after a release that

@@ -73,13 +73,6 @@ func (p *LossyProxy) LoseReply(m Match, n int) {
 	p.rules = append(p.rules, &lossRule{match: m, left: n})
 }
 
-// Disarm forgets the rules not yet used up.
-func (p *LossyProxy) Disarm() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.rules = nil
-}
-
 // Cuts is how many replies the proxy has lost so far.
 func (p *LossyProxy) Cuts() int64 { return p.cuts.Load() }
 

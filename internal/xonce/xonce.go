@@ -104,14 +104,11 @@ func Run(ctx context.Context, c redis.Scripter, a Append) (string, error) {
 }
 
 // Queue adds the append to pipe (by EVAL, which a server without the script cache
-// still runs) and returns its command; read it with Result after Exec.
+// still runs) and returns its command: its value after Exec is the entry's id.
 func Queue(ctx context.Context, pipe redis.Pipeliner, a Append) *redis.Cmd {
 	keys, args := a.keysArgs()
 	return xaddOnce.Eval(ctx, pipe, keys, args...)
 }
-
-// Result is the entry id of a queued append's command, or ErrLeaseLost.
-func Result(cmd *redis.Cmd) (string, error) { return result(cmd) }
 
 func result(cmd *redis.Cmd) (string, error) {
 	id, err := cmd.Text()
