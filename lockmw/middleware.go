@@ -262,18 +262,55 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		case errors.Is(relErr, errAfterRelease):
 			log.get().Warn().Err(relErr).Msg("lease released, its ack failed; the subscriber retries the ack")
 		default:
-			// The lease may still be held. Acking the entry now would leave a live lease
-			// that no pending entry covers: events for the issue would be dropped as
-			// locked until the TTL, and none of them would run. Left pending, the entry
-			// is re-run once the lease is free: at least once, never lost.
-			log.get().Warn().Err(relErr).Msg("release failed; entry left pending, re-run once the lease expires")
-			return nil, fmt.Errorf("%w: %w", ErrTransient, relErr)
+			// The work is done and recorded, but the lease may still be held: acking now
+			// would leave a live lease that no pending entry covers (events for the
+			// issue dropped as locked, none of them run), and re-running would do the
+			// work twice. Release and ack are safe to repeat, so they are tried again
+			// until they succeed or the lease has expired by itself.
+			if err := m.releaseLater(ctx, lease, entry, relErr, log); err != nil {
+				return nil, err
+			}
 		}
 		if id := lease.Requeued(); id != "" {
 			log.get().Info().Str("requeued_id", id).Msg("published the issue's queued follow-up")
 		}
 		return out, nil
 	}
+}
+
+// releaseLater retries the release and ack of a finished event whose release failed
+// (Redis unreachable), every second at most, for up to the lease TTL: past it the
+// key has expired on its own, and the subscriber's ack is safe. It returns an error
+// (the entry stays pending) only when ctx ends first, at shutdown.
+func (m *Middleware) releaseLater(ctx context.Context, lease *Lease, entry Entry, first error, log eventLog) error {
+	log.get().Warn().Err(first).Msg("release failed; retrying it before the entry is acked")
+	deadline := time.Now().Add(lease.l.opts.TTL)
+	wait := 100 * time.Millisecond
+	for time.Now().Before(deadline) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			log.get().Warn().Msg("shutting down before the release succeeded; entry left pending")
+			return fmt.Errorf("%w: %w", ErrTransient, first)
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, err := lease.ReleaseWith(rctx, m.ack(rctx, entry))
+		cancel()
+		switch {
+		case err == nil:
+			m.cfg.Source.Settle(entry)
+			log.get().Info().Msg("released and acked after retrying")
+			return nil
+		case errors.Is(err, errAfterRelease):
+			log.get().Warn().Err(err).Msg("lease released, its ack failed; the subscriber retries the ack")
+			return nil
+		}
+	}
+	log.get().Warn().Dur("ttl", lease.l.opts.TTL).Msg("release failed for a whole TTL: the lease has expired by now; the subscriber acks the entry")
+	return nil
 }
 
 // acquire takes the event's lease in a round trip of its own (no lease was taken ahead
