@@ -231,10 +231,27 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if lost := lease.Err(); lost != nil && !errors.Is(lost, ErrReleased) {
+			deleted, relErr := lease.Release(cleanup)
+			if err == nil && relErr == nil && deleted {
+				// The handler finished, and the key still held this lease's token when it
+				// was deleted: nobody else held the issue meanwhile, so the run was
+				// exclusive and its outcome stands. A shutdown that lands between the
+				// handler's last write and its return is the common case; re-running
+				// the entry would record a second outcome. The ack is sent here, after
+				// the release, because the subscriber's own is not sent once it closes.
+				if hasEntry {
+					pipe := m.cfg.Locker.rdb.Pipeline()
+					m.ack(cleanup, entry)(pipe)
+					if _, ackErr := pipe.Exec(cleanup); ackErr == nil {
+						m.cfg.Source.Settle(entry)
+					}
+				}
+				log.get().Info().Err(lost).Msg("handler finished as its lease ended; the lease was still held, so the entry is acked")
+				return out, nil
+			}
 			// The lease ended under the handler: whatever it did is unproven. Leave the
 			// entry pending; it is redelivered (to the new holder's veto, or re-run once
 			// the lease is free).
-			_, _ = lease.Release(cleanup)
 			if errors.Is(lost, context.Canceled) && ctx.Err() != nil {
 				log.get().Info().Msg("shutting down: lease released, entry left pending for immediate pickup")
 			} else {

@@ -374,3 +374,57 @@ func streamMS(id string) int64 {
 	n, _ := strconv.ParseInt(ms, 10, 64)
 	return n
 }
+
+// A shutdown that cancels the handler's context just after its last write does not
+// undo the run: the lease was still held, so the entry is released and acked, not
+// left for a redelivery that would record a second outcome. A handler that finished
+// after its lease was taken over is still left pending.
+func TestHandlerFinishedAsItsLeaseEndedIsAckedOnlyIfStillHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		takenOver bool
+	}{{"shutdown", false}, {"taken over", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb, ns := redistest.Client(t)
+			ctx := context.Background()
+			l := newLocker(t, rdb, ns, lockmw.Options{})
+			stream := ns + "s"
+			id := pendingEntry(t, rdb, stream, "c")
+			src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+			mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: src, MaxIdleTime: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lock := "lock:" + ns + "triage:RHEL-7"
+			runCtx, shutdown := context.WithCancel(ctx)
+			defer shutdown()
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				if tc.takenOver {
+					rdb.Set(ctx, lock, "someone-else", time.Minute)
+				}
+				shutdown() // the worker's SIGTERM, after the handler's last write
+				<-msg.Context().Done()
+				return nil, nil
+			})
+			msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`))
+			msg.SetContext(runCtx)
+			_, err = h(msg)
+			pending := rdb.XPending(ctx, stream, "g").Val().Count
+			if tc.takenOver {
+				if err == nil || pending != 1 {
+					t.Fatalf("taken over: err = %v, pending = %d; want an error and the entry left pending", err, pending)
+				}
+				if got := rdb.Get(ctx, lock).Val(); got != "someone-else" {
+					t.Fatalf("the new holder's lock was touched: %q", got)
+				}
+				return
+			}
+			if err != nil || pending != 0 || src.settled != 1 {
+				t.Fatalf("shutdown: err = %v, pending = %d, settled = %d; want the finished entry acked", err, pending, src.settled)
+			}
+			if exists(t, rdb, lock) {
+				t.Fatal("lease still held")
+			}
+		})
+	}
+}
