@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 )
 
 // targets are the kustomizations under test; dev and prod are what operators

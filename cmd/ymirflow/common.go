@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/term"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/demo"
-	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 

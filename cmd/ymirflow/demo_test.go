@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/demo"
-	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 

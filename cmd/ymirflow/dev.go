@@ -19,7 +19,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/pipeline"
 )

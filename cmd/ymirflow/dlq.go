@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/internal/config"
 )
 
 const dlqHelp = `

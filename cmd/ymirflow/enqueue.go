@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )

@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/fetcher"
-	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/internal/config"
 )
 
 const historyHelp = `

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/internal/config"
 )
 
 const streamsHelp = `

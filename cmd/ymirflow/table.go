@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/lockmw"
 )
 

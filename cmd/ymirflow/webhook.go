@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/fetcher"
-	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"

@@ -8,8 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/handlers"
-	"github.com/ymirflow/ymirflow/internal/config"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"

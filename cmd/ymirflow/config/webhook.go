@@ -146,23 +146,3 @@ func (w *Webhook) Validate() error {
 	}
 	return p.err()
 }
-
-// WebhookURLs returns FakeJira's --webhook, split on commas.
-func (f *FakeJira) WebhookURLs() []string {
-	var out []string
-	for _, u := range strings.Split(f.Webhook, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
-func (f *FakeJira) validateWebhooks(p *problems) {
-	f.WebhookSecret.validate(p)
-	for _, raw := range f.WebhookURLs() {
-		if msg := httpURLProblem(raw, "http://127.0.0.1:8082/"); msg != "" {
-			p.add("webhook", "%s", msg)
-		}
-	}
-}

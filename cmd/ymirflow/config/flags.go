@@ -1,28 +1,3 @@
-// Package config holds the settings of every ymirflow command: one struct per
-// command, filled from flags and environment variables, and validated at
-// start-up with messages that name the setting.
-//
-// Every setting is a flag and an environment variable. The environment
-// variable's name is the flag's name uppercased with '-' replaced by '_'
-// (--lock-ttl is LOCK_TTL, --ymir-namespace is YMIR_NAMESPACE), except where a
-// flag says otherwise: --exec is read from RUNNER_EXEC. A flag given on the
-// command line wins over the environment. An environment variable set to the
-// empty string counts as unset, except for a setting whose --help gives the empty
-// value a meaning ("empty: anyone", "empty: off"): there it means that, as
-// --flag ” does. Durations are Go durations (300s, 5m, 200ms).
-//
-// A command uses it in three steps, which [Load] does in one call:
-//
-//	var w config.Worker
-//	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-//	w.Register(fs)          // flags with their defaults
-//	fs.Usage = config.Usage(fs)
-//	err := config.Parse(fs, args) // command line, then environment
-//	err = w.Validate()      // every problem, each naming ENV and --flag
-//
-// [EnvNames] lists every environment variable that some command reads, derived
-// from the structs themselves (see [Commands]), so the deployment manifests can
-// be checked against the binary.
 package config
 
 import (
@@ -32,68 +7,11 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/peterbourgon/ff/v3"
 )
-
-// Command is the settings of one command.
-type Command interface {
-	// Register defines the command's flags, with their defaults, on fs and
-	// binds them to the struct's fields.
-	Register(fs *flag.FlagSet)
-	// Validate checks the settings after parsing. It returns every problem
-	// found, joined; each is a *SettingError.
-	Validate() error
-}
-
-// Commands returns a fresh, zero settings struct for every command of the
-// binary, keyed by command name. It is the single list that [EnvNames] walks;
-// a command added to the CLI must be added here too.
-func Commands() map[string]Command {
-	return map[string]Command{
-		"dev":      &Dev{},
-		"demo":     &Demo{},
-		"worker":   &Worker{},
-		"fetch":    &Fetch{},
-		"enqueue":  &Enqueue{},
-		"pending":  &Pending{},
-		"locks":    &Locks{},
-		"streams":  &Inspect{},
-		"history":  &Inspect{},
-		"replay":   &Replay{},
-		"dlq":      &DLQ{},
-		"fakejira": &FakeJira{},
-		"webhook":  &Webhook{},
-		"web":      &Web{},
-	}
-}
-
-// Load is the usual entry point: it registers c's flags on a new FlagSet
-// named name (errors are returned, not fatal), sets its Usage to [Usage],
-// parses args and the environment with [Parse], then validates c. The FlagSet
-// is returned so that the caller can read its positional arguments
-// (fs.Args()). A --help request returns an error that wraps flag.ErrHelp.
-func Load(name string, c Command, args []string) (*flag.FlagSet, error) {
-	return LoadTo(nil, name, c, args)
-}
-
-// LoadTo is Load with the usage and parse errors written to w (nil: standard error).
-func LoadTo(w io.Writer, name string, c Command, args []string) (*flag.FlagSet, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	if w != nil {
-		fs.SetOutput(w)
-	}
-	c.Register(fs)
-	fs.Usage = Usage(fs)
-	if err := Parse(fs, args); err != nil {
-		return fs, err
-	}
-	return fs, c.Validate()
-}
 
 // Parse sets the flags of fs from the command line args first, then every
 // flag that the command line did not set from its environment variable (see
@@ -426,164 +344,16 @@ func EnvNamesOf(name string) []string {
 	return out
 }
 
-// Usage returns a function suitable for fs.Usage that prints, for each flag,
-// its name, type, meaning, default and environment variable.
-func Usage(fs *flag.FlagSet) func() {
-	return func() {
-		w := fs.Output()
-		if fs.Name() == "" {
-			fmt.Fprintf(w, "Usage:\n")
-		} else {
-			fmt.Fprintf(w, "Usage of %s:\n", fs.Name())
-		}
-		WriteUsage(w, fs)
-	}
+// boolVarEnv defines a bool flag read from an environment variable whose name
+// is not derived from the flag's.
+func boolVarEnv(fs *flag.FlagSet, p *bool, name, env string, value bool, usage string) {
+	fs.BoolVar(p, name, value, usage)
+	settingOf(fs.Lookup(name)).env = env
 }
 
-// WriteUsage writes one line per flag of fs to w: flag and type, environment
-// variable ("flag only" for a filter or mode of one invocation), "required" where
-// it is, meaning, and default (when not the zero value).
-func WriteUsage(w io.Writer, fs *flag.FlagSet) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fs.VisitAll(func(f *flag.Flag) {
-		plain := *f // UnquoteUsage names the type from the concrete Value
-		if s, ok := f.Value.(*setting); ok {
-			plain.Value = s.Value
-		}
-		typ, usage := flag.UnquoteUsage(&plain)
-		name := "--" + f.Name
-		if typ != "" {
-			name += " " + typ
-		}
-		if req := Required(f); req != "" {
-			usage = "[" + req + "] " + usage
-		}
-		if def := defaultString(f); def != "" {
-			usage += " (default " + def + ")"
-		}
-		env := "(flag only)"
-		if e := EnvName(f); e != "" {
-			env = "$" + e
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", name, env, usage)
-	})
-	tw.Flush()
-}
-
-func defaultString(f *flag.Flag) string {
-	switch f.DefValue {
-	case "", "0", "false", "0s":
-		return ""
-	}
-	if g, ok := f.Value.(flag.Getter); ok {
-		switch g.Get().(type) {
-		case time.Duration:
-			if d, err := time.ParseDuration(f.DefValue); err == nil {
-				return fmtDur(d)
-			}
-		case string:
-			return strconv.Quote(f.DefValue)
-		}
-	}
-	return f.DefValue
-}
-
-// fmtDur prints a duration without trailing zero units: 1m rather than 1m0s,
-// 6h rather than 6h0m0s.
-func fmtDur(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
-}
-
-// SettingError is one invalid setting. Its message names the environment
-// variable and the flag, e.g.
-// "MAX_IDLE_TIME (--max-idle-time) = 1m must exceed the lease heartbeat interval LOCK_TTL/3 = 1m40s".
-type SettingError struct {
-	Env  string // environment variable, e.g. MAX_IDLE_TIME; "" for a flag only
-	Flag string // flag name without dashes, e.g. max-idle-time
-	Msg  string // what is wrong, starting with the value where useful
-}
-
-func (e *SettingError) Error() string {
-	if e.Env == "" {
-		return fmt.Sprintf("--%s %s", e.Flag, e.Msg) // a flag only: no variable to name
-	}
-	return fmt.Sprintf("%s (--%s) %s", e.Env, e.Flag, e.Msg)
-}
-
-// SettingErrors returns every *SettingError inside err (as joined by
-// Validate), in order.
-func SettingErrors(err error) []*SettingError {
-	var out []*SettingError
-	var walk func(error)
-	walk = func(e error) {
-		if e == nil {
-			return
-		}
-		if se, ok := e.(*SettingError); ok { //nolint:errorlint // the walk unwraps the tree itself, node by node
-			out = append(out, se)
-			return
-		}
-		if j, ok := e.(interface{ Unwrap() []error }); ok {
-			for _, x := range j.Unwrap() {
-				walk(x)
-			}
-			return
-		}
-		walk(errors.Unwrap(e))
-	}
-	walk(err)
-	return out
-}
-
-// problems collects setting errors during validation.
-type problems []error
-
-func (p *problems) add(flagName, format string, args ...any) {
-	*p = append(*p, &SettingError{Env: envNameOf(flagName), Flag: flagName, Msg: fmt.Sprintf(format, args...)})
-}
-
-// addFlag is add for a flag that no environment variable sets.
-func (p *problems) addFlag(flagName, format string, args ...any) {
-	*p = append(*p, &SettingError{Flag: flagName, Msg: fmt.Sprintf(format, args...)})
-}
-
-// addEnv is add for a flag whose variable is not derived from its name.
-func (p *problems) addEnv(flagName, env, format string, args ...any) {
-	*p = append(*p, &SettingError{Env: env, Flag: flagName, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (p problems) err() error { return errors.Join(p...) }
-
-func oneOf(v string, allowed ...string) bool {
-	for _, a := range allowed {
-		if v == a {
-			return true
-		}
-	}
-	return false
-}
-
-// DefaultConsumerName is a worker's consumer name when CONSUMER_NAME is unset: in
-// Kubernetes (KUBERNETES_SERVICE_HOST set) the hostname, which is the pod's name: unique
-// per pod and stable across a container's restarts, so a restarted worker resumes its
-// own pending entries at once. Elsewhere hostname-pid: two workers on one machine must
-// not become one consumer (the second would resume the first's entries while the first
-// runs them), and a hostname there names the machine, not the process. "" when the
-// hostname cannot be read.
-func DefaultConsumerName() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return ""
-	}
-	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
-		return h
-	}
-	return h + "-" + strconv.Itoa(os.Getpid())
+// durationVarEnv defines a duration flag read from an environment variable whose
+// name is not derived from the flag's.
+func durationVarEnv(fs *flag.FlagSet, p *time.Duration, name, env string, value time.Duration, usage string) {
+	fs.DurationVar(p, name, value, usage)
+	settingOf(fs.Lookup(name)).env = env
 }

@@ -3,7 +3,7 @@ package config_test
 import (
 	"fmt"
 
-	"github.com/ymirflow/ymirflow/internal/config"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 )
 
 // A worker's settings come from its flags (and, for flags not given, from the

@@ -1,0 +1,79 @@
+package config
+
+import (
+	"flag"
+	"net"
+	"time"
+)
+
+// Defaults of `ymirflow dev`.
+const (
+	DefaultDevRedisAddr    = "127.0.0.1:6380" // not 6379: a real Redis is often there
+	DefaultDevInterval     = 30 * time.Second
+	DefaultDevIssues       = 20
+	DefaultDevDemoDuration = 2 * time.Second
+)
+
+// Dev is the settings of `ymirflow dev`: a whole local pipeline until Ctrl-C.
+type Dev struct {
+	Common // REDIS_URL empty here: the embedded Redis
+	Jira   // JIRA_URL empty: the fake Jira
+
+	Exec      string // --exec, RUNNER_EXEC: every worker runs it (empty: the demo runner)
+	RunnerEnv string // --runner-env, RUNNER_ENV: as the worker's
+	// RedisAddr (--embedded-redis-addr, EMBEDDED_REDIS_ADDR) is where the embedded Redis
+	// listens, so that other terminals reach it.
+	RedisAddr    string
+	WebAddr      string        // --web-addr, WEB_ADDR: the console
+	FakeJiraAddr string        // --fakejira-addr, FAKEJIRA_ADDR: the fake Jira
+	WebhookAddr  string        // --webhook-addr, WEBHOOK_ADDR: the webhook receiver
+	Interval     time.Duration // --interval, INTERVAL: time between the fetcher's sweeps
+	Issues       int           // --issues, ISSUES: sample issues in the fake Jira
+	Seed         int64         // --seed, SEED: seed of the sample issues and simulated outcomes
+	DemoDuration time.Duration // --demo-duration, DEMO_DURATION: typical simulated run (demo runner)
+	LogDir       string        // --log-dir, LOG_DIR: where each component's log goes (empty: a new temp dir)
+}
+
+// Register defines dev's flags on fs.
+func (d *Dev) Register(fs *flag.FlagSet) {
+	d.Common.emptyRedisOK = true
+	d.Common.register(fs, "")
+	fs.Lookup("redis-url").Usage = "Redis URL (empty: an embedded Redis in this process, at --embedded-redis-addr)"
+	d.Jira.Register(fs)
+	fs.Lookup("jira-url").Usage = "a real Jira's base URL, e.g. https://example.atlassian.net/ (empty: a fake Jira with sample issues, at --fakejira-addr)"
+	stringVarEnv(fs, &d.Exec, "exec", "RUNNER_EXEC", "", "your agent: every worker runs it with /bin/sh -c per event, as worker --runner exec --exec does (empty: simulated agents)")
+	fs.StringVar(&d.RunnerEnv, "runner-env", "", "variables passed to --exec besides the base set, as the worker's RUNNER_ENV")
+	fs.StringVar(&d.RedisAddr, "embedded-redis-addr", DefaultDevRedisAddr, "listen address of the embedded Redis (without REDIS_URL)")
+	fs.StringVar(&d.WebAddr, "web-addr", DefaultWebAddr, "listen address of the console")
+	fs.StringVar(&d.FakeJiraAddr, "fakejira-addr", DefaultFakeJiraAddr, "listen address of the fake Jira (without JIRA_URL)")
+	fs.StringVar(&d.WebhookAddr, "webhook-addr", "127.0.0.1"+DefaultWebhookAddr, "listen address of the webhook receiver (the fake Jira sends it its deliveries)")
+	fs.DurationVar(&d.Interval, "interval", DefaultDevInterval, "time between the fetcher's sweeps"+rangeHelp("interval"))
+	fs.IntVar(&d.Issues, "issues", DefaultDevIssues, "sample issues in the fake Jira")
+	fs.Int64Var(&d.Seed, "seed", 1, "seed of the sample issues and of the simulated agents' outcomes")
+	fs.DurationVar(&d.DemoDuration, "demo-duration", DefaultDevDemoDuration, "typical length of a simulated agent run (without --exec; each takes 0.5 to 1.5 times it)"+rangeHelp("demo-duration"))
+	fs.StringVar(&d.LogDir, "log-dir", "", "directory that receives one log file per component (empty: a new one in the temp dir)")
+}
+
+// Validate checks dev's settings.
+func (d *Dev) Validate() error {
+	var p problems
+	d.Common.emptyRedisOK = true
+	d.Common.validate(&p)
+	d.Jira.validate(&p)
+	for name, addr := range map[string]string{"embedded-redis-addr": d.RedisAddr, "web-addr": d.WebAddr,
+		"fakejira-addr": d.FakeJiraAddr, "webhook-addr": d.WebhookAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			p.add(name, "= %q must be host:port or :port, e.g. 127.0.0.1:8080", addr)
+		}
+	}
+	checkRange(&p, "interval", d.Interval)
+	checkRange(&p, "demo-duration", d.DemoDuration)
+	if d.Issues < 0 {
+		p.add("issues", "= %d must not be negative", d.Issues)
+	}
+	w := Worker{RunnerEnv: d.RunnerEnv}
+	if _, err := w.RunnerEnvPatterns(); err != nil {
+		p.add("runner-env", "= %q: %v", d.RunnerEnv, err)
+	}
+	return p.err()
+}

@@ -1,0 +1,199 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline"
+)
+
+// Defaults of `ymirflow worker`; the lease's, the router's and the runner's own are
+// referenced, not re-declared.
+const (
+	DefaultRunner        = "exec"
+	DefaultLockTTL       = lockmw.DefaultTTL
+	DefaultLockMaxHold   = lockmw.DefaultMaxHold
+	DefaultOnConflict    = string(lockmw.Drop)
+	DefaultBlockTime     = pipeline.DefaultBlockTime
+	DefaultMaxIdleTime   = pipeline.DefaultMaxIdleTime
+	DefaultClaimInterval = pipeline.DefaultClaimInterval
+	DefaultMaxRetries    = pipeline.DefaultMaxRetries
+	DefaultConcurrency   = 1
+	DefaultReadBatch     = pipeline.DefaultReadBatch
+	DefaultKillGrace     = handlers.DefaultKillGrace
+)
+
+// DefaultConsumerName is a worker's consumer name when CONSUMER_NAME is unset: in
+// Kubernetes (KUBERNETES_SERVICE_HOST set) the hostname, which is the pod's name: unique
+// per pod and stable across a container's restarts, so a restarted worker resumes its
+// own pending entries at once. Elsewhere hostname-pid: two workers on one machine must
+// not become one consumer (the second would resume the first's entries while the first
+// runs them), and a hostname there names the machine, not the process. "" when the
+// hostname cannot be read.
+func DefaultConsumerName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return ""
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return h
+	}
+	return h + "-" + strconv.Itoa(os.Getpid())
+}
+
+// Worker is the settings of `ymirflow worker`: one agent's router.
+type Worker struct {
+	Common
+	Jira
+
+	Agent         string        // --agent, AGENT: triage|rebase|backport|rebuild
+	Branch        string        // --branch, BRANCH: c9s|c10s; required for every agent but triage
+	Runner        string        // --runner, RUNNER: exec|demo
+	Exec          string        // --exec, RUNNER_EXEC: command run with /bin/sh -c per event (runner exec)
+	RunnerEnv     string        // --runner-env, RUNNER_ENV: variables passed to the runner besides the base (NAME,PREFIX_*)
+	LockTTL       time.Duration // --lock-ttl, LOCK_TTL: lease TTL; the heartbeat runs every LOCK_TTL/3
+	LockMaxHold   time.Duration // --lock-max-hold, LOCK_MAX_HOLD: a lease is given up after this long
+	OnConflict    string        // --on-conflict, ON_CONFLICT: drop|coalesce
+	BlockTime     time.Duration // --block-time, BLOCK_TIME: XREADGROUP BLOCK
+	MaxIdleTime   time.Duration // --max-idle-time, MAX_IDLE_TIME: pending entries idle this long are claimed
+	ClaimInterval time.Duration // --claim-interval, CLAIM_INTERVAL: how often pending entries are checked
+	MaxRetries    int           // --max-retries, MAX_RETRIES: attempts at a failing event before the DLQ
+	Concurrency   int           // --concurrency, CONCURRENCY: subscriptions per input stream
+	ReadBatch     int           // --read-batch, READ_BATCH: most entries one stream read takes while the worker keeps up
+	ConsumerName  string        // --consumer-name, CONSUMER_NAME: one per process (default: DefaultConsumerName)
+	MetricsAddr   string        // --metrics-addr, METRICS_ADDR: /metrics, /healthz, /readyz (empty: off)
+	KillGrace     time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
+	DemoDuration  time.Duration // --demo-duration, DEMO_DURATION: typical length of a simulated run (runner demo)
+	DemoSeed      int64         // --demo-seed, DEMO_SEED: seed of the simulated outcomes (runner demo)
+
+	fs *flag.FlagSet // set by Register: tells which settings were given (derive)
+}
+
+// Register defines the worker's flags on fs.
+func (w *Worker) Register(fs *flag.FlagSet) {
+	w.Common.Register(fs)
+	w.Jira.Register(fs)
+	fs.StringVar(&w.Agent, "agent", "", "agent to run: "+strings.Join(Agents, "|"))
+	fs.StringVar(&w.Branch, "branch", "", "target branch: "+strings.Join(Branches, "|")+" (every agent but triage)")
+	fs.StringVar(&w.Runner, "runner", DefaultRunner, "runner: exec (a command per event) or demo (simulated agents)")
+	stringVarEnv(fs, &w.Exec, "exec", "RUNNER_EXEC", "", "command run with /bin/sh -c per event by the exec runner")
+	required(fs, "agent", "")
+	required(fs, "branch", "required for every agent but triage")
+	required(fs, "exec", "required with --runner exec")
+	fs.StringVar(&w.RunnerEnv, "runner-env", "", "comma-separated variables of the worker's environment passed to the exec runner, besides PATH, HOME, LANG, TZ, TMPDIR and the YMIR_* it sets: names and PREFIX_* globs (GITLAB_TOKEN,ANTHROPIC_*). REDIS_URL is never passed; JIRA_TOKEN, JIRA_TOKEN_FILE and JIRA_EMAIL only when named")
+	fs.DurationVar(&w.LockTTL, "lock-ttl", DefaultLockTTL, "TTL of the per-issue lease; the heartbeat extends it every LOCK_TTL/3"+
+		rangeHelp("lock-ttl")+"; unset: "+fmtDur(DefaultLockTTL)+", raised to 10×KILL_GRACE, lowered to LOCK_MAX_HOLD and to 2×MAX_IDLE_TIME when those are set")
+	fs.DurationVar(&w.LockMaxHold, "lock-max-hold", DefaultLockMaxHold, "longest a handler may hold a lease, at least LOCK_TTL"+
+		rangeHelp("lock-max-hold")+"; unset: the larger of "+fmtDur(DefaultLockMaxHold)+" and LOCK_TTL")
+	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "event for an issue locked by another holder: drop or coalesce")
+	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks"+rangeHelp("block-time"))
+	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3"+
+		rangeHelp("max-idle-time")+"; unset: the larger of "+fmtDur(DefaultMaxIdleTime)+" and LOCK_TTL/2")
+	fs.DurationVar(&w.ClaimInterval, "claim-interval", DefaultClaimInterval, "how often pending entries are checked for claiming"+rangeHelp("claim-interval"))
+	fs.IntVar(&w.MaxRetries, "max-retries", DefaultMaxRetries, "attempts at a failing event before it goes to the dead-letter stream")
+	fs.IntVar(&w.Concurrency, "concurrency", DefaultConcurrency, "events handled at once per input stream")
+	fs.IntVar(&w.ReadBatch, "read-batch", DefaultReadBatch, fmt.Sprintf("most entries one stream read takes while events finish in under 20ms (a backlog of quick events, e.g. drops); slower events are read one at a time. 1 to %d; 1: one entry per read", pipeline.MaxReadBatch))
+	fs.StringVar(&w.ConsumerName, "consumer-name", DefaultConsumerName(), "the worker's name in its consumer group, one per process (a worker refuses to start while a live process has it); unset: the hostname in Kubernetes (the pod's name, so a restarted container resumes its pending entries), hostname-pid elsewhere")
+	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty: off); the default, a free port on loopback, is logged at start")
+	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group, at most LOCK_TTL/10 (the lease's safety margin)"+
+		rangeHelp("kill-grace")+"; unset: the smaller of "+fmtDur(DefaultKillGrace)+" and LOCK_TTL/10")
+	fs.DurationVar(&w.DemoDuration, "demo-duration", 0, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it; 0: instant)"+rangeHelp("demo-duration"))
+	w.fs = fs
+	fs.Int64Var(&w.DemoSeed, "demo-seed", 0, "seed of the simulated outcomes (runner demo)")
+}
+
+// envName is a variable name RUNNER_ENV may list; a glob is such a prefix then '*'.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// RunnerEnvPatterns returns RUNNER_ENV's entries (names and PREFIX_* globs), checked:
+// no empty prefix ('*' alone would pass everything) and never REDIS_URL.
+func (w *Worker) RunnerEnvPatterns() ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(w.RunnerEnv, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		name, glob := strings.CutSuffix(f, "*")
+		switch {
+		case !envName.MatchString(name):
+			return nil, fmt.Errorf("%q is neither a variable name nor a PREFIX_* glob", f)
+		case !glob && name == "REDIS_URL":
+			return nil, fmt.Errorf("REDIS_URL is never passed to agents (it holds the coordination store's credentials)")
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// HeartbeatInterval is how often a lease is extended: LockTTL/3.
+func (w *Worker) HeartbeatInterval() time.Duration { return w.LockTTL / 3 }
+
+// ShutdownBudget is the longest a worker takes to exit after SIGTERM:
+// BlockTime + 1 s + KillGrace. A pod's terminationGracePeriodSeconds must
+// exceed it.
+func (w *Worker) ShutdownBudget() time.Duration { return w.BlockTime + time.Second + w.KillGrace }
+
+// MinLockTTL is the shortest LOCK_TTL accepted (the lease's own minimum).
+const MinLockTTL = lockmw.MinTTL
+
+// Validate checks the worker's settings.
+func (w *Worker) Validate() error {
+	var p problems
+	w.Common.validate(&p)
+	w.Jira.validate(&p)
+	validateAgentBranch(&p, w.Agent, w.Branch, false)
+	switch w.Runner {
+	case "exec":
+		if strings.TrimSpace(w.Exec) == "" {
+			p.addEnv("exec", "RUNNER_EXEC", "is required when RUNNER (--runner) is exec")
+		}
+	case "demo":
+	default:
+		p.add("runner", "= %q must be exec or demo", w.Runner)
+	}
+	w.derive()
+	for name, d := range map[string]time.Duration{"lock-ttl": w.LockTTL, "lock-max-hold": w.LockMaxHold,
+		"block-time": w.BlockTime, "max-idle-time": w.MaxIdleTime, "claim-interval": w.ClaimInterval,
+		"kill-grace": w.KillGrace, "demo-duration": w.DemoDuration} {
+		checkRange(&p, name, d)
+	}
+	w.validateLease(&p)
+	if !oneOf(w.OnConflict, string(lockmw.Drop), string(lockmw.Coalesce)) {
+		p.add("on-conflict", "= %q must be drop or coalesce", w.OnConflict)
+	}
+	if w.MaxRetries < 1 {
+		p.add("max-retries", "= %d must be at least 1", w.MaxRetries)
+	}
+	if w.Concurrency < 1 || w.Concurrency > 1024 {
+		p.add("concurrency", "= %d must be between 1 and 1024", w.Concurrency)
+	}
+	if w.ReadBatch < 1 || w.ReadBatch > pipeline.MaxReadBatch {
+		p.add("read-batch", "= %d must be between 1 and %d", w.ReadBatch, pipeline.MaxReadBatch)
+	}
+	switch {
+	case w.ConsumerName == "":
+		p.add("consumer-name", "is required (the hostname could not be read)")
+	case strings.IndexFunc(w.ConsumerName, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0:
+		p.add("consumer-name", "= %q must not contain spaces or control characters", w.ConsumerName)
+	}
+	if w.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(w.MetricsAddr); err != nil {
+			p.add("metrics-addr", "= %q must be host:port or :port", w.MetricsAddr)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			p.add("metrics-addr", "= %q has an invalid port", w.MetricsAddr)
+		}
+	}
+	if _, err := w.RunnerEnvPatterns(); err != nil {
+		p.add("runner-env", "= %q: %v", w.RunnerEnv, err)
+	}
+	return p.err()
+}
