@@ -8,6 +8,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // stateLabels are the labels the handlers write: an issue's place in the pipeline. The
@@ -15,7 +16,7 @@ import (
 // them, so asserting a state never touches them.
 func stateLabels() []string {
 	out := []string{labels.TriageInProgress, labels.TriageErrored}
-	for _, r := range Resolutions {
+	for _, r := range runners.Resolutions {
 		if l := ResolutionLabel(r); l != "" {
 			out = append(out, l)
 		}
@@ -49,7 +50,7 @@ func impliedLabels(recs []pipeline.Record) []string {
 	if label == "" {
 		return nil
 	}
-	if IsDispatched(tr.Outcome) {
+	if runners.IsDispatched(tr.Outcome) {
 		for _, r := range recs[:ti] {
 			if r.Agent != tr.Outcome {
 				continue

@@ -1,7 +1,7 @@
 // Package handlers holds ymirflow's agent stages: one Watermill handler per agent
 // (triage, rebase, backport, rebuild) with the Jira label state machine of the Python
-// ymir agents, the routing table from a triage resolution to a downstream stream, and
-// the runners that do the agents' actual work (ExecRunner, DemoRunner).
+// ymir agents, and the routing table from a triage resolution to a downstream stream.
+// The agents' actual work is a runners.Runner (package runners: the exec runner).
 //
 // The entry point is New: it returns the handler that pipeline.RouterConfig.Handler
 // takes. The router wraps it in the per-issue lease (lockmw), retries and dead letters.

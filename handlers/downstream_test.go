@@ -15,6 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 func TestDownstreamSuccessLabels(t *testing.T) {
@@ -23,7 +24,7 @@ func TestDownstreamSuccessLabels(t *testing.T) {
 		t.Run(agent, func(t *testing.T) {
 			e := newEnv(t, fakejira.Issue{Key: "RHEL-20", Labels: []string{"ymir_triaged_" + agent, "ymir_" + agent + "_failed",
 				"ymir_" + agent + "_errored", "cve"}})
-			r := &fixed{res: handlers.Result{Success: true, MergeRequestURL: "https://mr/1"}}
+			r := &fixed{res: runners.Result{Success: true, MergeRequestURL: "https://mr/1"}}
 			h := e.handler(agent, "c9s", r)
 			if err := attempt(h, downstreamMsg(t, agent, "RHEL-20", "rhel-9.6.0", false), 1); err != nil {
 				t.Fatal(err)
@@ -52,9 +53,9 @@ func TestDownstreamFailureLabels(t *testing.T) {
 		midLabels  []string // after attempts 1 and 2
 		lastLabels []string // after attempt 3
 	}{
-		{"clean failure, user-triggered", &fixed{res: handlers.Result{Success: false, Error: "build failed"}}, true,
+		{"clean failure, user-triggered", &fixed{res: runners.Result{Success: false, Error: "build failed"}}, true,
 			[]string{"ymir_triaged_backport", "ymir_backport_failed"}, []string{"ymir_backport_errored"}},
-		{"clean failure", &fixed{res: handlers.Result{Success: false, Error: "build failed"}}, false,
+		{"clean failure", &fixed{res: runners.Result{Success: false, Error: "build failed"}}, false,
 			[]string{"ymir_triaged_backport"}, []string{"ymir_backport_errored"}},
 		{"runner error, user-triggered", &fixed{err: errors.New("exit status 3")}, true,
 			[]string{"ymir_triaged_backport"}, []string{"ymir_backport_errored"}},
@@ -93,9 +94,9 @@ func TestDownstreamFailureLabels(t *testing.T) {
 func TestJiraOutageDuringLabelWriteIsRetriedWithoutRerun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-22", Labels: []string{"ymir_triaged_rebase"}})
-	r := &fixed{res: handlers.Result{Success: true}}
+	r := &fixed{res: runners.Result{Success: true}}
 	// Jira goes down while the agent works.
-	r.during = func(context.Context, handlers.RunRequest) { e.fj.FailNext(5, http.StatusServiceUnavailable, "") }
+	r.during = func(context.Context, runners.RunRequest) { e.fj.FailNext(5, http.StatusServiceUnavailable, "") }
 	h := e.handler("rebase", "c9s", r)
 	msg := downstreamMsg(t, "rebase", "RHEL-22", "c9s", false)
 	// The client tries 3 times per call: the 5 failures outlast attempt 1...
@@ -120,7 +121,7 @@ func TestJiraOutageDuringLabelWriteIsRetriedWithoutRerun(t *testing.T) {
 func TestJiraDownOnLastAttemptLeavesEventPending(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-23", Labels: []string{"ymir_triaged_rebase"}})
-	r := &fixed{res: handlers.Result{Success: true}}
+	r := &fixed{res: runners.Result{Success: true}}
 	h := e.handler("rebase", "c9s", r, func(c *handlers.Config) { c.MaxRetries = 1 })
 	e.fj.FailNext(100, http.StatusBadGateway, "")
 	err := attempt(h, downstreamMsg(t, "rebase", "RHEL-23", "c9s", false), 1)
@@ -140,7 +141,7 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-24"})
 	locker := e.locker()
 	r := &fixed{res: triageResult("backport", "rhel-9.6.0")}
-	r.during = func(ctx context.Context, req handlers.RunRequest) {
+	r.during = func(ctx context.Context, req runners.RunRequest) {
 		if req.Fence == 0 {
 			t.Error("runner got no fence")
 		}
@@ -197,9 +198,9 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 func TestCancelledRunIsNotAFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-25", Labels: []string{"ymir_triaged_rebuild"}})
-	r := handlers.RunnerFunc(func(ctx context.Context, req handlers.RunRequest) (handlers.Result, error) {
+	r := runners.RunnerFunc(func(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 		<-ctx.Done()
-		return handlers.Result{}, context.Cause(ctx)
+		return runners.Result{}, context.Cause(ctx)
 	})
 	h := e.handler("rebuild", "c9s", r, func(c *handlers.Config) { c.MaxRetries = 1 })
 	msg := downstreamMsg(t, "rebuild", "RHEL-25", "c9s", true)

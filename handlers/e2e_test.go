@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // publishTriage writes a triage request as `ymirflow enqueue` does.
@@ -52,9 +54,9 @@ func TestEndToEndTriageToRebase(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	triage := handlers.DemoRunner{Seed: 3, Duration: 20 * time.Millisecond, Mix: map[string]int{handlers.ResolutionRebase: 1},
+	triage := demorunner.Runner{Seed: 3, Duration: 20 * time.Millisecond, Mix: map[string]int{runners.ResolutionRebase: 1},
 		Branches: []string{"rhel-9.6.0", "c8s", "c9s", "rhel-8.10.0"}}
-	rebase := handlers.DemoRunner{Seed: 3, Duration: 20 * time.Millisecond, Mix: map[string]int{handlers.DemoSuccess: 1}}
+	rebase := demorunner.Runner{Seed: 3, Duration: 20 * time.Millisecond, Mix: map[string]int{demorunner.Success: 1}}
 	e.router(ctx, "triage", "", e.handler("triage", "", triage), 3)
 	e.router(ctx, "rebase", "c9s", e.handler("rebase", "c9s", rebase), 3)
 
@@ -113,9 +115,9 @@ func TestEndToEndRetriesExhaustedGoToDead(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var runs atomic.Int32
-	r := handlers.RunnerFunc(func(ctx context.Context, req handlers.RunRequest) (handlers.Result, error) {
+	r := runners.RunnerFunc(func(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 		runs.Add(1)
-		return handlers.Result{Success: false, Error: fmt.Sprintf("build failed (attempt %d)", req.Attempt)}, nil
+		return runners.Result{Success: false, Error: fmt.Sprintf("build failed (attempt %d)", req.Attempt)}, nil
 	})
 	e.router(ctx, "backport", "c10s", e.handler("backport", "c10s", r, func(c *handlers.Config) { c.MaxRetries = 2 }), 2)
 	msg := downstreamMsg(t, "backport", "RHEL-300", "rhel-10.1", true)
@@ -147,7 +149,7 @@ func TestEndToEndJiraOutageDuringLabelWrite(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := &fixed{res: triageResult("backport", "rhel-9.6.0")}
-	r.during = func(context.Context, handlers.RunRequest) { e.fj.FailNext(12, http.StatusServiceUnavailable, "") }
+	r.during = func(context.Context, runners.RunRequest) { e.fj.FailNext(12, http.StatusServiceUnavailable, "") }
 	e.router(ctx, "triage", "", e.handler("triage", "", r), 3)
 	e.publishTriage("RHEL-400", false)
 	redistest.Eventually(t, 20*time.Second, func() bool { return len(e.recordsOf("RHEL-400", "triage")) == 1 }, "triage recorded")
@@ -180,7 +182,7 @@ func TestEndToEndTwoWorkersOneIssueNeverOverlap(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	inFlight, maxInFlight, runs := 0, 0, 0
-	r := handlers.RunnerFunc(func(ctx context.Context, req handlers.RunRequest) (handlers.Result, error) {
+	r := runners.RunnerFunc(func(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 		mu.Lock()
 		inFlight++
 		runs++
@@ -190,7 +192,7 @@ func TestEndToEndTwoWorkersOneIssueNeverOverlap(t *testing.T) {
 		mu.Lock()
 		inFlight--
 		mu.Unlock()
-		return handlers.Result{Success: true}, nil
+		return runners.Result{Success: true}, nil
 	})
 	h := e.handler("rebuild", "c9s", r)
 	for _, name := range []string{"a", "b"} {
@@ -222,7 +224,7 @@ func TestEndToEndExecBadOutputRetriedThenDead(t *testing.T) {
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-600", Labels: []string{"ymir_triaged_rebuild"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := handlers.ExecRunner{Command: `echo "attempt $YMIR_ATTEMPT of $YMIR_ISSUE_KEY" >&2; echo 'no json here'`, KillGrace: time.Second}
+	r := runners.ExecRunner{Command: `echo "attempt $YMIR_ATTEMPT of $YMIR_ISSUE_KEY" >&2; echo 'no json here'`, KillGrace: time.Second}
 	e.router(ctx, "rebuild", "c9s", e.handler("rebuild", "c9s", r, func(c *handlers.Config) { c.MaxRetries = 2 }), 2)
 	if _, err := e.pub.PublishID(ctx, e.topo.Stream("rebuild", "c9s", false), downstreamMsg(t, "rebuild", "RHEL-600", "c9s", false)); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 func ExampleNew() {
@@ -26,8 +27,8 @@ func ExampleNew() {
 	jc, _ := jira.New(jira.Options{BaseURL: fj.Start(), Token: "t", API: jira.APIServer})
 
 	// A triage agent that always finds a backport for RHEL 9.
-	agent := handlers.RunnerFunc(func(ctx context.Context, req handlers.RunRequest) (handlers.Result, error) {
-		return handlers.Result{Resolution: "backport", TargetBranch: "rhel-9.6.0", Data: []byte(`{"package":"curl"}`)}, nil
+	agent := runners.RunnerFunc(func(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
+		return runners.Result{Resolution: "backport", TargetBranch: "rhel-9.6.0", Data: []byte(`{"package":"curl"}`)}, nil
 	})
 	h, err := handlers.New(handlers.Config{Agent: "triage", Runner: agent, Jira: jc,
 		Publisher: pipeline.NewPublisher(rdb, 0), Results: pipeline.NewResults(rdb, topo.Results(), 0), Topology: topo})

@@ -22,6 +22,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // syncBuffer collects log lines written from several goroutines.
@@ -160,7 +161,7 @@ func TestPausedHolderJiraWriteIsRefused(t *testing.T) {
 	h := e.handler("triage", "", runner, w.config)
 	var oldFence int64
 	writesBefore := -1
-	runner.during = func(ctx context.Context, req handlers.RunRequest) {
+	runner.during = func(ctx context.Context, req runners.RunRequest) {
 		oldFence = req.Fence
 		w.peerRun(t, w.expireAndTakeOver(t, "triage", req.IssueKey), req.IssueKey)
 		writesBefore = len(e.fj.Writes())
@@ -287,7 +288,7 @@ func TestTerminalWriteErasesStaleStateLabels(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-43", Labels: []string{labels.TriageInProgress,
 		labels.TriagedRebase, labels.TriagedBackport, "keep", labels.Todo}})
-	h := e.handler("backport", "c9s", &fixed{res: handlers.Result{Success: true}})
+	h := e.handler("backport", "c9s", &fixed{res: runners.Result{Success: true}})
 	if err := attempt(h, downstreamMsg(t, "backport", "RHEL-43", "c9s", false), 1); err != nil {
 		t.Fatal(err)
 	}

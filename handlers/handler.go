@@ -13,6 +13,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // Config configures one agent's handler.
@@ -20,7 +21,7 @@ type Config struct {
 	// Agent is triage, rebase, backport or rebuild; Branch (c9s, c10s) is required for
 	// every agent but triage.
 	Agent, Branch string
-	Runner        Runner
+	Runner        runners.Runner
 	// Jira reads labels and status and writes labels and comments. Nil: no Jira at all
 	// (the agent-side dedup is skipped and every write is logged instead).
 	Jira JiraAPI
@@ -108,7 +109,7 @@ type progress struct {
 	base      int   // attempt number at which the current delivery started
 	claimed   bool
 	acked     bool
-	result    *Result
+	result    *runners.Result
 	published bool
 	stream    string
 	streamID  string

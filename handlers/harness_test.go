@@ -22,6 +22,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // env is one test's world: its own namespace on the shared test Redis, a fake Jira and
@@ -65,7 +66,7 @@ func (e *env) locker() *lockmw.Locker {
 }
 
 // handler builds an agent's handler on this env.
-func (e *env) handler(agent, branch string, r handlers.Runner, mod ...func(*handlers.Config)) message.NoPublishHandlerFunc {
+func (e *env) handler(agent, branch string, r runners.Runner, mod ...func(*handlers.Config)) message.NoPublishHandlerFunc {
 	e.t.Helper()
 	cfg := handlers.Config{Agent: agent, Branch: branch, Runner: r, Jira: e.jc, Publisher: e.pub, Results: e.results,
 		Topology: e.topo, MaxRetries: 3, Logger: e.log}
@@ -190,15 +191,15 @@ func detail(t testing.TB, rec map[string]any) map[string]any {
 // fixed is a runner that returns the same result and counts its calls.
 type fixed struct {
 	mu    sync.Mutex
-	res   handlers.Result
+	res   runners.Result
 	err   error
 	calls int
-	reqs  []handlers.RunRequest
+	reqs  []runners.RunRequest
 	// during runs inside the run, e.g. to inspect Jira mid-run.
-	during func(ctx context.Context, req handlers.RunRequest)
+	during func(ctx context.Context, req runners.RunRequest)
 }
 
-func (f *fixed) Run(ctx context.Context, req handlers.RunRequest) (handlers.Result, error) {
+func (f *fixed) Run(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 	f.mu.Lock()
 	f.calls++
 	f.reqs = append(f.reqs, req)
@@ -216,8 +217,8 @@ func (f *fixed) n() int {
 	return f.calls
 }
 
-func triageResult(resolution, branch string) handlers.Result {
-	return handlers.Result{Resolution: resolution, TargetBranch: branch, Data: json.RawMessage(`{"package":"pkg","fix_version":"` + branch + `"}`)}
+func triageResult(resolution, branch string) runners.Result {
+	return runners.Result{Resolution: resolution, TargetBranch: branch, Data: json.RawMessage(`{"package":"pkg","fix_version":"` + branch + `"}`)}
 }
 
 func contains(s []string, v string) bool { return slices.Contains(s, v) }

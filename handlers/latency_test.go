@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // BenchmarkEndToEndLatency: one worker (a real router and the rebuild handler, fake
@@ -32,8 +32,8 @@ func BenchmarkEndToEndLatency(b *testing.B) {
 	defer cancel()
 	type times struct{ called, exited time.Time }
 	ran := make(chan times, 1)
-	agent := handlers.ExecRunner{Command: `echo '{"success": true}'`, KillGrace: time.Second}
-	r := handlers.RunnerFunc(func(ctx context.Context, req handlers.RunRequest) (handlers.Result, error) {
+	agent := runners.ExecRunner{Command: `echo '{"success": true}'`, KillGrace: time.Second}
+	r := runners.RunnerFunc(func(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 		t := times{called: time.Now()}
 		res, err := agent.Run(ctx, req)
 		t.exited = time.Now()

@@ -5,49 +5,29 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
-
-// Resolutions a triage runner may return (the Python agents' Resolution enum).
-const (
-	ResolutionRebase        = "rebase"
-	ResolutionBackport      = "backport"
-	ResolutionRebuild       = "rebuild"
-	ResolutionClarification = "clarification-needed"
-	ResolutionOpenEnded     = "open-ended-analysis"
-	ResolutionPostponed     = "postponed"
-	ResolutionNotAffected   = "not-affected"
-	ResolutionError         = "error"
-)
-
-// Resolutions lists every resolution, in the upstream enum's order.
-var Resolutions = []string{ResolutionRebase, ResolutionBackport, ResolutionRebuild, ResolutionClarification,
-	ResolutionOpenEnded, ResolutionPostponed, ResolutionNotAffected, ResolutionError}
 
 // ResolutionLabel is the Jira label triage writes for a resolution ("" for error and
 // unknown resolutions).
 func ResolutionLabel(resolution string) string {
 	switch resolution {
-	case ResolutionRebase:
+	case runners.ResolutionRebase:
 		return labels.TriagedRebase
-	case ResolutionBackport:
+	case runners.ResolutionBackport:
 		return labels.TriagedBackport
-	case ResolutionRebuild:
+	case runners.ResolutionRebuild:
 		return labels.TriagedRebuild
-	case ResolutionClarification:
+	case runners.ResolutionClarification:
 		return labels.NeedsAttention
-	case ResolutionOpenEnded:
+	case runners.ResolutionOpenEnded:
 		return labels.Triaged
-	case ResolutionPostponed:
+	case runners.ResolutionPostponed:
 		return labels.TriagedPostponed
-	case ResolutionNotAffected:
+	case runners.ResolutionNotAffected:
 		return labels.TriagedNotAffected
 	}
 	return ""
-}
-
-// IsDispatched reports whether a resolution hands the issue to a downstream agent.
-func IsDispatched(resolution string) bool {
-	return resolution == ResolutionRebase || resolution == ResolutionBackport || resolution == ResolutionRebuild
 }
 
 // StreamBranch maps a target branch to the downstream agents' branch, as the Python
@@ -68,7 +48,7 @@ func StreamBranch(targetBranch string) string {
 // that is not rebase, backport or rebuild, or no target branch). User-triggered work
 // goes to the :todo twin.
 func Dispatch(topo pipeline.Topology, resolution, targetBranch string, userTriggered bool) (stream string, ok bool) {
-	if !IsDispatched(resolution) || strings.TrimSpace(targetBranch) == "" {
+	if !runners.IsDispatched(resolution) || strings.TrimSpace(targetBranch) == "" {
 		return "", false
 	}
 	return topo.Stream(resolution, StreamBranch(targetBranch), userTriggered), true

@@ -7,13 +7,14 @@ import (
 	"slices"
 
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
-func (h *handler) run(ctx context.Context, ev *event) (Result, error) {
+func (h *handler) run(ctx context.Context, ev *event) (runners.Result, error) {
 	if err := aborted(ctx); err != nil {
-		return Result{}, err
+		return runners.Result{}, err
 	}
-	req := RunRequest{
+	req := runners.RunRequest{
 		Agent: h.cfg.Agent, Branch: h.cfg.Branch, IssueKey: ev.key, Fence: ev.fence, Attempt: ev.delivery,
 		MessageID: pipeline.EntryID(ev.msg), Stream: pipeline.EntryStream(ev.msg), UserTriggered: ev.userTriggered,
 		Payload: ev.msg.Payload, Task: ev.task,
@@ -21,13 +22,13 @@ func (h *handler) run(ctx context.Context, ev *event) (Result, error) {
 	start := h.now()
 	res, err := h.cfg.Runner.Run(ctx, req)
 	if err != nil {
-		return Result{}, err
+		return runners.Result{}, err
 	}
 	if a := aborted(ctx); a != nil {
-		return Result{}, fmt.Errorf("runner result discarded: %w", a)
+		return runners.Result{}, fmt.Errorf("runner result discarded: %w", a)
 	}
-	if h.cfg.Agent == "triage" && !slices.Contains(Resolutions, res.Resolution) {
-		return Result{}, fmt.Errorf("%w: unknown resolution %q", ErrBadOutput, res.Resolution)
+	if h.cfg.Agent == "triage" && !slices.Contains(runners.Resolutions, res.Resolution) {
+		return runners.Result{}, fmt.Errorf("%w: unknown resolution %q", runners.ErrBadOutput, res.Resolution)
 	}
 	ev.log.Debug().Dur("took", h.now().Sub(start)).Msg("runner returned")
 	return res, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 func (h *handler) triage(msg *message.Message) error {
@@ -50,7 +51,7 @@ func (h *handler) triage(msg *message.Message) error {
 
 	if p.result == nil {
 		res, err := h.run(ctx, ev)
-		if err == nil && res.Resolution == ResolutionError {
+		if err == nil && res.Resolution == runners.ResolutionError {
 			err = fmt.Errorf("triage resolved to error: %s", errorDetails(res.Data))
 		}
 		if err != nil {
@@ -108,7 +109,7 @@ func (h *handler) triage(msg *message.Message) error {
 		"data": rawOrNull(res.Data)}
 	if p.published {
 		detail["stream"], detail["stream_id"] = p.stream, p.streamID
-	} else if IsDispatched(res.Resolution) {
+	} else if runners.IsDispatched(res.Resolution) {
 		detail["dispatched"] = false
 		detail["reason"] = "no target branch"
 	}
@@ -194,7 +195,7 @@ func (h *handler) triageFailed(ctx context.Context, ev *event, cause error) erro
 // downstreamEvent builds the downstream request: the incoming Task with its unknown
 // fields, metadata extended with the triage state (jira_issue, target_branch,
 // triage_result, and the runner's extra fields), attempts back at 0.
-func (h *handler) downstreamEvent(ev *event, res Result) (*message.Message, error) {
+func (h *handler) downstreamEvent(ev *event, res runners.Result) (*message.Message, error) {
 	t := ev.task
 	t.Metadata = maps.Clone(ev.task.Metadata)
 	if t.Metadata == nil {

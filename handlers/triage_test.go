@@ -14,6 +14,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 func TestRoutingTable(t *testing.T) {
@@ -88,7 +89,7 @@ func TestTriageResolutions(t *testing.T) {
 			e := newEnv(t, fakejira.Issue{Key: "RHEL-7", Labels: labels})
 			r := &fixed{res: triageResult(c.resolution, c.branch)}
 			r.res.Extra = map[string]json.RawMessage{"dist_git_namespace": json.RawMessage(`"rpms"`)}
-			r.during = func(ctx context.Context, req handlers.RunRequest) {
+			r.during = func(ctx context.Context, req runners.RunRequest) {
 				// claimed while the runner runs: in_progress, trigger gone, one PUT
 				if got := e.labels("RHEL-7"); !contains(got, "ymir_triage_in_progress") || contains(got, "ymir_todo") {
 					t.Errorf("labels during the run: %v", got)
@@ -163,7 +164,7 @@ func TestTriageClaimIsOnePutRemovingOtherYmirLabels(t *testing.T) {
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-8", Labels: []string{"ymir_todo", "ymir_triaged_backport", "ymir_backport_errored", "ymir_legacy_x", "keep"}})
 	r := &fixed{res: triageResult("backport", "c9s")}
 	var during []string
-	r.during = func(context.Context, handlers.RunRequest) { during = e.labels("RHEL-8") }
+	r.during = func(context.Context, runners.RunRequest) { during = e.labels("RHEL-8") }
 	h := e.handler("triage", "", r)
 	if err := attempt(h, triageMsg(t, "RHEL-8", true, ""), 1); err != nil {
 		t.Fatal(err)
@@ -250,7 +251,7 @@ func TestTriageFailureRetriesThenErrored(t *testing.T) {
 		r    *fixed
 	}{
 		{"runner error", &fixed{err: errors.New("agent crashed")}},
-		{"error resolution", &fixed{res: handlers.Result{Resolution: "error", Data: json.RawMessage(`{"details":"no fix version"}`)}}},
+		{"error resolution", &fixed{res: runners.Result{Resolution: "error", Data: json.RawMessage(`{"details":"no fix version"}`)}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, fakejira.Issue{Key: "RHEL-10", Labels: []string{"ymir_retry_needed"}})
@@ -386,7 +387,7 @@ func TestTriageLabelPublishOrder(t *testing.T) {
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-12"})
 	stream := e.topo.Stream("backport", "c9s", false)
 	oj := &orderJira{Client: e.jc, e: e, stream: stream}
-	backport := e.handler("backport", "c9s", &fixed{res: handlers.Result{Success: true}})
+	backport := e.handler("backport", "c9s", &fixed{res: runners.Result{Success: true}})
 	oj.before = func(n int) {
 		if n != 3 {
 			return

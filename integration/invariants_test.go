@@ -16,6 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // streamEntry is one published event: an entry of an input stream.
@@ -464,7 +465,7 @@ func expectedLabels(tr redis.XMessage, last map[string]redis.XMessage) (want, no
 		return labels.TriageErrored, ""
 	}
 	res := str(tr.Values["outcome"])
-	if !handlers.IsDispatched(res) {
+	if !runners.IsDispatched(res) {
 		return handlers.ResolutionLabel(res), ""
 	}
 	dr, ok := last[res]

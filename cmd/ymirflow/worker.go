@@ -10,10 +10,12 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 const workerHelp = `
@@ -46,7 +48,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef("RUNNER_ENV: %v", err)
 	}
-	agentEnv := handlers.BuildAgentEnv(os.Environ(), patterns)
+	agentEnv := runners.BuildAgentEnv(os.Environ(), patterns)
 	// One redactor for everything this worker writes: its log, Jira comments, results
 	// and dead letters.
 	token, err := cfg.Token()
@@ -97,12 +99,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		jc = c
 	}
 
-	var runner handlers.Runner
+	var runner runners.Runner
 	switch cfg.Runner {
 	case "demo":
-		runner = handlers.DemoRunner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed}
+		runner = demorunner.Runner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed}
 	default:
-		runner = handlers.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Env: agentEnv.Env, Redactor: red, Logger: log}
+		runner = runners.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Env: agentEnv.Env, Redactor: red, Logger: log}
 		if len(agentEnv.JiraCredentials) > 0 {
 			log.Warn().Strs("variables", agentEnv.JiraCredentials).
 				Msg("RUNNER_ENV names ymirflow's own Jira credentials: the agent gets them")

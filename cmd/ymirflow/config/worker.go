@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // Defaults of `ymirflow worker`; the lease's, the router's and the runner's own are
@@ -28,7 +28,7 @@ const (
 	DefaultMaxRetries    = pipeline.DefaultMaxRetries
 	DefaultConcurrency   = 1
 	DefaultReadBatch     = pipeline.DefaultReadBatch
-	DefaultKillGrace     = handlers.DefaultKillGrace
+	DefaultKillGrace     = runners.DefaultKillGrace
 )
 
 // DefaultConsumerName is a worker's consumer name when CONSUMER_NAME is unset: in

@@ -4,9 +4,9 @@ import (
 	"flag"
 	"time"
 
-	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // given reports whether a flag was set on the command line or by its environment
@@ -45,7 +45,7 @@ func (w *Worker) derive() {
 		w.LockTTL = ttl
 	}
 	if !w.given("kill-grace") {
-		w.KillGrace = max(min(handlers.DefaultKillGrace, lockmw.DefaultSafetyMargin(w.LockTTL)), time.Millisecond)
+		w.KillGrace = max(min(runners.DefaultKillGrace, lockmw.DefaultSafetyMargin(w.LockTTL)), time.Millisecond)
 	}
 	if !w.given("max-idle-time") {
 		w.MaxIdleTime = max(pipeline.DefaultMaxIdleTime, w.LockTTL/2)

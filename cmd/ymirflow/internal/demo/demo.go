@@ -22,6 +22,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -449,7 +450,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopWorkers = cancel
 	lockTTL, retryInitial := r.timing()
-	runner := planRunner{base: handlers.DemoRunner{Duration: r.o.AgentDuration, Seed: r.o.Seed}, plans: r.plans}
+	runner := planRunner{base: demorunner.Runner{Duration: r.o.AgentDuration, Seed: r.o.Seed}, plans: r.plans}
 	// Claims never happen in a demo that drains in time: MaxIdleTime outlasts it. (On
 	// miniredis they would be unsafe: its XCLAIM ignores min-idle-time.)
 	maxIdle := max(r.o.Timeout+time.Minute, 3*lockTTL)

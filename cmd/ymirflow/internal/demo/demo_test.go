@@ -16,10 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/demo"
-	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
 // fast are small, quick settings: the whole catalogue with 20ms agents.
@@ -124,7 +124,7 @@ func expectedStats(scen []demo.Scenario, maxRetries int) map[string]demo.StageSt
 			if s.Duplicate {
 				dup = 1
 			}
-			bump("triage", 1+dup, dup, n-1, res != handlers.ResolutionError)
+			bump("triage", 1+dup, dup, n-1, res != runners.ResolutionError)
 		}
 		if agent, branch := s.DownstreamStage(maxRetries); agent != "" {
 			copies := 1
@@ -444,7 +444,7 @@ func TestScenariosCoverEveryPath(t *testing.T) {
 			t.Errorf("no scenario of kind %s", k)
 		}
 	}
-	for _, r := range handlers.Resolutions {
+	for _, r := range runners.Resolutions {
 		if !resolutions[r] {
 			t.Errorf("no scenario resolves to %s", r)
 		}

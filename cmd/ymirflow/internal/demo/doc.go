@@ -10,7 +10,7 @@
 // catalogue covers fresh issues, ymir_todo from a maintainer and from an outsider,
 // ymir_retry_needed, stale in-flight labels, modular packages, every triage resolution,
 // both branches, downstream success, failure then success, a crashing agent and
-// exhausted retries. The agents are handlers.DemoRunner, told by the scenario which
+// exhausted retries. The agents are demorunner.Runner, told by the scenario which
 // outcome to simulate at each attempt.
 //
 // # Duplicates

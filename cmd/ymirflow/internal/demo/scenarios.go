@@ -8,16 +8,18 @@ import (
 	"strings"
 
 	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
-// Outcomes of a downstream run, per attempt (handlers.DemoSuccess, DemoFailure,
+// Outcomes of a downstream run, per attempt (demorunner.Success, DemoFailure,
 // DemoError): short names for the catalogue.
 const (
-	ok    = handlers.DemoSuccess
-	fail  = handlers.DemoFailure // {"success": false}: a clean failure
-	crash = handlers.DemoError   // the runner itself fails
+	ok    = demorunner.Success
+	fail  = demorunner.Failure // {"success": false}: a clean failure
+	crash = demorunner.Crash   // the runner itself fails
 )
 
 // Scenario is what the demo does with one issue: how it looks in Jira at the start, what
@@ -136,22 +138,22 @@ func Scenarios(n int, seed int64) []Scenario {
 
 func padKey(k string) string { return fmt.Sprintf("%12s", k) }
 
-// randomScenario is a fresh issue with outcomes drawn like handlers.DemoRunner's default
+// randomScenario is a fresh issue with outcomes drawn like demorunner.Runner's default
 // mixes.
 func randomScenario(r *rand.Rand) Scenario {
 	s := Scenario{Kind: fakejira.SampleFresh}
-	res := handlers.PickWeighted(handlers.DefaultTriageMix, r.Uint64())
-	if res == handlers.ResolutionError {
+	res := demorunner.PickWeighted(demorunner.DefaultTriageMix, r.Uint64())
+	if res == runners.ResolutionError {
 		// An error is retried: now and then it clears on a later attempt.
-		s.Triage = []string{res, handlers.PickWeighted(map[string]int{handlers.ResolutionError: 2, handlers.ResolutionBackport: 1, handlers.ResolutionPostponed: 1}, r.Uint64())}
+		s.Triage = []string{res, demorunner.PickWeighted(map[string]int{runners.ResolutionError: 2, runners.ResolutionBackport: 1, runners.ResolutionPostponed: 1}, r.Uint64())}
 		res = s.Triage[1]
 	} else {
 		s.Triage = []string{res}
 	}
-	if handlers.IsDispatched(res) {
+	if runners.IsDispatched(res) {
 		s.TargetBranch = []string{"rhel-9.6.0", "rhel-10.1", "c9s", "c10s"}[r.IntN(4)]
 		for range 3 {
-			o := handlers.PickWeighted(handlers.DefaultDownstreamMix, r.Uint64())
+			o := demorunner.PickWeighted(demorunner.DefaultDownstreamMix, r.Uint64())
 			s.Downstream = append(s.Downstream, o)
 			if o == ok {
 				break
@@ -180,11 +182,11 @@ func (s Scenario) UserTriggered() bool { return s.Kind == fakejira.SampleTodo }
 // number of attempts triage takes; "error" when every attempt fails.
 func (s Scenario) Resolution(maxRetries int) (string, int) {
 	for a := 1; a <= maxRetries; a++ {
-		if r := at(s.Triage, a); r != handlers.ResolutionError {
+		if r := at(s.Triage, a); r != runners.ResolutionError {
 			return r, a
 		}
 	}
-	return handlers.ResolutionError, maxRetries
+	return runners.ResolutionError, maxRetries
 }
 
 // DownstreamStage returns the downstream agent and branch the issue reaches ("" when
@@ -198,7 +200,7 @@ func (s Scenario) DownstreamStage(maxRetries int) (agent, branch string) {
 		return "", ""
 	}
 	res, _ := s.Resolution(maxRetries)
-	if !handlers.IsDispatched(res) || strings.TrimSpace(s.TargetBranch) == "" {
+	if !runners.IsDispatched(res) || strings.TrimSpace(s.TargetBranch) == "" {
 		return "", ""
 	}
 	return res, handlers.StreamBranch(s.TargetBranch)
@@ -234,7 +236,7 @@ func (s Scenario) ExpectedLabels(maxRetries int) []string {
 			} else {
 				out = []string{labels.ErroredFor(agent)}
 			}
-		case res == handlers.ResolutionError:
+		case res == runners.ResolutionError:
 			out = []string{labels.TriageErrored}
 		default:
 			out = []string{handlers.ResolutionLabel(res)}
@@ -273,7 +275,7 @@ func (s Scenario) Path(maxRetries int) string {
 	}
 	res, n := s.Resolution(maxRetries)
 	b.WriteString(" → triage: ")
-	if res == handlers.ResolutionError {
+	if res == runners.ResolutionError {
 		fmt.Fprintf(&b, "error ×%d (dead)", n)
 		return b.String()
 	}
@@ -285,7 +287,7 @@ func (s Scenario) Path(maxRetries int) string {
 	switch {
 	case agent != "":
 		fmt.Fprintf(&b, " %s → %s-%s: %s", s.TargetBranch, agent, branch, s.downstreamPath(maxRetries))
-	case handlers.IsDispatched(res):
+	case runners.IsDispatched(res):
 		b.WriteString(" with no target branch: nothing dispatched")
 	}
 	return b.String()
@@ -336,15 +338,15 @@ func (s Scenario) Issue(seed int64) fakejira.Issue {
 	return is
 }
 
-// planRunner is the agents of the demo: handlers.DemoRunner, told by each issue's
+// planRunner is the agents of the demo: demorunner.Runner, told by each issue's
 // scenario which outcome to simulate at which attempt. Issues without a scenario get
-// DemoRunner's own seeded mix.
+// demorunner.Runner's own seeded mix.
 type planRunner struct {
-	base  handlers.DemoRunner
+	base  demorunner.Runner
 	plans map[string]Scenario
 }
 
-func (p planRunner) Run(ctx context.Context, req handlers.RunRequest) (handlers.Result, error) {
+func (p planRunner) Run(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 	s, known := p.plans[req.IssueKey]
 	if !known {
 		return p.base.Run(ctx, req)

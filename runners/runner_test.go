@@ -1,10 +1,9 @@
-package handlers_test
+package runners_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,20 +13,20 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/runners"
 )
 
-func runReq(t *testing.T, agent string) handlers.RunRequest {
+func runReq(t *testing.T, agent string) runners.RunRequest {
 	t.Helper()
 	payload := []byte(`{"metadata":{"issue":"RHEL-5","extra":[1,2]},"attempts":0,"user_triggered":true,"x":"y"}`)
 	task, err := pipeline.ParseTask(payload)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return handlers.RunRequest{Agent: agent, Branch: "", IssueKey: "RHEL-5", Fence: 42, Attempt: 2, MessageID: "1700000000000-3",
+	return runners.RunRequest{Agent: agent, Branch: "", IssueKey: "RHEL-5", Fence: 42, Attempt: 2, MessageID: "1700000000000-3",
 		Stream: "ymir:triage:todo", UserTriggered: true, Payload: payload, Task: task}
 }
 
@@ -42,8 +41,8 @@ func TestExecRunnerContract(t *testing.T) {
 	t.Setenv("YMIR_NAMESPACE", "inherited-ns")
 	// JIRA_* passes JIRA_URL, never ymirflow's own Jira credentials (only when named);
 	// REDIS_* never passes REDIS_URL.
-	agentEnv := handlers.BuildAgentEnv(os.Environ(), []string{"FROM_*", "OUT", "JIRA_*", "REDIS_*"})
-	r := handlers.ExecRunner{
+	agentEnv := runners.BuildAgentEnv(os.Environ(), []string{"FROM_*", "OUT", "JIRA_*", "REDIS_*"})
+	r := runners.ExecRunner{
 		Command: `cat > "$OUT/stdin.json"; env | sort > "$OUT/env"; ` +
 			`echo "progress: thinking" ; echo "to stderr" >&2; ` +
 			`echo '{"resolution":"backport","target_branch":"rhel-9.6.0","data":{"package":"p"},"dist_git_namespace":"rpms"}'`,
@@ -94,7 +93,7 @@ func TestBuildAgentEnvExplicitCredentials(t *testing.T) {
 	t.Parallel()
 	environ := []string{"PATH=/bin", "JIRA_TOKEN=jt-1234", "GITLAB_TOKEN=gl-5678", "ANTHROPIC_API_KEY=ak-9999",
 		"ANTHROPIC_MODEL=m", "REDIS_URL=redis://:pw@h", "OTHER=x"}
-	e := handlers.BuildAgentEnv(environ, []string{"JIRA_TOKEN", "GITLAB_TOKEN", "ANTHROPIC_*", "REDIS_URL"})
+	e := runners.BuildAgentEnv(environ, []string{"JIRA_TOKEN", "GITLAB_TOKEN", "ANTHROPIC_*", "REDIS_URL"})
 	want := "PATH=/bin JIRA_TOKEN=jt-1234 GITLAB_TOKEN=gl-5678 ANTHROPIC_API_KEY=ak-9999 ANTHROPIC_MODEL=m"
 	if got := strings.Join(e.Env, " "); got != want {
 		t.Fatalf("env %q, want %q", got, want)
@@ -102,7 +101,7 @@ func TestBuildAgentEnvExplicitCredentials(t *testing.T) {
 	if strings.Join(e.JiraCredentials, ",") != "JIRA_TOKEN" || strings.Join(e.Secrets, ",") != "jt-1234,gl-5678,ak-9999" {
 		t.Fatalf("reported %+v", e)
 	}
-	if e := handlers.BuildAgentEnv(environ, nil); strings.Join(e.Env, " ") != "PATH=/bin" {
+	if e := runners.BuildAgentEnv(environ, nil); strings.Join(e.Env, " ") != "PATH=/bin" {
 		t.Fatalf("no RUNNER_ENV: %q", e.Env)
 	}
 }
@@ -111,7 +110,7 @@ func TestBuildAgentEnvExplicitCredentials(t *testing.T) {
 func TestExecRunnerRedactsStderr(t *testing.T) {
 	t.Parallel()
 	var log bytes.Buffer
-	r := handlers.ExecRunner{Command: `echo "token=$SECRET_TOKEN" >&2; exit 3`, Env: []string{"SECRET_TOKEN=s3cr3t-value"},
+	r := runners.ExecRunner{Command: `echo "token=$SECRET_TOKEN" >&2; exit 3`, Env: []string{"SECRET_TOKEN=s3cr3t-value"},
 		Redactor: redact.New("s3cr3t-value"), Logger: zerolog.New(&log)}
 	_, err := r.Run(context.Background(), runReq(t, "rebase"))
 	if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "token=[redacted]") {
@@ -124,7 +123,7 @@ func TestExecRunnerRedactsStderr(t *testing.T) {
 
 func TestExecRunnerDownstreamResult(t *testing.T) {
 	t.Parallel()
-	r := handlers.ExecRunner{Command: `echo '{"success":false,"error":"build failed","merge_request_url":null}'`}
+	r := runners.ExecRunner{Command: `echo '{"success":false,"error":"build failed","merge_request_url":null}'`}
 	res, err := r.Run(context.Background(), runReq(t, "rebase"))
 	if err != nil {
 		t.Fatal(err)
@@ -158,13 +157,13 @@ func TestExecRunnerErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := handlers.ExecRunner{Command: c.cmd, MaxStdout: 100_000}
+			r := runners.ExecRunner{Command: c.cmd, MaxStdout: 100_000}
 			_, err := r.Run(context.Background(), runReq(t, c.agent))
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if errors.Is(err, handlers.ErrBadOutput) != c.bad {
-				t.Fatalf("ErrBadOutput: %v, want %v (%v)", errors.Is(err, handlers.ErrBadOutput), c.bad, err)
+			if errors.Is(err, runners.ErrBadOutput) != c.bad {
+				t.Fatalf("ErrBadOutput: %v, want %v (%v)", errors.Is(err, runners.ErrBadOutput), c.bad, err)
 			}
 			for _, s := range c.in {
 				if !strings.Contains(err.Error(), s) {
@@ -177,7 +176,7 @@ func TestExecRunnerErrors(t *testing.T) {
 
 func TestExecRunnerStderrIsBounded(t *testing.T) {
 	t.Parallel()
-	r := handlers.ExecRunner{Command: `head -c 200000 /dev/zero | tr '\0' e >&2; echo END >&2; exit 1`, MaxStderr: 1000}
+	r := runners.ExecRunner{Command: `head -c 200000 /dev/zero | tr '\0' e >&2; echo END >&2; exit 1`, MaxStderr: 1000}
 	_, err := r.Run(context.Background(), runReq(t, "rebase"))
 	if err == nil || !strings.HasSuffix(err.Error(), "END") || len(err.Error()) > 4000 {
 		t.Fatalf("error (%d bytes) %.200q", len(err.Error()), err)
@@ -214,7 +213,7 @@ func readPid(t *testing.T, path string) int {
 func TestExecRunnerCancelKillsProcessGroup(t *testing.T) {
 	dir := t.TempDir()
 	const grace = 400 * time.Millisecond
-	r := handlers.ExecRunner{KillGrace: grace, Env: []string{"OUT=" + dir},
+	r := runners.ExecRunner{KillGrace: grace, Env: []string{"OUT=" + dir},
 		Command: `sh -c 'trap "" TERM; echo $$ > "$OUT/child.tmp"; mv "$OUT/child.tmp" "$OUT/child"; while :; do sleep 0.05; done' &
 trap 'echo "got TERM, ignoring it" >&2' TERM
 echo $$ > "$OUT/leader.tmp"; mv "$OUT/leader.tmp" "$OUT/leader"
@@ -256,7 +255,7 @@ while :; do sleep 0.05; done`}
 // terminated, and it cannot hold the runner up by keeping stdout open.
 func TestExecRunnerReapsLeftovers(t *testing.T) {
 	dir := t.TempDir()
-	r := handlers.ExecRunner{KillGrace: time.Second, Env: []string{"OUT=" + dir},
+	r := runners.ExecRunner{KillGrace: time.Second, Env: []string{"OUT=" + dir},
 		Command: `sleep 30 & echo $! > "$OUT/bg"; echo '{"success":true}'`}
 	start := time.Now()
 	res, err := r.Run(context.Background(), runReq(t, "rebase"))
@@ -268,88 +267,4 @@ func TestExecRunnerReapsLeftovers(t *testing.T) {
 	}
 	bg := readPid(t, filepath.Join(dir, "bg"))
 	redistest.Eventually(t, 2*time.Second, func() bool { return !alive(bg) }, "background process %d gone", bg)
-}
-
-func TestDemoRunnerIsDeterministic(t *testing.T) {
-	t.Parallel()
-	d := handlers.DemoRunner{Seed: 7}
-	ctx := context.Background()
-	for i := range 50 {
-		key := fmt.Sprintf("RHEL-%d", 100+i)
-		for _, agent := range []string{"triage", "rebase"} {
-			req := handlers.RunRequest{Agent: agent, IssueKey: key, Attempt: 1}
-			a, errA := d.Run(ctx, req)
-			b, errB := handlers.DemoRunner{Seed: 7}.Run(ctx, req)
-			if fmt.Sprint(a, errA) != fmt.Sprint(b, errB) {
-				t.Fatalf("%s %s: %v/%v then %v/%v", agent, key, a, errA, b, errB)
-			}
-		}
-	}
-	// The mix is honoured: over many issues each outcome shows up about as often as
-	// its weight says, and the seed changes which issue gets which.
-	counts := map[string]int{}
-	differ := 0
-	for i := range 2000 {
-		key := fmt.Sprintf("RHEL-%d", i+1)
-		o, branch, _ := d.Outcome("triage", key, 1)
-		counts[o]++
-		if o2, _, _ := (handlers.DemoRunner{Seed: 8}).Outcome("triage", key, 1); o2 != o {
-			differ++
-		}
-		if branch == "" {
-			t.Fatal("no branch from the default branches")
-		}
-	}
-	for res, w := range handlers.DefaultTriageMix {
-		if got, want := counts[res], 2000*w/100; got < want*6/10-10 || got > want*14/10+10 {
-			t.Errorf("%s: %d of 2000, want about %d", res, got, want)
-		}
-	}
-	if differ < 500 {
-		t.Errorf("seed 7 and 8 agree on %d of 2000 issues", 2000-differ)
-	}
-	// Attempts differ, so a retry can succeed.
-	changed := 0
-	for i := range 200 {
-		key := fmt.Sprintf("RHEL-%d", i+1)
-		a, _, _ := d.Outcome("rebase", key, 1)
-		b, _, _ := d.Outcome("rebase", key, 2)
-		if a != b {
-			changed++
-		}
-	}
-	if changed == 0 {
-		t.Error("the attempt never changes the outcome")
-	}
-}
-
-func TestDemoRunnerMixDurationAndCancel(t *testing.T) {
-	t.Parallel()
-	d := handlers.DemoRunner{Mix: map[string]int{"rebase": 1, "error": 0}, Branches: []string{"c9s"}, Duration: 40 * time.Millisecond}
-	start := time.Now()
-	res, err := d.Run(context.Background(), handlers.RunRequest{Agent: "triage", IssueKey: "RHEL-1", Attempt: 1})
-	if err != nil || res.Resolution != "rebase" || res.TargetBranch != "c9s" || !bytes.Contains(res.Data, []byte(`"jira_issue":"RHEL-1"`)) {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if took := time.Since(start); took < 20*time.Millisecond {
-		t.Fatalf("took %s, want at least half the duration", took)
-	}
-	down := handlers.DemoRunner{Mix: map[string]int{handlers.DemoFailure: 1}}
-	if res, err := down.Run(context.Background(), handlers.RunRequest{Agent: "backport", IssueKey: "RHEL-1", Attempt: 1}); err != nil || res.Success || res.Error == "" {
-		t.Fatalf("%+v %v", res, err)
-	}
-	crash := handlers.DemoRunner{Mix: map[string]int{handlers.DemoError: 1}}
-	if _, err := crash.Run(context.Background(), handlers.RunRequest{Agent: "rebuild", IssueKey: "RHEL-1", Attempt: 1}); !errors.Is(err, handlers.ErrDemoCrash) {
-		t.Fatalf("err = %v", err)
-	}
-	slow := handlers.DemoRunner{Duration: time.Hour}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	start = time.Now()
-	if _, err := slow.Run(ctx, handlers.RunRequest{Agent: "rebase", IssueKey: "RHEL-1", Attempt: 1}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v", err)
-	}
-	if time.Since(start) > time.Second {
-		t.Fatal("did not honour ctx")
-	}
 }

@@ -1,4 +1,4 @@
-package handlers
+package demorunner
 
 import (
 	"context"
@@ -8,49 +8,51 @@ import (
 	"hash/fnv"
 	"sort"
 	"time"
+
+	"github.com/ymirflow/ymirflow/runners"
 )
 
-// Outcomes of a downstream DemoRunner run, as keys of DemoRunner.Mix.
+// Outcomes of a downstream Runner run, as keys of Runner.Mix.
 const (
-	DemoSuccess = "success" // {"success": true, "merge_request_url": ...}
-	DemoFailure = "failure" // {"success": false, "error": ...}: a clean failure
-	DemoError   = "error"   // the runner fails (as a crashed agent would)
+	Success = "success" // {"success": true, "merge_request_url": ...}
+	Failure = "failure" // {"success": false, "error": ...}: a clean failure
+	Crash   = "error"   // the runner fails (as a crashed agent would)
 )
 
-// DefaultTriageMix is the triage outcome mix of DemoRunner (weights by resolution).
+// DefaultTriageMix is the triage outcome mix of Runner (weights by resolution).
 var DefaultTriageMix = map[string]int{
-	ResolutionBackport: 35, ResolutionRebase: 20, ResolutionRebuild: 10, ResolutionClarification: 10,
-	ResolutionOpenEnded: 5, ResolutionPostponed: 5, ResolutionNotAffected: 10, ResolutionError: 5,
+	runners.ResolutionBackport: 35, runners.ResolutionRebase: 20, runners.ResolutionRebuild: 10, runners.ResolutionClarification: 10,
+	runners.ResolutionOpenEnded: 5, runners.ResolutionPostponed: 5, runners.ResolutionNotAffected: 10, runners.ResolutionError: 5,
 }
 
-// DefaultDownstreamMix is the downstream outcome mix of DemoRunner.
-var DefaultDownstreamMix = map[string]int{DemoSuccess: 80, DemoFailure: 15, DemoError: 5}
+// DefaultDownstreamMix is the downstream outcome mix of Runner.
+var DefaultDownstreamMix = map[string]int{Success: 80, Failure: 15, Crash: 5}
 
-// DefaultDemoBranches are the target branches a demo triage picks from.
-var DefaultDemoBranches = []string{"rhel-9.6.0", "c9s", "c10s", "rhel-10.1", "rhel-8.10.0"}
+// DefaultBranches are the target branches a demo triage picks from.
+var DefaultBranches = []string{"rhel-9.6.0", "c9s", "c10s", "rhel-10.1", "rhel-8.10.0"}
 
-// ErrDemoCrash is the error of a simulated agent crash.
-var ErrDemoCrash = errors.New("demo runner: simulated agent crash")
+// ErrCrash is the error of a simulated agent crash.
+var ErrCrash = errors.New("demo runner: simulated agent crash")
 
-// DemoRunner simulates the agents. Everything about a run (outcome, target branch,
+// Runner simulates the agents. Everything about a run (outcome, target branch,
 // duration) is a hash of Seed, the agent, the issue key and the attempt, so a run is
 // reproducible and a retry may turn out differently from the first attempt.
-type DemoRunner struct {
+type Runner struct {
 	// Duration is the typical length of a run: each run takes between half and one and a
 	// half times it. Zero: runs return at once.
 	Duration time.Duration
 	Seed     int64
-	// Mix weighs the outcomes: resolutions for triage (DefaultTriageMix), DemoSuccess,
-	// DemoFailure and DemoError for the downstream agents (DefaultDownstreamMix). Nil:
+	// Mix weighs the outcomes: resolutions for triage (DefaultTriageMix), Success,
+	// Failure and Crash for the downstream agents (DefaultDownstreamMix). Nil:
 	// the default of the agent. Keys with weight 0 never happen.
 	Mix map[string]int
 	// Branches a triage picks its target branch from; an empty string means "no target
-	// branch" (nothing is dispatched). Nil: DefaultDemoBranches.
+	// branch" (nothing is dispatched). Nil: DefaultBranches.
 	Branches []string
 }
 
 // Outcome returns the outcome, target branch and duration of a run, without running it.
-func (d DemoRunner) Outcome(agent, issueKey string, attempt int) (outcome, branch string, took time.Duration) {
+func (d Runner) Outcome(agent, issueKey string, attempt int) (outcome, branch string, took time.Duration) {
 	mix := d.Mix
 	if mix == nil {
 		mix = DefaultDownstreamMix
@@ -62,7 +64,7 @@ func (d DemoRunner) Outcome(agent, issueKey string, attempt int) (outcome, branc
 	if agent == "triage" {
 		branches := d.Branches
 		if branches == nil {
-			branches = DefaultDemoBranches
+			branches = DefaultBranches
 		}
 		if len(branches) > 0 {
 			branch = branches[d.hash("branch", agent, issueKey, attempt)%uint64(len(branches))]
@@ -75,7 +77,7 @@ func (d DemoRunner) Outcome(agent, issueKey string, attempt int) (outcome, branc
 }
 
 // Run implements Runner.
-func (d DemoRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
+func (d Runner) Run(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 	outcome, branch, took := d.Outcome(req.Agent, req.IssueKey, req.Attempt)
 	if took > 0 {
 		t := time.NewTimer(took)
@@ -83,59 +85,59 @@ func (d DemoRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return Result{}, fmt.Errorf("demo runner: cancelled: %w", context.Cause(ctx))
+			return runners.Result{}, fmt.Errorf("demo runner: cancelled: %w", context.Cause(ctx))
 		}
 	}
 	if ctx.Err() != nil {
-		return Result{}, fmt.Errorf("demo runner: cancelled: %w", context.Cause(ctx))
+		return runners.Result{}, fmt.Errorf("demo runner: cancelled: %w", context.Cause(ctx))
 	}
 	n := d.hash("package", req.Agent, req.IssueKey, 0) % 1000
 	pkg := fmt.Sprintf("demo-pkg-%03d", n)
 	if req.Agent != "triage" {
 		switch outcome {
-		case DemoSuccess:
-			return Result{Success: true, MergeRequestURL: fmt.Sprintf("https://gitlab.example.com/redhat/centos-stream/rpms/%s/-/merge_requests/%d",
+		case Success:
+			return runners.Result{Success: true, MergeRequestURL: fmt.Sprintf("https://gitlab.example.com/redhat/centos-stream/rpms/%s/-/merge_requests/%d",
 				pkg, 1+d.hash("mr", req.Agent, req.IssueKey, req.Attempt)%9000)}, nil
-		case DemoFailure:
-			return Result{Success: false, Error: fmt.Sprintf("demo: %s of %s failed to build (attempt %d)", req.Agent, pkg, req.Attempt)}, nil
+		case Failure:
+			return runners.Result{Success: false, Error: fmt.Sprintf("demo: %s of %s failed to build (attempt %d)", req.Agent, pkg, req.Attempt)}, nil
 		default:
-			return Result{}, fmt.Errorf("%w (%s %s attempt %d)", ErrDemoCrash, req.Agent, req.IssueKey, req.Attempt)
+			return runners.Result{}, fmt.Errorf("%w (%s %s attempt %d)", ErrCrash, req.Agent, req.IssueKey, req.Attempt)
 		}
 	}
 	data := map[string]any{"jira_issue": req.IssueKey}
 	switch outcome {
-	case ResolutionRebase, ResolutionBackport, ResolutionRebuild:
+	case runners.ResolutionRebase, runners.ResolutionBackport, runners.ResolutionRebuild:
 		data["package"] = pkg
 		data["justification"] = "demo: simulated triage"
 		data["fix_version"] = branch
-	case ResolutionClarification:
+	case runners.ResolutionClarification:
 		data["findings"] = "demo: the report does not say which version is affected"
 		data["additional_info_needed"] = "the affected package version"
-	case ResolutionOpenEnded:
+	case runners.ResolutionOpenEnded:
 		data["summary"] = "demo: needs a human look"
 		data["recommendation"] = "review by a maintainer"
-	case ResolutionPostponed:
+	case runners.ResolutionPostponed:
 		data["summary"] = "demo: waiting for a dependency"
 		data["pending_issues"] = []string{}
-	case ResolutionNotAffected:
+	case runners.ResolutionNotAffected:
 		data["justification_category"] = "vulnerable_code_not_present"
 		data["explanation"] = "demo: the vulnerable code is not shipped"
 		data["package"] = pkg
-	case ResolutionError:
+	case runners.ResolutionError:
 		data["details"] = fmt.Sprintf("demo: triage of %s errored (attempt %d)", req.IssueKey, req.Attempt)
 	}
 	raw, err := json.Marshal(data)
 	if err != nil {
-		return Result{}, err
+		return runners.Result{}, err
 	}
-	res := Result{Resolution: outcome, Data: raw}
-	if IsDispatched(outcome) {
+	res := runners.Result{Resolution: outcome, Data: raw}
+	if runners.IsDispatched(outcome) {
 		res.TargetBranch = branch
 	}
 	return res, nil
 }
 
-func (d DemoRunner) hash(salt, agent, key string, attempt int) uint64 {
+func (d Runner) hash(salt, agent, key string, attempt int) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d\x00%s\x00%s\x00%s\x00%d", d.Seed, salt, agent, key, attempt)
 	// fnv's low bits mix poorly for short inputs; fold the high half in.
