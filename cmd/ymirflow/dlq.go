@@ -41,10 +41,14 @@ the count for the question).
 // runDLQ manages the dead-letter stream.
 func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.DLQ
-	pos, err := loadCmd("dlq", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
+	return operator{name: "dlq", settings: &cfg, common: &cfg.Common, inspect: true,
+		check: func(s *session) error { return checkDLQArgs(&cfg, s.pos) },
+		work:  func(ctx context.Context, s *session) error { return dlq(ctx, s, &cfg) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+// checkDLQArgs checks the subcommand and its arguments.
+func checkDLQArgs(cfg *config.DLQ, pos []string) error {
 	if len(pos) == 0 {
 		return usagef("dlq needs a subcommand: list, show ID, requeue ID..., requeue --all, purge")
 	}
@@ -72,20 +76,22 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return usageError{err}
 		}
 	}
-	e, in, err := inspector(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	return nil
+}
+
+// dlq runs the subcommand that checkDLQArgs checked.
+func dlq(ctx context.Context, s *session, cfg *config.DLQ) error {
+	sub, rest := s.pos[0], s.pos[1:]
+	in, stdout, stderr := s.in, s.stdout, s.stderr
 	switch sub {
 	case "list":
-		return dlqList(ctx, in, &cfg, stdout, stderr)
+		return dlqList(ctx, in, cfg, stdout, stderr)
 	case "show":
-		return dlqShow(ctx, in, &cfg, rest[0], stdout)
+		return dlqShow(ctx, in, cfg, rest[0], stdout)
 	case "requeue":
-		return dlqRequeue(ctx, in, &cfg, rest, stdout)
+		return dlqRequeue(ctx, in, cfg, rest, stdout)
 	default:
-		return dlqPurge(ctx, in, &cfg, stdout, stderr)
+		return dlqPurge(ctx, in, cfg, stdout, stderr)
 	}
 }
 

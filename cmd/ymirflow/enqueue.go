@@ -25,27 +25,35 @@ Arguments:
 // published; each is then published as given, even twice, and its stream id printed.
 func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Enqueue
-	raw, err := loadCmd("enqueue", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
+	var keys []string
+	return operator{name: "enqueue", settings: &cfg, common: &cfg.Common,
+		check: func(s *session) (err error) {
+			keys, err = enqueueKeys(s.pos)
+			return err
+		},
+		work: func(ctx context.Context, s *session) error { return enqueue(ctx, s, &cfg, keys) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+// enqueueKeys checks every key given and returns them canonical.
+func enqueueKeys(raw []string) ([]string, error) {
 	if len(raw) == 0 {
-		return usagef("no issue key given: enqueue --agent A [--branch B] [--user-triggered] KEY...")
+		return nil, usagef("no issue key given: enqueue --agent A [--branch B] [--user-triggered] KEY...")
 	}
 	keys := make([]string, len(raw))
 	for i, k := range raw {
 		c, err := lockmw.Canonicalize(k, lockmw.DefaultKeyPattern)
 		if err != nil {
-			return badKey(k)
+			return nil, badKey(k)
 		}
 		keys[i] = c
 	}
-	e, err := connect(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	return keys, nil
+}
 
+// enqueue publishes one request per key, in order, and prints each stream id.
+func enqueue(ctx context.Context, s *session, cfg *config.Enqueue, keys []string) error {
+	e, stdout := s.env, s.stdout
 	pub := pipeline.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes)
 	stream := e.topology.Stream(cfg.Agent, cfg.Branch, cfg.UserTriggered)
 	for i, key := range keys {

@@ -28,18 +28,14 @@ refuses the credentials (401/403) or Redis cannot be reached.
 // and the next sweep tries again.
 func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Fetch
-	pos, err := loadCmd("fetch", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
-	}
-	e, jc, err := connectJira(ctx, &cfg.Common, &cfg.Jira, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	return operator{name: "fetch", settings: &cfg, common: &cfg.Common, jira: &cfg.Jira,
+		work: func(ctx context.Context, s *session) error { return fetch(ctx, s, &cfg) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+// fetch sweeps once, or every cfg.Interval until ctx ends.
+func fetch(ctx context.Context, s *session, cfg *config.Fetch) error {
+	e, jc, stdout := s.env, s.jira, s.stdout
 	locker, err := e.newLocker(lockmw.Options{}) // the workers' key layout
 
 	if err != nil {
@@ -64,7 +60,7 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return nil
 		}
 		if err != nil {
-			err = explainFetchError(err, &cfg)
+			err = explainFetchError(err, cfg)
 			if cfg.Once || fetcher.Fatal(err) {
 				return err
 			}

@@ -25,19 +25,20 @@ cross the network. Streams are capped by MAX_LEN, which bounds it.
 // runHistory prints every event of one issue, in order.
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Inspect
-	pos, err := loadCmd("history", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("history takes one issue key, e.g. history RHEL-123 (got %q)", pos)
-	}
-	e, in, err := inspector(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	events, err := in.History(ctx, pos[0])
+	return operator{name: "history", settings: &cfg, common: &cfg.Common, inspect: true,
+		check: func(s *session) error {
+			if len(s.pos) != 1 {
+				return usagef("history takes one issue key, e.g. history RHEL-123 (got %q)", s.pos)
+			}
+			return nil
+		},
+		work: func(ctx context.Context, s *session) error { return showHistory(ctx, s, &cfg) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+func showHistory(ctx context.Context, s *session, cfg *config.Inspect) error {
+	pos, stdout, stderr := s.pos, s.stdout, s.stderr
+	events, err := s.in.History(ctx, pos[0])
 	if err != nil {
 		return inputKeyErr(err, pos[0])
 	}

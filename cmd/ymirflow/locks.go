@@ -36,22 +36,39 @@ locks release: 2 round trips.
 // runLocks lists live leases, or force-releases one (locks release AGENT KEY).
 func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Locks
-	pos, err := loadCmd("locks", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
+	return operator{name: "locks", settings: &cfg, common: &cfg.Common, inspect: true,
+		check: checkLocksArgs,
+		work: func(ctx context.Context, s *session) error {
+			if len(s.pos) > 0 {
+				return releaseLock(ctx, s, &cfg, s.pos[1], s.pos[2])
+			}
+			return listLocks(ctx, s, &cfg)
+		},
+	}.run(ctx, args, stdout, stderr)
+}
+
+// checkLocksArgs takes no positional arguments, or release AGENT KEY.
+func checkLocksArgs(s *session) error {
+	pos := s.pos
 	if len(pos) > 0 && pos[0] == "release" {
-		return releaseLock(ctx, &cfg, pos[1:], stdout, stderr)
+		pos = pos[1:]
+		if len(pos) != 2 {
+			return usagef("locks release takes AGENT and KEY, e.g. locks release triage RHEL-123 (got %q)", pos)
+		}
+		if agent := pos[0]; !slices.Contains(pipeline.Agents, agent) {
+			return usagef("unknown agent %q: one of %v", agent, pipeline.Agents)
+		}
+		return nil
 	}
 	if len(pos) > 0 {
 		return usagef("unexpected arguments %q (locks [--agent A] [--issue KEY] or locks release AGENT KEY)", pos)
 	}
-	e, in, err := inspector(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	leases, err := in.Locks(ctx, inspect.LockFilter{Agent: cfg.Agent, Issue: cfg.Issue})
+	return nil
+}
+
+func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
+	stdout, stderr := s.stdout, s.stderr
+	leases, err := s.in.Locks(ctx, inspect.LockFilter{Agent: cfg.Agent, Issue: cfg.Issue})
 	if err != nil {
 		return inputKeyErr(err, cfg.Issue)
 	}
@@ -77,19 +94,9 @@ func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return t.flush()
 }
 
-func releaseLock(ctx context.Context, cfg *config.Locks, pos []string, stdout, stderr io.Writer) error {
-	if len(pos) != 2 {
-		return usagef("locks release takes AGENT and KEY, e.g. locks release triage RHEL-123 (got %q)", pos)
-	}
-	agent, key := pos[0], pos[1]
-	if !slices.Contains(pipeline.Agents, agent) {
-		return usagef("unknown agent %q: one of %v", agent, pipeline.Agents)
-	}
-	e, in, err := inspector(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+// releaseLock force-releases agent's lease of key, after asking (checkLocksArgs checked both).
+func releaseLock(ctx context.Context, s *session, cfg *config.Locks, agent, key string) error {
+	in, stdout, stderr := s.in, s.stdout, s.stderr
 	cur, err := in.Lease(ctx, agent, key)
 	if errors.Is(err, inspect.ErrNotFound) {
 		if cfg.JSON {

@@ -27,19 +27,15 @@ keys (pipelined XRANGE id id), 1 per 500 issues for their leases. No SCAN.
 // runPending prints pending entries per group with the lease guarding each.
 func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Pending
-	pos, err := loadCmd("pending", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q (filter with --agent, --branch, --issue)", pos)
-	}
-	e, in, err := inspector(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	groups, err := in.Pending(ctx, inspect.PendingFilter{Agent: cfg.Agent, Branch: cfg.Branch, Issue: cfg.Issue})
+	return operator{name: "pending", settings: &cfg, common: &cfg.Common, inspect: true,
+		check: noArgs("filter with --agent, --branch, --issue"),
+		work:  func(ctx context.Context, s *session) error { return listPending(ctx, s, &cfg) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+func listPending(ctx context.Context, s *session, cfg *config.Pending) error {
+	stdout, stderr := s.stdout, s.stderr
+	groups, err := s.in.Pending(ctx, inspect.PendingFilter{Agent: cfg.Agent, Branch: cfg.Branch, Issue: cfg.Issue})
 	if err != nil {
 		return inputKeyErr(err, cfg.Issue)
 	}

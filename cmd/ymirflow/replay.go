@@ -31,22 +31,26 @@ on the client for --issue), 1 per event replayed.
 // runReplay re-publishes past events.
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Replay
-	pos, err := loadCmd("replay", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q (the stream goes in --stream)", pos)
-	}
-	route, err := inspect.ResolveStream(pipeline.Topology{Namespace: cfg.Namespace}, cfg.Stream)
-	if err != nil {
-		return usagef("--stream: %v", err)
-	}
-	e, in, err := inspector(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	var route pipeline.Route
+	return operator{name: "replay", settings: &cfg, common: &cfg.Common, inspect: true,
+		check: func(s *session) error {
+			if err := noArgs("the stream goes in --stream")(s); err != nil {
+				return err
+			}
+			var err error
+			route, err = inspect.ResolveStream(pipeline.Topology{Namespace: cfg.Namespace}, cfg.Stream)
+			if err != nil {
+				return usagef("--stream: %v", err)
+			}
+			return nil
+		},
+		work: func(ctx context.Context, s *session) error { return replay(ctx, s, &cfg, route) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+// replay re-publishes the events of route that cfg selects.
+func replay(ctx context.Context, s *session, cfg *config.Replay, route pipeline.Route) error {
+	e, in, stdout, stderr := s.env, s.in, s.stdout, s.stderr
 	whole := (cfg.From == "" || cfg.From == "-") && (cfg.To == "" || cfg.To == "+") && cfg.Issue == ""
 	if whole && !cfg.DryRun {
 		n, err := e.rdb.XLen(ctx, route.Stream).Result()

@@ -28,19 +28,14 @@ XINFO CONSUMERS of every group pipelined).
 // runStreams prints the streams with their groups and consumers.
 func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Inspect
-	pos, err := loadCmd("streams", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
-	}
-	e, in, err := inspector(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	streams, err := in.Streams(ctx)
+	return operator{name: "streams", settings: &cfg, common: &cfg.Common, inspect: true,
+		work: func(ctx context.Context, s *session) error { return listStreams(ctx, s, &cfg) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+func listStreams(ctx context.Context, s *session, cfg *config.Inspect) error {
+	stdout, stderr := s.stdout, s.stderr
+	streams, err := s.in.Streams(ctx)
 	if err != nil {
 		return err
 	}

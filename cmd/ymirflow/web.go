@@ -29,22 +29,23 @@ a token, or with --read-only, the console is read-only. It binds to loopback by 
 // runWeb serves the operator console until ctx ends.
 func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Web
-	pos, err := loadCmd("web", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
-	}
-	token, err := cfg.WriteToken()
-	if err != nil {
-		return err
-	}
-	e, in, err := inspector(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	var token string
+	return operator{name: "web", settings: &cfg, common: &cfg.Common, inspect: true,
+		check: func(s *session) error {
+			if err := noArgs("")(s); err != nil {
+				return err
+			}
+			var err error
+			token, err = cfg.WriteToken()
+			return err
+		},
+		work: func(ctx context.Context, s *session) error { return console(ctx, s, &cfg, token) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+// console serves the console, whose write actions need token ("": read-only).
+func console(ctx context.Context, s *session, cfg *config.Web, token string) error {
+	e, in, stdout := s.env, s.in, s.stdout
 	pipeline.WarnOldServer(ctx, e.rdb, e.log) // README, "Requirements"
 	red := redact.New(append(environSecrets(os.Getenv), ownSecrets(&cfg.Common, "")...)...)
 	srv, err := web.New(web.Config{Inspector: in, Topology: e.topology, Token: token, Redactor: red, Logger: e.log,

@@ -33,22 +33,23 @@ WEBHOOK_SECRET (X-Hub-Signature: sha256=...), unless --insecure-no-signature.
 // in progress finish.
 func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Webhook
-	pos, err := loadCmd("webhook", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
-	}
-	secret, err := cfg.Secret()
-	if err != nil {
-		return err
-	}
-	e, jc, err := connectJira(ctx, &cfg.Common, &cfg.Jira, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	var secret string
+	return operator{name: "webhook", settings: &cfg, common: &cfg.Common, jira: &cfg.Jira,
+		check: func(s *session) error {
+			if err := noArgs("")(s); err != nil {
+				return err
+			}
+			var err error
+			secret, err = cfg.Secret()
+			return err
+		},
+		work: func(ctx context.Context, s *session) error { return receive(ctx, s, &cfg, secret) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+// receive serves the receiver, checking signatures with secret ("": unsigned accepted).
+func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string) error {
+	e, jc, stdout := s.env, s.jira, s.stdout
 	own := cfg.OwnAccounts()
 	if len(own) == 0 {
 		me, err := jc.Myself(ctx)

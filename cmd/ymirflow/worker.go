@@ -37,31 +37,46 @@ something scrapes it.
 // [--branch B] [--runner exec|demo] [--exec CMD]`.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Worker
-	pos, err := loadCmd("worker", &cfg, args, stdout)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
+	var p workerPrep
+	return operator{name: "worker", settings: &cfg, common: &cfg.Common,
+		check: func(s *session) (err error) {
+			p, err = prepareWorker(s, &cfg)
+			return err
+		},
+		work: func(ctx context.Context, s *session) error { return serveWorker(ctx, s, &cfg, p) },
+	}.run(ctx, args, stdout, stderr)
+}
+
+// workerPrep is what a worker settles before it dials Redis.
+type workerPrep struct {
+	agentEnv runners.AgentEnv
+	token    string           // the Jira token
+	red      *redact.Redactor // everything the worker writes passes it
+}
+
+// prepareWorker builds the agent's environment and the worker's redactor, and redacts
+// s.stderr with it: the log, Jira comments, results and dead letters all pass it.
+func prepareWorker(s *session, cfg *config.Worker) (workerPrep, error) {
+	if err := noArgs("")(s); err != nil {
+		return workerPrep{}, err
 	}
 	patterns, err := cfg.RunnerEnvPatterns()
 	if err != nil {
-		return usagef("RUNNER_ENV: %v", err)
+		return workerPrep{}, usagef("RUNNER_ENV: %v", err)
 	}
 	agentEnv := runners.BuildAgentEnv(os.Environ(), patterns)
-	// One redactor for everything this worker writes: its log, Jira comments, results
-	// and dead letters.
 	token, err := cfg.Token()
 	if err != nil {
-		return err
+		return workerPrep{}, err
 	}
 	red := redact.New(append(ownSecrets(&cfg.Common, token), agentEnv.Secrets...)...)
-	stderr = red.Writer(stderr)
-	e, err := connect(ctx, &cfg.Common, stderr)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
+	s.stderr = red.Writer(s.stderr)
+	return workerPrep{agentEnv: agentEnv, token: token, red: red}, nil
+}
+
+// serveWorker runs the worker's router until ctx ends.
+func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPrep) error {
+	e, agentEnv, token, red := s.env, p.agentEnv, p.token, p.red
 	log := e.log
 	pipeline.WarnOldServer(ctx, e.rdb, log) // README, "Requirements"
 
