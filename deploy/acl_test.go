@@ -17,6 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // The users of base/secrets.yaml, applied to a real Redis, can do what their
@@ -31,7 +32,7 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	client := func(key string) redis.UniversalClient { return aclClient(t, srv, sec, key) }
 	worker, operator := client("redis-url"), client("operator-url")
 	workerOpts, _ := pipeline.ClientOptions(strings.Replace(secretValue(sec, "redis-url"), "valkey:6379", srv.Addr(), 1))
-	topo := pipeline.Topology{} // the deployed namespace, ymir
+	topo := event.Topology{} // the deployed namespace, ymir
 	noperm := func(what string, err error) {
 		t.Helper()
 		if err != nil && strings.Contains(err.Error(), "NOPERM") {
@@ -55,26 +56,26 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := pipeline.NewPublisher(worker, 1000)
-	results := pipeline.NewResults(worker, topo.Results(), 1000)
+	pub := event.NewPublisher(worker, 1000)
+	results := event.NewResults(worker, topo.Results(), 1000)
 	runs := make(chan string, 10)
 	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: worker, ClientOptions: workerOpts, Topology: topo,
 		Agent: "triage", Consumer: "w1", BlockTime: 200 * time.Millisecond, MaxIdleTime: 2 * time.Second,
 		ClaimInterval: 100 * time.Millisecond, MaxRetries: 1, MaxLen: 1000, Locker: wlocker,
 		Handler: func(msg *message.Message) error {
-			key := msg.Metadata.Get(pipeline.MetaIssueKey)
+			key := msg.Metadata.Get(event.MetaIssueKey)
 			defer func() { runs <- key }()
 			if key == "RHEL-2" {
-				return pipeline.ErrBadEvent
+				return event.ErrBadEvent
 			}
-			out, err := pipeline.NewEvent(pipeline.EventRebaseRequested, key, pipeline.Task{}, msg)
+			out, err := event.New(event.RebaseRequested, key, event.Task{}, msg)
 			if err != nil {
 				return err
 			}
 			if _, err := pub.PublishID(msg.Context(), topo.Stream("rebase", "c9s", false), out); err != nil {
 				return err
 			}
-			rec := pipeline.RecordFor(msg, "triage", pipeline.EventStageDone)
+			rec := event.RecordFor(msg, "triage", event.StageDone)
 			_, err = results.Add(msg.Context(), rec)
 			return err
 		}})
@@ -86,10 +87,10 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	go func() { done <- r.Run(rctx) }()
 
 	// The operators' user: enqueue by hand.
-	opub := pipeline.NewPublisher(operator, 1000)
+	opub := event.NewPublisher(operator, 1000)
 	for _, key := range []string{"RHEL-1", "RHEL-2"} {
-		task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
-		msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+		task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+		msg, _ := event.New(event.TriageRequested, key, task, nil)
 		if _, err := opub.PublishID(ctx, topo.Stream("triage", "", false), msg); err != nil {
 			t.Fatalf("operator enqueue: %v", err)
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/webhook"
 )
 
@@ -46,7 +46,7 @@ func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := pipeline.Topology{} // the deployed namespace, ymir
+	topo := event.Topology{} // the deployed namespace, ymir
 	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@
 //     nothing is written to Jira and the sweep stops; if the flip fails, the request is out
 //     and the queued marker keeps the next sweep from publishing it again. DRY_RUN (or a
 //     dry-run Jira client) writes nothing to Jira and still publishes. After a sweep that
-//     published, the triage streams are trimmed towards MaxLen with pipeline.Trim, which
+//     published, the triage streams are trimmed towards MaxLen with event.Trim, which
 //     never cuts an entry a group still needs.
 //
 // # Idempotent publish
@@ -46,16 +46,16 @@
 // An issue whose triage request still waits in a triage stream (published, not yet acked)
 // is not published again; this replaces upstream's LRANGE of 26 lists per sweep (lists
 // that never shrank, and that ymir_todo bypassed). It is decided in Redis, O(1) per issue, with a marker key per issue,
-// "<ns>:queued:triage:<KEY>" (pipeline.Topology.Queued), holding "<entry id> <stream>
+// "<ns>:queued:triage:<KEY>" (event.Topology.Queued), holding "<entry id> <stream>
 // <message UUID>". The UUID is there because an id alone does not name an entry for good:
 // a stream deleted and created again restarts its ids, and its first entry takes the id
 // of an old entry published in the same millisecond.
 //
 //   - Every publish is one Lua script: unless the marker names an entry still waiting, XADD
-//     the request (pipeline.Encode, so entries are what pipeline.Publisher writes) and point
+//     the request (event.Encode, so entries are what event.Publisher writes) and point
 //     the marker at it with a TTL (Config.QueuedTTL, default 24h). Check and append are
 //     atomic, so sweeps racing from two processes (the daily and the todo CronJob) still
-//     publish once. pipeline.Publisher cannot take part in a script, hence the own XADD.
+//     publish once. event.Publisher cannot take part in a script, hence the own XADD.
 //   - "Waiting" is read from the stream itself, so no cooperation from the triage handler is
 //     needed: the entry is after the triage group's last-delivered-id and still in the
 //     stream with the marker's UUID (unread; a missing group counts as unread, workers

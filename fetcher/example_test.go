@@ -13,7 +13,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 func Example() {
@@ -23,7 +23,7 @@ func Example() {
 	defer rdb.Close()
 	ns := redistest.Namespace() // keeps the example's keys apart; omit in real use
 	defer redistest.DeleteNamespace(ctx, rdb, ns)
-	topo := pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+	topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
 
 	// A fake Jira: a fresh issue, a maintainer's ymir_todo, a retry, and an issue whose
 	// triage is running right now (its lease is held).

@@ -13,7 +13,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Defaults for Config.
@@ -33,15 +33,15 @@ type Config struct {
 	Redis redis.UniversalClient
 	// Topology names the triage streams, the triage group and the namespace of the queued
 	// markers (YMIR_NAMESPACE).
-	Topology pipeline.Topology
+	Topology event.Topology
 	// Locker gives the lease key names and the key canonicalisation. nil: a Locker on Redis
 	// with Topology.LockScope(), the workers' default.
 	Locker *lockmw.Locker
-	// Stages are the agents whose leases the pre-check looks at; default pipeline.Agents
+	// Stages are the agents whose leases the pre-check looks at; default event.Agents
 	// (triage and every downstream agent).
 	Stages []string
 	// MaxLen is the length the triage streams are trimmed towards after a sweep that
-	// published (MAX_LEN; 0: never trim), with pipeline.Trim, which never removes an entry
+	// published (MAX_LEN; 0: never trim), with event.Trim, which never removes an entry
 	// a consumer group still needs.
 	MaxLen int64
 	// MaxEventBytes bounds a published request (MAX_EVENT_BYTES; 0: the pipeline's default).
@@ -78,7 +78,7 @@ type Config struct {
 type Fetcher struct {
 	jira           *jira.Client
 	rdb            redis.UniversalClient
-	topo           pipeline.Topology
+	topo           event.Topology
 	locker         *lockmw.Locker
 	stages         []string
 	maxLen         int64
@@ -133,7 +133,7 @@ func New(cfg Config) (*Fetcher, error) {
 		f.locker = l
 	}
 	if len(f.stages) == 0 {
-		f.stages = pipeline.Agents
+		f.stages = event.Agents
 	}
 	f.stages = slices.Clone(f.stages)
 	if f.threshold == 0 {
@@ -356,7 +356,7 @@ func (f *Fetcher) trim(ctx context.Context, sum *Summary) {
 			continue
 		}
 		done[o.Stream] = true
-		if n, err := pipeline.Trim(ctx, f.rdb, o.Stream, f.maxLen); err != nil {
+		if n, err := event.Trim(ctx, f.rdb, o.Stream, f.maxLen); err != nil {
 			f.log.Warn().Err(err).Str("stream", o.Stream).Msg("trim failed; the next sweep tries again")
 		} else if n > 0 {
 			f.log.Debug().Str("stream", o.Stream).Int64("removed", n).Msg("stream trimmed")
@@ -429,13 +429,13 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 
 	// Publish first; flip only once the event is out.
 	task := triageTask(key, userTriggered)
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	msg, err := event.New(event.TriageRequested, key, task, nil)
 	if err != nil {
 		return fmt.Errorf("build the triage request for %s: %w", key, err)
 	}
 	stream := f.topo.Stream(triageAgent, "", userTriggered)
-	fields := pipeline.Encode(msg)
-	err = pipeline.CheckEvent(fields, f.maxEventBytes)
+	fields := event.Encode(msg)
+	err = event.CheckEvent(fields, f.maxEventBytes)
 	var id string
 	var fresh bool
 	if err == nil {
@@ -454,7 +454,7 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 	o.Published, o.Stream, o.EntryID, o.Reason = true, stream, id, ""
 	sum.Published++
 	log.Info().Str("stream", stream).Str("entry_id", id).Bool("user_triggered", userTriggered).
-		Str("message_uuid", msg.UUID).Str("correlation_id", msg.Metadata.Get(pipeline.MetaCorrelationID)).
+		Str("message_uuid", msg.UUID).Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).
 		Msg("triage requested")
 
 	switch c.d.trigger {
@@ -552,8 +552,8 @@ func (f *Fetcher) addedByMember(ctx context.Context, key string, known *jira.Use
 }
 
 // triageTask is the Python fetcher's Task.from_issue: a TriageInputSchema dump.
-func triageTask(key string, userTriggered bool) pipeline.Task {
-	t := pipeline.Task{UserTriggered: userTriggered}
+func triageTask(key string, userTriggered bool) event.Task {
+	t := event.Task{UserTriggered: userTriggered}
 	_ = t.Set("issue", key)
 	_ = t.Set("force_cve_triage", false)
 	_ = t.Set("is_older_zstream", false)

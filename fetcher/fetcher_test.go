@@ -18,12 +18,13 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A lease at any stage, not only triage's, keeps the issue and its trigger untouched; the
 // sweep after the release publishes it.
 func TestLockedAtEveryStageKeepsTriggerUntilRelease(t *testing.T) {
-	for _, stage := range pipeline.Agents {
+	for _, stage := range event.Agents {
 		t.Run(stage, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, []fakejira.Issue{todoBy(iss("RHEL-7"), member), iss("RHEL-8", labels.RetryNeeded), iss("RHEL-9")})
@@ -375,18 +376,18 @@ func TestNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	if f.threshold != DefaultStaleLabelThreshold || f.queuedTTL != DefaultQueuedTTL || f.componentField != DefaultComponentField ||
-		!slices.Equal(f.stages, pipeline.Agents) || f.group != "triage" || !f.dryRun {
+		!slices.Equal(f.stages, event.Agents) || f.group != "triage" || !f.dryRun {
 		t.Errorf("defaults: %+v", f)
 	}
 	if got := f.locker.Keys("triage", "RHEL-1").Lock; got != "lock:triage:RHEL-1" {
 		t.Errorf("default lease key %q", got)
 	}
-	if (pipeline.Topology{}).Queued("triage", "RHEL-1") != "ymir:queued:triage:RHEL-1" {
+	if (event.Topology{}).Queued("triage", "RHEL-1") != "ymir:queued:triage:RHEL-1" {
 		t.Error("Topology.Queued")
 	}
 }
 
-// MAX_LEN trims the triage streams after a sweep with pipeline.Trim: entries still waiting
+// MAX_LEN trims the triage streams after a sweep with event.Trim: entries still waiting
 // are never cut, acked ones are (approximately: whole macro nodes).
 func TestTrimKeepsWaitingEntries(t *testing.T) {
 	t.Parallel()

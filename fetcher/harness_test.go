@@ -23,7 +23,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const (
@@ -38,7 +38,7 @@ type harness struct {
 	ctx    context.Context
 	rdb    redis.UniversalClient
 	ns     string
-	topo   pipeline.Topology
+	topo   event.Topology
 	locker *lockmw.Locker
 	srv    *fakejira.Server
 	url    string
@@ -127,7 +127,7 @@ func newHarness(t testing.TB, issues []fakejira.Issue, opts ...harnessOpt) *harn
 	for _, o := range opts {
 		o(h, &fo)
 	}
-	h.topo = pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+	h.topo = event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
 	h.srv = fakejira.New(fo)
 	ts := httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(ts.Close)
@@ -237,7 +237,7 @@ func (h *harness) sweep(mod ...func(*Config)) Summary {
 type queued struct {
 	Stream, ID, Key string
 	UserTriggered   bool
-	Task            pipeline.Task
+	Task            event.Task
 	Meta            map[string]string
 	Payload         string
 }
@@ -253,8 +253,8 @@ func (h *harness) streamEntries() []queued {
 			h.t.Fatal(err)
 		}
 		for _, x := range xs {
-			msg := pipeline.DecodeEntry(s, x.ID, x.Values)
-			task, err := pipeline.ParseTask(msg.Payload)
+			msg := event.DecodeEntry(s, x.ID, x.Values)
+			task, err := event.ParseTask(msg.Payload)
 			if err != nil {
 				h.t.Fatalf("entry %s: %v", x.ID, err)
 			}
@@ -262,7 +262,7 @@ func (h *harness) streamEntries() []queued {
 			for k, v := range msg.Metadata {
 				meta[k] = v
 			}
-			out = append(out, queued{Stream: s, ID: x.ID, Key: msg.Metadata.Get(pipeline.MetaIssueKey),
+			out = append(out, queued{Stream: s, ID: x.ID, Key: msg.Metadata.Get(event.MetaIssueKey),
 				UserTriggered: task.UserTriggered, Task: task, Meta: meta, Payload: string(msg.Payload)})
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // roundTrips counts what a go-redis client sends: one per command outside a pipeline, one
@@ -50,7 +50,7 @@ func TestPrecheckIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
-	topo := pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+	topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
 	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
 	jc, _ := jira.New(jira.Options{})
 	f, err := New(Config{Jira: jc, Redis: rdb, Topology: topo, Locker: locker, JQL: "x"})
@@ -82,7 +82,7 @@ func TestPrecheckIsOneRoundTrip(t *testing.T) {
 	}
 
 	// Leases at every stage.
-	for i, a := range pipeline.Agents {
+	for i, a := range event.Agents {
 		if _, err := locker.Acquire(ctx, a, fmt.Sprintf("RT-%d", 10+i), lockmw.AcquireOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestPrecheckIsOneRoundTrip(t *testing.T) {
 		t.Logf("batch of %d: %d round trip, %d commands", n, trips, cmds)
 	}
 	res, _, _ := measure(keysN(1, 20))
-	for i, a := range pipeline.Agents {
+	for i, a := range event.Agents {
 		if got := res.locked[fmt.Sprintf("RT-%d", 10+i)]; got != a {
 			t.Errorf("RT-%d locked by %q, want %s", 10+i, got, a)
 		}
@@ -107,8 +107,8 @@ func TestPrecheckIsOneRoundTrip(t *testing.T) {
 	// Issues RT-100..104 were published and wait unread.
 	for i := 100; i < 105; i++ {
 		k := fmt.Sprintf("RT-%d", i)
-		msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, k, triageTask(k, false), nil)
-		if _, _, err := f.publish(ctx, k, topo.Stream("triage", "", false), pipeline.Encode(msg)); err != nil {
+		msg, _ := event.New(event.TriageRequested, k, triageTask(k, false), nil)
+		if _, _, err := f.publish(ctx, k, topo.Stream("triage", "", false), event.Encode(msg)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -244,7 +244,7 @@ func benchEnv(b *testing.B, size int) *benchFixture {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
 	ctx := context.Background()
-	topo := pipeline.Topology{}
+	topo := event.Topology{}
 	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
 	const leases, candidates = 1000, 1000
 	fx := &benchFixture{rdb: rdb, addr: srv.Addr()}
@@ -258,7 +258,7 @@ func benchEnv(b *testing.B, size int) *benchFixture {
 			issue = fx.candidates[i*10]
 			fx.wantLocked++
 		}
-		pipe.Set(ctx, locker.Keys(pipeline.Agents[i%len(pipeline.Agents)], issue).Lock, "token", time.Hour)
+		pipe.Set(ctx, locker.Keys(event.Agents[i%len(event.Agents)], issue).Lock, "token", time.Hour)
 	}
 	for i := 0; i < size-leases; i++ {
 		pipe.Set(ctx, fmt.Sprintf("mr_metadata:backport:pkg%d:%016x", i%500, i), "{}", 0)
@@ -346,7 +346,7 @@ func TestPublishScript(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
-	topo := pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+	topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
 	jc, _ := jira.New(jira.Options{})
 	f, err := New(Config{Jira: jc, Redis: rdb, Topology: topo, JQL: "x", QueuedTTL: time.Minute})
 	if err != nil {
@@ -355,8 +355,8 @@ func TestPublishScript(t *testing.T) {
 	s, todo := topo.Stream("triage", "", false), topo.Stream("triage", "", true)
 	pub := func(key, stream string) (string, bool) {
 		t.Helper()
-		msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, key, triageTask(key, false), nil)
-		id, fresh, err := f.publish(ctx, key, stream, pipeline.Encode(msg))
+		msg, _ := event.New(event.TriageRequested, key, triageTask(key, false), nil)
+		id, fresh, err := f.publish(ctx, key, stream, event.Encode(msg))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +366,7 @@ func TestPublishScript(t *testing.T) {
 	if !fresh {
 		t.Fatal("first publish not fresh")
 	}
-	uuid, _ := rdb.XRange(ctx, s, id1, id1).Val()[0].Values[pipeline.FieldUUID].(string)
+	uuid, _ := rdb.XRange(ctx, s, id1, id1).Val()[0].Values[event.FieldUUID].(string)
 	if m := rdb.Get(ctx, topo.Queued("triage", "RHEL-1")).Val(); uuid == "" || m != id1+" "+s+" "+uuid {
 		t.Errorf("marker %q, want %q", m, id1+" "+s+" "+uuid)
 	}
@@ -433,8 +433,8 @@ func TestRecreatedStreamReusesAnID(t *testing.T) {
 			old := h.rdb.XRange(h.ctx, stream, "-", "+").Val()[0]
 			values := old.Values
 			if !tc.own {
-				msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-1", triageTask("RHEL-1", false), nil)
-				values = pipeline.Encode(msg)
+				msg, _ := event.New(event.TriageRequested, "RHEL-1", triageTask("RHEL-1", false), nil)
+				values = event.Encode(msg)
 			}
 			h.rdb.Del(h.ctx, stream)
 			if err := h.rdb.XAdd(h.ctx, &redis.XAddArgs{Stream: stream, ID: old.ID, Values: values}).Err(); err != nil {
@@ -452,8 +452,8 @@ func TestRecreatedStreamReusesAnID(t *testing.T) {
 				t.Errorf("pre-check: queued %v, want %v (marker %q, entry %s %v)", pre.queued, tc.queued,
 					h.rdb.Get(h.ctx, h.topo.Queued("triage", "RHEL-2")).Val(), old.ID, values)
 			}
-			msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-2", triageTask("RHEL-2", false), nil)
-			id, fresh, err := f.publish(h.ctx, "RHEL-2", stream, pipeline.Encode(msg))
+			msg, _ := event.New(event.TriageRequested, "RHEL-2", triageTask("RHEL-2", false), nil)
+			id, fresh, err := f.publish(h.ctx, "RHEL-2", stream, event.Encode(msg))
 			if err != nil {
 				t.Fatal(err)
 			}

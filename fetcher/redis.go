@@ -11,14 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // publishScript appends an entry unless the marker names one still waiting, and
 // points the marker at the new entry, atomically. It appends without MAXLEN: trimming is
-// pipeline.Trim's, which never cuts an entry a group still needs.
+// event.Trim's, which never cuts an entry a group still needs.
 // KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3] the
-// message UUID field (pipeline.FieldUUID), ARGV[4..] field, value, ... Returns
+// message UUID field (event.FieldUUID), ARGV[4..] field, value, ... Returns
 // {0, waiting id} or {1, new id}.
 var publishScript = redis.NewScript(publishLua)
 
@@ -62,7 +62,7 @@ func (m marker) names(entry *redis.XMessage) bool {
 	if m.uuid == "" {
 		return true
 	}
-	v, _ := entry.Values[pipeline.FieldUUID].(string)
+	v, _ := entry.Values[event.FieldUUID].(string)
 	return v == m.uuid
 }
 
@@ -278,7 +278,7 @@ func (f *Fetcher) publish(ctx context.Context, key, stream string, fields map[st
 	}
 	sort.Strings(names)
 	args := make([]any, 0, 3+2*len(names))
-	args = append(args, f.group, f.queuedTTL.Milliseconds(), pipeline.FieldUUID)
+	args = append(args, f.group, f.queuedTTL.Milliseconds(), event.FieldUUID)
 	for _, k := range names {
 		args = append(args, k, fields[k])
 	}

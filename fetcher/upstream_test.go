@@ -15,7 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // upCase is one port of a test of the Python fetcher's unit tests
@@ -215,13 +215,13 @@ func TestUpstreamFetcherCases(t *testing.T) {
 				if mustJSON(t, got) != mustJSON(t, want) {
 					t.Errorf("payload %s\nwant Task.from_issue %s", mustJSON(t, got), mustJSON(t, want))
 				}
-				for k, v := range map[string]string{pipeline.MetaEventType: pipeline.EventTriageRequested, pipeline.MetaIssueKey: "RHEL-1",
-					pipeline.MetaSchemaVersion: pipeline.SchemaVersion, pipeline.MetaUserTriggered: "false", pipeline.MetaAttempt: "0"} {
+				for k, v := range map[string]string{event.MetaEventType: event.TriageRequested, event.MetaIssueKey: "RHEL-1",
+					event.MetaSchemaVersion: event.SchemaVersion, event.MetaUserTriggered: "false", event.MetaAttempt: "0"} {
 					if q.Meta[k] != v {
 						t.Errorf("metadata %s = %q, want %q", k, q.Meta[k], v)
 					}
 				}
-				if q.Meta[pipeline.MetaCorrelationID] == "" {
+				if q.Meta[event.MetaCorrelationID] == "" {
 					t.Error("no correlation_id")
 				}
 				if o, _ := s.Outcome("RHEL-1"); o.EntryID != q.ID || o.Trigger != TriggerFresh {
@@ -574,8 +574,8 @@ func all(fs ...checkFn) checkFn {
 func wantUserTriggered(key string, want bool) checkFn {
 	return func(t *testing.T, h *harness, s Summary) {
 		for _, q := range h.streamEntries() {
-			if q.Key == key && (q.UserTriggered != want || q.Meta[pipeline.MetaUserTriggered] != strings.ToLower(boolStr(want))) {
-				t.Errorf("%s: user_triggered %v / %q, want %v", key, q.UserTriggered, q.Meta[pipeline.MetaUserTriggered], want)
+			if q.Key == key && (q.UserTriggered != want || q.Meta[event.MetaUserTriggered] != strings.ToLower(boolStr(want))) {
+				t.Errorf("%s: user_triggered %v / %q, want %v", key, q.UserTriggered, q.Meta[event.MetaUserTriggered], want)
 			}
 		}
 	}
@@ -668,11 +668,11 @@ func publishedAfterRelease(agent, key, want string, labels ...string) checkFn {
 func prePublish(t *testing.T, h *harness, key string, todo bool) {
 	t.Helper()
 	f := h.fetcher()
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, triageTask(key, todo), nil)
+	msg, err := event.New(event.TriageRequested, key, triageTask(key, todo), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, fresh, err := f.publish(h.ctx, key, h.topo.Stream("triage", "", todo), pipeline.Encode(msg)); err != nil || !fresh {
+	if _, fresh, err := f.publish(h.ctx, key, h.topo.Stream("triage", "", todo), event.Encode(msg)); err != nil || !fresh {
 		t.Fatalf("prePublish %s: %v %v", key, fresh, err)
 	}
 }

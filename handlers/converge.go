@@ -7,7 +7,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -21,7 +21,7 @@ func stateLabels() []string {
 			out = append(out, l)
 		}
 	}
-	for _, a := range pipeline.Agents[1:] {
+	for _, a := range event.Agents[1:] {
 		out = append(out, labels.DoneFor(a), labels.FailedFor(a), labels.ErroredFor(a))
 	}
 	return out
@@ -37,13 +37,13 @@ func otherState(keep ...string) []string {
 // impliedLabels returns the state labels that an issue's terminal records (newest first)
 // imply: the newest triage outcome decides, and for rebase, backport and rebuild the
 // newest outcome of that agent recorded after it. Nil when no triage outcome is known.
-func impliedLabels(recs []pipeline.Record) []string {
-	ti := slices.IndexFunc(recs, func(r pipeline.Record) bool { return r.Agent == "triage" && r.Outcome != "skipped" })
+func impliedLabels(recs []event.Record) []string {
+	ti := slices.IndexFunc(recs, func(r event.Record) bool { return r.Agent == "triage" && r.Outcome != "skipped" })
 	if ti < 0 {
 		return nil
 	}
 	tr := recs[ti]
-	if tr.EventType == pipeline.EventStageFailed {
+	if tr.EventType == event.StageFailed {
 		return []string{labels.TriageErrored}
 	}
 	label := ResolutionLabel(tr.Outcome)
@@ -55,7 +55,7 @@ func impliedLabels(recs []pipeline.Record) []string {
 			if r.Agent != tr.Outcome {
 				continue
 			}
-			if r.EventType == pipeline.EventStageFailed {
+			if r.EventType == event.StageFailed {
 				return []string{labels.ErroredFor(r.Agent)}
 			}
 			return []string{labels.DoneFor(r.Agent)}
@@ -74,7 +74,7 @@ const convergeWait = 30 * time.Second
 // own writes assert its state, so converge waits for it to end (up to the lease TTL,
 // at most convergeWait) and then reads the outcome it recorded. Best effort: failures
 // are logged, and a pause here is bounded by the next write of a newer holder.
-func (h *handler) converge(parent context.Context, ev *event) {
+func (h *handler) converge(parent context.Context, ev *job) {
 	lease, ok := lockmw.LeaseFrom(parent)
 	if !ok || h.cfg.Jira == nil {
 		return
@@ -149,9 +149,9 @@ func (h *handler) converge(parent context.Context, ev *event) {
 
 // liveHolder names an agent that holds a live lease of the issue other than this run's
 // own (one round trip for every agent's lease), or "".
-func (h *handler) liveHolder(ctx context.Context, locker *lockmw.Locker, ev *event) (string, error) {
-	refs := make([]lockmw.Ref, 0, len(pipeline.Agents))
-	for _, a := range pipeline.Agents {
+func (h *handler) liveHolder(ctx context.Context, locker *lockmw.Locker, ev *job) (string, error) {
+	refs := make([]lockmw.Ref, 0, len(event.Agents))
+	for _, a := range event.Agents {
 		refs = append(refs, lockmw.Ref{Agent: a, Issue: ev.key})
 	}
 	infos, err := locker.InspectMany(ctx, refs)

@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // errCleanFailure marks a runner's {"success": false}.
@@ -46,7 +46,7 @@ func (h *handler) downstream(msg *message.Message) error {
 	}
 	detail := map[string]any{"label": done, "merge_request_url": res.MergeRequestURL,
 		"target_branch": ev.task.Str("target_branch"), "branch": h.cfg.Branch}
-	if err := h.record(ctx, ev, pipeline.EventStageDone, done, detail); err != nil {
+	if err := h.record(ctx, ev, event.StageDone, done, detail); err != nil {
 		return err
 	}
 	ev.log.Info().Str("label", done).Str("merge_request_url", res.MergeRequestURL).Msg(agent + " done")
@@ -54,7 +54,7 @@ func (h *handler) downstream(msg *message.Message) error {
 	return nil
 }
 
-func (h *handler) downstreamFailed(ctx context.Context, ev *event, cause error) error {
+func (h *handler) downstreamFailed(ctx context.Context, ev *job, cause error) error {
 	agent := h.cfg.Agent
 	if a := aborted(ctx); a != nil {
 		return fmt.Errorf("%s of %s interrupted: %w: %w", agent, ev.key, a, cause)
@@ -79,7 +79,7 @@ func (h *handler) downstreamFailed(ctx context.Context, ev *event, cause error) 
 		}
 		ev.p.labelled = true
 	}
-	if err := h.record(wctx, ev, pipeline.EventStageFailed, errored,
+	if err := h.record(wctx, ev, event.StageFailed, errored,
 		map[string]any{"error": cause.Error(), "attempts": ev.delivery, "branch": h.cfg.Branch}); err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -31,7 +31,7 @@ func TestDownstreamSuccessLabels(t *testing.T) {
 			}
 			e.wantLabels("RHEL-20", "cve", labels.DoneFor(agent))
 			recs := e.recordsOf("RHEL-20", agent)
-			if len(recs) != 1 || recs[0]["event_type"] != pipeline.EventStageDone || recs[0]["outcome"] != labels.DoneFor(agent) {
+			if len(recs) != 1 || recs[0]["event_type"] != event.StageDone || recs[0]["outcome"] != labels.DoneFor(agent) {
 				t.Fatalf("records %v", recs)
 			}
 			if d := detail(t, recs[0]); d["merge_request_url"] != "https://mr/1" || d["target_branch"] != "rhel-9.6.0" {
@@ -79,7 +79,7 @@ func TestDownstreamFailureLabels(t *testing.T) {
 			}
 			e.wantLabels("RHEL-21", c.lastLabels...)
 			recs := e.recordsOf("RHEL-21", "backport")
-			if len(recs) != 1 || recs[0]["event_type"] != pipeline.EventStageFailed || recs[0]["outcome"] != "ymir_backport_errored" {
+			if len(recs) != 1 || recs[0]["event_type"] != event.StageFailed || recs[0]["outcome"] != "ymir_backport_errored" {
 				t.Fatalf("records %v", recs)
 			}
 			if c.r.n() != 3 {
@@ -156,7 +156,7 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 	triage := e.handler("triage", "", r)
 	h := mw.Handler(func(msg *message.Message) ([]*message.Message, error) { return nil, triage(msg) })
 	msg := triageMsg(t, "RHEL-24", false, "")
-	msg.Metadata.Set(pipeline.MetaAttempt, "1")
+	msg.Metadata.Set(event.MetaAttempt, "1")
 	_, err = h(msg)
 	if !errors.Is(err, lockmw.ErrLeaseLost) {
 		t.Fatalf("err = %v, want ErrLeaseLost", err)
@@ -176,7 +176,7 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 	r.mu.Lock()
 	r.during = nil
 	r.mu.Unlock()
-	msg.Metadata.Set(pipeline.MetaAttempt, "2")
+	msg.Metadata.Set(event.MetaAttempt, "2")
 	if _, err := h(msg); err != nil {
 		t.Fatal(err)
 	}

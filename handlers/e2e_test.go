@@ -15,16 +15,16 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
 // publishTriage writes a triage request as `ymirflow enqueue` does.
 func (e *env) publishTriage(key string, userTriggered bool) {
 	e.t.Helper()
-	task := pipeline.Task{UserTriggered: userTriggered}
+	task := event.Task{UserTriggered: userTriggered}
 	_ = task.Set("issue", key)
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	msg, err := event.New(event.TriageRequested, key, task, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -76,10 +76,10 @@ func TestEndToEndTriageToRebase(t *testing.T) {
 		}
 		e.wantLabels(is.Key, want...)
 		tr, rb := e.recordsOf(is.Key, "triage"), e.recordsOf(is.Key, "rebase")
-		if len(tr) != 1 || tr[0]["event_type"] != pipeline.EventStageDone || tr[0]["outcome"] != "rebase" {
+		if len(tr) != 1 || tr[0]["event_type"] != event.StageDone || tr[0]["outcome"] != "rebase" {
 			t.Fatalf("%s triage records %v", is.Key, tr)
 		}
-		if len(rb) != 1 || rb[0]["event_type"] != pipeline.EventStageDone || rb[0]["outcome"] != labels.Rebased {
+		if len(rb) != 1 || rb[0]["event_type"] != event.StageDone || rb[0]["outcome"] != labels.Rebased {
 			t.Fatalf("%s rebase records %v", is.Key, rb)
 		}
 		if tr[0]["correlation_id"] != rb[0]["correlation_id"] || tr[0]["correlation_id"] == "" {
@@ -126,12 +126,12 @@ func TestEndToEndRetriesExhaustedGoToDead(t *testing.T) {
 	}
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.entries(e.topo.Dead())) == 1 }, "dead letter")
 	dead := e.entries(e.topo.Dead())[0].Values
-	if dead[pipeline.DeadFieldAttempts] != "2" || !hasPrefix(dead[pipeline.DeadFieldError].(string), "backport of RHEL-300 failed 2 times") {
+	if dead[event.DeadFieldAttempts] != "2" || !hasPrefix(dead[event.DeadFieldError].(string), "backport of RHEL-300 failed 2 times") {
 		t.Fatalf("dead letter %v", dead)
 	}
 	e.wantLabels("RHEL-300", "ymir_backport_errored")
 	recs := e.recordsOf("RHEL-300", "backport")
-	if len(recs) != 1 || recs[0]["event_type"] != pipeline.EventStageFailed || recs[0]["outcome"] != "ymir_backport_errored" {
+	if len(recs) != 1 || recs[0]["event_type"] != event.StageFailed || recs[0]["outcome"] != "ymir_backport_errored" {
 		t.Fatalf("records %v", recs)
 	}
 	if runs.Load() != 2 {
@@ -231,7 +231,7 @@ func TestEndToEndExecBadOutputRetriedThenDead(t *testing.T) {
 	}
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.entries(e.topo.Dead())) == 1 }, "dead letter")
 	dead := e.entries(e.topo.Dead())[0].Values
-	msg := dead[pipeline.DeadFieldError].(string)
+	msg := dead[event.DeadFieldError].(string)
 	if !strings.Contains(msg, "not a valid result") || !strings.Contains(msg, "attempt 2 of RHEL-600") {
 		t.Fatalf("dead letter error %q", msg)
 	}

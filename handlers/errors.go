@@ -9,7 +9,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // retryLater marks an error that is not the event's fault (Jira or Redis unavailable)
@@ -25,13 +25,13 @@ func (e *retryLater) Unwrap() []error { return []error{e.err, lockmw.ErrTransien
 // a missing issue is a bad event (dead-lettered at once); an outage (429, 5xx, network,
 // and 401/403, which an operator must fix) is retried with backoff by the pipeline and,
 // once the attempts are used up, left pending for redelivery instead of dead-lettered.
-func (h *handler) jiraErr(ctx context.Context, ev *event, what string, err error) error {
+func (h *handler) jiraErr(ctx context.Context, ev *job, what string, err error) error {
 	wrapped := fmt.Errorf("%s of %s: jira: %s: %w", h.cfg.Agent, ev.key, what, err)
 	if a := aborted(ctx); a != nil {
 		return fmt.Errorf("%w: %w", wrapped, a)
 	}
 	if errors.Is(err, jira.ErrNotFound) {
-		return fmt.Errorf("%w: %w", pipeline.ErrBadEvent, wrapped)
+		return fmt.Errorf("%w: %w", event.ErrBadEvent, wrapped)
 	}
 	if errors.Is(err, lockmw.ErrLeaseLost) {
 		return wrapped // refused by the fence (logged there): the pipeline redelivers
@@ -52,7 +52,7 @@ func (h *handler) jiraErr(ctx context.Context, ev *event, what string, err error
 // redisErr classifies a failed Redis write (publish, results): a lost lease or an
 // interruption passes through (the pipeline redelivers), anything else is retried and,
 // once the attempts are used up, left pending.
-func (h *handler) redisErr(ctx context.Context, ev *event, what string, err error) error {
+func (h *handler) redisErr(ctx context.Context, ev *job, what string, err error) error {
 	wrapped := fmt.Errorf("%s of %s: %s: %w", h.cfg.Agent, ev.key, what, err)
 	if a := aborted(ctx); a != nil {
 		return fmt.Errorf("%w: %w", wrapped, a)

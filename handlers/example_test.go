@@ -10,7 +10,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -20,7 +20,7 @@ func ExampleNew() {
 	defer rdb.Close()
 	ns := redistest.Namespace() // keeps the example's keys apart; omit in real use
 	defer redistest.DeleteNamespace(context.Background(), rdb, ns)
-	topo := pipeline.Topology{Namespace: ns + "ymir"}
+	topo := event.Topology{Namespace: ns + "ymir"}
 
 	fj := fakejira.New(fakejira.Options{Issues: []fakejira.Issue{{Key: "RHEL-1", Labels: []string{"ymir_todo"}}}})
 	defer fj.Close()
@@ -31,20 +31,20 @@ func ExampleNew() {
 		return runners.Result{Resolution: "backport", TargetBranch: "rhel-9.6.0", Data: []byte(`{"package":"curl"}`)}, nil
 	})
 	h, err := handlers.New(handlers.Config{Agent: "triage", Runner: agent, Jira: jc,
-		Publisher: pipeline.NewPublisher(rdb, 0), Results: pipeline.NewResults(rdb, topo.Results(), 0), Topology: topo})
+		Publisher: event.NewPublisher(rdb, 0), Results: event.NewResults(rdb, topo.Results(), 0), Topology: topo})
 	if err != nil {
 		panic(err)
 	}
 	// Normally pipeline.NewRouter calls h under the issue's lease; here, by hand.
-	task := pipeline.Task{UserTriggered: true}
+	task := event.Task{UserTriggered: true}
 	_ = task.Set("issue", "RHEL-1")
-	msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-1", task, nil)
+	msg, _ := event.New(event.TriageRequested, "RHEL-1", task, nil)
 	if err := h(msg); err != nil {
 		panic(err)
 	}
 
 	fmt.Println("labels:", fj.Labels("RHEL-1"))
-	stream, _ := handlers.Dispatch(pipeline.Topology{}, "backport", "rhel-9.6.0", true)
+	stream, _ := handlers.Dispatch(event.Topology{}, "backport", "rhel-9.6.0", true)
 	fmt.Println("dispatched to:", stream)
 	n, _ := rdb.XLen(context.Background(), topo.Stream("backport", "c9s", true)).Result()
 	fmt.Println("requests waiting:", n)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // FailureNotice returns the pipeline.RouterConfig.OnDead of cfg's agent: when a
@@ -21,7 +22,7 @@ func FailureNotice(cfg Config) func(ctx context.Context, d pipeline.Dead) {
 	}
 	log := cfg.Logger.With().Str("agent", cfg.Agent).Logger()
 	return func(ctx context.Context, d pipeline.Dead) {
-		key := d.Msg.Metadata.Get(pipeline.MetaIssueKey)
+		key := d.Msg.Metadata.Get(event.MetaIssueKey)
 		if key == "" || !userTriggered(d) {
 			return
 		}
@@ -45,9 +46,9 @@ func FailureComment(agent, key, outcome string, attempts int, deadID string) str
 }
 
 func userTriggered(d pipeline.Dead) bool {
-	if d.Msg.Metadata.Get(pipeline.MetaUserTriggered) == "true" {
+	if d.Msg.Metadata.Get(event.MetaUserTriggered) == "true" {
 		return true
 	}
-	t, err := pipeline.ParseTask(d.Msg.Payload)
+	t, err := event.ParseTask(d.Msg.Payload)
 	return err == nil && t.UserTriggered
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -99,7 +99,7 @@ func (w *fenceWorld) handle(t *testing.T, agent string, h message.NoPublishHandl
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg.Metadata.Set(pipeline.MetaAttempt, "1")
+	msg.Metadata.Set(event.MetaAttempt, "1")
 	_, err = mw.Handler(func(m *message.Message) ([]*message.Message, error) { return nil, h(m) })(msg)
 	return err
 }
@@ -132,9 +132,9 @@ func (w *fenceWorld) expireAndTakeOver(t *testing.T, agent, key string) *lockmw.
 func (w *fenceWorld) peerRun(t *testing.T, le *lockmw.Lease, key string) {
 	t.Helper()
 	ctx := context.Background()
-	for _, rec := range []pipeline.Record{
-		{EventType: pipeline.EventStageDone, Agent: "triage", IssueKey: key, Outcome: "backport", Fence: "2"},
-		{EventType: pipeline.EventStageDone, Agent: "backport", IssueKey: key, Outcome: labels.Backported, Fence: "1"},
+	for _, rec := range []event.Record{
+		{EventType: event.StageDone, Agent: "triage", IssueKey: key, Outcome: "backport", Fence: "2"},
+		{EventType: event.StageDone, Agent: "backport", IssueKey: key, Outcome: labels.Backported, Fence: "1"},
 	} {
 		if _, err := w.e.results.Add(ctx, rec); err != nil {
 			t.Fatal(err)

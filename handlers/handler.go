@@ -13,6 +13,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -27,10 +28,10 @@ type Config struct {
 	Jira JiraAPI
 	// Publisher publishes triage's downstream requests (required for triage). Inside a
 	// lock middleware handler its publishes are fenced.
-	Publisher *pipeline.Publisher
+	Publisher *event.Publisher
 	// Results receives every terminal outcome.
-	Results  *pipeline.Results
-	Topology pipeline.Topology
+	Results  *event.Results
+	Topology event.Topology
 	// MaxRetries is the router's number of attempts (RouterConfig.MaxRetries); the last
 	// one writes the _errored label. Default pipeline.DefaultMaxRetries.
 	MaxRetries int
@@ -60,7 +61,7 @@ func (nopFences) FencedWriteRaced(string, string)   {}
 
 // New returns the handler of cfg.Agent, to be given to pipeline.RouterConfig.Handler.
 func New(cfg Config) (message.NoPublishHandlerFunc, error) {
-	if err := pipeline.CheckAgent(cfg.Agent, cfg.Branch); err != nil {
+	if err := event.CheckAgent(cfg.Agent, cfg.Branch); err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
 	if cfg.Runner == nil {
@@ -125,10 +126,10 @@ const (
 	memoMax = 10_000
 )
 
-// event is one attempt at one message.
-type event struct {
+// job is one attempt at one message.
+type job struct {
 	msg           *message.Message
-	task          pipeline.Task
+	task          event.Task
 	key           string
 	memoKey       string
 	p             *progress
@@ -140,27 +141,27 @@ type event struct {
 	log           zerolog.Logger
 }
 
-func (h *handler) begin(msg *message.Message) (*event, error) {
-	task, err := pipeline.ParseTask(msg.Payload)
+func (h *handler) begin(msg *message.Message) (*job, error) {
+	task, err := event.ParseTask(msg.Payload)
 	if err != nil {
 		return nil, err
 	}
-	raw := msg.Metadata.Get(pipeline.MetaIssueKey)
+	raw := msg.Metadata.Get(event.MetaIssueKey)
 	if raw == "" {
 		raw = task.IssueKey()
 	}
 	key, err := lockmw.Canonicalize(raw, lockmw.DefaultKeyPattern)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", pipeline.ErrBadEvent, err)
+		return nil, fmt.Errorf("%w: %w", event.ErrBadEvent, err)
 	}
-	ev := &event{msg: msg, task: task, key: key}
-	ev.userTriggered = task.UserTriggered || msg.Metadata.Get(pipeline.MetaUserTriggered) == "true"
-	ev.attempt, _ = strconv.Atoi(msg.Metadata.Get(pipeline.MetaAttempt))
+	ev := &job{msg: msg, task: task, key: key}
+	ev.userTriggered = task.UserTriggered || msg.Metadata.Get(event.MetaUserTriggered) == "true"
+	ev.attempt, _ = strconv.Atoi(msg.Metadata.Get(event.MetaAttempt))
 	ev.attempt = max(ev.attempt, 1)
 	if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
 		ev.fence = lease.Fence()
 	}
-	ev.memoKey = pipeline.EntryID(msg) + "|" + msg.UUID
+	ev.memoKey = event.EntryID(msg) + "|" + msg.UUID
 
 	h.mu.Lock()
 	now := h.now()
@@ -188,13 +189,13 @@ func (h *handler) begin(msg *message.Message) (*event, error) {
 	ev.p = p
 	ev.delivery = ev.attempt - p.base + 1
 	ev.last = ev.delivery >= h.cfg.MaxRetries
-	ev.log = h.log.With().Str("issue_key", key).Str("message_id", pipeline.EntryID(msg)).
-		Str("correlation_id", msg.Metadata.Get(pipeline.MetaCorrelationID)).Int64("fence", ev.fence).
+	ev.log = h.log.With().Str("issue_key", key).Str("message_id", event.EntryID(msg)).
+		Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).Int64("fence", ev.fence).
 		Int("attempt", ev.delivery).Logger()
 	return ev, nil
 }
 
-func (h *handler) forget(ev *event) {
+func (h *handler) forget(ev *job) {
 	h.mu.Lock()
 	delete(h.memo, ev.memoKey)
 	h.mu.Unlock()

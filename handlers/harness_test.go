@@ -22,6 +22,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -32,10 +33,10 @@ type env struct {
 	t       testing.TB
 	rdb     *redis.Client
 	ns      string
-	topo    pipeline.Topology
+	topo    event.Topology
 	opts    *redis.UniversalOptions
-	pub     *pipeline.Publisher
-	results *pipeline.Results
+	pub     *event.Publisher
+	results *event.Results
 	fj      *fakejira.Server
 	jc      *jira.Client
 	log     zerolog.Logger
@@ -58,7 +59,7 @@ func newEnv(t testing.TB, issues ...fakejira.Issue) *env {
 		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).With().Timestamp().Str("test", t.Name()).Logger()
 	}
 	return &env{Env: re, t: t, rdb: rdb, ns: ns, topo: topo, opts: opts, pub: re.Publisher,
-		results: pipeline.NewResults(rdb, topo.Results(), 0), fj: fj, jc: jc, log: log}
+		results: event.NewResults(rdb, topo.Results(), 0), fj: fj, jc: jc, log: log}
 }
 
 func (e *env) locker() *lockmw.Locker {
@@ -94,11 +95,11 @@ func triageMsg(t testing.TB, key string, userTriggered bool, extra string) *mess
 	t.Helper()
 	payload := `{"metadata":{"issue":"` + key + `","force_cve_triage":false` + extra + `},"attempts":0,"user_triggered":` +
 		strconv.FormatBool(userTriggered) + `,"origin":"test"}`
-	task, err := pipeline.ParseTask([]byte(payload))
+	task, err := event.ParseTask([]byte(payload))
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	msg, err := event.New(event.TriageRequested, key, task, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,11 +108,11 @@ func triageMsg(t testing.TB, key string, userTriggered bool, extra string) *mess
 
 func downstreamMsg(t testing.TB, agent, key, branch string, userTriggered bool) *message.Message {
 	t.Helper()
-	task := pipeline.Task{UserTriggered: userTriggered}
+	task := event.Task{UserTriggered: userTriggered}
 	_ = task.Set("jira_issue", key)
 	_ = task.Set("target_branch", branch)
 	_ = task.Set("triage_result", map[string]any{"resolution": agent, "data": map[string]any{"jira_issue": key}})
-	msg, err := pipeline.NewEvent(pipeline.RequestedEvent(agent), key, task, nil)
+	msg, err := event.New(event.RequestedEvent(agent), key, task, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func downstreamMsg(t testing.TB, agent, key, branch string, userTriggered bool) 
 
 // attempt calls h as the pipeline's attempt n would.
 func attempt(h message.NoPublishHandlerFunc, msg *message.Message, n int) error {
-	msg.Metadata.Set(pipeline.MetaAttempt, strconv.Itoa(n))
+	msg.Metadata.Set(event.MetaAttempt, strconv.Itoa(n))
 	return h(msg)
 }
 

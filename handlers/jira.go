@@ -36,7 +36,7 @@ func (h *handler) readIssue(ctx context.Context, key string) (labels []string, s
 // it was lost in between (the process paused between the check and the write), the
 // write may have landed on a newer holder's state, so the labels are converged to the
 // issue's last recorded outcome before the error is returned.
-func (h *handler) setLabels(ctx context.Context, ev *event, add, remove []string) error {
+func (h *handler) setLabels(ctx context.Context, ev *job, add, remove []string) error {
 	remove = slices.DeleteFunc(slices.Clone(remove), func(l string) bool { return slices.Contains(add, l) })
 	if len(add) == 0 && len(remove) == 0 {
 		return nil
@@ -76,7 +76,7 @@ func (h *handler) setLabels(ctx context.Context, ev *event, add, remove []string
 }
 
 // fence proves the lease in one round trip before a write made for ev is sent.
-func (h *handler) fence(ctx context.Context, ev *event, lease *lockmw.Lease, target string) error {
+func (h *handler) fence(ctx context.Context, ev *job, lease *lockmw.Lease, target string) error {
 	err := lease.Check(ctx)
 	if errors.Is(err, lockmw.ErrLeaseLost) {
 		h.cfg.Fences.FencedWriteRefused(h.cfg.Agent, target)
@@ -86,7 +86,7 @@ func (h *handler) fence(ctx context.Context, ev *event, lease *lockmw.Lease, tar
 }
 
 // comment posts a comment made for ev, fenced like setLabels; comments are best effort.
-func (h *handler) comment(ctx context.Context, ev *event, body string) {
+func (h *handler) comment(ctx context.Context, ev *job, body string) {
 	body = h.cfg.Redactor.String(body)
 	if h.cfg.Jira == nil || h.cfg.DryRun {
 		ev.log.Info().Str("comment", body).Bool("dry_run", true).Msg("jira comment not posted (dry run)")

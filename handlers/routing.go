@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -47,7 +47,7 @@ func StreamBranch(targetBranch string) string {
 // downstream request goes to, or ok=false when nothing is dispatched (a resolution
 // that is not rebase, backport or rebuild, or no target branch). User-triggered work
 // goes to the :todo twin.
-func Dispatch(topo pipeline.Topology, resolution, targetBranch string, userTriggered bool) (stream string, ok bool) {
+func Dispatch(topo event.Topology, resolution, targetBranch string, userTriggered bool) (stream string, ok bool) {
 	if !runners.IsDispatched(resolution) || strings.TrimSpace(targetBranch) == "" {
 		return "", false
 	}

@@ -6,17 +6,17 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
-func (h *handler) run(ctx context.Context, ev *event) (runners.Result, error) {
+func (h *handler) run(ctx context.Context, ev *job) (runners.Result, error) {
 	if err := aborted(ctx); err != nil {
 		return runners.Result{}, err
 	}
 	req := runners.RunRequest{
 		Agent: h.cfg.Agent, Branch: h.cfg.Branch, IssueKey: ev.key, Fence: ev.fence, Attempt: ev.delivery,
-		MessageID: pipeline.EntryID(ev.msg), Stream: pipeline.EntryStream(ev.msg), UserTriggered: ev.userTriggered,
+		MessageID: event.EntryID(ev.msg), Stream: event.EntryStream(ev.msg), UserTriggered: ev.userTriggered,
 		Payload: ev.msg.Payload, Task: ev.task,
 	}
 	start := h.now()
@@ -34,8 +34,8 @@ func (h *handler) run(ctx context.Context, ev *event) (runners.Result, error) {
 	return res, nil
 }
 
-func (h *handler) record(ctx context.Context, ev *event, eventType, outcome string, detail any) error {
-	rec := pipeline.RecordFor(ev.msg, h.cfg.Agent, eventType)
+func (h *handler) record(ctx context.Context, ev *job, eventType, outcome string, detail any) error {
+	rec := event.RecordFor(ev.msg, h.cfg.Agent, eventType)
 	rec.IssueKey = ev.key
 	rec.Outcome = outcome
 	if detail != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -113,7 +113,7 @@ func (h *handler) triage(msg *message.Message) error {
 		detail["dispatched"] = false
 		detail["reason"] = "no target branch"
 	}
-	if err := h.record(ctx, ev, pipeline.EventStageDone, res.Resolution, detail); err != nil {
+	if err := h.record(ctx, ev, event.StageDone, res.Resolution, detail); err != nil {
 		return err
 	}
 	ev.log.Info().Str("resolution", res.Resolution).Str("label", label).Bool("dispatched", p.published).Msg("triage done")
@@ -135,7 +135,7 @@ func isClosed(status string) bool {
 	return strings.EqualFold(status, "Closed") || strings.EqualFold(status, "Done")
 }
 
-func (h *handler) skipClosed(ctx context.Context, ev *event, issueLabels []string, status string) error {
+func (h *handler) skipClosed(ctx context.Context, ev *job, issueLabels []string, status string) error {
 	// Unlike upstream, the in-flight claim a fetcher flip left is removed too, or the
 	// closed issue would look in flight for ever.
 	var remove []string
@@ -158,8 +158,8 @@ func (h *handler) skipClosed(ctx context.Context, ev *event, issueLabels []strin
 	return h.skip(ctx, ev, "issue is "+status)
 }
 
-func (h *handler) skip(ctx context.Context, ev *event, reason string) error {
-	if err := h.record(ctx, ev, pipeline.EventStageDone, "skipped", map[string]any{"reason": reason}); err != nil {
+func (h *handler) skip(ctx context.Context, ev *job, reason string) error {
+	if err := h.record(ctx, ev, event.StageDone, "skipped", map[string]any{"reason": reason}); err != nil {
 		return err
 	}
 	ev.log.Info().Str("reason", reason).Msg("skipped")
@@ -167,7 +167,7 @@ func (h *handler) skip(ctx context.Context, ev *event, reason string) error {
 	return nil
 }
 
-func (h *handler) triageFailed(ctx context.Context, ev *event, cause error) error {
+func (h *handler) triageFailed(ctx context.Context, ev *job, cause error) error {
 	if a := aborted(ctx); a != nil {
 		return fmt.Errorf("triage of %s interrupted: %w: %w", ev.key, a, cause)
 	}
@@ -183,7 +183,7 @@ func (h *handler) triageFailed(ctx context.Context, ev *event, cause error) erro
 		}
 		ev.p.labelled = true
 	}
-	if err := h.record(wctx, ev, pipeline.EventStageFailed, labels.TriageErrored,
+	if err := h.record(wctx, ev, event.StageFailed, labels.TriageErrored,
 		map[string]any{"error": cause.Error(), "attempts": ev.delivery}); err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func (h *handler) triageFailed(ctx context.Context, ev *event, cause error) erro
 // downstreamEvent builds the downstream request: the incoming Task with its unknown
 // fields, metadata extended with the triage state (jira_issue, target_branch,
 // triage_result, and the runner's extra fields), attempts back at 0.
-func (h *handler) downstreamEvent(ev *event, res runners.Result) (*message.Message, error) {
+func (h *handler) downstreamEvent(ev *job, res runners.Result) (*message.Message, error) {
 	t := ev.task
 	t.Metadata = maps.Clone(ev.task.Metadata)
 	if t.Metadata == nil {
@@ -224,7 +224,7 @@ func (h *handler) downstreamEvent(ev *event, res runners.Result) (*message.Messa
 	}
 	t.Attempts = 0
 	t.UserTriggered = ev.userTriggered
-	return pipeline.NewEvent(pipeline.RequestedEvent(res.Resolution), ev.key, t, ev.msg)
+	return event.New(event.RequestedEvent(res.Resolution), ev.key, t, ev.msg)
 }
 
 func rawOrNull(r json.RawMessage) json.RawMessage {

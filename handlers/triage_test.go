@@ -13,13 +13,13 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
 func TestRoutingTable(t *testing.T) {
 	t.Parallel()
-	topo := pipeline.Topology{Namespace: "ymir"}
+	topo := event.Topology{Namespace: "ymir"}
 	cases := []struct {
 		resolution, branch string
 		todo               bool
@@ -113,7 +113,7 @@ func TestTriageResolutions(t *testing.T) {
 				t.Fatalf("streams with entries %v, want %v", got, want)
 			}
 			recs := e.recordsOf("RHEL-7", "triage")
-			if len(recs) != 1 || recs[0]["event_type"] != pipeline.EventStageDone || recs[0]["outcome"] != c.resolution {
+			if len(recs) != 1 || recs[0]["event_type"] != event.StageDone || recs[0]["outcome"] != c.resolution {
 				t.Fatalf("results: %v", recs)
 			}
 			d := detail(t, recs[0])
@@ -127,15 +127,15 @@ func TestTriageResolutions(t *testing.T) {
 				t.Fatalf("record detail %v lacks the stream", d)
 			}
 			ents := e.entries(want[0])
-			out := pipeline.DecodeEntry(want[0], ents[0].ID, ents[0].Values)
-			if out.Metadata.Get(pipeline.MetaEventType) != c.resolution+".requested" ||
-				out.Metadata.Get(pipeline.MetaIssueKey) != "RHEL-7" ||
-				out.Metadata.Get(pipeline.MetaCorrelationID) != msg.Metadata.Get(pipeline.MetaCorrelationID) ||
-				out.Metadata.Get(pipeline.MetaCausationID) != msg.UUID ||
-				out.Metadata.Get(pipeline.MetaUserTriggered) != map[bool]string{true: "true", false: "false"}[c.user] {
+			out := event.DecodeEntry(want[0], ents[0].ID, ents[0].Values)
+			if out.Metadata.Get(event.MetaEventType) != c.resolution+".requested" ||
+				out.Metadata.Get(event.MetaIssueKey) != "RHEL-7" ||
+				out.Metadata.Get(event.MetaCorrelationID) != msg.Metadata.Get(event.MetaCorrelationID) ||
+				out.Metadata.Get(event.MetaCausationID) != msg.UUID ||
+				out.Metadata.Get(event.MetaUserTriggered) != map[bool]string{true: "true", false: "false"}[c.user] {
 				t.Fatalf("downstream metadata %v", out.Metadata)
 			}
-			task, err := pipeline.ParseTask(out.Payload)
+			task, err := event.ParseTask(out.Payload)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +231,7 @@ func TestTriageDedup(t *testing.T) {
 			}
 			e.wantLabels("RHEL-9", c.after...)
 			recs := e.recordsOf("RHEL-9", "triage")
-			if len(recs) != 1 || recs[0]["event_type"] != pipeline.EventStageDone {
+			if len(recs) != 1 || recs[0]["event_type"] != event.StageDone {
 				t.Fatalf("records %v", recs)
 			}
 			if !c.runs && recs[0]["outcome"] != "skipped" {
@@ -267,12 +267,12 @@ func TestTriageFailureRetriesThenErrored(t *testing.T) {
 				}
 			}
 			err := attempt(h, msg, 3)
-			if err == nil || errors.Is(err, pipeline.ErrBadEvent) {
+			if err == nil || errors.Is(err, event.ErrBadEvent) {
 				t.Fatalf("last attempt: %v", err)
 			}
 			e.wantLabels("RHEL-10", "ymir_triage_errored")
 			recs := e.recordsOf("RHEL-10", "triage")
-			if len(recs) != 1 || recs[0]["event_type"] != pipeline.EventStageFailed || recs[0]["outcome"] != "ymir_triage_errored" {
+			if len(recs) != 1 || recs[0]["event_type"] != event.StageFailed || recs[0]["outcome"] != "ymir_triage_errored" {
 				t.Fatalf("records %v", recs)
 			}
 			if c.r.n() != 3 {
@@ -289,7 +289,7 @@ func TestTriageIssueMissingInJiraIsBadEvent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	h := e.handler("triage", "", &fixed{res: triageResult("rebase", "c9s")})
-	if err := attempt(h, triageMsg(t, "RHEL-404", false, ""), 1); !errors.Is(err, pipeline.ErrBadEvent) {
+	if err := attempt(h, triageMsg(t, "RHEL-404", false, ""), 1); !errors.Is(err, event.ErrBadEvent) {
 		t.Fatalf("err = %v, want ErrBadEvent", err)
 	}
 }
@@ -394,8 +394,8 @@ func TestTriageLabelPublishOrder(t *testing.T) {
 		}
 		// The fastest possible backport worker: done before triage removes its claim.
 		ents := e.entries(stream)
-		msg := pipeline.DecodeEntry(stream, ents[0].ID, ents[0].Values)
-		msg.Metadata.Set(pipeline.MetaAttempt, "1")
+		msg := event.DecodeEntry(stream, ents[0].ID, ents[0].Values)
+		msg.Metadata.Set(event.MetaAttempt, "1")
 		if err := backport(msg); err != nil {
 			t.Error(err)
 		}
@@ -430,7 +430,7 @@ func TestTriageRedeliveryAfterRecordFailureKeepsResolution(t *testing.T) {
 	deliver := func() error {
 		msg := triageMsg(t, "RHEL-13", false, "")
 		msg.UUID = "same-event"
-		msg.Metadata.Set(pipeline.MetaAttempt, "1")
+		msg.Metadata.Set(event.MetaAttempt, "1")
 		_, err := wrapped(msg)
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // DeadLetter is one entry of the dead-letter stream.
@@ -36,18 +36,18 @@ type DeadLetter struct {
 
 func (in *Inspector) deadLetter(m redis.XMessage) DeadLetter {
 	v := func(k string) string { return fieldStr(m.Values[k]) }
-	d := DeadLetter{ID: m.ID, Time: streamid.Time(m.ID), Stream: v(pipeline.DeadFieldStream), OriginalID: v(pipeline.DeadFieldID),
-		Error: v(pipeline.DeadFieldError), Agent: v(pipeline.DeadFieldAgent), Metadata: map[string]string{}}
-	d.Attempts, _ = strconv.Atoi(v(pipeline.DeadFieldAttempts))
-	msg := pipeline.DecodeEntry(d.Stream, m.ID, m.Values)
+	d := DeadLetter{ID: m.ID, Time: streamid.Time(m.ID), Stream: v(event.DeadFieldStream), OriginalID: v(event.DeadFieldID),
+		Error: v(event.DeadFieldError), Agent: v(event.DeadFieldAgent), Metadata: map[string]string{}}
+	d.Attempts, _ = strconv.Atoi(v(event.DeadFieldAttempts))
+	msg := event.DecodeEntry(d.Stream, m.ID, m.Values)
 	for k, val := range msg.Metadata {
 		if !strings.HasPrefix(k, "_ymir_") {
 			d.Metadata[k] = val
 		}
 	}
-	d.Issue, _ = in.canonical(pipeline.EntryIssue(d.Stream, m.ID, m.Values))
-	d.EventType, d.CorrelationID = msg.Metadata.Get(pipeline.MetaEventType), msg.Metadata.Get(pipeline.MetaCorrelationID)
-	d.UUID, d.Payload = v(pipeline.FieldUUID), v(pipeline.FieldPayload)
+	d.Issue, _ = in.canonical(event.EntryIssue(d.Stream, m.ID, m.Values))
+	d.EventType, d.CorrelationID = msg.Metadata.Get(event.MetaEventType), msg.Metadata.Get(event.MetaCorrelationID)
+	d.UUID, d.Payload = v(event.FieldUUID), v(event.FieldPayload)
 	return d
 }
 
@@ -203,14 +203,14 @@ func (in *Inspector) RequeueAll(ctx context.Context, issue string) ([]Requeued, 
 	return in.Requeue(ctx, ids...)
 }
 
-// trim keeps the streams requeued to near MaxLen with pipeline.Trim (best effort), which never
+// trim keeps the streams requeued to near MaxLen with event.Trim (best effort), which never
 // removes an entry a group still needs; XADD MAXLEN would.
 func (in *Inspector) trim(ctx context.Context, done []Requeued) {
 	seen := map[string]bool{}
 	for _, r := range done {
 		if !seen[r.Stream] {
 			seen[r.Stream] = true
-			_, _ = pipeline.Trim(ctx, in.rdb, r.Stream, in.maxLen)
+			_, _ = event.Trim(ctx, in.rdb, r.Stream, in.maxLen)
 		}
 	}
 }
@@ -289,8 +289,8 @@ func (in *Inspector) readMoves(ctx context.Context, c redis.Cmdable, ids []strin
 			failed = append(failed, fmt.Errorf("dead letter %s: its stream %q is not an input stream of this pipeline; not requeued", id, dl.Stream))
 			continue
 		}
-		if size, ok := msgs[0].Values[pipeline.DeadFieldSize]; ok {
-			failed = append(failed, fmt.Errorf("dead letter %s: %w: it is a truncated copy of an entry of %v bytes; not requeued", id, pipeline.ErrEventTooLarge, size))
+		if size, ok := msgs[0].Values[event.DeadFieldSize]; ok {
+			failed = append(failed, fmt.Errorf("dead letter %s: %w: it is a truncated copy of an entry of %v bytes; not requeued", id, event.ErrEventTooLarge, size))
 			continue
 		}
 		values := map[string]any{}
@@ -299,7 +299,7 @@ func (in *Inspector) readMoves(ctx context.Context, c redis.Cmdable, ids []strin
 				values[k] = v
 			}
 		}
-		if err := pipeline.CheckEvent(values, in.maxBytes); err != nil {
+		if err := event.CheckEvent(values, in.maxBytes); err != nil {
 			failed = append(failed, fmt.Errorf("dead letter %s: %w; not requeued", id, err))
 			continue
 		}

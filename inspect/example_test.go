@@ -10,7 +10,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // An operator asks why RHEL-2 is not being worked on: its entry is pending with a
@@ -25,7 +25,7 @@ func ExampleInspector() {
 	ns := redistest.Namespace() // keeps the example's keys apart; omit in real use
 	defer redistest.DeleteNamespace(ctx, rdb, ns)
 
-	topo := pipeline.Topology{Namespace: ns + "ymir"}
+	topo := event.Topology{Namespace: ns + "ymir"}
 	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()}) // the workers' scope and format
 	in, err := inspect.New(inspect.Config{Client: rdb, Topology: topo, Locker: locker})
 	if err != nil {
@@ -33,12 +33,12 @@ func ExampleInspector() {
 	}
 
 	// Two triage requests, both read by worker-0, which holds the lease of RHEL-1 only.
-	pub := pipeline.NewPublisher(rdb, 0)
+	pub := event.NewPublisher(rdb, 0)
 	stream := topo.Stream("triage", "", false)
 	ids := map[string]string{}
 	for _, key := range []string{"RHEL-1", "RHEL-2"} {
-		task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
-		msg, _ := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+		task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+		msg, _ := event.New(event.TriageRequested, key, task, nil)
 		ids[key], _ = pub.PublishID(ctx, stream, msg)
 	}
 	rdb.XGroupCreateMkStream(ctx, stream, "triage", "0")

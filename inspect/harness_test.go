@@ -12,6 +12,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // env is one test's pipeline: its own namespace for streams and leases on the shared
@@ -21,8 +22,8 @@ type env struct {
 	t    testing.TB
 	rdb  *redis.Client
 	ns   string
-	topo pipeline.Topology
-	pub  *pipeline.Publisher
+	topo event.Topology
+	pub  *event.Publisher
 	opts *redis.UniversalOptions
 }
 
@@ -54,6 +55,6 @@ func (e *env) pending(stream string) int64 { return e.Pending(stream, "triage") 
 // runs counts handler runs per issue key.
 type runs = routertest.Runs
 
-func issueOf(msg *message.Message) string { return msg.Metadata.Get(pipeline.MetaIssueKey) }
+func issueOf(msg *message.Message) string { return msg.Metadata.Get(event.MetaIssueKey) }
 
 var errBoom = errors.New("boom")

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // HistoryEvent is one entry about an issue in one of the pipeline's streams.
@@ -61,7 +61,7 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 	}
 	type src struct {
 		stream, kind string
-		route        pipeline.Route
+		route        event.Route
 	}
 	var srcs []src
 	for _, r := range in.topo.AllInputs() {
@@ -73,7 +73,7 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 	err = in.scan(ctx, len(srcs), func(i int) string { return srcs[i].stream }, "-", "+",
 		func(i int, m redis.XMessage) {
 			s := srcs[i]
-			raw := pipeline.EntryIssue(s.stream, m.ID, m.Values)
+			raw := event.EntryIssue(s.stream, m.ID, m.Values)
 			if k, _ := in.canonical(raw); k != key {
 				return
 			}
@@ -91,11 +91,11 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 	return out, nil
 }
 
-func historyEvent(stream, kind string, route pipeline.Route, m redis.XMessage, key string) HistoryEvent {
+func historyEvent(stream, kind string, route event.Route, m redis.XMessage, key string) HistoryEvent {
 	v := func(k string) string { return fieldStr(m.Values[k]) }
 	ev := HistoryEvent{Time: streamid.Time(m.ID), Stream: stream, ID: m.ID, Kind: kind, Issue: key}
-	_, hasPayload := m.Values[pipeline.FieldPayload]
-	_, hasUUID := m.Values[pipeline.FieldUUID]
+	_, hasPayload := m.Values[event.FieldPayload]
+	_, hasUUID := m.Values[event.FieldUUID]
 	if !hasPayload && !hasUUID {
 		// A results record: plain fields.
 		ev.EventType, ev.Agent, ev.Fence, ev.CorrelationID = v("event_type"), v("agent"), v("fence"), v("correlation_id")
@@ -116,20 +116,20 @@ func historyEvent(stream, kind string, route pipeline.Route, m redis.XMessage, k
 		ev.Detail = strings.Join(d, "; ")
 		return ev
 	}
-	msg := pipeline.DecodeEntry(stream, m.ID, m.Values)
+	msg := event.DecodeEntry(stream, m.ID, m.Values)
 	md := msg.Metadata.Get
-	ev.EventType, ev.Fence, ev.CorrelationID = md(pipeline.MetaEventType), md(pipeline.MetaFence), md(pipeline.MetaCorrelationID)
-	ev.CausationID, ev.ReplayOf = md(pipeline.MetaCausationID), md(pipeline.MetaReplayOf)
+	ev.EventType, ev.Fence, ev.CorrelationID = md(event.MetaEventType), md(event.MetaFence), md(event.MetaCorrelationID)
+	ev.CausationID, ev.ReplayOf = md(event.MetaCausationID), md(event.MetaReplayOf)
 	ev.Agent = route.Agent
 	if ev.EventType == "" && route.Agent != "" {
-		ev.EventType = pipeline.RequestedEvent(route.Agent)
+		ev.EventType = event.RequestedEvent(route.Agent)
 	}
 	if kind == KindDead {
 		orig := ev.EventType
-		ev.EventType = pipeline.EventDead
-		ev.Agent = v(pipeline.DeadFieldAgent)
-		ev.About = strings.TrimSpace(v(pipeline.DeadFieldStream) + " " + v(pipeline.DeadFieldID))
-		ev.Detail = fmt.Sprintf("%s after %s attempt(s): %s", orig, v(pipeline.DeadFieldAttempts), v(pipeline.DeadFieldError))
+		ev.EventType = event.Dead
+		ev.Agent = v(event.DeadFieldAgent)
+		ev.About = strings.TrimSpace(v(event.DeadFieldStream) + " " + v(event.DeadFieldID))
+		ev.Detail = fmt.Sprintf("%s after %s attempt(s): %s", orig, v(event.DeadFieldAttempts), v(event.DeadFieldError))
 	}
 	return ev
 }
@@ -150,7 +150,7 @@ func conflictDetail(v func(string) string) string {
 	switch {
 	case v("reason") == "superseded":
 		d = "superseded by entry " + entry + ", whose run of the issue ended after this one was queued"
-	case v("event_type") == pipeline.EventLockCoalesced:
+	case v("event_type") == event.LockCoalesced:
 		d = fmt.Sprintf("queued behind entry %s, held by %s (fence %s); runs once it is released", entry, holder, fence)
 	default:
 		d = fmt.Sprintf("held by %s (fence %s) for entry %s", holder, fence, entry)

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // DefaultPageSize is the COUNT of each XPENDING and XRANGE page the Inspector reads.
@@ -24,11 +24,11 @@ type Config struct {
 	// Client is the Redis client; the Inspector never closes it.
 	Client redis.UniversalClient
 	// Topology names the streams and groups.
-	Topology pipeline.Topology
+	Topology event.Topology
 	// Locker finds leases; it must use the workers' Scope and Format.
 	Locker *lockmw.Locker
 	// MaxLen: Replay and Requeue keep the streams they append to near MaxLen with
-	// pipeline.Trim, which spares entries a group still needs (0: never trim).
+	// event.Trim, which spares entries a group still needs (0: never trim).
 	MaxLen int64
 	// MaxEventBytes bounds what Replay and Requeue publish (0: DefaultMaxEventBytes).
 	MaxEventBytes int
@@ -44,7 +44,7 @@ type Config struct {
 // round trips of each are stated on the method.
 type Inspector struct {
 	rdb      redis.UniversalClient
-	topo     pipeline.Topology
+	topo     event.Topology
 	locker   *lockmw.Locker
 	maxLen   int64
 	maxBytes int
@@ -103,7 +103,7 @@ func CheckRangeID(id string) error {
 
 // ResolveStream names an input stream of the topology, given in full ("ymir:triage")
 // or relative to the namespace ("triage", "rebase:c9s:todo").
-func ResolveStream(t pipeline.Topology, name string) (pipeline.Route, error) {
+func ResolveStream(t event.Topology, name string) (event.Route, error) {
 	if r, ok := t.RouteOf(name); ok {
 		return r, nil
 	}
@@ -114,7 +114,7 @@ func ResolveStream(t pipeline.Topology, name string) (pipeline.Route, error) {
 	for _, r := range t.AllInputs() {
 		names = append(names, r.Stream)
 	}
-	return pipeline.Route{}, fmt.Errorf("%q is not an input stream of this pipeline (one of %s)", name, strings.Join(names, ", "))
+	return event.Route{}, fmt.Errorf("%q is not an input stream of this pipeline (one of %s)", name, strings.Join(names, ", "))
 }
 
 // LeaseInfo is the operator's view of a live lease.
@@ -164,10 +164,10 @@ type LockFilter struct {
 // of the lease-record pattern, which visits every key of the database in steps of
 // 1000 keys (one round trip each), then one round trip per 500 leases found.
 func (in *Inspector) Locks(ctx context.Context, f LockFilter) ([]LeaseInfo, error) {
-	agents := pipeline.Agents
+	agents := event.Agents
 	if f.Agent != "" {
-		if !slices.Contains(pipeline.Agents, f.Agent) {
-			return nil, fmt.Errorf("unknown agent %q (want one of %v)", f.Agent, pipeline.Agents)
+		if !slices.Contains(event.Agents, f.Agent) {
+			return nil, fmt.Errorf("unknown agent %q (want one of %v)", f.Agent, event.Agents)
 		}
 		agents = []string{f.Agent}
 	}
@@ -222,8 +222,8 @@ type Released struct {
 
 // Lease returns the live lease (agent, issue), or ErrNotFound. One round trip.
 func (in *Inspector) Lease(ctx context.Context, agent, issue string) (LeaseInfo, error) {
-	if !slices.Contains(pipeline.Agents, agent) {
-		return LeaseInfo{}, fmt.Errorf("unknown agent %q (want one of %v)", agent, pipeline.Agents)
+	if !slices.Contains(event.Agents, agent) {
+		return LeaseInfo{}, fmt.Errorf("unknown agent %q (want one of %v)", agent, event.Agents)
 	}
 	info, ok, err := in.locker.Inspect(ctx, agent, issue)
 	if err != nil {
@@ -306,7 +306,7 @@ func (in *Inspector) Running(ctx context.Context) ([]RunningLease, error) {
 	out := make([]RunningLease, len(leases))
 	type probe struct {
 		lease int
-		route pipeline.Route
+		route event.Route
 		cmd   *redis.XMessageSliceCmd
 	}
 	var probes []probe

@@ -16,7 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 func (e *env) inspector(locker *lockmw.Locker, page int64) *inspect.Inspector {
@@ -34,8 +34,8 @@ func (e *env) inspector(locker *lockmw.Locker, page int64) *inspect.Inspector {
 // publishTo appends a request for key to stream (no lease) and returns its id.
 func (e *env) publishTo(stream, eventType, key string) string {
 	e.t.Helper()
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `","jira_issue":"` + key + `"}}`))
-	msg, err := pipeline.NewEvent(eventType, key, task, nil)
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `","jira_issue":"` + key + `"}}`))
+	msg, err := event.New(eventType, key, task, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -230,14 +230,14 @@ func TestHistoryOrdersEventsAcrossStreams(t *testing.T) {
 		"event_type": "stage.done", "agent": "triage", "issue_key": "RHEL-7", "fence": "3", "correlation_id": "c-1",
 		"stream": e.triage(), "message_id": want[0], "outcome": "rebase"}}).Result()
 	step(id)
-	step(e.publishTo(c9s, pipeline.EventRebaseRequested, "rhel-7"))
+	step(e.publishTo(c9s, event.RebaseRequested, "rhel-7"))
 	id, _ = e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Results(), Values: map[string]any{
 		"event_type": "lock.dropped", "agent": "rebase", "issue_key": "RHEL-7", "holder": "w9", "holder_fence": "4", "holder_message_id": "9-9"}}).Result()
 	step(id)
 	id, _ = e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Dead(), Values: map[string]any{
 		"_watermill_message_uuid": "u-1", "payload": `{"metadata":{"jira_issue":"RHEL-7"}}`, "m:issue_key": "RHEL-7",
-		"m:event_type": "rebase.requested", pipeline.DeadFieldStream: c9s, pipeline.DeadFieldID: want[2],
-		pipeline.DeadFieldError: "boom", pipeline.DeadFieldAttempts: "3", pipeline.DeadFieldAgent: "rebase"}}).Result()
+		"m:event_type": "rebase.requested", event.DeadFieldStream: c9s, event.DeadFieldID: want[2],
+		event.DeadFieldError: "boom", event.DeadFieldAttempts: "3", event.DeadFieldAgent: "rebase"}}).Result()
 	step(id)
 	step(e.publishTriage("RHEL-7"))
 
@@ -346,8 +346,8 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 	if err != nil || len(rep.Events) != 1 {
 		t.Fatalf("Replay = %+v, %v", rep, err)
 	}
-	redistest.Eventually(t, 5*time.Second, func() bool { return len(e.results(pipeline.EventLockDropped)) == 1 }, "lock.dropped")
-	if got := e.results(pipeline.EventLockDropped)[0].Values["message_id"]; got != rep.Events[0].ID {
+	redistest.Eventually(t, 5*time.Second, func() bool { return len(e.results(event.LockDropped)) == 1 }, "lock.dropped")
+	if got := e.results(event.LockDropped)[0].Values["message_id"]; got != rep.Events[0].ID {
 		t.Fatalf("dropped %v, want the replay %s", got, rep.Events[0].ID)
 	}
 	if r.Get("RHEL-5") != 1 {
@@ -363,8 +363,8 @@ func (e *env) bury(stream, id, key, errText string) string {
 		e.t.Fatalf("read %s: %v", id, err)
 	}
 	v := msgs[0].Values
-	v[pipeline.DeadFieldStream], v[pipeline.DeadFieldID], v[pipeline.DeadFieldError] = stream, id, errText
-	v[pipeline.DeadFieldAttempts], v[pipeline.DeadFieldAgent], v[pipeline.DeadFieldAt] = "3", "triage", time.Now().UTC().Format(time.RFC3339Nano)
+	v[event.DeadFieldStream], v[event.DeadFieldID], v[event.DeadFieldError] = stream, id, errText
+	v[event.DeadFieldAttempts], v[event.DeadFieldAgent], v[event.DeadFieldAt] = "3", "triage", time.Now().UTC().Format(time.RFC3339Nano)
 	dead, err := e.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.topo.Dead(), Values: v}).Result()
 	if err != nil {
 		e.t.Fatal(err)

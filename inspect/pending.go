@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // PendingFilter selects the groups and entries Pending reports.
@@ -92,7 +92,7 @@ func (e PendingEntry) MarshalJSON() ([]byte, error) {
 // and every pending entry with its issue key and the lease guarding it.
 //
 // An entry no lease guards is StateQueued when its consumer's worker is alive (its
-// presence beat, pipeline.WorkerBeat): it was read ahead and waits behind the entry the
+// presence beat, event.WorkerBeat): it was read ahead and waits behind the entry the
 // worker runs; else StateOrphaned.
 //
 // Cost: one round trip for the summaries of all groups and the workers' presence; one per page of PageSize
@@ -105,7 +105,7 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 	if err != nil {
 		return nil, err
 	}
-	var routes []pipeline.Route
+	var routes []event.Route
 	for _, r := range in.topo.AllInputs() {
 		if (f.Agent == "" || r.Agent == f.Agent) && (f.Branch == "" || r.Branch == f.Branch) {
 			routes = append(routes, r)
@@ -130,7 +130,7 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 		return nil, err
 	}
 	var groups []GroupPending
-	var live []pipeline.Route
+	var live []event.Route
 	for i, r := range routes {
 		s, err := sums[i].Result()
 		if isNoGroupErr(err) {
@@ -214,7 +214,7 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 				continue
 			}
 			present[rf] = true
-			issues[rf] = pipeline.EntryIssue(live[rf.g].Stream, msgs[0].ID, msgs[0].Values)
+			issues[rf] = event.EntryIssue(live[rf.g].Stream, msgs[0].ID, msgs[0].Values)
 		}
 	}
 

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // ReplayOptions select the events Replay re-publishes.
@@ -103,7 +103,7 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 		to = lastID
 	}
 
-	pub := pipeline.NewPublisher(in.rdb, in.maxLen).WithMaxEventBytes(in.maxBytes)
+	pub := event.NewPublisher(in.rdb, in.maxLen).WithMaxEventBytes(in.maxBytes)
 	next := from
 	for {
 		page, err := in.rdb.XRangeN(ctx, route.Stream, next, to, in.page).Result()
@@ -113,12 +113,12 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 		var msgs []*message.Message
 		var evs []ReplayedEvent
 		for _, m := range page {
-			orig := pipeline.DecodeEntry(route.Stream, m.ID, m.Values)
-			key, valid := in.canonical(pipeline.EntryIssue(route.Stream, m.ID, m.Values))
+			orig := event.DecodeEntry(route.Stream, m.ID, m.Values)
+			key, valid := in.canonical(event.EntryIssue(route.Stream, m.ID, m.Values))
 			if issue != "" && key != issue {
 				continue
 			}
-			if bad := pipeline.BadReason(orig); bad != "" {
+			if bad := event.BadReason(orig); bad != "" {
 				rep.Skipped = append(rep.Skipped, SkippedEntry{ID: m.ID, Reason: bad})
 				continue
 			}
@@ -128,8 +128,8 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 			}
 			msg := replayOf(orig, m.ID, route)
 			msgs = append(msgs, msg)
-			evs = append(evs, ReplayedEvent{ReplayOf: m.ID, Issue: key, EventType: msg.Metadata.Get(pipeline.MetaEventType),
-				CorrelationID: msg.Metadata.Get(pipeline.MetaCorrelationID), OriginalCorrelationID: orig.Metadata.Get(pipeline.MetaCorrelationID)})
+			evs = append(evs, ReplayedEvent{ReplayOf: m.ID, Issue: key, EventType: msg.Metadata.Get(event.MetaEventType),
+				CorrelationID: msg.Metadata.Get(event.MetaCorrelationID), OriginalCorrelationID: orig.Metadata.Get(event.MetaCorrelationID)})
 		}
 		if o.DryRun {
 			for i := range evs {
@@ -167,23 +167,23 @@ func beyond(bound, last string) bool {
 }
 
 // replayOf builds the replay of orig (read from route's stream at id).
-func replayOf(orig *message.Message, id string, route pipeline.Route) *message.Message {
+func replayOf(orig *message.Message, id string, route event.Route) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), orig.Payload)
 	for k, v := range orig.Metadata {
-		if strings.HasPrefix(k, "_ymir_") || k == pipeline.MetaFence {
+		if strings.HasPrefix(k, "_ymir_") || k == event.MetaFence {
 			continue
 		}
 		msg.Metadata.Set(k, v)
 	}
-	if msg.Metadata.Get(pipeline.MetaEventType) == "" {
-		msg.Metadata.Set(pipeline.MetaEventType, pipeline.RequestedEvent(route.Agent))
+	if msg.Metadata.Get(event.MetaEventType) == "" {
+		msg.Metadata.Set(event.MetaEventType, event.RequestedEvent(route.Agent))
 	}
-	if msg.Metadata.Get(pipeline.MetaSchemaVersion) == "" {
-		msg.Metadata.Set(pipeline.MetaSchemaVersion, pipeline.SchemaVersion)
+	if msg.Metadata.Get(event.MetaSchemaVersion) == "" {
+		msg.Metadata.Set(event.MetaSchemaVersion, event.SchemaVersion)
 	}
-	msg.Metadata.Set(pipeline.MetaReplayOf, id)
-	msg.Metadata.Set(pipeline.MetaCorrelationID, watermill.NewUUID())
-	msg.Metadata.Set(pipeline.MetaCausationID, orig.UUID)
-	msg.Metadata.Set(pipeline.MetaAttempt, "0")
+	msg.Metadata.Set(event.MetaReplayOf, id)
+	msg.Metadata.Set(event.MetaCorrelationID, watermill.NewUUID())
+	msg.Metadata.Set(event.MetaCausationID, orig.UUID)
+	msg.Metadata.Set(event.MetaAttempt, "0")
 	return msg
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A drop names its reason and the other entry: "locked" met a live holder (named, with
@@ -36,7 +36,7 @@ func TestHistoryNamesWhyADropDidNotRun(t *testing.T) {
 	first := e.publishTriage("RHEL-2")
 	second := e.publishTriage("RHEL-2") // queued while the first is in the stream: superseded
 	e.start(ctx, routerOpts{}, func(*message.Message) error { return nil })
-	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.results(pipeline.EventLockDropped)) == 2 }, "two drops")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.results(event.LockDropped)) == 2 }, "two drops")
 
 	in := e.inspector(nil, 0)
 	drop := func(key string) inspect.HistoryEvent {
@@ -46,7 +46,7 @@ func TestHistoryNamesWhyADropDidNotRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ev := range evs {
-			if ev.EventType == pipeline.EventLockDropped {
+			if ev.EventType == event.LockDropped {
 				return ev
 			}
 		}
@@ -116,9 +116,9 @@ func TestWorkersReportTheirOwnPresence(t *testing.T) {
 	bctx := context.Background()
 	c9s := e.topo.Stream("rebase", "c9s", false)
 	now, _ := e.rdb.Time(bctx).Result()
-	beat, _ := json.Marshal(pipeline.WorkerBeat{Consumer: "w7-0", Stream: c9s, Group: "rebase-c9s", Agent: "rebase", Host: "h", PID: 7})
+	beat, _ := json.Marshal(event.WorkerBeat{Consumer: "w7-0", Stream: c9s, Group: "rebase-c9s", Agent: "rebase", Host: "h", PID: 7})
 	e.rdb.ZAdd(bctx, e.topo.Workers(), redis.Z{Score: float64(now.Add(-time.Second).UnixMilli()), Member: string(beat)})
-	e.publishTo(c9s, pipeline.EventRebaseRequested, "RHEL-7")
+	e.publishTo(c9s, event.RebaseRequested, "RHEL-7")
 	e.readAs(c9s, "rebase-c9s", "w7-0", 1)
 	streams, _ = in.Streams(bctx)
 	var dead *inspect.ConsumerInfo
@@ -184,7 +184,7 @@ func TestStreamsOnTheEmbeddedRedisSayUnknown(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
 	defer rdb.Close()
 	ctx := context.Background()
-	topo := pipeline.Topology{}
+	topo := event.Topology{}
 	stream := topo.Stream("triage", "", false)
 	for _, k := range []string{"RHEL-1", "RHEL-2"} {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"issue_key": k}})

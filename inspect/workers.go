@@ -11,13 +11,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/internal/redisinfo"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
-// Consumer states, from the workers' own presence beats (pipeline.WorkerBeat).
+// Consumer states, from the workers' own presence beats (event.WorkerBeat).
 const (
 	// ConsumerAlive: the consumer's process renewed its presence within
-	// pipeline.PresenceTTL; it is alive whether it is busy or waits on an empty stream.
+	// event.PresenceTTL; it is alive whether it is busy or waits on an empty stream.
 	ConsumerAlive = "alive"
 	// ConsumerDead: its process stopped renewing its presence without removing it
 	// (killed, or cut off from Redis); its entries are claimed after MAX_IDLE_TIME.
@@ -29,7 +30,7 @@ const (
 
 // Worker is one subscription's presence as its router reports it.
 type Worker struct {
-	pipeline.WorkerBeat
+	event.WorkerBeat
 	Alive bool `json:"alive"`
 	// LastSeen is the time of its last beat (Redis's clock).
 	LastSeen time.Time `json:"last_seen"`
@@ -79,12 +80,12 @@ func (in *Inspector) queuePresence(ctx context.Context, pipe redis.Pipeliner) fu
 		p := presence{now: now, workers: map[workerRef]Worker{}}
 		for _, z := range zs {
 			m, _ := z.Member.(string)
-			b, ok := pipeline.DecodeWorkerBeat(m)
+			b, ok := event.DecodeWorkerBeat(m)
 			if !ok {
 				continue
 			}
 			until := time.UnixMilli(int64(z.Score))
-			w := Worker{WorkerBeat: b, Alive: !until.Before(now), LastSeen: until.Add(-pipeline.PresenceTTL)}
+			w := Worker{WorkerBeat: b, Alive: !until.Before(now), LastSeen: until.Add(-event.PresenceTTL)}
 			ref := workerRef{b.Stream, b.Group, b.Consumer}
 			// A restarted process with the same consumer name is a second member: the
 			// newest beat speaks for the consumer.
@@ -128,20 +129,20 @@ func sortWorkers(ws []Worker) {
 type serverCache struct {
 	mu    sync.Mutex
 	known bool
-	s     pipeline.Server
+	s     redisinfo.Server
 }
 
 // server returns the server's name and version, asking it (one round trip) only the
 // first time; an ask that failed on the network is retried on the next call.
-func (in *Inspector) server(ctx context.Context) pipeline.Server {
+func (in *Inspector) server(ctx context.Context) redisinfo.Server {
 	in.srv.mu.Lock()
 	defer in.srv.mu.Unlock()
 	if !in.srv.known {
-		s, err := pipeline.ServerInfo(ctx, in.rdb)
+		s, err := redisinfo.ServerInfo(ctx, in.rdb)
 		if err != nil {
 			// Assume the usual. A refusal (an ACL without INFO) is for good: not asked
 			// again; a network failure is.
-			s = pipeline.Server{Name: "redis", Version: pipeline.MinRedisVersion}
+			s = redisinfo.Server{Name: "redis", Version: redisinfo.MinRedisVersion}
 			var re redis.Error
 			if !errors.As(err, &re) {
 				return s

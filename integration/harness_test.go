@@ -24,7 +24,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // timings are the worker settings of a scenario. The short TTLs keep recovery fast.
@@ -51,8 +51,8 @@ func (g group) String() string {
 // on each branch.
 func allGroups() []group {
 	gs := []group{{agent: "triage"}}
-	for _, a := range pipeline.Agents[1:] {
-		for _, b := range pipeline.Branches {
+	for _, a := range event.Agents[1:] {
+		for _, b := range event.Branches {
 			gs = append(gs, group{a, b})
 		}
 	}
@@ -64,7 +64,7 @@ const jiraToken = "integration-token"
 
 // topo is the pipeline's topology: the default namespace (each scenario has its own Redis),
 // so lease keys are the Python-compatible lock:<agent>:<KEY>.
-var topo = pipeline.Topology{}
+var topo = event.Topology{}
 
 // options shape a scenario.
 type options struct {

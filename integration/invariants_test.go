@@ -15,13 +15,13 @@ import (
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
 // streamEntry is one published event: an entry of an input stream.
 type streamEntry struct {
-	route                   pipeline.Route
+	route                   event.Route
 	stream, id              string
 	issue, eventType, fence string
 	at                      time.Time
@@ -42,8 +42,8 @@ type state struct {
 }
 
 // terminalTypes are the results records that end an event.
-var terminalTypes = []string{pipeline.EventStageDone, pipeline.EventStageFailed, pipeline.EventLockDropped,
-	pipeline.EventLockCoalesced}
+var terminalTypes = []string{event.StageDone, event.StageFailed, event.LockDropped,
+	event.LockCoalesced}
 
 func str(v any) string {
 	s, _ := v.(string)
@@ -63,8 +63,8 @@ func snapshotOf(ctx context.Context, rdb redis.Cmdable) (*state, error) {
 		}
 		for _, m := range msgs {
 			st.entries = append(st.entries, streamEntry{route: r, stream: r.Stream, id: m.ID,
-				issue: str(m.Values["m:"+pipeline.MetaIssueKey]), eventType: str(m.Values["m:"+pipeline.MetaEventType]),
-				fence: str(m.Values["m:"+pipeline.MetaFence]), at: streamid.Time(m.ID), values: m.Values})
+				issue: str(m.Values["m:"+event.MetaIssueKey]), eventType: str(m.Values["m:"+event.MetaEventType]),
+				fence: str(m.Values["m:"+event.MetaFence]), at: streamid.Time(m.ID), values: m.Values})
 		}
 		p, err := rdb.XPending(ctx, r.Stream, r.Group).Result()
 		switch {
@@ -89,7 +89,7 @@ func snapshotOf(ctx context.Context, rdb redis.Cmdable) (*state, error) {
 		return nil, fmt.Errorf("XRANGE %s: %w", topo.Dead(), err)
 	}
 	for _, m := range st.dead {
-		k := str(m.Values[pipeline.DeadFieldStream]) + " " + str(m.Values[pipeline.DeadFieldID])
+		k := str(m.Values[event.DeadFieldStream]) + " " + str(m.Values[event.DeadFieldID])
 		st.deadOf[k] = append(st.deadOf[k], m)
 	}
 	return st, nil
@@ -309,7 +309,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				cf, _ := strconv.ParseInt(str(cur.Values["fence"]), 10, 64)
 				pt, ct := streamid.Time(prev.ID), streamid.Time(cur.ID)
 				et := str(cur.Values["event_type"])
-				if cf <= pf || (et != pipeline.EventStageDone && et != pipeline.EventStageFailed) || !killedBetween(pt, ct) {
+				if cf <= pf || (et != event.StageDone && et != event.StageFailed) || !killedBetween(pt, ct) {
 					ok = false
 				}
 			}
@@ -330,17 +330,17 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 		default:
 			r := rs[0]
 			switch et := str(r.Values["event_type"]); et {
-			case pipeline.EventStageDone:
+			case event.StageDone:
 				rep.done++
 				if len(ds) > 0 {
 					v("%s is done and dead-lettered", what)
 				}
-			case pipeline.EventStageFailed:
+			case event.StageFailed:
 				rep.failed++
 				if len(ds) != 1 {
 					v("%s failed without its dead letter", what)
 				}
-			case pipeline.EventLockDropped, pipeline.EventLockCoalesced:
+			case event.LockDropped, event.LockCoalesced:
 				rep.dropped++
 				if str(r.Values["holder"]) == "" && str(r.Values["holder_message_id"]) == "" {
 					v("%s dropped without naming the holder: %s", what, describe(rs))
@@ -400,7 +400,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 		skipped := map[string]redis.XMessage{}         // issue → last skipped triage record
 		for _, m := range st.results {
 			et := str(m.Values["event_type"])
-			if et != pipeline.EventStageDone && et != pipeline.EventStageFailed {
+			if et != event.StageDone && et != event.StageFailed {
 				continue
 			}
 			if str(m.Values["outcome"]) == "skipped" {
@@ -425,9 +425,9 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				// Its triage event ended as "skipped": a redelivery found the resolution
 				// label of a run that had published but not recorded (crash, lease lost).
 				// The downstream outcome still decides the labels.
-				for _, a := range pipeline.Agents[1:] {
+				for _, a := range event.Agents[1:] {
 					if dr, ok := last[is][a]; ok && (tr.Values == nil || streamid.Compare(dr.ID, tr.ID) > 0) {
-						tr = redis.XMessage{ID: dr.ID, Values: map[string]any{"event_type": pipeline.EventStageDone, "outcome": a}}
+						tr = redis.XMessage{ID: dr.ID, Values: map[string]any{"event_type": event.StageDone, "outcome": a}}
 					}
 				}
 				if tr.Values == nil {
@@ -461,7 +461,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 // expectedLabels returns the label an issue must carry given its last triage record and
 // the last record of each downstream agent, and one it must not carry ("" for none).
 func expectedLabels(tr redis.XMessage, last map[string]redis.XMessage) (want, notWant string) {
-	if str(tr.Values["event_type"]) == pipeline.EventStageFailed {
+	if str(tr.Values["event_type"]) == event.StageFailed {
 		return labels.TriageErrored, ""
 	}
 	res := str(tr.Values["outcome"])
@@ -472,7 +472,7 @@ func expectedLabels(tr redis.XMessage, last map[string]redis.XMessage) (want, no
 	if !ok {
 		return handlers.ResolutionLabel(res) + " then a " + res + " outcome (none recorded)", ""
 	}
-	if str(dr.Values["event_type"]) == pipeline.EventStageFailed {
+	if str(dr.Values["event_type"]) == event.StageFailed {
 		return labels.ErroredFor(res), labels.TriagedFor(res)
 	}
 	return labels.DoneFor(res), labels.TriagedFor(res)

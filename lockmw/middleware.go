@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Metadata keys of the message the middleware reads (MetaIssueKey, by the default
@@ -372,7 +373,9 @@ func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entr
 // lease is released and the dead-letter queue, not an endless redelivery, takes it.
 func (m *Middleware) run(h message.HandlerFunc, msg *message.Message, lease *Lease) (out []*message.Message, err error) {
 	parent := msg.Context()
-	msg.SetContext(context.WithValue(lease.Context(), leaseKey{}, lease))
+	// The event format's writers (event.Publisher, event.Results) fence what they
+	// append under the lease through event.FencerFrom.
+	msg.SetContext(event.WithFencer(context.WithValue(lease.Context(), leaseKey{}, lease), lease))
 	defer func() {
 		msg.SetContext(parent)
 		if r := recover(); r != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // The router benchmarks consume b.N triage events with distinct issue keys through one
@@ -33,12 +34,12 @@ import (
 func BenchmarkRouterBare(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
-	topo := Topology{Namespace: "ymir"}
+	topo := event.Topology{Namespace: "ymir"}
 	stream := topo.Stream("triage", "", false)
 	var n atomic.Int64
 	done, gate := make(chan struct{}), make(chan struct{})
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client: redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true}), Unmarshaller: Marshaller{}, Consumer: "bench-0", ConsumerGroup: "triage",
+		Client: redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true}), Unmarshaller: event.Marshaller{}, Consumer: "bench-0", ConsumerGroup: "triage",
 		BlockTime: 100 * time.Millisecond, DisableIndefiniteInitialBlock: true,
 	}, nil)
 	if err != nil {
@@ -59,7 +60,7 @@ func BenchmarkRouterBare(b *testing.B) {
 func BenchmarkRouterLocked(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
-	topo := Topology{Namespace: "ymir"}
+	topo := event.Topology{Namespace: "ymir"}
 	stream := topo.Stream("triage", "", false)
 	opts, _ := ClientOptions(srv.URL())
 	locker, err := lockmw.New(rdb, lockmw.Options{})
@@ -105,9 +106,9 @@ func benchConsume(b *testing.B, rdb *redis.Client, stream string, r runner, gate
 	<-r.Running()
 	pipe := rdb.Pipeline()
 	for i := 0; i <= b.N; i++ {
-		task, _ := ParseTask([]byte(`{"metadata":{"issue":"RHEL-` + strconv.Itoa(i+1) + `"}}`))
-		msg, _ := NewEvent(EventTriageRequested, "RHEL-"+strconv.Itoa(i+1), task, nil)
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: Encode(msg)})
+		task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"RHEL-` + strconv.Itoa(i+1) + `"}}`))
+		msg, _ := event.New(event.TriageRequested, "RHEL-"+strconv.Itoa(i+1), task, nil)
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)})
 		if pipe.Len() == 500 {
 			if _, err := pipe.Exec(ctx); err != nil {
 				b.Fatal(err)
@@ -181,8 +182,8 @@ func BenchmarkRouterIdle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: Topology{Namespace: "ymir"}, Agent: "triage",
-		Consumer: "idle", Locker: locker, MaxLen: DefaultMaxLen, Handler: func(*message.Message) error { return nil }})
+	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: event.Topology{Namespace: "ymir"}, Agent: "triage",
+		Consumer: "idle", Locker: locker, MaxLen: event.DefaultMaxLen, Handler: func(*message.Message) error { return nil }})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -242,10 +243,10 @@ func commandCalls(ctx context.Context, b *testing.B, rdb *redis.Client) map[stri
 func BenchmarkRouterLatencyBare(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
-	stream := Topology{Namespace: "ymir"}.Stream("triage", "", false)
+	stream := event.Topology{Namespace: "ymir"}.Stream("triage", "", false)
 	started := make(chan time.Time, 1)
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client: redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true}), Unmarshaller: Marshaller{},
+		Client: redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true}), Unmarshaller: event.Marshaller{},
 		Consumer: "bench-0", ConsumerGroup: "triage", BlockTime: DefaultBlockTime, DisableIndefiniteInitialBlock: true,
 	}, nil)
 	if err != nil {
@@ -263,7 +264,7 @@ func BenchmarkRouterLatencyBare(b *testing.B) {
 func BenchmarkRouterLatencyLocked(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
-	topo := Topology{Namespace: "ymir"}
+	topo := event.Topology{Namespace: "ymir"}
 	opts, _ := ClientOptions(srv.URL())
 	locker, err := lockmw.New(rdb, lockmw.Options{})
 	if err != nil {
@@ -290,9 +291,9 @@ func benchLatency(b *testing.B, rdb *redis.Client, stream string, r runner, star
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		key := "RHEL-" + strconv.Itoa(i+1)
-		task, _ := ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
-		msg, _ := NewEvent(EventTriageRequested, key, task, nil)
-		values := Encode(msg)
+		task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+		msg, _ := event.New(event.TriageRequested, key, task, nil)
+		values := event.Encode(msg)
 		t0 := time.Now()
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: values}).Err(); err != nil {
 			b.Fatal(err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // procStatus reads a field of /proc/self/status in bytes (VmRSS, VmHWM).
@@ -89,14 +89,14 @@ func TestOversizedEntryDeadLetteredWhileNextRuns(t *testing.T) {
 	for k, v := range d.Values {
 		size += len(k) + len(v.(string))
 	}
-	if size > pipeline.MaxDeadCopyBytes+4<<10 {
+	if size > event.MaxDeadCopyBytes+4<<10 {
 		t.Fatalf("dead letter of %d bytes, want at most the 64 KiB copy and its bookkeeping", size)
 	}
-	if got, _ := strconv.Atoi(d.Values[pipeline.DeadFieldSize].(string)); got < huge {
+	if got, _ := strconv.Atoi(d.Values[event.DeadFieldSize].(string)); got < huge {
 		t.Fatalf("dead_size %d, want the original size", got)
 	}
-	if reason := d.Values[pipeline.DeadFieldError].(string); !strings.Contains(reason, "oversized entry") ||
-		d.Values[pipeline.DeadFieldID] != hugeID || d.Values["m:issue_key"] != "RHEL-1" ||
+	if reason := d.Values[event.DeadFieldError].(string); !strings.Contains(reason, "oversized entry") ||
+		d.Values[event.DeadFieldID] != hugeID || d.Values["m:issue_key"] != "RHEL-1" ||
 		!strings.HasPrefix(d.Values["payload"].(string), `{"metadata":{"issue":"RHEL-1"},"blob":"xxx`) {
 		t.Fatalf("dead letter %v", trimValues(d.Values))
 	}
@@ -115,7 +115,7 @@ func TestOversizedEntryDeadLetteredWhileNextRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := in.Requeue(ctx, d.ID); !errors.Is(err, pipeline.ErrEventTooLarge) {
+	if _, err := in.Requeue(ctx, d.ID); !errors.Is(err, event.ErrEventTooLarge) {
 		t.Fatalf("requeue of a truncated copy: %v", err)
 	}
 }
@@ -140,7 +140,7 @@ func TestTooManyFieldsDeadLettered(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	vals := map[string]any{"_watermill_message_uuid": "u1", "payload": `{"metadata":{"issue":"RHEL-3"}}`, "m:issue_key": "RHEL-3"}
-	for i := range pipeline.MaxEventFields {
+	for i := range event.MaxEventFields {
 		vals["m:f"+strconv.Itoa(i)] = "v"
 	}
 	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: vals}).Err(); err != nil {
@@ -154,7 +154,7 @@ func TestTooManyFieldsDeadLettered(t *testing.T) {
 	})
 	redistest.Eventually(t, 10*time.Second, func() bool { return r.Get("RHEL-4") == 1 && len(e.dead()) == 1 },
 		"the next event runs and the wide one is dead-lettered")
-	if r.Get("RHEL-3") != 0 || !strings.Contains(e.dead()[0].Values[pipeline.DeadFieldError].(string), "259 fields") {
+	if r.Get("RHEL-3") != 0 || !strings.Contains(e.dead()[0].Values[event.DeadFieldError].(string), "259 fields") {
 		t.Fatalf("runs %v, dead %v", r.Snapshot(), trimValues(e.dead()[0].Values))
 	}
 }
@@ -164,21 +164,21 @@ func TestTooManyFieldsDeadLettered(t *testing.T) {
 func TestPublishRefusesOversizedEvents(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"RHEL-5","blob":"` + strings.Repeat("y", 5000) + `"}}`))
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-5", task, nil)
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"RHEL-5","blob":"` + strings.Repeat("y", 5000) + `"}}`))
+	msg, err := event.New(event.TriageRequested, "RHEL-5", task, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := pipeline.NewPublisher(e.rdb, 0).WithMaxEventBytes(4096)
-	if _, err := pub.PublishID(ctx, e.triage(), msg); !errors.Is(err, pipeline.ErrEventTooLarge) ||
+	pub := event.NewPublisher(e.rdb, 0).WithMaxEventBytes(4096)
+	if _, err := pub.PublishID(ctx, e.triage(), msg); !errors.Is(err, event.ErrEventTooLarge) ||
 		!strings.Contains(err.Error(), "at most 4096") {
 		t.Fatalf("oversized publish: %v", err)
 	}
-	small, _ := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-5", pipeline.Task{}, nil)
-	for i := range pipeline.MaxEventFields {
+	small, _ := event.New(event.TriageRequested, "RHEL-5", event.Task{}, nil)
+	for i := range event.MaxEventFields {
 		small.Metadata.Set("f"+strconv.Itoa(i), "v")
 	}
-	if _, err := pub.PublishID(ctx, e.triage(), small); !errors.Is(err, pipeline.ErrEventTooLarge) ||
+	if _, err := pub.PublishID(ctx, e.triage(), small); !errors.Is(err, event.ErrEventTooLarge) ||
 		!strings.Contains(err.Error(), "fields") {
 		t.Fatalf("wide publish: %v", err)
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // ErrConsumerInUse is returned by ClaimConsumer when a live process already reads the
@@ -41,11 +43,6 @@ type ConsumerClaim struct {
 	once sync.Once
 }
 
-// ConsumerClaimKey is the key of the claim on consumer in group.
-func (t Topology) ConsumerClaimKey(group, consumer string) string {
-	return t.ns() + ":consumer:" + group + ":" + consumer
-}
-
 // ClaimConsumer claims consumer in group for this process until Release (or ctx's end).
 // A claim left by a process that is gone is taken over: at once when it was made on this
 // host by a pid that is no longer alive, or by this very pid (a container restarted in
@@ -53,7 +50,7 @@ func (t Topology) ConsumerClaimKey(group, consumer string) string {
 // (ttl <= 0: DefaultConsumerClaimTTL). A claim that is refreshed meanwhile, or whose
 // process lives on this host, is a live process's: the error wraps ErrConsumerInUse and
 // says which process.
-func ClaimConsumer(ctx context.Context, rdb redis.UniversalClient, t Topology, group, consumer string, ttl time.Duration, log zerolog.Logger) (*ConsumerClaim, error) {
+func ClaimConsumer(ctx context.Context, rdb redis.UniversalClient, t event.Topology, group, consumer string, ttl time.Duration, log zerolog.Logger) (*ConsumerClaim, error) {
 	if ttl <= 0 {
 		ttl = DefaultConsumerClaimTTL
 	}

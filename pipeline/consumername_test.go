@@ -14,6 +14,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Issue 29: one process per consumer name. A live process's claim is refused (at once on
@@ -22,7 +23,7 @@ import (
 func TestClaimConsumer(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
-	topo := pipeline.Topology{Namespace: ns + "ymir"}
+	topo := event.Topology{Namespace: ns + "ymir"}
 	key := topo.ConsumerClaimKey("triage", "w1")
 	host, _ := os.Hostname()
 	log := zerolog.Nop()
@@ -93,7 +94,7 @@ func TestClaimConsumer(t *testing.T) {
 
 	// Another host's claim left to expire: taken once it has.
 	rdb.Set(ctx, key, "elsewhere 1 tok", ttl/2)
-	other := pipeline.Topology{Namespace: topo.Namespace}
+	other := event.Topology{Namespace: topo.Namespace}
 	c, err = pipeline.ClaimConsumer(ctx, rdb, other, "triage", "w1", ttl, log)
 	if err != nil {
 		t.Fatalf("expiring claim of another host: %v", err)

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // correlation gives every event a correlation id (kept across stages) before anything
@@ -11,8 +13,8 @@ import (
 func correlation(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		growStack(0)
-		if msg.Metadata.Get(MetaCorrelationID) == "" {
-			msg.Metadata.Set(MetaCorrelationID, watermill.NewUUID())
+		if msg.Metadata.Get(event.MetaCorrelationID) == "" {
+			msg.Metadata.Set(event.MetaCorrelationID, watermill.NewUUID())
 		}
 		return h(msg)
 	}

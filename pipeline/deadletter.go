@@ -13,20 +13,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
-)
-
-// Dead-letter entry fields, besides the original entry's own (uuid, payload, m:*).
-const (
-	DeadFieldStream   = "dead_stream"
-	DeadFieldID       = "dead_id"
-	DeadFieldError    = "dead_error"
-	DeadFieldAttempts = "dead_attempts"
-	DeadFieldAgent    = "dead_agent"
-	DeadFieldAt       = "dead_at"
-	// DeadFieldSize is the original size in bytes of an oversized entry, whose dead
-	// letter holds a truncated copy (DeadFieldFields: its number of fields).
-	DeadFieldSize   = "dead_size"
-	DeadFieldFields = "dead_fields"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // maxDeadError bounds the error text of a dead letter (a runner's stderr tail is 2 KiB).
@@ -51,14 +38,14 @@ type deadLetters struct {
 func (d *deadLetters) middleware(src lockmw.Source) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := Validate(msg, d.agent, d.locker); err != nil {
+			if _, err := event.Validate(msg, d.agent, d.locker.Canonicalize); err != nil {
 				return nil, d.bury(msg, src, err, 0)
 			}
 			out, err := h(msg)
 			if err == nil || leaseOrShutdown(err) {
 				return out, err
 			}
-			attempts, _ := strconv.Atoi(msg.Metadata.Get(MetaAttempt))
+			attempts, _ := strconv.Atoi(msg.Metadata.Get(event.MetaAttempt))
 			if berr := d.bury(msg, src, err, attempts); berr != nil {
 				return nil, berr
 			}
@@ -74,26 +61,26 @@ func (d *deadLetters) middleware(src lockmw.Source) message.HandlerMiddleware {
 func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error, attempts int) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
 	defer cancel()
-	values := Encode(msg)
+	values := event.Encode(msg)
 	entry, hasEntry := src.Entry(msg)
 	errText := d.redactor.String(cause.Error())
 	if len(errText) > maxDeadError {
 		errText = errText[:maxDeadError] + "…"
 	}
-	values[DeadFieldStream] = entry.Stream
-	values[DeadFieldID] = entry.ID
-	values[DeadFieldError] = errText
-	values[DeadFieldAttempts] = attempts
-	values[DeadFieldAgent] = d.agent
-	values[DeadFieldAt] = time.Now().UTC().Format(time.RFC3339Nano)
-	if msg.Metadata.Get(metaBad) != "" {
+	values[event.DeadFieldStream] = entry.Stream
+	values[event.DeadFieldID] = entry.ID
+	values[event.DeadFieldError] = errText
+	values[event.DeadFieldAttempts] = attempts
+	values[event.DeadFieldAgent] = d.agent
+	values[event.DeadFieldAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	if event.BadReason(msg) != "" {
 		// An undecodable entry: keep what was there for the operator.
-		values[fieldPayload] = string(msg.Payload)
+		values[event.FieldPayload] = string(msg.Payload)
 	}
-	oversize := msg.Metadata.Get(metaSize)
+	oversize, fields := event.Oversize(msg)
 	if oversize != "" {
-		values[DeadFieldSize] = oversize
-		values[DeadFieldFields] = msg.Metadata.Get(metaFields)
+		values[event.DeadFieldSize] = oversize
+		values[event.DeadFieldFields] = fields
 	}
 	if d.redactor.Len() > 0 {
 		for k, v := range values {
@@ -127,7 +114,7 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 		_, err = pipe.Exec(ctx)
 	}
 	if err != nil {
-		d.log.Error().Err(err).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
+		d.log.Error().Err(err).Str("issue_key", msg.Metadata.Get(event.MetaIssueKey)).Str("message_id", entry.ID).
 			Msg("cannot write the dead letter; the entry stays pending")
 		return errors.Join(lockmw.ErrTransient, err)
 	}
@@ -137,8 +124,8 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	if d.metrics != nil {
 		d.metrics.dead.WithLabelValues(d.agent).Inc()
 	}
-	d.log.Error().Str("error", errText).Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Str("message_id", entry.ID).
-		Str("correlation_id", msg.Metadata.Get(MetaCorrelationID)).Int("attempts", attempts).Str("dead_letter_id", deadID).
+	d.log.Error().Str("error", errText).Str("issue_key", msg.Metadata.Get(event.MetaIssueKey)).Str("message_id", entry.ID).
+		Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).Int("attempts", attempts).Str("dead_letter_id", deadID).
 		Msg("event dead-lettered")
 	if d.onDead != nil && attempts > 0 {
 		// Its own bound: the dead letter is written, whatever the hook (a Jira comment) does.

@@ -1,11 +1,14 @@
-// Package pipeline wires ymirflow's event pipeline: the event envelope, the stream
-// topology (agent and branch to stream and consumer group), Redis clients, Watermill
-// publishers, subscribers and routers over Redis Streams, the middleware stack, the
-// results and dead-letter streams, logging, metrics and health.
+// Package pipeline runs ymirflow's workers: one Watermill router per worker process
+// over Redis Streams, with the middleware stack around each handler, the dead-letter
+// stream, retries, metrics and health, worker presence, the consumer-name claim, and the
+// Redis client and version check the commands start with. The wire format it reads and
+// writes (envelope, marshal/decode, bounds, topology, publisher, results, trim) is the
+// leaf package pipeline/event.
 //
 // The entry point is NewRouter: one router per worker process, one handler per input
-// stream of the agent (and per unit of CONCURRENCY), each wrapped, outermost first, in
-// recoverer → correlation → metrics → dead letters → lockmw → retry → timeout → handler.
+// stream of the agent (and per unit of RouterConfig.Concurrency), each wrapped,
+// outermost first, in recoverer → correlation → metrics → dead letters → lockmw → retry
+// → timeout → handler.
 //
 // watermill-redisstream is used as it is, with three fixes around it (docs/architecture.md,
 // "Living with watermill-redisstream"): a

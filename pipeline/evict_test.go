@@ -11,7 +11,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A force release stops the holder's handler within a second (not at its next
@@ -76,7 +76,7 @@ func TestForceReleaseStopsTheHolderAtOnce(t *testing.T) {
 					t.Errorf("%d attempts under fence %s, want 1 (all: %v)", n, f, attempts)
 				}
 			}
-			if len(e.results(pipeline.EventLockDropped)) != 0 {
+			if len(e.results(event.LockDropped)) != 0 {
 				t.Errorf("an event was dropped")
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // One triage worker: the router reads the triage streams (the :todo twin and the main
@@ -30,7 +31,7 @@ func ExampleNewRouter() {
 	}
 	ns := redistest.Namespace() // keeps the example's keys apart; omit in real use
 	defer redistest.DeleteNamespace(context.Background(), rdb, ns)
-	topo := pipeline.Topology{Namespace: ns + "ymir"}
+	topo := event.Topology{Namespace: ns + "ymir"}
 
 	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope(), Owner: "worker-1"})
 	if err != nil {
@@ -41,7 +42,7 @@ func ExampleNewRouter() {
 		Agent: "triage", Consumer: "worker-1", Locker: locker,
 		Handler: func(msg *message.Message) error {
 			lease, _ := lockmw.LeaseFrom(msg.Context())
-			fmt.Println("triage of", msg.Metadata.Get(pipeline.MetaIssueKey), "under fence", lease.Fence())
+			fmt.Println("triage of", msg.Metadata.Get(event.MetaIssueKey), "under fence", lease.Fence())
 			close(done)
 			return nil
 		}})
@@ -53,12 +54,12 @@ func ExampleNewRouter() {
 	<-router.Running()
 
 	// What `ymirflow enqueue --agent triage RHEL-123` publishes.
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"RHEL-123"}}`))
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-123", task, nil)
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"RHEL-123"}}`))
+	msg, err := event.New(event.TriageRequested, "RHEL-123", task, nil)
 	if err != nil {
 		panic(err)
 	}
-	if err := pipeline.NewPublisher(rdb, 0).Publish(topo.Stream("triage", "", false), msg); err != nil {
+	if err := event.NewPublisher(rdb, 0).Publish(topo.Stream("triage", "", false), msg); err != nil {
 		panic(err)
 	}
 	<-done

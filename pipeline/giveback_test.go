@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A bad entry read ahead behind another issue's event takes no lease in that event's
@@ -49,7 +49,7 @@ func TestBadEntryBehindGoodEventTakesNoLeaseAndNextGoodRuns(t *testing.T) {
 			redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 2 }, "bad entry read ahead")
 			close(release)
 			redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 }, "bad entry dead-lettered")
-			if d := e.dead()[0].Values[pipeline.DeadFieldID]; d != badID {
+			if d := e.dead()[0].Values[event.DeadFieldID]; d != badID {
 				t.Fatalf("dead letter is of %v, want the bad entry %s", d, badID)
 			}
 			lock := e.TriageLocker(3*time.Second).LockKey("triage", "RHEL-7")
@@ -60,7 +60,7 @@ func TestBadEntryBehindGoodEventTakesNoLeaseAndNextGoodRuns(t *testing.T) {
 			redistest.Eventually(t, 10*time.Second, func() bool {
 				return r.Get("RHEL-7") == 1 && e.pending(e.triage()) == 0
 			}, "the good event after the bad one ran (runs %d)", r.Get("RHEL-7"))
-			if drops := e.results(pipeline.EventLockDropped); len(drops) != 0 {
+			if drops := e.results(event.LockDropped); len(drops) != 0 {
 				t.Fatalf("a good event was dropped: %v", drops[0].Values)
 			}
 		})

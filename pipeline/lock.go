@@ -11,6 +11,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // The pipeline's side of the lock middleware: where an event's issue key is, and how a
@@ -20,10 +21,10 @@ import (
 // canonical key there before the lock middleware runs), else the Task payload's
 // metadata.issue or metadata.jira_issue. It errs with lockmw.ErrNoIssueKey.
 func issueKeyOf(msg *message.Message) (string, error) {
-	if k := msg.Metadata.Get(MetaIssueKey); k != "" {
+	if k := msg.Metadata.Get(event.MetaIssueKey); k != "" {
 		return k, nil
 	}
-	task, err := ParseTask(msg.Payload)
+	task, err := event.ParseTask(msg.Payload)
 	if err != nil {
 		return "", errors.Join(lockmw.ErrNoIssueKey, err)
 	}
@@ -37,9 +38,9 @@ func issueKeyOf(msg *message.Message) (string, error) {
 // stream, in the round trip that acks the event.
 func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 	return func(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
-		eventType, reason := EventLockDropped, "locked"
+		eventType, reason := event.LockDropped, "locked"
 		if c.Queued {
-			eventType = EventLockCoalesced
+			eventType = event.LockCoalesced
 		}
 		if c.Superseded {
 			reason = "superseded"
@@ -58,7 +59,7 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 				"message_id":        c.Entry.ID,
 				"stream":            c.Entry.Stream,
 				"uuid":              c.Message.UUID,
-				"correlation_id":    c.Message.Metadata.Get(MetaCorrelationID),
+				"correlation_id":    c.Message.Metadata.Get(event.MetaCorrelationID),
 				"holder":            c.Holder.Owner,
 				"holder_fence":      c.Holder.Fence,
 				"holder_message_id": c.Holder.MessageID,

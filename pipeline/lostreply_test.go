@@ -14,7 +14,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // lua returns the concatenated source of Lua files, as the packages that embed them
@@ -52,7 +52,7 @@ func TestLostReplyMatrix(t *testing.T) {
 		"xadd_once":        once,
 	}
 	// Whatever carries the dead letter: a script, or the EXEC of a transaction.
-	deadLetter := redistest.Any(redistest.Script(once, pipeline.DeadFieldError), redistest.Command("exec"))
+	deadLetter := redistest.Any(redistest.Script(once, event.DeadFieldError), redistest.Command("exec"))
 	cases := []struct {
 		name     string
 		match    redistest.Match
@@ -63,14 +63,14 @@ func TestLostReplyMatrix(t *testing.T) {
 		{"handoff acquire of the next entry", redistest.Script(scripts["handoff"], "RHEL-2"), "two issues"},
 		{"extend", redistest.Script(scripts["extend"]), "long"},
 		{"release after exhausted retries", redistest.Script(scripts["release"]), "fail"},
-		{"fenced xadd of the outcome", redistest.Arg(pipeline.EventStageDone), "one"},
+		{"fenced xadd of the outcome", redistest.Arg(event.StageDone), "one"},
 		{"dead letter", deadLetter, "bad"},
 		{"dead letter after exhausted retries", deadLetter, "fail"},
-		{"conflict record", redistest.Arg(pipeline.EventLockDropped), "conflict"},
+		{"conflict record", redistest.Arg(event.LockDropped), "conflict"},
 		{"xack of a dropped event", redistest.Command("xack"), "conflict"},
 		{"acquire or queue", redistest.Script(scripts["acquire_or_queue"]), "coalesce"},
 		{"release and drain", redistest.Script(scripts["release_drain"]), "coalesce"},
-		{"coalesced conflict record", redistest.Arg(pipeline.EventLockCoalesced), "coalesce"},
+		{"coalesced conflict record", redistest.Arg(event.LockCoalesced), "coalesce"},
 	}
 	direct, _ := redistest.Client(t)
 	for _, src := range scripts {
@@ -94,7 +94,7 @@ func TestLostReplyMatrix(t *testing.T) {
 func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.LossyProxy, match redistest.Match, scenario string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	results := pipeline.NewResults(e.rdb, e.topo.Results(), 0)
+	results := event.NewResults(e.rdb, e.topo.Results(), 0)
 	var failing, blockFirst atomic.Bool
 	var runs routertest.Runs
 	records := func(eventType string) int {
@@ -131,9 +131,9 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 			}
 		case blockFirst.Load() && n == 1:
 			// Hold the issue until the second event met the held lease.
-			want := pipeline.EventLockDropped
+			want := event.LockDropped
 			if scenario == "coalesce" {
-				want = pipeline.EventLockCoalesced
+				want = event.LockCoalesced
 			}
 			deadline := time.Now().Add(5 * time.Second)
 			for records(want) == 0 && time.Now().Before(deadline) {
@@ -142,8 +142,8 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		case failing.Load():
 			return errBoom
 		}
-		_, err := results.Add(msg.Context(), pipeline.Record{EventType: pipeline.EventStageDone, Agent: "triage",
-			IssueKey: issueOf(msg), MessageID: pipeline.EntryID(msg), Stream: pipeline.EntryStream(msg)})
+		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
+			IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
 		return err
 	})
 	proxy.LoseReply(match, 1)
@@ -169,12 +169,12 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		per := map[string]int{}
 		for _, m := range direct.XRange(ctx, e.topo.Results(), "-", "+").Val() {
 			switch m.Values["event_type"] {
-			case pipeline.EventStageDone, pipeline.EventLockDropped, pipeline.EventLockCoalesced:
+			case event.StageDone, event.LockDropped, event.LockCoalesced:
 				per[fmt.Sprint(m.Values["message_id"])]++
 			}
 		}
 		for _, m := range direct.XRange(ctx, e.topo.Dead(), "-", "+").Val() {
-			per[fmt.Sprint(m.Values[pipeline.DeadFieldID])]++
+			per[fmt.Sprint(m.Values[event.DeadFieldID])]++
 		}
 		return per, len(direct.XRange(ctx, e.triage(), "-", "+").Val())
 	}
@@ -206,8 +206,8 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 	// Not stuck: a new event for the issue runs at once (seconds, not the 30 s TTL).
 	failing.Store(false)
 	blockFirst.Store(false)
-	before := records(pipeline.EventStageDone)
+	before := records(event.StageDone)
 	e.publishTriage("RHEL-1")
-	redistest.Eventually(t, 5*time.Second, func() bool { return records(pipeline.EventStageDone) == before+1 },
+	redistest.Eventually(t, 5*time.Second, func() bool { return records(event.StageDone) == before+1 },
 		"a new event for the issue ran after the lost reply (the issue is stuck)")
 }

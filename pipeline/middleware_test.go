@@ -18,6 +18,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Same-issue events published concurrently while one runs: exactly one run per burst,
@@ -283,7 +284,7 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 	dead := e.dead()
 	for i, c := range cases {
 		d := dead[i].Values
-		if !strings.Contains(fmt.Sprint(d[pipeline.DeadFieldError]), c.reason) || d[pipeline.DeadFieldStream] != e.triage() || d[pipeline.DeadFieldID] == "" {
+		if !strings.Contains(fmt.Sprint(d[event.DeadFieldError]), c.reason) || d[event.DeadFieldStream] != e.triage() || d[event.DeadFieldID] == "" {
 			t.Errorf("%s: dead entry %v, want reason %q", c.name, d, c.reason)
 		}
 		if d["payload"] != c.values["payload"] {
@@ -318,7 +319,7 @@ func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
 	e.publishTriage("RHEL-6")
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 && e.pending(e.triage()) == 0 }, "dead-lettered")
 	d := e.dead()[0].Values
-	if attempts.Load() != 3 || d[pipeline.DeadFieldAttempts] != "3" || !strings.Contains(fmt.Sprint(d[pipeline.DeadFieldError]), "boom") {
+	if attempts.Load() != 3 || d[event.DeadFieldAttempts] != "3" || !strings.Contains(fmt.Sprint(d[event.DeadFieldError]), "boom") {
 		t.Fatalf("attempts=%d dead=%v", attempts.Load(), d)
 	}
 	n := 0

@@ -16,6 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 func TestClientOptionsFromURL(t *testing.T) {
@@ -143,8 +144,8 @@ func TestRedisRestartMidRunLosesNothing(t *testing.T) {
 }
 
 func mustEvent(t *testing.T, key string) *message.Message {
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+	msg, err := event.New(event.TriageRequested, key, task, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

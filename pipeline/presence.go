@@ -4,50 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
-// Worker presence: each router says, every PresenceInterval, which consumers it reads as,
-// so that the operator's views can tell a live idle worker from a dead one and show a new
-// worker before its first entry. XINFO CONSUMERS cannot: a consumer's idle time grows the
-// same whether it waits on an empty stream or died, and a consumer exists only once it
-// has read.
-//
-// The record is one sorted set per namespace (Topology.Workers): a member per
-// subscription, the JSON of a WorkerBeat, scored with the time (ms, Redis's clock) until
-// which the beat vouches for it. Redis's clock, not the worker's, so that the console on
-// another host compares like with like. A router that stops cleanly removes its members;
-// one that dies leaves them to expire (and to be pruned an hour later).
-const (
-	// PresenceInterval is how often a router renews its presence.
-	PresenceInterval = 2 * time.Second
-	// PresenceTTL is how long one beat vouches for a worker: several intervals, so a
-	// slow round trip or a GC pause does not make a live worker look dead.
-	PresenceTTL = 5 * PresenceInterval
-	// presenceKeep is how long an expired member stays, shown as dead, before it is
-	// pruned.
-	presenceKeep = time.Hour
-)
+// Worker presence (event.WorkerBeat): each router renews its subscriptions' members of
+// Topology.Workers every event.PresenceInterval, and removes them when it stops.
 
-// WorkerBeat is one subscription's presence record (the member's JSON).
-type WorkerBeat struct {
-	Consumer string `json:"consumer"`
-	Stream   string `json:"stream"`
-	Group    string `json:"group"`
-	Agent    string `json:"agent"`
-	Branch   string `json:"branch,omitempty"`
-	Host     string `json:"host"`
-	PID      int    `json:"pid"`
-	// Started is when the process's router started (unix ms): a restarted process
-	// with the same consumer name is a new member.
-	Started int64 `json:"started_ms"`
-}
-
-// Workers is the key of the namespace's worker presence set.
-func (t Topology) Workers() string { return t.ns() + ":workers" }
+// presenceKeep is how long an expired member stays, shown as dead, before it is pruned.
+const presenceKeep = time.Hour
 
 // presenceScript renews members (ARGV[3..]) until Redis's now + ARGV[1] ms and prunes
 // members expired for more than ARGV[2] ms, in one round trip. The key itself expires
@@ -88,10 +56,10 @@ func (r *Router) startPresence(ctx context.Context) (stop func()) {
 func (r *Router) presence(ctx context.Context) []any {
 	host, _ := os.Hostname()
 	started := time.Now().UnixMilli()
-	args := []any{PresenceTTL.Milliseconds(), presenceKeep.Milliseconds()}
+	args := []any{event.PresenceTTL.Milliseconds(), presenceKeep.Milliseconds()}
 	var members []any
 	for _, s := range r.subs {
-		b, _ := json.Marshal(WorkerBeat{Consumer: s.consumer, Stream: s.route.Stream, Group: s.route.Group,
+		b, _ := json.Marshal(event.WorkerBeat{Consumer: s.consumer, Stream: s.route.Stream, Group: s.route.Group,
 			Agent: r.cfg.Agent, Branch: r.cfg.Branch, Host: host, PID: os.Getpid(), Started: started})
 		members = append(members, string(b))
 	}
@@ -100,7 +68,7 @@ func (r *Router) presence(ctx context.Context) []any {
 	log := r.cfg.Logger.With().Str("key", key[0]).Logger()
 	failing := false
 	beat := func() {
-		cctx, cancel := context.WithTimeout(ctx, PresenceInterval)
+		cctx, cancel := context.WithTimeout(ctx, event.PresenceInterval)
 		defer cancel()
 		err := presenceScript.Run(cctx, r.cfg.Client, key, args...).Err()
 		switch {
@@ -115,7 +83,7 @@ func (r *Router) presence(ctx context.Context) []any {
 		}
 	}
 	beat()
-	t := time.NewTicker(PresenceInterval)
+	t := time.NewTicker(event.PresenceInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -126,16 +94,3 @@ func (r *Router) presence(ctx context.Context) []any {
 		}
 	}
 }
-
-// DecodeWorkerBeat parses a member of Topology.Workers; ok is false for a member this
-// version cannot read.
-func DecodeWorkerBeat(member string) (WorkerBeat, bool) {
-	var b WorkerBeat
-	if err := json.Unmarshal([]byte(member), &b); err != nil || b.Consumer == "" {
-		return WorkerBeat{}, false
-	}
-	return b, true
-}
-
-// String names the beat's process for operators: "host pid 123".
-func (b WorkerBeat) String() string { return b.Host + " pid " + strconv.Itoa(b.PID) }

@@ -20,6 +20,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Worker processes for the crash and shutdown tests: the test binary re-executed with
@@ -95,7 +96,7 @@ func TestWorkerProcess(t *testing.T) {
 	}
 	consumer, hold := os.Getenv("W_CONSUMER"), dur("W_HOLD")
 	ledger := ns + "ledger"
-	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: rdb, ClientOptions: opts, Topology: pipeline.Topology{Namespace: ns + "ymir"},
+	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: rdb, ClientOptions: opts, Topology: event.Topology{Namespace: ns + "ymir"},
 		Agent: "triage", Consumer: consumer, BlockTime: dur("W_BLOCK"), MaxIdleTime: dur("W_MAXIDLE"),
 		ClaimInterval: dur("W_CLAIM"), NackResendSleep: 50 * time.Millisecond, Locker: locker,
 		Handler: func(msg *message.Message) error {

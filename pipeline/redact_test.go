@@ -4,11 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
-// Redact never returns a password: not in user info, not in ?password=, not in a URL that
-// does not parse.
+// redact.URL never returns a password: not in user info, not in ?password=, not in a
+// URL that does not parse.
 func TestRedactNeverEchoesPasswords(t *testing.T) {
 	for _, raw := range []string{
 		"redis://u:hunter2@h:6379/0",
@@ -17,8 +18,8 @@ func TestRedactNeverEchoesPasswords(t *testing.T) {
 		"redis://u:hunter2@[::1:6379/0",
 		"hunter2",
 	} {
-		if got := pipeline.Redact(raw); strings.Contains(got, "hunter2") {
-			t.Errorf("Redact(%q) = %q", raw, got)
+		if got := redact.URL(raw); strings.Contains(got, "hunter2") {
+			t.Errorf("redact.URL(%q) = %q", raw, got)
 		}
 	}
 	if _, err := pipeline.ClientOptions("redis://:hunter2@h:6379/0%"); err == nil || strings.Contains(err.Error(), "hunter2") {

@@ -25,10 +25,10 @@ func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error quotes the whole URL, password included.
-		return nil, fmt.Errorf("REDIS_URL %s: not a URL", Redact(rawURL))
+		return nil, fmt.Errorf("REDIS_URL %s: not a URL", redact.URL(rawURL))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("REDIS_URL %s: scheme must be redis:// or rediss://", Redact(rawURL))
+		return nil, fmt.Errorf("REDIS_URL %s: scheme must be redis:// or rediss://", redact.URL(rawURL))
 	}
 	hosts := splitHosts(u.Host)
 	single := *u
@@ -36,7 +36,7 @@ func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 	o, err := redis.ParseURL(single.String())
 	if err != nil {
 		pw, _ := u.User.Password()
-		return nil, fmt.Errorf("REDIS_URL %s: %s", Redact(rawURL), redact.New(pw).String(err.Error()))
+		return nil, fmt.Errorf("REDIS_URL %s: %s", redact.URL(rawURL), redact.New(pw).String(err.Error()))
 	}
 	uo := &redis.UniversalOptions{
 		Addrs:    []string{o.Addr},
@@ -103,11 +103,7 @@ func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 	err = probe.Ping(pctx).Err()
 	probe.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrRedisUnreachable, Redact(rawURL), err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrRedisUnreachable, redact.URL(rawURL), err)
 	}
 	return redis.NewUniversalClient(o), nil
 }
-
-// Redact hides the password of a Redis URL, and secret-looking query parameters; text
-// that does not parse is never echoed (see redact.URL).
-func Redact(rawURL string) string { return redact.URL(rawURL) }

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // retry retries failed attempts inside the lease, with exponential backoff (initial,
@@ -26,7 +27,7 @@ func retry(attempts int, initial time.Duration, log zerolog.Logger) message.Hand
 					return out, err
 				}
 				log.Debug().Err(err).Int("attempt", attempt).Dur("delay", delay).
-					Str("issue_key", msg.Metadata.Get(MetaIssueKey)).Msg("retrying handler")
+					Str("issue_key", msg.Metadata.Get(event.MetaIssueKey)).Msg("retrying handler")
 				t := time.NewTimer(delay)
 				select {
 				case <-msg.Context().Done():
@@ -52,7 +53,7 @@ func retry(attempts int, initial time.Duration, log zerolog.Logger) message.Hand
 // permanentOrAbort: errors that a retry cannot fix (bad events) or that must end the
 // attempt now (lease lost, shutdown).
 func permanentOrAbort(err error) bool {
-	return errors.Is(err, ErrBadEvent) || errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, lockmw.ErrNoIssueKey) ||
+	return errors.Is(err, event.ErrBadEvent) || errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, lockmw.ErrNoIssueKey) ||
 		leaseOrShutdown(err)
 }
 

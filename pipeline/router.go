@@ -15,6 +15,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Defaults of the router settings (BLOCK_TIME, MAX_IDLE_TIME, CLAIM_INTERVAL,
@@ -24,7 +25,6 @@ const (
 	DefaultMaxIdleTime   = 3 * time.Minute
 	DefaultClaimInterval = 5 * time.Second
 	DefaultMaxRetries    = 3
-	DefaultMaxLen        = 100_000
 	DefaultReadBatch     = 8
 	// MaxReadBatch bounds READ_BATCH: entries read ahead wait in this process.
 	MaxReadBatch = 100
@@ -36,7 +36,7 @@ type RouterConfig struct {
 	Client redis.UniversalClient
 	// ClientOptions open each subscriber's own client (a Subscriber closes its client).
 	ClientOptions *redis.UniversalOptions
-	Topology      Topology
+	Topology      event.Topology
 	Agent, Branch string
 	// Consumer is the stable consumer name (a pod name); subscription i of each stream
 	// reads as "<Consumer>-<i>".
@@ -86,7 +86,7 @@ func (c *RouterConfig) defaults() error {
 	if c.Client == nil || c.ClientOptions == nil || c.Locker == nil || c.Handler == nil {
 		return errors.New("pipeline: RouterConfig needs Client, ClientOptions, Locker and Handler")
 	}
-	if err := CheckAgent(c.Agent, c.Branch); err != nil {
+	if err := event.CheckAgent(c.Agent, c.Branch); err != nil {
 		return err
 	}
 	if c.Consumer == "" {
@@ -175,7 +175,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			sub, err := newSubscription(subscriptionConfig{Route: route, Consumer: consumer, ClientOptions: cfg.ClientOptions,
 				Shared: cfg.Client, Locker: cfg.Locker, BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime,
 				ClaimInterval: cfg.ClaimInterval, NackSleep: cfg.NackResendSleep, MaxEventBytes: cfg.MaxEventBytes,
-				ReadBatch: cfg.ReadBatch, Logger: log, Runnable: runnable(cfg.Agent, cfg.Locker, cfg.MaxEventBytes)})
+				ReadBatch: cfg.ReadBatch, Logger: log, Runnable: event.Runnable(cfg.Agent, cfg.Locker.Canonicalize, cfg.MaxEventBytes)})
 			if err != nil {
 				return nil, err
 			}
@@ -298,7 +298,7 @@ func (r *Router) trimLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, route := range r.cfg.Topology.Inputs(r.cfg.Agent, r.cfg.Branch) {
-			if n, err := Trim(ctx, r.cfg.Client, route.Stream, r.cfg.MaxLen); err != nil {
+			if n, err := event.Trim(ctx, r.cfg.Client, route.Stream, r.cfg.MaxLen); err != nil {
 				r.cfg.Logger.Warn().Err(err).Str("stream", route.Stream).Msg("trim failed")
 			} else if n > 0 {
 				r.cfg.Logger.Debug().Int64("removed", n).Str("stream", route.Stream).Msg("trimmed")

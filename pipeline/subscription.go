@@ -15,13 +15,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // subscription is one watermill-redisstream Subscriber reading one stream as one
 // consumer, with the fixes of docs/architecture.md, "Living with watermill-redisstream",
 // around it. It implements lockmw.Source.
 type subscription struct {
-	route    Route
+	route    event.Route
 	consumer string
 	client   redis.UniversalClient // its own: Subscriber.Close closes it
 	shared   redis.UniversalClient // locks, claim checks
@@ -75,8 +76,11 @@ type queued struct {
 	checked      bool
 }
 
+// The event format's Marshaller is the subscribers' unmarshaller.
+var _ redisstream.MarshallerUnmarshaller = event.Marshaller{}
+
 type subscriptionConfig struct {
-	Route         Route
+	Route         event.Route
 	Consumer      string
 	ClientOptions *redis.UniversalOptions
 	Shared        redis.UniversalClient
@@ -114,7 +118,7 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 	s.client.AddHook(s)
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:                        s.client,
-		Unmarshaller:                  Marshaller{MaxEventBytes: cfg.MaxEventBytes},
+		Unmarshaller:                  event.Marshaller{MaxEventBytes: cfg.MaxEventBytes},
 		Consumer:                      cfg.Consumer,
 		ConsumerGroup:                 cfg.Route.Group,
 		NackResendSleep:               cfg.NackSleep,
@@ -200,7 +204,7 @@ func (s *subscription) shouldClaim(xp redis.XPendingExt) bool {
 	if len(msgs) == 0 {
 		return true // trimmed: the subscriber acks it away
 	}
-	msg := DecodeEntry(s.route.Stream, xp.ID, msgs[0].Values)
+	msg := event.DecodeEntry(s.route.Stream, xp.ID, msgs[0].Values)
 	key, err := issueKeyOf(msg)
 	if err != nil || key == "" {
 		return true // a bad event: let it be claimed and dead-lettered
@@ -320,13 +324,13 @@ func (s *subscription) isInflight(id string) bool {
 
 // Entry implements lockmw.Source.
 func (s *subscription) Entry(msg *message.Message) (lockmw.Entry, bool) {
-	id := EntryID(msg)
+	id := event.EntryID(msg)
 	if id == "" {
 		return lockmw.Entry{}, false
 	}
 	e := lockmw.Entry{Stream: s.route.Stream, Group: s.route.Group, Consumer: s.consumer, ID: id}
-	if ns, err := strconv.ParseInt(msg.Metadata.Get(fieldReadAt), 10, 64); err == nil {
-		e.ReadAt = time.Unix(0, ns)
+	if at, ok := event.ReadAt(msg); ok {
+		e.ReadAt = at
 	}
 	s.mu.Lock()
 	s.dequeue(id)
@@ -356,7 +360,9 @@ func (s *subscription) finish() {
 }
 
 // Encode implements lockmw.Source.
-func (s *subscription) Encode(msg *message.Message) (map[string]any, error) { return Encode(msg), nil }
+func (s *subscription) Encode(msg *message.Message) (map[string]any, error) {
+	return event.Encode(msg), nil
+}
 
 // DialHook implements redis.Hook.
 func (s *subscription) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -470,11 +476,11 @@ func (s *subscription) stamp(stream string, msgs []redis.XMessage, now string) {
 		if msgs[i].Values == nil {
 			msgs[i].Values = map[string]any{}
 		}
-		msgs[i].Values[fieldXID] = msgs[i].ID
-		msgs[i].Values[fieldStream] = stream
-		msgs[i].Values[fieldReadAt] = now
+		msgs[i].Values[event.FieldEntryID] = msgs[i].ID
+		msgs[i].Values[event.FieldEntryStream] = stream
+		msgs[i].Values[event.FieldReadAt] = now
 		s.inflight[msgs[i].ID] = struct{}{}
-		key, _ := msgs[i].Values[metaPrefix+MetaIssueKey].(string)
+		key, _ := msgs[i].Values[event.MetaPrefix+event.MetaIssueKey].(string)
 		s.queue = append(s.queue, queued{id: msgs[i].ID, issueKey: key, values: msgs[i].Values})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // With nothing read ahead, Peek waits for the read in flight, so the middleware learns
@@ -23,7 +24,7 @@ func TestPeekWaitsForTheReadInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	route := Route{Stream: "s", Group: "g"}
+	route := event.Route{Stream: "s", Group: "g"}
 	if err := rdb.XGroupCreateMkStream(ctx, route.Stream, route.Group, "$").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestPeekWaitsForTheReadInFlight(t *testing.T) {
 		t.Fatalf("Peek answered (%q, %v) before the read returned", p.id, p.ok)
 	case <-time.After(100 * time.Millisecond): // Peek must still be waiting
 	}
-	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: map[string]any{metaPrefix + MetaIssueKey: "RHEL-1"}}).Result()
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: map[string]any{event.MetaPrefix + event.MetaIssueKey: "RHEL-1"}}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestRouterStoppedByItsContextClosesItsClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: Topology{Namespace: ns + "ymir"},
+	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: event.Topology{Namespace: ns + "ymir"},
 		Agent: "triage", Consumer: "w", BlockTime: 100 * time.Millisecond, MaxIdleTime: 200 * time.Second,
 		ClaimInterval: 100 * time.Millisecond, Locker: locker, Handler: func(*message.Message) error { return nil }})
 	if err != nil {

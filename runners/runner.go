@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Runner does an agent's actual work for one event. It must honour ctx: the context is
@@ -40,7 +40,7 @@ type RunRequest struct {
 	UserTriggered bool
 	// Payload is the Task JSON exactly as received; Task is its decoded form.
 	Payload []byte
-	Task    pipeline.Task
+	Task    event.Task
 }
 
 // Result is what a runner reports. Triage runners fill Resolution, TargetBranch and

@@ -15,14 +15,14 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
 func runReq(t *testing.T, agent string) runners.RunRequest {
 	t.Helper()
 	payload := []byte(`{"metadata":{"issue":"RHEL-5","extra":[1,2]},"attempts":0,"user_triggered":true,"x":"y"}`)
-	task, err := pipeline.ParseTask(payload)
+	task, err := event.ParseTask(payload)
 	if err != nil {
 		t.Fatal(err)
 	}

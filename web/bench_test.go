@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // BenchmarkPages renders each page over streams holding 100 000 entries: 40 000 triage
@@ -63,12 +63,12 @@ func fill(b *testing.B, e *env) {
 		}
 	}
 	request := func(key string) map[string]any {
-		task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
-		msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+		task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+		msg, err := event.New(event.TriageRequested, key, task, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return pipeline.Encode(msg)
+		return event.Encode(msg)
 	}
 	add(triage, 40000, func(i int) (string, map[string]any) { return "*", request(fmt.Sprintf("RHEL-%d", 1+i%5000)) })
 	add(rebase, 20000, func(i int) (string, map[string]any) { return "*", request(fmt.Sprintf("RHEL-%d", 1+i%5000)) })
@@ -79,8 +79,8 @@ func fill(b *testing.B, e *env) {
 	})
 	add(e.topo.Dead(), 10000, func(i int) (string, map[string]any) {
 		v := request(fmt.Sprintf("RHEL-%d", 1+i%5000))
-		v[pipeline.DeadFieldStream], v[pipeline.DeadFieldID], v[pipeline.DeadFieldError] = triage, "1-0", "agent failed 3 times"
-		v[pipeline.DeadFieldAttempts], v[pipeline.DeadFieldAgent] = "3", "triage"
+		v[event.DeadFieldStream], v[event.DeadFieldID], v[event.DeadFieldError] = triage, "1-0", "agent failed 3 times"
+		v[event.DeadFieldAttempts], v[event.DeadFieldAgent] = "3", "triage"
 		return "*", v
 	})
 	if err := e.rdb.XGroupCreate(ctx, triage, "triage", "0").Err(); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // chromium finds Debian's chromium (CHROMIUM names another binary).
@@ -48,7 +48,7 @@ func TestBrowserEndToEnd(t *testing.T) {
 	// letter, with a secret in its error that must be shown redacted).
 	release := make(chan struct{})
 	e.start(ctx, message.NoPublishHandlerFunc(func(msg *message.Message) error {
-		switch msg.Metadata.Get(pipeline.MetaIssueKey) {
+		switch msg.Metadata.Get(event.MetaIssueKey) {
 		case "RHEL-7":
 			select {
 			case <-release:
@@ -226,7 +226,7 @@ func parseTTL(t *testing.T, s string) time.Duration {
 func (e *env) results(n int) {
 	e.t.Helper()
 	now := time.Now()
-	types := []string{pipeline.EventStageDone, pipeline.EventStageDone, pipeline.EventStageFailed, pipeline.EventLockDropped}
+	types := []string{event.StageDone, event.StageDone, event.StageFailed, event.LockDropped}
 	for i := range n {
 		at := now.Add(-time.Duration(n-i) * time.Minute * 40 / time.Duration(n))
 		err := e.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.topo.Results(), ID: fmt.Sprintf("%d-%d", at.UnixMilli(), i),

@@ -10,7 +10,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/web"
 )
 
@@ -24,7 +24,7 @@ func ExampleNew() {
 	ns := redistest.Namespace() // keeps the example's keys apart; omit in real use
 	defer redistest.DeleteNamespace(ctx, rdb, ns)
 
-	topo := pipeline.Topology{Namespace: ns + "ymir"}
+	topo := event.Topology{Namespace: ns + "ymir"}
 	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()}) // the workers' scope
 	in, _ := inspect.New(inspect.Config{Client: rdb, Topology: topo, Locker: locker})
 	srv, err := web.New(web.Config{Inspector: in, Topology: topo})

@@ -16,6 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/web"
 )
 
@@ -29,8 +30,8 @@ type env struct {
 	t      testing.TB
 	rdb    *redis.Client
 	ns     string
-	topo   pipeline.Topology
-	pub    *pipeline.Publisher
+	topo   event.Topology
+	pub    *event.Publisher
 	locker *lockmw.Locker
 	in     *inspect.Inspector
 	srv    *web.Server
@@ -40,7 +41,7 @@ type env struct {
 func newEnv(t testing.TB, tok string) *env {
 	t.Helper()
 	rdb, ns := redistest.Client(t)
-	e := &env{t: t, rdb: rdb, ns: ns, topo: pipeline.Topology{Namespace: ns + "ymir"}, pub: pipeline.NewPublisher(rdb, 0)}
+	e := &env{t: t, rdb: rdb, ns: ns, topo: event.Topology{Namespace: ns + "ymir"}, pub: event.NewPublisher(rdb, 0)}
 	var err error
 	if e.locker, err = lockmw.New(rdb, lockmw.Options{Scope: e.topo.LockScope(), TTL: 9 * time.Second}); err != nil {
 		t.Fatal(err)
@@ -60,8 +61,8 @@ func newEnv(t testing.TB, tok string) *env {
 // publish puts a triage request for key on the triage stream.
 func (e *env) publish(key string) string {
 	e.t.Helper()
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+	msg, err := event.New(event.TriageRequested, key, task, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -75,14 +76,14 @@ func (e *env) publish(key string) string {
 // bury writes a dead letter of a triage request for key with error reason.
 func (e *env) bury(key, reason string) string {
 	e.t.Helper()
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+	msg, err := event.New(event.TriageRequested, key, task, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	v := pipeline.Encode(msg)
-	v[pipeline.DeadFieldStream], v[pipeline.DeadFieldID], v[pipeline.DeadFieldError] = e.topo.Stream("triage", "", false), "1-0", reason
-	v[pipeline.DeadFieldAttempts], v[pipeline.DeadFieldAgent], v[pipeline.DeadFieldAt] = "3", "triage", time.Now().UTC().Format(time.RFC3339Nano)
+	v := event.Encode(msg)
+	v[event.DeadFieldStream], v[event.DeadFieldID], v[event.DeadFieldError] = e.topo.Stream("triage", "", false), "1-0", reason
+	v[event.DeadFieldAttempts], v[event.DeadFieldAgent], v[event.DeadFieldAt] = "3", "triage", time.Now().UTC().Format(time.RFC3339Nano)
 	id, err := e.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.topo.Dead(), Values: v}).Result()
 	if err != nil {
 		e.t.Fatal(err)

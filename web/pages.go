@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // view is what a page handler renders: a template and its data.
@@ -163,7 +163,7 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 		return Overview{}, err
 	}
 	ov := Overview{Streams: streams, Outcomes: outcomes, Running: []RunningRow{}, Consumers: []ConsumerRow{},
-		PresenceTTL: pipeline.PresenceTTL}
+		PresenceTTL: event.PresenceTTL}
 	if ov.Streams == nil {
 		ov.Streams = []inspect.StreamInfo{}
 	}
@@ -224,8 +224,8 @@ func (s *Server) leases(_ http.ResponseWriter, r *http.Request) (*view, error) {
 
 // leaseRef reads and checks agent and issue of a force release.
 func (s *Server) leaseRef(agent, issue string) (string, string, error) {
-	if !slices.Contains(pipeline.Agents, agent) {
-		return "", "", badRequest("unknown agent %q (one of %s)", s.clip(agent, 40), strings.Join(pipeline.Agents, ", "))
+	if !slices.Contains(event.Agents, agent) {
+		return "", "", badRequest("unknown agent %q (one of %s)", s.clip(agent, 40), strings.Join(event.Agents, ", "))
 	}
 	issue = strings.TrimSpace(issue)
 	if issue == "" || len(issue) > maxKeyLen {
@@ -270,8 +270,8 @@ func (s *Server) releasePost(w http.ResponseWriter, r *http.Request) (*view, err
 // pendingFilter reads the optional agent, branch and issue filters.
 func (s *Server) pendingFilter(q url.Values) (inspect.PendingFilter, error) {
 	f := inspect.PendingFilter{Agent: q.Get("agent"), Branch: q.Get("branch"), Issue: strings.TrimSpace(q.Get("issue"))}
-	if f.Agent != "" && !slices.Contains(pipeline.Agents, f.Agent) {
-		return f, badRequest("unknown agent %q (one of %s)", s.clip(f.Agent, 40), strings.Join(pipeline.Agents, ", "))
+	if f.Agent != "" && !slices.Contains(event.Agents, f.Agent) {
+		return f, badRequest("unknown agent %q (one of %s)", s.clip(f.Agent, 40), strings.Join(event.Agents, ", "))
 	}
 	if f.Branch != "" && !slices.Contains(s.branches(), f.Branch) {
 		return f, badRequest("unknown branch %q (one of %s)", s.clip(f.Branch, 40), strings.Join(s.branches(), ", "))

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // The console tells the truth: a running worker is alive from its own presence beat,
@@ -23,7 +23,7 @@ func TestConsoleShowsPresenceReasonsAndOneLinePerEvent(t *testing.T) {
 	defer cancel()
 	id := e.publish("RHEL-8")
 	e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Results(), Values: map[string]any{
-		"event_type": pipeline.EventLockDropped, "agent": "triage", "issue_key": "RHEL-8", "stream": e.topo.Stream("triage", "", false),
+		"event_type": event.LockDropped, "agent": "triage", "issue_key": "RHEL-8", "stream": e.topo.Stream("triage", "", false),
 		"message_id": id, "holder": "", "holder_fence": "0", "holder_message_id": "1-1", "reason": "superseded"}})
 	e.start(ctx, func(*message.Message) error { return nil })
 

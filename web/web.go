@@ -18,7 +18,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 //go:embed templates/*.html
@@ -31,7 +31,7 @@ var staticFS embed.FS
 type Config struct {
 	// Inspector reads and repairs the pipeline; Topology names its streams.
 	Inspector *inspect.Inspector
-	Topology  pipeline.Topology
+	Topology  event.Topology
 	// Token is the bearer token write actions need; "" makes the console read-only.
 	Token string
 	// Redactor masks the process's own secrets in everything shown (nil: none known).

@@ -22,7 +22,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const (
@@ -42,7 +42,7 @@ type env struct {
 	t       testing.TB
 	ctx     context.Context
 	rdb     redis.UniversalClient
-	topo    pipeline.Topology
+	topo    event.Topology
 	locker  *lockmw.Locker
 	jira    *fakejira.Server
 	jc      *jira.Client
@@ -100,7 +100,7 @@ func newEnv(t testing.TB, issues []fakejira.Issue, opts ...envOpt) *env {
 	if c.rdb == nil {
 		c.rdb, c.ns = redistest.Client(t)
 	}
-	e := &env{t: t, ctx: context.Background(), rdb: c.rdb, topo: pipeline.Topology{Namespace: strings.TrimSuffix(c.ns, ":")},
+	e := &env{t: t, ctx: context.Background(), rdb: c.rdb, topo: event.Topology{Namespace: strings.TrimSuffix(c.ns, ":")},
 		logs: &syncBuffer{}}
 	// The receiver's URL must be known before the fake is built: serve through a swappable handler.
 	var h http.Handler
@@ -268,8 +268,8 @@ func (e *env) entries() []string {
 			where = "todo"
 		}
 		for _, x := range xs {
-			msg := pipeline.DecodeEntry(s, x.ID, x.Values)
-			out = append(out, msg.Metadata.Get(pipeline.MetaIssueKey)+"@"+where)
+			msg := event.DecodeEntry(s, x.ID, x.Values)
+			out = append(out, msg.Metadata.Get(event.MetaIssueKey)+"@"+where)
 		}
 	}
 	slices.Sort(out)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // latencyChanges is the number of label changes measured per path.
@@ -128,7 +128,7 @@ func sweepLatencies(b *testing.B) []time.Duration {
 	}
 	var out []time.Duration
 	for _, x := range xs {
-		key := pipeline.EntryIssue(stream, x.ID, x.Values)
+		key := event.EntryIssue(stream, x.ID, x.Values)
 		msPart, _, _ := strings.Cut(x.ID, "-")
 		ms, err := strconv.ParseInt(msPart, 10, 64)
 		if err != nil || changed[key].IsZero() {

@@ -23,7 +23,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Defaults for Config.
@@ -72,7 +72,7 @@ type Config struct {
 	// Redis remembers delivery ids and records comment events.
 	Redis redis.UniversalClient
 	// Topology gives the namespace of the receiver's keys.
-	Topology pipeline.Topology
+	Topology event.Topology
 	// Secret is the webhook's secret: deliveries must carry X-Hub-Signature:
 	// sha256=<hex HMAC-SHA256 of the body>.
 	Secret []byte
@@ -178,7 +178,7 @@ func New(cfg Config) (*Receiver, error) {
 	r := &Receiver{cfg: cfg, own: map[string]bool{}, fields: cfg.Fetcher.SearchFields(),
 		ns: cfg.Topology.Namespace, log: cfg.Logger.With().Str("component", "webhook").Logger()}
 	if r.ns == "" {
-		r.ns = pipeline.DefaultNamespace
+		r.ns = event.DefaultNamespace
 	}
 	for _, a := range cfg.OwnAccounts {
 		if a = strings.TrimSpace(a); a != "" {
@@ -198,10 +198,10 @@ func Sign(secret, body []byte) string {
 
 // DeliveryKey is the Redis key remembering a delivery id:
 // "<namespace>:webhook:delivery:<sha256 of the id>" (hashed: the id is the sender's text).
-func DeliveryKey(t pipeline.Topology, id string) string {
+func DeliveryKey(t event.Topology, id string) string {
 	ns := t.Namespace
 	if ns == "" {
-		ns = pipeline.DefaultNamespace
+		ns = event.DefaultNamespace
 	}
 	sum := sha256.Sum256([]byte(id))
 	return ns + ":webhook:delivery:" + hex.EncodeToString(sum[:16])
@@ -210,20 +210,20 @@ func DeliveryKey(t pipeline.Topology, id string) string {
 // InboxStream is the stream deliveries are stored in before they are classified:
 // "<namespace>:webhook:inbox". Entries carry the raw body and the delivery id; the
 // InboxGroup reads them, and an entry is deleted once classified.
-func InboxStream(t pipeline.Topology) string {
+func InboxStream(t event.Topology) string {
 	ns := t.Namespace
 	if ns == "" {
-		ns = pipeline.DefaultNamespace
+		ns = event.DefaultNamespace
 	}
 	return ns + ":webhook:inbox"
 }
 
 // CommentsStream is the stream comment_created events are recorded in, for later use:
 // "<namespace>:webhook:comments".
-func CommentsStream(t pipeline.Topology) string {
+func CommentsStream(t event.Topology) string {
 	ns := t.Namespace
 	if ns == "" {
-		ns = pipeline.DefaultNamespace
+		ns = event.DefaultNamespace
 	}
 	return ns + ":webhook:comments"
 }

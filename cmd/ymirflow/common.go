@@ -15,6 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // env is what every command that talks to Redis starts from.
@@ -22,7 +23,7 @@ type env struct {
 	log      zerolog.Logger
 	rdb      redis.UniversalClient
 	opts     *redis.UniversalOptions
-	topology pipeline.Topology
+	topology event.Topology
 }
 
 // connect builds the logger and a Redis client that has answered PING. Redis
@@ -47,7 +48,7 @@ func connect(ctx context.Context, c *config.Common, stderr io.Writer) (*env, err
 	if err != nil {
 		return nil, err // names the URL, without its password
 	}
-	return &env{log: log, rdb: rdb, opts: opts, topology: pipeline.Topology{Namespace: c.Namespace}}, nil
+	return &env{log: log, rdb: rdb, opts: opts, topology: event.Topology{Namespace: c.Namespace}}, nil
 }
 
 func (e *env) Close() { e.rdb.Close() }

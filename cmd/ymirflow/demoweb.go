@@ -19,6 +19,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/web"
 )
 
@@ -69,7 +70,7 @@ func (c *demoConsole) attach(ctx context.Context, redisURL, namespace string) er
 	if err != nil {
 		return err
 	}
-	topo := pipeline.Topology{Namespace: namespace}
+	topo := event.Topology{Namespace: namespace}
 	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope(), Logger: c.log})
 	if err != nil {
 		rdb.Close()

@@ -21,7 +21,9 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const devHelp = `
@@ -43,8 +45,8 @@ than one worker per group, use a real Redis (miniredis's XCLAIM ignores min-idle
 // devStages are the workers of `ymirflow dev`: one per stage and branch.
 var devStages = func() [][2]string {
 	out := [][2]string{{"triage", ""}}
-	for _, a := range pipeline.Agents[1:] {
-		for _, b := range pipeline.Branches {
+	for _, a := range event.Agents[1:] {
+		for _, b := range event.Branches {
 			out = append(out, [2]string{a, b})
 		}
 	}
@@ -164,7 +166,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var consumers []string
 	for _, st := range devStages {
-		group := pipeline.Topology{}.Group(st[0], st[1])
+		group := event.Topology{}.Group(st[0], st[1])
 		// A name per stage, stable across runs: on a real Redis a restarted dev resumes
 		// its own pending entries; a second dev on the same namespace is refused.
 		consumer := "dev-" + group
@@ -327,7 +329,7 @@ func waitClaims(ctx context.Context, redisURL, ns string, groups []string, g *de
 		return err
 	}
 	defer rdb.Close()
-	topo := pipeline.Topology{Namespace: ns}
+	topo := event.Topology{Namespace: ns}
 	keys := make([]string, len(groups))
 	for i, grp := range groups {
 		keys[i] = topo.ConsumerClaimKey(grp, "dev-"+grp)
@@ -368,7 +370,7 @@ type devInfo struct {
 
 // devBanner prints what runs where, and what to try from another terminal.
 func devBanner(w io.Writer, d devInfo) {
-	where := "Redis " + pipeline.Redact(d.redisURL)
+	where := "Redis " + redact.URL(d.redisURL)
 	if d.embedded {
 		where = "the embedded Redis at " + d.redisURL
 	}
@@ -392,7 +394,7 @@ func devBanner(w io.Writer, d devInfo) {
 	fmt.Fprintf(w, "  console     http://%s/ token %s\n", d.webAddr, d.token)
 	fmt.Fprintf(w, "  logs        %s\n", d.logDir)
 	fmt.Fprintln(w, "\nTry, from another terminal:")
-	fmt.Fprintf(w, "  export REDIS_URL=%s YMIR_NAMESPACE=%s\n", pipeline.Redact(d.redisURL), d.namespace)
+	fmt.Fprintf(w, "  export REDIS_URL=%s YMIR_NAMESPACE=%s\n", redact.URL(d.redisURL), d.namespace)
 	fmt.Fprintln(w, "  ymirflow locks                 # live leases")
 	fmt.Fprintln(w, "  ymirflow pending               # entries in flight, and the lease guarding each")
 	fmt.Fprintln(w, "  ymirflow streams               # every stream, its groups and consumers")

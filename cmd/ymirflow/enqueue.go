@@ -7,7 +7,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const enqueueHelp = `
@@ -54,14 +54,14 @@ func enqueueKeys(raw []string) ([]string, error) {
 // enqueue publishes one request per key, in order, and prints each stream id.
 func enqueue(ctx context.Context, s *session, cfg *config.Enqueue, keys []string) error {
 	e, stdout := s.env, s.stdout
-	pub := pipeline.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes)
+	pub := event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes)
 	stream := e.topology.Stream(cfg.Agent, cfg.Branch, cfg.UserTriggered)
 	for i, key := range keys {
 		task, err := requestTask(cfg.Agent, cfg.Branch, key, cfg.UserTriggered)
 		if err != nil {
 			return err
 		}
-		msg, err := pipeline.NewEvent(pipeline.RequestedEvent(cfg.Agent), key, task, nil)
+		msg, err := event.New(event.RequestedEvent(cfg.Agent), key, task, nil)
 		if err != nil {
 			return err
 		}
@@ -77,8 +77,8 @@ func enqueue(ctx context.Context, s *session, cfg *config.Enqueue, keys []string
 // requestTask is the Task of a hand-made request: {"metadata":{"issue":KEY}} for
 // triage; for a downstream agent the triage state it reads: jira_issue, target_branch
 // and triage_result.{resolution,data.jira_issue}.
-func requestTask(agent, branch, key string, userTriggered bool) (pipeline.Task, error) {
-	task := pipeline.Task{UserTriggered: userTriggered}
+func requestTask(agent, branch, key string, userTriggered bool) (event.Task, error) {
+	task := event.Task{UserTriggered: userTriggered}
 	if agent == "triage" {
 		return task, task.Set("issue", key)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // fetchEnv runs `ymirflow fetch` through run() against a fake Jira and the test Redis.
@@ -26,7 +26,7 @@ type fetchEnv struct {
 	srv  *fakejira.Server
 	url  string
 	ns   string
-	topo pipeline.Topology
+	topo event.Topology
 	base []string
 }
 
@@ -36,7 +36,7 @@ func newFetchEnv(t *testing.T, fo fakejira.Options, handler func(http.Handler) h
 		t.Setenv(name, "") // empty is unset: nothing leaks in from the environment
 	}
 	_, ns := redistest.Client(t)
-	fe := &fetchEnv{t: t, srv: fakejira.New(fo), ns: ns, topo: pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}}
+	fe := &fetchEnv{t: t, srv: fakejira.New(fo), ns: ns, topo: event.Topology{Namespace: strings.TrimSuffix(ns, ":")}}
 	var h http.Handler = fe.srv
 	if handler != nil {
 		h = handler(h)

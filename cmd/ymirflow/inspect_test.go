@@ -15,7 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // opsEnv runs the inspection commands in-process against this test's namespace of the
@@ -23,9 +23,9 @@ import (
 type opsEnv struct {
 	t      *testing.T
 	rdb    *redis.Client
-	topo   pipeline.Topology
+	topo   event.Topology
 	locker *lockmw.Locker
-	pub    *pipeline.Publisher
+	pub    *event.Publisher
 }
 
 func newOpsEnv(t *testing.T) *opsEnv {
@@ -36,12 +36,12 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	t.Setenv("REDIS_URL", redistest.URL())
 	t.Setenv("YMIR_NAMESPACE", ns+"ymir")
 	t.Setenv("LOG_LEVEL", "error")
-	topo := pipeline.Topology{Namespace: ns + "ymir"}
+	topo := event.Topology{Namespace: ns + "ymir"}
 	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &opsEnv{t: t, rdb: rdb, topo: topo, locker: locker, pub: pipeline.NewPublisher(rdb, 0)}
+	return &opsEnv{t: t, rdb: rdb, topo: topo, locker: locker, pub: event.NewPublisher(rdb, 0)}
 }
 
 // run runs `ymirflow args...` and returns its stdout, stderr and exit code.
@@ -84,12 +84,12 @@ func (o *opsEnv) stream(agent, branch string) string { return o.topo.Stream(agen
 
 func (o *opsEnv) publish(stream, key string) string {
 	o.t.Helper()
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `","jira_issue":"` + key + `"}}`))
-	et := pipeline.EventTriageRequested
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `","jira_issue":"` + key + `"}}`))
+	et := event.TriageRequested
 	if r, ok := o.topo.RouteOf(stream); ok {
-		et = pipeline.RequestedEvent(r.Agent)
+		et = event.RequestedEvent(r.Agent)
 	}
-	msg, _ := pipeline.NewEvent(et, key, task, nil)
+	msg, _ := event.New(et, key, task, nil)
 	id, err := o.pub.PublishID(context.Background(), stream, msg)
 	if err != nil {
 		o.t.Fatal(err)
@@ -410,8 +410,8 @@ func (o *opsEnv) bury(stream, key, reason string) string {
 	id := o.publish(stream, key)
 	msgs, _ := o.rdb.XRange(ctx, stream, id, id).Result()
 	v := msgs[0].Values
-	v[pipeline.DeadFieldStream], v[pipeline.DeadFieldID], v[pipeline.DeadFieldError] = stream, id, reason
-	v[pipeline.DeadFieldAttempts], v[pipeline.DeadFieldAgent], v[pipeline.DeadFieldAt] = "3", "triage", time.Now().UTC().Format(time.RFC3339Nano)
+	v[event.DeadFieldStream], v[event.DeadFieldID], v[event.DeadFieldError] = stream, id, reason
+	v[event.DeadFieldAttempts], v[event.DeadFieldAgent], v[event.DeadFieldAt] = "3", "triage", time.Now().UTC().Format(time.RFC3339Nano)
 	dead, err := o.rdb.XAdd(ctx, &redis.XAddArgs{Stream: o.topo.Dead(), Values: v}).Result()
 	if err != nil {
 		o.t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const locksHelp = `
@@ -55,8 +55,8 @@ func checkLocksArgs(s *session) error {
 		if len(pos) != 2 {
 			return usagef("locks release takes AGENT and KEY, e.g. locks release triage RHEL-123 (got %q)", pos)
 		}
-		if agent := pos[0]; !slices.Contains(pipeline.Agents, agent) {
-			return usagef("unknown agent %q: one of %v", agent, pipeline.Agents)
+		if agent := pos[0]; !slices.Contains(event.Agents, agent) {
+			return usagef("unknown agent %q: one of %v", agent, event.Agents)
 		}
 		return nil
 	}

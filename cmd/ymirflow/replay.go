@@ -9,7 +9,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const replayHelp = `
@@ -31,14 +31,14 @@ on the client for --issue), 1 per event replayed.
 // runReplay re-publishes past events.
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Replay
-	var route pipeline.Route
+	var route event.Route
 	return operator{name: "replay", settings: &cfg, common: &cfg.Common, inspect: true,
 		check: func(s *session) error {
 			if err := noArgs("the stream goes in --stream")(s); err != nil {
 				return err
 			}
 			var err error
-			route, err = inspect.ResolveStream(pipeline.Topology{Namespace: cfg.Namespace}, cfg.Stream)
+			route, err = inspect.ResolveStream(event.Topology{Namespace: cfg.Namespace}, cfg.Stream)
 			if err != nil {
 				return usagef("--stream: %v", err)
 			}
@@ -49,7 +49,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // replay re-publishes the events of route that cfg selects.
-func replay(ctx context.Context, s *session, cfg *config.Replay, route pipeline.Route) error {
+func replay(ctx context.Context, s *session, cfg *config.Replay, route event.Route) error {
 	e, in, stdout, stderr := s.env, s.in, s.stdout, s.stderr
 	whole := (cfg.From == "" || cfg.From == "-") && (cfg.To == "" || cfg.To == "+") && cfg.Issue == ""
 	if whole && !cfg.DryRun {

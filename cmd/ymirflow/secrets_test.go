@@ -17,7 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 func randHex(t *testing.T) string {
@@ -79,14 +79,14 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	topo := pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}
-	task, _ := pipeline.ParseTask([]byte(`{"metadata":{"issue":"RHEL-900"},"user_triggered":true}`))
+	topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"RHEL-900"},"user_triggered":true}`))
 	task.UserTriggered = true
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, "RHEL-900", task, nil)
+	msg, err := event.New(event.TriageRequested, "RHEL-900", task, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pipeline.NewPublisher(admin, 0).PublishID(context.Background(), topo.Stream("triage", "", true), msg); err != nil {
+	if _, err := event.NewPublisher(admin, 0).PublishID(context.Background(), topo.Stream("triage", "", true), msg); err != nil {
 		t.Fatal(err)
 	}
 
@@ -167,7 +167,7 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 		}
 	}
 	dead, _ := admin.XRange(context.Background(), topo.Dead(), deadID, deadID).Result()
-	if e := dead[0].Values[pipeline.DeadFieldError].(string); !strings.Contains(e, "leaking redis=[redacted]") ||
+	if e := dead[0].Values[event.DeadFieldError].(string); !strings.Contains(e, "leaking redis=[redacted]") ||
 		!strings.Contains(e, "gitlab=[redacted]") {
 		t.Errorf("dead_error does not hold the redacted stderr tail: %s", e)
 	}
@@ -188,8 +188,8 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 	// The CLI redacts what it prints even when the data holds a secret verbatim (written
 	// by something that did not redact).
 	raw, err := admin.XAdd(context.Background(), &redis.XAddArgs{Stream: topo.Dead(), Values: map[string]any{
-		"_watermill_message_uuid": "u", "payload": "{}", pipeline.DeadFieldError: "token " + jiraToken + " pw " + redisPW,
-		pipeline.DeadFieldStream: topo.Stream("triage", "", false), pipeline.DeadFieldID: "1-1"}}).Result()
+		"_watermill_message_uuid": "u", "payload": "{}", event.DeadFieldError: "token " + jiraToken + " pw " + redisPW,
+		event.DeadFieldStream: topo.Stream("triage", "", false), event.DeadFieldID: "1-1"}}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

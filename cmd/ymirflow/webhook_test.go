@@ -18,7 +18,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // waitOut polls out until re matches it, and returns the first group.
@@ -43,7 +43,7 @@ func TestWebhookCommandEndToEnd(t *testing.T) {
 		t.Setenv(name, "")
 	}
 	rdb, ns := redistest.Client(t)
-	topo := pipeline.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+	topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
 	dir := t.TempDir()
 	secretFile := filepath.Join(dir, "secret")
 	issues := filepath.Join(dir, "issues.json")
@@ -125,7 +125,7 @@ func TestWebhookCommandEndToEnd(t *testing.T) {
 	if n := rdb.XLen(context.Background(), topo.Stream("triage", "", false)).Val(); n != 0 {
 		t.Errorf("%d entries on the backlog stream", n)
 	}
-	if msg := pipeline.DecodeEntry(todo, xs[0].ID, xs[0].Values); msg.Metadata.Get(pipeline.MetaIssueKey) != "RHEL-77" {
+	if msg := event.DecodeEntry(todo, xs[0].ID, xs[0].Values); msg.Metadata.Get(event.MetaIssueKey) != "RHEL-77" {
 		t.Errorf("entry %v", msg.Metadata)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -126,8 +127,8 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		}
 	}
 	hcfg := handlers.Config{Agent: cfg.Agent, Branch: cfg.Branch, Runner: runner, Jira: jc,
-		Publisher: pipeline.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes),
-		Results:   pipeline.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
+		Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes),
+		Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
 		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red, Fences: metrics}
 	h, err := handlers.New(hcfg)
 	if err != nil {

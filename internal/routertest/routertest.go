@@ -22,6 +22,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // StartTimeout bounds how long Start waits for a router to read; generous, because CI
@@ -39,9 +40,9 @@ type Env struct {
 	// Namespace is the test's key prefix, e.g. "t-3f9a1c2b:".
 	Namespace string
 	// Topology puts the pipeline's streams under Namespace + "ymir".
-	Topology pipeline.Topology
+	Topology event.Topology
 	// Publisher appends events to the env's streams.
-	Publisher *pipeline.Publisher
+	Publisher *event.Publisher
 }
 
 // New returns a fresh Env; it fails the test with a line saying how to start Redis when
@@ -54,7 +55,7 @@ func New(tb testing.TB) *Env {
 		tb.Fatal(err)
 	}
 	return &Env{tb: tb, Client: rdb, Options: opts, Namespace: ns,
-		Topology: pipeline.Topology{Namespace: ns + "ymir"}, Publisher: pipeline.NewPublisher(rdb, 0)}
+		Topology: event.Topology{Namespace: ns + "ymir"}, Publisher: event.NewPublisher(rdb, 0)}
 }
 
 // OnServer returns an Env on a private server started with redistest.StartServer, for
@@ -67,7 +68,7 @@ func OnServer(tb testing.TB, srv *redistest.Server) *Env {
 	}
 	rdb, ns := srv.Client(), redistest.Namespace()
 	return &Env{tb: tb, Client: rdb, Options: opts, Namespace: ns,
-		Topology: pipeline.Topology{Namespace: ns + "ymir"}, Publisher: pipeline.NewPublisher(rdb, 0)}
+		Topology: event.Topology{Namespace: ns + "ymir"}, Publisher: event.NewPublisher(rdb, 0)}
 }
 
 // OnURL returns an Env whose clients (shared and subscribers') connect to rawURL with
@@ -86,7 +87,7 @@ func OnURL(tb testing.TB, rawURL string) *Env {
 		rdb.Close()
 	})
 	return &Env{tb: tb, Client: rdb, Options: opts, Namespace: ns,
-		Topology: pipeline.Topology{Namespace: ns + "ymir"}, Publisher: pipeline.NewPublisher(rdb, 0)}
+		Topology: event.Topology{Namespace: ns + "ymir"}, Publisher: event.NewPublisher(rdb, 0)}
 }
 
 // Locker returns a lease manager on the env's client with o's options; an empty Scope
@@ -213,11 +214,11 @@ func (e *Env) Pending(stream, group string) int64 {
 // `ymirflow enqueue` writes it) to the triage stream and returns its entry id.
 func (e *Env) PublishTriage(key string) string {
 	e.tb.Helper()
-	task, err := pipeline.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+	task, err := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	msg, err := pipeline.NewEvent(pipeline.EventTriageRequested, key, task, nil)
+	msg, err := event.New(event.TriageRequested, key, task, nil)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func (e *Env) PublishTriage(key string) string {
 }
 
 // Records returns the entries of the results stream whose event_type is eventType
-// (pipeline.EventStageDone, pipeline.EventLockDropped, ...), oldest first.
+// (event.StageDone, event.LockDropped, ...), oldest first.
 func (e *Env) Records(eventType string) []redis.XMessage {
 	e.tb.Helper()
 	var out []redis.XMessage

@@ -3,14 +3,14 @@ package config
 import (
 	"strings"
 
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Agents are the agent names, in pipeline order. Branches are the target
 // branches of the downstream agents.
 var (
-	Agents   = pipeline.Agents
-	Branches = pipeline.Branches
+	Agents   = event.Agents
+	Branches = event.Branches
 )
 
 // ValidateAgentBranch checks an agent name and a branch as the worker and

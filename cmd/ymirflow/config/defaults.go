@@ -2,7 +2,7 @@ package config
 
 import (
 	"github.com/ymirflow/ymirflow/fetcher"
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Defaults shared by several commands and by the deployment manifests (each command's
@@ -11,12 +11,12 @@ import (
 // re-declared.
 const (
 	DefaultRedisURL  = "redis://127.0.0.1:6379/0"
-	DefaultNamespace = pipeline.DefaultNamespace
-	DefaultMaxLen    = pipeline.DefaultMaxLen
+	DefaultNamespace = event.DefaultNamespace
+	DefaultMaxLen    = event.DefaultMaxLen
 	// DefaultMetricsAddr is a free port on loopback, so that several workers (and the
 	// webhook) share a machine; a deployment that scrapes them sets METRICS_ADDR (the
 	// manifests: :9090). The port taken is logged at start.
 	DefaultMetricsAddr    = "127.0.0.1:0"
 	DefaultStaleThreshold = fetcher.DefaultStaleLabelThreshold
-	DefaultMaxEventBytes  = pipeline.DefaultMaxEventBytes
+	DefaultMaxEventBytes  = event.DefaultMaxEventBytes
 )

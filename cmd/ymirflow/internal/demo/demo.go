@@ -25,8 +25,10 @@ import (
 	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Defaults of Options.
@@ -50,7 +52,7 @@ type Options struct {
 	// RedisURL is a real Redis to run on; empty: an embedded one (miniredis) in this
 	// process.
 	RedisURL string
-	// Namespace prefixes every stream and key. Empty: pipeline.DefaultNamespace on the
+	// Namespace prefixes every stream and key. Empty: event.DefaultNamespace on the
 	// embedded Redis, a fresh "ymir-demo-<random>" on a real one. A namespace given for a
 	// real Redis must hold no key yet.
 	Namespace string
@@ -129,7 +131,7 @@ type run struct {
 	redisURL  string // as given or the embedded one's (no password)
 	rdb       redis.UniversalClient
 	opts      *redis.UniversalOptions
-	topo      pipeline.Topology
+	topo      event.Topology
 	scenarios []Scenario
 	plans     map[string]Scenario
 	jiraSrv   *fakejira.Server
@@ -211,7 +213,7 @@ func (r *run) main(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.fetch, err = fetcher.New(fetcher.Config{Jira: r.jc, Redis: r.rdb, Topology: r.topo, MaxLen: pipeline.DefaultMaxLen,
+	r.fetch, err = fetcher.New(fetcher.Config{Jira: r.jc, Redis: r.rdb, Topology: r.topo, MaxLen: event.DefaultMaxLen,
 		JQL: "project = RHEL AND assignee = jotnar-project", TriggerGroup: fakejira.SampleTriggerGroup, Logger: r.log})
 	if err != nil {
 		return err
@@ -219,7 +221,7 @@ func (r *run) main(ctx context.Context) error {
 	r.tally = newTally(r.rdb, r.topo)
 	where := "embedded Redis (miniredis) at " + strings.TrimPrefix(r.redisURL, "redis://")
 	if r.embedded == nil {
-		where = "Redis " + pipeline.Redact(r.redisURL) + ", namespace " + r.topo.Namespace
+		where = "Redis " + redact.URL(r.redisURL) + ", namespace " + r.topo.Namespace
 	}
 	r.disp.linef("ymirflow demo: %d issues in a fake Jira, agents of ~%s, %s", r.o.Issues, r.o.AgentDuration, where)
 
@@ -291,7 +293,7 @@ func (r *run) connect(ctx context.Context) error {
 		r.embedded = m
 		r.redisURL = "redis://" + m.Addr() + "/0"
 		if ns == "" {
-			ns = pipeline.DefaultNamespace
+			ns = event.DefaultNamespace
 		}
 	} else {
 		r.redisURL = r.o.RedisURL
@@ -315,9 +317,9 @@ func (r *run) connect(ctx context.Context) error {
 			return fmt.Errorf("namespace %q already holds keys (e.g. %s): the demo needs a fresh one; leave YMIR_NAMESPACE unset for a random one", ns, n[0])
 		}
 	}
-	r.topo = pipeline.Topology{Namespace: ns}
+	r.topo = event.Topology{Namespace: ns}
 	r.sum.Namespace = ns
-	r.sum.Redis = pipeline.Redact(r.redisURL)
+	r.sum.Redis = redact.URL(r.redisURL)
 	r.sum.Embedded = r.embedded != nil
 	return nil
 }
@@ -337,7 +339,7 @@ func (r *run) namespaceKeys(ctx context.Context, ns string, limit int) ([]string
 	if err := iter.Err(); err != nil {
 		return nil, fmt.Errorf("look for keys of namespace %s: %w", ns, err)
 	}
-	if (pipeline.Topology{Namespace: ns}).LockScope() != "" {
+	if (event.Topology{Namespace: ns}).LockScope() != "" {
 		return out, nil
 	}
 	locker, err := lockmw.New(r.rdb, lockmw.Options{})
@@ -346,7 +348,7 @@ func (r *run) namespaceKeys(ctx context.Context, ns string, limit int) ([]string
 	}
 	var cand []string
 	for _, s := range Scenarios(r.o.Issues, r.o.Seed) {
-		for _, a := range pipeline.Agents {
+		for _, a := range event.Agents {
 			k := locker.Keys(a, s.Key)
 			cand = append(cand, k.Lock, k.Info, k.Fence, k.Queue, k.Done)
 		}
@@ -380,7 +382,7 @@ func randomHex(n int) string {
 // any worker starts, so whichever copy runs second finds the issue locked, or released
 // after it entered its stream: the lock drops it either way.
 func (r *run) duplicates(ctx context.Context, s1 fetcher.Summary) error {
-	pub := pipeline.NewPublisher(r.rdb, pipeline.DefaultMaxLen)
+	pub := event.NewPublisher(r.rdb, event.DefaultMaxLen)
 	for _, s := range r.scenarios {
 		switch {
 		case s.Duplicate:
@@ -404,7 +406,7 @@ func (r *run) duplicates(ctx context.Context, s1 fetcher.Summary) error {
 			agent, branch, _ := strings.Cut(s.Enqueue, ":")
 			stream := r.topo.Stream(agent, branch, false)
 			for range 2 {
-				task := pipeline.Task{}
+				task := event.Task{}
 				for k, v := range map[string]any{
 					"jira_issue":    s.Key,
 					"target_branch": branch,
@@ -414,7 +416,7 @@ func (r *run) duplicates(ctx context.Context, s1 fetcher.Summary) error {
 						return err
 					}
 				}
-				msg, err := pipeline.NewEvent(pipeline.RequestedEvent(agent), s.Key, task, nil)
+				msg, err := event.New(event.RequestedEvent(agent), s.Key, task, nil)
 				if err != nil {
 					return err
 				}
@@ -463,8 +465,8 @@ func (r *run) startWorkers(ctx context.Context) error {
 				return err
 			}
 			h, err := handlers.New(handlers.Config{Agent: st.agent, Branch: st.branch, Runner: runner, Jira: r.jc,
-				Publisher: pipeline.NewPublisher(r.rdb, pipeline.DefaultMaxLen),
-				Results:   pipeline.NewResults(r.rdb, r.topo.Results(), pipeline.DefaultMaxLen),
+				Publisher: event.NewPublisher(r.rdb, event.DefaultMaxLen),
+				Results:   event.NewResults(r.rdb, r.topo.Results(), event.DefaultMaxLen),
 				Topology:  r.topo, MaxRetries: r.o.MaxRetries, Logger: log})
 			if err != nil {
 				return err
@@ -473,7 +475,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 				Agent: st.agent, Branch: st.branch, Consumer: consumer, Concurrency: 1,
 				BlockTime: 300 * time.Millisecond, MaxIdleTime: maxIdle, ClaimInterval: time.Second,
 				NackResendSleep: 100 * time.Millisecond, MaxRetries: r.o.MaxRetries, RetryInitial: retryInitial,
-				CloseTimeout: 10 * time.Second, MaxLen: pipeline.DefaultMaxLen, Policy: lockmw.Drop, Locker: locker,
+				CloseTimeout: 10 * time.Second, MaxLen: event.DefaultMaxLen, Policy: lockmw.Drop, Locker: locker,
 				Logger: log, Handler: r.hc.wrap(st.name, h)})
 			if err != nil {
 				return err

@@ -19,6 +19,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -54,7 +55,7 @@ func readStreams(s *demo.Summary) streamsAtEnd {
 	}
 	rdb := redis.NewUniversalClient(opts)
 	defer rdb.Close()
-	topo := pipeline.Topology{Namespace: s.Namespace}
+	topo := event.Topology{Namespace: s.Namespace}
 	for _, r := range topo.AllInputs() {
 		xs, err := rdb.XRange(ctx, r.Stream, "-", "+").Result()
 		if err != nil {
@@ -81,10 +82,10 @@ func readStreams(s *demo.Summary) streamsAtEnd {
 		et, _ := x.Values["event_type"].(string)
 		key := fmt.Sprint(x.Values["stream"]) + "|" + fmt.Sprint(x.Values["message_id"])
 		switch et {
-		case pipeline.EventStageDone, pipeline.EventStageFailed, pipeline.EventLockDropped:
+		case event.StageDone, event.StageFailed, event.LockDropped:
 			out.outcomes[key] = append(out.outcomes[key], et)
 		}
-		if et == pipeline.EventLockDropped {
+		if et == event.LockDropped {
 			out.dropped[fmt.Sprint(x.Values["issue_key"])]++
 		}
 	}
@@ -94,7 +95,7 @@ func readStreams(s *demo.Summary) streamsAtEnd {
 		return out
 	}
 	for _, x := range dead {
-		out.dead[fmt.Sprint(x.Values[pipeline.DeadFieldStream])+"|"+fmt.Sprint(x.Values[pipeline.DeadFieldID])] = true
+		out.dead[fmt.Sprint(x.Values[event.DeadFieldStream])+"|"+fmt.Sprint(x.Values[event.DeadFieldID])] = true
 	}
 	return out
 }
@@ -159,7 +160,7 @@ func checkRun(t *testing.T, s *demo.Summary, at streamsAtEnd, issues int, seed i
 	for e, key := range at.entries {
 		if got := at.outcomes[e]; len(got) != 1 {
 			t.Errorf("entry %s (%s) has outcomes %v, want exactly one", e, key, got)
-		} else if (got[0] == pipeline.EventStageFailed) != at.dead[e] {
+		} else if (got[0] == event.StageFailed) != at.dead[e] {
 			t.Errorf("entry %s (%s): outcome %s, dead letter %v", e, key, got[0], at.dead[e])
 		}
 	}
@@ -279,7 +280,7 @@ func TestDemoEmbedded(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s%s", err, progress.String(), out.String())
 	}
-	if !s.Embedded || s.Namespace != pipeline.DefaultNamespace {
+	if !s.Embedded || s.Namespace != event.DefaultNamespace {
 		t.Errorf("embedded %v, namespace %q", s.Embedded, s.Namespace)
 	}
 	checkRun(t, s, at, demo.CatalogueSize, 7)

@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // StageStats is what happened at one stage (a consumer group: triage, rebase-c9s, ...).
@@ -58,17 +58,17 @@ func (s *StageStats) add(o StageStats) {
 // stage is one consumer group of the topology.
 type stage struct {
 	agent, branch, name string
-	routes              []pipeline.Route
+	routes              []event.Route
 }
 
-func stagesOf(topo pipeline.Topology) []stage {
+func stagesOf(topo event.Topology) []stage {
 	var out []stage
 	add := func(agent, branch string) {
 		out = append(out, stage{agent: agent, branch: branch, name: topo.Group(agent, branch), routes: topo.Inputs(agent, branch)})
 	}
 	add("triage", "")
-	for _, a := range pipeline.Agents[1:] {
-		for _, b := range pipeline.Branches {
+	for _, a := range event.Agents[1:] {
+		for _, b := range event.Branches {
 			add(a, b)
 		}
 	}
@@ -92,7 +92,7 @@ func newHandlerCounts() *handlerCounts {
 
 func (c *handlerCounts) wrap(stageName string, h message.NoPublishHandlerFunc) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
-		id := pipeline.EntryStream(msg) + "|" + pipeline.EntryID(msg) + "|" + msg.UUID
+		id := event.EntryStream(msg) + "|" + event.EntryID(msg) + "|" + msg.UUID
 		c.mu.Lock()
 		if c.seen[id] {
 			c.retried[stageName]++
@@ -119,17 +119,17 @@ func (c *handlerCounts) fill(st *StageStats) {
 
 // Terminal record types of the results stream.
 const (
-	evDone      = pipeline.EventStageDone
-	evFailed    = pipeline.EventStageFailed
-	evDropped   = pipeline.EventLockDropped
-	evCoalesced = pipeline.EventLockCoalesced
+	evDone      = event.StageDone
+	evFailed    = event.StageFailed
+	evDropped   = event.LockDropped
+	evCoalesced = event.LockCoalesced
 )
 
 // tally reads the results and dead-letter streams incrementally and keeps, per stage,
 // the count of each kind of record, and per input entry whether it has a terminal one.
 type tally struct {
 	rdb    redis.UniversalClient
-	topo   pipeline.Topology
+	topo   event.Topology
 	stages []stage
 	byStr  map[string]string // input stream -> stage name
 
@@ -141,7 +141,7 @@ type tally struct {
 	unknown              int               // records about streams outside the topology
 }
 
-func newTally(rdb redis.UniversalClient, topo pipeline.Topology) *tally {
+func newTally(rdb redis.UniversalClient, topo event.Topology) *tally {
 	t := &tally{rdb: rdb, topo: topo, stages: stagesOf(topo), byStr: map[string]string{},
 		lastResult: "-", lastDead: "-", counts: map[string]*StageStats{}, outcome: map[string]string{},
 		dropReasons: map[string]int{}}
@@ -210,7 +210,7 @@ func (t *tally) result(v map[string]any) {
 }
 
 func (t *tally) dead(v map[string]any) {
-	stream, id := str(v[pipeline.DeadFieldStream]), str(v[pipeline.DeadFieldID])
+	stream, id := str(v[event.DeadFieldStream]), str(v[event.DeadFieldID])
 	name, ok := t.byStr[stream]
 	if !ok {
 		t.unknown++
@@ -221,7 +221,7 @@ func (t *tally) dead(v map[string]any) {
 	switch t.outcome[key] {
 	case "":
 		// A bad event is dead-lettered without a record: the dead letter is its outcome.
-		t.terminal(stream, id, pipeline.EventDead)
+		t.terminal(stream, id, event.Dead)
 	case evFailed:
 		// The stage.failed record of the last attempt, then its dead letter: one outcome.
 	default:
@@ -232,7 +232,7 @@ func (t *tally) dead(v map[string]any) {
 func (t *tally) terminal(stream, id, et string) {
 	key := stream + "|" + id
 	if prev, ok := t.outcome[key]; ok {
-		if prev == pipeline.EventDead && et == evFailed {
+		if prev == event.Dead && et == evFailed {
 			t.outcome[key] = et // the dead letter was read first; same outcome
 			return
 		}

@@ -1,12 +1,11 @@
-package pipeline
+package event_test
 
 import (
 	"bytes"
 	"strings"
 	"testing"
 
-	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // FuzzRunnableAgreesWithValidate: the subscription's Peek decides whether an entry
@@ -14,11 +13,6 @@ import (
 // on its raw fields where it can. It must agree with the dead-letter middleware's own
 // test, decode then Validate, for every entry.
 func FuzzRunnableAgreesWithValidate(f *testing.F) {
-	rdb, _ := redistest.Client(f)
-	locker, err := lockmw.New(rdb, lockmw.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
 	seeds := []string{
 		"_watermill_message_uuid\x00u\x00payload\x00{\"metadata\":{\"issue\":\"RHEL-1\"}}\x00m:issue_key\x00RHEL-1",
 		"_watermill_message_uuid\x00u\x00payload\x00{\"metadata\":{\"issue\":\"RHEL-1\"}}\x00m:issue_key\x00rhel-1 \x00m:schema_version\x001\x00m:event_type\x00triage.requested",
@@ -37,15 +31,15 @@ func FuzzRunnableAgreesWithValidate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	for _, agent := range []string{"triage"} {
-		check := runnable(agent, locker, 0)
+		check := event.Runnable(agent, canonical, 0)
 		f.Fuzz(func(t *testing.T, in []byte) {
 			v := map[string]any{}
 			parts := bytes.Split(in, []byte{0})
 			for i := 0; i+1 < len(parts); i += 2 {
 				v[string(parts[i])] = string(parts[i+1])
 			}
-			msg, _ := Marshaller{}.Unmarshal(v)
-			_, verr := Validate(msg, agent, locker)
+			msg, _ := event.Marshaller{}.Unmarshal(v)
+			_, verr := event.Validate(msg, agent, canonical)
 			if got, want := check(v), verr == nil; got != want {
 				t.Fatalf("runnable = %v, Validate after decode = %v (%v) for %q", got, want, verr, v)
 			}

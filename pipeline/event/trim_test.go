@@ -1,4 +1,4 @@
-package pipeline_test
+package event_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Trimming never removes an entry a group still needs (pending, or not yet delivered),
@@ -42,7 +42,7 @@ func TestTrimSparesPendingAndUndelivered(t *testing.T) {
 			e.rdb.XAck(ctx, s, "triage", m.ID)
 		}
 	}
-	removed, err := pipeline.Trim(ctx, e.rdb, s, 10)
+	removed, err := event.Trim(ctx, e.rdb, s, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestTrimSparesStreamWithoutGroup(t *testing.T) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := pipeline.Trim(ctx, e.rdb, e.triage(), 10); err != nil || n != 0 {
+	if n, err := event.Trim(ctx, e.rdb, e.triage(), 10); err != nil || n != 0 {
 		t.Fatalf("trimmed %d (%v) from a stream no group has read", n, err)
 	}
 }

@@ -1,4 +1,4 @@
-package pipeline
+package event
 
 import (
 	"context"
@@ -10,6 +10,10 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
 )
+
+// DefaultMaxLen is the length streams are kept near by default (a setting of each
+// command that appends to them; Trim does the cutting).
+const DefaultMaxLen = 100_000
 
 // Trim cuts stream down towards maxLen entries without ever removing an entry that a
 // consumer group still needs: one that is pending (delivered, not acked) or not yet

@@ -1,11 +1,11 @@
-package pipeline_test
+package event_test
 
 import (
 	"bytes"
 	"strings"
 	"testing"
 
-	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // fields decodes a fuzz input into stream fields: NUL-separated name, value pairs.
@@ -29,18 +29,18 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add([]byte("_watermill_message_uuid\x00u3\x00payload\x00{}\x00m:_ymir_size\x0099\x00m:_ymir_bad\x00forged"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		v := fields(in)
-		msg := pipeline.DecodeEntry("s", "1-1", v)
+		msg := event.DecodeEntry("s", "1-1", v)
 		if msg == nil {
 			t.Fatal("nil message")
 		}
-		if len(msg.Payload) > pipeline.DefaultMaxEventBytes {
+		if len(msg.Payload) > event.DefaultMaxEventBytes {
 			t.Fatalf("payload of %d bytes kept", len(msg.Payload))
 		}
 		size := 0
 		for k, x := range v {
 			size += len(k) + len(x.(string))
 		}
-		if (size > pipeline.DefaultMaxEventBytes || len(v) > pipeline.MaxEventFields) && len(msg.Payload) > pipeline.MaxDeadCopyBytes {
+		if (size > event.DefaultMaxEventBytes || len(v) > event.MaxEventFields) && len(msg.Payload) > event.MaxDeadCopyBytes {
 			t.Fatalf("oversized entry keeps %d bytes", len(msg.Payload))
 		}
 		// Internal metadata never comes from the stream.
@@ -50,8 +50,8 @@ func FuzzDecodeEntry(f *testing.F) {
 				t.Fatalf("stream field %q set internal metadata", k)
 			}
 		}
-		enc := pipeline.Encode(msg)
-		again := pipeline.DecodeEntry("s", "1-1", enc)
+		enc := event.Encode(msg)
+		again := event.DecodeEntry("s", "1-1", enc)
 		if !bytes.Equal(again.Payload, msg.Payload) || again.UUID != msg.UUID {
 			t.Fatalf("round trip changed the message: %q/%q → %q/%q", msg.UUID, msg.Payload, again.UUID, again.Payload)
 		}

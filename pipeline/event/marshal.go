@@ -1,11 +1,12 @@
-package pipeline
+package event
 
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -13,20 +14,28 @@ import (
 // unreadable with redis-cli; we write one field per metadata key ("m:issue_key") and
 // still read the msgpack form, so entries written by a stock Watermill publisher work.
 const (
-	fieldUUID     = redisstream.UUIDHeaderKey
+	fieldUUID     = "_watermill_message_uuid" // watermill-redisstream's UUIDHeaderKey
 	fieldPayload  = "payload"
 	fieldMetadata = "metadata"
 	metaPrefix    = "m:"
 
-	// Stamped into each entry's values by the subscriber's stream hook and moved into
-	// metadata by the unmarshaller; never written to a stream.
-	fieldXID    = "_ymir_xid"
-	fieldStream = "_ymir_stream"
-	fieldReadAt = "_ymir_read_at"
+	fieldXID    = FieldEntryID
+	fieldStream = FieldEntryStream
+	fieldReadAt = FieldReadAt
 
 	// metaBad carries why an entry could not be decoded; the dead-letter middleware
 	// takes such messages straight to the dead-letter stream.
 	metaBad = "_ymir_bad"
+)
+
+// Fields a stream reader stamps into each entry's values as it reads it (the entry's
+// id, its stream, and the read time in Unix nanoseconds); Unmarshal moves them into
+// the message's metadata (EntryID, EntryStream, ReadAt). They are never written to a
+// stream.
+const (
+	FieldEntryID     = "_ymir_xid"
+	FieldEntryStream = "_ymir_stream"
+	FieldReadAt      = "_ymir_read_at"
 )
 
 // Marshaller writes readable entries and reads both forms. Unmarshal never fails: a
@@ -39,9 +48,7 @@ type Marshaller struct {
 	MaxEventBytes int
 }
 
-var _ redisstream.MarshallerUnmarshaller = Marshaller{}
-
-// Marshal implements redisstream.Marshaller.
+// Marshal implements watermill-redisstream's Marshaller.
 func (Marshaller) Marshal(_ string, msg *message.Message) (map[string]any, error) {
 	return Encode(msg), nil
 }
@@ -58,7 +65,7 @@ func Encode(msg *message.Message) map[string]any {
 	return v
 }
 
-// Unmarshal implements redisstream.Unmarshaller.
+// Unmarshal implements watermill-redisstream's Unmarshaller.
 func (m Marshaller) Unmarshal(values map[string]any) (*message.Message, error) {
 	limit := orMaxEventBytes(m.MaxEventBytes)
 	if size, fields := entrySize(values); size > limit || fields > MaxEventFields {
@@ -116,6 +123,16 @@ func EntryID(msg *message.Message) string { return msg.Metadata.Get(fieldXID) }
 
 // EntryStream is the stream a message was read from.
 func EntryStream(msg *message.Message) string { return msg.Metadata.Get(fieldStream) }
+
+// ReadAt is when a message's entry was read (FieldReadAt); ok is false for a message
+// not read by a stamping reader.
+func ReadAt(msg *message.Message) (at time.Time, ok bool) {
+	ns, err := strconv.ParseInt(msg.Metadata.Get(fieldReadAt), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
+}
 
 // DecodeEntry turns a raw stream entry into a message (for inspection and replay).
 func DecodeEntry(stream, id string, values map[string]any) *message.Message {

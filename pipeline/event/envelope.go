@@ -1,4 +1,4 @@
-package pipeline
+package event
 
 import (
 	"encoding/json"
@@ -8,13 +8,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/ymirflow/ymirflow/lockmw"
 )
 
-// Metadata keys of the envelope (docs/architecture.md, "The envelope").
+// Metadata keys of the envelope (docs/architecture.md, "The envelope"). The lock
+// middleware reads MetaIssueKey and writes MetaFence under the same names.
 const (
-	MetaIssueKey      = lockmw.MetaIssueKey
+	MetaIssueKey      = "issue_key"
 	MetaEventType     = "event_type"
 	MetaSchemaVersion = "schema_version"
 	MetaCorrelationID = "correlation_id"
@@ -22,7 +21,7 @@ const (
 	MetaAttempt       = "attempt"
 	MetaUserTriggered = "user_triggered"
 	MetaReplayOf      = "replay_of"
-	MetaFence         = lockmw.MetaFence
+	MetaFence         = "fence"
 )
 
 // SchemaVersion is the envelope version this build writes and accepts.
@@ -30,15 +29,15 @@ const SchemaVersion = "1"
 
 // Event types.
 const (
-	EventTriageRequested   = "triage.requested"
-	EventRebaseRequested   = "rebase.requested"
-	EventBackportRequested = "backport.requested"
-	EventRebuildRequested  = "rebuild.requested"
-	EventStageDone         = "stage.done"
-	EventStageFailed       = "stage.failed"
-	EventLockDropped       = "lock.dropped"
-	EventLockCoalesced     = "lock.coalesced"
-	EventDead              = "dead"
+	TriageRequested   = "triage.requested"
+	RebaseRequested   = "rebase.requested"
+	BackportRequested = "backport.requested"
+	RebuildRequested  = "rebuild.requested"
+	StageDone         = "stage.done"
+	StageFailed       = "stage.failed"
+	LockDropped       = "lock.dropped"
+	LockCoalesced     = "lock.coalesced"
+	Dead              = "dead"
 )
 
 // RequestedEvent is the event type that asks agent to work.
@@ -131,9 +130,9 @@ func (t Task) IssueKey() string {
 	return t.Str("jira_issue")
 }
 
-// NewEvent builds a message for eventType about issueKey. When cause is not nil, the
+// New builds a message for eventType about issueKey. When cause is not nil, the
 // new event keeps its correlation id and names it as causation.
-func NewEvent(eventType, issueKey string, task Task, cause *message.Message) (*message.Message, error) {
+func New(eventType, issueKey string, task Task, cause *message.Message) (*message.Message, error) {
 	payload, err := json.Marshal(task)
 	if err != nil {
 		return nil, err
@@ -154,10 +153,15 @@ func NewEvent(eventType, issueKey string, task Task, cause *message.Message) (*m
 	return msg, nil
 }
 
-// Validate checks an event for agent and returns its canonical issue key, or an error
-// wrapping ErrBadEvent (the bad events of docs/architecture.md, "Bad input"). Events written by the Python producers
-// carry no envelope metadata; they are accepted as the agent's request type.
-func Validate(msg *message.Message, agent string, locker *lockmw.Locker) (string, error) {
+// Canonical turns a raw issue key into its canonical form, or errs for a key that is
+// not one (the lease's key canonicalisation, e.g. a Locker's Canonicalize method).
+type Canonical func(raw string) (string, error)
+
+// Validate checks an event for agent and returns its canonical issue key (canonical
+// makes it), or an error wrapping ErrBadEvent (the bad events of docs/architecture.md,
+// "Bad input"). Events written by the Python producers carry no envelope metadata;
+// they are accepted as the agent's request type.
+func Validate(msg *message.Message, agent string, canonical Canonical) (string, error) {
 	if reason := msg.Metadata.Get(metaBad); reason != "" {
 		return "", fmt.Errorf("%w: %s", ErrBadEvent, reason)
 	}
@@ -184,7 +188,7 @@ func Validate(msg *message.Message, agent string, locker *lockmw.Locker) (string
 	if raw == "" {
 		return "", fmt.Errorf("%w: no issue key in metadata or payload", ErrBadEvent)
 	}
-	key, err := locker.Canonicalize(raw)
+	key, err := canonical(raw)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBadEvent, err)
 	}
@@ -205,19 +209,19 @@ func isJSONObject(b []byte) bool {
 	return false
 }
 
-// runnable is subscriptionConfig.Runnable for agent: an entry is runnable when it
-// decodes (Marshaller, with the router's size bound) into a message that Validate
-// accepts, exactly the test the dead-letter middleware applies before the lease. The
-// common entry (readable fields, the issue key in m:issue_key) is decided on its raw
-// fields without decoding it; anything else takes the full decode, so the two can
-// never disagree.
-func runnable(agent string, locker *lockmw.Locker, maxEventBytes int) func(map[string]any) bool {
+// Runnable returns the test of a raw stream entry for agent: an entry is runnable when
+// it decodes (Marshaller, with the bound maxEventBytes) into a message that Validate
+// accepts, exactly the test a dead-letter path applies before the lease. The common
+// entry (readable fields, the issue key in m:issue_key) is decided on its raw fields
+// without decoding it; anything else takes the full decode, so the two can never
+// disagree.
+func Runnable(agent string, canonical Canonical, maxEventBytes int) func(values map[string]any) bool {
 	m := Marshaller{MaxEventBytes: maxEventBytes}
 	limit := orMaxEventBytes(maxEventBytes)
 	want := RequestedEvent(agent)
 	full := func(values map[string]any) bool {
 		msg, _ := m.Unmarshal(values)
-		_, err := Validate(msg, agent, locker)
+		_, err := Validate(msg, agent, canonical)
 		return err == nil
 	}
 	return func(values map[string]any) bool {
@@ -234,7 +238,7 @@ func runnable(agent string, locker *lockmw.Locker, maxEventBytes int) func(map[s
 		if size, fields := entrySize(values); size > limit || fields > MaxEventFields {
 			return false // what Unmarshal marks oversized: dead-lettered
 		}
-		if _, err := locker.Canonicalize(key); err != nil || !isJSONObject([]byte(payload)) {
+		if _, err := canonical(key); err != nil || !isJSONObject([]byte(payload)) {
 			return full(values)
 		}
 		return true

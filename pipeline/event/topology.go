@@ -1,4 +1,4 @@
-package pipeline
+package event
 
 import (
 	"fmt"
@@ -128,4 +128,9 @@ func (t Topology) RouteOf(stream string) (Route, bool) {
 		}
 	}
 	return Route{}, false
+}
+
+// ConsumerClaimKey is the key of the claim on consumer in group.
+func (t Topology) ConsumerClaimKey(group, consumer string) string {
+	return t.ns() + ":consumer:" + group + ":" + consumer
 }

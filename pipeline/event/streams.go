@@ -1,4 +1,4 @@
-package pipeline
+package event
 
 import (
 	"context"
@@ -12,8 +12,30 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/xonce"
-	"github.com/ymirflow/ymirflow/lockmw"
 )
+
+// Fencer is the lease a write runs under: Fence is the lease's fence number, and XAdd
+// appends to a stream only while the lease is held (the lease library's Lease is one).
+// The lock middleware puts the lease of the event being handled into the handler's
+// context with WithFencer; Publisher and Results fence every write made under it.
+type Fencer interface {
+	Fence() int64
+	XAdd(ctx context.Context, stream string, maxLen int64, values map[string]any) (string, error)
+}
+
+type fencerKey struct{}
+
+// WithFencer returns ctx carrying f: writes of a Publisher or Results under the
+// returned context are fenced by f.
+func WithFencer(ctx context.Context, f Fencer) context.Context {
+	return context.WithValue(ctx, fencerKey{}, f)
+}
+
+// FencerFrom returns the Fencer ctx carries, if any.
+func FencerFrom(ctx context.Context) (Fencer, bool) {
+	f, ok := ctx.Value(fencerKey{}).(Fencer)
+	return f, ok && f != nil
+}
 
 // Publisher appends events to streams. It is safe for concurrent use and never closes
 // the client it was given.
@@ -54,7 +76,7 @@ func (p *Publisher) maybeTrim(ctx context.Context, stream string) {
 	}
 }
 
-// Publish implements message.Publisher.
+// Publish implements Watermill's message.Publisher.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		if _, err := p.PublishID(m.Context(), topic, m); err != nil {
@@ -65,10 +87,10 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // PublishID appends msg to stream and returns its id. Under a lease (ctx from a lock
-// middleware handler) the append is fenced: refused once the lease is lost, and stamped
+// middleware handler: FencerFrom) the append is fenced: refused once the lease is lost, and stamped
 // with the lease's fence.
 func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.Message) (string, error) {
-	lease, leased := lockmw.LeaseFrom(ctx)
+	lease, leased := FencerFrom(ctx)
 	if leased {
 		msg.Metadata.Set(MetaFence, strconv.FormatInt(lease.Fence(), 10))
 	}
@@ -152,7 +174,7 @@ func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 	}
 	var id string
 	var err error
-	if lease, ok := lockmw.LeaseFrom(ctx); ok {
+	if lease, ok := FencerFrom(ctx); ok {
 		id, err = lease.XAdd(ctx, r.stream, r.maxLen, v)
 	} else {
 		id, err = xonce.Run(ctx, r.rdb, xonce.Append{Stream: r.stream, ID: xonce.NewID(), Values: v, MaxLen: r.maxLen, TTL: retryOnceTTL})
@@ -184,7 +206,7 @@ func (r *Results) Outcomes(ctx context.Context, issue string, scan int) ([]Recor
 			}
 			read++
 			et, _ := m.Values["event_type"].(string)
-			if key, _ := m.Values["issue_key"].(string); key != issue || (et != EventStageDone && et != EventStageFailed) {
+			if key, _ := m.Values["issue_key"].(string); key != issue || (et != StageDone && et != StageFailed) {
 				continue
 			}
 			out = append(out, recordOf(m))

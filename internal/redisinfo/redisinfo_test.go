@@ -1,4 +1,4 @@
-package pipeline_test
+package redisinfo_test
 
 import (
 	"context"
@@ -8,29 +8,29 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/internal/redisinfo"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // The test server is recent enough; an older one gets the reason it is too old; the
 // embedded miniredis (no INFO server) is unknown, never an error or a warning.
 func TestServerVersionAndTheMinimum(t *testing.T) {
 	rdb, _ := redistest.Client(t)
-	s, err := pipeline.ServerInfo(context.Background(), rdb)
+	s, err := redisinfo.ServerInfo(context.Background(), rdb)
 	if err != nil || !s.Known() || s.Old() != "" {
 		t.Fatalf("ServerInfo = %+v, %v (old: %q)", s, err, s.Old())
 	}
 	for _, c := range []struct{ version, says string }{
 		{"6.2.14", "lag"}, {"6.0.16", "XAUTOCLAIM"}, {"7.0.0", ""}, {"7.10.1", ""},
 	} {
-		if got := (pipeline.Server{Name: "redis", Version: c.version}).Old(); (c.says == "") != (got == "") || !strings.Contains(got, c.says) {
+		if got := (redisinfo.Server{Name: "redis", Version: c.version}).Old(); (c.says == "") != (got == "") || !strings.Contains(got, c.says) {
 			t.Errorf("Old(%s) = %q, want it to mention %q", c.version, got, c.says)
 		}
 	}
 	mr := miniredis.RunT(t)
 	m := redis.NewClient(&redis.Options{Addr: mr.Addr(), DisableIdentity: true})
 	defer m.Close()
-	if s, err := pipeline.ServerInfo(context.Background(), m); err != nil || !s.Embedded() || s.Old() != "" {
+	if s, err := redisinfo.ServerInfo(context.Background(), m); err != nil || !s.Embedded() || s.Old() != "" {
 		t.Fatalf("ServerInfo(miniredis) = %+v, %v", s, err)
 	}
 }
@@ -45,7 +45,7 @@ func TestServerInfoUnderAnACLWithoutInfo(t *testing.T) {
 	}
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noinfo", Password: "pw", DisableIdentity: true})
 	defer c.Close()
-	s, err := pipeline.ServerInfo(ctx, c)
+	s, err := redisinfo.ServerInfo(ctx, c)
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") || s.Embedded() && s.Name == "unknown" {
 		t.Fatalf("ServerInfo without +info = %+v, %v; want a NOPERM error", s, err)
 	}
