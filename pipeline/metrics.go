@@ -108,10 +108,14 @@ func (m *Metrics) Released(agent string, held time.Duration) {
 // Health serves /metrics, /healthz (the process is alive) and /readyz (Redis answers and
 // the router runs).
 type Health struct {
+	// Metrics are served at /metrics. Default: nil, /metrics answers 404.
 	Metrics *Metrics
-	Redis   redis.UniversalClient
-	Ready   func() bool
-	// Limits bound the server's connections (zero: httpsrv's defaults).
+	// Redis must answer PING for /readyz. Required.
+	Redis redis.UniversalClient
+	// Ready must report true for /readyz (a router's Healthy). Default: nil, not
+	// checked.
+	Ready func() bool
+	// Limits bound the server's connections. Default: httpsrv's defaults.
 	Limits httpsrv.Limits
 }
 

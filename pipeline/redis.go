@@ -15,20 +15,20 @@ import (
 // ErrRedisUnreachable is returned by Connect when Redis does not answer.
 var ErrRedisUnreachable = errors.New("redis unreachable")
 
-// ClientOptions parses REDIS_URL (redis://, rediss://, user:password@, /db) into
+// ClientOptions parses a Redis URL (redis://, rediss://, user:password@, /db) into
 // universal options; several comma-separated host:port pairs select Redis Cluster
 // (redis://h1:7000,h2:7001).
 func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 	if rawURL == "" {
-		return nil, errors.New("REDIS_URL is empty")
+		return nil, errors.New("pipeline: the Redis URL is empty")
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error quotes the whole URL, password included.
-		return nil, fmt.Errorf("REDIS_URL %s: not a URL", redact.URL(rawURL))
+		return nil, fmt.Errorf("pipeline: Redis URL %s: not a URL", redact.URL(rawURL))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("REDIS_URL %s: scheme must be redis:// or rediss://", redact.URL(rawURL))
+		return nil, fmt.Errorf("pipeline: Redis URL %s: scheme must be redis:// or rediss://", redact.URL(rawURL))
 	}
 	hosts := splitHosts(u.Host)
 	single := *u
@@ -36,7 +36,7 @@ func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 	o, err := redis.ParseURL(single.String())
 	if err != nil {
 		pw, _ := u.User.Password()
-		return nil, fmt.Errorf("REDIS_URL %s: %s", redact.URL(rawURL), redact.New(pw).String(err.Error()))
+		return nil, fmt.Errorf("pipeline: Redis URL %s: %s", redact.URL(rawURL), redact.New(pw).String(err.Error()))
 	}
 	uo := &redis.UniversalOptions{
 		Addrs:    []string{o.Addr},
@@ -71,7 +71,7 @@ func splitHosts(h string) []string {
 	return out
 }
 
-// NewClient returns a client for REDIS_URL without connecting.
+// NewClient returns a client for the Redis URL rawURL without connecting.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	o, err := ClientOptions(rawURL)
 	if err != nil {
@@ -80,7 +80,7 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return redis.NewUniversalClient(o), nil
 }
 
-// Connect returns a client for REDIS_URL that has answered PING. The error names the
+// Connect returns a client for the Redis URL rawURL that has answered PING. The error names the
 // URL without its password.
 //
 // The PING is sent by a probe client that dials once and does not retry: at start-up a

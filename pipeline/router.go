@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,59 +19,93 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
-// Defaults of the router settings (BLOCK_TIME, MAX_IDLE_TIME, CLAIM_INTERVAL,
-// MAX_RETRIES, MAX_LEN, READ_BATCH).
+// Defaults of RouterConfig's fields.
 const (
 	DefaultBlockTime     = 5 * time.Second
 	DefaultMaxIdleTime   = 3 * time.Minute
 	DefaultClaimInterval = 5 * time.Second
 	DefaultMaxRetries    = 3
 	DefaultReadBatch     = 8
-	// MaxReadBatch bounds READ_BATCH: entries read ahead wait in this process.
+	// MaxReadBatch bounds RouterConfig.ReadBatch: entries read ahead wait in this process.
 	MaxReadBatch = 100
 )
 
-// RouterConfig configures one worker's router.
+// RouterConfig configures one worker's router. Client, ClientOptions, Agent (and
+// Branch), Consumer, Locker and Handler are required; every other field has a default,
+// stated in its comment, taken when the field is left zero. NewRouter validates the
+// whole config once; its errors name the field.
 type RouterConfig struct {
-	// Client is shared by leases, results, dead letters and claim checks.
+	// Client is shared by leases, results, dead letters and claim checks. Required.
 	Client redis.UniversalClient
-	// ClientOptions open each subscriber's own client (a Subscriber closes its client).
+	// ClientOptions open each subscriber's own client (a Subscriber closes its
+	// client). Required.
 	ClientOptions *redis.UniversalOptions
-	Topology      event.Topology
+	// Topology names the streams and groups. Default: the namespace
+	// event.DefaultNamespace ("ymir").
+	Topology event.Topology
+	// Agent is the agent whose streams the router reads, one of event.Agents; Branch
+	// is its branch (one of event.Branches), empty for triage. Required.
 	Agent, Branch string
 	// Consumer is the stable consumer name (a pod name); subscription i of each stream
-	// reads as "<Consumer>-<i>".
-	Consumer    string
+	// reads as "<Consumer>-<i>". Required.
+	Consumer string
+	// Concurrency is the number of subscriptions per input stream, so of events
+	// handled at once per stream. Default: 1.
 	Concurrency int
-	// BlockTime of XREADGROUP; MaxIdleTime before an entry may be claimed from another
-	// consumer; ClaimInterval between claim passes; NackResendSleep before a nacked
-	// message is handed over again.
-	BlockTime, MaxIdleTime, ClaimInterval, NackResendSleep time.Duration
+	// BlockTime is how long one XREADGROUP waits for an entry; a shutdown waits for the
+	// read in flight. Default: 5s (DefaultBlockTime).
+	BlockTime time.Duration
+	// MaxIdleTime is how long an entry stays pending before another consumer may claim
+	// it; it must exceed the lease's heartbeat interval (Locker.HeartbeatInterval).
+	// Default: 3m (DefaultMaxIdleTime).
+	MaxIdleTime time.Duration
+	// ClaimInterval is the time between two claim passes. Default: 5s
+	// (DefaultClaimInterval).
+	ClaimInterval time.Duration
+	// NackResendSleep is how long a nacked message waits before it is handed over
+	// again. Default: 1s.
+	NackResendSleep time.Duration
 	// MaxRetries is the number of attempts in all (with exponential backoff from
-	// RetryInitial) before an event goes to the dead-letter stream.
-	MaxRetries   int
+	// RetryInitial) before an event goes to the dead-letter stream; at least 1.
+	// Default: 3 (DefaultMaxRetries).
+	MaxRetries int
+	// RetryInitial is the wait before the second attempt; each later wait doubles, up
+	// to a minute. Default: 1s.
 	RetryInitial time.Duration
-	// HandlerTimeout bounds one attempt (0: none; the lease's MaxHold still applies).
+	// HandlerTimeout bounds one attempt. Default: 0, no bound (the lease's MaxHold
+	// still applies).
 	HandlerTimeout time.Duration
-	// CloseTimeout bounds a graceful shutdown.
+	// CloseTimeout bounds a graceful shutdown. Default: BlockTime + 11s.
 	CloseTimeout time.Duration
-	MaxLen       int64
+	// MaxLen is the length the router keeps its input streams near with event.Trim,
+	// and the bound of the results and dead-letter streams' appends. Default: 0, never
+	// trimmed (the commands pass event.DefaultMaxLen).
+	MaxLen int64
 	// ReadBatch is the most entries one XREADGROUP takes while the subscription keeps
-	// up with a backlog (0: DefaultReadBatch; 1: one entry per read, as Watermill asks).
+	// up with a backlog (1: one entry per read, as Watermill asks), at most
+	// MaxReadBatch. Default: 8 (DefaultReadBatch).
 	ReadBatch int
-	Policy    lockmw.Policy
-	Locker    *lockmw.Locker
-	Logger    zerolog.Logger
-	Metrics   *Metrics
-	// MaxEventBytes bounds one entry (0: DefaultMaxEventBytes): a bigger one is
-	// dead-lettered with a truncated copy, never run.
+	// Policy says what happens to an event whose issue is busy. Default: lockmw.Drop.
+	Policy lockmw.Policy
+	// Locker takes the per-issue leases and canonicalises issue keys. Required.
+	Locker *lockmw.Locker
+	// Logger receives the router's, the subscriptions' and Watermill's lines.
+	// Default: the zero zerolog.Logger, which logs nothing.
+	Logger zerolog.Logger
+	// Metrics counts events, leases and dead letters. Default: nil, nothing counted.
+	Metrics *Metrics
+	// MaxEventBytes bounds one entry: a bigger one is dead-lettered with a truncated
+	// copy, never run. Default: 1 MiB (event.DefaultMaxEventBytes).
 	MaxEventBytes int
-	// Redactor takes secrets out of what dead letters record (nil: nothing to take out).
+	// Redactor takes secrets out of what dead letters record. Default: nil, nothing to
+	// take out.
 	Redactor *redact.Redactor
 	// OnDead, when set, is told of every event dead-lettered after the handler failed
 	// (not of bad events), with the dead letter's id; it runs after the entry is acked.
+	// Default: nil, no one is told.
 	OnDead func(ctx context.Context, d Dead)
 	// Handler does the stage's work. It finds its lease with lockmw.LeaseFrom.
+	// Required.
 	Handler message.NoPublishHandlerFunc
 }
 
@@ -82,21 +117,29 @@ type Dead struct {
 	Err      error
 }
 
+// defaults fills the fields left zero and validates the config; errors name the field.
 func (c *RouterConfig) defaults() error {
-	if c.Client == nil || c.ClientOptions == nil || c.Locker == nil || c.Handler == nil {
-		return errors.New("pipeline: RouterConfig needs Client, ClientOptions, Locker and Handler")
+	var missing []string
+	for _, f := range []struct {
+		name  string
+		unset bool
+	}{{"Client", c.Client == nil}, {"ClientOptions", c.ClientOptions == nil}, {"Locker", c.Locker == nil},
+		{"Handler", c.Handler == nil}, {"Consumer", c.Consumer == ""}} {
+		if f.unset {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("pipeline: RouterConfig.%s required", strings.Join(missing, ", RouterConfig."))
 	}
 	if err := event.CheckAgent(c.Agent, c.Branch); err != nil {
-		return err
-	}
-	if c.Consumer == "" {
-		return errors.New("CONSUMER_NAME is empty")
+		return fmt.Errorf("pipeline: RouterConfig.Agent, Branch: %w", err)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 1
 	}
 	if c.Concurrency < 0 {
-		return fmt.Errorf("CONCURRENCY must be positive, got %d", c.Concurrency)
+		return fmt.Errorf("pipeline: RouterConfig.Concurrency must be positive, got %d", c.Concurrency)
 	}
 	if c.BlockTime == 0 {
 		c.BlockTime = DefaultBlockTime
@@ -119,20 +162,23 @@ func (c *RouterConfig) defaults() error {
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = c.BlockTime + time.Second + 10*time.Second
 	}
-	for name, d := range map[string]time.Duration{"BLOCK_TIME": c.BlockTime, "MAX_IDLE_TIME": c.MaxIdleTime,
-		"CLAIM_INTERVAL": c.ClaimInterval, "NackResendSleep": c.NackResendSleep} {
-		if d < 0 {
-			return fmt.Errorf("%s must be positive, got %s", name, d)
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"BlockTime", c.BlockTime}, {"MaxIdleTime", c.MaxIdleTime}, {"ClaimInterval", c.ClaimInterval},
+		{"NackResendSleep", c.NackResendSleep}} {
+		if d.d < 0 {
+			return fmt.Errorf("pipeline: RouterConfig.%s must be positive, got %s", d.name, d.d)
 		}
 	}
 	if c.ReadBatch == 0 {
 		c.ReadBatch = DefaultReadBatch
 	}
 	if c.ReadBatch < 1 || c.ReadBatch > MaxReadBatch {
-		return fmt.Errorf("READ_BATCH must be between 1 and %d, got %d", MaxReadBatch, c.ReadBatch)
+		return fmt.Errorf("pipeline: RouterConfig.ReadBatch must be between 1 and %d, got %d", MaxReadBatch, c.ReadBatch)
 	}
 	if c.MaxRetries < 1 {
-		return fmt.Errorf("MAX_RETRIES must be at least 1, got %d", c.MaxRetries)
+		return fmt.Errorf("pipeline: RouterConfig.MaxRetries must be at least 1, got %d", c.MaxRetries)
 	}
 	return nil
 }

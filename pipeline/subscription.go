@@ -33,7 +33,7 @@ type subscription struct {
 	runnable  func(values map[string]any) bool // see subscriptionConfig.Runnable
 	readBatch int64                            // most entries one XREADGROUP takes (1: as Watermill asks)
 	peekWait  time.Duration                    // see defaultPeekWait
-	maxIdle   time.Duration                    // MAX_IDLE_TIME: an entry idle this long may be claimed
+	maxIdle   time.Duration                    // RouterConfig.MaxIdleTime: an entry idle this long may be claimed
 	offerTime time.Duration                    // see defaultOfferAfter
 
 	mu       sync.Mutex
@@ -65,7 +65,7 @@ const fastHandling = 20 * time.Millisecond
 // batch still wait here, they are handed back to the group (marked idle, so any
 // consumer's next claim pass takes them), and this consumer's own claim loop leaves
 // them alone while it is busy. A batch thus waits behind a long run (quick events, then
-// an agent run) for about this plus CLAIM_INTERVAL, not MAX_IDLE_TIME.
+// an agent run) for about this plus ClaimInterval, not MaxIdleTime.
 const defaultOfferAfter = time.Second
 
 // queued is an entry read and not yet handed to the middleware. values are its stream
@@ -175,7 +175,7 @@ func (s *subscription) prepare(ctx context.Context) (int, error) {
 	}
 }
 
-// markIdle re-marks entries this consumer owns as idle past MAX_IDLE_TIME (XCLAIM to
+// markIdle re-marks entries this consumer owns as idle past MaxIdleTime (XCLAIM to
 // itself, IDLE, JUSTID), so the next claim pass of any consumer may take them.
 func (s *subscription) markIdle(ctx context.Context, ids []string) error {
 	args := make([]any, 0, 8+len(ids))
@@ -262,7 +262,7 @@ func (s *subscription) armOffer() {
 }
 
 // offerBack hands the entries still waiting in the batch back to the group when the
-// event being handled has run offerTime: they are marked idle past MAX_IDLE_TIME (as a
+// event being handled has run offerTime: they are marked idle past MaxIdleTime (as a
 // restart's start-up pass does), so other consumers' claim passes take them.
 func (s *subscription) offerBack() {
 	s.mu.Lock()
@@ -298,7 +298,7 @@ func (s *subscription) offerBack() {
 	defer cancel()
 	if err := s.markIdle(ctx, ids); err != nil {
 		// They stay pending here, unhandled until this consumer's claim loop or another's
-		// takes them after MAX_IDLE_TIME: late, not lost.
+		// takes them after MaxIdleTime: late, not lost.
 		s.log.Warn().Err(err).Int("entries", len(ids)).Msg("could not hand read-ahead entries back to the group")
 		return
 	}
@@ -487,7 +487,7 @@ func (s *subscription) stamp(stream string, msgs []redis.XMessage, now string) {
 
 // defaultPeekWait is how long Peek waits for a read that was sent this recently: a read
 // that finds entries answers within a round trip, one on an empty stream blocks
-// BLOCK_TIME.
+// BlockTime.
 const defaultPeekWait = time.Millisecond
 
 // Peek implements lockmw.Peeker: the entry handed over next, as far as this process

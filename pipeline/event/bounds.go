@@ -68,7 +68,7 @@ func CheckEvent(values map[string]any, maxBytes int) error {
 		return fmt.Errorf("%w: %d fields, at most %d allowed", ErrEventTooLarge, fields, MaxEventFields)
 	}
 	if n > maxBytes {
-		return fmt.Errorf("%w: %d bytes, at most %d allowed (MAX_EVENT_BYTES)", ErrEventTooLarge, n, maxBytes)
+		return fmt.Errorf("%w: %d bytes, at most %d allowed (MaxEventBytes)", ErrEventTooLarge, n, maxBytes)
 	}
 	return nil
 }
@@ -116,7 +116,7 @@ func oversized(values map[string]any, size, fields, maxBytes int) *message.Messa
 	msg.Metadata.Set(fieldReadAt, str(fieldReadAt))
 	msg.Metadata.Set(metaSize, strconv.Itoa(size))
 	msg.Metadata.Set(metaFields, strconv.Itoa(fields))
-	msg.Metadata.Set(metaBad, fmt.Sprintf("oversized entry: %d bytes in %d fields (at most %d bytes, MAX_EVENT_BYTES, and %d fields); a truncated copy is kept",
+	msg.Metadata.Set(metaBad, fmt.Sprintf("oversized entry: %d bytes in %d fields (at most %d bytes, MaxEventBytes, and %d fields); a truncated copy is kept",
 		size, fields, maxBytes, MaxEventFields))
 	return msg
 }

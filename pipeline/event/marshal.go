@@ -45,6 +45,8 @@ const (
 // than MaxEventBytes (0: DefaultMaxEventBytes) or with more than MaxEventFields fields:
 // its message holds a truncated copy of at most MaxDeadCopyBytes, never the whole.
 type Marshaller struct {
+	// MaxEventBytes bounds the bytes of an entry that is decoded whole (every field
+	// name and value). Default: DefaultMaxEventBytes (1 MiB).
 	MaxEventBytes int
 }
 

@@ -57,7 +57,7 @@ func NewPublisher(rdb redis.UniversalClient, maxLen int64) *Publisher {
 }
 
 // WithMaxEventBytes sets the largest event p publishes (0: DefaultMaxEventBytes) and
-// returns p. Workers dead-letter entries above their own MAX_EVENT_BYTES unrun.
+// returns p. Workers dead-letter entries above their own MaxEventBytes unrun.
 func (p *Publisher) WithMaxEventBytes(n int) *Publisher {
 	p.maxBytes = n
 	return p

@@ -11,12 +11,14 @@ var (
 	Branches = []string{"c9s", "c10s"}
 )
 
-// DefaultNamespace prefixes every stream (YMIR_NAMESPACE).
+// DefaultNamespace prefixes every stream of a Topology whose Namespace is empty.
 const DefaultNamespace = "ymir"
 
 // Topology maps agents and branches to streams and consumer groups, and names every
 // other key of the pipeline (docs/architecture.md, "Streams and groups").
 type Topology struct {
+	// Namespace prefixes every stream and key ("ymir:triage"), so that several
+	// pipelines can share one Redis. Default: DefaultNamespace ("ymir").
 	Namespace string
 }
 
