@@ -15,7 +15,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -52,7 +52,7 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 
 	// The workers' user: a triage router that publishes downstream under its lease,
 	// records results, and dead-letters a bad event.
-	wlocker, err := lockmw.New(worker, lockmw.Options{Scope: topo.LockScope(), TTL: 3 * time.Second, Owner: "w1"})
+	wlocker, err := lease.New(worker, lease.Options{Scope: topo.LockScope(), TTL: 3 * time.Second, Owner: "w1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	}
 
 	// Every operator command.
-	olocker, err := lockmw.New(operator, lockmw.Options{Scope: topo.LockScope(), TTL: 3 * time.Second})
+	olocker, err := lease.New(operator, lease.Options{Scope: topo.LockScope(), TTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,11 +123,11 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := wlocker.Acquire(ctx, "rebase", "RHEL-9", lockmw.AcquireOptions{})
+	le, err := wlocker.Acquire(ctx, "rebase", "RHEL-9", lease.AcquireOptions{})
 	if err != nil {
 		t.Fatalf("worker acquire: %v", err)
 	}
-	defer lease.Release(ctx)
+	defer le.Release(ctx)
 	_, err = in.Pending(ctx, inspect.PendingFilter{})
 	noperm("pending", err)
 	locks, err := in.Locks(ctx, inspect.LockFilter{})

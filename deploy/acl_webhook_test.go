@@ -17,7 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/webhook"
 )
@@ -47,7 +47,7 @@ func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	topo := event.Topology{} // the deployed namespace, ymir
-	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
+	locker, err := lease.New(rdb, lease.Options{Scope: topo.LockScope()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@
 //     rather than re-checked every sweep.
 //  2. Pre-check the whole batch in ONE pipelined round trip, never a SCAN (upstream SCANned
 //     the keyspace for triage leases only, from a snapshot taken before the sweep): the lease key of every stage
-//     (triage, rebase, backport, rebuild; names from lockmw.Locker.LockKey(agent, issue))
+//     (triage, rebase, backport, rebuild; names from lease.Locker.LockKey(agent, issue))
 //     of every candidate, and its queued marker (below), as point lookups. They are sent as
 //     MGETs of up to 1 024 keys in one pipeline: an EXISTS that also says which stage
 //     holds the lease, and measured 4× cheaper than one EXISTS per key. A locked issue is

@@ -12,7 +12,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -42,8 +42,8 @@ func Example() {
 	})
 	defer srv.Close()
 	jc, _ := jira.New(jira.Options{BaseURL: srv.Start(), Token: "t", RateLimit: -1})
-	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
-	lease, _ := locker.Acquire(ctx, "triage", "RHEL-4", lockmw.AcquireOptions{})
+	locker, _ := lease.New(rdb, lease.Options{Scope: topo.LockScope()})
+	le, _ := locker.Acquire(ctx, "triage", "RHEL-4", lease.AcquireOptions{})
 
 	f, err := fetcher.New(fetcher.Config{
 		Jira: jc, Redis: rdb, Topology: topo, Locker: locker,
@@ -61,7 +61,7 @@ func Example() {
 	}
 
 	// The next sweep publishes nothing twice; after the lease is released, RHEL-4 goes.
-	_, _ = lease.Release(ctx)
+	_, _ = le.Release(ctx)
 	sum, _ = f.Sweep(ctx)
 	fmt.Println("second sweep published", sum.PublishedKeys(), "queued", sum.Skipped[fetcher.ReasonQueued])
 	// Output:

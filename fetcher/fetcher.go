@@ -12,7 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -36,7 +36,7 @@ type Config struct {
 	Topology event.Topology
 	// Locker gives the lease key names and the key canonicalisation. nil: a Locker on Redis
 	// with Topology.LockScope(), the workers' default.
-	Locker *lockmw.Locker
+	Locker *lease.Locker
 	// Stages are the agents whose leases the pre-check looks at; default event.Agents
 	// (triage and every downstream agent).
 	Stages []string
@@ -79,7 +79,7 @@ type Fetcher struct {
 	jira           *jira.Client
 	rdb            redis.UniversalClient
 	topo           event.Topology
-	locker         *lockmw.Locker
+	locker         *lease.Locker
 	stages         []string
 	maxLen         int64
 	maxEventBytes  int
@@ -126,7 +126,7 @@ func New(cfg Config) (*Fetcher, error) {
 		log: cfg.Logger.With().Str("component", "fetcher").Logger(), clock: cfg.Clock,
 	}
 	if f.locker == nil {
-		l, err := lockmw.New(cfg.Redis, lockmw.Options{Scope: cfg.Topology.LockScope()})
+		l, err := lease.New(cfg.Redis, lease.Options{Scope: cfg.Topology.LockScope()})
 		if err != nil {
 			return nil, fmt.Errorf("fetcher: %w", err)
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -29,7 +29,7 @@ func TestLockedAtEveryStageKeepsTriggerUntilRelease(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, []fakejira.Issue{todoBy(iss("RHEL-7"), member), iss("RHEL-8", labels.RetryNeeded), iss("RHEL-9")})
 			for _, k := range []string{"RHEL-7", "RHEL-8", "RHEL-9"} {
-				if _, err := h.locker.Acquire(h.ctx, stage, k, lockmw.AcquireOptions{}); err != nil {
+				if _, err := h.locker.Acquire(h.ctx, stage, k, lease.AcquireOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -306,7 +306,7 @@ func TestModularTodoIsConsumed(t *testing.T) {
 func TestCanonicalKeys(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, []fakejira.Issue{iss("rhel-5"), iss(" Rhel-6"), iss("../x"), iss("RHEL-0")})
-	if _, err := h.locker.Acquire(h.ctx, "rebase", "RHEL-5", lockmw.AcquireOptions{}); err != nil {
+	if _, err := h.locker.Acquire(h.ctx, "rebase", "RHEL-5", lease.AcquireOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	s := h.sweep()

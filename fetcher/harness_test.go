@@ -22,7 +22,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -39,7 +39,7 @@ type harness struct {
 	rdb    redis.UniversalClient
 	ns     string
 	topo   event.Topology
-	locker *lockmw.Locker
+	locker *lease.Locker
 	srv    *fakejira.Server
 	url    string
 	jc     *jira.Client
@@ -142,7 +142,7 @@ func newHarness(t testing.TB, issues []fakejira.Issue, opts ...harnessOpt) *harn
 		t.Fatal(err)
 	}
 	h.jc = jc
-	h.locker, err = lockmw.New(h.rdb, lockmw.Options{Scope: h.topo.LockScope(), Owner: "test"})
+	h.locker, err = lease.New(h.rdb, lease.Options{Scope: h.topo.LockScope(), Owner: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -51,7 +51,7 @@ func TestPrecheckIsOneRoundTrip(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
-	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
+	locker, _ := lease.New(rdb, lease.Options{Scope: topo.LockScope()})
 	jc, _ := jira.New(jira.Options{})
 	f, err := New(Config{Jira: jc, Redis: rdb, Topology: topo, Locker: locker, JQL: "x"})
 	if err != nil {
@@ -83,7 +83,7 @@ func TestPrecheckIsOneRoundTrip(t *testing.T) {
 
 	// Leases at every stage.
 	for i, a := range event.Agents {
-		if _, err := locker.Acquire(ctx, a, fmt.Sprintf("RT-%d", 10+i), lockmw.AcquireOptions{}); err != nil {
+		if _, err := locker.Acquire(ctx, a, fmt.Sprintf("RT-%d", 10+i), lease.AcquireOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -245,7 +245,7 @@ func benchEnv(b *testing.B, size int) *benchFixture {
 	rdb := srv.Client()
 	ctx := context.Background()
 	topo := event.Topology{}
-	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
+	locker, _ := lease.New(rdb, lease.Options{Scope: topo.LockScope()})
 	const leases, candidates = 1000, 1000
 	fx := &benchFixture{rdb: rdb, addr: srv.Addr()}
 	for i := 0; i < candidates; i++ {

@@ -14,7 +14,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -640,7 +640,7 @@ func flipFailedOnce(key string, labels []string) checkFn {
 
 func lockIssue(agent, key string) func(t *testing.T, h *harness) {
 	return func(t *testing.T, h *harness) {
-		if _, err := h.locker.Acquire(h.ctx, agent, key, lockmw.AcquireOptions{}); err != nil {
+		if _, err := h.locker.Acquire(h.ctx, agent, key, lease.AcquireOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

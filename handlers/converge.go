@@ -7,6 +7,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
@@ -75,13 +76,13 @@ const convergeWait = 30 * time.Second
 // at most convergeWait) and then reads the outcome it recorded. Best effort: failures
 // are logged, and a pause here is bounded by the next write of a newer holder.
 func (h *handler) converge(parent context.Context, ev *job) {
-	lease, ok := lockmw.LeaseFrom(parent)
+	le, ok := lockmw.LeaseFrom(parent)
 	if !ok || h.cfg.Jira == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), convergeWait+10*time.Second)
 	defer cancel()
-	locker := lease.Locker()
+	locker := le.Locker()
 	deadline := time.Now().Add(min(locker.TTL(), convergeWait))
 	for {
 		live, err := h.liveHolder(ctx, locker, ev)
@@ -149,10 +150,10 @@ func (h *handler) converge(parent context.Context, ev *job) {
 
 // liveHolder names an agent that holds a live lease of the issue other than this run's
 // own (one round trip for every agent's lease), or "".
-func (h *handler) liveHolder(ctx context.Context, locker *lockmw.Locker, ev *job) (string, error) {
-	refs := make([]lockmw.Ref, 0, len(event.Agents))
+func (h *handler) liveHolder(ctx context.Context, locker *lease.Locker, ev *job) (string, error) {
+	refs := make([]lease.Ref, 0, len(event.Agents))
 	for _, a := range event.Agents {
-		refs = append(refs, lockmw.Ref{Agent: a, Issue: ev.key})
+		refs = append(refs, lease.Ref{Agent: a, Issue: ev.key})
 	}
 	infos, err := locker.InspectMany(ctx, refs)
 	if err != nil {

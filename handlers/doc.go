@@ -36,14 +36,14 @@
 // never runs the agent again nor publishes twice. A Jira outage (429, 5xx, network,
 // 401/403) is retried with backoff by the Jira client and by the pipeline; if it
 // outlasts the event's attempts the event is left pending and redelivered (the error
-// matches lockmw.ErrTransient) instead of being dead-lettered. A cancelled context
+// matches redeliver.ErrTransient) instead of being dead-lettered. A cancelled context
 // (lease lost, shutdown) is never a failure: nothing is labelled and the pipeline
 // redelivers.
 //
 // Every side effect made for an event is fenced by its lease. Publishes and outcome
 // records are one Redis script with the lease check. A Jira write (labels, comment) is
 // sent only after Lease.Check proved the lease in the same step, and is refused with
-// lockmw.ErrLeaseLost otherwise ("fenced write refused", counted by the FenceObserver).
+// lease.ErrLeaseLost otherwise ("fenced write refused", counted by the FenceObserver).
 // Jira has no conditional write, so a pause between the check and the request can still
 // let a write land after the lease passed to a newer holder. Two things make such a write
 // converge: every terminal label write asserts the whole state (it removes the

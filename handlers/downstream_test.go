@@ -14,7 +14,9 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -101,7 +103,7 @@ func TestJiraOutageDuringLabelWriteIsRetriedWithoutRerun(t *testing.T) {
 	msg := downstreamMsg(t, "rebase", "RHEL-22", "c9s", false)
 	// The client tries 3 times per call: the 5 failures outlast attempt 1...
 	err := attempt(h, msg, 1)
-	if err == nil || errors.Is(err, lockmw.ErrTransient) {
+	if err == nil || errors.Is(err, redeliver.ErrTransient) {
 		t.Fatalf("attempt 1: %v, want a retryable error", err)
 	}
 	e.wantLabels("RHEL-22", "ymir_triaged_rebase")
@@ -117,7 +119,7 @@ func TestJiraOutageDuringLabelWriteIsRetriedWithoutRerun(t *testing.T) {
 }
 
 // Still down on the last attempt: the event is not dead-lettered but left pending
-// (the error matches lockmw.ErrTransient, which the pipeline nacks).
+// (the error matches redeliver.ErrTransient, which the pipeline nacks).
 func TestJiraDownOnLastAttemptLeavesEventPending(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-23", Labels: []string{"ymir_triaged_rebase"}})
@@ -125,8 +127,8 @@ func TestJiraDownOnLastAttemptLeavesEventPending(t *testing.T) {
 	h := e.handler("rebase", "c9s", r, func(c *handlers.Config) { c.MaxRetries = 1 })
 	e.fj.FailNext(100, http.StatusBadGateway, "")
 	err := attempt(h, downstreamMsg(t, "rebase", "RHEL-23", "c9s", false), 1)
-	if !errors.Is(err, lockmw.ErrTransient) {
-		t.Fatalf("err = %v, want one matching lockmw.ErrTransient", err)
+	if !errors.Is(err, redeliver.ErrTransient) {
+		t.Fatalf("err = %v, want one matching redeliver.ErrTransient", err)
 	}
 	if len(e.records("")) != 0 {
 		t.Fatalf("records %v", e.records(""))
@@ -158,7 +160,7 @@ func TestFencedPublishRefusedAfterForceRelease(t *testing.T) {
 	msg := triageMsg(t, "RHEL-24", false, "")
 	msg.Metadata.Set(event.MetaAttempt, "1")
 	_, err = h(msg)
-	if !errors.Is(err, lockmw.ErrLeaseLost) {
+	if !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("err = %v, want ErrLeaseLost", err)
 	}
 	stream := e.topo.Stream("backport", "c9s", false)

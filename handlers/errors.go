@@ -8,18 +8,19 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // retryLater marks an error that is not the event's fault (Jira or Redis unavailable)
-// once the event's attempts are used up: it matches lockmw.ErrTransient, so the
+// once the event's attempts are used up: it matches redeliver.ErrTransient, so the
 // pipeline leaves the entry pending and redelivers it (nack) instead of dead-lettering
 // it. Its message does not claim that Redis is down.
 type retryLater struct{ err error }
 
 func (e *retryLater) Error() string   { return e.err.Error() + " (event left pending for redelivery)" }
-func (e *retryLater) Unwrap() []error { return []error{e.err, lockmw.ErrTransient} }
+func (e *retryLater) Unwrap() []error { return []error{e.err, redeliver.ErrTransient} }
 
 // jiraErr classifies a failed Jira call. An interrupted call returns the interruption;
 // a missing issue is a bad event (dead-lettered at once); an outage (429, 5xx, network,
@@ -33,7 +34,7 @@ func (h *handler) jiraErr(ctx context.Context, ev *job, what string, err error) 
 	if errors.Is(err, jira.ErrNotFound) {
 		return fmt.Errorf("%w: %w", event.ErrBadEvent, wrapped)
 	}
-	if errors.Is(err, lockmw.ErrLeaseLost) {
+	if errors.Is(err, lease.ErrLeaseLost) {
 		return wrapped // refused by the fence (logged there): the pipeline redelivers
 	}
 	transient := true
@@ -57,7 +58,7 @@ func (h *handler) redisErr(ctx context.Context, ev *job, what string, err error)
 	if a := aborted(ctx); a != nil {
 		return fmt.Errorf("%w: %w", wrapped, a)
 	}
-	if errors.Is(err, lockmw.ErrLeaseLost) {
+	if errors.Is(err, lease.ErrLeaseLost) {
 		ev.log.Error().Err(err).Msg("fenced write refused: the lease is lost")
 		return wrapped
 	}
@@ -78,10 +79,10 @@ func aborted(ctx context.Context) error {
 	if errors.Is(cause, context.DeadlineExceeded) {
 		return nil
 	}
-	if errors.Is(cause, context.Canceled) || errors.Is(cause, lockmw.ErrLeaseLost) {
+	if errors.Is(cause, context.Canceled) || errors.Is(cause, lease.ErrLeaseLost) {
 		return cause
 	}
-	// Other lease causes (unproven, max hold): not lockmw.ErrLeaseLost, but the pipeline
+	// Other lease causes (unproven, max hold): not lease.ErrLeaseLost, but the pipeline
 	// must redeliver; lockmw sees the lease's end itself and says so.
 	return fmt.Errorf("%w: %w", context.Canceled, cause)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
@@ -73,8 +74,8 @@ func (f *fences) FencedWriteRaced(agent, target string) {
 // takes the issue over the way a second worker does once the first one's lease expired.
 type fenceWorld struct {
 	e      *env
-	locker *lockmw.Locker
-	peer   *lockmw.Locker
+	locker *lease.Locker
+	peer   *lease.Locker
 	logs   *syncBuffer
 	fences *fences
 }
@@ -83,10 +84,10 @@ func newFenceWorld(t *testing.T, issues ...fakejira.Issue) *fenceWorld {
 	e := newEnv(t, issues...)
 	w := &fenceWorld{e: e, logs: &syncBuffer{}, fences: &fences{refused: map[string]int{}, raced: map[string]int{}}}
 	var err error
-	if w.locker, err = lockmw.New(e.rdb, lockmw.Options{Scope: e.topo.LockScope(), TTL: time.Minute, Owner: "paused"}); err != nil {
+	if w.locker, err = lease.New(e.rdb, lease.Options{Scope: e.topo.LockScope(), TTL: time.Minute, Owner: "paused"}); err != nil {
 		t.Fatal(err)
 	}
-	if w.peer, err = lockmw.New(e.rdb, lockmw.Options{Scope: e.topo.LockScope(), TTL: time.Minute, Owner: "peer"}); err != nil {
+	if w.peer, err = lease.New(e.rdb, lease.Options{Scope: e.topo.LockScope(), TTL: time.Minute, Owner: "peer"}); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -112,7 +113,7 @@ func (w *fenceWorld) config(c *handlers.Config) {
 // expire ends the paused holder's lease the way a pause past the TTL does (the key
 // expires; the holder's process does not run, so nothing of it notices), then the
 // peer takes the issue under a higher fence.
-func (w *fenceWorld) expireAndTakeOver(t *testing.T, agent, key string) *lockmw.Lease {
+func (w *fenceWorld) expireAndTakeOver(t *testing.T, agent, key string) *lease.Lease {
 	t.Helper()
 	ctx := context.Background()
 	lk := w.locker.LockKey(agent, key)
@@ -120,7 +121,7 @@ func (w *fenceWorld) expireAndTakeOver(t *testing.T, agent, key string) *lockmw.
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, 5*time.Second, func() bool { return w.e.rdb.Exists(ctx, lk).Val() == 0 }, "the lease expires")
-	le, err := w.peer.Acquire(ctx, agent, key, lockmw.AcquireOptions{})
+	le, err := w.peer.Acquire(ctx, agent, key, lease.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func (w *fenceWorld) expireAndTakeOver(t *testing.T, agent, key string) *lockmw.
 
 // peerRun is what the newer holder did to RHEL-40 while the first one was paused:
 // triaged it as a backport, then the backport finished (both recorded, labels written).
-func (w *fenceWorld) peerRun(t *testing.T, le *lockmw.Lease, key string) {
+func (w *fenceWorld) peerRun(t *testing.T, le *lease.Lease, key string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, rec := range []event.Record{
@@ -167,7 +168,7 @@ func TestPausedHolderJiraWriteIsRefused(t *testing.T) {
 		writesBefore = len(e.fj.Writes())
 	}
 	err := w.handle(t, "triage", h, triageMsg(t, "RHEL-40", false, ""))
-	if !errors.Is(err, lockmw.ErrLeaseLost) {
+	if !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("err = %v, want ErrLeaseLost", err)
 	}
 	e.wantLabels("RHEL-40", labels.Backported)
@@ -205,7 +206,7 @@ func TestPausedHolderJiraCommentIsRefused(t *testing.T) {
 			c.Jira = hookJira{JiraAPI: e.jc, beforeGet: func() { w.expireAndTakeOver(t, "triage", "RHEL-41") }}
 		})
 	err := w.handle(t, "triage", h, triageMsg(t, "RHEL-41", true, ""))
-	if !errors.Is(err, lockmw.ErrLeaseLost) {
+	if !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("err = %v, want ErrLeaseLost", err)
 	}
 	if c := e.fj.Comments("RHEL-41"); len(c) != 0 {
@@ -265,7 +266,7 @@ func TestRacedLabelWriteConverges(t *testing.T) {
 			}}
 		})
 	err := w.handle(t, "triage", h, triageMsg(t, "RHEL-42", false, ""))
-	if !errors.Is(err, lockmw.ErrLeaseLost) {
+	if !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("err = %v, want ErrLeaseLost", err)
 	}
 	e.wantLabels("RHEL-42", labels.Backported)
@@ -320,7 +321,7 @@ func TestConvergeLeavesARunThatStartedMeanwhile(t *testing.T) {
 				beforeGet: func() {
 					// converge's read of the issue: a new triage run claims it now.
 					if raced.Load() && claimed.CompareAndSwap(false, true) {
-						if _, err := w.peer.Acquire(context.Background(), "triage", "RHEL-44", lockmw.AcquireOptions{}); err != nil {
+						if _, err := w.peer.Acquire(context.Background(), "triage", "RHEL-44", lease.AcquireOptions{}); err != nil {
 							t.Error(err)
 						}
 						if err := e.jc.UpdateLabels(context.Background(), "RHEL-44", []string{labels.TriageInProgress}, nil); err != nil {
@@ -330,7 +331,7 @@ func TestConvergeLeavesARunThatStartedMeanwhile(t *testing.T) {
 				}}
 		})
 	err := w.handle(t, "triage", h, triageMsg(t, "RHEL-44", false, ""))
-	if !errors.Is(err, lockmw.ErrLeaseLost) {
+	if !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("err = %v, want ErrLeaseLost", err)
 	}
 	if !claimed.Load() {

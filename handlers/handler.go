@@ -12,6 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
@@ -150,7 +151,7 @@ func (h *handler) begin(msg *message.Message) (*job, error) {
 	if raw == "" {
 		raw = task.IssueKey()
 	}
-	key, err := lockmw.Canonicalize(raw, lockmw.DefaultKeyPattern)
+	key, err := lease.Canonicalize(raw, lease.DefaultKeyPattern)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", event.ErrBadEvent, err)
 	}
@@ -158,8 +159,8 @@ func (h *handler) begin(msg *message.Message) (*job, error) {
 	ev.userTriggered = task.UserTriggered || msg.Metadata.Get(event.MetaUserTriggered) == "true"
 	ev.attempt, _ = strconv.Atoi(msg.Metadata.Get(event.MetaAttempt))
 	ev.attempt = max(ev.attempt, 1)
-	if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
-		ev.fence = lease.Fence()
+	if le, ok := lockmw.LeaseFrom(msg.Context()); ok {
+		ev.fence = le.Fence()
 	}
 	ev.memoKey = event.EntryID(msg) + "|" + msg.UUID
 

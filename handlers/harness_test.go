@@ -20,7 +20,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/routertest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
@@ -62,8 +62,8 @@ func newEnv(t testing.TB, issues ...fakejira.Issue) *env {
 		results: event.NewResults(rdb, topo.Results(), 0), fj: fj, jc: jc, log: log}
 }
 
-func (e *env) locker() *lockmw.Locker {
-	return e.Locker(lockmw.Options{TTL: 3 * time.Second})
+func (e *env) locker() *lease.Locker {
+	return e.Locker(lease.Options{TTL: 3 * time.Second})
 }
 
 // handler builds an agent's handler on this env.

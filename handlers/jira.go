@@ -8,6 +8,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // JiraAPI is what the handlers need from Jira; *jira.Client implements it.
@@ -32,7 +33,7 @@ func (h *handler) readIssue(ctx context.Context, key string) (labels []string, s
 
 // setLabels writes a label change made for ev. Under a lease the write is fenced: the
 // lease is proven (one GET) right before the request is sent and the write is refused
-// with lockmw.ErrLeaseLost when it is gone. It is proven again after Jira answered: if
+// with lease.ErrLeaseLost when it is gone. It is proven again after Jira answered: if
 // it was lost in between (the process paused between the check and the write), the
 // write may have landed on a newer holder's state, so the labels are converged to the
 // issue's last recorded outcome before the error is returned.
@@ -48,9 +49,9 @@ func (h *handler) setLabels(ctx context.Context, ev *job, add, remove []string) 
 	if err := aborted(ctx); err != nil {
 		return err
 	}
-	lease, fenced := lockmw.LeaseFrom(ctx)
+	le, fenced := lockmw.LeaseFrom(ctx)
 	if fenced {
-		if err := h.fence(ctx, ev, lease, "labels"); err != nil {
+		if err := h.fence(ctx, ev, le, "labels"); err != nil {
 			return err
 		}
 	}
@@ -59,12 +60,12 @@ func (h *handler) setLabels(ctx context.Context, ev *job, add, remove []string) 
 	}
 	ev.log.Info().Strs("add", add).Strs("remove", remove).Msg("jira labels written")
 	if fenced {
-		if a := aborted(ctx); a != nil && !errors.Is(a, lockmw.ErrLeaseLost) {
+		if a := aborted(ctx); a != nil && !errors.Is(a, lease.ErrLeaseLost) {
 			// Shutdown (or the lease could no longer be proven): the lease is still
 			// ours until the handler returns, so no newer holder can have written.
 			return nil
 		}
-		if err := lease.Check(ctx); errors.Is(err, lockmw.ErrLeaseLost) {
+		if err := le.Check(ctx); errors.Is(err, lease.ErrLeaseLost) {
 			h.cfg.Fences.FencedWriteRaced(h.cfg.Agent, "labels")
 			ev.log.Warn().Err(err).Strs("add", add).Strs("remove", remove).
 				Msg("fenced write raced: the lease was lost while the label write was in flight; converging the labels")
@@ -76,9 +77,9 @@ func (h *handler) setLabels(ctx context.Context, ev *job, add, remove []string) 
 }
 
 // fence proves the lease in one round trip before a write made for ev is sent.
-func (h *handler) fence(ctx context.Context, ev *job, lease *lockmw.Lease, target string) error {
-	err := lease.Check(ctx)
-	if errors.Is(err, lockmw.ErrLeaseLost) {
+func (h *handler) fence(ctx context.Context, ev *job, le *lease.Lease, target string) error {
+	err := le.Check(ctx)
+	if errors.Is(err, lease.ErrLeaseLost) {
 		h.cfg.Fences.FencedWriteRefused(h.cfg.Agent, target)
 		ev.log.Warn().Err(err).Str("target", target).Msg("fenced write refused")
 	}
@@ -92,8 +93,8 @@ func (h *handler) comment(ctx context.Context, ev *job, body string) {
 		ev.log.Info().Str("comment", body).Bool("dry_run", true).Msg("jira comment not posted (dry run)")
 		return
 	}
-	if lease, ok := lockmw.LeaseFrom(ctx); ok {
-		if err := h.fence(ctx, ev, lease, "comment"); err != nil {
+	if le, ok := lockmw.LeaseFrom(ctx); ok {
+		if err := h.fence(ctx, ev, le, "comment"); err != nil {
 			ev.log.Warn().Err(err).Msg("jira comment not posted: the lease is not proven")
 			return
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // The console's reads: outcomes per minute, the running leases with their stream, the
@@ -63,7 +63,7 @@ func TestRunningNamesTheStreamOfTheGuardedEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range []struct{ agent, issue, msg string }{{"rebase", "RHEL-1", id}, {"triage", "RHEL-2", "9-0"}} {
-		le, err := locker.Acquire(ctx, l.agent, l.issue, lockmw.AcquireOptions{Owner: "w", MessageID: l.msg})
+		le, err := locker.Acquire(ctx, l.agent, l.issue, lease.AcquireOptions{Owner: "w", MessageID: l.msg})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -26,7 +26,7 @@ func ExampleInspector() {
 	defer redistest.DeleteNamespace(ctx, rdb, ns)
 
 	topo := event.Topology{Namespace: ns + "ymir"}
-	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()}) // the workers' scope and format
+	locker, _ := lease.New(rdb, lease.Options{Scope: topo.LockScope()}) // the workers' scope and format
 	in, err := inspect.New(inspect.Config{Client: rdb, Topology: topo, Locker: locker})
 	if err != nil {
 		panic(err)
@@ -43,8 +43,8 @@ func ExampleInspector() {
 	}
 	rdb.XGroupCreateMkStream(ctx, stream, "triage", "0")
 	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "triage", Consumer: "worker-0", Streams: []string{stream, ">"}})
-	lease, _ := locker.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "worker-0", MessageID: ids["RHEL-1"]})
-	defer lease.Release(ctx)
+	le, _ := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "worker-0", MessageID: ids["RHEL-1"]})
+	defer le.Release(ctx)
 
 	groups, _ := in.Pending(ctx, inspect.PendingFilter{Agent: "triage"})
 	for _, g := range groups {

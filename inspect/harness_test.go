@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/routertest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -32,7 +32,7 @@ func newEnv(t testing.TB) *env {
 	return &env{Env: re, t: t, rdb: re.Client, ns: re.Namespace, topo: re.Topology, pub: re.Publisher, opts: re.Options}
 }
 
-func (e *env) locker(ttl time.Duration) *lockmw.Locker { return e.TriageLocker(ttl) }
+func (e *env) locker(ttl time.Duration) *lease.Locker { return e.TriageLocker(ttl) }
 
 // routerOpts are the knobs tests turn; the rest are fast defaults.
 type routerOpts = routertest.TriageOptions

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -26,7 +26,7 @@ type Config struct {
 	// Topology names the streams and groups.
 	Topology event.Topology
 	// Locker finds leases; it must use the workers' Scope and Format.
-	Locker *lockmw.Locker
+	Locker *lease.Locker
 	// MaxLen: Replay and Requeue keep the streams they append to near MaxLen with
 	// event.Trim, which spares entries a group still needs (0: never trim).
 	MaxLen int64
@@ -45,7 +45,7 @@ type Config struct {
 type Inspector struct {
 	rdb      redis.UniversalClient
 	topo     event.Topology
-	locker   *lockmw.Locker
+	locker   *lease.Locker
 	maxLen   int64
 	maxBytes int
 	page     int64
@@ -142,7 +142,7 @@ func (l LeaseInfo) MarshalJSON() ([]byte, error) {
 	}{plain(l), l.Held.Milliseconds(), l.TTL.Milliseconds()})
 }
 
-func (in *Inspector) leaseInfo(i lockmw.Info) LeaseInfo {
+func (in *Inspector) leaseInfo(i lease.Info) LeaseInfo {
 	li := LeaseInfo{Agent: i.Agent, Issue: i.Issue, Owner: i.Owner, Fence: i.Fence, AcquiredAt: i.AcquiredAt,
 		TTL: i.TTL, MessageID: i.MessageID}
 	if !i.AcquiredAt.IsZero() {
@@ -171,15 +171,15 @@ func (in *Inspector) Locks(ctx context.Context, f LockFilter) ([]LeaseInfo, erro
 		}
 		agents = []string{f.Agent}
 	}
-	var infos []lockmw.Info
+	var infos []lease.Info
 	if f.Issue != "" {
 		issue, err := in.locker.Canonicalize(f.Issue)
 		if err != nil {
 			return nil, err
 		}
-		refs := make([]lockmw.Ref, len(agents))
+		refs := make([]lease.Ref, len(agents))
 		for i, a := range agents {
-			refs[i] = lockmw.Ref{Agent: a, Issue: issue}
+			refs[i] = lease.Ref{Agent: a, Issue: issue}
 		}
 		live, err := in.locker.InspectMany(ctx, refs)
 		if err != nil {

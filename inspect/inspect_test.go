@@ -15,11 +15,11 @@ import (
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
-func (e *env) inspector(locker *lockmw.Locker, page int64) *inspect.Inspector {
+func (e *env) inspector(locker *lease.Locker, page int64) *inspect.Inspector {
 	e.t.Helper()
 	if locker == nil {
 		locker = e.locker(time.Minute)
@@ -70,12 +70,12 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 	e.readAs(e.triage(), "triage", "w1", 4)
 	// RHEL-1: its holder works on this very entry. RHEL-2: held for another entry.
 	// RHEL-3: nobody holds it (its consumer died). RHEL-4: the entry was deleted.
-	l1, err := locker.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "w1", MessageID: ids[0]})
+	l1, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w1", MessageID: ids[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l1.Release(ctx)
-	l2, err := locker.Acquire(ctx, "triage", "RHEL-2", lockmw.AcquireOptions{Owner: "w2", MessageID: "1-1"})
+	l2, err := locker.Acquire(ctx, "triage", "RHEL-2", lease.AcquireOptions{Owner: "w2", MessageID: "1-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,9 +138,9 @@ func TestLocksAndForceRelease(t *testing.T) {
 	ctx := context.Background()
 	locker := e.locker(time.Minute)
 	in := e.inspector(locker, 0)
-	held := map[string]*lockmw.Lease{}
-	for _, r := range []lockmw.Ref{{Agent: "triage", Issue: "RHEL-1"}, {Agent: "rebase", Issue: "RHEL-1"}, {Agent: "triage", Issue: "RHEL-2"}} {
-		le, err := locker.Acquire(ctx, r.Agent, r.Issue, lockmw.AcquireOptions{Owner: "pod-" + r.Agent, MessageID: "5-0"})
+	held := map[string]*lease.Lease{}
+	for _, r := range []lease.Ref{{Agent: "triage", Issue: "RHEL-1"}, {Agent: "rebase", Issue: "RHEL-1"}, {Agent: "triage", Issue: "RHEL-2"}} {
+		le, err := locker.Acquire(ctx, r.Agent, r.Issue, lease.AcquireOptions{Owner: "pod-" + r.Agent, MessageID: "5-0"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +169,7 @@ func TestLocksAndForceRelease(t *testing.T) {
 		t.Fatalf("ForceRelease = %+v, %v", rel, err)
 	}
 	// The old holder is fenced out: its next publish is refused.
-	if _, err := old.XAdd(ctx, e.triage(), 0, map[string]any{"x": "1"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+	if _, err := old.XAdd(ctx, e.triage(), 0, map[string]any{"x": "1"}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("old holder's publish = %v, want ErrLeaseLost", err)
 	}
 	if _, err := in.Lease(ctx, "triage", "RHEL-1"); !errors.Is(err, inspect.ErrNotFound) {
@@ -268,7 +268,7 @@ func TestHistoryOrdersEventsAcrossStreams(t *testing.T) {
 	if evs[0].CorrelationID == "" || !strings.Contains(evs[3].Detail, "held by w9") || !strings.Contains(evs[4].Detail, "boom") {
 		t.Errorf("details: %+v", evs)
 	}
-	if _, err := in.History(ctx, "not a key"); !errors.Is(err, lockmw.ErrInvalidKey) {
+	if _, err := in.History(ctx, "not a key"); !errors.Is(err, lease.ErrInvalidKey) {
 		t.Fatalf("History(bad key) = %v", err)
 	}
 }
@@ -337,7 +337,7 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-5") == 1 }, "first run")
 	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "released and acked")
 	other := e.locker(time.Minute)
-	le, err := other.Acquire(ctx, "triage", "RHEL-5", lockmw.AcquireOptions{Owner: "elsewhere"})
+	le, err := other.Acquire(ctx, "triage", "RHEL-5", lease.AcquireOptions{Owner: "elsewhere"})
 	if err != nil {
 		t.Fatal(err)
 	}

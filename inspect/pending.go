@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -219,10 +219,10 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 	}
 
 	// 4. The leases of those issues, one pipelined batch.
-	var leaseRefs []lockmw.Ref
+	var leaseRefs []lease.Ref
 	for _, rf := range refs {
 		if k, ok := in.canonical(issues[rf]); ok {
-			leaseRefs = append(leaseRefs, lockmw.Ref{Agent: live[rf.g].Agent, Issue: k})
+			leaseRefs = append(leaseRefs, lease.Ref{Agent: live[rf.g].Agent, Issue: k})
 		}
 	}
 	leases, err := in.locker.InspectMany(ctx, leaseRefs)
@@ -239,7 +239,7 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 	for _, rf := range refs {
 		x := raw[rf.g][rf.e]
 		if k, ok := in.canonical(issues[rf]); ok {
-			if info, ok := leases[lockmw.Ref{Agent: live[rf.g].Agent, Issue: k}]; ok && info.MessageID == x.ID {
+			if info, ok := leases[lease.Ref{Agent: live[rf.g].Agent, Issue: k}]; ok && info.MessageID == x.ID {
 				running[gc{rf.g, x.Consumer}] = x.ID
 			}
 		}
@@ -261,7 +261,7 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 		case !valid:
 			e.Note = "invalid issue key; dead-lettered when claimed"
 		default:
-			if info, ok := leases[lockmw.Ref{Agent: live[rf.g].Agent, Issue: key}]; ok {
+			if info, ok := leases[lease.Ref{Agent: live[rf.g].Agent, Issue: key}]; ok {
 				li := in.leaseInfo(info)
 				e.Lease = &li
 				if info.MessageID == x.ID {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -26,8 +26,8 @@ func TestHistoryNamesWhyADropDidNotRun(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	other := e.Locker(lockmw.Options{Scope: e.Namespace, TTL: time.Minute, Owner: "w9"})
-	held, err := other.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "1-1"})
+	other := e.Locker(lease.Options{Scope: e.Namespace, TTL: time.Minute, Owner: "w9"})
+	held, err := other.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "1-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestStreamsOnTheEmbeddedRedisSayUnknown(t *testing.T) {
 	}
 	rdb.XGroupCreate(ctx, stream, "triage", "0")
 	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "triage", Consumer: "w1-0", Streams: []string{stream, ">"}, Count: 1})
-	locker, _ := lockmw.New(rdb, lockmw.Options{})
+	locker, _ := lease.New(rdb, lease.Options{})
 	in, err := inspect.New(inspect.Config{Client: rdb, Topology: topo, Locker: locker})
 	if err != nil {
 		t.Fatal(err)

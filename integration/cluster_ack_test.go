@@ -15,6 +15,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // holdRelease is a go-redis hook for a cluster's node clients that holds the lease's
@@ -99,8 +100,8 @@ func TestClusterAckFollowsRelease(t *testing.T) {
 		}})
 	defer frozen.Close()
 	ttl := time.Second
-	newLocker := func(rdb redis.UniversalClient, owner string) *lockmw.Locker {
-		l, err := lockmw.New(rdb, lockmw.Options{TTL: ttl, Owner: owner, Format: lockmw.KeysCluster})
+	newLocker := func(rdb redis.UniversalClient, owner string) *lease.Locker {
+		l, err := lease.New(rdb, lease.Options{TTL: ttl, Owner: owner, Format: lease.KeysCluster})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +133,7 @@ func TestClusterAckFollowsRelease(t *testing.T) {
 	}
 	runs := map[string]int{}
 	var mu sync.Mutex
-	run := func(owner string, l *lockmw.Locker, consumer string) (chan error, *lockmw.Middleware) {
+	run := func(owner string, l *lease.Locker, consumer string) (chan error, *lockmw.Middleware) {
 		mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage", MaxIdleTime: time.Hour,
 			Source:   &clusterSource{entry: lockmw.Entry{Stream: stream, Group: "triage", Consumer: consumer, ID: id, ReadAt: time.Now()}},
 			IssueKey: func(*message.Message) (string, error) { return "RHEL-1", nil }})

@@ -17,7 +17,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 func fakejiraIssue(key string) fakejira.Issue {
@@ -232,7 +232,7 @@ func TestClusterDeadLetter(t *testing.T) {
 	s.checkInvariants(checkOptions{})
 }
 
-// TestClusterLockSuite: the lease on a 3-master Redis Cluster with lockmw.KeysCluster, for
+// TestClusterLockSuite: the lease on a 3-master Redis Cluster with lease.KeysCluster, for
 // the paths the worker processes do not reach in TestClusterPipeline: every key of a lease
 // in one slot; conflict naming the holder; the heartbeat keeping a lease past its TTL; a
 // force release bumping the fence and refusing the evicted holder's publish; InspectMany and
@@ -243,8 +243,8 @@ func TestClusterLockSuite(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 	ttl := 600 * time.Millisecond
-	newLocker := func(owner string) *lockmw.Locker {
-		l, err := lockmw.New(rdb, lockmw.Options{TTL: ttl, Owner: owner, Format: lockmw.KeysCluster})
+	newLocker := func(owner string) *lease.Locker {
+		l, err := lease.New(rdb, lease.Options{TTL: ttl, Owner: owner, Format: lease.KeysCluster})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,12 +261,12 @@ func TestClusterLockSuite(t *testing.T) {
 		}
 	}
 
-	la, err := a.Acquire(ctx, "triage", "rhel-1", lockmw.AcquireOptions{MessageID: "1-0"})
+	la, err := a.Acquire(ctx, "triage", "rhel-1", lease.AcquireOptions{MessageID: "1-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{})
-	var locked *lockmw.LockedError
+	_, err = b.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{})
+	var locked *lease.LockedError
 	if !errors.As(err, &locked) || locked.Holder.Owner != "a" || locked.Holder.Fence != la.Fence() {
 		t.Fatalf("conflict: %v, want a LockedError naming a (fence %d)", err, la.Fence())
 	}
@@ -278,13 +278,13 @@ func TestClusterLockSuite(t *testing.T) {
 		t.Fatalf("fenced publish while held: %v", err)
 	}
 	// Many leases on every node: InspectMany and List see them all.
-	var refs []lockmw.Ref
+	var refs []lease.Ref
 	for i := 2; i < 30; i++ {
 		key := "RHEL-" + strconv.Itoa(i)
-		if _, err := a.Acquire(ctx, "rebase", key, lockmw.AcquireOptions{}); err != nil {
+		if _, err := a.Acquire(ctx, "rebase", key, lease.AcquireOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		refs = append(refs, lockmw.Ref{Agent: "rebase", Issue: key})
+		refs = append(refs, lease.Ref{Agent: "rebase", Issue: key})
 	}
 	infos, err := a.InspectMany(ctx, refs)
 	if err != nil || len(infos) != len(refs) {
@@ -302,18 +302,18 @@ func TestClusterLockSuite(t *testing.T) {
 	if err != nil || f2 <= la.Fence() {
 		t.Fatalf("force release: fence %d, %v", f2, err)
 	}
-	if _, err := la.XAdd(ctx, "ymir:rebase:c9s", 0, map[string]any{"w": "a-late"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+	if _, err := la.XAdd(ctx, "ymir:rebase:c9s", 0, map[string]any{"w": "a-late"}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("publish after a force release: %v, want ErrLeaseLost", err)
 	}
 	redistest.Eventually(t, 2*ttl, func() bool { return la.Err() != nil }, "the evicted holder notices")
 
 	// Coalesce: a conflicting event is queued and published by the next release.
-	lb, err := b.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "2-0", Drain: true})
+	lb, err := b.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "2-0", Drain: true})
 	if err != nil || lb.Fence() <= f2 {
 		t.Fatalf("re-acquire after the force release: %v (fence %d, want > %d)", err, lb.Fence(), f2)
 	}
-	_, err = a.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "3-0",
-		Queue: &lockmw.QueuedEvent{Stream: "ymir:triage", Fields: map[string]any{"payload": "follow-up", "m:issue_key": "RHEL-1"}}})
+	_, err = a.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "3-0",
+		Queue: &lease.QueuedEvent{Stream: "ymir:triage", Fields: map[string]any{"payload": "follow-up", "m:issue_key": "RHEL-1"}}})
 	if !errors.As(err, &locked) || !locked.Queued {
 		t.Fatalf("coalesce: %v, want a queued LockedError", err)
 	}
@@ -326,9 +326,9 @@ func TestClusterLockSuite(t *testing.T) {
 	}
 
 	// Superseded: an event that entered its stream before another event's run ended.
-	_, err = a.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "4-0",
+	_, err = a.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "4-0",
 		EntryTime: time.Now().Add(-time.Minute)})
-	var sup *lockmw.SupersededError
+	var sup *lease.SupersededError
 	if !errors.As(err, &sup) {
 		t.Fatalf("an event older than the last release: %v, want a SupersededError", err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // envHelper makes the test binary a helper process (see TestHelperProcess).
@@ -32,20 +32,20 @@ func TestHelperProcess(t *testing.T) {
 	ttl, _ := time.ParseDuration(os.Getenv("HELPER_TTL"))
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("HELPER_REDIS"), DisableIdentity: true})
 	defer rdb.Close()
-	locker, err := lockmw.New(rdb, lockmw.Options{TTL: ttl, Owner: "paused"})
+	locker, err := lease.New(rdb, lease.Options{TTL: ttl, Owner: "paused"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := locker.Acquire(context.Background(), "triage", "RHEL-1", lockmw.AcquireOptions{})
+	le, err := locker.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("ACQUIRED %d\n", lease.Fence())
+	fmt.Printf("ACQUIRED %d\n", le.Fence())
 	for i := 0; ; i++ {
-		// Deliberately no look at lease.Context(): this is the late writer that only the
+		// Deliberately no look at le.Context(): this is the late writer that only the
 		// fence can stop.
-		id, err := lease.XAdd(context.Background(), "ymir:rebase:c9s", 0,
-			map[string]any{"fence": lease.Fence(), "seq": i, "writer": "paused"})
+		id, err := le.XAdd(context.Background(), "ymir:rebase:c9s", 0,
+			map[string]any{"fence": le.Fence(), "seq": i, "writer": "paused"})
 		if err != nil {
 			fmt.Printf("REFUSED %d %v\n", time.Now().UnixNano(), err)
 			return
@@ -114,21 +114,21 @@ func TestLatePublishAfterPauseIsRefused(t *testing.T) {
 	}
 	_ = cmd.Process.Signal(syscall.SIGSTOP)
 	stopped := time.Now()
-	locker, err := lockmw.New(rdb, lockmw.Options{TTL: 10 * time.Second, Owner: "successor"})
+	locker, err := lease.New(rdb, lease.Options{TTL: 10 * time.Second, Owner: "successor"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lease *lockmw.Lease
+	var le *lease.Lease
 	redistest.Eventually(t, 3*ttl, func() bool {
-		lease, err = locker.Acquire(context.Background(), "triage", "RHEL-1", lockmw.AcquireOptions{})
+		le, err = locker.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{})
 		return err == nil
 	}, "the successor takes the paused holder's lease (last error: %v)", err)
-	defer lease.Release(context.Background())
+	defer le.Release(context.Background())
 	took := time.Since(stopped)
-	if lease.Fence() <= oldFence {
-		t.Fatalf("successor fence %d not above the paused holder's %d", lease.Fence(), oldFence)
+	if le.Fence() <= oldFence {
+		t.Fatalf("successor fence %d not above the paused holder's %d", le.Fence(), oldFence)
 	}
-	firstNew, err := lease.XAdd(context.Background(), "ymir:rebase:c9s", 0, map[string]any{"fence": lease.Fence(), "writer": "successor"})
+	firstNew, err := le.XAdd(context.Background(), "ymir:rebase:c9s", 0, map[string]any{"fence": le.Fence(), "writer": "successor"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestLatePublishAfterPauseIsRefused(t *testing.T) {
 			refusal = r
 		}
 	}
-	if !strings.Contains(refusal, lockmw.ErrLeaseLost.Error()) {
+	if !strings.Contains(refusal, lease.ErrLeaseLost.Error()) {
 		t.Errorf("the late publish was refused, but not as a lost lease: %s", refusal)
 	}
 	// The fence property: nothing of the old fence after the successor's first entry.
@@ -168,6 +168,6 @@ func TestLatePublishAfterPauseIsRefused(t *testing.T) {
 	}
 	t.Logf("FIGURE fence: holder paused %s past a %s TTL; successor took the lease after %s with fence %d > %d; "+
 		"the first publish after SIGCONT (%s later) was refused (%s); %d entries of the old fence, all before the successor's",
-		time.Since(stopped).Round(time.Millisecond), ttl, took.Round(time.Millisecond), lease.Fence(), oldFence,
+		time.Since(stopped).Round(time.Millisecond), ttl, took.Round(time.Millisecond), le.Fence(), oldFence,
 		time.Since(resumed).Round(time.Millisecond), how, old)
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
@@ -23,16 +23,16 @@ func TestLeaseSurvivesARedisBlipOfHalfItsTTL(t *testing.T) {
 	}
 	defer rdb.Close()
 	ttl := 2 * time.Second
-	locker, err := lockmw.New(rdb, lockmw.Options{TTL: ttl})
+	locker, err := lease.New(rdb, lease.Options{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := locker.Acquire(context.Background(), "triage", "RHEL-1", lockmw.AcquireOptions{})
+	le, err := locker.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lease.Release(context.Background())
-	t0 := lease.AcquiredAt()
+	defer le.Release(context.Background())
+	t0 := le.AcquiredAt()
 	// The point: the outage is timed against the heartbeats (see above).
 	time.Sleep(time.Until(t0.Add(2*ttl/3 - 100*time.Millisecond)))
 	down := time.Now()
@@ -43,11 +43,11 @@ func TestLeaseSurvivesARedisBlipOfHalfItsTTL(t *testing.T) {
 	time.Sleep(time.Until(t0.Add(2 * ttl)))
 	t.Logf("Redis down from %s to %s after the acquire (TTL %s, heartbeat every %s)", down.Sub(t0).Round(time.Millisecond),
 		back.Round(time.Millisecond), ttl, ttl/3)
-	if err := lease.Err(); err != nil {
+	if err := le.Err(); err != nil {
 		t.Fatalf("the lease was given up after a Redis blip of %s (TTL %s), though the key was alive on the server "+
 			"when Redis came back at %s: %v", ttl/2, ttl, back.Round(time.Millisecond), err)
 	}
-	if got := rdb.Get(context.Background(), lease.Keys().Lock).Val(); got != lease.Token() {
+	if got := rdb.Get(context.Background(), le.Keys().Lock).Val(); got != le.Token() {
 		t.Fatalf("lease key holds %q, want our token", got)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // Conflict is an event the middleware did not run because its issue was busy.
@@ -17,7 +20,7 @@ type Conflict struct {
 	Entry Entry
 	// Holder is the lease's holder; for a superseded event, the run that superseded it
 	// (Issue and MessageID only).
-	Holder Info
+	Holder lease.Info
 	// Superseded: the event entered its stream before another event's run of the issue
 	// ended (it waited in a read-ahead buffer), rather than meeting a live holder.
 	Superseded bool
@@ -31,15 +34,16 @@ type Conflict struct {
 // and leaves the entry pending if that round trip fails. It must not read replies.
 type ConflictRecorder func(ctx context.Context, pipe redis.Pipeliner, c Conflict)
 
-// conflict handles an event whose issue is held by someone else.
-func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *LockedError, ev eventLog) error {
+// conflict handles an event whose issue is held by someone else (superseded: whose
+// issue was worked on while it waited; locked then names that run).
+func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *lease.LockedError, superseded bool, ev eventLog) error {
 	holder := locked.Holder
 	log := func() *zerolog.Logger {
 		ev.issue = holder.Issue
 		l := ev.get().With().Str("holder", holder.Owner).Int64("holder_fence", holder.Fence).Logger()
 		return &l
 	}
-	if hasEntry && holder.MessageID == entry.ID && !locked.superseded {
+	if hasEntry && holder.MessageID == entry.ID && !superseded {
 		// A redelivered copy of the entry a live holder is working on (claimed while the
 		// holder's heartbeat could not refresh it). Acking it would lose the holder's
 		// crash recovery; running it would run it twice. The holder's next heartbeat
@@ -48,16 +52,16 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		m.cfg.Source.Settle(entry)
 		return nil
 	}
-	c := Conflict{Agent: m.cfg.Agent, Message: msg, Entry: entry, Holder: holder, Superseded: locked.superseded,
+	c := Conflict{Agent: m.cfg.Agent, Message: msg, Entry: entry, Holder: holder, Superseded: superseded,
 		Queued: locked.Queued, Replaced: locked.Replaced}
 	// The record goes before the ack. On standalone Redis one pipeline keeps that order
 	// (one connection, run in order); a Cluster pipeline sends each node its commands
 	// concurrently, so there the ack is a second round trip after the record succeeded.
 	// A crash in between leaves the entry pending; its redelivery records nothing twice
 	// if the recorder is idempotent per entry (the pipeline's is).
-	cluster := m.cfg.Locker.opts.Format == KeysCluster
+	cluster := m.cfg.Locker.Format() == lease.KeysCluster
 	if m.cfg.OnConflict != nil || hasEntry {
-		pipe := m.cfg.Locker.rdb.Pipeline()
+		pipe := m.cfg.Locker.Client().Pipeline()
 		if m.cfg.OnConflict != nil {
 			m.cfg.OnConflict(ctx, pipe, c)
 		}
@@ -66,11 +70,13 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 			pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("%w: record the conflict on %s: %w", ErrTransient, holder.Issue, err)
+			return fmt.Errorf("%w: record the conflict on %s: %w", redeliver.ErrTransient, holder.Issue, err)
 		}
 		if ackLater {
-			if err := m.cfg.Locker.rdb.XAck(ctx, entry.Stream, entry.Group, entry.ID).Err(); err != nil {
-				return fmt.Errorf("%w: ack the conflict on %s: %w", ErrTransient, holder.Issue, err)
+			pipe = m.cfg.Locker.Client().Pipeline()
+			m.ack(ctx, entry)(pipe)
+			if _, err := pipe.Exec(ctx); err != nil {
+				return fmt.Errorf("%w: ack the conflict on %s: %w", redeliver.ErrTransient, holder.Issue, err)
 			}
 		}
 	}
@@ -84,7 +90,7 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	if c.Superseded {
 		reason = "superseded"
 	}
-	m.cfg.Locker.opts.Observer.Conflict(m.cfg.Agent, outcome, reason)
+	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, outcome, reason)
 	if c.Queued {
 		log().Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
 	} else {

@@ -1,31 +1,15 @@
-// Package lockmw is ymirflow's per-issue lease and the Watermill middleware built on it.
-//
-// A lease is a Redis key lock:<agent>:<ISSUE> (the Python ymir agents' key, so both can
-// run side by side) holding a random token, taken with SET NX PX in a script that also
-// hands out a fence number: an INCR of a counter that never expires, so each acquisition
-// of a key gets a fence above every earlier one. A heartbeat extends the lease every
-// TTL/3 with a compare-and-PEXPIRE; Release is a compare-and-delete. A foreign lease is
-// never extended or deleted.
-//
-// Unlike the Python lock, loss is loud: the lease's Context is cancelled with a typed
-// cause when Redis says the key is no longer ours (ErrLeaseLost), when no extend has
-// succeeded for TTL minus a safety margin (ErrLeaseUnproven: the key may have expired
-// while Redis was unreachable), or when the lease has been held for MaxHold
-// (ErrMaxHold). Redis blips shorter than that never cancel work. Writes made under a
-// lease go through Lease.XAdd, which refuses them once the lease is gone, so a paused or
-// partitioned holder cannot publish after another holder has taken over.
-//
-// Round trips: one to acquire (with the fence and the operator record), one to release,
-// one per heartbeat. ReleaseWith folds more commands (an XACK) into the release's round
-// trip; the Middleware also takes the next entry's lease in it when its Source knows
-// that entry (the handoff), so a stream of events costs one round trip each.
+// Package lockmw is the Watermill middleware on ymirflow's per-issue lease (package
+// lease): each message runs under its issue's lease, and an event whose issue is busy
+// is dropped or coalesced (Policy).
 //
 // The Middleware knows nothing of the messages' format: the caller gives it the issue
-// key extractor (Config.IssueKey) and the conflict recorder (Config.OnConflict).
+// key extractor (Config.IssueKey) and the conflict recorder (Config.OnConflict), and,
+// for messages read from a Redis stream, the Source that names each message's entry.
+// With a Source it acks the entry in the release's round trip and, when the Source
+// knows the entry it delivers next (Peeker), takes that entry's lease in the same
+// round trip (lease.Lease.Handoff).
 //
-// Files: errors.go (sentinels and typed errors), locker.go (Locker, Acquire), lease.go
-// (Lease: heartbeat, release, fenced writes), handoff.go (the next entry's lease taken
-// in the release's round trip), middleware.go, conflict.go (events whose issue is busy),
-// keys.go (key names and canonical issue keys), inspect.go (the operators' view), and
-// scripts/*.lua, the atomic steps, embedded.
+// Files: middleware.go (Middleware, Config, LeaseFrom), conflict.go (events whose
+// issue is busy), handoff.go (the lease taken ahead for the next entry, given back if
+// that entry does not come), errors.go.
 package lockmw

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // A plain Watermill handler, fed by a stock watermill-redisstream subscriber, runs each
@@ -38,7 +39,7 @@ func ExampleNewMiddleware() {
 	if err != nil {
 		panic(err)
 	}
-	locker, err := lockmw.New(rdb, lockmw.Options{Scope: ns, Owner: "worker-1"})
+	locker, err := lease.New(rdb, lease.Options{Scope: ns, Owner: "worker-1"})
 	if err != nil {
 		panic(err)
 	}
@@ -52,9 +53,9 @@ func ExampleNewMiddleware() {
 	}
 	done := make(chan struct{})
 	h := router.AddNoPublisherHandler("triage", stream, sub, func(msg *message.Message) error {
-		lease, _ := lockmw.LeaseFrom(msg.Context())
-		// Do the work with lease.Context(): it is cancelled if the lease is lost.
-		fmt.Println("working on", msg.Metadata.Get(lockmw.MetaIssueKey), "with fence", lease.Fence())
+		le, _ := lockmw.LeaseFrom(msg.Context())
+		// Do the work with le.Context(): it is cancelled if the lease is lost.
+		fmt.Println("working on", msg.Metadata.Get(lockmw.MetaIssueKey), "with fence", le.Fence())
 		close(done)
 		return nil
 	})

@@ -13,7 +13,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // Metadata keys of the message the middleware reads (MetaIssueKey, by the default
@@ -85,7 +87,7 @@ type Peeker interface {
 
 // Config configures NewMiddleware.
 type Config struct {
-	Locker *Locker
+	Locker *lease.Locker
 	Agent  string
 	// Source gives the stream entry behind each message; nil when messages do not come
 	// from a Redis stream (the middleware then only locks).
@@ -109,8 +111,8 @@ type leaseKey struct{}
 
 // LeaseFrom returns the lease under which the handler runs: its Context for the work,
 // its Fence and XAdd for writes that must not outlive it.
-func LeaseFrom(ctx context.Context) (*Lease, bool) {
-	le, ok := ctx.Value(leaseKey{}).(*Lease)
+func LeaseFrom(ctx context.Context) (*lease.Lease, bool) {
+	le, ok := ctx.Value(leaseKey{}).(*lease.Lease)
 	return le, ok
 }
 
@@ -155,7 +157,7 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 // Close gives back a lease taken ahead for an entry that was not delivered. Call it
 // after the router has stopped.
 func (m *Middleware) Close(ctx context.Context) {
-	giveBack(ctx, m.handoffs.close())
+	m.handoffs.close().GiveBack(ctx)
 }
 
 func metadataIssueKey(msg *message.Message) (string, error) {
@@ -166,8 +168,8 @@ func metadataIssueKey(msg *message.Message) (string, error) {
 }
 
 // acquireOptions are the lease options for an entry of this subscription.
-func (m *Middleware) acquireOptions(entry Entry) AcquireOptions {
-	ao := AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce,
+func (m *Middleware) acquireOptions(entry Entry) lease.AcquireOptions {
+	ao := lease.AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce,
 		EntryTime: streamid.Time(entry.ID)}
 	ao.OnHeartbeat = func(ctx context.Context, pipe redis.Pipeliner) {
 		// Keep our pending entry young so no claim loop takes it while we work.
@@ -189,20 +191,20 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		log := eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent, messageID: entry.ID, msg: msg}
 
 		pre := m.handoffs.takePre()
-		if pre != nil && (!hasEntry || pre.id != entry.ID) {
+		if pre != nil && (!hasEntry || pre.MessageID() != entry.ID) {
 			// The subscription handed over another entry than announced: give it back.
-			giveBack(context.WithoutCancel(ctx), pre)
+			pre.GiveBack(context.WithoutCancel(ctx))
 			pre = nil
 		}
 		raw, err := m.cfg.IssueKey(msg)
 		if err != nil {
-			giveBack(context.WithoutCancel(ctx), pre)
+			pre.GiveBack(context.WithoutCancel(ctx))
 			return nil, err
 		}
 		if hasEntry && time.Since(entry.ReadAt) > m.staleAfter {
 			mine, err := m.ownAndRefresh(ctx, entry)
 			if err != nil || !mine {
-				giveBack(context.WithoutCancel(ctx), pre)
+				pre.GiveBack(context.WithoutCancel(ctx))
 			}
 			if err != nil {
 				return nil, err
@@ -215,24 +217,24 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 
-		var lease *Lease
+		var le *lease.Lease
 		if pre != nil {
-			lease, err = pre.take(ctx)
+			le, err = pre.Take(ctx)
 		} else {
-			lease, err = m.acquire(ctx, msg, raw, entry, hasEntry)
+			le, err = m.acquire(ctx, msg, raw, entry, hasEntry)
 		}
 		if err != nil {
 			return nil, m.notAcquired(ctx, msg, entry, hasEntry, err, log)
 		}
-		log.issue, log.fence = lease.Issue(), lease.Fence()
-		msg.Metadata.Set(MetaIssueKey, lease.Issue())
-		msg.Metadata.Set(MetaFence, strconv.FormatInt(lease.Fence(), 10))
+		log.issue, log.fence = le.Issue(), le.Fence()
+		msg.Metadata.Set(MetaIssueKey, le.Issue())
+		msg.Metadata.Set(MetaFence, strconv.FormatInt(le.Fence(), 10))
 
-		out, err = m.run(h, msg, lease)
+		out, err = m.run(h, msg, le)
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if lost := lease.Err(); lost != nil && !errors.Is(lost, ErrReleased) {
-			deleted, relErr := lease.Release(cleanup)
+		if lost := le.Err(); lost != nil && !errors.Is(lost, lease.ErrReleased) {
+			deleted, relErr := le.Release(cleanup)
 			if err == nil && relErr == nil && deleted {
 				// The handler finished, and the key still held this lease's token when it
 				// was deleted: nobody else held the issue meanwhile, so the run was
@@ -241,7 +243,7 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 				// the entry would record a second outcome. The ack is sent here, after
 				// the release, because the subscriber's own is not sent once it closes.
 				if hasEntry {
-					pipe := m.cfg.Locker.rdb.Pipeline()
+					pipe := m.cfg.Locker.Client().Pipeline()
 					m.ack(cleanup, entry)(pipe)
 					if _, ackErr := pipe.Exec(cleanup); ackErr == nil {
 						m.cfg.Source.Settle(entry)
@@ -258,15 +260,15 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			} else {
 				log.get().Error().Err(lost).Msg("lease ended while the handler ran; entry left pending for redelivery")
 			}
-			return nil, fmt.Errorf("lockmw: %s %s: %w", m.cfg.Agent, lease.Issue(), lost)
+			return nil, fmt.Errorf("lockmw: %s %s: %w", m.cfg.Agent, le.Issue(), lost)
 		}
 		if err != nil {
 			// Release before the nack, so the retry is not dropped as "locked".
-			_, _ = lease.Release(cleanup)
+			_, _ = le.Release(cleanup)
 			return nil, err
 		}
 		if !hasEntry {
-			_, relErr := lease.Release(cleanup)
+			_, relErr := le.Release(cleanup)
 			if relErr != nil {
 				log.get().Warn().Err(relErr).Msg("release failed; lease expires by its TTL")
 			}
@@ -274,10 +276,10 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		}
 		// Release, then ack, in one round trip; the subscriber's own XACK is skipped.
 		// When the next entry is known, its lease is taken in the same round trip.
-		switch relErr := m.releaseHandingOff(cleanup, lease, entry); {
+		switch relErr := m.releaseHandingOff(cleanup, le, entry); {
 		case relErr == nil:
 			m.cfg.Source.Settle(entry)
-		case errors.Is(relErr, errAfterRelease):
+		case errors.Is(relErr, lease.ErrAfterRelease):
 			log.get().Warn().Err(relErr).Msg("lease released, its ack failed; the subscriber retries the ack")
 		default:
 			// The work is done and recorded, but the lease may still be held: acking now
@@ -285,11 +287,11 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			// issue dropped as locked, none of them run), and re-running would do the
 			// work twice. Release and ack are safe to repeat, so they are tried again
 			// until they succeed or the lease has expired by itself.
-			if err := m.releaseLater(ctx, lease, entry, relErr, log); err != nil {
+			if err := m.releaseLater(ctx, le, entry, relErr, log); err != nil {
 				return nil, err
 			}
 		}
-		if id := lease.Requeued(); id != "" {
+		if id := le.Requeued(); id != "" {
 			log.get().Info().Str("requeued_id", id).Msg("published the issue's queued follow-up")
 		}
 		return out, nil
@@ -300,9 +302,9 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 // (Redis unreachable), every second at most, for up to the lease TTL: past it the
 // key has expired on its own, and the subscriber's ack is safe. It returns an error
 // (the entry stays pending) only when ctx ends first, at shutdown.
-func (m *Middleware) releaseLater(ctx context.Context, lease *Lease, entry Entry, first error, log eventLog) error {
+func (m *Middleware) releaseLater(ctx context.Context, le *lease.Lease, entry Entry, first error, log eventLog) error {
 	log.get().Warn().Err(first).Msg("release failed; retrying it before the entry is acked")
-	deadline := time.Now().Add(lease.l.opts.TTL)
+	deadline := time.Now().Add(le.Locker().TTL())
 	wait := 100 * time.Millisecond
 	for time.Now().Before(deadline) {
 		t := time.NewTimer(wait)
@@ -310,31 +312,31 @@ func (m *Middleware) releaseLater(ctx context.Context, lease *Lease, entry Entry
 		case <-ctx.Done():
 			t.Stop()
 			log.get().Warn().Msg("shutting down before the release succeeded; entry left pending")
-			return fmt.Errorf("%w: %w", ErrTransient, first)
+			return fmt.Errorf("%w: %w", redeliver.ErrTransient, first)
 		case <-t.C:
 		}
 		wait = min(2*wait, time.Second)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, err := lease.ReleaseWith(rctx, m.ack(rctx, entry))
+		_, err := le.ReleaseWith(rctx, m.ack(rctx, entry))
 		cancel()
 		switch {
 		case err == nil:
 			m.cfg.Source.Settle(entry)
 			log.get().Info().Msg("released and acked after retrying")
 			return nil
-		case errors.Is(err, errAfterRelease):
+		case errors.Is(err, lease.ErrAfterRelease):
 			log.get().Warn().Err(err).Msg("lease released, its ack failed; the subscriber retries the ack")
 			return nil
 		}
 	}
-	log.get().Warn().Dur("ttl", lease.l.opts.TTL).Msg("release failed for a whole TTL: the lease has expired by now; the subscriber acks the entry")
+	log.get().Warn().Dur("ttl", le.Locker().TTL()).Msg("release failed for a whole TTL: the lease has expired by now; the subscriber acks the entry")
 	return nil
 }
 
 // acquire takes the event's lease in a round trip of its own (no lease was taken ahead
 // for it).
-func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw string, entry Entry, hasEntry bool) (*Lease, error) {
-	var ao AcquireOptions
+func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw string, entry Entry, hasEntry bool) (*lease.Lease, error) {
+	var ao lease.AcquireOptions
 	if hasEntry {
 		ao = m.acquireOptions(entry)
 	}
@@ -343,7 +345,7 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 		if err != nil {
 			return nil, err
 		}
-		ao.Queue = &QueuedEvent{Stream: entry.Stream, Fields: fields}
+		ao.Queue = &lease.QueuedEvent{Stream: entry.Stream, Fields: fields}
 	}
 	return m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
 }
@@ -353,29 +355,29 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 // It is out of Handler's line so that the errors.As targets cost the events that
 // get their lease no allocation.
 func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, err error, log eventLog) error {
-	var locked *LockedError
-	var superseded *SupersededError
+	var locked *lease.LockedError
+	var superseded *lease.SupersededError
 	switch {
 	case errors.As(err, &locked):
-		return m.conflict(ctx, msg, entry, hasEntry, locked, log)
+		return m.conflict(ctx, msg, entry, hasEntry, locked, false, log)
 	case errors.As(err, &superseded):
 		// It waited in this consumer's read-ahead while another event's run of the
 		// issue went on: dropped, exactly as if it had been seen then.
-		return m.conflict(ctx, msg, entry, hasEntry, &LockedError{Holder: Info{Agent: m.cfg.Agent,
-			Issue: superseded.Issue, MessageID: superseded.ByMessageID}, superseded: true}, log)
-	case errors.Is(err, ErrInvalidKey):
+		return m.conflict(ctx, msg, entry, hasEntry, &lease.LockedError{Holder: lease.Info{Agent: m.cfg.Agent,
+			Issue: superseded.Issue, MessageID: superseded.ByMessageID}}, true, log)
+	case errors.Is(err, lease.ErrInvalidKey):
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrTransient, err)
+	return fmt.Errorf("%w: %w", redeliver.ErrTransient, err)
 }
 
 // run calls the handler with the lease in its context; a panic becomes an error so the
 // lease is released and the dead-letter queue, not an endless redelivery, takes it.
-func (m *Middleware) run(h message.HandlerFunc, msg *message.Message, lease *Lease) (out []*message.Message, err error) {
+func (m *Middleware) run(h message.HandlerFunc, msg *message.Message, le *lease.Lease) (out []*message.Message, err error) {
 	parent := msg.Context()
 	// The event format's writers (event.Publisher, event.Results) fence what they
 	// append under the lease through event.FencerFrom.
-	msg.SetContext(event.WithFencer(context.WithValue(lease.Context(), leaseKey{}, lease), lease))
+	msg.SetContext(event.WithFencer(context.WithValue(le.Context(), leaseKey{}, le), le))
 	defer func() {
 		msg.SetContext(parent)
 		if r := recover(); r != nil {
@@ -388,21 +390,29 @@ func (m *Middleware) run(h message.HandlerFunc, msg *message.Message, lease *Lea
 // ownAndRefresh reports whether entry is still pending for its consumer and, if so,
 // makes it young again, in one round trip.
 func (m *Middleware) ownAndRefresh(ctx context.Context, e Entry) (bool, error) {
-	pipe := m.cfg.Locker.rdb.Pipeline()
+	rdb := m.cfg.Locker.Client()
+	pipe := rdb.Pipeline()
 	pend := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: e.Stream, Group: e.Group, Start: e.ID, End: e.ID, Count: 1, Consumer: e.Consumer})
 	// Refresh only if it is ours: XCLAIM would otherwise move it to us. The script-free
 	// way is to refresh after the check; a second round trip only on this rare path.
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("%w: check ownership of %s: %w", ErrTransient, e.ID, err)
+		return false, fmt.Errorf("%w: check ownership of %s: %w", redeliver.ErrTransient, e.ID, err)
 	}
 	if len(pend.Val()) == 0 {
 		return false, nil
 	}
-	if err := m.cfg.Locker.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: e.Stream, Group: e.Group,
-		Consumer: e.Consumer, Messages: []string{e.ID}}).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("%w: refresh %s: %w", ErrTransient, e.ID, err)
+	pipe = rdb.Pipeline()
+	pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: e.Stream, Group: e.Group,
+		Consumer: e.Consumer, Messages: []string{e.ID}})
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("%w: refresh %s: %w", redeliver.ErrTransient, e.ID, err)
 	}
 	return true, nil
+}
+
+// ack queues the XACK of e, for the round trips the middleware sends itself.
+func (m *Middleware) ack(ctx context.Context, e Entry) func(redis.Pipeliner) {
+	return func(pipe redis.Pipeliner) { pipe.XAck(ctx, e.Stream, e.Group, e.ID) }
 }
 
 // eventLog builds an event's logger only when something is logged: most events log

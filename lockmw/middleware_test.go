@@ -15,6 +15,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // streamSource is a lockmw.Source over one real stream entry, as a subscription sees it.
@@ -51,6 +52,27 @@ func recordTo(stream string) lockmw.ConflictRecorder {
 	}
 }
 
+// newLocker returns a Locker whose keys live in namespace ns.
+func newLocker(t *testing.T, rdb redis.UniversalClient, ns string, o lease.Options) *lease.Locker {
+	t.Helper()
+	o.Scope = ns
+	l, err := lease.New(rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// exists reports whether key exists.
+func exists(t *testing.T, rdb redis.UniversalClient, key string) bool {
+	t.Helper()
+	n, err := rdb.Exists(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
 func handlerOf(cfg lockmw.Config) (message.HandlerMiddleware, error) {
 	m, err := lockmw.NewMiddleware(cfg)
 	if err != nil {
@@ -73,10 +95,10 @@ func pendingEntry(t *testing.T, rdb *redis.Client, stream, consumer string) stri
 // A redelivered copy of the entry a live holder is working on is neither run nor acked.
 func TestInFlightCopyOfLiveHoldersEntryIsNeitherRunNorAcked(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	stream := ns + "s"
 	id := pendingEntry(t, rdb, stream, "holder")
-	holder, err := l.Acquire(context.Background(), "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "holder", MessageID: id})
+	holder, err := l.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{Owner: "holder", MessageID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +131,10 @@ func TestInFlightCopyOfLiveHoldersEntryIsNeitherRunNorAcked(t *testing.T) {
 // A different event for a held issue is acked and dropped, with a record naming the holder.
 func TestOtherEventForHeldIssueIsAckedAndDropped(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	stream := ns + "s"
 	id := pendingEntry(t, rdb, stream, "other")
-	holder, err := l.Acquire(context.Background(), "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "holder", MessageID: "1-1"})
+	holder, err := l.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{Owner: "holder", MessageID: "1-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +158,7 @@ func TestOtherEventForHeldIssueIsAckedAndDropped(t *testing.T) {
 // Release happens before the error goes back for a retry, so the retry is not "locked".
 func TestHandlerErrorReleasesBeforeReturning(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	mw, _ := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage"})
 	boom := errors.New("boom")
 	h := mw(func(*message.Message) ([]*message.Message, error) { return nil, boom })
@@ -154,7 +176,7 @@ func TestHandlerErrorReleasesBeforeReturning(t *testing.T) {
 
 func TestMiddlewareRejectsMaxIdleBelowHeartbeat(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 300 * time.Second})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Second})
 	_, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: &streamSource{}, MaxIdleTime: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "MAX_IDLE_TIME") {
 		t.Fatalf("err = %v, want a MAX_IDLE_TIME error", err)
@@ -163,12 +185,12 @@ func TestMiddlewareRejectsMaxIdleBelowHeartbeat(t *testing.T) {
 
 func TestBadKeyTakesNoLock(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	mw, _ := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage"})
 	h := mw(func(*message.Message) ([]*message.Message, error) { t.Fatal("ran"); return nil, nil })
 	for _, p := range []string{`not json`, `{"metadata":{}}`, `{"metadata":{"issue":"../x"}}`} {
 		_, err := h(message.NewMessage("u", []byte(p)))
-		if !errors.Is(err, lockmw.ErrInvalidKey) && !errors.Is(err, lockmw.ErrNoIssueKey) {
+		if !errors.Is(err, lease.ErrInvalidKey) && !errors.Is(err, lockmw.ErrNoIssueKey) {
 			t.Fatalf("%s: err = %v", p, err)
 		}
 	}
@@ -193,7 +215,7 @@ func (p *peekSource) Peek() (string, string, bool) { return p.nextID, p.nextKey,
 type handoffEnv struct {
 	rdb    *redis.Client
 	ns     string
-	l      *lockmw.Locker
+	l      *lease.Locker
 	stream string
 	a, b   string
 	src    *peekSource
@@ -204,7 +226,7 @@ type handoffEnv struct {
 func newHandoffEnv(t *testing.T) *handoffEnv {
 	t.Helper()
 	rdb, ns := redistest.Client(t)
-	e := &handoffEnv{rdb: rdb, ns: ns, l: newLocker(t, rdb, ns, lockmw.Options{}), stream: ns + "s"}
+	e := &handoffEnv{rdb: rdb, ns: ns, l: newLocker(t, rdb, ns, lease.Options{}), stream: ns + "s"}
 	e.a = pendingEntry(t, rdb, e.stream, "c")
 	e.b = rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.stream, Values: map[string]any{"payload": "{}"}}).Val()
 	e.src = &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: e.stream, Group: "g", Consumer: "c", ID: e.a, ReadAt: time.Now()}},
@@ -272,7 +294,7 @@ func TestHandoffLeaseExpiresWhenEntryNeverComes(t *testing.T) {
 // else, and writes the canonical key and the fence back for the handler.
 func TestDefaultIssueKeyIsMetadataOnly(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage"})
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +325,7 @@ func TestHandoffAfterScriptFlush(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{}) // SCRIPT FLUSH is server-wide
 	rdb := srv.Client()
 	ctx := context.Background()
-	l := newLocker(t, rdb, "", lockmw.Options{})
+	l := newLocker(t, rdb, "", lease.Options{})
 	a := pendingEntry(t, rdb, "s", "c")
 	b := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: map[string]any{"payload": "{}"}}).Val()
 	src := &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: "s", Group: "g", Consumer: "c", ID: a, ReadAt: time.Now()}},
@@ -387,7 +409,7 @@ func TestHandlerFinishedAsItsLeaseEndedIsAckedOnlyIfStillHeld(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, ns := redistest.Client(t)
 			ctx := context.Background()
-			l := newLocker(t, rdb, ns, lockmw.Options{})
+			l := newLocker(t, rdb, ns, lease.Options{})
 			stream := ns + "s"
 			id := pendingEntry(t, rdb, stream, "c")
 			src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -63,7 +63,7 @@ func BenchmarkRouterLocked(b *testing.B) {
 	topo := event.Topology{Namespace: "ymir"}
 	stream := topo.Stream("triage", "", false)
 	opts, _ := ClientOptions(srv.URL())
-	locker, err := lockmw.New(rdb, lockmw.Options{})
+	locker, err := lease.New(rdb, lease.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func BenchmarkRouterIdle(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
 	opts, _ := ClientOptions(srv.URL())
-	locker, err := lockmw.New(rdb, lockmw.Options{})
+	locker, err := lease.New(rdb, lease.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func BenchmarkRouterLatencyLocked(b *testing.B) {
 	rdb := srv.Client()
 	topo := event.Topology{Namespace: "ymir"}
 	opts, _ := ClientOptions(srv.URL())
-	locker, err := lockmw.New(rdb, lockmw.Options{})
+	locker, err := lease.New(rdb, lease.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,7 +13,9 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // maxDeadError bounds the error text of a dead letter (a runner's stderr tail is 2 KiB).
@@ -25,7 +27,7 @@ type deadLetters struct {
 	maxLen   int64
 	agent    string
 	attempts int
-	locker   *lockmw.Locker
+	locker   *lease.Locker
 	log      zerolog.Logger
 	metrics  *Metrics
 	redactor *redact.Redactor
@@ -116,7 +118,7 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	if err != nil {
 		d.log.Error().Err(err).Str("issue_key", msg.Metadata.Get(event.MetaIssueKey)).Str("message_id", entry.ID).
 			Msg("cannot write the dead letter; the entry stays pending")
-		return errors.Join(lockmw.ErrTransient, err)
+		return errors.Join(redeliver.ErrTransient, err)
 	}
 	if hasEntry {
 		src.Settle(entry)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -33,7 +34,7 @@ func ExampleNewRouter() {
 	defer redistest.DeleteNamespace(context.Background(), rdb, ns)
 	topo := event.Topology{Namespace: ns + "ymir"}
 
-	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope(), Owner: "worker-1"})
+	locker, err := lease.New(rdb, lease.Options{Scope: topo.LockScope(), Owner: "worker-1"})
 	if err != nil {
 		panic(err)
 	}
@@ -41,8 +42,8 @@ func ExampleNewRouter() {
 	router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: rdb, ClientOptions: opts, Topology: topo,
 		Agent: "triage", Consumer: "worker-1", Locker: locker,
 		Handler: func(msg *message.Message) error {
-			lease, _ := lockmw.LeaseFrom(msg.Context())
-			fmt.Println("triage of", msg.Metadata.Get(event.MetaIssueKey), "under fence", lease.Fence())
+			le, _ := lockmw.LeaseFrom(msg.Context())
+			fmt.Println("triage of", msg.Metadata.Get(event.MetaIssueKey), "under fence", le.Fence())
 			close(done)
 			return nil
 		}})

@@ -15,11 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // Metrics are the process's Prometheus metrics: Watermill's handler metrics plus the
-// lease's. Metrics implements lockmw.Observer.
+// lease's. Metrics implements lease.Observer.
 type Metrics struct {
 	Registry *prometheus.Registry
 	builder  metrics.PrometheusMetricsBuilder
@@ -33,7 +33,7 @@ type Metrics struct {
 	fenced   *prometheus.CounterVec
 }
 
-var _ lockmw.Observer = (*Metrics)(nil)
+var _ lease.Observer = (*Metrics)(nil)
 
 // NewMetrics registers the metrics on a fresh registry.
 func NewMetrics() *Metrics {
@@ -67,24 +67,24 @@ func (m *Metrics) handlerMiddleware() message.HandlerMiddleware {
 	return m.builder.NewRouterMiddleware().Middleware
 }
 
-// Acquired implements lockmw.Observer.
+// Acquired implements lease.Observer.
 func (m *Metrics) Acquired(agent string) { m.acquired.WithLabelValues(agent).Inc() }
 
-// Busy implements lockmw.Observer.
+// Busy implements lease.Observer.
 func (m *Metrics) Busy(agent string) { m.busy.WithLabelValues(agent).Inc() }
 
-// Conflict implements lockmw.Observer.
+// Conflict implements lease.Observer.
 func (m *Metrics) Conflict(agent, outcome, reason string) {
 	m.conflict.WithLabelValues(agent, outcome, reason).Inc()
 }
 
-// Lost implements lockmw.Observer.
+// Lost implements lease.Observer.
 func (m *Metrics) Lost(agent string, cause error) {
 	c := "lost"
 	switch {
-	case errors.Is(cause, lockmw.ErrLeaseUnproven):
+	case errors.Is(cause, lease.ErrLeaseUnproven):
 		c = "unproven"
-	case errors.Is(cause, lockmw.ErrMaxHold):
+	case errors.Is(cause, lease.ErrMaxHold):
 		c = "max_hold"
 	}
 	m.lost.WithLabelValues(agent, c).Inc()
@@ -100,7 +100,7 @@ func (m *Metrics) FencedWriteRaced(agent, target string) {
 	m.fenced.WithLabelValues(agent, target, "raced").Inc()
 }
 
-// Released implements lockmw.Observer.
+// Released implements lease.Observer.
 func (m *Metrics) Released(agent string, held time.Duration) {
 	m.hold.WithLabelValues(agent).Observe(held.Seconds())
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -168,8 +169,8 @@ func TestLeaseLossCancelsHandlerAndEventReruns(t *testing.T) {
 		if r.Add(issueOf(msg)) > 1 {
 			return nil
 		}
-		lease, _ := lockmw.LeaseFrom(msg.Context())
-		e.rdb.Del(context.Background(), lease.Keys().Lock)
+		le, _ := lockmw.LeaseFrom(msg.Context())
+		e.rdb.Del(context.Background(), le.Keys().Lock)
 		select {
 		case <-msg.Context().Done():
 			firstCause.Store(context.Cause(msg.Context()))
@@ -180,7 +181,7 @@ func TestLeaseLossCancelsHandlerAndEventReruns(t *testing.T) {
 	})
 	e.publishTriage("RHEL-4")
 	redistest.Eventually(t, 10*time.Second, func() bool { return r.Get("RHEL-4") == 2 && e.pending(e.triage()) == 0 }, "re-run after loss")
-	if c, _ := firstCause.Load().(error); !errors.Is(c, lockmw.ErrLeaseLost) {
+	if c, _ := firstCause.Load().(error); !errors.Is(c, lease.ErrLeaseLost) {
 		t.Fatalf("first run's cause = %v, want ErrLeaseLost", c)
 	}
 	if n := len(e.dead()); n != 0 {
@@ -412,7 +413,7 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 	var inFlight, peak atomic.Int64
 	both := make(chan struct{})
 	var once sync.Once
-	locker, err := lockmw.New(e.rdb, lockmw.Options{Scope: e.ns, TTL: 3 * time.Second, Observer: metrics})
+	locker, err := lease.New(e.rdb, lease.Options{Scope: e.ns, TTL: 3 * time.Second, Observer: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +449,7 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 		t.Fatalf("consumers %v, want w-0 and w-1", consumers)
 	}
 	// A conflict, counted: hold RHEL-63 by hand, then publish an event for it.
-	held, err := locker.Acquire(ctx, "triage", "RHEL-63", lockmw.AcquireOptions{Owner: "someone"})
+	held, err := locker.Acquire(ctx, "triage", "RHEL-63", lease.AcquireOptions{Owner: "someone"})
 	if err != nil {
 		t.Fatal(err)
 	}

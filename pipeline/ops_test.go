@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -95,7 +95,7 @@ func TestHealthAndMetrics(t *testing.T) {
 	m.Acquired("triage")
 	m.Busy("triage")
 	m.Conflict("triage", "dropped", "locked")
-	m.Lost("triage", lockmw.ErrLeaseUnproven)
+	m.Lost("triage", lease.ErrLeaseUnproven)
 	m.Released("triage", time.Second)
 	_, body := get("/metrics")
 	for _, want := range []string{`ymirflow_lease_acquired_total{agent="triage"} 1`, `ymirflow_lease_busy_total{agent="triage"} 1`,

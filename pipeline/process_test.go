@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -90,7 +90,7 @@ func TestWorkerProcess(t *testing.T) {
 	}
 	rdb := redis.NewUniversalClient(opts)
 	defer rdb.Close()
-	locker, err := lockmw.New(rdb, lockmw.Options{Scope: ns, TTL: dur("W_TTL")})
+	locker, err := lease.New(rdb, lease.Options{Scope: ns, TTL: dur("W_TTL")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // retry retries failed attempts inside the lease, with exponential backoff (initial,
@@ -39,8 +41,8 @@ func retry(attempts int, initial time.Duration, log zerolog.Logger) message.Hand
 				// release whose announcement was missed) while this one waited.
 				// A check that cannot reach Redis proves nothing either way: the attempt
 				// goes ahead, its writes fenced as always.
-				if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
-					if cerr := lease.Check(msg.Context()); errors.Is(cerr, lockmw.ErrLeaseLost) {
+				if le, ok := lockmw.LeaseFrom(msg.Context()); ok {
+					if cerr := le.Check(msg.Context()); errors.Is(cerr, lease.ErrLeaseLost) {
 						return nil, errors.Join(err, cerr)
 					}
 				}
@@ -53,11 +55,11 @@ func retry(attempts int, initial time.Duration, log zerolog.Logger) message.Hand
 // permanentOrAbort: errors that a retry cannot fix (bad events) or that must end the
 // attempt now (lease lost, shutdown).
 func permanentOrAbort(err error) bool {
-	return errors.Is(err, event.ErrBadEvent) || errors.Is(err, lockmw.ErrInvalidKey) || errors.Is(err, lockmw.ErrNoIssueKey) ||
+	return errors.Is(err, event.ErrBadEvent) || errors.Is(err, lease.ErrInvalidKey) || errors.Is(err, lockmw.ErrNoIssueKey) ||
 		leaseOrShutdown(err)
 }
 
 func leaseOrShutdown(err error) bool {
-	return errors.Is(err, lockmw.ErrLeaseLost) || errors.Is(err, lockmw.ErrLeaseUnproven) ||
-		errors.Is(err, lockmw.ErrTransient) || errors.Is(err, context.Canceled)
+	return errors.Is(err, lease.ErrLeaseLost) || errors.Is(err, lease.ErrLeaseUnproven) ||
+		errors.Is(err, redeliver.ErrTransient) || errors.Is(err, context.Canceled)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -88,7 +89,7 @@ type RouterConfig struct {
 	// Policy says what happens to an event whose issue is busy. Default: lockmw.Drop.
 	Policy lockmw.Policy
 	// Locker takes the per-issue leases and canonicalises issue keys. Required.
-	Locker *lockmw.Locker
+	Locker *lease.Locker
 	// Logger receives the router's, the subscriptions' and Watermill's lines.
 	// Default: the zero zerolog.Logger, which logs nothing.
 	Logger zerolog.Logger

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -26,7 +27,7 @@ type subscription struct {
 	consumer string
 	client   redis.UniversalClient // its own: Subscriber.Close closes it
 	shared   redis.UniversalClient // locks, claim checks
-	locker   *lockmw.Locker
+	locker   *lease.Locker
 	sub      *redisstream.Subscriber
 	log      zerolog.Logger
 
@@ -84,7 +85,7 @@ type subscriptionConfig struct {
 	Consumer      string
 	ClientOptions *redis.UniversalOptions
 	Shared        redis.UniversalClient
-	Locker        *lockmw.Locker
+	Locker        *lease.Locker
 	BlockTime     time.Duration
 	MaxIdleTime   time.Duration
 	ClaimInterval time.Duration
@@ -211,7 +212,7 @@ func (s *subscription) shouldClaim(xp redis.XPendingExt) bool {
 	}
 	info, held, err := s.locker.Inspect(ctx, s.route.Agent, key)
 	if err != nil {
-		if errors.Is(err, lockmw.ErrInvalidKey) {
+		if errors.Is(err, lease.ErrInvalidKey) {
 			return true
 		}
 		s.log.Warn().Err(err).Str("message_id", xp.ID).Msg("claim veto: cannot inspect lease; not claiming it now")

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -111,7 +111,7 @@ func TestRouterStoppedByItsContextClosesItsClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locker, err := lockmw.New(rdb, lockmw.Options{Scope: ns})
+	locker, err := lease.New(rdb, lease.Options{Scope: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

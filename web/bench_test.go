@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -90,7 +90,7 @@ func fill(b *testing.B, e *env) {
 		b.Fatal(err)
 	}
 	for i := range 20 {
-		l, err := e.locker.Acquire(ctx, "triage", fmt.Sprintf("RHEL-%d", i+1), lockmw.AcquireOptions{Owner: "w1", MessageID: fmt.Sprintf("%d-0", i+1)})
+		l, err := e.locker.Acquire(ctx, "triage", fmt.Sprintf("RHEL-%d", i+1), lease.AcquireOptions{Owner: "w1", MessageID: fmt.Sprintf("%d-0", i+1)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/web"
 )
@@ -25,7 +25,7 @@ func ExampleNew() {
 	defer redistest.DeleteNamespace(ctx, rdb, ns)
 
 	topo := event.Topology{Namespace: ns + "ymir"}
-	locker, _ := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()}) // the workers' scope
+	locker, _ := lease.New(rdb, lease.Options{Scope: topo.LockScope()}) // the workers' scope
 	in, _ := inspect.New(inspect.Config{Client: rdb, Topology: topo, Locker: locker})
 	srv, err := web.New(web.Config{Inspector: in, Topology: topo})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/web"
@@ -32,7 +32,7 @@ type env struct {
 	ns     string
 	topo   event.Topology
 	pub    *event.Publisher
-	locker *lockmw.Locker
+	locker *lease.Locker
 	in     *inspect.Inspector
 	srv    *web.Server
 	ts     *httptest.Server
@@ -43,7 +43,7 @@ func newEnv(t testing.TB, tok string) *env {
 	rdb, ns := redistest.Client(t)
 	e := &env{t: t, rdb: rdb, ns: ns, topo: event.Topology{Namespace: ns + "ymir"}, pub: event.NewPublisher(rdb, 0)}
 	var err error
-	if e.locker, err = lockmw.New(rdb, lockmw.Options{Scope: e.topo.LockScope(), TTL: 9 * time.Second}); err != nil {
+	if e.locker, err = lease.New(rdb, lease.Options{Scope: e.topo.LockScope(), TTL: 9 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if e.in, err = inspect.New(inspect.Config{Client: rdb, Topology: e.topo, Locker: e.locker}); err != nil {

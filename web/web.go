@@ -17,7 +17,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redact"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -207,7 +207,7 @@ func (s *Server) status(r *http.Request, err error) (int, string) {
 		return he.code, he.msg
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit)
-	case errors.Is(err, lockmw.ErrInvalidKey), errors.Is(err, inspect.ErrBadID):
+	case errors.Is(err, lease.ErrInvalidKey), errors.Is(err, inspect.ErrBadID):
 		return http.StatusBadRequest, s.clean(err.Error())
 	case errors.Is(err, inspect.ErrNotFound):
 		return http.StatusNotFound, s.clean(err.Error())

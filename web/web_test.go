@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 func TestPagesRenderEscapedRedactedAndWithCSP(t *testing.T) {
@@ -182,7 +182,7 @@ func TestAPIHasTheCLIShapes(t *testing.T) {
 func TestForceReleaseBehindAConfirmation(t *testing.T) {
 	e := newEnv(t, token)
 	ctx := t.Context()
-	le, err := e.locker.Acquire(ctx, "triage", "RHEL-11", lockmw.AcquireOptions{Owner: "pod-a", MessageID: "5-0"})
+	le, err := e.locker.Acquire(ctx, "triage", "RHEL-11", lease.AcquireOptions{Owner: "pod-a", MessageID: "5-0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -43,7 +43,7 @@ type env struct {
 	ctx     context.Context
 	rdb     redis.UniversalClient
 	topo    event.Topology
-	locker  *lockmw.Locker
+	locker  *lease.Locker
 	jira    *fakejira.Server
 	jc      *jira.Client
 	fetcher *fetcher.Fetcher
@@ -134,7 +134,7 @@ func newEnv(t testing.TB, issues []fakejira.Issue, opts ...envOpt) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.locker, err = lockmw.New(e.rdb, lockmw.Options{Scope: e.topo.LockScope(), Owner: "test"})
+	e.locker, err = lease.New(e.rdb, lease.Options{Scope: e.topo.LockScope(), Owner: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

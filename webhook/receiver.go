@@ -22,7 +22,7 @@ import (
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -397,7 +397,7 @@ func (r *Receiver) handle(ctx context.Context, e Event) result {
 
 // handleIssue runs the sweep's rules on the event's issue.
 func (r *Receiver) handleIssue(ctx context.Context, e Event) result {
-	key, err := lockmw.Canonicalize(e.Issue.Key, nil)
+	key, err := lease.Canonicalize(e.Issue.Key, nil)
 	if err != nil {
 		return accepted("skipped_"+string(fetcher.ReasonInvalidKey), err.Error())
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // The end-to-end path: a maintainer adds ymir_todo in the fake Jira, whose signed webhook
@@ -207,7 +207,7 @@ func TestUntrustedTodo(t *testing.T) {
 // publishes it.
 func TestLockedIssueKeepsTrigger(t *testing.T) {
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
-	lease, err := e.locker.Acquire(e.ctx, "rebase", "RHEL-1", lockmw.AcquireOptions{})
+	le, err := e.locker.Acquire(e.ctx, "rebase", "RHEL-1", lease.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestLockedIssueKeepsTrigger(t *testing.T) {
 	if got := e.entries(); len(got) != 0 || !slices.Contains(e.labels("RHEL-1"), labels.Todo) {
 		t.Fatalf("locked: entries %v, labels %v", got, e.labels("RHEL-1"))
 	}
-	if _, err := lease.Release(e.ctx); err != nil {
+	if _, err := le.Release(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	s, err := e.fetcher.Sweep(e.ctx)

@@ -138,7 +138,7 @@ func TestMessagesGiveAValidExample(t *testing.T) {
 				t.Errorf("%v: message lacks %q:\n%s", c.args, w, errs)
 			}
 		}
-		for _, never := range []string{"parse error", "lockmw:", "^[", "<unparseable URL>"} {
+		for _, never := range []string{"parse error", "lockmw:", "lease:", "^[", "<unparseable URL>"} {
 			if strings.Contains(errs, never) {
 				t.Errorf("%v: message has %q:\n%s", c.args, never, errs)
 			}

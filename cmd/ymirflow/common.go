@@ -13,7 +13,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -55,13 +55,13 @@ func (e *env) Close() { e.rdb.Close() }
 
 // newLocker returns the process's lease handler with the key layout every command must
 // agree on: the namespace's scope, and hash-tagged keys on Redis Cluster.
-func (e *env) newLocker(o lockmw.Options) (*lockmw.Locker, error) {
+func (e *env) newLocker(o lease.Options) (*lease.Locker, error) {
 	o.Scope = e.topology.LockScope()
 	if e.opts.IsClusterMode {
-		o.Format = lockmw.KeysCluster
+		o.Format = lease.KeysCluster
 	}
 	o.Logger = e.log
-	return lockmw.New(e.rdb, o)
+	return lease.New(e.rdb, o)
 }
 
 type goRedisLogger struct{ log zerolog.Logger }

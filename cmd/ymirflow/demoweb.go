@@ -17,7 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/internal/redact"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/web"
@@ -71,7 +71,7 @@ func (c *demoConsole) attach(ctx context.Context, redisURL, namespace string) er
 		return err
 	}
 	topo := event.Topology{Namespace: namespace}
-	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope(), Logger: c.log})
+	locker, err := lease.New(rdb, lease.Options{Scope: topo.LockScope(), Logger: c.log})
 	if err != nil {
 		rdb.Close()
 		return err

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -42,7 +42,7 @@ func enqueueKeys(raw []string) ([]string, error) {
 	}
 	keys := make([]string, len(raw))
 	for i, k := range raw {
-		c, err := lockmw.Canonicalize(k, lockmw.DefaultKeyPattern)
+		c, err := lease.Canonicalize(k, lease.DefaultKeyPattern)
 		if err != nil {
 			return nil, badKey(k)
 		}

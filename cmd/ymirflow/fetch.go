@@ -10,7 +10,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 const fetchHelp = `
@@ -36,7 +36,7 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // fetch sweeps once, or every cfg.Interval until ctx ends.
 func fetch(ctx context.Context, s *session, cfg *config.Fetch) error {
 	e, jc, stdout := s.env, s.jira, s.stdout
-	locker, err := e.newLocker(lockmw.Options{}) // the workers' key layout
+	locker, err := e.newLocker(lease.Options{}) // the workers' key layout
 
 	if err != nil {
 		return usagef("%v", err)

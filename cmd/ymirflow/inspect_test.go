@@ -14,7 +14,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -24,7 +24,7 @@ type opsEnv struct {
 	t      *testing.T
 	rdb    *redis.Client
 	topo   event.Topology
-	locker *lockmw.Locker
+	locker *lease.Locker
 	pub    *event.Publisher
 }
 
@@ -37,7 +37,7 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	t.Setenv("YMIR_NAMESPACE", ns+"ymir")
 	t.Setenv("LOG_LEVEL", "error")
 	topo := event.Topology{Namespace: ns + "ymir"}
-	locker, err := lockmw.New(rdb, lockmw.Options{Scope: topo.LockScope()})
+	locker, err := lease.New(rdb, lease.Options{Scope: topo.LockScope()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +106,9 @@ func (o *opsEnv) read(stream, group, consumer string) {
 	}
 }
 
-func (o *opsEnv) acquire(agent, key, owner, id string) *lockmw.Lease {
+func (o *opsEnv) acquire(agent, key, owner, id string) *lease.Lease {
 	o.t.Helper()
-	le, err := o.locker.Acquire(context.Background(), agent, key, lockmw.AcquireOptions{Owner: owner, MessageID: id})
+	le, err := o.locker.Acquire(context.Background(), agent, key, lease.AcquireOptions{Owner: owner, MessageID: id})
 	if err != nil {
 		o.t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestLocksCommand(t *testing.T) {
 		t.Errorf("release output: %s", out)
 	}
 	// The old holder is fenced out: its next publish is refused.
-	if _, err := old.XAdd(context.Background(), o.stream("rebase", "c9s"), 0, map[string]any{"x": "1"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+	if _, err := old.XAdd(context.Background(), o.stream("rebase", "c9s"), 0, map[string]any{"x": "1"}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("old holder's publish = %v, want ErrLeaseLost", err)
 	}
 	var rel struct {

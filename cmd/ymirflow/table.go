@@ -23,7 +23,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // loadCmd parses a command's settings and returns its positional arguments. Flags may
@@ -108,7 +108,7 @@ func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *
 		return nil, nil, err
 	}
 	// The same lease keys as `ymirflow worker` (scope of the namespace, default format).
-	locker, err := e.newLocker(lockmw.Options{})
+	locker, err := e.newLocker(lease.Options{})
 	if err != nil {
 		e.Close()
 		return nil, nil, err
@@ -125,7 +125,7 @@ func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *
 // inputErr turns errors that come from what the operator typed (an invalid issue key,
 // a malformed stream id) into usage errors (exit 2).
 func inputErr(err error) error {
-	if errors.Is(err, lockmw.ErrInvalidKey) {
+	if errors.Is(err, lease.ErrInvalidKey) {
 		return usagef("an issue key given is invalid: %s", keyForm)
 	}
 	return inputKeyErr(err, "")
@@ -137,7 +137,7 @@ const keyForm = "an issue key is a project key, a dash and a number, e.g. RHEL-1
 // said in a plain sentence with an example, not with the lease library's pattern.
 func inputKeyErr(err error, key string) error {
 	switch {
-	case errors.Is(err, lockmw.ErrInvalidKey):
+	case errors.Is(err, lease.ErrInvalidKey):
 		return badKey(key)
 	case errors.Is(err, inspect.ErrBadID):
 		return usageError{err}

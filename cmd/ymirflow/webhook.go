@@ -12,7 +12,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/webhook"
 )
@@ -62,7 +62,7 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 			}
 		}
 	}
-	locker, err := e.newLocker(lockmw.Options{})
+	locker, err := e.newLocker(lease.Options{})
 	if err != nil {
 		return usagef("%v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
@@ -94,7 +95,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	defer claim.Release(context.Background())
 
 	metrics := pipeline.NewMetrics()
-	locker, err := e.newLocker(lockmw.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
+	locker, err := e.newLocker(lease.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
 		Observer: metrics})
 	if err != nil {
 		return usagef("%v", err)

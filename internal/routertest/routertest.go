@@ -21,6 +21,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -92,12 +93,12 @@ func OnURL(tb testing.TB, rawURL string) *Env {
 
 // Locker returns a lease manager on the env's client with o's options; an empty Scope
 // becomes the topology's lock scope, so the leases live in the test's namespace.
-func (e *Env) Locker(o lockmw.Options) *lockmw.Locker {
+func (e *Env) Locker(o lease.Options) *lease.Locker {
 	e.tb.Helper()
 	if o.Scope == "" {
 		o.Scope = e.Topology.LockScope()
 	}
-	l, err := lockmw.New(e.Client, o)
+	l, err := lease.New(e.Client, o)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func (e *Env) Locker(o lockmw.Options) *lockmw.Locker {
 // XREADGROUP blocks 100 ms, claim passes every 100 ms, entries may be claimed after 2 s
 // idle, two attempts 10 ms apart, a nacked message comes back after 50 ms. Change any
 // field before Start.
-func (e *Env) Config(agent, branch, consumer string, locker *lockmw.Locker, h message.NoPublishHandlerFunc) pipeline.RouterConfig {
+func (e *Env) Config(agent, branch, consumer string, locker *lease.Locker, h message.NoPublishHandlerFunc) pipeline.RouterConfig {
 	return pipeline.RouterConfig{
 		Client: e.Client, ClientOptions: e.Options, Topology: e.Topology, Agent: agent, Branch: branch,
 		Consumer: consumer, BlockTime: 100 * time.Millisecond, MaxIdleTime: 2 * time.Second,
@@ -155,8 +156,8 @@ type TriageOptions struct {
 
 // TriageLocker is a lease manager with the given TTL whose leases live in the env's
 // namespace.
-func (e *Env) TriageLocker(ttl time.Duration) *lockmw.Locker {
-	return e.Locker(lockmw.Options{Scope: e.Namespace, TTL: ttl})
+func (e *Env) TriageLocker(ttl time.Duration) *lease.Locker {
+	return e.Locker(lease.Options{Scope: e.Namespace, TTL: ttl})
 }
 
 // StartTriage starts a triage router with o's settings and handler h (see Start).

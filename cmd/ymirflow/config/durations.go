@@ -3,7 +3,7 @@ package config
 import (
 	"time"
 
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // DurationRange is the documented range of a duration setting, both ends accepted.
@@ -13,11 +13,11 @@ type DurationRange struct{ Min, Max time.Duration }
 // --help prints them and Validate enforces them. Each end, set alone, gives a worker
 // that starts (TestDurationRangeEndsAlone): the settings it is related to follow it.
 var DurationRanges = map[string]DurationRange{
-	"lock-ttl":      {lockmw.MinTTL, 24 * time.Hour},
-	"lock-max-hold": {lockmw.MinTTL, 30 * 24 * time.Hour},
+	"lock-ttl":      {lease.MinTTL, 24 * time.Hour},
+	"lock-max-hold": {lease.MinTTL, 30 * 24 * time.Hour},
 	// Set alone, MAX_IDLE_TIME lowers LOCK_TTL to 2×MAX_IDLE_TIME, which must stay at
 	// least the lease's minimum.
-	"max-idle-time":         {lockmw.MinTTL / 2, 24 * time.Hour},
+	"max-idle-time":         {lease.MinTTL / 2, 24 * time.Hour},
 	"kill-grace":            {time.Millisecond, time.Hour},
 	"block-time":            {time.Millisecond, 10 * time.Minute},
 	"claim-interval":        {time.Millisecond, time.Hour},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/runners"
 )
@@ -19,8 +20,8 @@ import (
 // referenced, not re-declared.
 const (
 	DefaultRunner        = "exec"
-	DefaultLockTTL       = lockmw.DefaultTTL
-	DefaultLockMaxHold   = lockmw.DefaultMaxHold
+	DefaultLockTTL       = lease.DefaultTTL
+	DefaultLockMaxHold   = lease.DefaultMaxHold
 	DefaultOnConflict    = string(lockmw.Drop)
 	DefaultBlockTime     = pipeline.DefaultBlockTime
 	DefaultMaxIdleTime   = pipeline.DefaultMaxIdleTime
@@ -143,7 +144,7 @@ func (w *Worker) HeartbeatInterval() time.Duration { return w.LockTTL / 3 }
 func (w *Worker) ShutdownBudget() time.Duration { return w.BlockTime + time.Second + w.KillGrace }
 
 // MinLockTTL is the shortest LOCK_TTL accepted (the lease's own minimum).
-const MinLockTTL = lockmw.MinTTL
+const MinLockTTL = lease.MinTTL
 
 // Validate checks the worker's settings.
 func (w *Worker) Validate() error {

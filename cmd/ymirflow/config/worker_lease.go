@@ -4,7 +4,7 @@ import (
 	"flag"
 	"time"
 
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/runners"
 )
@@ -32,7 +32,7 @@ func (w *Worker) given(flagName string) bool {
 func (w *Worker) derive() {
 	in := func(name string, d time.Duration) bool { return w.given(name) && inRange(name, d) }
 	if !w.given("lock-ttl") {
-		ttl := lockmw.DefaultTTL
+		ttl := lease.DefaultTTL
 		if in("kill-grace", w.KillGrace) {
 			ttl = max(ttl, 10*w.KillGrace)
 		}
@@ -45,13 +45,13 @@ func (w *Worker) derive() {
 		w.LockTTL = ttl
 	}
 	if !w.given("kill-grace") {
-		w.KillGrace = max(min(runners.DefaultKillGrace, lockmw.DefaultSafetyMargin(w.LockTTL)), time.Millisecond)
+		w.KillGrace = max(min(runners.DefaultKillGrace, lease.DefaultSafetyMargin(w.LockTTL)), time.Millisecond)
 	}
 	if !w.given("max-idle-time") {
 		w.MaxIdleTime = max(pipeline.DefaultMaxIdleTime, w.LockTTL/2)
 	}
 	if !w.given("lock-max-hold") {
-		w.LockMaxHold = max(lockmw.DefaultMaxHold, w.LockTTL)
+		w.LockMaxHold = max(lease.DefaultMaxHold, w.LockTTL)
 	}
 }
 
@@ -69,11 +69,11 @@ func (w *Worker) validateLease(p *problems) {
 	if inRange("lock-max-hold", w.LockMaxHold) && w.LockMaxHold < w.LockTTL {
 		p.add("lock-max-hold", "= %s must be at least LOCK_TTL = %s; %s", fmtDur(w.LockMaxHold), fmtDur(w.LockTTL), ttl)
 	}
-	if hb := lockmw.HeartbeatFor(w.LockTTL); inRange("max-idle-time", w.MaxIdleTime) && w.MaxIdleTime <= hb {
+	if hb := lease.HeartbeatFor(w.LockTTL); inRange("max-idle-time", w.MaxIdleTime) && w.MaxIdleTime <= hb {
 		p.add("max-idle-time", "= %s must exceed the lease heartbeat interval LOCK_TTL/3 = %s; %s",
 			fmtDur(w.MaxIdleTime), fmtDur(hb), ttl)
 	}
-	if margin := lockmw.DefaultSafetyMargin(w.LockTTL); inRange("kill-grace", w.KillGrace) && w.KillGrace > margin {
+	if margin := lease.DefaultSafetyMargin(w.LockTTL); inRange("kill-grace", w.KillGrace) && w.KillGrace > margin {
 		// The lease gives up LOCK_TTL/10 before its key can expire; a runner that ignores
 		// SIGTERM must be dead by then, or it could still work when a new holder starts.
 		p.add("kill-grace", "= %s must not exceed LOCK_TTL/10 = %s (the lease's safety margin); %s",

@@ -27,6 +27,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -342,7 +343,7 @@ func (r *run) namespaceKeys(ctx context.Context, ns string, limit int) ([]string
 	if (event.Topology{Namespace: ns}).LockScope() != "" {
 		return out, nil
 	}
-	locker, err := lockmw.New(r.rdb, lockmw.Options{})
+	locker, err := lease.New(r.rdb, lease.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +461,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 		for i := 1; i <= WorkersPerStage; i++ {
 			consumer := fmt.Sprintf("%s-%d", st.name, i)
 			log := r.log.With().Str("worker", consumer).Logger()
-			locker, err := lockmw.New(r.rdb, lockmw.Options{TTL: lockTTL, Owner: consumer, Scope: r.topo.LockScope(), Logger: log})
+			locker, err := lease.New(r.rdb, lease.Options{TTL: lockTTL, Owner: consumer, Scope: r.topo.LockScope(), Logger: log})
 			if err != nil {
 				return err
 			}

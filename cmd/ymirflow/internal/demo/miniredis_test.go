@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // backends are the embedded Redis as the demo runs it (ClockTTL on) and the real test
@@ -136,45 +136,45 @@ func TestEmbeddedRedisSpeaksThePipeline(t *testing.T) {
 			}
 
 			// The lease: SET NX PX, scripts, fencing, release, in one pipeline where asked.
-			locker, err := lockmw.New(c, lockmw.Options{TTL: 300 * time.Millisecond, Scope: p})
+			locker, err := lease.New(c, lease.Options{TTL: 300 * time.Millisecond, Scope: p})
 			must(err)
-			lease, err := locker.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "w1", MessageID: id2,
+			le, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w1", MessageID: id2,
 				OnHeartbeat: func(ctx context.Context, pipe redis.Pipeliner) {
 					pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: s, Group: "g", Consumer: "c1", Messages: []string{id2}})
 				}})
 			must(err)
-			if _, err := locker.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "w2"}); !errors.Is(err, lockmw.ErrLocked) {
+			if _, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w2"}); !errors.Is(err, lease.ErrLocked) {
 				t.Errorf("second acquire: %v, want ErrLocked", err)
 			}
 			time.Sleep(450 * time.Millisecond) // past the TTL: only the heartbeats keep it
-			if err := lease.Check(ctx); err != nil {
+			if err := le.Check(ctx); err != nil {
 				t.Errorf("lease after heartbeats: %v", err)
 			}
-			if _, err := lease.XAdd(ctx, p+"out", 0, map[string]any{"k": "v"}); err != nil {
+			if _, err := le.XAdd(ctx, p+"out", 0, map[string]any{"k": "v"}); err != nil {
 				t.Errorf("fenced XADD: %v", err)
 			}
 			info, held, err := locker.Inspect(ctx, "triage", "RHEL-1")
-			if err != nil || !held || info.Owner != "w1" || info.Fence != lease.Fence() {
+			if err != nil || !held || info.Owner != "w1" || info.Fence != le.Fence() {
 				t.Errorf("Inspect: %+v %v %v", info, held, err)
 			}
-			if ok, err := lease.Release(ctx); !ok || err != nil {
+			if ok, err := le.Release(ctx); !ok || err != nil {
 				t.Errorf("release: %v %v", ok, err)
 			}
-			if _, err := lease.XAdd(ctx, p+"out", 0, map[string]any{"k": "v"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+			if _, err := le.XAdd(ctx, p+"out", 0, map[string]any{"k": "v"}); !errors.Is(err, lease.ErrLeaseLost) {
 				t.Errorf("fenced XADD after release: %v, want ErrLeaseLost", err)
 			}
-			again, err := locker.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "w2", EntryTime: time.Now().Add(-time.Hour)})
-			var sup *lockmw.SupersededError
+			again, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w2", EntryTime: time.Now().Add(-time.Hour)})
+			var sup *lease.SupersededError
 			if err == nil || !errors.As(err, &sup) {
 				t.Errorf("acquire of an event older than the release: %v, want superseded", err)
 				if again != nil {
 					again.Release(ctx)
 				}
 			}
-			next, err := locker.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{Owner: "w2"})
+			next, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w2"})
 			must(err)
-			if next.Fence() <= lease.Fence() {
-				t.Errorf("fence %d after %d", next.Fence(), lease.Fence())
+			if next.Fence() <= le.Fence() {
+				t.Errorf("fence %d after %d", next.Fence(), le.Fence())
 			}
 			next.Release(ctx)
 

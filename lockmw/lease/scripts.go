@@ -1,4 +1,4 @@
-package lockmw
+package lease
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func newScript(src string) script {
 // is filled in here. Script.Run copies its keys and arguments into a new slice and
 // boxes each (an allocation apiece) on every call; the lease's hot path (acquire,
 // handoff, release) builds one slice and passes its strings by pointer.
-func runScript(ctx context.Context, rdb redis.UniversalClient, s script, nkeys int, args []any) *redis.Cmd {
+func runScript(ctx context.Context, rdb Client, s script, nkeys int, args []any) *redis.Cmd {
 	args[0], args[1], args[2] = "evalsha", s.sha, nkeys
 	cmd := scriptCmd(ctx, nkeys, args)
 	_ = rdb.Process(ctx, cmd)

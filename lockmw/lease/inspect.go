@@ -1,4 +1,4 @@
-package lockmw
+package lease
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, 
 	ttl := pipe.PTTL(ctx, keys.Lock)
 	h := pipe.HGetAll(ctx, keys.Info)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Info{}, false, fmt.Errorf("lockmw: inspect %s: %w", keys.Lock, err)
+		return Info{}, false, fmt.Errorf("lease: inspect %s: %w", keys.Lock, err)
 	}
 	if ttl.Val() == -2 { // go-redis passes PTTL's "no such key" through as -2
 		return Info{}, false, nil
@@ -59,7 +59,7 @@ func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64,
 	keys := l.Keys(agent, issue)
 	fence, err := forceReleaseScript.Run(ctx, l.rdb, []string{keys.Lock, keys.Info, keys.Fence}, l.EvictionChannel()).Int64()
 	if err != nil {
-		return 0, fmt.Errorf("lockmw: force release %s: %w", keys.Lock, err)
+		return 0, fmt.Errorf("lease: force release %s: %w", keys.Lock, err)
 	}
 	return fence, nil
 }
@@ -122,7 +122,7 @@ func (l *Locker) lookup(ctx context.Context, refs []Ref, out map[Ref]Info) error
 		recs[i] = pipe.HGetAll(ctx, keys.Info)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("lockmw: look up %d leases: %w", len(refs), err)
+		return fmt.Errorf("lease: look up %d leases: %w", len(refs), err)
 	}
 	for i, r := range refs {
 		ttl := ttls[i].Val()
@@ -156,7 +156,7 @@ func (l *Locker) List(ctx context.Context, agent string) ([]Info, error) {
 	pattern := l.opts.Format.infoPattern(l.opts.Scope + a)
 	var mu sync.Mutex
 	var refs []Ref
-	scan := func(ctx context.Context, c redis.UniversalClient) error {
+	scan := func(ctx context.Context, c Client) error {
 		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
 			scoped, issue, ok := l.opts.Format.parseInfoKey(iter.Val())
@@ -172,7 +172,7 @@ func (l *Locker) List(ctx context.Context, agent string) ([]Info, error) {
 			mu.Unlock()
 		}
 		if err := iter.Err(); err != nil {
-			return fmt.Errorf("lockmw: scan %s: %w", pattern, err)
+			return fmt.Errorf("lease: scan %s: %w", pattern, err)
 		}
 		return nil
 	}

@@ -1,4 +1,4 @@
-package lockmw
+package lease
 
 import (
 	"context"
@@ -76,9 +76,22 @@ type Options struct {
 	Observer Observer
 }
 
+// Client is what the lease needs of a Redis client: scripts (EVALSHA, EVAL, and
+// Process for the hot path's own script commands), pipelines, GET (Check), SCAN (List)
+// and SUBSCRIBE (WatchEvictions). redis.UniversalClient satisfies it, and so do
+// *redis.Client and *redis.ClusterClient.
+type Client interface {
+	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+	Get(ctx context.Context, key string) *redis.StringCmd
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
 // Locker hands out per-issue leases. It is safe for concurrent use.
 type Locker struct {
-	rdb   redis.UniversalClient
+	rdb   Client
 	opts  Options
 	ttlMS int64 // opts.TTL in ms, for the scripts' arguments (by pointer)
 	// starter starts the heartbeats of the leases held long enough to need one.
@@ -88,27 +101,27 @@ type Locker struct {
 }
 
 // New returns a Locker on rdb. It does no I/O.
-func New(rdb redis.UniversalClient, opts Options) (*Locker, error) {
+func New(rdb Client, opts Options) (*Locker, error) {
 	if rdb == nil {
-		return nil, errors.New("lockmw: nil redis client")
+		return nil, errors.New("lease: nil redis client")
 	}
 	if opts.TTL == 0 {
 		opts.TTL = DefaultTTL
 	}
 	if opts.TTL < MinTTL {
-		return nil, fmt.Errorf("lockmw: LOCK_TTL must be at least %s, got %s", MinTTL, opts.TTL)
+		return nil, fmt.Errorf("lease: LOCK_TTL must be at least %s, got %s", MinTTL, opts.TTL)
 	}
 	if opts.SafetyMargin == 0 {
 		opts.SafetyMargin = DefaultSafetyMargin(opts.TTL)
 	}
 	if opts.SafetyMargin < 0 || opts.SafetyMargin >= opts.TTL*2/3 {
-		return nil, fmt.Errorf("lockmw: safety margin %s must be in [0, 2/3 of LOCK_TTL %s)", opts.SafetyMargin, opts.TTL)
+		return nil, fmt.Errorf("lease: safety margin %s must be in [0, 2/3 of LOCK_TTL %s)", opts.SafetyMargin, opts.TTL)
 	}
 	if opts.MaxHold == 0 {
 		opts.MaxHold = DefaultMaxHold
 	}
 	if opts.MaxHold < 0 {
-		return nil, fmt.Errorf("lockmw: LOCK_MAX_HOLD must be positive, got %s", opts.MaxHold)
+		return nil, fmt.Errorf("lease: LOCK_MAX_HOLD must be positive, got %s", opts.MaxHold)
 	}
 	if opts.KeyPattern == nil {
 		opts.KeyPattern = DefaultKeyPattern
@@ -126,6 +139,17 @@ func New(rdb redis.UniversalClient, opts Options) (*Locker, error) {
 // TTL is the lease TTL; settings that must be sized against it (a kill grace, a
 // claim threshold) read it here.
 func (l *Locker) TTL() time.Duration { return l.opts.TTL }
+
+// Client is the Redis client the Locker was made with, for layers that send their
+// own commands beside the lease's (a middleware's XACK).
+func (l *Locker) Client() Client { return l.rdb }
+
+// Format is the layout of the Locker's keys (Options.Format).
+func (l *Locker) Format() KeyFormat { return l.opts.Format }
+
+// Observer is the Locker's Observer (Options.Observer, or one that ignores
+// everything), for layers that report more of its events (a middleware's conflicts).
+func (l *Locker) Observer() Observer { return l.opts.Observer }
 
 // HeartbeatInterval is how often a held lease is extended (TTL/3). A subscriber's
 // claim threshold must exceed it, or entries whose lease is alive could be claimed.
@@ -258,10 +282,10 @@ func (a *acquisition) scriptKeys() []string {
 func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lease, error) {
 	l, agent, issue := a.l, a.agent, a.issue
 	if err != nil {
-		return nil, fmt.Errorf("lockmw: acquire %s: %w", a.keys.Lock, err)
+		return nil, fmt.Errorf("lease: acquire %s: %w", a.keys.Lock, err)
 	}
 	if len(res) < 2 {
-		return nil, fmt.Errorf("lockmw: acquire %s: unexpected reply %v", a.keys.Lock, res)
+		return nil, fmt.Errorf("lease: acquire %s: unexpected reply %v", a.keys.Lock, res)
 	}
 	if n, _ := res[0].(int64); n == 2 && len(res) >= 3 {
 		l.opts.Observer.Busy(agent)

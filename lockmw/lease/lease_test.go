@@ -1,4 +1,4 @@
-package lockmw_test
+package lease_test
 
 import (
 	"bytes"
@@ -17,24 +17,24 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // newLocker returns a Locker whose keys live in this test's namespace:
 // lock:<ns>triage:RHEL-123 and so on.
-func newLocker(t testing.TB, rdb redis.UniversalClient, ns string, o lockmw.Options) *lockmw.Locker {
+func newLocker(t testing.TB, rdb redis.UniversalClient, ns string, o lease.Options) *lease.Locker {
 	t.Helper()
 	o.Scope = ns
-	l, err := lockmw.New(rdb, o)
+	l, err := lease.New(rdb, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
 
-func mustAcquire(t testing.TB, l *lockmw.Locker, agent, key string) *lockmw.Lease {
+func mustAcquire(t testing.TB, l *lease.Locker, agent, key string) *lease.Lease {
 	t.Helper()
-	le, err := l.Acquire(context.Background(), agent, key, lockmw.AcquireOptions{})
+	le, err := l.Acquire(context.Background(), agent, key, lease.AcquireOptions{})
 	if err != nil {
 		t.Fatalf("acquire %s %s: %v", agent, key, err)
 	}
@@ -67,23 +67,23 @@ func exists(t testing.TB, rdb redis.UniversalClient, key string) bool {
 
 func TestAcquireSucceedsOnEmptyKey(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	if got := get(t, rdb, "lock:"+ns+"triage:RHEL-123"); got != le.Token() {
 		t.Fatalf("lock key holds %q, want the token %q", got, le.Token())
 	}
-	if ttl := rdb.PTTL(context.Background(), "lock:"+ns+"triage:RHEL-123").Val(); ttl <= 0 || ttl > lockmw.DefaultTTL {
-		t.Fatalf("PTTL = %s, want in (0, %s]", ttl, lockmw.DefaultTTL)
+	if ttl := rdb.PTTL(context.Background(), "lock:"+ns+"triage:RHEL-123").Val(); ttl <= 0 || ttl > lease.DefaultTTL {
+		t.Fatalf("PTTL = %s, want in (0, %s]", ttl, lease.DefaultTTL)
 	}
 }
 
 func TestAcquireFailsWhenAlreadyHeld(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{Owner: "worker-a"})
+	l := newLocker(t, rdb, ns, lease.Options{Owner: "worker-a"})
 	first := mustAcquire(t, l, "triage", "RHEL-123")
-	_, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{Owner: "worker-b"})
-	var locked *lockmw.LockedError
-	if !errors.Is(err, lockmw.ErrLocked) || !errors.As(err, &locked) {
+	_, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{Owner: "worker-b"})
+	var locked *lease.LockedError
+	if !errors.Is(err, lease.ErrLocked) || !errors.As(err, &locked) {
 		t.Fatalf("second acquire: err = %v, want ErrLocked", err)
 	}
 	if locked.Holder.Owner != "worker-a" || locked.Holder.Fence != first.Fence() || locked.Holder.TTL <= 0 {
@@ -96,13 +96,13 @@ func TestAcquireFailsWhenAlreadyHeld(t *testing.T) {
 
 func TestAcquireSucceedsAfterExpiry(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	// A holder that died: its key expires for real, nobody deletes it.
 	key := "lock:" + ns + "triage:RHEL-123"
 	if err := rdb.Set(context.Background(), key, "dead-holder", 150*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{}); !errors.Is(err, lockmw.ErrLocked) {
+	if _, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{}); !errors.Is(err, lease.ErrLocked) {
 		t.Fatalf("acquire while held: %v", err)
 	}
 	redistest.Eventually(t, 3*time.Second, func() bool { return !exists(t, rdb, key) }, "the key to expire on the server")
@@ -114,7 +114,7 @@ func TestAcquireSucceedsAfterExpiry(t *testing.T) {
 
 func TestReleaseSucceedsWithMatchingToken(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	deleted, err := le.Release(context.Background())
 	if err != nil || !deleted {
@@ -127,14 +127,14 @@ func TestReleaseSucceedsWithMatchingToken(t *testing.T) {
 	if !exists(t, rdb, keys.Fence) {
 		t.Fatal("fence counter must outlive the lease")
 	}
-	if !errors.Is(le.Err(), lockmw.ErrReleased) {
+	if !errors.Is(le.Err(), lease.ErrReleased) {
 		t.Fatalf("lease cause = %v, want ErrReleased", le.Err())
 	}
 }
 
 func TestReleaseFailsWithWrongToken(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	// Our key expired and a foreign holder (say, a Python agent) took it.
 	rdb.Set(context.Background(), le.Keys().Lock, "foreign-token", time.Minute)
@@ -149,7 +149,7 @@ func TestReleaseFailsWithWrongToken(t *testing.T) {
 
 func TestReleaseFailsOnExpiredKey(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	rdb.Del(context.Background(), le.Keys().Lock)
 	if deleted, err := le.Release(context.Background()); err != nil || deleted {
@@ -165,9 +165,9 @@ func (b *beats) hook(context.Context, redis.Pipeliner) { b.n.Add(1) }
 
 func TestExtendSucceedsWithMatchingToken(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 300 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond})
 	var b beats
-	le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{OnHeartbeat: b.hook})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{OnHeartbeat: b.hook})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,11 +184,11 @@ func TestExtendSucceedsWithMatchingToken(t *testing.T) {
 
 func TestExtendFailsWithWrongToken(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 300 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	rdb.Set(context.Background(), le.Keys().Lock, "foreign-token", time.Minute)
 	<-le.Context().Done()
-	if !errors.Is(context.Cause(le.Context()), lockmw.ErrLeaseLost) {
+	if !errors.Is(context.Cause(le.Context()), lease.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", context.Cause(le.Context()))
 	}
 	if get(t, rdb, le.Keys().Lock) != "foreign-token" {
@@ -201,11 +201,11 @@ func TestExtendFailsWithWrongToken(t *testing.T) {
 
 func TestExtendFailsOnExpiredKey(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 300 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	rdb.Del(context.Background(), le.Keys().Lock)
 	<-le.Context().Done()
-	if !errors.Is(context.Cause(le.Context()), lockmw.ErrLeaseLost) {
+	if !errors.Is(context.Cause(le.Context()), lease.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", context.Cause(le.Context()))
 	}
 	if exists(t, rdb, le.Keys().Lock) {
@@ -215,10 +215,10 @@ func TestExtendFailsOnExpiredKey(t *testing.T) {
 
 func TestHeartbeatCallsExtendPeriodically(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 150 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 150 * time.Millisecond})
 	var b beats
 	start := time.Now()
-	le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{OnHeartbeat: b.hook})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{OnHeartbeat: b.hook})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,9 +232,9 @@ func TestHeartbeatCallsExtendPeriodically(t *testing.T) {
 
 func TestHeartbeatStopsWhenLockLost(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 150 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 150 * time.Millisecond})
 	var b beats
-	le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{OnHeartbeat: b.hook})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{OnHeartbeat: b.hook})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,9 +254,9 @@ func TestHeartbeatSurvivesRedisError(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	rdb := srv.Client()
 	ns := redistest.Namespace()
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 3 * time.Second})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 3 * time.Second})
 	var b beats
-	le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{OnHeartbeat: b.hook})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{OnHeartbeat: b.hook})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestHeartbeatSurvivesRedisError(t *testing.T) {
 
 func TestHeartbeatIsCleanlyCancellable(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 60 * time.Second})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 60 * time.Second})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	done := make(chan struct{})
 	go func() { le.Release(context.Background()); close(done) }()
@@ -290,7 +290,7 @@ func TestHeartbeatIsCleanlyCancellable(t *testing.T) {
 
 func TestAcquireAndReleaseOnNormalExit(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	if get(t, rdb, le.Keys().Lock) != le.Token() {
 		t.Fatal("key does not hold the token inside the block")
@@ -303,9 +303,9 @@ func TestAcquireAndReleaseOnNormalExit(t *testing.T) {
 
 func TestReleaseOnError(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	work := func() (err error) {
-		le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{})
+		le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{})
 		if err != nil {
 			return err
 		}
@@ -322,9 +322,9 @@ func TestReleaseOnError(t *testing.T) {
 
 func TestReleaseOnCancellation(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
-	le, err := l.Acquire(ctx, "triage", "RHEL-123", lockmw.AcquireOptions{})
+	le, err := l.Acquire(ctx, "triage", "RHEL-123", lease.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,11 +341,11 @@ func TestReleaseOnCancellation(t *testing.T) {
 
 func TestYieldsLockedWhenHeldByForeignKey(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	key := "lock:" + ns + "triage:RHEL-123"
 	rdb.Set(context.Background(), key, "python-agent-token", time.Minute)
-	_, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{})
-	if !errors.Is(err, lockmw.ErrLocked) {
+	_, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{})
+	if !errors.Is(err, lease.ErrLocked) {
 		t.Fatalf("err = %v, want ErrLocked", err)
 	}
 	if get(t, rdb, key) != "python-agent-token" {
@@ -355,15 +355,15 @@ func TestYieldsLockedWhenHeldByForeignKey(t *testing.T) {
 
 func TestTwoConcurrentLocksOnSameIssue(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	var wins, busy atomic.Int64
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{})
-			if errors.Is(err, lockmw.ErrLocked) {
+			le, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{})
+			if errors.Is(err, lease.ErrLocked) {
 				busy.Add(1)
 				return
 			}
@@ -383,7 +383,7 @@ func TestTwoConcurrentLocksOnSameIssue(t *testing.T) {
 
 func TestDifferentIssuesDoNotConflict(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	a := mustAcquire(t, l, "triage", "RHEL-111")
 	b := mustAcquire(t, l, "triage", "RHEL-222")
 	if a.Token() == b.Token() {
@@ -398,7 +398,7 @@ func TestDifferentIssuesDoNotConflict(t *testing.T) {
 
 func TestCustomPrefix(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "rebase", "RHEL-123")
 	if le.Keys().Lock != "lock:"+ns+"rebase:RHEL-123" || !exists(t, rdb, le.Keys().Lock) {
 		t.Fatalf("lock key %q not created", le.Keys().Lock)
@@ -414,7 +414,7 @@ func TestCustomPrefix(t *testing.T) {
 
 func TestDifferentPrefixesDoNotConflict(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	a := mustAcquire(t, l, "triage", "RHEL-123")
 	b := mustAcquire(t, l, "rebase", "RHEL-123")
 	if a.Token() == b.Token() {
@@ -426,13 +426,13 @@ func TestDifferentPrefixesDoNotConflict(t *testing.T) {
 
 func TestCanonicalKeys(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "  rhel-123\t")
 	if le.Issue() != "RHEL-123" || le.Keys().Lock != "lock:"+ns+"triage:RHEL-123" {
 		t.Fatalf("issue %q key %q, want RHEL-123", le.Issue(), le.Keys().Lock)
 	}
 	for _, spelling := range []string{"RHEL-123", "rhel-123", " Rhel-123 "} {
-		if _, err := l.Acquire(context.Background(), "triage", spelling, lockmw.AcquireOptions{}); !errors.Is(err, lockmw.ErrLocked) {
+		if _, err := l.Acquire(context.Background(), "triage", spelling, lease.AcquireOptions{}); !errors.Is(err, lease.ErrLocked) {
 			t.Fatalf("%q: err = %v, want ErrLocked (same canonical key)", spelling, err)
 		}
 	}
@@ -440,12 +440,12 @@ func TestCanonicalKeys(t *testing.T) {
 
 func TestInvalidKeysTouchNoRedisKey(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	bad := []string{"", "   ", "../x", "RHEL 123", "RHEL-12 3", strings.Repeat("A", 296) + "-123",
 		"RHEL-1\x00", "RHEL\x07-1", "RHEL-0", "123-RHEL", "-1", "RHEL-", "lock:triage:RHEL-1", "RHEL-1*"}
 	for _, k := range bad {
-		_, err := l.Acquire(context.Background(), "triage", k, lockmw.AcquireOptions{})
-		if !errors.Is(err, lockmw.ErrInvalidKey) {
+		_, err := l.Acquire(context.Background(), "triage", k, lease.AcquireOptions{})
+		if !errors.Is(err, lease.ErrInvalidKey) {
 			t.Errorf("%q: err = %v, want ErrInvalidKey", k, err)
 		}
 	}
@@ -456,8 +456,8 @@ func TestInvalidKeysTouchNoRedisKey(t *testing.T) {
 
 func TestKeyPatternConfigurable(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{KeyPattern: regexp.MustCompile(`^ISSUE[0-9]+$`)})
-	if _, err := l.Acquire(context.Background(), "triage", "RHEL-1", lockmw.AcquireOptions{}); !errors.Is(err, lockmw.ErrInvalidKey) {
+	l := newLocker(t, rdb, ns, lease.Options{KeyPattern: regexp.MustCompile(`^ISSUE[0-9]+$`)})
+	if _, err := l.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{}); !errors.Is(err, lease.ErrInvalidKey) {
 		t.Fatalf("RHEL-1 under a custom pattern: %v", err)
 	}
 	le := mustAcquire(t, l, "triage", "issue42")
@@ -468,7 +468,7 @@ func TestKeyPatternConfigurable(t *testing.T) {
 
 func TestClusterKeysShareOneHashTag(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{Format: lockmw.KeysCluster})
+	l := newLocker(t, rdb, ns, lease.Options{Format: lease.KeysCluster})
 	k := l.Keys("triage", "RHEL-123")
 	for _, key := range []string{k.Lock, k.Info, k.Fence, k.Queue, k.Done} {
 		if !strings.Contains(key, "{"+ns+"triage:RHEL-123}") || strings.Count(key, "{") != 1 {
@@ -479,7 +479,7 @@ func TestClusterKeysShareOneHashTag(t *testing.T) {
 	if le.Keys().Lock != "lock:{"+ns+"triage:RHEL-123}" || get(t, rdb, le.Keys().Lock) != le.Token() {
 		t.Fatalf("cluster lease key %q", le.Keys().Lock)
 	}
-	if _, err := l.Acquire(context.Background(), "triage", "RHEL-123", lockmw.AcquireOptions{}); !errors.Is(err, lockmw.ErrLocked) {
+	if _, err := l.Acquire(context.Background(), "triage", "RHEL-123", lease.AcquireOptions{}); !errors.Is(err, lease.ErrLocked) {
 		t.Fatalf("second acquire: %v", err)
 	}
 	le.Release(context.Background())
@@ -490,9 +490,9 @@ func TestClusterKeysShareOneHashTag(t *testing.T) {
 
 func TestLeaseRecordForOperators(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	before := time.Now().Add(-time.Second)
-	le, err := l.Acquire(context.Background(), "triage", "RHEL-9", lockmw.AcquireOptions{Owner: "pod-7-0", MessageID: "1700000000000-3"})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-9", lease.AcquireOptions{Owner: "pod-7-0", MessageID: "1700000000000-3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,7 +513,7 @@ func TestLeaseRecordForOperators(t *testing.T) {
 
 func TestFencesStrictlyIncrease(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 150 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 150 * time.Millisecond})
 	var last int64
 	for i := range 5 {
 		le := mustAcquire(t, l, "triage", "RHEL-5")
@@ -532,7 +532,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 
 func TestFencedPublishRefusedAfterLoss(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-7")
 	stream := ns + "out"
 	if _, err := le.XAdd(context.Background(), stream, 0, map[string]any{"fence": le.Fence()}); err != nil {
@@ -542,10 +542,10 @@ func TestFencedPublishRefusedAfterLoss(t *testing.T) {
 	if err != nil || newFence <= le.Fence() {
 		t.Fatalf("force release = %d, %v; want a fence above %d", newFence, err, le.Fence())
 	}
-	if _, err := le.XAdd(context.Background(), stream, 0, map[string]any{"late": "1"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+	if _, err := le.XAdd(context.Background(), stream, 0, map[string]any{"late": "1"}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("publish after force release: %v, want ErrLeaseLost", err)
 	}
-	if err := le.Check(context.Background()); !errors.Is(err, lockmw.ErrLeaseLost) {
+	if err := le.Check(context.Background()); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("check after force release: %v", err)
 	}
 	if n := rdb.XLen(context.Background(), stream).Val(); n != 1 {
@@ -577,7 +577,7 @@ func TestLossCancelsLoggedAndCounted(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	var logs syncBuffer
 	obs := &countingObserver{}
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 300 * time.Millisecond, Logger: zerolog.New(&logs), Observer: obs})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond, Logger: zerolog.New(&logs), Observer: obs})
 	le := mustAcquire(t, l, "triage", "RHEL-77")
 	rdb.Del(context.Background(), le.Keys().Lock) // stolen behind the holder's back
 	select {
@@ -585,7 +585,7 @@ func TestLossCancelsLoggedAndCounted(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("lease context not cancelled after the key vanished")
 	}
-	if !errors.Is(context.Cause(le.Context()), lockmw.ErrLeaseLost) {
+	if !errors.Is(context.Cause(le.Context()), lease.ErrLeaseLost) {
 		t.Fatalf("cause = %v", context.Cause(le.Context()))
 	}
 	out := logs.String()
@@ -594,18 +594,18 @@ func TestLossCancelsLoggedAndCounted(t *testing.T) {
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	if len(obs.lost) != 1 || !errors.Is(obs.lost[0], lockmw.ErrLeaseLost) || obs.acquired != 1 {
+	if len(obs.lost) != 1 || !errors.Is(obs.lost[0], lease.ErrLeaseLost) || obs.acquired != 1 {
 		t.Fatalf("observer: %+v", obs)
 	}
 }
 
 func TestMaxHold(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 3 * time.Second, MaxHold: 300 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 3 * time.Second, MaxHold: 300 * time.Millisecond})
 	start := time.Now()
 	le := mustAcquire(t, l, "triage", "RHEL-8")
 	<-le.Context().Done()
-	if !errors.Is(context.Cause(le.Context()), lockmw.ErrMaxHold) {
+	if !errors.Is(context.Cause(le.Context()), lease.ErrMaxHold) {
 		t.Fatalf("cause = %v, want ErrMaxHold", context.Cause(le.Context()))
 	}
 	if el := time.Since(start); el < 300*time.Millisecond {
@@ -620,8 +620,8 @@ func TestUnprovenWhenRedisUnreachable(t *testing.T) {
 	rdb := srv.Client()
 	ns := redistest.Namespace()
 	ttl := 900 * time.Millisecond
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: ttl})
-	le, err := l.Acquire(context.Background(), "triage", "RHEL-10", lockmw.AcquireOptions{})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: ttl})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-10", lease.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,7 +632,7 @@ func TestUnprovenWhenRedisUnreachable(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("lease not given up while Redis was unreachable")
 	}
-	if !errors.Is(context.Cause(le.Context()), lockmw.ErrLeaseUnproven) {
+	if !errors.Is(context.Cause(le.Context()), lease.ErrLeaseUnproven) {
 		t.Fatalf("cause = %v, want ErrLeaseUnproven", context.Cause(le.Context()))
 	}
 	// It must give up before the key could have expired on the server, not long after.
@@ -647,8 +647,8 @@ func TestReleaseFailureWhenRedisDownIsSwallowedAndKeyExpires(t *testing.T) {
 	defer rdb.Close()
 	ns := redistest.Namespace()
 	var logs syncBuffer
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 2 * time.Second, Logger: zerolog.New(&logs)})
-	le, err := l.Acquire(context.Background(), "triage", "RHEL-11", lockmw.AcquireOptions{})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 2 * time.Second, Logger: zerolog.New(&logs)})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-11", lease.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,8 +672,8 @@ func TestReleaseFailureWhenRedisDownIsSwallowedAndKeyExpires(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	rdb, _ := redistest.Client(t)
-	for _, o := range []lockmw.Options{{TTL: -time.Second}, {MaxHold: -time.Hour}, {TTL: time.Second, SafetyMargin: time.Second}} {
-		if _, err := lockmw.New(rdb, o); err == nil {
+	for _, o := range []lease.Options{{TTL: -time.Second}, {MaxHold: -time.Hour}, {TTL: time.Second, SafetyMargin: time.Second}} {
+		if _, err := lease.New(rdb, o); err == nil {
 			t.Errorf("New(%+v) accepted bad config", o)
 		}
 	}
@@ -698,8 +698,8 @@ func TestUnprovenWhenRedisHangs(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true, ReadTimeout: 10 * time.Second})
 	defer rdb.Close()
 	ttl := 900 * time.Millisecond
-	l := newLocker(t, rdb, redistest.Namespace(), lockmw.Options{TTL: ttl})
-	le, err := l.Acquire(context.Background(), "triage", "RHEL-12", lockmw.AcquireOptions{})
+	l := newLocker(t, rdb, redistest.Namespace(), lease.Options{TTL: ttl})
+	le, err := l.Acquire(context.Background(), "triage", "RHEL-12", lease.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -711,7 +711,7 @@ func TestUnprovenWhenRedisHangs(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("lease not given up while Redis hung")
 	}
-	if el := time.Since(start); el > ttl || !errors.Is(context.Cause(le.Context()), lockmw.ErrLeaseUnproven) {
+	if el := time.Since(start); el > ttl || !errors.Is(context.Cause(le.Context()), lease.ErrLeaseUnproven) {
 		t.Fatalf("gave up after %s (TTL %s) with %v", el, ttl, context.Cause(le.Context()))
 	}
 }
@@ -719,8 +719,8 @@ func TestUnprovenWhenRedisHangs(t *testing.T) {
 // LockKey is the Lock name of Keys, in both formats (the fetcher relies on it).
 func TestLockKeyMatchesKeys(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	for _, f := range []lockmw.KeyFormat{lockmw.KeysCompat, lockmw.KeysCluster} {
-		l := newLocker(t, rdb, ns, lockmw.Options{Format: f})
+	for _, f := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
+		l := newLocker(t, rdb, ns, lease.Options{Format: f})
 		if got, want := l.LockKey("rebase", "RHEL-7"), l.Keys("rebase", "RHEL-7").Lock; got != want {
 			t.Fatalf("format %d: LockKey %q, Keys().Lock %q", f, got, want)
 		}
@@ -729,11 +729,11 @@ func TestLockKeyMatchesKeys(t *testing.T) {
 
 // The hand-written matcher used for DefaultKeyPattern agrees with the regexp.
 func TestDefaultPatternMatcherAgreesWithRegexp(t *testing.T) {
-	custom := regexp.MustCompile(lockmw.DefaultKeyPattern.String()) // another pointer: the regexp path
+	custom := regexp.MustCompile(lease.DefaultKeyPattern.String()) // another pointer: the regexp path
 	for _, k := range []string{"RHEL-1", "RHEL-10", "A-9", "A_B9-123", "RHEL-0", "RHEL-01", "RHEL-", "-1", "1A-1",
 		"RHEL-1-2", "RHEL_X-5", "rhel-1", "R-1a", "RH EL-1", "RHEL--1", "Ä-1", "RHEL-1\n", "_A-1", "AB", ""} {
-		_, got := lockmw.Canonicalize(k, nil)
-		_, want := lockmw.Canonicalize(k, custom)
+		_, got := lease.Canonicalize(k, nil)
+		_, want := lease.Canonicalize(k, custom)
 		if (got == nil) != (want == nil) {
 			t.Errorf("%q: default pattern err %v, regexp err %v", k, got, want)
 		}
@@ -744,9 +744,9 @@ func TestDefaultPatternMatcherAgreesWithRegexp(t *testing.T) {
 // milliseconds, long before TTL/3.
 func TestHeldLeaseStartsNoGoroutineBeforeFirstExtend(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: time.Minute})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: time.Minute})
 	before := runtime.NumGoroutine()
-	var leases []*lockmw.Lease
+	var leases []*lease.Lease
 	for i := range 200 {
 		leases = append(leases, mustAcquire(t, l, "triage", "RHEL-"+strconv.Itoa(i+1)))
 	}
@@ -767,7 +767,7 @@ func TestHeldLeaseStartsNoGoroutineBeforeFirstExtend(t *testing.T) {
 // check applies again.
 func TestSupersededSurvivesAClockStepBack(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	ctx := context.Background()
 	done := l.Keys("triage", "RHEL-1").Done
 	now := rdb.Time(ctx).Val()
@@ -775,7 +775,7 @@ func TestSupersededSurvivesAClockStepBack(t *testing.T) {
 	// the server sees it after its clock was stepped back ten minutes.
 	ahead := now.Add(10 * time.Minute).UnixMilli()
 	rdb.Set(ctx, done, strconv.FormatInt(ahead, 10)+" 1-0 0", time.Hour)
-	le, err := l.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "2-0", EntryTime: now})
+	le, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "2-0", EntryTime: now})
 	if err != nil {
 		t.Fatalf("an event after a clock step back: %v, want it to run", err)
 	}
@@ -785,8 +785,8 @@ func TestSupersededSurvivesAClockStepBack(t *testing.T) {
 	// A release recorded in the server's past still supersedes older events.
 	past := now.Add(-time.Minute)
 	rdb.Set(ctx, done, strconv.FormatInt(now.UnixMilli(), 10)+" 2-0 0", time.Hour)
-	_, err = l.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "3-0", EntryTime: past})
-	var sup *lockmw.SupersededError
+	_, err = l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "3-0", EntryTime: past})
+	var sup *lease.SupersededError
 	if !errors.As(err, &sup) {
 		t.Fatalf("an event older than the last release: %v, want a SupersededError", err)
 	}

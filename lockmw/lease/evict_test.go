@@ -1,4 +1,4 @@
-package lockmw_test
+package lease_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // A force release ends the holder's lease at once when its Locker watches evictions,
@@ -15,7 +15,7 @@ import (
 // release is not ended by it.
 func TestForceReleaseEndsTheWatchedLeaseAtOnce(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{TTL: 30 * time.Second})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan error, 1)
 	go func() { watched <- l.WatchEvictions(ctx) }()
@@ -23,13 +23,13 @@ func TestForceReleaseEndsTheWatchedLeaseAtOnce(t *testing.T) {
 		return rdb.PubSubNumSub(ctx, l.EvictionChannel()).Val()[l.EvictionChannel()] == 1
 	}, "the locker subscribed to %s", l.EvictionChannel())
 	le := mustAcquire(t, l, "triage", "RHEL-1")
-	op := newLocker(t, rdb, ns, lockmw.Options{Owner: "operator"})
+	op := newLocker(t, rdb, ns, lease.Options{Owner: "operator"})
 	start := time.Now()
 	if _, err := op.ForceRelease(ctx, "triage", "RHEL-1"); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, time.Second, func() bool { return le.Err() != nil }, "the evicted lease ends")
-	if !errors.Is(le.Err(), lockmw.ErrLeaseLost) {
+	if !errors.Is(le.Err(), lease.ErrLeaseLost) {
 		t.Fatalf("cause %v, want ErrLeaseLost", le.Err())
 	}
 	t.Logf("evicted lease ended %s after the force release", time.Since(start).Round(time.Millisecond))

@@ -1,4 +1,4 @@
-package lockmw_test
+package lease_test
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"testing"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 func TestInspectManyFindsLiveLeasesInOneBatch(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{Owner: "w1"})
+	l := newLocker(t, rdb, ns, lease.Options{Owner: "w1"})
 	ctx := context.Background()
-	le, err := l.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{MessageID: "1-1"})
+	le, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "1-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func TestInspectManyFindsLiveLeasesInOneBatch(t *testing.T) {
 	if err := rdb.Set(ctx, "lock:"+ns+"rebase:RHEL-2", "python", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := l.InspectMany(ctx, []lockmw.Ref{
+	got, err := l.InspectMany(ctx, []lease.Ref{
 		{Agent: "triage", Issue: " rhel-1 "}, {Agent: "triage", Issue: "RHEL-1"},
 		{Agent: "rebase", Issue: "RHEL-2"}, {Agent: "triage", Issue: "RHEL-3"}, {Agent: "triage", Issue: "../x"},
 	})
@@ -32,11 +32,11 @@ func TestInspectManyFindsLiveLeasesInOneBatch(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("got %d leases, want 2: %+v", len(got), got)
 	}
-	info := got[lockmw.Ref{Agent: "triage", Issue: "RHEL-1"}]
+	info := got[lease.Ref{Agent: "triage", Issue: "RHEL-1"}]
 	if info.Owner != "w1" || info.Fence != le.Fence() || info.MessageID != "1-1" || info.TTL <= 0 || info.AcquiredAt.IsZero() {
 		t.Fatalf("triage RHEL-1 = %+v", info)
 	}
-	if plain, ok := got[lockmw.Ref{Agent: "rebase", Issue: "RHEL-2"}]; !ok || plain.Owner != "" {
+	if plain, ok := got[lease.Ref{Agent: "rebase", Issue: "RHEL-2"}]; !ok || plain.Owner != "" {
 		t.Fatalf("plain lock = %+v, %v", plain, ok)
 	}
 }
@@ -44,9 +44,9 @@ func TestInspectManyFindsLiveLeasesInOneBatch(t *testing.T) {
 func TestListScansOnlyThisScopesLeases(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
-	l := newLocker(t, rdb, ns, lockmw.Options{})
-	other := newLocker(t, rdb, ns+"other:", lockmw.Options{})
-	for _, r := range []lockmw.Ref{{Agent: "triage", Issue: "RHEL-2"}, {Agent: "triage", Issue: "RHEL-1"}, {Agent: "rebase", Issue: "RHEL-1"}} {
+	l := newLocker(t, rdb, ns, lease.Options{})
+	other := newLocker(t, rdb, ns+"other:", lease.Options{})
+	for _, r := range []lease.Ref{{Agent: "triage", Issue: "RHEL-2"}, {Agent: "triage", Issue: "RHEL-1"}, {Agent: "rebase", Issue: "RHEL-1"}} {
 		mustAcquire(t, l, r.Agent, r.Issue)
 	}
 	mustAcquire(t, other, "triage", "RHEL-9")
@@ -81,7 +81,7 @@ func TestListScansOnlyThisScopesLeases(t *testing.T) {
 
 func TestListClusterFormat(t *testing.T) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lockmw.Options{Format: lockmw.KeysCluster})
+	l := newLocker(t, rdb, ns, lease.Options{Format: lease.KeysCluster})
 	mustAcquire(t, l, "backport", "RHEL-4")
 	got, err := l.List(context.Background(), "backport")
 	if err != nil || len(got) != 1 || got[0].Agent != "backport" || got[0].Issue != "RHEL-4" {
@@ -94,7 +94,7 @@ func TestListClusterFormat(t *testing.T) {
 func TestForceReleaseFencesOutTheHolder(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
-	l := newLocker(t, rdb, ns, lockmw.Options{})
+	l := newLocker(t, rdb, ns, lease.Options{})
 	old := mustAcquire(t, l, "triage", "RHEL-8")
 	if _, err := old.XAdd(ctx, ns+"out", 0, map[string]any{"k": "before"}); err != nil {
 		t.Fatalf("publish while held: %v", err)
@@ -103,14 +103,14 @@ func TestForceReleaseFencesOutTheHolder(t *testing.T) {
 	if err != nil || fence <= old.Fence() {
 		t.Fatalf("ForceRelease = %d, %v (old fence %d)", fence, err, old.Fence())
 	}
-	if _, err := old.XAdd(ctx, ns+"out", 0, map[string]any{"k": "after"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+	if _, err := old.XAdd(ctx, ns+"out", 0, map[string]any{"k": "after"}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("publish after force-release = %v, want ErrLeaseLost", err)
 	}
 	next := mustAcquire(t, l, "triage", "RHEL-8")
 	if next.Fence() <= fence {
 		t.Fatalf("next fence %d not above %d", next.Fence(), fence)
 	}
-	if _, err := old.XAdd(ctx, ns+"out", 0, map[string]any{"k": "late"}); !errors.Is(err, lockmw.ErrLeaseLost) {
+	if _, err := old.XAdd(ctx, ns+"out", 0, map[string]any{"k": "late"}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("publish under the new holder's lease = %v, want ErrLeaseLost", err)
 	}
 	if n := rdb.XLen(ctx, ns+"out").Val(); n != 1 {

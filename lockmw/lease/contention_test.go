@@ -1,4 +1,4 @@
-package lockmw_test
+package lease_test
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // The contention test: 3 processes × 8 goroutines race for the same 20 keys. Every win is
@@ -28,9 +28,9 @@ import (
 // per key, and fencing means fences grow in start order.
 
 const (
-	envContender = "LOCKMW_CONTENDER_LEDGER"
-	envNS        = "LOCKMW_CONTENDER_NS"
-	envFor       = "LOCKMW_CONTENDER_FOR"
+	envContender = "LEASE_CONTENDER_LEDGER"
+	envNS        = "LEASE_CONTENDER_NS"
+	envFor       = "LEASE_CONTENDER_FOR"
 )
 
 func TestContentionAcrossProcesses(t *testing.T) {
@@ -135,7 +135,7 @@ func TestContender(t *testing.T) {
 	opts.DisableIdentity = true
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	l, err := lockmw.New(rdb, lockmw.Options{Scope: os.Getenv(envNS), TTL: 2 * time.Second})
+	l, err := lease.New(rdb, lease.Options{Scope: os.Getenv(envNS), TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +149,8 @@ func TestContender(t *testing.T) {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
 				key := "RHEL-" + strconv.Itoa(1+rand.IntN(20))
-				le, err := l.Acquire(context.Background(), "triage", key, lockmw.AcquireOptions{})
-				if errors.Is(err, lockmw.ErrLocked) {
+				le, err := l.Acquire(context.Background(), "triage", key, lease.AcquireOptions{})
+				if errors.Is(err, lease.ErrLocked) {
 					continue
 				}
 				if err != nil {

@@ -1,4 +1,4 @@
-package lockmw_test
+package lease_test
 
 import (
 	"context"
@@ -7,22 +7,22 @@ import (
 	"testing"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 func BenchmarkAcquireRelease(b *testing.B) {
 	rdb, ns := redistest.Client(b)
 	var rt redistest.RoundTrips
 	rdb.AddHook(&rt)
-	l := newLocker(b, rdb, ns, lockmw.Options{})
+	l := newLocker(b, rdb, ns, lease.Options{})
 	ctx := context.Background()
 	// Warm the script cache so EVALSHA hits, as it does in a long-running worker.
-	le, _ := l.Acquire(ctx, "triage", "RHEL-1", lockmw.AcquireOptions{})
+	le, _ := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{})
 	le.Release(ctx)
 	rt.Reset()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		le, err := l.Acquire(ctx, "triage", "RHEL-"+strconv.Itoa(1+i%1000), lockmw.AcquireOptions{})
+		le, err := l.Acquire(ctx, "triage", "RHEL-"+strconv.Itoa(1+i%1000), lease.AcquireOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -36,13 +36,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	rdb, ns := redistest.Client(b)
-	l := newLocker(b, rdb, ns, lockmw.Options{})
+	l := newLocker(b, rdb, ns, lease.Options{})
 	ctx := context.Background()
 	var seq atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			// Distinct keys: this measures throughput, not contention.
-			le, err := l.Acquire(ctx, "triage", "RHEL-"+strconv.FormatInt(1+seq.Add(1), 10), lockmw.AcquireOptions{})
+			le, err := l.Acquire(ctx, "triage", "RHEL-"+strconv.FormatInt(1+seq.Add(1), 10), lease.AcquireOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}

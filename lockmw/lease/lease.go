@@ -1,4 +1,4 @@
-package lockmw
+package lease
 
 import (
 	"context"
@@ -293,7 +293,7 @@ func (le *Lease) giveBack(ctx context.Context) {
 // entry this way): they are sent only once the release has succeeded, in a second
 // round trip, so they can never take effect before it, whatever the server's script
 // cache holds and however a Cluster client splits a pipeline across nodes. An error of
-// the extra commands is returned after the release is done.
+// the extra commands is returned after the release is done, wrapping ErrAfterRelease.
 func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner)) (bool, error) {
 	return le.release(ctx, then, &le.messageID)
 }
@@ -320,13 +320,13 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), m
 	if err != nil {
 		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).
 			Msg("lease release failed; the key will expire by its TTL")
-		return false, fmt.Errorf("lockmw: release %s: %w", le.keys.Lock, err)
+		return false, fmt.Errorf("lease: release %s: %w", le.keys.Lock, err)
 	}
 	return deleted, le.afterRelease(ctx, then)
 }
 
 // afterRelease sends then's commands, once the release has succeeded; their failure
-// wraps errAfterRelease.
+// wraps ErrAfterRelease.
 func (le *Lease) afterRelease(ctx context.Context, then func(pipe redis.Pipeliner)) error {
 	if then == nil {
 		return nil
@@ -334,14 +334,10 @@ func (le *Lease) afterRelease(ctx context.Context, then func(pipe redis.Pipeline
 	pipe := le.l.rdb.Pipeline()
 	then(pipe)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w %s: %w", errAfterRelease, le.keys.Lock, err)
+		return fmt.Errorf("%w %s: %w", ErrAfterRelease, le.keys.Lock, err)
 	}
 	return nil
 }
-
-// errAfterRelease marks a failure of the commands sent after a release that
-// succeeded (ReleaseWith's then): the lease is gone, only the rest failed.
-var errAfterRelease = errors.New("lockmw: released; the commands after the release failed:")
 
 // maxDrainRounds bounds the Cluster drain loop: each round publishes a follow-up that
 // replaced the one published in the round before, which takes an event per round.
@@ -387,12 +383,12 @@ func (le *Lease) releaseDrain(ctx context.Context) (bool, error) {
 		id, err := xonce.Run(ctx, le.l.rdb, xonce.Append{Stream: stream, ID: "follow-up-" + le.keys.Queue + "-" + qid,
 			Values: values, MaxLen: le.maxLen, TTL: le.l.opts.MaxHold + le.l.opts.TTL})
 		if err != nil {
-			return false, fmt.Errorf("lockmw: publish queued follow-up to %s: %w", stream, err)
+			return false, fmt.Errorf("lease: publish queued follow-up to %s: %w", stream, err)
 		}
 		le.requeued.Store(id)
 		published = qid
 	}
-	return false, fmt.Errorf("lockmw: drain %s: the queued follow-up kept being replaced", le.keys.Queue)
+	return false, fmt.Errorf("lease: drain %s: the queued follow-up kept being replaced", le.keys.Queue)
 }
 
 // Requeued is the stream id of the follow-up event that Release published (coalesce
@@ -413,7 +409,7 @@ func (le *Lease) Check(ctx context.Context) error {
 		return fmt.Errorf("%w: %s is not ours", ErrLeaseLost, le.keys.Lock)
 	}
 	if err != nil {
-		return fmt.Errorf("lockmw: check %s: %w", le.keys.Lock, err)
+		return fmt.Errorf("lease: check %s: %w", le.keys.Lock, err)
 	}
 	return nil
 }
@@ -444,7 +440,7 @@ func (le *Lease) XAdd(ctx context.Context, stream string, maxLen int64, values m
 		return "", fmt.Errorf("%w: publish to %s refused (fence %d)", ErrLeaseLost, stream, le.fence)
 	}
 	if err != nil {
-		return "", fmt.Errorf("lockmw: fenced xadd %s: %w", stream, err)
+		return "", fmt.Errorf("lease: fenced xadd %s: %w", stream, err)
 	}
 	return id, nil
 }

@@ -1,10 +1,10 @@
-package lockmw_test
+package lease_test
 
 import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // FuzzCanonicalize: any text either fails with ErrInvalidKey or gives a canonical key
@@ -15,11 +15,11 @@ func FuzzCanonicalize(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		k, err := lockmw.Canonicalize(raw, nil)
+		k, err := lease.Canonicalize(raw, nil)
 		if err != nil {
 			return
 		}
-		if !lockmw.DefaultKeyPattern.MatchString(k) || len(k) > 100 {
+		if !lease.DefaultKeyPattern.MatchString(k) || len(k) > 100 {
 			t.Fatalf("Canonicalize(%q) = %q, not a canonical key", raw, k)
 		}
 		for i := 0; i < len(k); i++ {
@@ -27,7 +27,7 @@ func FuzzCanonicalize(f *testing.F) {
 				t.Fatalf("Canonicalize(%q) = %q, not ASCII", raw, k)
 			}
 		}
-		if again, err := lockmw.Canonicalize(k, nil); err != nil || again != k {
+		if again, err := lease.Canonicalize(k, nil); err != nil || again != k {
 			t.Fatalf("not idempotent: %q → %q → %q, %v", raw, k, again, err)
 		}
 	})

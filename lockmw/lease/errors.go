@@ -1,0 +1,66 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Causes of a lease context's cancellation are wrapped around the
+// first four; check them with errors.Is(context.Cause(ctx), ErrLeaseLost).
+var (
+	// ErrLeaseLost: Redis says the lease is not ours any more (expired and maybe taken,
+	// or force-released by an operator).
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrLeaseUnproven: no extend has succeeded for TTL minus the safety margin, so the
+	// key may have expired on the server (Redis unreachable or too slow).
+	ErrLeaseUnproven = errors.New("lease unproven")
+	// ErrMaxHold: the lease was held for longer than MaxHold; a wedged holder gives up.
+	ErrMaxHold = errors.New("lease held past its maximum hold")
+	// ErrReleased: the holder released the lease.
+	ErrReleased = errors.New("lease released")
+	// ErrLocked is wrapped by *LockedError when another holder has the lease.
+	ErrLocked = errors.New("lease: issue is locked by another holder")
+	// ErrSuperseded is wrapped by *SupersededError: the event entered its stream before
+	// another event's run of the same issue ended (AcquireOptions.EntryTime).
+	ErrSuperseded = errors.New("lease: event superseded by a later run")
+	// ErrInvalidKey: an issue key that cannot name a lease. No Redis key is touched for
+	// it; retrying cannot help.
+	ErrInvalidKey = errors.New("lease: invalid issue key")
+	// ErrAfterRelease marks a failure of the commands sent after a release that
+	// succeeded (ReleaseWith's then, Handoff's ack): the lease is gone, only the rest
+	// failed.
+	ErrAfterRelease = errors.New("lease: released; the commands after the release failed:")
+)
+
+// SupersededError names the run that superseded an event.
+type SupersededError struct {
+	Agent, Issue string
+	ReleasedAt   time.Time
+	ByMessageID  string
+}
+
+func (e *SupersededError) Error() string {
+	return fmt.Sprintf("%v: %s:%s was worked on by message %s until %s", ErrSuperseded, e.Agent, e.Issue,
+		e.ByMessageID, e.ReleasedAt.UTC().Format(time.RFC3339Nano))
+}
+
+func (e *SupersededError) Unwrap() error { return ErrSuperseded }
+
+// LockedError says who holds the lease that Acquire could not take.
+type LockedError struct {
+	Holder Info
+	// Queued: the event was stored as the issue's follow-up (coalesce policy);
+	// Replaced: it replaced an older queued one.
+	Queued, Replaced bool
+}
+
+func (e *LockedError) Error() string {
+	h := e.Holder
+	if h.Owner == "" {
+		return fmt.Sprintf("%v: %s:%s (holder unknown: a plain lock key, e.g. a Python agent's)", ErrLocked, h.Agent, h.Issue)
+	}
+	return fmt.Sprintf("%v: %s:%s held by %s (fence %d)", ErrLocked, h.Agent, h.Issue, h.Owner, h.Fence)
+}
+
+func (e *LockedError) Unwrap() error { return ErrLocked }
