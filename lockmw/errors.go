@@ -2,5 +2,6 @@ package lockmw
 
 import "errors"
 
-// ErrNoIssueKey: the default Config.IssueKey found no MetaIssueKey metadata.
+// ErrNoIssueKey is returned by the default Config.IssueKey for a message without
+// MetaIssueKey metadata.
 var ErrNoIssueKey = errors.New("lockmw: event has no issue key")
