@@ -18,7 +18,7 @@ import (
 )
 
 // lua returns the concatenated source of Lua files, as the packages that embed them
-// put them together (lockmw: lease.lua before the scripts that use its steps).
+// put them together (lockmw/lease: lease.lua before the scripts that use its steps).
 func lua(t *testing.T, paths ...string) string {
 	t.Helper()
 	var src string
@@ -39,7 +39,7 @@ func lua(t *testing.T, paths ...string) string {
 // is pending, no record is doubled, and the issue is not stuck: a new event for it
 // runs within seconds, far less than the lease TTL.
 func TestLostReplyMatrix(t *testing.T) {
-	const dir = "../lockmw/scripts/"
+	const dir = "../lockmw/lease/scripts/"
 	lease := lua(t, dir+"lease.lua")
 	once := lua(t, "../internal/xonce/xadd_once.lua")
 	scripts := map[string]string{
