@@ -19,17 +19,17 @@ import (
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
-	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
 // env is one test's world: its own namespace on the shared test Redis, a fake Jira and
 // a real Jira client talking to it.
 type env struct {
-	*routertest.Env
+	*pipelinetest.Env
 	t       testing.TB
 	rdb     *redis.Client
 	ns      string
@@ -44,7 +44,7 @@ type env struct {
 
 func newEnv(t testing.TB, issues ...fakejira.Issue) *env {
 	t.Helper()
-	re := routertest.New(t)
+	re := pipelinetest.New(t)
 	rdb, ns, topo, opts := re.Client, re.Namespace, re.Topology, re.Options
 	fj := fakejira.New(fakejira.Options{Issues: issues, Token: "secret"})
 	url := fj.Start()

@@ -20,12 +20,12 @@ func TestOutcomesCountPerMinuteAndType(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 4, 12, 30, 30, 0, time.UTC)
-	in, err := inspect.New(inspect.Config{Client: e.rdb, Topology: e.topo, Locker: e.locker(time.Minute), Now: func() time.Time { return now }})
+	in, err := inspect.New(inspect.Config{Client: e.Client, Topology: e.Topology, Locker: e.TriageLocker(time.Minute), Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	add := func(at time.Time, seq int, typ string) {
-		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Results(), ID: fmt.Sprintf("%d-%d", at.UnixMilli(), seq),
+		if err := e.Client.XAdd(ctx, &redis.XAddArgs{Stream: e.Topology.Results(), ID: fmt.Sprintf("%d-%d", at.UnixMilli(), seq),
 			Values: map[string]any{"event_type": typ}}).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -55,10 +55,10 @@ func TestRunningNamesTheStreamOfTheGuardedEntry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	locker := e.locker(time.Minute)
+	locker := e.TriageLocker(time.Minute)
 	in := e.inspector(locker, 0)
-	c10s := e.topo.Stream("rebase", "c10s", false)
-	id, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: c10s, Values: map[string]any{"payload": "{}"}}).Result()
+	c10s := e.Topology.Stream("rebase", "c10s", false)
+	id, err := e.Client.XAdd(ctx, &redis.XAddArgs{Stream: c10s, Values: map[string]any{"payload": "{}"}}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestNewestDeadLettersAndDelete(t *testing.T) {
 	in := e.inspector(nil, 0)
 	var ids []string
 	for i := range 5 {
-		id, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Dead(), Values: map[string]any{"dead_error": fmt.Sprint("e", i)}}).Result()
+		id, err := e.Client.XAdd(ctx, &redis.XAddArgs{Stream: e.Topology.Dead(), Values: map[string]any{"dead_error": fmt.Sprint("e", i)}}).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,59 +1,23 @@
 package inspect_test
 
 import (
-	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/internal/routertest"
-	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
 )
 
-// env is one test's pipeline: its own namespace for streams and leases on the shared
-// test Redis.
+// env is one test's pipeline (pipelinetest.Env: its own namespace for streams and leases
+// on the shared test Redis) and the test it belongs to, for the helpers of this package.
 type env struct {
-	*routertest.Env
-	t    testing.TB
-	rdb  *redis.Client
-	ns   string
-	topo event.Topology
-	pub  *event.Publisher
-	opts *redis.UniversalOptions
+	*pipelinetest.Env
+	t testing.TB
 }
 
-func newEnv(t testing.TB) *env {
-	re := routertest.New(t)
-	return &env{Env: re, t: t, rdb: re.Client, ns: re.Namespace, topo: re.Topology, pub: re.Publisher, opts: re.Options}
-}
-
-func (e *env) locker(ttl time.Duration) *lease.Locker { return e.TriageLocker(ttl) }
-
-// routerOpts are the knobs tests turn; the rest are fast defaults.
-type routerOpts = routertest.TriageOptions
-
-func (e *env) start(ctx context.Context, o routerOpts, h message.NoPublishHandlerFunc) (*pipeline.Router, <-chan error) {
-	e.t.Helper()
-	return e.StartTriage(ctx, o, h)
-}
-
-func (e *env) triage() string { return e.topo.Stream("triage", "", false) }
-
-func (e *env) publishTriage(key string) string { return e.PublishTriage(key) }
-
-func (e *env) results(eventType string) []redis.XMessage { return e.Records(eventType) }
-
-func (e *env) dead() []redis.XMessage { return e.Entries(e.topo.Dead()) }
-
-func (e *env) pending(stream string) int64 { return e.Pending(stream, "triage") }
-
-// runs counts handler runs per issue key.
-type runs = routertest.Runs
+func newEnv(t testing.TB) *env { return &env{Env: pipelinetest.New(t), t: t} }
 
 func issueOf(msg *message.Message) string { return msg.Metadata.Get(event.MetaIssueKey) }
 

@@ -17,14 +17,15 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
 )
 
 func (e *env) inspector(locker *lease.Locker, page int64) *inspect.Inspector {
 	e.t.Helper()
 	if locker == nil {
-		locker = e.locker(time.Minute)
+		locker = e.TriageLocker(time.Minute)
 	}
-	in, err := inspect.New(inspect.Config{Client: e.rdb, Topology: e.topo, Locker: locker, PageSize: page})
+	in, err := inspect.New(inspect.Config{Client: e.Client, Topology: e.Topology, Locker: locker, PageSize: page})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func (e *env) publishTo(stream, eventType, key string) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	id, err := e.pub.PublishID(context.Background(), stream, msg)
+	id, err := e.Publisher.PublishID(context.Background(), stream, msg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -50,10 +51,10 @@ func (e *env) publishTo(stream, eventType, key string) string {
 func (e *env) readAs(stream, group, consumer string, n int64) []redis.XMessage {
 	e.t.Helper()
 	ctx := context.Background()
-	if err := e.rdb.XGroupCreateMkStream(ctx, stream, group, "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+	if err := e.Client.XGroupCreateMkStream(ctx, stream, group, "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		e.t.Fatal(err)
 	}
-	res, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, ">"}, Count: n}).Result()
+	res, err := e.Client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, ">"}, Count: n}).Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -64,10 +65,10 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	locker := e.locker(time.Minute)
+	locker := e.TriageLocker(time.Minute)
 	in := e.inspector(locker, 2) // pages of 2: the 4 entries take 2 pages
-	ids := []string{e.publishTriage("RHEL-1"), e.publishTriage("RHEL-2"), e.publishTriage("RHEL-3"), e.publishTriage("RHEL-4")}
-	e.readAs(e.triage(), "triage", "w1", 4)
+	ids := []string{e.PublishTriage("RHEL-1"), e.PublishTriage("RHEL-2"), e.PublishTriage("RHEL-3"), e.PublishTriage("RHEL-4")}
+	e.readAs(e.TriageStream(), "triage", "w1", 4)
 	// RHEL-1: its holder works on this very entry. RHEL-2: held for another entry.
 	// RHEL-3: nobody holds it (its consumer died). RHEL-4: the entry was deleted.
 	l1, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w1", MessageID: ids[0]})
@@ -80,7 +81,7 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Release(ctx)
-	e.rdb.XDel(ctx, e.triage(), ids[3])
+	e.Client.XDel(ctx, e.TriageStream(), ids[3])
 
 	groups, err := in.Pending(ctx, inspect.PendingFilter{})
 	if err != nil {
@@ -90,7 +91,7 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 		t.Fatalf("got %d groups, want only the existing triage group: %+v", len(groups), groups)
 	}
 	g := groups[0]
-	if g.Stream != e.triage() || g.Group != "triage" || g.Count != 4 || g.Lowest != ids[0] || g.Highest != ids[3] ||
+	if g.Stream != e.TriageStream() || g.Group != "triage" || g.Count != 4 || g.Lowest != ids[0] || g.Highest != ids[3] ||
 		len(g.Consumers) != 1 || g.Consumers[0] != (inspect.ConsumerPending{Name: "w1", Pending: 4}) || len(g.Entries) != 4 {
 		t.Fatalf("group = %+v", g)
 	}
@@ -136,7 +137,7 @@ func TestLocksAndForceRelease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	locker := e.locker(time.Minute)
+	locker := e.TriageLocker(time.Minute)
 	in := e.inspector(locker, 0)
 	held := map[string]*lease.Lease{}
 	for _, r := range []lease.Ref{{Agent: "triage", Issue: "RHEL-1"}, {Agent: "rebase", Issue: "RHEL-1"}, {Agent: "triage", Issue: "RHEL-2"}} {
@@ -169,7 +170,7 @@ func TestLocksAndForceRelease(t *testing.T) {
 		t.Fatalf("ForceRelease = %+v, %v", rel, err)
 	}
 	// The old holder is fenced out: its next publish is refused.
-	if _, err := old.XAdd(ctx, e.triage(), 0, map[string]any{"x": "1"}); !errors.Is(err, lease.ErrLeaseLost) {
+	if _, err := old.XAdd(ctx, e.TriageStream(), 0, map[string]any{"x": "1"}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("old holder's publish = %v, want ErrLeaseLost", err)
 	}
 	if _, err := in.Lease(ctx, "triage", "RHEL-1"); !errors.Is(err, inspect.ErrNotFound) {
@@ -186,11 +187,11 @@ func TestStreamsReportsGroupsLagAndConsumers(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 0)
-	first := e.publishTriage("RHEL-1")
-	e.publishTriage("RHEL-2")
-	last := e.publishTriage("RHEL-3")
-	e.readAs(e.triage(), "triage", "w1", 1)
-	e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Results(), Values: map[string]any{"event_type": "stage.done", "issue_key": "RHEL-1"}})
+	first := e.PublishTriage("RHEL-1")
+	e.PublishTriage("RHEL-2")
+	last := e.PublishTriage("RHEL-3")
+	e.readAs(e.TriageStream(), "triage", "w1", 1)
+	e.Client.XAdd(ctx, &redis.XAddArgs{Stream: e.Topology.Results(), Values: map[string]any{"event_type": "stage.done", "issue_key": "RHEL-1"}})
 
 	streams, err := in.Streams(ctx)
 	if err != nil {
@@ -200,7 +201,7 @@ func TestStreamsReportsGroupsLagAndConsumers(t *testing.T) {
 		t.Fatalf("got %d streams, want triage and results: %+v", len(streams), streams)
 	}
 	s := streams[0]
-	if s.Stream != e.triage() || s.Kind != inspect.KindInput || s.Agent != "triage" || s.Length != 3 || s.FirstID != first || s.LastID != last || len(s.Groups) != 1 {
+	if s.Stream != e.TriageStream() || s.Kind != inspect.KindInput || s.Agent != "triage" || s.Length != 3 || s.FirstID != first || s.LastID != last || len(s.Groups) != 1 {
 		t.Fatalf("triage = %+v", s)
 	}
 	g := s.Groups[0]
@@ -218,28 +219,28 @@ func TestHistoryOrdersEventsAcrossStreams(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 2)
-	c9s := e.topo.Stream("rebase", "c9s", false)
+	c9s := e.Topology.Stream("rebase", "c9s", false)
 	var want []string
 	step := func(id string) {
 		want = append(want, id)
 		time.Sleep(2 * time.Millisecond) // distinct milliseconds: the order is the ids' time
 	}
-	step(e.publishTriage("RHEL-7"))
-	e.publishTriage("RHEL-8")
-	id, _ := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Results(), Values: map[string]any{
+	step(e.PublishTriage("RHEL-7"))
+	e.PublishTriage("RHEL-8")
+	id, _ := e.Client.XAdd(ctx, &redis.XAddArgs{Stream: e.Topology.Results(), Values: map[string]any{
 		"event_type": "stage.done", "agent": "triage", "issue_key": "RHEL-7", "fence": "3", "correlation_id": "c-1",
-		"stream": e.triage(), "message_id": want[0], "outcome": "rebase"}}).Result()
+		"stream": e.TriageStream(), "message_id": want[0], "outcome": "rebase"}}).Result()
 	step(id)
 	step(e.publishTo(c9s, event.RebaseRequested, "rhel-7"))
-	id, _ = e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Results(), Values: map[string]any{
+	id, _ = e.Client.XAdd(ctx, &redis.XAddArgs{Stream: e.Topology.Results(), Values: map[string]any{
 		"event_type": "lock.dropped", "agent": "rebase", "issue_key": "RHEL-7", "holder": "w9", "holder_fence": "4", "holder_message_id": "9-9"}}).Result()
 	step(id)
-	id, _ = e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.topo.Dead(), Values: map[string]any{
+	id, _ = e.Client.XAdd(ctx, &redis.XAddArgs{Stream: e.Topology.Dead(), Values: map[string]any{
 		"_watermill_message_uuid": "u-1", "payload": `{"metadata":{"jira_issue":"RHEL-7"}}`, "m:issue_key": "RHEL-7",
 		"m:event_type": "rebase.requested", event.DeadFieldStream: c9s, event.DeadFieldID: want[2],
 		event.DeadFieldError: "boom", event.DeadFieldAttempts: "3", event.DeadFieldAgent: "rebase"}}).Result()
 	step(id)
-	step(e.publishTriage("RHEL-7"))
+	step(e.PublishTriage("RHEL-7"))
 
 	evs, err := in.History(ctx, " rhel-7")
 	if err != nil {
@@ -253,7 +254,7 @@ func TestHistoryOrdersEventsAcrossStreams(t *testing.T) {
 		t.Fatalf("history ids = %v, want %v\n%+v", got, want, evs)
 	}
 	types := []string{"triage.requested", "stage.done", "rebase.requested", "lock.dropped", "dead", "triage.requested"}
-	streams := []string{e.triage(), e.topo.Results(), c9s, e.topo.Results(), e.topo.Dead(), e.triage()}
+	streams := []string{e.TriageStream(), e.Topology.Results(), c9s, e.Topology.Results(), e.Topology.Dead(), e.TriageStream()}
 	for i, ev := range evs {
 		if ev.EventType != types[i] || ev.Stream != streams[i] || ev.Issue != "RHEL-7" || ev.Time.IsZero() {
 			t.Errorf("event %d = %+v, want %s on %s", i, ev, types[i], streams[i])
@@ -262,7 +263,7 @@ func TestHistoryOrdersEventsAcrossStreams(t *testing.T) {
 			t.Errorf("event %d goes back in time", i)
 		}
 	}
-	if evs[1].Fence != "3" || evs[1].CorrelationID != "c-1" || evs[1].Detail != "rebase" || evs[1].About != e.triage()+" "+want[0] {
+	if evs[1].Fence != "3" || evs[1].CorrelationID != "c-1" || evs[1].Detail != "rebase" || evs[1].About != e.TriageStream()+" "+want[0] {
 		t.Errorf("result = %+v", evs[1])
 	}
 	if evs[0].CorrelationID == "" || !strings.Contains(evs[3].Detail, "held by w9") || !strings.Contains(evs[4].Detail, "boom") {
@@ -280,19 +281,19 @@ func TestReplayOfARangeYieldsThatManyNewEvents(t *testing.T) {
 	in := e.inspector(nil, 2)
 	var ids []string
 	for _, k := range []string{"RHEL-1", "RHEL-2", "RHEL-1", "RHEL-3", "RHEL-1"} {
-		ids = append(ids, e.publishTriage(k))
+		ids = append(ids, e.PublishTriage(k))
 	}
-	originals, _ := e.rdb.XRange(ctx, e.triage(), "-", "+").Result()
+	originals, _ := e.Client.XRange(ctx, e.TriageStream(), "-", "+").Result()
 
 	dry, err := in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", From: ids[1], To: ids[3], DryRun: true})
-	if err != nil || len(dry.Events) != 3 || dry.Events[0].ID != "" || e.rdb.XLen(ctx, e.triage()).Val() != 5 {
+	if err != nil || len(dry.Events) != 3 || dry.Events[0].ID != "" || e.Client.XLen(ctx, e.TriageStream()).Val() != 5 {
 		t.Fatalf("dry run = %+v, %v", dry, err)
 	}
-	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: e.triage(), From: ids[1], To: ids[3]})
+	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: e.TriageStream(), From: ids[1], To: ids[3]})
 	if err != nil || len(rep.Events) != 3 {
 		t.Fatalf("Replay = %+v, %v", rep, err)
 	}
-	all, _ := e.rdb.XRange(ctx, e.triage(), "-", "+").Result()
+	all, _ := e.Client.XRange(ctx, e.TriageStream(), "-", "+").Result()
 	if len(all) != 8 {
 		t.Fatalf("stream has %d entries, want 5 + 3", len(all))
 	}
@@ -314,7 +315,7 @@ func TestReplayOfARangeYieldsThatManyNewEvents(t *testing.T) {
 	if err != nil || len(rep.Events) != 4 { // 3 originals + the replay of ids[2]
 		t.Fatalf("Replay(RHEL-1) = %+v, %v", rep, err)
 	}
-	if n := e.rdb.XLen(ctx, e.triage()).Val(); n != 12 {
+	if n := e.Client.XLen(ctx, e.TriageStream()).Val(); n != 12 {
 		t.Fatalf("stream has %d entries, want 12", n)
 	}
 	if _, err := in.Replay(ctx, inspect.ReplayOptions{Stream: "results"}); err == nil {
@@ -328,15 +329,15 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var r runs
-	e.start(ctx, routerOpts{}, func(msg *message.Message) error {
+	var r pipelinetest.Runs
+	e.StartTriage(ctx, pipelinetest.TriageOptions{}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
 		return nil
 	})
-	e.publishTriage("RHEL-5")
+	e.PublishTriage("RHEL-5")
 	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-5") == 1 }, "first run")
-	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "released and acked")
-	other := e.locker(time.Minute)
+	redistest.Eventually(t, 5*time.Second, func() bool { return e.Pending(e.TriageStream(), "triage") == 0 }, "released and acked")
+	other := e.TriageLocker(time.Minute)
 	le, err := other.Acquire(ctx, "triage", "RHEL-5", lease.AcquireOptions{Owner: "elsewhere"})
 	if err != nil {
 		t.Fatal(err)
@@ -346,8 +347,8 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 	if err != nil || len(rep.Events) != 1 {
 		t.Fatalf("Replay = %+v, %v", rep, err)
 	}
-	redistest.Eventually(t, 5*time.Second, func() bool { return len(e.results(event.LockDropped)) == 1 }, "lock.dropped")
-	if got := e.results(event.LockDropped)[0].Values["message_id"]; got != rep.Events[0].ID {
+	redistest.Eventually(t, 5*time.Second, func() bool { return len(e.Records(event.LockDropped)) == 1 }, "lock.dropped")
+	if got := e.Records(event.LockDropped)[0].Values["message_id"]; got != rep.Events[0].ID {
 		t.Fatalf("dropped %v, want the replay %s", got, rep.Events[0].ID)
 	}
 	if r.Get("RHEL-5") != 1 {
@@ -358,14 +359,14 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 // bury writes a dead letter the way the DLQ middleware does and returns its id.
 func (e *env) bury(stream, id, key, errText string) string {
 	e.t.Helper()
-	msgs, err := e.rdb.XRangeN(context.Background(), stream, id, id, 1).Result()
+	msgs, err := e.Client.XRangeN(context.Background(), stream, id, id, 1).Result()
 	if err != nil || len(msgs) != 1 {
 		e.t.Fatalf("read %s: %v", id, err)
 	}
 	v := msgs[0].Values
 	v[event.DeadFieldStream], v[event.DeadFieldID], v[event.DeadFieldError] = stream, id, errText
 	v[event.DeadFieldAttempts], v[event.DeadFieldAgent], v[event.DeadFieldAt] = "3", "triage", time.Now().UTC().Format(time.RFC3339Nano)
-	dead, err := e.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.topo.Dead(), Values: v}).Result()
+	dead, err := e.Client.XAdd(context.Background(), &redis.XAddArgs{Stream: e.Topology.Dead(), Values: v}).Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -377,11 +378,11 @@ func TestRequeueMovesAnEntryBackExactlyOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	in := e.inspector(nil, 0)
-	orig := e.publishTriage("RHEL-1")
-	dead := e.bury(e.triage(), orig, "RHEL-1", "boom")
+	orig := e.PublishTriage("RHEL-1")
+	dead := e.bury(e.TriageStream(), orig, "RHEL-1", "boom")
 
 	dl, err := in.DeadLetter(ctx, dead)
-	if err != nil || dl.Stream != e.triage() || dl.OriginalID != orig || dl.Error != "boom" || dl.Attempts != 3 ||
+	if err != nil || dl.Stream != e.TriageStream() || dl.OriginalID != orig || dl.Error != "boom" || dl.Attempts != 3 ||
 		dl.Issue != "RHEL-1" || dl.EventType != "triage.requested" || dl.Payload == "" || dl.Metadata["issue_key"] != "RHEL-1" {
 		t.Fatalf("DeadLetter = %+v, %v", dl, err)
 	}
@@ -405,9 +406,9 @@ func TestRequeueMovesAnEntryBackExactlyOnce(t *testing.T) {
 	if moved.Load() != 1 || notFound.Load() != 7 {
 		t.Fatalf("moved %d times, %d not found", moved.Load(), notFound.Load())
 	}
-	all, _ := e.rdb.XRange(ctx, e.triage(), "-", "+").Result()
-	if len(all) != 2 || e.rdb.XLen(ctx, e.topo.Dead()).Val() != 0 {
-		t.Fatalf("stream has %d entries, dead %d", len(all), e.rdb.XLen(ctx, e.topo.Dead()).Val())
+	all, _ := e.Client.XRange(ctx, e.TriageStream(), "-", "+").Result()
+	if len(all) != 2 || e.Client.XLen(ctx, e.Topology.Dead()).Val() != 0 {
+		t.Fatalf("stream has %d entries, dead %d", len(all), e.Client.XLen(ctx, e.Topology.Dead()).Val())
 	}
 	for k, v := range all[0].Values {
 		if all[1].Values[k] != v {
@@ -431,7 +432,7 @@ func TestRequeueAllPurgeAndList(t *testing.T) {
 	in := e.inspector(nil, 2)
 	var dead []string
 	for _, k := range []string{"RHEL-1", "RHEL-2", "RHEL-1", "RHEL-3"} {
-		dead = append(dead, e.bury(e.triage(), e.publishTriage(k), k, "boom "+k))
+		dead = append(dead, e.bury(e.TriageStream(), e.PublishTriage(k), k, "boom "+k))
 	}
 	list, err := in.DeadLetters(ctx, inspect.DeadFilter{})
 	if err != nil || len(list) != 4 || list[0].ID != dead[0] {
@@ -441,10 +442,10 @@ func TestRequeueAllPurgeAndList(t *testing.T) {
 		t.Fatalf("DeadLetters(before) = %d, %v", len(list), err)
 	}
 	done, err := in.RequeueAll(ctx, "rhel-1")
-	if err != nil || len(done) != 2 || done[0].DeadID != dead[0] || done[1].DeadID != dead[2] || done[0].Stream != e.triage() {
+	if err != nil || len(done) != 2 || done[0].DeadID != dead[0] || done[1].DeadID != dead[2] || done[0].Stream != e.TriageStream() {
 		t.Fatalf("RequeueAll(RHEL-1) = %+v, %v", done, err)
 	}
-	if n := e.rdb.XLen(ctx, e.triage()).Val(); n != 6 {
+	if n := e.Client.XLen(ctx, e.TriageStream()).Val(); n != 6 {
 		t.Fatalf("triage has %d entries, want 4 + 2", n)
 	}
 	n, err := in.Purge(ctx, dead[3])
@@ -452,7 +453,7 @@ func TestRequeueAllPurgeAndList(t *testing.T) {
 		t.Fatalf("Purge(before) = %d, %v", n, err)
 	}
 	n, err = in.Purge(ctx, "")
-	if err != nil || n != 1 || e.rdb.XLen(ctx, e.topo.Dead()).Val() != 0 {
+	if err != nil || n != 1 || e.Client.XLen(ctx, e.Topology.Dead()).Val() != 0 {
 		t.Fatalf("Purge(all) = %d, %v", n, err)
 	}
 	if _, err := in.Requeue(ctx, "nope"); !errors.Is(err, inspect.ErrBadID) {
@@ -467,30 +468,30 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var r runs
+	var r pipelinetest.Runs
 	var broken atomic.Bool
 	broken.Store(true)
-	e.start(ctx, routerOpts{MaxRetries: 1}, func(msg *message.Message) error {
+	e.StartTriage(ctx, pipelinetest.TriageOptions{MaxRetries: 1}, func(msg *message.Message) error {
 		r.Add(issueOf(msg))
 		if broken.Load() {
 			return errBoom
 		}
 		return nil
 	})
-	e.publishTriage("RHEL-6")
-	redistest.Eventually(t, 5*time.Second, func() bool { return len(e.dead()) == 1 }, "dead letter")
+	e.PublishTriage("RHEL-6")
+	redistest.Eventually(t, 5*time.Second, func() bool { return len(e.Dead()) == 1 }, "dead letter")
 	runsBefore := r.Get("RHEL-6")
 	broken.Store(false)
 	in := e.inspector(nil, 0)
-	done, err := in.Requeue(ctx, e.dead()[0].ID)
+	done, err := in.Requeue(ctx, e.Dead()[0].ID)
 	if err != nil || len(done) != 1 {
 		t.Fatalf("Requeue = %+v, %v", done, err)
 	}
 	redistest.Eventually(t, 5*time.Second, func() bool { return r.Get("RHEL-6") == runsBefore+1 }, "one more run")
-	redistest.Eventually(t, 5*time.Second, func() bool { return e.pending(e.triage()) == 0 }, "acked")
+	redistest.Eventually(t, 5*time.Second, func() bool { return e.Pending(e.TriageStream(), "triage") == 0 }, "acked")
 	time.Sleep(300 * time.Millisecond) // a window for a wrong extra run or dead letter to show
-	if got := r.Get("RHEL-6"); got != runsBefore+1 || len(e.dead()) != 0 {
-		t.Fatalf("runs %d (before %d), dead %d", got, runsBefore, len(e.dead()))
+	if got := r.Get("RHEL-6"); got != runsBefore+1 || len(e.Dead()) != 0 {
+		t.Fatalf("runs %d (before %d), dead %d", got, runsBefore, len(e.Dead()))
 	}
 }
 
@@ -499,16 +500,16 @@ func TestRequeueAndReplayNeverTrimPendingEntries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	in, err := inspect.New(inspect.Config{Client: e.rdb, Topology: e.topo, Locker: e.locker(time.Minute), MaxLen: 2})
+	in, err := inspect.New(inspect.Config{Client: e.Client, Topology: e.Topology, Locker: e.TriageLocker(time.Minute), MaxLen: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
 	for range 5 {
-		ids = append(ids, e.publishTriage("RHEL-1"))
+		ids = append(ids, e.PublishTriage("RHEL-1"))
 	}
-	e.readAs(e.triage(), "triage", "w1", 5)
-	dead := e.bury(e.triage(), ids[0], "RHEL-1", "boom")
+	e.readAs(e.TriageStream(), "triage", "w1", 5)
+	dead := e.bury(e.TriageStream(), ids[0], "RHEL-1", "boom")
 	if _, err := in.Requeue(ctx, dead); err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +517,7 @@ func TestRequeueAndReplayNeverTrimPendingEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		if msgs, _ := e.rdb.XRange(ctx, e.triage(), id, id).Result(); len(msgs) != 1 {
+		if msgs, _ := e.Client.XRange(ctx, e.TriageStream(), id, id).Result(); len(msgs) != 1 {
 			t.Fatalf("pending entry %s was trimmed", id)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
 )
 
 // A drop names its reason and the other entry: "locked" met a live holder (named, with
@@ -32,11 +33,11 @@ func TestHistoryNamesWhyADropDidNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	e.publishTriage("RHEL-1")
-	first := e.publishTriage("RHEL-2")
-	second := e.publishTriage("RHEL-2") // queued while the first is in the stream: superseded
-	e.start(ctx, routerOpts{}, func(*message.Message) error { return nil })
-	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.results(event.LockDropped)) == 2 }, "two drops")
+	e.PublishTriage("RHEL-1")
+	first := e.PublishTriage("RHEL-2")
+	second := e.PublishTriage("RHEL-2") // queued while the first is in the stream: superseded
+	e.StartTriage(ctx, pipelinetest.TriageOptions{}, func(*message.Message) error { return nil })
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.Records(event.LockDropped)) == 2 }, "two drops")
 
 	in := e.inspector(nil, 0)
 	drop := func(key string) inspect.HistoryEvent {
@@ -61,7 +62,7 @@ func TestHistoryNamesWhyADropDidNotRun(t *testing.T) {
 	sup := drop("RHEL-2")
 	if sup.Reason != "superseded" || sup.OtherEntry != first || sup.Holder != "" ||
 		!strings.HasPrefix(sup.Detail, "superseded by entry "+first) || strings.Contains(sup.Detail, "held by") ||
-		sup.About != e.triage()+" "+second {
+		sup.About != e.TriageStream()+" "+second {
 		t.Errorf("superseded drop = %+v (first %s, second %s)", sup, first, second)
 	}
 }
@@ -74,7 +75,7 @@ func TestWorkersReportTheirOwnPresence(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, done := e.start(ctx, routerOpts{Consumer: "w1"}, func(*message.Message) error { return nil })
+	_, done := e.StartTriage(ctx, pipelinetest.TriageOptions{Consumer: "w1"}, func(*message.Message) error { return nil })
 	in := e.inspector(nil, 0)
 
 	ws, err := in.Workers(ctx)
@@ -114,10 +115,10 @@ func TestWorkersReportTheirOwnPresence(t *testing.T) {
 
 	// A killed worker's beat is left to expire: dead, with when it was last seen.
 	bctx := context.Background()
-	c9s := e.topo.Stream("rebase", "c9s", false)
-	now, _ := e.rdb.Time(bctx).Result()
+	c9s := e.Topology.Stream("rebase", "c9s", false)
+	now, _ := e.Client.Time(bctx).Result()
 	beat, _ := json.Marshal(event.WorkerBeat{Consumer: "w7-0", Stream: c9s, Group: "rebase-c9s", Agent: "rebase", Host: "h", PID: 7})
-	e.rdb.ZAdd(bctx, e.topo.Workers(), redis.Z{Score: float64(now.Add(-time.Second).UnixMilli()), Member: string(beat)})
+	e.Client.ZAdd(bctx, e.Topology.Workers(), redis.Z{Score: float64(now.Add(-time.Second).UnixMilli()), Member: string(beat)})
 	e.publishTo(c9s, event.RebaseRequested, "RHEL-7")
 	e.readAs(c9s, "rebase-c9s", "w7-0", 1)
 	streams, _ = in.Streams(bctx)
@@ -141,9 +142,9 @@ func TestPendingShowsReadAheadEntriesAsQueued(t *testing.T) {
 	defer cancel()
 	running, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	first := e.publishTriage("RHEL-1")
-	second := e.publishTriage("RHEL-2")
-	e.start(ctx, routerOpts{}, func(msg *message.Message) error {
+	first := e.PublishTriage("RHEL-1")
+	second := e.PublishTriage("RHEL-2")
+	e.StartTriage(ctx, pipelinetest.TriageOptions{}, func(msg *message.Message) error {
 		if issueOf(msg) == "RHEL-1" {
 			once.Do(func() { close(running) })
 			<-release
@@ -160,7 +161,7 @@ func TestPendingShowsReadAheadEntriesAsQueued(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, x := range groups {
-			if x.Stream == e.triage() && len(x.Entries) == 2 {
+			if x.Stream == e.TriageStream() && len(x.Entries) == 2 {
 				g = x
 				return true
 			}

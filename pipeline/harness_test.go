@@ -10,16 +10,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
 )
 
 // env is one test's pipeline: its own namespace for streams and leases on the shared
 // test Redis.
 type env struct {
-	*routertest.Env
+	*pipelinetest.Env
 	t    testing.TB
 	rdb  *redis.Client
 	ns   string
@@ -28,37 +28,39 @@ type env struct {
 	opts *redis.UniversalOptions
 }
 
-func newEnv(t testing.TB) *env { return envOf(t, routertest.New(t)) }
+func newEnv(t testing.TB) *env { return envOf(t, pipelinetest.New(t)) }
 
 // newEnvOn is an env on a private server, for tests that restart it.
-func newEnvOn(t testing.TB, srv *redistest.Server) *env { return envOf(t, routertest.OnServer(t, srv)) }
+func newEnvOn(t testing.TB, srv *redistest.Server) *env {
+	return envOf(t, pipelinetest.OnServer(t, srv.Client(), srv.URL()))
+}
 
-func envOf(t testing.TB, re *routertest.Env) *env {
+func envOf(t testing.TB, re *pipelinetest.Env) *env {
 	return &env{Env: re, t: t, rdb: re.Client, ns: re.Namespace, topo: re.Topology, pub: re.Publisher, opts: re.Options}
 }
 
 func (e *env) locker(ttl time.Duration) *lease.Locker { return e.TriageLocker(ttl) }
 
 // routerOpts are the knobs tests turn; the rest are fast defaults.
-type routerOpts = routertest.TriageOptions
+type routerOpts = pipelinetest.TriageOptions
 
 func (e *env) start(ctx context.Context, o routerOpts, h message.NoPublishHandlerFunc) (*pipeline.Router, <-chan error) {
 	e.t.Helper()
 	return e.StartTriage(ctx, o, h)
 }
 
-func (e *env) triage() string { return e.topo.Stream("triage", "", false) }
+func (e *env) triage() string { return e.TriageStream() }
 
 func (e *env) publishTriage(key string) string { return e.PublishTriage(key) }
 
 func (e *env) results(eventType string) []redis.XMessage { return e.Records(eventType) }
 
-func (e *env) dead() []redis.XMessage { return e.Entries(e.topo.Dead()) }
+func (e *env) dead() []redis.XMessage { return e.Dead() }
 
 func (e *env) pending(stream string) int64 { return e.Pending(stream, "triage") }
 
 // runs counts handler runs per issue key.
-type runs = routertest.Runs
+type runs = pipelinetest.Runs
 
 func issueOf(msg *message.Message) string { return msg.Metadata.Get(event.MetaIssueKey) }
 

@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/internal/routertest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
 )
 
 // lua returns the concatenated source of Lua files, as the packages that embed them
@@ -85,7 +85,7 @@ func TestLostReplyMatrix(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			proxy := redistest.NewLossyProxy(t, addr)
-			e := envOf(t, routertest.OnURL(t, proxy.URL(db)))
+			e := envOf(t, pipelinetest.OnURL(t, proxy.URL(db)))
 			lostReply(t, e, direct, proxy, c.match, c.scenario)
 		})
 	}
@@ -96,7 +96,7 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 	defer cancel()
 	results := event.NewResults(e.rdb, e.topo.Results(), 0)
 	var failing, blockFirst atomic.Bool
-	var runs routertest.Runs
+	var runs pipelinetest.Runs
 	records := func(eventType string) int {
 		n := 0
 		for _, m := range direct.XRange(ctx, e.topo.Results(), "-", "+").Val() {

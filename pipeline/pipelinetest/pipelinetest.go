@@ -1,12 +1,23 @@
-// Package routertest runs pipeline routers against a real Redis in tests, in the spirit
-// of riverqueue's rivertest: New gives a test its own namespace on the shared test
-// server (see redistest), Config gives router settings fast enough for tests, and Start
-// returns once the router reads, failing the test if it cannot, and closes it when the
-// test ends.
+// Package pipelinetest tests Watermill handlers the way a ymirflow worker runs them: under
+// the real per-issue lease, through a real router reading real consumer groups on a real
+// Redis. It is in the spirit of River's rivertest, for users of package pipeline who
+// write their own handlers, and it is what ymirflow's own tests use.
 //
-// It never mocks Redis: routers here read real streams through real consumer groups,
-// and their leases are real keys, so what a test sees is what a worker does.
-package routertest
+// New gives a test its own namespace on the test Redis (REDIS_URL, default
+// redis://127.0.0.1:6379/15: keep test keys out of DB 0); every key the test makes starts
+// with it and is deleted when the test ends, and only those. Config is a router with
+// settings fast enough for tests, StartTriage and Start run one and return once it reads,
+// and the test's end closes it. PublishTriage, Entries, Records, Pending and Dead read and
+// write the streams as a worker and an operator see them.
+//
+// It never mocks Redis. What a test sees is what a worker does: a second event for an
+// issue whose lease is held is dropped, a lost lease cancels the handler, a failed
+// handler is retried inside the lease and then dead-lettered.
+//
+// An Env leaves nothing behind: when the test ends its routers are closed (with their
+// subscriptions' Redis clients), its shared client is closed and its keys are deleted,
+// so no connection or goroutine outlives the test (TestEnvLeavesNoConnectionOrGoroutine).
+package pipelinetest
 
 import (
 	"context"
@@ -59,15 +70,17 @@ func New(tb testing.TB) *Env {
 		Topology: event.Topology{Namespace: ns + "ymir"}, Publisher: event.NewPublisher(rdb, 0)}
 }
 
-// OnServer returns an Env on a private server started with redistest.StartServer, for
-// tests that stop, restart, pause or cut Redis under a running router.
-func OnServer(tb testing.TB, srv *redistest.Server) *Env {
+// OnServer returns an Env on a server the test manages itself (a private redis-server it
+// stops, restarts, pauses or cuts under a running router): rdb is the test's client on it,
+// which the Env shares and does not close, and rawURL opens each subscriber's own client.
+// The keys are not deleted: a private server goes with its test.
+func OnServer(tb testing.TB, rdb *redis.Client, rawURL string) *Env {
 	tb.Helper()
-	opts, err := pipeline.ClientOptions(srv.URL())
+	opts, err := pipeline.ClientOptions(rawURL)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rdb, ns := srv.Client(), redistest.Namespace()
+	ns := redistest.Namespace()
 	return &Env{tb: tb, Client: rdb, Options: opts, Namespace: ns,
 		Topology: event.Topology{Namespace: ns + "ymir"}, Publisher: event.NewPublisher(rdb, 0)}
 }
@@ -142,8 +155,8 @@ func Start(ctx context.Context, tb testing.TB, cfg pipeline.RouterConfig) (*pipe
 	return r, done
 }
 
-// TriageOptions are the knobs the pipeline and inspect tests turn on a triage router;
-// the rest are Config's fast defaults, with XREADGROUP blocking 200 ms.
+// TriageOptions are the knobs a test turns on a triage router (StartTriage); the rest are
+// Config's fast defaults, with XREADGROUP blocking 200 ms.
 type TriageOptions struct {
 	Consumer    string        // "w1" when empty
 	TTL         time.Duration // of the lease; 3 s when zero
@@ -197,6 +210,16 @@ func (e *Env) Entries(stream string) []redis.XMessage {
 	return all
 }
 
+// TriageStream is the env's triage stream (not the :todo twin), where PublishTriage
+// writes.
+func (e *Env) TriageStream() string { return e.Topology.Stream("triage", "", false) }
+
+// Dead returns every entry of the dead-letter stream, oldest first.
+func (e *Env) Dead() []redis.XMessage {
+	e.tb.Helper()
+	return e.Entries(e.Topology.Dead())
+}
+
 // Pending is the number of entries of stream delivered to group and not acked; 0 when
 // the group or the stream does not exist yet.
 func (e *Env) Pending(stream, group string) int64 {
@@ -223,7 +246,7 @@ func (e *Env) PublishTriage(key string) string {
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	id, err := e.Publisher.PublishID(context.Background(), e.Topology.Stream("triage", "", false), msg)
+	id, err := e.Publisher.PublishID(context.Background(), e.TriageStream(), msg)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
