@@ -183,8 +183,8 @@ func TestClusterPipeline(t *testing.T) {
 	s.addIssues(n - n/2)
 	end := s.waitSettled(2 * time.Minute)
 	rep := s.checkInvariants(checkOptions{crashDuplicates: true})
-	t.Logf("FIGURE cluster: %d issues, %d events settled in %s on a 3-master cluster (fed by %s), 2 SIGKILLs; %s",
-		n, rep.events, end.Sub(start).Round(time.Millisecond), s.feeder(), rep)
+	t.Logf("FIGURE cluster: %d issues, %d events settled in %s on a 3-master cluster (fed by %s), SIGKILLs at %v; %s",
+		n, rep.events, end.Sub(start).Round(time.Millisecond), s.feeder(), kills, rep)
 }
 
 // TestClusterDeadLetter: on Redis Cluster, a downstream event whose retries are exhausted

@@ -52,7 +52,7 @@ func ExampleNewMiddleware() {
 		panic(err)
 	}
 	done := make(chan struct{})
-	h := router.AddNoPublisherHandler("triage", stream, sub, func(msg *message.Message) error {
+	h := router.AddConsumerHandler("triage", stream, sub, func(msg *message.Message) error {
 		le, _ := lockmw.LeaseFrom(msg.Context())
 		// Do the work with le.Context(): it is cancelled if the lease is lost.
 		fmt.Println("working on", msg.Metadata.Get(lockmw.MetaIssueKey), "with fence", le.Fence())

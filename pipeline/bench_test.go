@@ -49,7 +49,7 @@ func BenchmarkRouterBare(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r.AddNoPublisherHandler("bare", stream, sub, func(*message.Message) error {
+	r.AddConsumerHandler("bare", stream, sub, func(*message.Message) error {
 		return count(&n, b.N, gate, done)
 	})
 	benchConsume(b, rdb, stream, r, gate, done)
@@ -256,7 +256,7 @@ func BenchmarkRouterLatencyBare(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r.AddNoPublisherHandler("bare", stream, sub, func(*message.Message) error { started <- time.Now(); return nil })
+	r.AddConsumerHandler("bare", stream, sub, func(*message.Message) error { started <- time.Now(); return nil })
 	benchLatency(b, rdb, stream, r, started)
 }
 

@@ -218,7 +218,7 @@ func TestCoalesceRunsTwice(t *testing.T) {
 		e.publishTriage("RHEL-5")
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for !(r.Get("RHEL-5") == 2 && e.pending(e.triage()) == 0) {
+	for r.Get("RHEL-5") != 2 || e.pending(e.triage()) != 0 {
 		if time.Now().After(deadline) {
 			keys := e.rdb.Keys(ctx, "*"+e.ns+"*").Val()
 			t.Fatalf("no follow-up run: runs=%d pending=%d len=%d coalesced=%d dropped=%d keys=%v done=%q",

@@ -101,7 +101,7 @@ func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err = probe.Ping(pctx).Err()
-	probe.Close()
+	_ = probe.Close()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrRedisUnreachable, redact.URL(rawURL), err)
 	}

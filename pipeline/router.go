@@ -234,7 +234,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 				return nil, err
 			}
 			r.locks = append(r.locks, lockMW)
-			h := wr.AddNoPublisherHandler(route.Stream+"#"+strconv.Itoa(i), route.Stream, sub.sub, cfg.Handler)
+			h := wr.AddConsumerHandler(route.Stream+"#"+strconv.Itoa(i), route.Stream, sub.sub, cfg.Handler)
 			stack := []message.HandlerMiddleware{
 				middleware.Recoverer,
 				correlation,
@@ -355,4 +355,4 @@ func (r *Router) trimLoop(ctx context.Context) {
 }
 
 // Healthy reports whether the router runs and every subscription still reads.
-func (r *Router) Healthy() bool { return r.Router.IsRunning() && !r.Router.IsClosed() }
+func (r *Router) Healthy() bool { return r.IsRunning() && !r.IsClosed() }

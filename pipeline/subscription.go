@@ -135,7 +135,7 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 		},
 	}, newWatermillLogger(s.log))
 	if err != nil {
-		s.client.Close()
+		_ = s.client.Close()
 		return nil, err
 	}
 	s.sub = sub

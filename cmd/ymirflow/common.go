@@ -51,7 +51,7 @@ func connect(ctx context.Context, c *config.Common, stderr io.Writer) (*env, err
 	return &env{log: log, rdb: rdb, opts: opts, topology: event.Topology{Namespace: c.Namespace}}, nil
 }
 
-func (e *env) Close() { e.rdb.Close() }
+func (e *env) Close() { _ = e.rdb.Close() }
 
 // newLocker returns the process's lease handler with the key layout every command must
 // agree on: the namespace's scope, and hash-tagged keys on Redis Cluster.

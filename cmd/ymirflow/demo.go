@@ -70,14 +70,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return fmt.Errorf("create the log file: %w", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		logOut, logName = f, f.Name()
 	default:
 		f, err := os.OpenFile(logName, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return usagef("LOG_FILE (--log-file) %v", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		logOut = f
 	}
 	log, err := pipeline.NewLogger(logOut, cfg.LogLevel, cfg.LogFormat)

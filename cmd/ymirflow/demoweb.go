@@ -73,17 +73,17 @@ func (c *demoConsole) attach(ctx context.Context, redisURL, namespace string) er
 	topo := event.Topology{Namespace: namespace}
 	locker, err := lease.New(rdb, lease.Options{Scope: topo.LockScope(), Logger: c.log})
 	if err != nil {
-		rdb.Close()
+		_ = rdb.Close()
 		return err
 	}
 	in, err := inspect.New(inspect.Config{Client: rdb, Topology: topo, Locker: locker})
 	if err != nil {
-		rdb.Close()
+		_ = rdb.Close()
 		return err
 	}
 	srv, err := web.New(web.Config{Inspector: in, Topology: topo, Token: c.token, Redactor: redact.New(), Logger: c.log})
 	if err != nil {
-		rdb.Close()
+		_ = rdb.Close()
 		return err
 	}
 	c.mu.Lock()
@@ -103,6 +103,6 @@ func (c *demoConsole) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rdb != nil {
-		c.rdb.Close()
+		_ = c.rdb.Close()
 	}
 }

@@ -100,7 +100,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return fmt.Errorf("REDIS_URL (--redis-url): %w", err)
 		}
-		rdb.Close()
+		_ = rdb.Close()
 	}
 
 	// Addresses are resolved before anything starts: each component names the others'.
@@ -258,7 +258,7 @@ func (g *devGroup) wait(cause error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, f := range g.files {
-		f.Close()
+		_ = f.Close()
 	}
 	return g.err
 }
@@ -292,7 +292,7 @@ func resolveAddr(addr, setting string) (string, error) {
 	if err != nil {
 		return "", usagef("%s %v", setting, err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().String(), nil
 }
 
@@ -306,7 +306,7 @@ func waitHTTP(ctx context.Context, url string, g *devGroup) error {
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -328,7 +328,7 @@ func waitClaims(ctx context.Context, redisURL, ns string, groups []string, g *de
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	topo := event.Topology{Namespace: ns}
 	keys := make([]string, len(groups))
 	for i, grp := range groups {

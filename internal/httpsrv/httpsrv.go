@@ -61,7 +61,7 @@ func IdleClosed(addr, path string, n int, within time.Duration) error {
 	conns := make([]net.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
-			c.Close()
+			_ = c.Close()
 		}
 	}()
 	for range n {
@@ -78,7 +78,7 @@ func IdleClosed(addr, path string, n int, within time.Duration) error {
 			return err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	deadline := time.Now().Add(within)
 	for i, c := range conns {

@@ -373,7 +373,7 @@ func (c *Client) send(ctx context.Context, method, u string, payload []byte) (in
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("read response: %w", err)

@@ -67,7 +67,7 @@ func Reachable() error {
 	if err != nil {
 		return fmt.Errorf("redistest: cannot reach Redis at %s (%w); %s", redactURL(URL()), err, StartHint(opts.Addr))
 	}
-	conn.Close()
+	_ = conn.Close()
 	opts.DisableIdentity = true
 	// One attempt, quickly (TLS, AUTH and SELECT still go through go-redis). The
 	// pipeline's own clients retry; a test pre-flight must not.
@@ -76,7 +76,7 @@ func Reachable() error {
 	opts.ReadTimeout = 2 * time.Second
 	opts.PoolSize = 1
 	c := redis.NewClient(opts)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -127,13 +127,13 @@ func Client(tb testing.TB) (*redis.Client, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
+		_ = c.Close()
 		tb.Fatalf("redistest: cannot reach Redis at %s (%v); %s", redactURL(URL()), err, StartHint(opts.Addr))
 	}
 	ns := Namespace()
 	tb.Cleanup(func() {
 		DeleteNamespace(context.Background(), c, ns)
-		c.Close()
+		_ = c.Close()
 	})
 	return c, ns
 }
@@ -210,7 +210,7 @@ func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 // Client returns a new client for the server, closed when the test ends.
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DisableIdentity: true})
-	s.tb.Cleanup(func() { c.Close() })
+	s.tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
@@ -234,7 +234,7 @@ func (s *Server) Start() {
 			buf := make([]byte, 64)
 			_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 			n, _ := conn.Read(buf)
-			conn.Close()
+			_ = conn.Close()
 			if strings.HasPrefix(string(buf[:n]), "+PONG") {
 				return
 			}
@@ -275,7 +275,7 @@ func FreePort(tb testing.TB) int {
 	if err != nil {
 		tb.Fatalf("redistest: free port: %v", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }
 

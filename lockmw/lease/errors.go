@@ -30,7 +30,7 @@ var (
 	// ErrAfterRelease marks a failure of the commands sent after a release that
 	// succeeded (ReleaseWith's then, Handoff's ack): the lease is gone, only the rest
 	// failed.
-	ErrAfterRelease = errors.New("lease: released; the commands after the release failed:")
+	ErrAfterRelease = errors.New("lease: released; the commands after the release failed")
 )
 
 // SupersededError names the run that superseded an event.

@@ -59,7 +59,7 @@ func (l *Locker) WatchEvictions(ctx context.Context) error {
 	// on a client that does not honour ctx while it reads (ContextTimeoutEnabled off),
 	// and keep the caller from returning.
 	ps := l.rdb.Subscribe(context.WithoutCancel(ctx), l.EvictionChannel())
-	defer ps.Close()
+	defer func() { _ = ps.Close() }()
 	ch := ps.Channel()
 	for {
 		select {

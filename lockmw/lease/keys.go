@@ -44,7 +44,7 @@ func matches(pattern *regexp.Regexp, k string) bool {
 		return false
 	}
 	for i := 1; i < dash; i++ {
-		if c := k[i]; !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+		if c := k[i]; (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' {
 			return false
 		}
 	}

@@ -334,7 +334,7 @@ func (le *Lease) afterRelease(ctx context.Context, then func(pipe redis.Pipeline
 	pipe := le.l.rdb.Pipeline()
 	then(pipe)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w %s: %w", ErrAfterRelease, le.keys.Lock, err)
+		return fmt.Errorf("%w: %s: %w", ErrAfterRelease, le.keys.Lock, err)
 	}
 	return nil
 }

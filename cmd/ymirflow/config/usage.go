@@ -51,7 +51,7 @@ func WriteUsage(w io.Writer, fs *flag.FlagSet) {
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", name, env, usage)
 	})
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 func defaultString(f *flag.Flag) string {

@@ -227,7 +227,7 @@ func (s *Server) post(t WebhookTarget, id string, attempt int, body []byte) (int
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = bytes.NewBuffer(nil).ReadFrom(resp.Body)
 	return resp.StatusCode, ""
 }

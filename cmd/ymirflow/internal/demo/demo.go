@@ -597,7 +597,7 @@ func (r *run) close() {
 				r.log.Warn().Err(err).Str("namespace", r.sum.Namespace).Msg("could not delete the demo's namespace")
 			}
 		}
-		r.rdb.Close()
+		_ = r.rdb.Close()
 	}
 	if r.embedded != nil {
 		r.embedded.Close()

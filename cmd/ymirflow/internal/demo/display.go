@@ -96,7 +96,7 @@ func (d *display) update(elapsed time.Duration, snap snapshot) {
 		row(st)
 	}
 	row(t)
-	tw.Flush()
+	_ = tw.Flush()
 	lines := strings.SplitAfter(strings.TrimSuffix(b.String(), "\n"), "\n")
 	var out strings.Builder
 	if d.drawn > 0 {

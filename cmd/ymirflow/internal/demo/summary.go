@@ -113,7 +113,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 		row(st)
 	}
 	row(s.Total)
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 // featured picks a few issues that show the interesting paths, in key order.
@@ -209,7 +209,7 @@ func (s *Summary) WriteText(w io.Writer, keep bool) {
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", ir.Key, labels, ir.Path)
 		}
-		tw.Flush()
+		_ = tw.Flush()
 	}
 
 	example := "RHEL-1001"
