@@ -66,7 +66,12 @@ func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- rcv.Run(rctx) }() // classifies the stored deliveries, as the same user
-	t.Cleanup(func() { stop(); <-ran })
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("receiver: %v", err)
+		}
+	})
 	classified := func(what string, cond func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {

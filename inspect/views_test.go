@@ -97,7 +97,9 @@ func TestWorkersReportTheirOwnPresence(t *testing.T) {
 	}
 
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Errorf("router: %v", err)
+	}
 	if ws, err := in.Workers(context.Background()); err != nil || len(ws) != 0 {
 		t.Fatalf("workers after a clean stop = %+v, %v", ws, err)
 	}

@@ -55,7 +55,7 @@ func mainWithBinary(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	binary = filepath.Join(dir, "ymirflow")
 	start := time.Now()
 	// A plain build (no -race): the workers are the system under test, the race detector

@@ -364,7 +364,9 @@ func TestCloseLeavesSharedClientOpen(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r, done := e.start(ctx, routerOpts{}, func(*message.Message) error { return nil })
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Errorf("router: %v", err)
+	}
 	_ = r
 	if err := e.rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("shared client closed with the router: %v", err)

@@ -131,7 +131,10 @@ func TestRouterStoppedByItsContextClosesItsClients(t *testing.T) {
 	}
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			t.Errorf("router: %v", err)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("router did not stop")
 	}

@@ -69,7 +69,9 @@ func TestWorkerStartsWithEachDurationEndAlone(t *testing.T) {
 			t.Run(envOf(name)+"="+v.String(), func(t *testing.T) {
 				for _, env := range config.EnvNamesOf("worker") {
 					t.Setenv(env, "")
-					os.Unsetenv(env)
+					if err := os.Unsetenv(env); err != nil {
+						t.Fatal(err)
+					}
 				}
 				t.Setenv(envOf(name), v.String())
 				ctx, cancel := context.WithCancel(context.Background())

@@ -98,7 +98,7 @@ func OnURL(tb testing.TB, rawURL string) *Env {
 	rdb, ns := redis.NewClient(opts.Simple()), redistest.Namespace()
 	tb.Cleanup(func() {
 		redistest.DeleteNamespace(context.Background(), rdb, ns)
-		rdb.Close()
+		_ = rdb.Close()
 	})
 	return &Env{tb: tb, Client: rdb, Options: opts, Namespace: ns,
 		Topology: event.Topology{Namespace: ns + "ymir"}, Publisher: event.NewPublisher(rdb, 0)}

@@ -101,7 +101,10 @@ func TestEnvLeavesNoConnectionOrGoroutine(t *testing.T) {
 			if stop == "context" {
 				cancel()
 				select {
-				case <-done:
+				case err := <-done:
+					if err != nil {
+						t.Errorf("router: %v", err)
+					}
 				case <-time.After(10 * time.Second):
 					t.Fatal("the router did not stop when its context ended")
 				}

@@ -19,10 +19,14 @@ func clearEnv(t *testing.T) {
 	t.Helper()
 	for name := range EnvNames() {
 		t.Setenv(name, "")
-		os.Unsetenv(name)
+		if err := os.Unsetenv(name); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Setenv("EXEC", "")
-	os.Unsetenv("EXEC")
+	if err := os.Unsetenv("EXEC"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func load(t *testing.T, name string, c Command, args ...string) error {
@@ -43,7 +47,9 @@ func demoWorker(extra ...string) []string {
 func TestDefaults(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	os.Unsetenv("KUBERNETES_SERVICE_HOST")
+	if err := os.Unsetenv("KUBERNETES_SERVICE_HOST"); err != nil {
+		t.Fatal(err)
+	}
 	var w Worker
 	if err := load(t, "worker", &w, demoWorker()...); err != nil {
 		t.Fatal(err)
@@ -582,7 +588,9 @@ func TestDefaultConsumerName(t *testing.T) {
 		t.Skip(err)
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	os.Unsetenv("KUBERNETES_SERVICE_HOST")
+	if err := os.Unsetenv("KUBERNETES_SERVICE_HOST"); err != nil {
+		t.Fatal(err)
+	}
 	if got, want := DefaultConsumerName(), host+"-"+strconv.Itoa(os.Getpid()); got != want {
 		t.Errorf("outside Kubernetes: %q, want %q", got, want)
 	}

@@ -114,7 +114,9 @@ func TestEmptyEnvMeansWhatHelpSays(t *testing.T) {
 	// Elsewhere an empty variable still counts as unset.
 	clearEnv(t)
 	t.Setenv("LOCK_TTL", "")
-	os.Setenv("LOG_LEVEL", "")
+	if err := os.Setenv("LOG_LEVEL", ""); err != nil {
+		t.Fatal(err)
+	}
 	var w2 Worker
 	if err := load(t, "worker", &w2, demoWorker()...); err != nil || w2.LockTTL != DefaultLockTTL || w2.LogLevel != DefaultLogLevel {
 		t.Fatalf("LOCK_TTL= LOG_LEVEL=: %v, %v %q", err, w2.LockTTL, w2.LogLevel)
