@@ -32,7 +32,7 @@ type Config struct {
 	// Redis is the pipeline's Redis: lease keys, queued markers and the triage streams.
 	Redis redis.UniversalClient
 	// Topology names the triage streams, the triage group and the namespace of the queued
-	// markers (YMIR_NAMESPACE).
+	// markers.
 	Topology event.Topology
 	// Locker gives the lease key names and the key canonicalisation. nil: a Locker on Redis
 	// with Topology.LockScope(), the workers' default.
@@ -41,21 +41,21 @@ type Config struct {
 	// (triage and every downstream agent).
 	Stages []string
 	// MaxLen is the length the triage streams are trimmed towards after a sweep that
-	// published (MAX_LEN; 0: never trim), with event.Trim, which never removes an entry
-	// a consumer group still needs.
+	// published, with event.Trim, which never removes an entry a consumer group still
+	// needs. Default: 0, never trim; negative is refused.
 	MaxLen int64
-	// MaxEventBytes bounds a published request (MAX_EVENT_BYTES; 0: the pipeline's default).
+	// MaxEventBytes bounds a published request. Default (0): the pipeline's default.
 	MaxEventBytes int
-	// JQL is the search (JIRA_JQL).
+	// JQL is the search. Required.
 	JQL string
-	// TriggerGroup (JIRA_TRIGGER_GROUP): whoever added ymir_todo last must be in this Jira
-	// group; empty: anyone may.
+	// TriggerGroup: whoever added ymir_todo last must be in this Jira group. Default
+	// (empty): anyone may.
 	TriggerGroup string
-	// MaxIssues (MAX_ISSUES) caps the issues published per sweep; 0: no limit. Issues
-	// skipped for any reason do not count.
+	// MaxIssues caps the issues published per sweep; issues skipped for any reason do not
+	// count. Default: 0, no limit; negative is refused.
 	MaxIssues int
-	// StaleLabelThreshold (STALE_LABEL_THRESHOLD): an in-flight label on an issue not
-	// updated for this long is recovered. Default 24h.
+	// StaleLabelThreshold: an in-flight label on an issue not updated for this long is
+	// recovered. Default (0): DefaultStaleLabelThreshold, 24h; negative is refused.
 	StaleLabelThreshold time.Duration
 	// QueuedTTL bounds the life of a queued marker (default 24h); it is renewed by every
 	// sweep that finds the entry still waiting.
@@ -63,8 +63,8 @@ type Config struct {
 	// ComponentField is the field naming the downstream component, checked for modular
 	// packages along with the component names. Default DefaultComponentField; "-" for none.
 	ComponentField string
-	// DryRun (DRY_RUN): no Jira writes (logged instead); triage requests are still
-	// published. A Jira client in dry-run mode implies it.
+	// DryRun: no Jira writes (logged instead); triage requests are still published. A Jira
+	// client in dry-run mode implies it. Default: false.
 	DryRun bool
 	// Logger receives one line per decision (debug for skips) and one per sweep.
 	Logger zerolog.Logger
@@ -103,15 +103,15 @@ func New(cfg Config) (*Fetcher, error) {
 	case cfg.Redis == nil:
 		return nil, errors.New("fetcher: Config.Redis is required")
 	case cfg.JQL == "":
-		return nil, errors.New("fetcher: JIRA_JQL is required")
+		return nil, errors.New("fetcher: JQL is required")
 	case cfg.MaxIssues < 0:
-		return nil, fmt.Errorf("fetcher: MAX_ISSUES must not be negative, got %d", cfg.MaxIssues)
+		return nil, fmt.Errorf("fetcher: MaxIssues must not be negative, got %d", cfg.MaxIssues)
 	case cfg.StaleLabelThreshold < 0:
-		return nil, fmt.Errorf("fetcher: STALE_LABEL_THRESHOLD must be positive, got %s", cfg.StaleLabelThreshold)
+		return nil, fmt.Errorf("fetcher: StaleLabelThreshold must be positive, got %s", cfg.StaleLabelThreshold)
 	case cfg.QueuedTTL < 0:
-		return nil, fmt.Errorf("fetcher: queued marker TTL must be positive, got %s", cfg.QueuedTTL)
+		return nil, fmt.Errorf("fetcher: QueuedTTL must be positive, got %s", cfg.QueuedTTL)
 	case cfg.MaxLen < 0:
-		return nil, fmt.Errorf("fetcher: MAX_LEN must not be negative, got %d", cfg.MaxLen)
+		return nil, fmt.Errorf("fetcher: MaxLen must not be negative, got %d", cfg.MaxLen)
 	}
 	if _, cluster := cfg.Redis.(*redis.ClusterClient); cluster {
 		// The publish script reads a marker and appends to a stream in one call, and the
@@ -403,8 +403,8 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 	}
 
 	if f.maxIssues > 0 && sum.Published >= f.maxIssues {
-		o.Reason, o.Detail = ReasonMaxIssues, fmt.Sprintf("MAX_ISSUES=%d already published", f.maxIssues)
-		log.Debug().Msg("MAX_ISSUES reached: skipped")
+		o.Reason, o.Detail = ReasonMaxIssues, fmt.Sprintf("MaxIssues=%d already published", f.maxIssues)
+		log.Debug().Msg("MaxIssues reached: skipped")
 		return nil
 	}
 

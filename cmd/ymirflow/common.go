@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -89,8 +88,11 @@ func environSecrets(getenv func(string) string) []string {
 	}
 	for _, name := range []string{"JIRA_TOKEN_FILE", "WEB_TOKEN_FILE"} {
 		if f := getenv(name); f != "" {
-			if b, err := os.ReadFile(f); err == nil && len(b) <= 64<<10 {
-				out = append(out, strings.TrimSpace(string(b)))
+			// A file larger than any token is not one: it is not read whole into memory.
+			if st, err := os.Stat(f); err == nil && st.Size() <= 64<<10 {
+				if s, err := config.ReadSecretFile(f); err == nil {
+					out = append(out, s)
+				}
 			}
 		}
 	}
@@ -116,7 +118,7 @@ func connectJira(ctx context.Context, c *config.Common, j *config.Jira, stderr i
 	})
 	if err != nil {
 		e.Close()
-		return nil, nil, usagef("%v", err)
+		return nil, nil, usagef("%v", j.ClientError(err))
 	}
 	return e, jc, nil
 }

@@ -378,7 +378,7 @@ func devBanner(w io.Writer, d devInfo) {
 	if d.fakeJira {
 		fmt.Fprintf(w, "  fake Jira   %s (%d sample issues, RHEL-1001 on; any token)\n", d.jiraURL, d.issues)
 	} else {
-		fmt.Fprintf(w, "  Jira        %s\n", config.RedactURL(d.jiraURL))
+		fmt.Fprintf(w, "  Jira        %s\n", redact.URL(d.jiraURL))
 	}
 	if d.webhook {
 		fmt.Fprintf(w, "  webhook     http://%s/ (the fake Jira's label changes arrive here, signed)\n", d.webhookAddr)

@@ -10,6 +10,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -83,14 +84,14 @@ func explainFetchError(err error, cfg *config.Fetch) error {
 	switch {
 	case errors.Is(err, jira.ErrUnauthorized):
 		return fmt.Errorf("Jira at %s refused the credentials (401): check JIRA_EMAIL and JIRA_TOKEN or JIRA_TOKEN_FILE: %w",
-			config.RedactURL(cfg.JiraURL), err)
+			redact.URL(cfg.JiraURL), err)
 	case errors.Is(err, jira.ErrForbidden):
 		return fmt.Errorf("Jira at %s refused the search (403): the account may not run JIRA_JQL or see its issues: %w",
-			config.RedactURL(cfg.JiraURL), err)
+			redact.URL(cfg.JiraURL), err)
 	case errors.Is(err, jira.ErrRateLimited):
-		return fmt.Errorf("Jira at %s kept answering 429 after the retries: %w", config.RedactURL(cfg.JiraURL), err)
+		return fmt.Errorf("Jira at %s kept answering 429 after the retries: %w", redact.URL(cfg.JiraURL), err)
 	case errors.Is(err, fetcher.ErrRedis):
 		return fmt.Errorf("Redis at %s: %w", cfg.RedactedRedisURL(), err)
 	}
-	return fmt.Errorf("Jira at %s: %w", config.RedactURL(cfg.JiraURL), err)
+	return fmt.Errorf("Jira at %s: %w", redact.URL(cfg.JiraURL), err)
 }

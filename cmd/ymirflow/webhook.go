@@ -12,6 +12,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/webhook"
@@ -54,7 +55,7 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 	if len(own) == 0 {
 		me, err := jc.Myself(ctx)
 		if err != nil {
-			return fmt.Errorf("Jira at %s: learn ymirflow's own account (/myself; or set JIRA_OWN_ACCOUNT): %w", config.RedactURL(cfg.JiraURL), err)
+			return fmt.Errorf("Jira at %s: learn ymirflow's own account (/myself; or set JIRA_OWN_ACCOUNT): %w", redact.URL(cfg.JiraURL), err)
 		}
 		for _, id := range []string{me.AccountID, me.Name, me.Key} {
 			if id != "" {
@@ -106,7 +107,7 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 	go func() { defer close(classified); _ = rcv.Run(rctx) }()
 	defer func() { stopRun(); <-classified }()
 	e.log.Info().Str("addr", ln.Addr().String()).Str("metrics_addr", cfg.MetricsAddr).Bool("signed", secret != "").
-		Strs("own_accounts", own).Str("scope", wc.JQL).Str("jira", config.RedactURL(cfg.JiraURL)).
+		Strs("own_accounts", own).Str("scope", wc.JQL).Str("jira", redact.URL(cfg.JiraURL)).
 		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).Msg("webhook receiver serving")
 	if secret == "" {
 		e.log.Warn().Msg("INSECURE_NO_SIGNATURE: unsigned deliveries are accepted; anyone who reaches the port can start triage")

@@ -111,7 +111,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 			Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
 			CommentGroup: cfg.JiraCommentGroup, Logger: log, DryRun: cfg.DryRun})
 		if err != nil {
-			return usagef("%v", err)
+			return usagef("%v", cfg.ClientError(err))
 		}
 		jc = c
 	}
@@ -159,7 +159,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	}
 	jiraDesc := "none (writes logged, not sent)"
 	if cfg.JiraURL != "" {
-		jiraDesc = config.RedactURL(cfg.JiraURL)
+		jiraDesc = redact.URL(cfg.JiraURL)
 	}
 	log.Info().Str("agent", cfg.Agent).Str("branch", cfg.Branch).Str("streams", strings.Join(streams, ",")).
 		Str("group", group).Str("consumer", cfg.ConsumerName).

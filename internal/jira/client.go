@@ -18,7 +18,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,28 +46,27 @@ const (
 // maxResponseBody bounds how much of a response is read.
 const maxResponseBody = 64 << 20
 
-// Options configures a Client. The setting names in comments are the environment variables
-// that cmd/ymirflow maps onto these fields; New's errors use them.
+// Options configures a Client. New's errors name the field at fault; each field states
+// its default.
 type Options struct {
-	// BaseURL (JIRA_URL) is the Jira root, e.g. https://example.atlassian.net or
-	// https://jira.example.com/jira. Empty means no Jira: writes are logged, reads fail with
-	// ErrNotConfigured.
+	// BaseURL is the Jira root, e.g. https://example.atlassian.net or
+	// https://jira.example.com/jira, without credentials, query or fragment. Default (empty):
+	// no Jira: writes are logged, reads fail with ErrNotConfigured.
 	BaseURL string
-	// Email (JIRA_EMAIL) selects Basic auth (email + API token, Jira Cloud). Without it the
-	// token is sent as a Bearer personal access token (Jira Server/DC).
+	// Email selects Basic auth (email + API token, Jira Cloud). Default (empty): the token is
+	// sent as a Bearer personal access token (Jira Server/DC).
 	Email string
-	// Token (JIRA_TOKEN) is the API token or PAT. TokenFile (JIRA_TOKEN_FILE) names a file
-	// holding it (a mounted secret), read once by New, surrounding whitespace trimmed. Set one.
-	Token     string
-	TokenFile string
-	// API (JIRA_API) is "cloud", "server", or "" for auto: cloud when the host ends with
-	// atlassian.net, server otherwise. It picks the search endpoint, the changelog endpoint and
-	// how users are named (accountId or username).
+	// Token is the API token or PAT, surrounding whitespace trimmed; required with a
+	// BaseURL. Reading it from a file is the caller's business.
+	Token string
+	// API is "cloud", "server", or "" for auto: cloud when the host ends with atlassian.net,
+	// server otherwise. It picks the search endpoint, the changelog endpoint and how users
+	// are named (accountId or username). Default: auto.
 	API string
-	// Timeout (JIRA_TIMEOUT) bounds one HTTP attempt; default 90 s.
+	// Timeout bounds one HTTP attempt. Default (0): DefaultTimeout, 90s; negative is refused.
 	Timeout time.Duration
-	// MaxRetries (JIRA_MAX_RETRIES) is how many times a request is retried after a 429, a 5xx
-	// or a network error; 0 means the default 4, a negative value disables retries.
+	// MaxRetries is how many times a request is retried after a 429, a 5xx or a network
+	// error. Default (0): DefaultMaxRetries, 4; a negative value disables retries.
 	MaxRetries int
 	// RetryBaseDelay is the first backoff delay (doubling per retry, with jitter, capped at
 	// MaxRetryDelay); defaults 1 s and 30 s. A Retry-After answer is honoured instead, unless it
@@ -76,8 +74,9 @@ type Options struct {
 	RetryBaseDelay time.Duration
 	MaxRetryDelay  time.Duration
 	MaxRetryAfter  time.Duration
-	// RateLimit (JIRA_RATE_LIMIT) caps requests per second over the whole Client (all
-	// attempts, all methods); 0 means the default 5, a negative value disables the limit.
+	// RateLimit caps requests per second over the whole Client (all attempts, all
+	// methods). Default (0): DefaultRateLimit, 5; a negative value disables the limit; NaN
+	// and infinities are refused.
 	RateLimit float64
 	// PageSize is the maxResults SearchAll and Changelog ask for; default 100.
 	PageSize int
@@ -87,7 +86,8 @@ type Options struct {
 	HTTPClient *http.Client
 	// Logger receives structured logs; the zero Logger logs nothing.
 	Logger zerolog.Logger
-	// DryRun (DRY_RUN) logs writes (labels, comments) instead of sending them. Reads are sent.
+	// DryRun logs writes (labels, comments) instead of sending them. Reads are sent.
+	// Default: false (true without a BaseURL).
 	DryRun bool
 	// UserAgent defaults to "ymirflow".
 	UserAgent string
@@ -112,8 +112,8 @@ type Client struct {
 	limit         *limiter
 }
 
-// New validates opts and returns a Client. Errors name the setting at fault, e.g.
-// "JIRA_URL: scheme must be http or https".
+// New validates opts and returns a Client. Errors name the field at fault, e.g.
+// "jira: BaseURL: scheme must be http or https".
 func New(opts Options) (*Client, error) {
 	c := &Client{
 		userAgent:     opts.UserAgent,
@@ -136,17 +136,17 @@ func New(opts Options) (*Client, error) {
 	if raw := strings.TrimSpace(opts.BaseURL); raw != "" {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("JIRA_URL: not a URL: %w", redactURLError(err))
+			return nil, fmt.Errorf("jira: BaseURL: not a URL: %w", redactURLError(err))
 		}
 		switch {
 		case u.Scheme != "http" && u.Scheme != "https":
-			return nil, fmt.Errorf("JIRA_URL: scheme must be http or https, got %q", u.Scheme)
+			return nil, fmt.Errorf("jira: BaseURL: scheme must be http or https, got %q", u.Scheme)
 		case u.Host == "":
-			return nil, fmt.Errorf("JIRA_URL: no host in %q", u.Redacted())
+			return nil, fmt.Errorf("jira: BaseURL: no host in %q", u.Redacted())
 		case u.User != nil:
-			return nil, fmt.Errorf("JIRA_URL: must not carry credentials (%s); use JIRA_EMAIL and JIRA_TOKEN", u.Redacted())
+			return nil, fmt.Errorf("jira: BaseURL: must not carry credentials (%s); use Email and Token", u.Redacted())
 		case u.RawQuery != "" || u.Fragment != "":
-			return nil, fmt.Errorf("JIRA_URL: must not have a query or fragment: %q", u.Redacted())
+			return nil, fmt.Errorf("jira: BaseURL: must not have a query or fragment: %q", u.Redacted())
 		}
 		host = strings.ToLower(u.Hostname())
 		c.base = u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
@@ -166,25 +166,12 @@ func New(opts Options) (*Client, error) {
 	case APIServer, "dc", "datacenter":
 		c.api = APIServer
 	default:
-		return nil, fmt.Errorf("JIRA_API: must be %q, %q or empty (auto), got %q", APICloud, APIServer, opts.API)
+		return nil, fmt.Errorf("jira: API: must be %q, %q or empty (auto), got %q", APICloud, APIServer, opts.API)
 	}
 
 	token := strings.TrimSpace(opts.Token)
-	if opts.TokenFile != "" {
-		if token != "" {
-			return nil, errors.New("JIRA_TOKEN_FILE: set either JIRA_TOKEN or JIRA_TOKEN_FILE, not both")
-		}
-		b, err := os.ReadFile(opts.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("JIRA_TOKEN_FILE: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-		if token == "" {
-			return nil, fmt.Errorf("JIRA_TOKEN_FILE: %s is empty", opts.TokenFile)
-		}
-	}
 	if c.base != "" && token == "" {
-		return nil, errors.New("JIRA_TOKEN: required when JIRA_URL is set (or use JIRA_TOKEN_FILE)")
+		return nil, ErrTokenRequired
 	}
 	if email := strings.TrimSpace(opts.Email); email != "" {
 		c.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(email+":"+token))
@@ -194,7 +181,7 @@ func New(opts Options) (*Client, error) {
 
 	switch {
 	case c.timeout < 0:
-		return nil, fmt.Errorf("JIRA_TIMEOUT: must not be negative, got %s", c.timeout)
+		return nil, fmt.Errorf("jira: Timeout: must not be negative, got %s", c.timeout)
 	case c.timeout == 0:
 		c.timeout = DefaultTimeout
 	}
@@ -209,12 +196,12 @@ func New(opts Options) (*Client, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"JIRA_RETRY_BASE_DELAY", &c.baseDelay, DefaultRetryBaseDelay},
-		{"JIRA_MAX_RETRY_DELAY", &c.maxDelay, DefaultMaxRetryDelay},
-		{"JIRA_MAX_RETRY_AFTER", &c.maxRetryAfter, DefaultMaxRetryAfter},
+		{"RetryBaseDelay", &c.baseDelay, DefaultRetryBaseDelay},
+		{"MaxRetryDelay", &c.maxDelay, DefaultMaxRetryDelay},
+		{"MaxRetryAfter", &c.maxRetryAfter, DefaultMaxRetryAfter},
 	} {
 		if *d.v < 0 {
-			return nil, fmt.Errorf("%s: must not be negative, got %s", d.name, *d.v)
+			return nil, fmt.Errorf("jira: %s: must not be negative, got %s", d.name, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
@@ -226,7 +213,7 @@ func New(opts Options) (*Client, error) {
 	rate := opts.RateLimit
 	switch {
 	case math.IsNaN(rate) || math.IsInf(rate, 0):
-		return nil, fmt.Errorf("JIRA_RATE_LIMIT: must be a finite number, got %v", rate)
+		return nil, fmt.Errorf("jira: RateLimit: must be a finite number, got %v", rate)
 	case rate == 0:
 		rate = DefaultRateLimit
 	}
@@ -235,7 +222,7 @@ func New(opts Options) (*Client, error) {
 	}
 	switch {
 	case c.pageSize < 0:
-		return nil, fmt.Errorf("JIRA_PAGE_SIZE: must not be negative, got %d", c.pageSize)
+		return nil, fmt.Errorf("jira: PageSize: must not be negative, got %d", c.pageSize)
 	case c.pageSize == 0:
 		c.pageSize = DefaultPageSize
 	}

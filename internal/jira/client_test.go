@@ -10,8 +10,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -29,7 +27,7 @@ func newPair(t *testing.T, fo fakejira.Options, co jira.Options) (*fakejira.Serv
 	srv := fakejira.New(fo)
 	co.BaseURL = srv.Start()
 	t.Cleanup(srv.Close)
-	if co.Token == "" && co.TokenFile == "" {
+	if co.Token == "" {
 		co.Token = "test-token"
 	}
 	if co.RateLimit == 0 {
@@ -73,26 +71,18 @@ func countRequests(srv *fakejira.Server, method, path string) int {
 
 func TestNewValidation(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	empty := filepath.Join(dir, "empty")
-	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cases := []struct {
 		name string
 		opts jira.Options
 		want string
 	}{
-		{"bad scheme", jira.Options{BaseURL: "ftp://jira", Token: "x"}, "JIRA_URL:"},
-		{"no host", jira.Options{BaseURL: "https://", Token: "x"}, "JIRA_URL:"},
-		{"credentials in URL", jira.Options{BaseURL: "https://bob:s3cret@jira.example.com", Token: "x"}, "JIRA_URL:"},
-		{"no token", jira.Options{BaseURL: "https://jira.example.com"}, "JIRA_TOKEN:"},
-		{"token and file", jira.Options{BaseURL: "https://jira.example.com", Token: "x", TokenFile: empty}, "JIRA_TOKEN_FILE:"},
-		{"missing token file", jira.Options{BaseURL: "https://jira.example.com", TokenFile: filepath.Join(dir, "nope")}, "JIRA_TOKEN_FILE:"},
-		{"empty token file", jira.Options{BaseURL: "https://jira.example.com", TokenFile: empty}, "JIRA_TOKEN_FILE:"},
-		{"bad api", jira.Options{BaseURL: "https://jira.example.com", Token: "x", API: "v9"}, "JIRA_API:"},
-		{"negative timeout", jira.Options{BaseURL: "https://jira.example.com", Token: "x", Timeout: -time.Second}, "JIRA_TIMEOUT:"},
-		{"NaN rate", jira.Options{BaseURL: "https://jira.example.com", Token: "x", RateLimit: math.NaN()}, "JIRA_RATE_LIMIT:"},
+		{"bad scheme", jira.Options{BaseURL: "ftp://jira", Token: "x"}, "jira: BaseURL:"},
+		{"no host", jira.Options{BaseURL: "https://", Token: "x"}, "jira: BaseURL:"},
+		{"credentials in URL", jira.Options{BaseURL: "https://bob:s3cret@jira.example.com", Token: "x"}, "jira: BaseURL:"},
+		{"no token", jira.Options{BaseURL: "https://jira.example.com"}, "jira: Token:"},
+		{"bad api", jira.Options{BaseURL: "https://jira.example.com", Token: "x", API: "v9"}, "jira: API:"},
+		{"negative timeout", jira.Options{BaseURL: "https://jira.example.com", Token: "x", Timeout: -time.Second}, "jira: Timeout:"},
+		{"NaN rate", jira.Options{BaseURL: "https://jira.example.com", Token: "x", RateLimit: math.NaN()}, "jira: RateLimit:"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -281,28 +271,6 @@ func TestAuthHeaders(t *testing.T) {
 			t.Fatalf("Authorization = %q, want Bearer pat-123", got)
 		}
 	})
-	t.Run("token file", func(t *testing.T) {
-		f := filepath.Join(t.TempDir(), "token")
-		if err := os.WriteFile(f, []byte("  from-file\n\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		srv, c := newPair(t, fakejira.Options{Issues: seedIssues(1), Email: "bot@example.com", Token: "from-file"},
-			jira.Options{Email: "bot@example.com", TokenFile: f})
-		if _, err := c.GetIssue(ctx, "RHEL-1", nil); err != nil {
-			t.Fatalf("GetIssue with token file: %v", err)
-		}
-		if u, p, _ := basicOf(srv.Requests()[0].Authorization); u != "bot@example.com" || p != "from-file" {
-			t.Fatalf("basic credentials %q:%q, want bot@example.com:from-file", u, p)
-		}
-	})
-}
-
-func basicOf(h string) (string, string, bool) {
-	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(h, "Basic "))
-	if err != nil {
-		return "", "", false
-	}
-	return strings.Cut(string(b), ":")
 }
 
 func TestTypedErrors(t *testing.T) {

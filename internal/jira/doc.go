@@ -3,8 +3,8 @@
 // /rest/api/2/search with startAt/total), reading an issue, editing labels, adding comments,
 // reading an issue's changelog, and reading a user's groups.
 //
-// The entry point is New, which validates Options and names the offending setting in its error
-// (for example "JIRA_URL: ..."). A Client is safe for concurrent use. Every request goes through
+// The entry point is New, which validates Options and names the offending field in its error
+// (for example "jira: BaseURL: ..."). A Client is safe for concurrent use. Every request goes through
 // one shared rate limiter (Options.RateLimit, 5 requests/s by default), a per-attempt timeout, and
 // a retry loop with exponential backoff and jitter on 429 and 5xx that honours Retry-After and
 // never sleeps past the caller's context deadline.

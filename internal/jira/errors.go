@@ -13,8 +13,8 @@ import (
 // Sentinel errors. An *HTTPError with the matching status wraps one of them, so
 // errors.Is(err, ErrNotFound) works on anything a Client method returns.
 var (
-	// ErrUnauthorized is a 401: missing or wrong credentials (JIRA_EMAIL/JIRA_TOKEN).
-	ErrUnauthorized = errors.New("jira: unauthorized (check JIRA_EMAIL and JIRA_TOKEN)")
+	// ErrUnauthorized is a 401: missing or wrong credentials (Options.Email and Token).
+	ErrUnauthorized = errors.New("jira: unauthorized (check the e-mail and token)")
 	// ErrForbidden is a 403: the account may not do this.
 	ErrForbidden = errors.New("jira: forbidden")
 	// ErrNotFound is a 404: no such issue or user, or no permission to see it.
@@ -22,7 +22,9 @@ var (
 	// ErrRateLimited is a 429 that outlived the retries.
 	ErrRateLimited = errors.New("jira: rate limited")
 	// ErrNotConfigured is returned by reads on a Client built without a BaseURL (dry-run only).
-	ErrNotConfigured = errors.New("jira: JIRA_URL is not set, only dry-run writes are possible")
+	ErrNotConfigured = errors.New("jira: no BaseURL is set, only dry-run writes are possible")
+	// ErrTokenRequired is New's error for Options with a BaseURL and no Token.
+	ErrTokenRequired = errors.New("jira: Token: required when BaseURL is set")
 	// ErrStop, returned by a SearchAll callback, ends the iteration without an error.
 	ErrStop = errors.New("jira: stop iteration")
 	// ErrRedirect is a redirect to another scheme, host or port, refused: the request

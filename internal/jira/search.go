@@ -147,7 +147,7 @@ func (c *Client) SearchAll(ctx context.Context, jql string, fields []string, max
 	req := SearchRequest{JQL: jql, Fields: fields}
 	for page := 1; ; page++ {
 		if page > MaxSearchPages {
-			return fmt.Errorf("%w: stopped after %d pages (%d issues); narrow JIRA_JQL", ErrPaging, MaxSearchPages, delivered)
+			return fmt.Errorf("%w: stopped after %d pages (%d issues); narrow the JQL", ErrPaging, MaxSearchPages, delivered)
 		}
 		req.MaxResults = c.pageSize
 		if maxIssues > 0 && maxIssues-delivered < req.MaxResults {

@@ -3,6 +3,8 @@ package config
 import (
 	"flag"
 	"strings"
+
+	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
 // Common is the settings of every command that talks to Redis.
@@ -71,4 +73,4 @@ const (
 
 // RedactedRedisURL is RedisURL with its password replaced, for logs and
 // error messages.
-func (c *Common) RedactedRedisURL() string { return RedactURL(c.RedisURL) }
+func (c *Common) RedactedRedisURL() string { return redact.URL(c.RedisURL) }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
 // clearEnv unsets every variable the binary reads (restored after the test), so
@@ -324,6 +326,9 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"jira api", "worker", w("--jira-api", "v2"), nil, "JIRA_API", "jira-api", "cloud, server or auto"},
 		{"jira timeout", "worker", w("--jira-timeout", "0s"), nil, "JIRA_TIMEOUT", "jira-timeout", "must be positive"},
 		{"jira rate", "worker", w(), map[string]string{"JIRA_RATE_LIMIT": "0"}, "JIRA_RATE_LIMIT", "jira-rate-limit", "block every request"},
+		{"jira rate nan", "worker", w("--jira-rate-limit", "NaN"), nil, "JIRA_RATE_LIMIT", "jira-rate-limit", "finite"},
+		{"jira url credentials", "worker", w("--jira-url", "https://bob:s3cret@jira.example.com"), nil, "JIRA_URL", "jira-url", "must not carry credentials"},
+		{"jira url query", "fetch", []string{"--jira-url", "https://jira.example.com/?x=1"}, nil, "JIRA_URL", "jira-url", "query or fragment"},
 		{"token and file", "worker", w("--jira-token", "t", "--jira-token-file", okTok), nil, "JIRA_TOKEN_FILE", "jira-token-file", "both set"},
 		{"token file missing", "worker", w("--jira-token-file", missing), nil, "JIRA_TOKEN_FILE", "jira-token-file", "cannot be read"},
 		{"token file empty", "worker", w("--jira-token-file", empty), nil, "JIRA_TOKEN_FILE", "jira-token-file", "is empty"},
@@ -348,6 +353,7 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"webhook deadline", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature"}, map[string]string{"WEBHOOK_DEADLINE": "30s"}, "WEBHOOK_DEADLINE", "webhook-deadline", "at most 10s"},
 		{"webhook body", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--webhook-max-body", "0"}, nil, "WEBHOOK_MAX_BODY", "webhook-max-body", "positive"},
 		{"webhook scope", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--jira-jql", ""}, nil, "JIRA_JQL", "jira-jql", "WEBHOOK_CHECK_SCOPE"},
+		{"webhook jql unscoped", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--webhook-check-scope=false", "--jira-jql", ""}, nil, "JIRA_JQL", "jira-jql", "is required"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -398,8 +404,8 @@ func TestRedisPasswordNotInErrors(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error leaks the password or is missing: %v", err)
 	}
-	if got := RedactURL("redis://:hunter2@valkey:6379/0"); strings.Contains(got, "hunter2") || !strings.Contains(got, "valkey:6379") {
-		t.Errorf("RedactURL = %q", got)
+	if got := redact.URL("redis://:hunter2@valkey:6379/0"); strings.Contains(got, "hunter2") || !strings.Contains(got, "valkey:6379") {
+		t.Errorf("redact.URL = %q", got)
 	}
 	c := Common{RedisURL: "rediss://ymir:pw@r:6380/1"}
 	if got := c.RedactedRedisURL(); strings.Contains(got, ":pw@") {

@@ -1,13 +1,16 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
-	"os"
+	"math"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
 // Defaults of the Jira settings; the client's own are referenced, not re-declared.
@@ -73,24 +76,29 @@ func (j *Jira) validate(p *problems) {
 	if j.JiraURL != "" {
 		if msg := httpURLProblem(j.JiraURL, "https://example.atlassian.net/"); msg != "" {
 			p.add("jira-url", "%s", msg)
+		} else if msg := jiraURLProblem(j.JiraURL); msg != "" {
+			p.add("jira-url", "%s", msg)
 		}
 	}
 	if !oneOf(j.JiraAPI, "cloud", "server", "auto") {
 		p.add("jira-api", "= %q must be cloud, server or auto", j.JiraAPI)
 	}
 	checkRange(p, "jira-timeout", j.JiraTimeout)
-	if j.JiraRateLimit == 0 {
+	switch {
+	case j.JiraRateLimit == 0:
 		p.add("jira-rate-limit", "= 0 would block every request (negative: no limit)")
+	case math.IsNaN(j.JiraRateLimit) || math.IsInf(j.JiraRateLimit, 0):
+		p.add("jira-rate-limit", "= %v must be a finite number of requests per second (negative: no limit)", j.JiraRateLimit)
 	}
 	if j.JiraToken != "" && j.JiraTokenFile != "" {
 		p.add("jira-token-file", "and JIRA_TOKEN (--jira-token) are both set; set one")
 	}
 	if j.JiraTokenFile != "" {
-		b, err := os.ReadFile(j.JiraTokenFile)
+		token, err := ReadSecretFile(j.JiraTokenFile)
 		switch {
 		case err != nil:
-			p.add("jira-token-file", "= %q cannot be read: %v", j.JiraTokenFile, unwrapPathErr(err))
-		case strings.TrimSpace(string(b)) == "":
+			p.add("jira-token-file", "= %q cannot be read: %v", j.JiraTokenFile, err)
+		case token == "":
 			p.add("jira-token-file", "= %q is empty", j.JiraTokenFile)
 		}
 	}
@@ -109,10 +117,36 @@ func (j *Jira) Token() (string, error) {
 	if j.JiraToken != "" || j.JiraTokenFile == "" {
 		return j.JiraToken, nil
 	}
-	b, err := os.ReadFile(j.JiraTokenFile)
+	token, err := ReadSecretFile(j.JiraTokenFile)
 	if err != nil {
 		return "", &SettingError{Env: "JIRA_TOKEN_FILE", Flag: "jira-token-file",
-			Msg: fmt.Sprintf("= %q cannot be read: %v", j.JiraTokenFile, unwrapPathErr(err))}
+			Msg: fmt.Sprintf("= %q cannot be read: %v", j.JiraTokenFile, err)}
 	}
-	return strings.TrimSpace(string(b)), nil
+	return token, nil
+}
+
+// jiraURLProblem is what the Jira client refuses in a base URL that is a valid http(s)
+// URL ("" when nothing): credentials in it, a query or a fragment.
+func jiraURLProblem(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	switch {
+	case err != nil:
+		return ""
+	case u.User != nil:
+		return fmt.Sprintf("= %q must not carry credentials: set JIRA_EMAIL (--jira-email) and JIRA_TOKEN_FILE (--jira-token-file)", redact.URL(raw))
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Sprintf("= %q must not have a query or fragment, e.g. https://example.atlassian.net/", redact.URL(raw))
+	}
+	return ""
+}
+
+// ClientError names the setting at fault in an error of jira.New on these settings, for
+// what Validate leaves to the commands that build a client: a token, which only they
+// need. Other errors are returned as they are (Validate refuses what they would say).
+func (j *Jira) ClientError(err error) error {
+	if errors.Is(err, jira.ErrTokenRequired) {
+		return &SettingError{Env: "JIRA_TOKEN", Flag: "jira-token",
+			Msg: "is required when JIRA_URL (--jira-url) is set (or JIRA_TOKEN_FILE (--jira-token-file))"}
+	}
+	return err
 }

@@ -19,7 +19,7 @@ const redisURLGeneral = "(in general redis://[user:password@]host:port/db; redis
 func checkRedisURL(raw string) string {
 	if !strings.Contains(raw, "://") {
 		// host:port is the usual slip; show it mended (the redaction sees a URL then).
-		if mended := RedactURL("redis://" + raw); !strings.HasPrefix(mended, "<") {
+		if mended := redact.URL("redis://" + raw); !strings.HasPrefix(mended, "<") {
 			as := mended
 			if u, err := url.Parse(mended); err == nil && strings.Trim(u.Path, "/") == "" {
 				as = strings.TrimSuffix(mended, "/") + "/0"
@@ -33,7 +33,7 @@ func checkRedisURL(raw string) string {
 	if err != nil {
 		return "is not a URL: write it as " + redisURLForm
 	}
-	shown := fmt.Sprintf("= %q", RedactURL(raw))
+	shown := fmt.Sprintf("= %q", redact.URL(raw))
 	switch u.Scheme {
 	case "redis", "rediss":
 		if u.Host == "" {
@@ -57,9 +57,9 @@ func httpURLProblem(raw, example string) string {
 	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
 		return ""
 	}
-	shown := RedactURL(raw)
+	shown := redact.URL(raw)
 	if !strings.Contains(raw, "://") {
-		if m := RedactURL("https://" + raw); !strings.HasPrefix(m, "<") {
+		if m := redact.URL("https://" + raw); !strings.HasPrefix(m, "<") {
 			shown = strings.TrimPrefix(m, "https://")
 		}
 		if strings.HasPrefix(shown, "<") {
@@ -72,8 +72,3 @@ func httpURLProblem(raw, example string) string {
 	}
 	return fmt.Sprintf("= %q must be an http:// or https:// URL, e.g. %s", shown, example)
 }
-
-// RedactURL returns raw with any password (also in ?password= and the like)
-// replaced by "xxxxx". A string that does not parse as a URL is returned as
-// "<unparseable URL>", since it may hold a password in an unknown place.
-func RedactURL(raw string) string { return redact.URL(raw) }

@@ -4,8 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"os"
-	"strings"
 	"time"
 )
 
@@ -52,11 +50,11 @@ func (w *Web) Validate() error {
 		p.add("web-token-file", "and WEB_TOKEN (--web-token) are both set; set one")
 	}
 	if w.TokenFile != "" {
-		b, err := os.ReadFile(w.TokenFile)
+		token, err := ReadSecretFile(w.TokenFile)
 		switch {
 		case err != nil:
-			p.add("web-token-file", "= %q cannot be read: %v", w.TokenFile, unwrapPathErr(err))
-		case len(strings.TrimSpace(string(b))) < MinWebToken:
+			p.add("web-token-file", "= %q cannot be read: %v", w.TokenFile, err)
+		case len(token) < MinWebToken:
 			p.add("web-token-file", "= %q holds fewer than %d characters", w.TokenFile, MinWebToken)
 		}
 	}
@@ -85,10 +83,10 @@ func (w *Web) WriteToken() (string, error) {
 	if w.Token != "" || w.TokenFile == "" {
 		return w.Token, nil
 	}
-	b, err := os.ReadFile(w.TokenFile)
+	token, err := ReadSecretFile(w.TokenFile)
 	if err != nil {
 		return "", &SettingError{Env: "WEB_TOKEN_FILE", Flag: "web-token-file",
-			Msg: fmt.Sprintf("= %q cannot be read: %v", w.TokenFile, unwrapPathErr(err))}
+			Msg: fmt.Sprintf("= %q cannot be read: %v", w.TokenFile, err)}
 	}
-	return strings.TrimSpace(string(b)), nil
+	return token, nil
 }

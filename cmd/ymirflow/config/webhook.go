@@ -3,7 +3,6 @@ package config
 import (
 	"flag"
 	"net"
-	"os"
 	"strings"
 	"time"
 )
@@ -34,11 +33,11 @@ func (s *WebhookSecret) validate(p *problems) {
 		p.add("webhook-secret-file", "and WEBHOOK_SECRET (--webhook-secret) are both set; set one")
 	}
 	if s.WebhookSecretFile != "" {
-		b, err := os.ReadFile(s.WebhookSecretFile)
+		secret, err := ReadSecretFile(s.WebhookSecretFile)
 		switch {
 		case err != nil:
-			p.add("webhook-secret-file", "= %q cannot be read: %v", s.WebhookSecretFile, unwrapPathErr(err))
-		case strings.TrimSpace(string(b)) == "":
+			p.add("webhook-secret-file", "= %q cannot be read: %v", s.WebhookSecretFile, err)
+		case secret == "":
 			p.add("webhook-secret-file", "= %q is empty", s.WebhookSecretFile)
 		}
 	}
@@ -50,12 +49,12 @@ func (s *WebhookSecret) Secret() (string, error) {
 	if s.WebhookSecret != "" || s.WebhookSecretFile == "" {
 		return s.WebhookSecret, nil
 	}
-	b, err := os.ReadFile(s.WebhookSecretFile)
+	secret, err := ReadSecretFile(s.WebhookSecretFile)
 	if err != nil {
 		return "", &SettingError{Env: "WEBHOOK_SECRET_FILE", Flag: "webhook-secret-file",
-			Msg: "= " + s.WebhookSecretFile + " cannot be read: " + unwrapPathErr(err).Error()}
+			Msg: "= " + s.WebhookSecretFile + " cannot be read: " + err.Error()}
 	}
-	return strings.TrimSpace(string(b)), nil
+	return secret, nil
 }
 
 // Webhook is the settings of `ymirflow webhook`: the Jira webhook receiver.
@@ -115,8 +114,11 @@ func (w *Webhook) Validate() error {
 	if w.JiraURL == "" {
 		p.add("jira-url", "is required: the receiver reads issues and writes labels in Jira")
 	}
-	if w.WebhookCheckScope && strings.TrimSpace(w.JiraJQL) == "" {
+	switch {
+	case w.WebhookCheckScope && strings.TrimSpace(w.JiraJQL) == "":
 		p.add("jira-jql", "is required with WEBHOOK_CHECK_SCOPE=true: the scope of the deliveries acted on")
+	case strings.TrimSpace(w.JiraJQL) == "":
+		p.add("jira-jql", "is required: the receiver classifies deliveries with the fetcher, which takes it")
 	}
 	if w.WebhookSecret.WebhookSecret == "" && w.WebhookSecretFile == "" && !w.InsecureNoSignature {
 		p.add("webhook-secret", "is required (or WEBHOOK_SECRET_FILE): unsigned deliveries are refused unless INSECURE_NO_SIGNATURE (--insecure-no-signature) is given")
