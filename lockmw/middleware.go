@@ -41,7 +41,7 @@ const (
 	Coalesce Policy = "coalesce"
 )
 
-// ParsePolicy parses an ON_CONFLICT setting ("" is Drop).
+// ParsePolicy parses a policy name: "drop" (or "", the default) or "coalesce".
 func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
 	case Drop, "":
@@ -49,7 +49,7 @@ func ParsePolicy(s string) (Policy, error) {
 	case Coalesce:
 		return Coalesce, nil
 	}
-	return "", fmt.Errorf("lockmw: ON_CONFLICT must be drop or coalesce, got %q", s)
+	return "", fmt.Errorf("lockmw: Config.Policy must be %q or %q, got %q", Drop, Coalesce, s)
 }
 
 // Entry identifies the stream entry a message was read from.
@@ -85,26 +85,34 @@ type Peeker interface {
 	Peek() (id, issueKey string, ok bool)
 }
 
-// Config configures NewMiddleware.
+// Config configures NewMiddleware, which checks it once.
 type Config struct {
+	// Locker hands out the leases. Required.
 	Locker *lease.Locker
-	Agent  string
-	// Source gives the stream entry behind each message; nil when messages do not come
-	// from a Redis stream (the middleware then only locks).
+	// Agent names the stage whose leases the middleware takes (lock:<agent>:<ISSUE>).
+	// Required.
+	Agent string
+	// Source gives the stream entry behind each message. Default: nil, for messages
+	// that do not come from a Redis stream (the middleware then only locks).
 	Source Source
-	// Policy for events whose issue is busy. Default Drop.
+	// Policy for events whose issue is busy. Default: Drop.
 	Policy Policy
-	// MaxIdleTime is the subscriber's claim threshold. An entry read longer ago than
+	// MaxIdleTime is the subscriber's claim threshold. With a Source it must exceed the
+	// lease heartbeat interval (Locker.HeartbeatInterval), or other consumers could
+	// claim entries whose lease is alive. An entry read longer ago than
 	// (MaxIdleTime - heartbeat interval)/2 may have been claimed away while it waited in
-	// the read-ahead buffer, so its ownership is checked before it runs.
+	// the read-ahead buffer, so its ownership is checked before it runs. Default: none
+	// (required with a Source; unused without).
 	MaxIdleTime time.Duration
 	// IssueKey extracts the raw issue key of a message; its errors go back to the
 	// router unchanged. Default: metadata MetaIssueKey, else ErrNoIssueKey.
 	IssueKey func(msg *message.Message) (string, error)
-	// OnConflict records an event that was not run because its issue was busy; nil
-	// records nothing (the Observer still counts it).
+	// OnConflict records an event that was not run because its issue was busy.
+	// Default: nil, which records nothing (the Observer still counts it).
 	OnConflict ConflictRecorder
-	Logger     zerolog.Logger
+	// Logger for lease losses, conflicts and failed releases. Default: the zero
+	// Logger, which writes nothing.
+	Logger zerolog.Logger
 }
 
 type leaseKey struct{}
@@ -136,16 +144,15 @@ type Middleware struct {
 // NewMiddleware checks cfg and returns the middleware. It does no I/O.
 func NewMiddleware(cfg Config) (*Middleware, error) {
 	if cfg.Locker == nil || cfg.Agent == "" {
-		return nil, errors.New("lockmw: Middleware needs a Locker and an Agent")
+		return nil, errors.New("lockmw: Config.Locker and Config.Agent are required")
 	}
-	if cfg.Policy == "" {
-		cfg.Policy = Drop
+	policy, err := ParsePolicy(string(cfg.Policy))
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Policy != Drop && cfg.Policy != Coalesce {
-		return nil, fmt.Errorf("lockmw: unknown policy %q", cfg.Policy)
-	}
+	cfg.Policy = policy
 	if cfg.Source != nil && cfg.MaxIdleTime <= cfg.Locker.HeartbeatInterval() {
-		return nil, fmt.Errorf("lockmw: MAX_IDLE_TIME (%s) must exceed the lease heartbeat interval LOCK_TTL/3 (%s), "+
+		return nil, fmt.Errorf("lockmw: Config.MaxIdleTime (%s) must exceed the lease heartbeat interval, lease.Options.TTL/3 (%s), "+
 			"or other consumers would claim entries whose lease is alive", cfg.MaxIdleTime, cfg.Locker.HeartbeatInterval())
 	}
 	if cfg.IssueKey == nil {

@@ -52,17 +52,6 @@ func recordTo(stream string) lockmw.ConflictRecorder {
 	}
 }
 
-// newLocker returns a Locker whose keys live in namespace ns.
-func newLocker(t *testing.T, rdb redis.UniversalClient, ns string, o lease.Options) *lease.Locker {
-	t.Helper()
-	o.Scope = ns
-	l, err := lease.New(rdb, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // exists reports whether key exists.
 func exists(t *testing.T, rdb redis.UniversalClient, key string) bool {
 	t.Helper()
@@ -71,6 +60,16 @@ func exists(t *testing.T, rdb redis.UniversalClient, key string) bool {
 		t.Fatal(err)
 	}
 	return n == 1
+}
+
+// locker returns a Locker with the default options whose keys live in namespace ns.
+func locker(t *testing.T, rdb redis.UniversalClient, ns string) *lease.Locker {
+	t.Helper()
+	l, err := lease.New(rdb, lease.Options{Scope: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func handlerOf(cfg lockmw.Config) (message.HandlerMiddleware, error) {
@@ -94,8 +93,9 @@ func pendingEntry(t *testing.T, rdb *redis.Client, stream, consumer string) stri
 
 // A redelivered copy of the entry a live holder is working on is neither run nor acked.
 func TestInFlightCopyOfLiveHoldersEntryIsNeitherRunNorAcked(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{})
+	l := locker(t, rdb, ns)
 	stream := ns + "s"
 	id := pendingEntry(t, rdb, stream, "holder")
 	holder, err := l.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{Owner: "holder", MessageID: id})
@@ -130,8 +130,9 @@ func TestInFlightCopyOfLiveHoldersEntryIsNeitherRunNorAcked(t *testing.T) {
 
 // A different event for a held issue is acked and dropped, with a record naming the holder.
 func TestOtherEventForHeldIssueIsAckedAndDropped(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{})
+	l := locker(t, rdb, ns)
 	stream := ns + "s"
 	id := pendingEntry(t, rdb, stream, "other")
 	holder, err := l.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{Owner: "holder", MessageID: "1-1"})
@@ -157,8 +158,9 @@ func TestOtherEventForHeldIssueIsAckedAndDropped(t *testing.T) {
 
 // Release happens before the error goes back for a retry, so the retry is not "locked".
 func TestHandlerErrorReleasesBeforeReturning(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{})
+	l := locker(t, rdb, ns)
 	mw, _ := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage"})
 	boom := errors.New("boom")
 	h := mw(func(*message.Message) ([]*message.Message, error) { return nil, boom })
@@ -175,17 +177,22 @@ func TestHandlerErrorReleasesBeforeReturning(t *testing.T) {
 }
 
 func TestMiddlewareRejectsMaxIdleBelowHeartbeat(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Second})
-	_, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: &streamSource{}, MaxIdleTime: time.Minute})
-	if err == nil || !strings.Contains(err.Error(), "MAX_IDLE_TIME") {
-		t.Fatalf("err = %v, want a MAX_IDLE_TIME error", err)
+	l, err := lease.New(rdb, lease.Options{Scope: ns, TTL: 300 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: &streamSource{}, MaxIdleTime: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "Config.MaxIdleTime") {
+		t.Fatalf("err = %v, want a Config.MaxIdleTime error", err)
 	}
 }
 
 func TestBadKeyTakesNoLock(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{})
+	l := locker(t, rdb, ns)
 	mw, _ := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage"})
 	h := mw(func(*message.Message) ([]*message.Message, error) { t.Fatal("ran"); return nil, nil })
 	for _, p := range []string{`not json`, `{"metadata":{}}`, `{"metadata":{"issue":"../x"}}`} {
@@ -226,7 +233,7 @@ type handoffEnv struct {
 func newHandoffEnv(t *testing.T) *handoffEnv {
 	t.Helper()
 	rdb, ns := redistest.Client(t)
-	e := &handoffEnv{rdb: rdb, ns: ns, l: newLocker(t, rdb, ns, lease.Options{}), stream: ns + "s"}
+	e := &handoffEnv{rdb: rdb, ns: ns, l: locker(t, rdb, ns), stream: ns + "s"}
 	e.a = pendingEntry(t, rdb, e.stream, "c")
 	e.b = rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: e.stream, Values: map[string]any{"payload": "{}"}}).Val()
 	e.src = &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: e.stream, Group: "g", Consumer: "c", ID: e.a, ReadAt: time.Now()}},
@@ -244,6 +251,7 @@ func newHandoffEnv(t *testing.T) *handoffEnv {
 }
 
 func TestHandoffLeaseIsGivenBack(t *testing.T) {
+	t.Parallel()
 	e := newHandoffEnv(t)
 	rdb, ns, l, stream, a, b, src, mw, h := e.rdb, e.ns, e.l, e.stream, e.a, e.b, e.src, e.mw, e.h
 	info, held, err := l.Inspect(context.Background(), "triage", "RHEL-2")
@@ -281,6 +289,7 @@ func TestHandoffLeaseIsGivenBack(t *testing.T) {
 // A lease taken ahead for an entry that never reaches the middleware (dead-lettered
 // before it, say) is given back by itself.
 func TestHandoffLeaseExpiresWhenEntryNeverComes(t *testing.T) {
+	t.Parallel()
 	e := newHandoffEnv(t)
 	rdb, ns := e.rdb, e.ns
 	if !exists(t, rdb, "lock:"+ns+"triage:RHEL-2") {
@@ -293,8 +302,9 @@ func TestHandoffLeaseExpiresWhenEntryNeverComes(t *testing.T) {
 // Without an IssueKey extractor the middleware reads metadata issue_key and nothing
 // else, and writes the canonical key and the fence back for the handler.
 func TestDefaultIssueKeyIsMetadataOnly(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{})
+	l := locker(t, rdb, ns)
 	mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage"})
 	if err != nil {
 		t.Fatal(err)
@@ -322,10 +332,11 @@ func TestDefaultIssueKeyIsMetadataOnly(t *testing.T) {
 // EVALSHA) works on a server that lost its scripts (a restart, SCRIPT FLUSH): sent
 // again in full, it runs once and in order.
 func TestHandoffAfterScriptFlush(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{}) // SCRIPT FLUSH is server-wide
 	rdb := srv.Client()
 	ctx := context.Background()
-	l := newLocker(t, rdb, "", lease.Options{})
+	l := locker(t, rdb, "")
 	a := pendingEntry(t, rdb, "s", "c")
 	b := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: map[string]any{"payload": "{}"}}).Val()
 	src := &peekSource{streamSource: streamSource{entry: lockmw.Entry{Stream: "s", Group: "g", Consumer: "c", ID: a, ReadAt: time.Now()}},
@@ -364,6 +375,7 @@ func TestHandoffAfterScriptFlush(t *testing.T) {
 // a run: an event of that issue that entered its stream before the give-back still
 // runs, rather than being dropped as superseded.
 func TestGivenBackLeaseSupersedesNothing(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"close", "other entry"} {
 		t.Run(path, func(t *testing.T) {
 			e := newHandoffEnv(t)
@@ -402,6 +414,7 @@ func streamMS(id string) int64 {
 // left for a redelivery that would record a second outcome. A handler that finished
 // after its lease was taken over is still left pending.
 func TestHandlerFinishedAsItsLeaseEndedIsAckedOnlyIfStillHeld(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		takenOver bool
@@ -409,7 +422,7 @@ func TestHandlerFinishedAsItsLeaseEndedIsAckedOnlyIfStillHeld(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, ns := redistest.Client(t)
 			ctx := context.Background()
-			l := newLocker(t, rdb, ns, lease.Options{})
+			l := locker(t, rdb, ns)
 			stream := ns + "s"
 			id := pendingEntry(t, rdb, stream, "c")
 			src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}

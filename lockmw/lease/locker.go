@@ -15,10 +15,12 @@ import (
 
 // Defaults, taken from the Python lock where it had one.
 const (
-	DefaultTTL     = 300 * time.Second
+	// DefaultTTL is Options.TTL's default.
+	DefaultTTL = 300 * time.Second
+	// DefaultMaxHold is Options.MaxHold's default.
 	DefaultMaxHold = 6 * time.Hour
-	// MinTTL is the shortest TTL New accepts: the heartbeat (TTL/3) must have time for
-	// a round trip.
+	// MinTTL is the shortest Options.TTL New accepts: the heartbeat (TTL/3) must have
+	// time for a round trip.
 	MinTTL = 30 * time.Millisecond
 )
 
@@ -28,7 +30,7 @@ const (
 func DefaultSafetyMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 
 // HeartbeatFor is the heartbeat interval of a lease with this ttl (TTL/3). A
-// subscriber's claim threshold (MAX_IDLE_TIME) must exceed it.
+// subscriber's claim threshold (its MaxIdleTime) must exceed it.
 func HeartbeatFor(ttl time.Duration) time.Duration { return ttl / 3 }
 
 // Observer is told about lease events, for metrics. Methods must be fast and safe for
@@ -51,26 +53,30 @@ func (nopObserver) Conflict(string, string, string) {}
 func (nopObserver) Lost(string, error)              {}
 func (nopObserver) Released(string, time.Duration)  {}
 
-// Options configure a Locker. The zero value is usable: defaults are filled in by New.
+// Options configure a Locker. The zero value is usable: New fills in the defaults and
+// checks the rest, once.
 type Options struct {
-	// TTL of the lease key; the heartbeat extends it every TTL/3. Default 300s.
+	// TTL of the lease key; the heartbeat extends it every TTL/3. At least MinTTL.
+	// Default: 300s (DefaultTTL).
 	TTL time.Duration
 	// SafetyMargin is taken off TTL when deciding that a lease can no longer be proven:
 	// it covers clock drift between us and Redis and the time an extend is in flight.
-	// Default TTL/10.
+	// In [0, 2/3 of TTL). Default: TTL/10 (DefaultSafetyMargin).
 	SafetyMargin time.Duration
-	// MaxHold caps how long one lease may be held. Default 6h.
+	// MaxHold caps how long one lease may be held; not negative. Default: 6h
+	// (DefaultMaxHold).
 	MaxHold time.Duration
-	// KeyPattern validates canonical keys. Default DefaultKeyPattern.
+	// KeyPattern validates canonical keys. Default: DefaultKeyPattern.
 	KeyPattern *regexp.Regexp
-	// Format of the Redis keys. Default KeysCompat (Python-compatible).
+	// Format of the Redis keys. Default: KeysCompat (Python-compatible).
 	Format KeyFormat
 	// Scope is put before the agent in every key (e.g. "staging:") so that several
-	// pipelines can share one Redis. Empty for the Python-compatible keys.
+	// pipelines can share one Redis. Default: "" (the Python-compatible keys).
 	Scope string
-	// Owner names the holder in the lease record (a consumer name). Default host:pid.
+	// Owner names the holder in the lease record (a consumer name). Default: host:pid.
 	Owner string
-	// Logger for lost leases and failed releases.
+	// Logger for lost leases and failed releases. Default: the zero Logger, which
+	// writes nothing.
 	Logger zerolog.Logger
 	// Observer receives lease events. Default: none.
 	Observer Observer
@@ -103,25 +109,25 @@ type Locker struct {
 // New returns a Locker on rdb. It does no I/O.
 func New(rdb Client, opts Options) (*Locker, error) {
 	if rdb == nil {
-		return nil, errors.New("lease: nil redis client")
+		return nil, errors.New("lease: New needs a Redis client")
 	}
 	if opts.TTL == 0 {
 		opts.TTL = DefaultTTL
 	}
 	if opts.TTL < MinTTL {
-		return nil, fmt.Errorf("lease: LOCK_TTL must be at least %s, got %s", MinTTL, opts.TTL)
+		return nil, fmt.Errorf("lease: Options.TTL must be at least %s, got %s", MinTTL, opts.TTL)
 	}
 	if opts.SafetyMargin == 0 {
 		opts.SafetyMargin = DefaultSafetyMargin(opts.TTL)
 	}
 	if opts.SafetyMargin < 0 || opts.SafetyMargin >= opts.TTL*2/3 {
-		return nil, fmt.Errorf("lease: safety margin %s must be in [0, 2/3 of LOCK_TTL %s)", opts.SafetyMargin, opts.TTL)
+		return nil, fmt.Errorf("lease: Options.SafetyMargin must be in [0, 2/3 of Options.TTL %s), got %s", opts.TTL, opts.SafetyMargin)
 	}
 	if opts.MaxHold == 0 {
 		opts.MaxHold = DefaultMaxHold
 	}
 	if opts.MaxHold < 0 {
-		return nil, fmt.Errorf("lease: LOCK_MAX_HOLD must be positive, got %s", opts.MaxHold)
+		return nil, fmt.Errorf("lease: Options.MaxHold must not be negative, got %s", opts.MaxHold)
 	}
 	if opts.KeyPattern == nil {
 		opts.KeyPattern = DefaultKeyPattern
@@ -172,28 +178,33 @@ func (l *Locker) LockKey(agent, issue string) string {
 	return l.opts.Format.lockKey(l.opts.Scope+agent, issue)
 }
 
-// AcquireOptions are per-acquire settings.
+// AcquireOptions are per-acquire settings. The zero value takes a plain lease.
 type AcquireOptions struct {
-	// Owner overrides Options.Owner for this lease (the consumer name).
+	// Owner overrides Options.Owner for this lease (the consumer name). Default:
+	// Options.Owner.
 	Owner string
-	// MessageID is the stream entry the lease guards, shown to operators.
+	// MessageID is the stream entry the lease guards, shown to operators. Default: "".
 	MessageID string
 	// OnHeartbeat queues extra commands on the heartbeat's pipeline, so they cost no
-	// extra round trip (the middleware keeps its stream entry fresh this way).
+	// extra round trip (the middleware keeps its stream entry fresh this way). Default:
+	// nil (the heartbeat only extends).
 	OnHeartbeat func(ctx context.Context, pipe redis.Pipeliner)
 	// Queue, when set, selects the coalesce policy: if the lease is held, the event is
 	// stored as the issue's single queued follow-up (replacing an older one) in the same
 	// atomic step, and the LockedError says Queued. Whoever releases the lease next
-	// appends it to Queue.Stream.
+	// appends it to Queue.Stream. Default: nil (a busy lease is only reported).
 	Queue *QueuedEvent
 	// Drain makes Release take and publish a queued follow-up (coalesce policy).
+	// Default: false.
 	Drain bool
-	// MaxLen trims the stream a drained follow-up is appended to (approximate; 0 = no).
+	// MaxLen trims the stream a drained follow-up is appended to (approximate).
+	// Default: 0 (no trim).
 	MaxLen int64
 	// EntryTime, when set, is when the event entered its stream (the ms part of its
 	// stream id). If another event's run of the issue was released after that, Acquire
 	// refuses with a *SupersededError: the event waited while the issue was being worked
 	// on and counts as dropped (policy drop). Retries of the same message are exempt.
+	// Default: the zero Time (no check).
 	EntryTime time.Time
 }
 
