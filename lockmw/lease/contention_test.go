@@ -34,6 +34,7 @@ const (
 )
 
 func TestContentionAcrossProcesses(t *testing.T) {
+	// Not parallel: runs three contender processes for seconds and times their holds against a 2 s TTL.
 	if os.Getenv(envContender) != "" {
 		t.Skip("contender process")
 	}
@@ -120,6 +121,7 @@ func TestContentionAcrossProcesses(t *testing.T) {
 
 // TestContender is one contending process; it runs only when started by the test above.
 func TestContender(t *testing.T) {
+	// Not parallel: the body of a contender process, which TestContentionAcrossProcesses runs alone.
 	ledger := os.Getenv(envContender)
 	if ledger == "" {
 		t.Skip("run by TestContentionAcrossProcesses")

@@ -14,6 +14,7 @@ import (
 // not at its next heartbeat (TTL/3: ten seconds here); a lease taken after the force
 // release is not ended by it.
 func TestForceReleaseEndsTheWatchedLeaseAtOnce(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -66,6 +66,7 @@ func exists(t testing.TB, rdb redis.UniversalClient, key string) bool {
 // --- The 21 tests of the Python lock (ymir/common/tests/unit/test_issue_lock.py), against a real Redis. ---
 
 func TestAcquireSucceedsOnEmptyKey(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
@@ -78,6 +79,7 @@ func TestAcquireSucceedsOnEmptyKey(t *testing.T) {
 }
 
 func TestAcquireFailsWhenAlreadyHeld(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{Owner: "worker-a"})
 	first := mustAcquire(t, l, "triage", "RHEL-123")
@@ -95,6 +97,7 @@ func TestAcquireFailsWhenAlreadyHeld(t *testing.T) {
 }
 
 func TestAcquireSucceedsAfterExpiry(t *testing.T) {
+	// Not parallel: measures time: the first acquire must come within the foreign key's 150 ms.
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	// A holder that died: its key expires for real, nobody deletes it.
@@ -113,6 +116,7 @@ func TestAcquireSucceedsAfterExpiry(t *testing.T) {
 }
 
 func TestReleaseSucceedsWithMatchingToken(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
@@ -133,6 +137,7 @@ func TestReleaseSucceedsWithMatchingToken(t *testing.T) {
 }
 
 func TestReleaseFailsWithWrongToken(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
@@ -148,6 +153,7 @@ func TestReleaseFailsWithWrongToken(t *testing.T) {
 }
 
 func TestReleaseFailsOnExpiredKey(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
@@ -164,6 +170,7 @@ type beats struct{ n atomic.Int64 }
 func (b *beats) hook(context.Context, redis.Pipeliner) { b.n.Add(1) }
 
 func TestExtendSucceedsWithMatchingToken(t *testing.T) {
+	// Not parallel: measures time: a 300 ms TTL must outlive nine heartbeats on time.
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond})
 	var b beats
@@ -183,6 +190,7 @@ func TestExtendSucceedsWithMatchingToken(t *testing.T) {
 }
 
 func TestExtendFailsWithWrongToken(t *testing.T) {
+	// Not parallel: measures time: a 300 ms TTL's extend delayed by other tests reads as unproven, not lost.
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
@@ -200,6 +208,7 @@ func TestExtendFailsWithWrongToken(t *testing.T) {
 }
 
 func TestExtendFailsOnExpiredKey(t *testing.T) {
+	// Not parallel: measures time: a 300 ms TTL's extend delayed by other tests reads as unproven, not lost.
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
@@ -214,6 +223,7 @@ func TestExtendFailsOnExpiredKey(t *testing.T) {
 }
 
 func TestHeartbeatCallsExtendPeriodically(t *testing.T) {
+	// Not parallel: measures the heartbeat's period (a 150 ms TTL).
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 150 * time.Millisecond})
 	var b beats
@@ -231,6 +241,7 @@ func TestHeartbeatCallsExtendPeriodically(t *testing.T) {
 }
 
 func TestHeartbeatStopsWhenLockLost(t *testing.T) {
+	// Not parallel: counts the extends of a 150 ms TTL's heartbeat against the clock.
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 150 * time.Millisecond})
 	var b beats
@@ -251,6 +262,7 @@ func TestHeartbeatStopsWhenLockLost(t *testing.T) {
 }
 
 func TestHeartbeatSurvivesRedisError(t *testing.T) {
+	// Not parallel: measures time: a 1.2 s outage of its own redis-server against a 3 s TTL.
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	rdb := srv.Client()
 	ns := redistest.Namespace()
@@ -276,6 +288,7 @@ func TestHeartbeatSurvivesRedisError(t *testing.T) {
 }
 
 func TestHeartbeatIsCleanlyCancellable(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 60 * time.Second})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
@@ -289,6 +302,7 @@ func TestHeartbeatIsCleanlyCancellable(t *testing.T) {
 }
 
 func TestAcquireAndReleaseOnNormalExit(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
@@ -302,6 +316,7 @@ func TestAcquireAndReleaseOnNormalExit(t *testing.T) {
 }
 
 func TestReleaseOnError(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	work := func() (err error) {
@@ -321,6 +336,7 @@ func TestReleaseOnError(t *testing.T) {
 }
 
 func TestReleaseOnCancellation(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -340,6 +356,7 @@ func TestReleaseOnCancellation(t *testing.T) {
 }
 
 func TestYieldsLockedWhenHeldByForeignKey(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	key := "lock:" + ns + "triage:RHEL-123"
@@ -354,6 +371,7 @@ func TestYieldsLockedWhenHeldByForeignKey(t *testing.T) {
 }
 
 func TestTwoConcurrentLocksOnSameIssue(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	var wins, busy atomic.Int64
@@ -382,6 +400,7 @@ func TestTwoConcurrentLocksOnSameIssue(t *testing.T) {
 }
 
 func TestDifferentIssuesDoNotConflict(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	a := mustAcquire(t, l, "triage", "RHEL-111")
@@ -397,6 +416,7 @@ func TestDifferentIssuesDoNotConflict(t *testing.T) {
 }
 
 func TestCustomPrefix(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "rebase", "RHEL-123")
@@ -413,6 +433,7 @@ func TestCustomPrefix(t *testing.T) {
 }
 
 func TestDifferentPrefixesDoNotConflict(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	a := mustAcquire(t, l, "triage", "RHEL-123")
@@ -425,6 +446,7 @@ func TestDifferentPrefixesDoNotConflict(t *testing.T) {
 // --- What the Python tests missed. ---
 
 func TestCanonicalKeys(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "  rhel-123\t")
@@ -439,6 +461,7 @@ func TestCanonicalKeys(t *testing.T) {
 }
 
 func TestInvalidKeysTouchNoRedisKey(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	bad := []string{"", "   ", "../x", "RHEL 123", "RHEL-12 3", strings.Repeat("A", 296) + "-123",
@@ -455,6 +478,7 @@ func TestInvalidKeysTouchNoRedisKey(t *testing.T) {
 }
 
 func TestKeyPatternConfigurable(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{KeyPattern: regexp.MustCompile(`^ISSUE[0-9]+$`)})
 	if _, err := l.Acquire(context.Background(), "triage", "RHEL-1", lease.AcquireOptions{}); !errors.Is(err, lease.ErrInvalidKey) {
@@ -467,6 +491,7 @@ func TestKeyPatternConfigurable(t *testing.T) {
 }
 
 func TestClusterKeysShareOneHashTag(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{Format: lease.KeysCluster})
 	k := l.Keys("triage", "RHEL-123")
@@ -489,6 +514,7 @@ func TestClusterKeysShareOneHashTag(t *testing.T) {
 }
 
 func TestLeaseRecordForOperators(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	before := time.Now().Add(-time.Second)
@@ -512,6 +538,7 @@ func TestLeaseRecordForOperators(t *testing.T) {
 }
 
 func TestFencesStrictlyIncrease(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 150 * time.Millisecond})
 	var last int64
@@ -531,6 +558,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 }
 
 func TestFencedPublishRefusedAfterLoss(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	le := mustAcquire(t, l, "triage", "RHEL-7")
@@ -574,6 +602,7 @@ func (o *countingObserver) Lost(_ string, c error) {
 func (o *countingObserver) Released(string, time.Duration) { o.mu.Lock(); o.released++; o.mu.Unlock() }
 
 func TestLossCancelsLoggedAndCounted(t *testing.T) {
+	// Not parallel: measures time: a 300 ms TTL's extend delayed by other tests reads as unproven, not lost.
 	rdb, ns := redistest.Client(t)
 	var logs syncBuffer
 	obs := &countingObserver{}
@@ -600,6 +629,7 @@ func TestLossCancelsLoggedAndCounted(t *testing.T) {
 }
 
 func TestMaxHold(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 3 * time.Second, MaxHold: 300 * time.Millisecond})
 	start := time.Now()
@@ -616,6 +646,7 @@ func TestMaxHold(t *testing.T) {
 }
 
 func TestUnprovenWhenRedisUnreachable(t *testing.T) {
+	// Not parallel: measures time: the lease must be given up within its TTL.
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	rdb := srv.Client()
 	ns := redistest.Namespace()
@@ -642,6 +673,7 @@ func TestUnprovenWhenRedisUnreachable(t *testing.T) {
 }
 
 func TestReleaseFailureWhenRedisDownIsSwallowedAndKeyExpires(t *testing.T) {
+	// Not parallel: measures time: its own redis-server must restart within the key's 2 s TTL.
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
@@ -671,6 +703,7 @@ func TestReleaseFailureWhenRedisDownIsSwallowedAndKeyExpires(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	rdb, _ := redistest.Client(t)
 	for _, o := range []lease.Options{{TTL: -time.Second}, {MaxHold: -time.Hour}, {TTL: time.Second, SafetyMargin: time.Second}} {
 		if _, err := lease.New(rdb, o); err == nil {
@@ -694,6 +727,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // Redis hangs (no answer, connections open): the lease is given up on time, whatever
 // the client's own read timeout.
 func TestUnprovenWhenRedisHangs(t *testing.T) {
+	// Not parallel: measures time: the lease must be given up within its TTL.
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true, ReadTimeout: 10 * time.Second})
 	defer rdb.Close()
@@ -718,6 +752,7 @@ func TestUnprovenWhenRedisHangs(t *testing.T) {
 
 // LockKey is the Lock name of Keys, in both formats (the fetcher relies on it).
 func TestLockKeyMatchesKeys(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	for _, f := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
 		l := newLocker(t, rdb, ns, lease.Options{Format: f})
@@ -729,6 +764,7 @@ func TestLockKeyMatchesKeys(t *testing.T) {
 
 // The hand-written matcher used for DefaultKeyPattern agrees with the regexp.
 func TestDefaultPatternMatcherAgreesWithRegexp(t *testing.T) {
+	t.Parallel()
 	custom := regexp.MustCompile(lease.DefaultKeyPattern.String()) // another pointer: the regexp path
 	for _, k := range []string{"RHEL-1", "RHEL-10", "A-9", "A_B9-123", "RHEL-0", "RHEL-01", "RHEL-", "-1", "1A-1",
 		"RHEL-1-2", "RHEL_X-5", "rhel-1", "R-1a", "RH EL-1", "RHEL--1", "Ä-1", "RHEL-1\n", "_A-1", "AB", ""} {
@@ -743,6 +779,7 @@ func TestDefaultPatternMatcherAgreesWithRegexp(t *testing.T) {
 // A lease costs no goroutine until its first extend is due: most events end in
 // milliseconds, long before TTL/3.
 func TestHeldLeaseStartsNoGoroutineBeforeFirstExtend(t *testing.T) {
+	// Not parallel: counts the process's goroutines, which parallel tests would change.
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{TTL: time.Minute})
 	before := runtime.NumGoroutine()
@@ -766,6 +803,7 @@ func TestHeldLeaseStartsNoGoroutineBeforeFirstExtend(t *testing.T) {
 // for a run that may have ended before it entered. Once the clock has caught up, the
 // check applies again.
 func TestSupersededSurvivesAClockStepBack(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{})
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 )
 
 func TestInspectManyFindsLiveLeasesInOneBatch(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{Owner: "w1"})
 	ctx := context.Background()
@@ -42,6 +43,7 @@ func TestInspectManyFindsLiveLeasesInOneBatch(t *testing.T) {
 }
 
 func TestListScansOnlyThisScopesLeases(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	l := newLocker(t, rdb, ns, lease.Options{})
@@ -80,6 +82,7 @@ func TestListScansOnlyThisScopesLeases(t *testing.T) {
 }
 
 func TestListClusterFormat(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{Format: lease.KeysCluster})
 	mustAcquire(t, l, "backport", "RHEL-4")
@@ -92,6 +95,7 @@ func TestListClusterFormat(t *testing.T) {
 // An operator's force-release fences out the old holder: its next fenced publish is
 // refused, and the next holder's fence is above the old one's.
 func TestForceReleaseFencesOutTheHolder(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	l := newLocker(t, rdb, ns, lease.Options{})

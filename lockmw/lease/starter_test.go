@@ -8,6 +8,7 @@ import (
 // The starter keeps its leases by due time whatever order they come in and leave in,
 // and its timer armed for the earliest.
 func TestStarterOrder(t *testing.T) {
+	t.Parallel()
 	var s starter
 	t0 := time.Now().Add(time.Hour) // nothing falls due during the test
 	lease := func(min int) *Lease { return &Lease{hbDue: t0.Add(time.Duration(min) * time.Minute)} }
