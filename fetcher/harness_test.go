@@ -22,6 +22,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -45,7 +46,7 @@ type harness struct {
 	jc     *jira.Client
 	cfg    Config
 	now    time.Time
-	logBuf *syncBuffer
+	logBuf *testlog.Buffer
 
 	mu       sync.Mutex
 	bodies   []recorded     // every request with its body
@@ -60,23 +61,6 @@ type recorded struct {
 	Method, Path, Query string
 	Body                []byte
 	At                  time.Time
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type harnessOpt func(*harness, *fakejira.Options)
@@ -118,7 +102,7 @@ func newHarness(t testing.TB, issues []fakejira.Issue, opts ...harnessOpt) *harn
 	t.Helper()
 	rdb, ns := redistest.Client(t)
 	h := &harness{t: t, ctx: context.Background(), rdb: rdb, ns: ns, now: time.Now().UTC().Truncate(time.Millisecond),
-		failPut: map[string]int{}, failPath: map[string]int{}, logBuf: &syncBuffer{}}
+		failPut: map[string]int{}, failPath: map[string]int{}, logBuf: &testlog.Buffer{}}
 	fo := fakejira.Options{
 		Issues: issues,
 		Groups: map[string][]string{member: {group, "jira-users"}, outsider: {"jira-users"}},

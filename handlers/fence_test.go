@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -20,35 +19,12 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
-
-// syncBuffer collects log lines written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(msg string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(s.b.String(), "\n") {
-		if strings.Contains(l, `"message":"`+msg) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // fences counts what the handler reports to its FenceObserver.
 type fences struct {
@@ -76,13 +52,13 @@ type fenceWorld struct {
 	e      *env
 	locker *lease.Locker
 	peer   *lease.Locker
-	logs   *syncBuffer
+	logs   *testlog.Buffer
 	fences *fences
 }
 
 func newFenceWorld(t *testing.T, issues ...fakejira.Issue) *fenceWorld {
 	e := newEnv(t, issues...)
-	w := &fenceWorld{e: e, logs: &syncBuffer{}, fences: &fences{refused: map[string]int{}, raced: map[string]int{}}}
+	w := &fenceWorld{e: e, logs: &testlog.Buffer{}, fences: &fences{refused: map[string]int{}, raced: map[string]int{}}}
 	var err error
 	if w.locker, err = lease.New(e.rdb, lease.Options{Scope: e.topo.LockScope(), TTL: time.Minute, Owner: "paused"}); err != nil {
 		t.Fatal(err)
@@ -175,7 +151,7 @@ func TestPausedHolderJiraWriteIsRefused(t *testing.T) {
 	if n := len(e.fj.Writes()); n != writesBefore {
 		t.Fatalf("%d Jira writes reached the server after the lease was lost: %+v", n-writesBefore, e.fj.Writes()[writesBefore:])
 	}
-	lines := w.logs.lines("fenced write refused")
+	lines := w.logs.Messages("fenced write refused")
 	if len(lines) != 1 || !strings.Contains(lines[0], `"issue_key":"RHEL-40"`) ||
 		!strings.Contains(lines[0], `"fence":`+itoa64(oldFence)) || !strings.Contains(lines[0], `"target":"labels"`) {
 		t.Fatalf("'fenced write refused' lines = %q, want one with issue_key RHEL-40 and fence %d", lines, oldFence)
@@ -216,7 +192,7 @@ func TestPausedHolderJiraCommentIsRefused(t *testing.T) {
 		t.Fatalf("refused writes counted: %v", w.fences.refused)
 	}
 	// one line for the comment, one for the record
-	lines := w.logs.lines("fenced write refused")
+	lines := w.logs.Messages("fenced write refused")
 	if len(lines) != 2 || !strings.Contains(lines[0], `"target":"comment"`) || !strings.Contains(lines[1], "record stage.done") {
 		t.Fatalf("'fenced write refused' lines: %q", lines)
 	}
@@ -273,9 +249,9 @@ func TestRacedLabelWriteConverges(t *testing.T) {
 	if w.fences.raced["triage/labels"] != 1 {
 		t.Fatalf("raced writes counted: %v", w.fences.raced)
 	}
-	if len(w.logs.lines("fenced write raced")) != 1 || len(w.logs.lines("labels converged")) != 1 {
+	if len(w.logs.Messages("fenced write raced")) != 1 || len(w.logs.Messages("labels converged")) != 1 {
 		t.Fatalf("want one 'fenced write raced' and one 'labels converged' line, got %q %q",
-			w.logs.lines("fenced write raced"), w.logs.lines("labels converged"))
+			w.logs.Messages("fenced write raced"), w.logs.Messages("labels converged"))
 	}
 	if s := e.streamsWithEntries(); len(s) != 0 {
 		t.Fatalf("the raced holder published: %v", s)
@@ -344,7 +320,7 @@ func TestConvergeLeavesARunThatStartedMeanwhile(t *testing.T) {
 	if !slices.Contains(is.Fields.Labels, labels.TriageInProgress) {
 		t.Fatalf("converge removed the new run's claim: labels %v", is.Fields.Labels)
 	}
-	if len(w.logs.lines("labels not converged: a run of the issue started meanwhile")) != 1 {
-		t.Fatalf("want one 'a run of the issue started meanwhile' line: %q", w.logs.lines("converge"))
+	if len(w.logs.Messages("labels not converged: a run of the issue started meanwhile")) != 1 {
+		t.Fatalf("want one 'a run of the issue started meanwhile' line: %q", w.logs.Messages("converge"))
 	}
 }

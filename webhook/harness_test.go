@@ -21,6 +21,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -50,7 +51,7 @@ type env struct {
 	rcv     *Receiver
 	metrics *Metrics
 	url     string
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 
 	mu        sync.Mutex
 	processed map[string]result // by inbox id, the last classification
@@ -101,7 +102,7 @@ func newEnv(t testing.TB, issues []fakejira.Issue, opts ...envOpt) *env {
 		c.rdb, c.ns = redistest.Client(t)
 	}
 	e := &env{t: t, ctx: context.Background(), rdb: c.rdb, topo: event.Topology{Namespace: strings.TrimSuffix(c.ns, ":")},
-		logs: &syncBuffer{}}
+		logs: &testlog.Buffer{}}
 	// The receiver's URL must be known before the fake is built: serve through a swappable handler.
 	var h http.Handler
 	var hmu sync.Mutex
@@ -313,21 +314,4 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/demo"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 )
 
 func demoEnv(t *testing.T) string {
@@ -26,7 +27,7 @@ func demoEnv(t *testing.T) string {
 
 func TestDemoCommand(t *testing.T) {
 	logFile := demoEnv(t)
-	var out, errb lockedBuffer
+	var out, errb testlog.Buffer
 	code := run(context.Background(), []string{"demo", "--issues", "20", "--speed", "20ms", "--log-file", logFile}, &out, &errb)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
@@ -54,7 +55,7 @@ func TestDemoCommandJSONOnRealRedis(t *testing.T) {
 	logFile := demoEnv(t)
 	redistest.Client(t)
 	t.Setenv("REDIS_URL", redistest.URL())
-	var out, errb lockedBuffer
+	var out, errb testlog.Buffer
 	code := run(context.Background(), []string{"demo", "--issues", "14", "--speed", "0s", "--json", "--log-file", logFile}, &out, &errb)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
@@ -78,7 +79,7 @@ func TestDemoCommandInterrupted(t *testing.T) {
 	logFile := demoEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb lockedBuffer
+	var out, errb testlog.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"demo", "--speed", "300ms", "--log-file", logFile}, &out, &errb)

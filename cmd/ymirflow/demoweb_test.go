@@ -12,6 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 )
 
 // `demo --web` prints the console's URL and serves the demo's run there until Ctrl-C.
@@ -19,7 +20,7 @@ func TestDemoServesTheConsole(t *testing.T) {
 	logFile := demoEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb lockedBuffer
+	var out, errb testlog.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"demo", "--web", "127.0.0.1:0", "--issues", "6", "--speed", "0s", "--log-file", logFile}, &out, &errb)

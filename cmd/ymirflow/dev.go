@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
@@ -217,7 +218,9 @@ func (g *devGroup) start(ctx context.Context, name string, run func(context.Cont
 	g.mu.Lock()
 	g.files = append(g.files, f)
 	g.mu.Unlock()
-	out := &syncWriter{w: f}
+	// One writer serialises the writes of a component's goroutines (its logger, its
+	// stdout and stderr) to its log file, so that lines never interleave.
+	out := zerolog.SyncWriter(f)
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -261,18 +264,6 @@ func (g *devGroup) wait(cause error) error {
 		_ = f.Close()
 	}
 	return g.err
-}
-
-// syncWriter serialises the writes of a component's goroutines to its log file.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // resolveAddr returns addr with a port of 0 replaced by a free one, so that the

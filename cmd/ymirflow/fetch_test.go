@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -50,26 +50,9 @@ func newFetchEnv(t *testing.T, fo fakejira.Options, handler func(http.Handler) h
 }
 
 func (fe *fetchEnv) run(ctx context.Context, args ...string) (string, string, int) {
-	var out, errb lockedBuffer
+	var out, errb testlog.Buffer
 	code := run(ctx, append([]string{"fetch"}, append(fe.base, args...)...), &out, &errb)
 	return out.String(), errb.String(), code
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestFetchOnce(t *testing.T) {
@@ -211,7 +194,7 @@ func TestFakeJiraCommand(t *testing.T) {
 		t.Setenv(name, "")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb lockedBuffer
+	var out, errb testlog.Buffer
 	done := make(chan int)
 	go func() {
 		done <- run(ctx, []string{"fakejira", "--addr", "127.0.0.1:0", "--issues", "13", "--seed", "4"}, &out, &errb)
@@ -259,7 +242,7 @@ func TestFakeJiraCommand(t *testing.T) {
 		t.Errorf("bad file: exit %d", code)
 	}
 	ctx2, cancel2 := context.WithCancel(context.Background())
-	var out2 lockedBuffer
+	var out2 testlog.Buffer
 	go func() {
 		done <- run(ctx2, []string{"fakejira", "--addr", "127.0.0.1:0", "--issues-file", good}, &out2, &errb)
 	}()

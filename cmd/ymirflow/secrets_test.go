@@ -17,6 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -92,7 +93,7 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb lockedBuffer
+	var out, errb testlog.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"worker", "--agent", "triage", "--runner", "exec", "--exec", "sh " + agent,
@@ -177,7 +178,7 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 		t.Errorf("the log shows no redacted stderr:\n%s", log)
 	}
 	// The operator reads the redacted stderr tail.
-	var sout, serr lockedBuffer
+	var sout, serr testlog.Buffer
 	if code := run(context.Background(), []string{"dlq", "show", deadID, "--ymir-namespace", topo.Namespace}, &sout, &serr); code != 0 {
 		t.Fatalf("dlq show: exit %d: %s", code, serr.String())
 	}
@@ -193,7 +194,7 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cout, cerr lockedBuffer
+	var cout, cerr testlog.Buffer
 	for _, args := range [][]string{{"dlq", "show", raw}, {"dlq", "show", raw, "--json"}, {"dlq", "list"}} {
 		if code := run(context.Background(), append(args, "--ymir-namespace", topo.Namespace), &cout, &cerr); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, cerr.String())

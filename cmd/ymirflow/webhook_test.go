@@ -18,11 +18,12 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // waitOut polls out until re matches it, and returns the first group.
-func waitOut(t *testing.T, out, errs *lockedBuffer, re *regexp.Regexp) string {
+func waitOut(t *testing.T, out, errs *testlog.Buffer, re *regexp.Regexp) string {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -68,7 +69,7 @@ func TestWebhookCommandEndToEnd(t *testing.T) {
 	// The receiver asks the fake for its own account at start, and the fake needs the
 	// receiver's URL: the fake starts first, sending to a port reserved for the receiver.
 	hookURL := "http://127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) + "/"
-	var jout, jerr, wout, werr lockedBuffer
+	var jout, jerr, wout, werr testlog.Buffer
 	go func() {
 		codes <- run(ctx, []string{"fakejira", "--addr", "127.0.0.1:0", "--issues-file", issues,
 			"--webhook", hookURL, "--webhook-secret-file", secretFile}, &jout, &jerr)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
 )
 
 // docs/architecture.md, "Bad input": Redis unreachable at start → exit 1 with one clear line naming the URL,
@@ -76,7 +77,7 @@ func TestWorkerStartsWithEachDurationEndAlone(t *testing.T) {
 				t.Setenv(envOf(name), v.String())
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				errs := &lockedBuffer{}
+				errs := &testlog.Buffer{}
 				code := make(chan int, 1)
 				go func() {
 					code <- run(ctx, []string{"worker", "--agent", "triage", "--runner", "demo", "--metrics-addr", "127.0.0.1:0",
