@@ -29,6 +29,9 @@ var binary string
 // runnerScript is the exec runner every worker runs (absolute path).
 var runnerScript string
 
+// No test here calls t.Parallel: each scenario runs several ymirflow processes and its
+// own redis-server, kills and restarts them, and checks recovery times against their
+// bounds; two at once on a two-core CI machine would each miss them.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if os.Getenv(envHelper) != "" {

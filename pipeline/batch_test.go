@@ -63,6 +63,7 @@ func (o *orderLog) all() []string {
 // A backlog drained by a fast handler costs far fewer reads than events, every event
 // runs once, in stream order, and nothing is left pending.
 func TestBatchedReadsDrainBacklogInOrder(t *testing.T) {
+	// Not parallel: it runs on its own redis-server, a process of its own; started beside other tests on a 2-core CI machine, server start-ups make the timed reads of the others late.
 	e := newEnvOn(t, redistest.StartServer(t, redistest.ServerOptions{}))
 	const n = 300
 	keys := e.backlog(n)
@@ -86,6 +87,7 @@ func TestBatchedReadsDrainBacklogInOrder(t *testing.T) {
 
 // READ_BATCH=1 keeps Watermill's one entry per read.
 func TestReadBatchOneReadsEachEntry(t *testing.T) {
+	// Not parallel: it runs on its own redis-server, a process of its own; started beside other tests on a 2-core CI machine, server start-ups make the timed reads of the others late.
 	e := newEnvOn(t, redistest.StartServer(t, redistest.ServerOptions{}))
 	const n = 60
 	e.backlog(n)
@@ -106,6 +108,7 @@ func TestReadBatchOneReadsEachEntry(t *testing.T) {
 // other consumers could take it. The consumer never holds more than the handled entry
 // and Watermill's two read ahead.
 func TestSlowHandlerDoesNotBatch(t *testing.T) {
+	// Not parallel: it times a slow handler against the read batch; other tests' CPU would blur the timing.
 	e := newEnv(t)
 	const n = 12
 	e.backlog(n)
@@ -129,6 +132,7 @@ func TestSlowHandlerDoesNotBatch(t *testing.T) {
 
 // Two consumers batching on one stream: every event runs exactly once, none is lost.
 func TestBatchedConsumersRunEachEventOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const n = 400
 	keys := e.backlog(n)
@@ -157,6 +161,7 @@ func TestBatchedConsumersRunEachEventOnce(t *testing.T) {
 // Entries a batch read but the router never handed over (it stopped) stay pending for
 // this consumer, and the next run under the same name takes them at once: none lost.
 func TestBatchedEntriesSurviveRestart(t *testing.T) {
+	// Not parallel: it restarts its own redis-server and waits for the entries to come back within a bound.
 	e := newEnv(t)
 	const n = 200
 	keys := e.backlog(n)
@@ -199,6 +204,7 @@ func TestBatchedEntriesSurviveRestart(t *testing.T) {
 // goes on, instead of after it (or after MAX_IDLE_TIME). Only Watermill's own two
 // read-ahead entries wait for the long event.
 func TestBatchBehindALongEventIsHandedBack(t *testing.T) {
+	// Not parallel: it waits out claim idle times and heartbeats, timed against the lease's TTL.
 	e := newEnv(t)
 	const n, slow = 40, "RHEL-12"
 	e.backlog(n)

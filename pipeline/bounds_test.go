@@ -61,6 +61,7 @@ func addHuge(t *testing.T, rdb *redis.Client, stream, key string, n int) string 
 // never run, and removed from its stream; the next event runs; the worker's memory goes
 // back to where it was.
 func TestOversizedEntryDeadLetteredWhileNextRuns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -136,6 +137,7 @@ func trimValues(v map[string]any) map[string]any {
 
 // An entry with too many fields is dead-lettered too, and never run.
 func TestTooManyFieldsDeadLettered(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 // field, never the command line's flag or environment variable (those are the CLI's
 // configuration's to name).
 func TestRouterConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	valid := func() pipeline.RouterConfig {
 		return pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topo, Agent: "triage",
@@ -55,6 +56,7 @@ func TestRouterConfigErrorsNameTheField(t *testing.T) {
 // ClientOptions speaks of the URL it was given, not of the variable a command read it
 // from.
 func TestClientOptionsErrorsNameNoVariable(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{"", "http://h:6379/0", "redis://h:6379/x", "redis://h:6379/0%"} {
 		if _, err := pipeline.ClientOptions(raw); err == nil || strings.Contains(err.Error(), "REDIS_URL") {
 			t.Errorf("ClientOptions(%q) error %v; want one that names no variable", raw, err)

@@ -21,6 +21,7 @@ import (
 // this host, after seeing it refreshed from another); a dead process's is taken over (at
 // once on this host, once expired from another); Release frees the name at once.
 func TestClaimConsumer(t *testing.T) {
+	// Not parallel: the consumer-name claim is a TTL'd key kept by a heartbeat; its expiry is what the test times.
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	topo := event.Topology{Namespace: ns + "ymir"}

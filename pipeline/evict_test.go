@@ -19,6 +19,7 @@ import (
 // after it: the in-lease retry checks the lease before each new attempt. The entry is
 // then run again under a new lease.
 func TestForceReleaseStopsTheHolderAtOnce(t *testing.T) {
+	// Not parallel: it bounds how soon the holder stops (a latency).
 	for _, how := range []string{"long attempt", "failed attempt"} {
 		t.Run(how, func(t *testing.T) {
 			e := newEnv(t)

@@ -16,6 +16,7 @@ import (
 // release (the handoff), and the next good event of the bad entry's issue runs:
 // nothing is dropped as locked by, or superseded by, a lease that no run used.
 func TestBadEntryBehindGoodEventTakesNoLeaseAndNextGoodRuns(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []struct {
 		name   string
 		values map[string]any

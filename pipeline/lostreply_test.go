@@ -39,6 +39,7 @@ func lua(t *testing.T, paths ...string) string {
 // is pending, no record is doubled, and the issue is not stuck: a new event for it
 // runs within seconds, far less than the lease TTL.
 func TestLostReplyMatrix(t *testing.T) {
+	// Not parallel: it drops replies in a proxy and times the lease's heartbeat against its TTL; it is already sensitive to load.
 	const dir = "../lockmw/lease/scripts/"
 	lease := lua(t, dir+"lease.lua")
 	once := lua(t, "../internal/xonce/xadd_once.lua")

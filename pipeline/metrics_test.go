@@ -12,6 +12,7 @@ import (
 // Idle keep-alive connections to the metrics and health server are closed, not kept
 // for as long as clients like.
 func TestHealthServerClosesIdleConnections(t *testing.T) {
+	// Not parallel: it times the server's idle timeout.
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -25,6 +25,7 @@ import (
 // Same-issue events published concurrently while one runs: exactly one run per burst,
 // a lock.dropped record for each of the others, with three routers competing.
 func TestBurstOfSameIssueRunsOnceUnderDrop(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -74,6 +75,7 @@ func TestBurstOfSameIssueRunsOnceUnderDrop(t *testing.T) {
 // A handler that runs for 3× MAX_IDLE_TIME while another consumer polls and claims:
 // one run, and the other consumer never takes (nor acks) the entry.
 func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
+	// Not parallel: heartbeats against the claim idle time: a starved heartbeat on a busy machine would let the claim win.
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -124,6 +126,7 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 // idle consumer; the busy one must then not run them a second time (read-ahead, in
 // docs/architecture.md, "Living with watermill-redisstream").
 func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
+	// Not parallel: it waits out claim idle times (timing against MaxIdleTime).
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -160,6 +163,7 @@ func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
 // Lease loss (the key deleted behind the holder's back): the handler's context is
 // cancelled with ErrLeaseLost, the entry stays pending, and the event runs again.
 func TestLeaseLossCancelsHandlerAndEventReruns(t *testing.T) {
+	// Not parallel: it times the lease's TTL and the cancellation that follows its loss.
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -192,6 +196,7 @@ func TestLeaseLossCancelsHandlerAndEventReruns(t *testing.T) {
 // Coalesce: 50 events for one issue during one long run → exactly two runs: the first,
 // and one follow-up with the newest event.
 func TestCoalesceRunsTwice(t *testing.T) {
+	// Not parallel: the coalesced event runs after the release, within a bound timed against the lease.
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -238,6 +243,7 @@ func TestCoalesceRunsTwice(t *testing.T) {
 // Bad events (docs/architecture.md, "Bad input"), rows 1–4: to the dead-letter stream with the reason, acked, no lock taken,
 // and the router keeps running.
 func TestBadInputGoesToDeadLetters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -307,6 +313,7 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 // A handler that keeps failing is retried MAX_RETRIES times inside one lease, then
 // dead-lettered with its error and attempt count; the lease is released.
 func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -336,6 +343,7 @@ func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
 // Entries written by a stock watermill-redisstream publisher (msgpack metadata) are read;
 // ours are readable with redis-cli: one field per metadata key.
 func TestEntriesAreReadableAndLegacyFormatIsRead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -360,6 +368,7 @@ func TestEntriesAreReadableAndLegacyFormatIsRead(t *testing.T) {
 
 // Closing a router closes its subscribers' own clients, never the shared one.
 func TestCloseLeavesSharedClientOpen(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	r, done := e.start(ctx, routerOpts{}, func(*message.Message) error { return nil })
@@ -376,6 +385,7 @@ func TestCloseLeavesSharedClientOpen(t *testing.T) {
 // Retries back off exponentially from RetryInitial (here 100ms, then 200ms), not faster
 // and not slower.
 func TestRetryBackoffSchedule(t *testing.T) {
+	// Not parallel: it measures the retry backoff's intervals.
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -408,6 +418,7 @@ func TestRetryBackoffSchedule(t *testing.T) {
 // CONCURRENCY n means n subscriptions per input stream, named <consumer>-0..n-1, each
 // with one event in flight; conflicts are counted in the metrics.
 func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 )
 
 func TestClientOptionsFromURL(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		url     string
 		addrs   []string
@@ -52,6 +53,7 @@ func TestClientOptionsFromURL(t *testing.T) {
 }
 
 func TestConnectUnreachableNamesURLWithoutPassword(t *testing.T) {
+	t.Parallel()
 	port := redistest.FreePort(t)
 	url := "redis://ymir:hunter2@127.0.0.1:" + itoa(port) + "/0"
 	_, err := pipeline.Connect(context.Background(), url)
@@ -64,6 +66,7 @@ func TestConnectUnreachableNamesURLWithoutPassword(t *testing.T) {
 }
 
 func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := pipeline.NewMetrics()
 	ready := false
@@ -109,6 +112,7 @@ func TestHealthAndMetrics(t *testing.T) {
 
 // Redis restarting mid-run (AOF on): no crash, no lost event.
 func TestRedisRestartMidRunLosesNothing(t *testing.T) {
+	// Not parallel: it restarts its own redis-server under a running router, within time bounds.
 	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
 	e := newEnvOn(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,6 +170,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // the start-up pass) closes at once, not after CloseTimeout: a SIGTERM during start-up,
 // or the demo interrupted early, must not wait for handlers that never ran.
 func TestCloseOfRouterCancelledAtStartIsImmediate(t *testing.T) {
+	// Not parallel: it bounds how long Close takes (a latency).
 	e := newEnv(t)
 	cfg := e.Config("triage", "", "w1", e.locker(3*time.Second), func(*message.Message) error { return nil })
 	cfg.CloseTimeout = 30 * time.Second

@@ -77,6 +77,7 @@ func startWorker(t *testing.T, w workerSpec) (*exec.Cmd, <-chan struct{}) {
 
 // TestWorkerProcess is the worker process; it runs only under startWorker.
 func TestWorkerProcess(t *testing.T) {
+	// Not parallel: the helper process of the SIGKILL and SIGTERM tests, not a test of its own.
 	if os.Getenv(envWorker) == "" {
 		t.Skip("worker process for the crash tests")
 	}
@@ -137,6 +138,7 @@ func ledgerLines(e *env, prefix string) []string {
 // the lease expires (within TTL + claim interval), under a higher fence, and XPENDING
 // ends empty.
 func TestSIGKILLMidHandlerIsRerunElsewhere(t *testing.T) {
+	// Not parallel: it runs worker processes and times their recovery after SIGKILL.
 	e := newEnv(t)
 	ttl, maxIdle, claim := time.Second, 500*time.Millisecond, 100*time.Millisecond
 	a, _ := startWorker(t, workerSpec{ns: e.ns, consumer: "a", ttl: ttl, maxIdle: maxIdle, block: 200 * time.Millisecond, hold: 30 * time.Second, claimInterval: claim})
@@ -177,6 +179,7 @@ func TestSIGKILLMidHandlerIsRerunElsewhere(t *testing.T) {
 // entry pending and exits within BLOCK_TIME + 1 s; restarted under the same consumer
 // name it resumes the entry at once, long before MAX_IDLE_TIME.
 func TestSIGTERMExitsInTimeAndRestartResumesAtOnce(t *testing.T) {
+	// Not parallel: it times a worker process's exit after SIGTERM and its resumption.
 	e := newEnv(t)
 	block := time.Second
 	spec := workerSpec{ns: e.ns, consumer: "a", ttl: 3 * time.Second, maxIdle: 30 * time.Second, block: block, claimInterval: time.Second}

@@ -11,6 +11,7 @@ import (
 // redact.URL never returns a password: not in user info, not in ?password=, not in a
 // URL that does not parse.
 func TestRedactNeverEchoesPasswords(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{
 		"redis://u:hunter2@h:6379/0",
 		"redis://h:6379/0?password=hunter2",

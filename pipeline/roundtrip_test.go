@@ -16,6 +16,7 @@ import (
 // the release, the XACK and the next event's acquire travel together. Without the
 // handoff it would be two (acquire, then release+ack).
 func TestLeaseRoundTripsPerEvent(t *testing.T) {
+	// Not parallel: it counts round trips per event, and a heartbeat that a busy machine delays into the count would change it.
 	e := newEnv(t)
 	var rt redistest.RoundTrips
 	e.rdb.AddHook(&rt)

@@ -12,6 +12,7 @@ import (
 )
 
 func TestEventRunsOnceAndIsAcked(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

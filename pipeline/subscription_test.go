@@ -17,6 +17,7 @@ import (
 // With nothing read ahead, Peek waits for the read in flight, so the middleware learns
 // the next entry (and takes its lease in the release's round trip) instead of missing it.
 func TestPeekWaitsForTheReadInFlight(t *testing.T) {
+	// Not parallel: it times a blocked XREADGROUP against the peek that waits for it.
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	rdb := srv.Client()
 	opts, err := ClientOptions(srv.URL())
@@ -81,6 +82,7 @@ func TestPeekWaitsForTheReadInFlight(t *testing.T) {
 // busy (its own claim loop would queue it behind the long event again), and taken back
 // by this one once it is idle (there may be no other consumer).
 func TestOwnClaimLeavesHandedBackEntriesWhileBusy(t *testing.T) {
+	t.Parallel()
 	long := time.Now() // the long event's start
 	s := &subscription{consumer: "c", inflight: map[string]struct{}{}, offered: map[string]time.Time{"1-1": long, "1-2": long}}
 	s.started = long
@@ -106,6 +108,7 @@ func TestOwnClaimLeavesHandedBackEntriesWhileBusy(t *testing.T) {
 // A router stopped by cancelling its context closes its subscriptions' own Redis
 // clients: nothing is left connected after Run returns.
 func TestRouterStoppedByItsContextClosesItsClients(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	opts, err := ClientOptions(redistest.URL())
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 // watermill-redisstream name: the metadata keys the middleware reads and writes, and
 // the uuid field a stock Watermill publisher writes.
 func TestWireNamesAgreeWithLockmwAndWatermill(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ event, other string }{
 		{event.MetaIssueKey, lockmw.MetaIssueKey},
 		{event.MetaFence, lockmw.MetaFence},

@@ -31,6 +31,7 @@ func runReq(t *testing.T, agent string) runners.RunRequest {
 }
 
 func TestExecRunnerContract(t *testing.T) {
+	// Not parallel: it sets the process environment (t.Setenv), which Go refuses in a parallel test.
 	dir := t.TempDir()
 	t.Setenv("FROM_WORKER", "inherited")
 	t.Setenv("OUT", dir)
@@ -211,6 +212,7 @@ func readPid(t *testing.T, path string) int {
 // On cancel the whole process group gets SIGTERM, then SIGKILL after the grace: a shell
 // that traps TERM and a child that ignores it are both gone within the grace.
 func TestExecRunnerCancelKillsProcessGroup(t *testing.T) {
+	// Not parallel: it times the kill grace (SIGKILL not before 400 ms, the return within 2 s of it).
 	dir := t.TempDir()
 	const grace = 400 * time.Millisecond
 	r := runners.ExecRunner{KillGrace: grace, Env: []string{"OUT=" + dir},
@@ -254,6 +256,7 @@ while :; do sleep 0.05; done`}
 // A run that ends on its own but leaves a process behind in its group: the leftover is
 // terminated, and it cannot hold the runner up by keeping stdout open.
 func TestExecRunnerReapsLeftovers(t *testing.T) {
+	// Not parallel: it bounds how long a run that leaves a process behind takes.
 	dir := t.TempDir()
 	r := runners.ExecRunner{KillGrace: time.Second, Env: []string{"OUT=" + dir},
 		Command: `sleep 30 & echo $! > "$OUT/bg"; echo '{"success":true}'`}

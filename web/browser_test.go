@@ -39,6 +39,7 @@ func chromium(t *testing.T) string {
 // token is refused, and a requeued dead letter leaves the list. With
 // WEB_SCREENSHOTS=DIR it saves a screenshot of every page there.
 func TestBrowserEndToEnd(t *testing.T) {
+	// Not parallel: it drives a headless Chromium (heavy on a 2-core CI machine) and times a lease's appearance and its TTL's countdown against the console's 500 ms refresh.
 	exe := chromium(t)
 	e := newEnv(t, token)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)

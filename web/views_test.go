@@ -18,6 +18,7 @@ import (
 // even with nothing to do; the timeline has one line per event with milliseconds and
 // entry ids, and a drop names its reason; groups with nothing pending take one line.
 func TestConsoleShowsPresenceReasonsAndOneLinePerEvent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, token)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 )
 
 func TestPagesRenderEscapedRedactedAndWithCSP(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, token)
 	e.publish("RHEL-5")
 	id := e.bury("RHEL-5", `agent said <script>alert(1)</script> with `+secret)
@@ -48,6 +49,7 @@ func TestPagesRenderEscapedRedactedAndWithCSP(t *testing.T) {
 }
 
 func TestBadInputIsA4xxNeverA500(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, token)
 	long := strings.Repeat("a", 5000)
 	for _, c := range []struct {
@@ -86,6 +88,7 @@ func TestBadInputIsA4xxNeverA500(t *testing.T) {
 }
 
 func TestWritesNeedTheTokenAndCSRF(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, token)
 	id := e.bury("RHEL-6", "boom")
 	form := "application/x-www-form-urlencoded"
@@ -140,6 +143,7 @@ func TestWritesNeedTheTokenAndCSRF(t *testing.T) {
 }
 
 func TestReadOnlyWithoutToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	id := e.bury("RHEL-9", "boom")
 	_, page := e.get("/dead-letters")
@@ -158,6 +162,7 @@ func TestReadOnlyWithoutToken(t *testing.T) {
 }
 
 func TestAPIHasTheCLIShapes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, token)
 	e.publish("RHEL-10")
 	e.bury("RHEL-10", "boom")
@@ -180,6 +185,7 @@ func TestAPIHasTheCLIShapes(t *testing.T) {
 }
 
 func TestForceReleaseBehindAConfirmation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, token)
 	ctx := t.Context()
 	le, err := e.locker.Acquire(ctx, "triage", "RHEL-11", lease.AcquireOptions{Owner: "pod-a", MessageID: "5-0"})

@@ -25,6 +25,7 @@ import (
 // puts exactly one triage request on the :todo stream and flips the label; the flip's own
 // webhook (by ymirflow's account) is ignored.
 func TestMaintainerTodoEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
 	e.jira.ChangeLabels("RHEL-1", maintainer, []string{labels.Todo}, nil)
 	eventually(t, 20*time.Second, "label flipped", func() bool {
@@ -48,6 +49,7 @@ func TestMaintainerTodoEndToEnd(t *testing.T) {
 }
 
 func TestSignature(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) {
 		o.Webhooks = []fakejira.WebhookTarget{} // deliveries are made by hand here
 	}))
@@ -88,6 +90,7 @@ func TestSignature(t *testing.T) {
 // Without a secret New refuses, unless unsigned deliveries are allowed explicitly; then an
 // unsigned delivery is taken.
 func TestNoSecretRefusesToStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }),
 		withConfig(func(c *Config) { c.Secret, c.InsecureNoSignature = nil, true }))
 	cfg := e.rcv.cfg
@@ -102,6 +105,7 @@ func TestNoSecretRefusesToStart(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
 	big := []byte(`{"webhookEvent":"jira:issue_updated","pad":"` + strings.Repeat("x", DefaultMaxBody) + `"}`)
 	for _, c := range []struct {
@@ -150,6 +154,7 @@ func TestBadRequests(t *testing.T) {
 
 // Jira's retry of a delivery already handled is answered 202 and not handled again.
 func TestDuplicateDelivery(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1"), issue("RHEL-2")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
 	body := e.event("RHEL-1", maintainer)
 	if st, ans := e.post(body, signed(body, "d-1")); st != 202 || ans["outcome"] != "published" {
@@ -176,6 +181,7 @@ func TestDuplicateDelivery(t *testing.T) {
 
 // Events caused by ymirflow's own account (its flips) start nothing, and are counted.
 func TestOwnAccountIgnored(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")})
 	e.jira.ChangeLabels("RHEL-1", jira.User{AccountID: botID, Name: botID}, []string{labels.RetryNeeded}, nil)
 	ds := e.waitDeliveries()
@@ -189,6 +195,7 @@ func TestOwnAccountIgnored(t *testing.T) {
 
 // ymir_todo added by someone outside the trigger group is removed, nothing published.
 func TestUntrustedTodo(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
 	e.jira.ChangeLabels("RHEL-1", outsider, []string{labels.Todo}, nil)
 	eventually(t, 20*time.Second, "untrusted ymir_todo removed", func() bool {
@@ -206,6 +213,7 @@ func TestUntrustedTodo(t *testing.T) {
 // A locked issue keeps its trigger, nothing is published; the next sweep after the release
 // publishes it.
 func TestLockedIssueKeepsTrigger(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")})
 	le, err := e.locker.Acquire(e.ctx, "rebase", "RHEL-1", lease.AcquireOptions{})
 	if err != nil {
@@ -234,6 +242,7 @@ func TestLockedIssueKeepsTrigger(t *testing.T) {
 // Redis down: the delivery is answered 503 and nothing is acknowledged; Jira's retry after
 // Redis is back publishes it, once.
 func TestRedisDownThenRetry(t *testing.T) {
+	// Not parallel: it stops its own redis-server and counts on a 2 s answer deadline and the fake Jira's 200 ms redelivery delay.
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	rdb := srv.Client()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")}, withRedis(rdb, "wh:"),
@@ -269,6 +278,7 @@ func TestRedisDownThenRetry(t *testing.T) {
 // Webhook deliveries (several copies with distinct ids, as several registrations would
 // send) and sweeps racing on the same issue publish it once.
 func TestWebhookAndSweepRacePublishOnce(t *testing.T) {
+	t.Parallel()
 	const n = 8
 	var keys []string
 	var issues []fakejira.Issue
@@ -326,6 +336,7 @@ func TestWebhookAndSweepRacePublishOnce(t *testing.T) {
 // A delivery older than the payload age (a retry) is not trusted: the issue is read from
 // Jira, and a trigger already consumed there starts nothing.
 func TestStalePayloadReadsJira(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase", labels.Todo)},
 		withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }),
 		withConfig(func(c *Config) { c.Clock = func() time.Time { return time.Now().Add(time.Minute) } }))
@@ -341,6 +352,7 @@ func TestStalePayloadReadsJira(t *testing.T) {
 
 // Issues outside JIRA_JQL are not acted on; comment events are recorded.
 func TestScopeAndComments(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
 	body := []byte(`{"timestamp":1,"webhookEvent":"jira:issue_created","user":{"accountId":"maint"},"issue":{"key":"OTHER-9","fields":{"labels":[]}}}`)
 	if st, ans := e.post(body, signed(body, "")); st != 202 || ans["outcome"] != "out_of_scope" {
@@ -366,6 +378,7 @@ func TestScopeAndComments(t *testing.T) {
 // at once; its classification times out (ProcessTimeout), leaves it pending and
 // unremembered, and it is classified again after RetryAfter, when Jira answers.
 func TestSlowJiraDoesNotDelayTheAnswer(t *testing.T) {
+	// Not parallel: it bounds the receiver's answer time (200 ms), which other tests' CPU on a 2-core CI machine would blow.
 	var slowMode atomic.Bool
 	slowMode.Store(true)
 	release := make(chan struct{})
@@ -420,6 +433,7 @@ func TestSlowJiraDoesNotDelayTheAnswer(t *testing.T) {
 // left pending) is classified by the next receiver: nothing Jira was told 202 for is
 // lost.
 func TestStoredDeliveriesSurviveTheReceiver(t *testing.T) {
+	// Not parallel: it times a 200 ms processing timeout and a 400 ms Retry-After.
 	e := newEnv(t, []fakejira.Issue{issue("RHEL-1"), issue("RHEL-2")}, withoutRun(),
 		withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }),
 		withConfig(func(c *Config) { c.ProcessTimeout, c.RetryAfter = 200*time.Millisecond, 400*time.Millisecond }))
@@ -460,6 +474,7 @@ func TestStoredDeliveriesSurviveTheReceiver(t *testing.T) {
 // stream as a sweep would; one created with ymir_todo has no changelog naming who added it,
 // so, as in a sweep, the label is untrusted and removed.
 func TestIssueCreated(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	e.jira.CreateIssue(issue("RHEL-5"), maintainer)
 	e.jira.CreateIssue(issue("RHEL-6", "ymir_triaged_rebase", labels.Todo), maintainer)

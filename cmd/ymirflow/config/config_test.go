@@ -47,6 +47,7 @@ func demoWorker(extra ...string) []string {
 }
 
 func TestDefaults(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	if err := os.Unsetenv("KUBERNETES_SERVICE_HOST"); err != nil {
@@ -100,6 +101,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestEnvUsedWhenFlagAbsent(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	t.Setenv("REDIS_URL", "rediss://user:pw@redis.example:6380/2")
 	t.Setenv("YMIR_NAMESPACE", "staging")
@@ -142,6 +144,7 @@ func TestEnvUsedWhenFlagAbsent(t *testing.T) {
 }
 
 func TestFlagWinsOverEnv(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	t.Setenv("LOCK_TTL", "10m")
 	t.Setenv("DRY_RUN", "true")
@@ -159,6 +162,7 @@ func TestFlagWinsOverEnv(t *testing.T) {
 }
 
 func TestRunnerExecEnv(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	t.Setenv("RUNNER_EXEC", "agent --from-env")
 	t.Setenv("EXEC", "never read")
@@ -197,6 +201,7 @@ func TestRunnerExecEnv(t *testing.T) {
 }
 
 func TestDurationParsing(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	for _, tc := range []struct {
 		in   string
 		want time.Duration
@@ -255,6 +260,7 @@ func hasSetting(err error, env, flagName string) bool {
 }
 
 func TestValidationNamesTheSetting(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty")
 	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
@@ -382,6 +388,7 @@ func TestValidationNamesTheSetting(t *testing.T) {
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	err := load(t, "worker", &Worker{}, "--agent", "rebase", "--lock-ttl", "-1s", "--on-conflict", "x", "--concurrency", "0")
 	got := map[string]bool{}
@@ -399,6 +406,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 }
 
 func TestRedisPasswordNotInErrors(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	err := load(t, "worker", &Worker{}, demoWorker("--redis-url", "http://user:hunter2@h:1/0")...)
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
@@ -414,6 +422,7 @@ func TestRedisPasswordNotInErrors(t *testing.T) {
 }
 
 func TestJiraToken(t *testing.T) {
+	t.Parallel()
 	f := filepath.Join(t.TempDir(), "tok")
 	if err := os.WriteFile(f, []byte("  abc123\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -439,6 +448,7 @@ func TestJiraToken(t *testing.T) {
 }
 
 func TestEnvNames(t *testing.T) {
+	t.Parallel()
 	names := EnvNames()
 	// Every variable the commands document, plus the runner's.
 	for _, want := range []string{"REDIS_URL", "YMIR_NAMESPACE", "LOCK_TTL", "LOCK_MAX_HOLD", "ON_CONFLICT",
@@ -486,6 +496,7 @@ func TestEnvNames(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	var buf bytes.Buffer
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
@@ -523,6 +534,7 @@ func TestUsage(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	var e Enqueue
 	fs, err := Load("enqueue", &e, []string{"--agent", "rebase", "--branch", "c9s", "--user-triggered", "rhel-1", "RHEL-2"})
@@ -541,6 +553,7 @@ func TestLoad(t *testing.T) {
 }
 
 func TestFmtDur(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		time.Minute: "1m", 100 * time.Second: "1m40s", 6 * time.Hour: "6h", 10 * time.Second: "10s",
 		90 * time.Minute: "1h30m", 10 * time.Minute: "10m", 200 * time.Millisecond: "200ms", 0: "0s", -5 * time.Second: "-5s",
@@ -553,6 +566,7 @@ func TestFmtDur(t *testing.T) {
 
 // A runner that ignores SIGTERM must be dead before the lease's key can expire.
 func TestKillGraceWithinLeaseMargin(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	var w Worker
 	err := load(t, "worker", &w, demoWorker("--lock-ttl", "60s", "--kill-grace", "7s")...)
@@ -562,6 +576,7 @@ func TestKillGraceWithinLeaseMargin(t *testing.T) {
 }
 
 func TestRunnerEnvAndEventBounds(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	for _, tc := range []struct {
 		args []string
@@ -589,6 +604,7 @@ func TestRunnerEnvAndEventBounds(t *testing.T) {
 // one machine are two consumers) and the pod's name inside (stable across a container's
 // restarts).
 func TestDefaultConsumerName(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	host, err := os.Hostname()
 	if err != nil {
 		t.Skip(err)

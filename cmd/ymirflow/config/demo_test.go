@@ -7,6 +7,7 @@ import (
 )
 
 func TestDemoSpeed(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	for _, tc := range []struct {
 		speed string

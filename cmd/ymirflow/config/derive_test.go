@@ -11,6 +11,7 @@ import (
 // A lease setting given alone is never refused for a relation with a default: the
 // settings it is related to follow it.
 func TestDerivedLeaseSettings(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	type lease struct{ ttl, grace, idle, hold time.Duration }
 	for _, tc := range []struct {
 		env  map[string]string
@@ -43,6 +44,7 @@ func TestDerivedLeaseSettings(t *testing.T) {
 // Each duration setting of the worker and the fetcher, set alone to either end of its
 // documented range, is accepted, and --help documents the range.
 func TestDurationRangeEndsAloneAreValid(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	for _, name := range []string{"worker", "fetch"} {
 		cmd := Commands()[name]
 		fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -76,6 +78,7 @@ func TestDurationRangeEndsAloneAreValid(t *testing.T) {
 // An environment variable set to the empty string means what --help says the empty
 // value means, like --flag ” does.
 func TestEmptyEnvMeansWhatHelpSays(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	t.Setenv("JIRA_TRIGGER_GROUP", "")
 	t.Setenv("METRICS_ADDR", "")
