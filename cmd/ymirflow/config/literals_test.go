@@ -19,9 +19,6 @@ import (
 // waiting for its package to name its own fields instead. The list may only shrink: an
 // entry found no more is logged, to be deleted.
 var notYetFieldNames = map[string][]string{
-	// The lease's and the middleware's errors (issue 28 item 3, with the lease split).
-	"lockmw/lease/locker.go": {"LOCK_TTL", "LOCK_MAX_HOLD"},
-	"lockmw/middleware.go":   {"LOCK_TTL", "MAX_IDLE_TIME", "ON_CONFLICT"},
 	// Operator-facing text of the console and the receiver, which tells how to enable
 	// writes or signatures: the hint would come from the configuration.
 	"web/auth.go":         {"WEB_TOKEN", "WEB_TOKEN_FILE"},
