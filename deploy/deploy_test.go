@@ -988,6 +988,7 @@ func TestEnvironmentIsTheBinarys(t *testing.T) {
 // arguments through the command's own parsing and validation, and checks the
 // worker's shutdown budget against the pod's grace period.
 func TestSettingsValidate(t *testing.T) {
+	// Not parallel: its subtests set the process environment (t.Setenv), which Go refuses in a parallel test.
 	for _, target := range targets {
 		b := get(t, target)
 		for _, yc := range b.ymirflowContainers() {
@@ -1186,6 +1187,8 @@ func stages(text string) []string {
 // WEB_READ_ONLY says so), uses the operators' Valkey user, and only pods of the namespace
 // reach it, on its port alone.
 func TestConsole(t *testing.T) {
+	// Not parallel: its checks resolve the container's settings with t.Setenv, which Go refuses
+	// in a parallel test.
 	forEach(t, func(t *testing.T, b *build) {
 		d := b.deployments["ymirflow-console"]
 		if d == nil {

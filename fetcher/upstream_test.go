@@ -40,6 +40,7 @@ type upCase struct {
 }
 
 func TestUpstreamFetcherCases(t *testing.T) {
+	// Not parallel: the cases are its subtests, and they run in parallel.
 	stale := 100 * time.Hour
 	var rateLimitFrom time.Time // test_rate_limit: before its sweep's first request
 	cases := []upCase{

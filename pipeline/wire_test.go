@@ -35,6 +35,7 @@ func TestWireNamesAgreeWithLockmwAndWatermill(t *testing.T) {
 // carries the lease's fence, and once the lease is gone the publish is refused and
 // nothing is written.
 func TestPublishUnderTheRoutersLeaseIsFenced(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

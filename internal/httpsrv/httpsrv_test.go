@@ -25,6 +25,7 @@ func serve(t *testing.T, srv *http.Server) string {
 }
 
 func TestIdleKeepAliveConnectionsClosed(t *testing.T) {
+	// Not parallel: it times a 200 ms idle timeout against connections kept open.
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	addr := serve(t, httpsrv.New(h, httpsrv.Limits{IdleTimeout: 200 * time.Millisecond}))
 	if err := httpsrv.IdleClosed(addr, "/", 300, 10*time.Second); err != nil {
@@ -41,6 +42,7 @@ func TestIdleKeepAliveConnectionsClosed(t *testing.T) {
 // A client that never finishes its headers (slowloris) is cut off, and so are oversized
 // headers.
 func TestSlowAndOversizedHeaders(t *testing.T) {
+	// Not parallel: it times a 200 ms header timeout against a slow client.
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	srv := httpsrv.New(h, httpsrv.Limits{ReadHeaderTimeout: 200 * time.Millisecond})
 	addr := serve(t, srv)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestRedactorSpellings(t *testing.T) {
+	t.Parallel()
 	secret := `s3cr"et/<p@ss>`
 	r := redact.New(secret, "ab", "")
 	line, _ := json.Marshal(map[string]string{"stderr": "token is " + secret})
@@ -37,6 +38,7 @@ func TestRedactorSpellings(t *testing.T) {
 }
 
 func TestRedactorLongestFirst(t *testing.T) {
+	t.Parallel()
 	r := redact.New("abcd", "abcdefgh")
 	if got := r.String("xabcdefghx"); got != "x[redacted]x" {
 		t.Fatalf("got %q", got)
@@ -44,6 +46,7 @@ func TestRedactorLongestFirst(t *testing.T) {
 }
 
 func TestWriterRedactsLogLines(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	r := redact.New("hunter2-hunter2")
 	log := zerolog.New(r.Writer(&buf))
@@ -60,6 +63,7 @@ func TestWriterRedactsLogLines(t *testing.T) {
 }
 
 func TestSecretName(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]bool{"GITLAB_TOKEN": true, "db_password": true, "AWS_SECRET_ACCESS_KEY": true,
 		"ANTHROPIC_API_KEY": true, "GOOGLE_APPLICATION_CREDENTIALS": true, "PATH": false, "HOME": false, "JIRA_ISSUE": false} {
 		if redact.SecretName(name) != want {
@@ -75,6 +79,7 @@ func Example() {
 }
 
 func TestURL(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"redis://u:hunter2@h:6379/0":                "redis://u:xxxxx@h:6379/0",
 		"redis://h:6379/0?password=hunter2&db=3":    "redis://h:6379/0?db=3&password=xxxxx",

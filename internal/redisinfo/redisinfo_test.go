@@ -15,6 +15,7 @@ import (
 // The test server is recent enough; an older one gets the reason it is too old; the
 // embedded miniredis (no INFO server) is unknown, never an error or a warning.
 func TestServerVersionAndTheMinimum(t *testing.T) {
+	t.Parallel()
 	rdb, _ := redistest.Client(t)
 	s, err := redisinfo.ServerInfo(context.Background(), rdb)
 	if err != nil || !s.Known() || s.Old() != "" {
@@ -38,6 +39,7 @@ func TestServerVersionAndTheMinimum(t *testing.T) {
 // A user the ACL forbids INFO talks to a real server: that is an error (version
 // unknown), never the embedded Redis, whose partial answers the views would then hide.
 func TestServerInfoUnderAnACLWithoutInfo(t *testing.T) {
+	// Not parallel: it starts a redis-server of its own; server start-ups beside other tests on a 2-core CI machine slow them all.
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	ctx := context.Background()
 	if err := srv.Client().Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info").Err(); err != nil {

@@ -22,6 +22,7 @@ import (
 // packages with REDIS_URL on a closed port, so a package that loses its TestMain, or a
 // Main that starts retrying, fails here.
 func TestUnreachableFailsFast(t *testing.T) {
+	// Not parallel: it runs go test in a child process and bounds how fast that fails.
 	if testing.Short() {
 		t.Skip("builds two test binaries")
 	}
@@ -78,6 +79,7 @@ func TestUnreachableFailsFast(t *testing.T) {
 
 // The hint names the port REDIS_URL names, and never a password.
 func TestReachableHint(t *testing.T) {
+	// Not parallel: it sets REDIS_URL (t.Setenv), which Go refuses in a parallel test.
 	port := redistest.FreePort(t)
 	t.Setenv("REDIS_URL", "redis://u:s3cret@127.0.0.1:"+strconv.Itoa(port)+"/3")
 	err := redistest.Reachable()

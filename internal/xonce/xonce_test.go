@@ -14,6 +14,7 @@ import (
 // another entry; a fenced append is refused once the lock holds another token, but a
 // repeat of one that was made still answers with its entry.
 func TestAppendOnce(t *testing.T) {
+	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	stream, lock := ns+"ymir:results", ns+"lock"

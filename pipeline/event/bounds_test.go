@@ -13,6 +13,7 @@ import (
 // Publishing an event over MaxEventBytes or MaxEventFields is refused with an error
 // that says why; nothing is written.
 func TestPublishRefusesOversizedEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"RHEL-5","blob":"` + strings.Repeat("y", 5000) + `"}}`))

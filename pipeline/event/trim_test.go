@@ -13,6 +13,7 @@ import (
 // while a plain XADD MAXLEN would. Streams are trimmed by whole macro nodes (100
 // entries by default), so the test uses a thousand.
 func TestTrimSparesPendingAndUndelivered(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	s := e.triage()
@@ -65,6 +66,7 @@ func TestTrimSparesPendingAndUndelivered(t *testing.T) {
 
 // A stream nobody reads yet is not trimmed: every entry is still to be delivered.
 func TestTrimSparesStreamWithoutGroup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	pipe := e.rdb.Pipeline()

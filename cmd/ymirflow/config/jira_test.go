@@ -16,6 +16,7 @@ import (
 // The Jira client takes the token, not its file: JIRA_TOKEN_FILE is read here alone, its
 // content trimmed, and that is what the client authenticates with.
 func TestJiraTokenFileReachesTheClient(t *testing.T) {
+	t.Parallel()
 	f := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(f, []byte("  from-file\n\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -44,6 +45,7 @@ func TestJiraTokenFileReachesTheClient(t *testing.T) {
 // A client asked of a Jira URL without a token is refused naming the settings, as the
 // client's own error names only its fields.
 func TestJiraClientErrorNamesTheSetting(t *testing.T) {
+	t.Parallel()
 	j := Jira{JiraURL: "https://jira.example.com"}
 	_, err := jira.New(jira.Options{BaseURL: j.JiraURL})
 	if !errors.Is(err, jira.ErrTokenRequired) {
@@ -63,6 +65,7 @@ func TestJiraClientErrorNamesTheSetting(t *testing.T) {
 // What the client refuses in JIRA_URL, Validate refuses first, naming the setting and
 // never the password.
 func TestJiraURLCredentialsRefusedRedacted(t *testing.T) {
+	// Not parallel: it sets the process environment (clearEnv, t.Setenv), which is one per process: Go refuses t.Setenv in a parallel test.
 	clearEnv(t)
 	var w Worker
 	err := load(t, "worker", &w, demoWorker("--jira-url", "https://bob:s3cret@jira.example.com")...)

@@ -46,6 +46,7 @@ var envToken = regexp.MustCompile(`[A-Z][A-Z0-9_]*`)
 // string literal of the module's other non-test code names a variable that some
 // command reads (the list is the settings table's own, EnvNames).
 func TestOnlyTheCLINamesEnvironmentVariables(t *testing.T) {
+	t.Parallel()
 	root := moduleRoot(t)
 	names := EnvNames()
 	allowed := map[string]map[string]bool{}
