@@ -16,45 +16,51 @@ type AgentEnv struct {
 	// Secrets are the values of the passed variables whose names look secret
 	// (redact.SecretName): the worker redacts them from everything it writes.
 	Secrets []string
-	// JiraCredentials names ymirflow's own Jira credentials that RUNNER_ENV named
-	// explicitly (the worker says so at start-up).
-	JiraCredentials []string
+	// Credentials lists the variables of EnvPolicy.Credentials that EnvPolicy.Pass
+	// named explicitly, and so were passed (the worker says so at start-up).
+	Credentials []string
+}
+
+// EnvPolicy says which of the worker's variables an agent gets. The zero policy
+// passes BaseEnvNames alone.
+type EnvPolicy struct {
+	// Pass names the variables to pass besides the base ones: exact names, and
+	// PREFIX_* globs. Default: none.
+	Pass []string
+	// Credentials are the worker's own credentials (ymirflow's Jira account): a glob
+	// never passes them, only their exact name in Pass does. Default: none.
+	Credentials []string
+	// Withheld are never passed, named or not: whoever holds them controls the
+	// coordination store (forge events, delete leases). Default: none; the binary
+	// withholds its Redis settings.
+	Withheld []string
 }
 
 // BaseEnvNames are passed to every agent when the worker has them.
 func BaseEnvNames() []string { return []string{"PATH", "HOME", "LANG", "TZ", "TMPDIR"} }
 
-// jiraCredentialNames are ymirflow's own Jira credentials: a glob never passes them.
-func jiraCredentialNames() []string { return []string{"JIRA_TOKEN", "JIRA_TOKEN_FILE", "JIRA_EMAIL"} }
-
-// neverPassed are ymirflow's Redis settings: whoever holds them controls the
-// coordination store (forge events, delete leases), so no agent gets them, named or not.
-func neverPassed(name string) bool { return name == "REDIS_URL" || name == "REDISCLI_AUTH" }
-
-// BuildAgentEnv picks an agent's environment from environ (os.Environ()): the base
-// variables, and those matching patterns (RUNNER_ENV: names, and PREFIX_* globs).
-func BuildAgentEnv(environ, patterns []string) AgentEnv {
+// BuildAgentEnv picks an agent's environment from environ (os.Environ()) by policy p.
+func BuildAgentEnv(environ []string, p EnvPolicy) AgentEnv {
 	var e AgentEnv
 	base := BaseEnvNames()
-	jira := jiraCredentialNames()
 	for _, kv := range environ {
 		name, value, ok := strings.Cut(kv, "=")
-		if !ok || neverPassed(name) || strings.HasPrefix(name, "YMIR_") || name == "JIRA_ISSUE" {
+		if !ok || slices.Contains(p.Withheld, name) || strings.HasPrefix(name, "YMIR_") || name == "JIRA_ISSUE" {
 			continue // YMIR_* and JIRA_ISSUE are set per event, never inherited
 		}
-		explicit := slices.Contains(patterns, name)
-		pass := slices.Contains(base, name) || explicit
-		if !pass && !slices.Contains(jira, name) {
-			pass = slices.ContainsFunc(patterns, func(p string) bool {
-				prefix, glob := strings.CutSuffix(p, "*")
+		credential := slices.Contains(p.Credentials, name)
+		pass := slices.Contains(base, name) || slices.Contains(p.Pass, name)
+		if !pass && !credential {
+			pass = slices.ContainsFunc(p.Pass, func(pat string) bool {
+				prefix, glob := strings.CutSuffix(pat, "*")
 				return glob && strings.HasPrefix(name, prefix)
 			})
 		}
 		if !pass {
 			continue
 		}
-		if slices.Contains(jira, name) {
-			e.JiraCredentials = append(e.JiraCredentials, name)
+		if credential {
+			e.Credentials = append(e.Credentials, name)
 		}
 		e.Env = append(e.Env, kv)
 		if redact.SecretName(name) && value != "" {

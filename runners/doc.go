@@ -1,8 +1,8 @@
 // Package runners is how an agent's work runs for one event: the Runner interface that
 // the handlers call, the RunRequest they hand it and the Result it reports, and the
 // exec runner, which runs an untrusted agent command per event with a least-privilege
-// environment (BuildAgentEnv: never REDIS_URL, ymirflow's Jira credentials only when
-// named) and a redacted, bounded stderr.
+// environment (BuildAgentEnv and its EnvPolicy: the coordination store's settings
+// never, the worker's own credentials only when named) and a redacted, bounded stderr.
 //
 // The entry point is ExecRunner; ParseResult is the contract of an agent's stdout (a
 // triage result with one of Resolutions, or a downstream result with a boolean

@@ -14,7 +14,9 @@ func ExampleExecRunner() {
 	r := runners.ExecRunner{
 		Command:   `echo "rebasing $YMIR_ISSUE_KEY" >&2; echo '{"success":true,"merge_request_url":"https://mr.example/1"}'`,
 		KillGrace: time.Second,
-		Env:       runners.BuildAgentEnv([]string{"PATH=/usr/bin:/bin", "REDIS_URL=redis://secret@db"}, nil).Env,
+		// The agent gets PATH and nothing of the coordination store.
+		Env: runners.BuildAgentEnv([]string{"PATH=/usr/bin:/bin", "REDIS_URL=redis://secret@db"},
+			runners.EnvPolicy{Pass: []string{"REDIS_*"}, Withheld: []string{"REDIS_URL"}}).Env,
 	}
 	res, err := r.Run(context.Background(), runners.RunRequest{Agent: "rebase", Branch: "c9s", IssueKey: "RHEL-1", Attempt: 1,
 		Payload: []byte(`{"metadata":{"jira_issue":"RHEL-1"}}`)})

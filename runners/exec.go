@@ -30,7 +30,7 @@ const (
 //
 //   - stdin: the Task JSON exactly as received;
 //   - environment: Env (see BuildAgentEnv: never the worker's whole environment, never
-//     REDIS_URL), plus YMIR_AGENT, YMIR_BRANCH, YMIR_ISSUE_KEY, YMIR_FENCE, YMIR_ATTEMPT,
+//     what its EnvPolicy withholds), plus YMIR_AGENT, YMIR_BRANCH, YMIR_ISSUE_KEY, YMIR_FENCE, YMIR_ATTEMPT,
 //     YMIR_MESSAGE_ID, YMIR_STREAM, YMIR_USER_TRIGGERED and JIRA_ISSUE (the issue key);
 //   - stdout: the JSON result (see ParseResult); at most MaxStdout bytes are kept;
 //   - a non-zero exit status or output that is not a result is an error (the event is
@@ -48,7 +48,7 @@ type ExecRunner struct {
 	MaxStdout int           // default DefaultMaxStdout
 	MaxStderr int           // default DefaultMaxStderr
 	// Env is the runner's environment (KEY=VALUE) before the YMIR_* variables, usually
-	// BuildAgentEnv(os.Environ(), RUNNER_ENV).Env. Nil: the base variables alone.
+	// BuildAgentEnv(os.Environ(), policy).Env. Nil: the base variables alone.
 	Env []string
 	Dir string
 	// Redactor takes secrets out of the stderr tail before it is logged or returned.
@@ -76,7 +76,7 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	env := r.Env
 	if env == nil {
-		env = BuildAgentEnv(os.Environ(), nil).Env
+		env = BuildAgentEnv(os.Environ(), EnvPolicy{}).Env
 	}
 	cmd.Env = append(slices.Clone(env),
 		"YMIR_AGENT="+req.Agent,

@@ -42,7 +42,7 @@ func TestExecRunnerContract(t *testing.T) {
 	t.Setenv("YMIR_NAMESPACE", "inherited-ns")
 	// JIRA_* passes JIRA_URL, never ymirflow's own Jira credentials (only when named);
 	// REDIS_* never passes REDIS_URL.
-	agentEnv := runners.BuildAgentEnv(os.Environ(), []string{"FROM_*", "OUT", "JIRA_*", "REDIS_*"})
+	agentEnv := runners.BuildAgentEnv(os.Environ(), binaryPolicy("FROM_*", "OUT", "JIRA_*", "REDIS_*"))
 	r := runners.ExecRunner{
 		Command: `cat > "$OUT/stdin.json"; env | sort > "$OUT/env"; ` +
 			`echo "progress: thinking" ; echo "to stderr" >&2; ` +
@@ -83,7 +83,7 @@ func TestExecRunnerContract(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("environment:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if len(agentEnv.JiraCredentials) != 0 || len(agentEnv.Secrets) != 0 {
+	if len(agentEnv.Credentials) != 0 || len(agentEnv.Secrets) != 0 {
 		t.Fatalf("a glob passed credentials: %+v", agentEnv)
 	}
 }
@@ -94,17 +94,24 @@ func TestBuildAgentEnvExplicitCredentials(t *testing.T) {
 	t.Parallel()
 	environ := []string{"PATH=/bin", "JIRA_TOKEN=jt-1234", "GITLAB_TOKEN=gl-5678", "ANTHROPIC_API_KEY=ak-9999",
 		"ANTHROPIC_MODEL=m", "REDIS_URL=redis://:pw@h", "OTHER=x"}
-	e := runners.BuildAgentEnv(environ, []string{"JIRA_TOKEN", "GITLAB_TOKEN", "ANTHROPIC_*", "REDIS_URL"})
+	e := runners.BuildAgentEnv(environ, binaryPolicy("JIRA_TOKEN", "GITLAB_TOKEN", "ANTHROPIC_*", "REDIS_URL"))
 	want := "PATH=/bin JIRA_TOKEN=jt-1234 GITLAB_TOKEN=gl-5678 ANTHROPIC_API_KEY=ak-9999 ANTHROPIC_MODEL=m"
 	if got := strings.Join(e.Env, " "); got != want {
 		t.Fatalf("env %q, want %q", got, want)
 	}
-	if strings.Join(e.JiraCredentials, ",") != "JIRA_TOKEN" || strings.Join(e.Secrets, ",") != "jt-1234,gl-5678,ak-9999" {
+	if strings.Join(e.Credentials, ",") != "JIRA_TOKEN" || strings.Join(e.Secrets, ",") != "jt-1234,gl-5678,ak-9999" {
 		t.Fatalf("reported %+v", e)
 	}
-	if e := runners.BuildAgentEnv(environ, nil); strings.Join(e.Env, " ") != "PATH=/bin" {
+	if e := runners.BuildAgentEnv(environ, binaryPolicy()); strings.Join(e.Env, " ") != "PATH=/bin" {
 		t.Fatalf("no RUNNER_ENV: %q", e.Env)
 	}
+}
+
+// binaryPolicy is the policy the ymirflow binary builds (cmd/ymirflow/config,
+// Worker.AgentEnvPolicy, which its own test holds to these lists), passing pass.
+func binaryPolicy(pass ...string) runners.EnvPolicy {
+	return runners.EnvPolicy{Pass: pass, Credentials: []string{"JIRA_TOKEN", "JIRA_TOKEN_FILE", "JIRA_EMAIL"},
+		Withheld: []string{"REDIS_URL", "REDISCLI_AUTH"}}
 }
 
 // The stderr tail in the error and the log passes the redactor.

@@ -19,7 +19,9 @@ import (
 const sessionCookie = "ymirflow_session"
 
 // readOnlyMsg is why writes are refused when no token is configured.
-const readOnlyMsg = "this console is read-only: start it with WEB_TOKEN or WEB_TOKEN_FILE (and without --read-only) to allow write actions"
+func (s *Server) readOnlyMsg() string {
+	return "this console is read-only: start it with " + s.cfg.TokenHint + " to allow write actions"
+}
 
 func (s *Server) mac(parts ...string) string {
 	h := hmac.New(sha256.New, s.secret)
@@ -96,10 +98,10 @@ func sameOrigin(r *http.Request) error {
 // authorizeAPI checks an API write: the bearer token.
 func (s *Server) authorizeAPI(r *http.Request) error {
 	if s.cfg.Token == "" {
-		return &httpError{http.StatusForbidden, readOnlyMsg}
+		return &httpError{http.StatusForbidden, s.readOnlyMsg()}
 	}
 	if !s.tokenOK(bearer(r)) {
-		return &httpError{http.StatusUnauthorized, "refused: write actions need Authorization: Bearer <WEB_TOKEN>"}
+		return &httpError{http.StatusUnauthorized, "refused: write actions need Authorization: Bearer <console token>"}
 	}
 	return sameOrigin(r)
 }
@@ -108,7 +110,7 @@ func (s *Server) authorizeAPI(r *http.Request) error {
 // or a signed-in session and its CSRF token.
 func (s *Server) authorizeForm(r *http.Request) error {
 	if s.cfg.Token == "" {
-		return &httpError{http.StatusForbidden, readOnlyMsg}
+		return &httpError{http.StatusForbidden, s.readOnlyMsg()}
 	}
 	if err := sameOrigin(r); err != nil {
 		return err
@@ -118,7 +120,7 @@ func (s *Server) authorizeForm(r *http.Request) error {
 	}
 	nonce, ok := s.session(r)
 	if !ok {
-		return &httpError{http.StatusUnauthorized, "refused: sign in with the console token (WEB_TOKEN) to use write actions"}
+		return &httpError{http.StatusUnauthorized, "refused: sign in with the console token to use write actions"}
 	}
 	if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf(nonce))) {
 		return &httpError{http.StatusForbidden, "refused: the form's CSRF token is missing or stale; reload the page and try again"}

@@ -366,7 +366,7 @@ func (s *Server) issue(_ http.ResponseWriter, r *http.Request) (*view, error) {
 		return nil, err
 	}
 	if len(rep.Events) == 0 {
-		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("no events of %s in any stream (the streams keep the last MAX_LEN entries)", s.clip(q, maxKeyLen))}
+		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("no events of %s in any stream (the streams keep only their latest entries)", s.clip(q, maxKeyLen))}
 	}
 	v.Title = rep.Issue
 	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events}
@@ -489,7 +489,7 @@ func (s *Server) loginPage(_ http.ResponseWriter, r *http.Request) (*view, error
 
 func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) (*view, error) {
 	if s.cfg.Token == "" {
-		return nil, &httpError{http.StatusForbidden, readOnlyMsg}
+		return nil, &httpError{http.StatusForbidden, s.readOnlyMsg()}
 	}
 	if err := sameOrigin(r); err != nil {
 		return nil, err

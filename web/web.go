@@ -34,6 +34,9 @@ type Config struct {
 	Topology  event.Topology
 	// Token is the bearer token write actions need; "" makes the console read-only.
 	Token string
+	// TokenHint says how an operator gives the console its Token, in the refusal of a
+	// write on a read-only console. Default: "a console token".
+	TokenHint string
 	// Redactor masks the process's own secrets in everything shown (nil: none known).
 	Redactor *redact.Redactor
 	Logger   zerolog.Logger
@@ -84,6 +87,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.TokenHint == "" {
+		cfg.TokenHint = "a console token"
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

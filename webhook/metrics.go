@@ -32,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Stored deliveries classified, by the status they would have been answered and outcome (published, skipped_<reason>, duplicate, own_account, out_of_scope, comment_recorded, ignored_event, gone, redis_unavailable, jira_unavailable, timeout, error; gave_up after the last attempt)."},
 			[]string{"status", "outcome"}),
 		process: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ymirflow", Subsystem: "webhook",
-			Name: "process_seconds", Help: "Time to classify one stored delivery (Jira calls under JIRA_RATE_LIMIT included).",
+			Name: "process_seconds", Help: "Time to classify one stored delivery (Jira calls under the client's rate limit included).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"status"}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.processed, m.process)

@@ -35,7 +35,7 @@ const (
 	// DefaultCommentsMaxLen bounds the stream of recorded comment events.
 	DefaultCommentsMaxLen = 10000
 	// DefaultProcessTimeout bounds the classification of one stored delivery (Jira
-	// reads under JIRA_RATE_LIMIT, the lease pre-check, the publish).
+	// reads under the Jira client's rate limit, the lease pre-check, the publish).
 	DefaultProcessTimeout = 10 * time.Second
 	// DefaultRetryAfter is how long a stored delivery whose classification failed (or
 	// whose receiver died) waits before it is taken again. It must exceed ProcessTimeout,
@@ -60,7 +60,7 @@ const (
 
 // ErrNoSecret is returned by New when no secret is configured and unsigned deliveries were
 // not explicitly allowed.
-var ErrNoSecret = errors.New("webhook: no secret configured: set WEBHOOK_SECRET or WEBHOOK_SECRET_FILE (or --insecure-no-signature to accept unsigned deliveries)")
+var ErrNoSecret = errors.New("webhook: no Config.Secret, and Config.InsecureNoSignature is not set: unsigned deliveries would be accepted")
 
 // Config configures a Receiver. Fetcher, Jira and Redis are required, and a Secret unless
 // InsecureNoSignature.
@@ -407,7 +407,7 @@ func (r *Receiver) handleIssue(ctx context.Context, e Event) result {
 			return jiraFailed(key, "scope search", err)
 		}
 		if !in {
-			return result{status: http.StatusAccepted, outcome: "out_of_scope", issue: key, detail: "the issue does not match JIRA_JQL"}
+			return result{status: http.StatusAccepted, outcome: "out_of_scope", issue: key, detail: "the issue does not match the receiver's JQL"}
 		}
 	}
 	item := fetcher.Item{Issue: *e.Issue}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/internal/redact"
@@ -81,7 +82,7 @@ func (c *demoConsole) attach(ctx context.Context, redisURL, namespace string) er
 		_ = rdb.Close()
 		return err
 	}
-	srv, err := web.New(web.Config{Inspector: in, Topology: topo, Token: c.token, Redactor: redact.New(), Logger: c.log})
+	srv, err := web.New(web.Config{Inspector: in, Topology: topo, Token: c.token, TokenHint: config.WebTokenHint, Redactor: redact.New(), Logger: c.log})
 	if err != nil {
 		_ = rdb.Close()
 		return err

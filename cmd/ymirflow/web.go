@@ -48,7 +48,7 @@ func console(ctx context.Context, s *session, cfg *config.Web, token string) err
 	e, in, stdout := s.env, s.in, s.stdout
 	pipeline.WarnOldServer(ctx, e.rdb, e.log) // README, "Requirements"
 	red := redact.New(append(environSecrets(os.Getenv), ownSecrets(&cfg.Common, "")...)...)
-	srv, err := web.New(web.Config{Inspector: in, Topology: e.topology, Token: token, Redactor: red, Logger: e.log,
+	srv, err := web.New(web.Config{Inspector: in, Topology: e.topology, Token: token, TokenHint: config.WebTokenHint, Redactor: red, Logger: e.log,
 		Refresh: cfg.Refresh, ConsumerIdle: cfg.ConsumerIdle})
 	if err != nil {
 		return err

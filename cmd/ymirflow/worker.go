@@ -62,11 +62,11 @@ func prepareWorker(s *session, cfg *config.Worker) (workerPrep, error) {
 	if err := noArgs("")(s); err != nil {
 		return workerPrep{}, err
 	}
-	patterns, err := cfg.RunnerEnvPatterns()
+	policy, err := cfg.AgentEnvPolicy()
 	if err != nil {
 		return workerPrep{}, usagef("RUNNER_ENV: %v", err)
 	}
-	agentEnv := runners.BuildAgentEnv(os.Environ(), patterns)
+	agentEnv := runners.BuildAgentEnv(os.Environ(), policy)
 	token, err := cfg.Token()
 	if err != nil {
 		return workerPrep{}, err
@@ -122,8 +122,8 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		runner = demorunner.Runner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed}
 	default:
 		runner = runners.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Env: agentEnv.Env, Redactor: red, Logger: log}
-		if len(agentEnv.JiraCredentials) > 0 {
-			log.Warn().Strs("variables", agentEnv.JiraCredentials).
+		if len(agentEnv.Credentials) > 0 {
+			log.Warn().Strs("variables", agentEnv.Credentials).
 				Msg("RUNNER_ENV names ymirflow's own Jira credentials: the agent gets them")
 		}
 	}

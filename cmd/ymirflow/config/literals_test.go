@@ -8,27 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 )
-
-// notYetFieldNames are the environment variable names that non-test code outside this
-// package and cmd/ still spells, by file (slash-separated, from the module root), each
-// waiting for its package to name its own fields instead. The list may only shrink: an
-// entry found no more is logged, to be deleted.
-var notYetFieldNames = map[string][]string{
-	// Operator-facing text of the console and the receiver, which tells how to enable
-	// writes or signatures: the hint would come from the configuration.
-	"web/auth.go":         {"WEB_TOKEN", "WEB_TOKEN_FILE"},
-	"web/pages.go":        {"MAX_LEN"},
-	"webhook/receiver.go": {"WEBHOOK_SECRET", "WEBHOOK_SECRET_FILE", "JIRA_JQL"},
-	"webhook/metrics.go":  {"JIRA_RATE_LIMIT"},
-	// The variables the runner withholds from agents (never REDIS_URL, ymirflow's Jira
-	// credentials only when listed): the list would come from the configuration.
-	"runners/agentenv.go": {"REDIS_URL", "JIRA_TOKEN", "JIRA_TOKEN_FILE", "JIRA_EMAIL"},
-}
 
 // testKitEnv are the variables a test kit outside _test.go files reads on its own
 // account: redistest finds the tests' Redis through REDIS_URL, as the tests' environment
@@ -50,17 +33,12 @@ func TestOnlyTheCLINamesEnvironmentVariables(t *testing.T) {
 	root := moduleRoot(t)
 	names := EnvNames()
 	allowed := map[string]map[string]bool{}
-	for _, m := range []map[string][]string{notYetFieldNames, testKitEnv} {
-		for file, envs := range m {
-			if allowed[file] == nil {
-				allowed[file] = map[string]bool{}
-			}
-			for _, e := range envs {
-				allowed[file][e] = true
-			}
+	for file, envs := range testKitEnv {
+		allowed[file] = map[string]bool{}
+		for _, e := range envs {
+			allowed[file][e] = true
 		}
 	}
-	found := map[string]map[string]bool{}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -93,10 +71,6 @@ func TestOnlyTheCLINamesEnvironmentVariables(t *testing.T) {
 				if _, ok := names[w]; !ok {
 					continue
 				}
-				if found[rel] == nil {
-					found[rel] = map[string]bool{}
-				}
-				found[rel][w] = true
 				if !allowed[rel][w] {
 					t.Errorf("%s: the string %q names the environment variable %s: name the field instead; only cmd/ymirflow/config (and cmd/) speaks flags and variables", rel, clipLit(s), w)
 				}
@@ -107,18 +81,6 @@ func TestOnlyTheCLINamesEnvironmentVariables(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var stale []string
-	for file, envs := range notYetFieldNames {
-		for _, e := range envs {
-			if !found[file][e] {
-				stale = append(stale, file+": "+e)
-			}
-		}
-	}
-	sort.Strings(stale)
-	for _, s := range stale {
-		t.Logf("notYetFieldNames: %s is gone from the code; delete the entry", s)
 	}
 }
 

@@ -90,3 +90,7 @@ func (w *Web) WriteToken() (string, error) {
 	}
 	return token, nil
 }
+
+// WebTokenHint tells an operator how to give the console its token: the console says
+// it when it refuses a write because it is read-only.
+const WebTokenHint = "WEB_TOKEN or WEB_TOKEN_FILE (and without --read-only)"

@@ -135,6 +135,18 @@ func (w *Worker) RunnerEnvPatterns() ([]string, error) {
 	return out, nil
 }
 
+// AgentEnvPolicy is what an agent gets of the worker's environment: RUNNER_ENV's
+// names and globs; ymirflow's Jira credentials only when named exactly; never the
+// coordination store's settings (REDIS_URL, and redis-cli's REDISCLI_AUTH).
+func (w *Worker) AgentEnvPolicy() (runners.EnvPolicy, error) {
+	pass, err := w.RunnerEnvPatterns()
+	if err != nil {
+		return runners.EnvPolicy{}, err
+	}
+	return runners.EnvPolicy{Pass: pass, Credentials: []string{"JIRA_TOKEN", "JIRA_TOKEN_FILE", "JIRA_EMAIL"},
+		Withheld: []string{"REDIS_URL", "REDISCLI_AUTH"}}, nil
+}
+
 // HeartbeatInterval is how often a lease is extended: LockTTL/3.
 func (w *Worker) HeartbeatInterval() time.Duration { return w.LockTTL / 3 }
 
