@@ -291,7 +291,7 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	}()
 	defer func() { stopWatch(); <-watched }()
-	err := r.Router.Run(ctx)
+	err := r.runWatermill(ctx)
 	// A lease taken ahead for an entry that was never handed over goes back now, so
 	// the entry's issue is free for whoever resumes it.
 	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -307,6 +307,44 @@ func (r *Router) Run(ctx context.Context) error {
 		if cerr := s.sub.Close(); cerr != nil {
 			r.log.Warn().Err(cerr).Str("stream", s.route.Stream).Msg("closing a subscription")
 		}
+	}
+	return err
+}
+
+// runWatermill runs Watermill's router until ctx ends. Watermill's start-up pass does
+// not see ctx: a Subscribe under an ended context fails (its consumer group is created
+// with that context), and Watermill, which counts a handler as running from the moment
+// it is added, would then wait CloseTimeout in Close for handlers that never started
+// and leave goroutines behind. So Watermill runs on a context of its own, and the end
+// of ctx closes it once it runs, which cancels the handlers' contexts as before.
+func (r *Router) runWatermill(ctx context.Context) error {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	returned := make(chan struct{})
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		select {
+		case <-ctx.Done():
+		case <-returned:
+			return
+		}
+		select {
+		case <-r.Router.Running():
+			if err := r.Router.Close(); err != nil {
+				r.log.Warn().Err(err).Msg("closing the router")
+			}
+		case <-returned:
+		}
+	}()
+	err := r.Router.Run(wctx)
+	close(returned)
+	<-closed
+	if err != nil {
+		// Its handlers never all started: Close must not wait for them.
+		r.mu.Lock()
+		r.started = false
+		r.mu.Unlock()
 	}
 	return err
 }
