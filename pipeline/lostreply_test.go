@@ -159,9 +159,24 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		e.publishTriage("RHEL-1")
 		e.publishTriage("RHEL-2")
 	case "conflict", "coalesce":
-		e.publishTriage("RHEL-1")
+		first := e.publishTriage("RHEL-1")
 		redistest.Eventually(t, 10*time.Second, func() bool { return runs.Get("RHEL-1") == 1 }, "first run started")
-		e.publishTriage("RHEL-1")
+		holder := consumerOf(t, direct, e.triage(), first)
+		// The event under test must meet the held lease, so at the other consumer: one
+		// that lands in the holder's own read-ahead waits for the run to end, and then
+		// runs (coalesce) or is superseded (drop), meeting no lease. Publish again until
+		// one lands elsewhere; each extra event still gets its one terminal record.
+		for range 5 {
+			id := e.publishTriage("RHEL-1")
+			var at string
+			redistest.Eventually(t, 10*time.Second, func() bool {
+				at = consumerOf(t, direct, e.triage(), id)
+				return at != "" || records(event.LockDropped)+records(event.LockCoalesced) > 0
+			}, "event %s read", id)
+			if at != holder {
+				break
+			}
+		}
 	default:
 		e.publishTriage("RHEL-1")
 	}
@@ -211,4 +226,18 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 	e.publishTriage("RHEL-1")
 	redistest.Eventually(t, 5*time.Second, func() bool { return records(event.StageDone) == before+1 },
 		"a new event for the issue ran after the lost reply (the issue is stuck)")
+}
+
+// consumerOf is the consumer that entry id of stream is pending for, "" if none.
+func consumerOf(t *testing.T, rdb redis.UniversalClient, stream, id string) string {
+	t.Helper()
+	p, err := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: stream, Group: "triage",
+		Start: id, End: id, Count: 1}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) == 0 {
+		return ""
+	}
+	return p[0].Consumer
 }
