@@ -172,9 +172,9 @@ func TestTwoDefaultWorkersShareAMachine(t *testing.T) {
 		t.Fatalf("two default workers: %+v", starts)
 	}
 	for i, w := range workers {
-		if !ready(w.stderr()) {
-			t.Errorf("worker %d (%s) does not serve /readyz", i, starts[i].Consumer)
-		}
+		// "worker starting" comes before the router runs: poll, as a probe would.
+		redistest.Eventually(t, 30*time.Second, func() bool { return ready(w.stderr()) },
+			"worker %d (%s) does not serve /readyz", i, starts[i].Consumer)
 	}
 
 	third := startProc(t, bin, env, "worker", "--agent", "triage", "--runner", "demo", "--consumer-name", starts[0].Consumer)

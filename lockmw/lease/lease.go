@@ -199,8 +199,12 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 		ok, err := r.ok, r.err
 		switch {
 		case err != nil:
-			le.log().Warn().Err(err).Dur("retry_in", retry).Msg("lease extend failed; retrying")
-			beat.Reset(retry)
+			// The back-off never waits past half the time the lease has left: as the
+			// proof runs out the tries come closer together, so a Redis that comes back
+			// just before the deadline is met by an extend, not by the lease's end.
+			wait := min(retry, max(proven(lastOK)/2, 10*time.Millisecond))
+			le.log().Warn().Err(err).Dur("retry_in", wait).Msg("lease extend failed; retrying")
+			beat.Reset(wait)
 			retry = min(retry*2, interval)
 		case !ok:
 			le.end(fmt.Errorf("%w: extend found %s not ours", ErrLeaseLost, le.keys.Lock))

@@ -190,9 +190,10 @@ func TestExtendSucceedsWithMatchingToken(t *testing.T) {
 }
 
 func TestExtendFailsWithWrongToken(t *testing.T) {
-	// Not parallel: measures time: a 300 ms TTL's extend delayed by other tests reads as unproven, not lost.
+	// Not parallel: measures time. The TTL is seconds so that an extend delayed by a busy
+	// machine still comes back "not yours" (lost) before the lease could read as unproven.
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 3 * time.Second})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	rdb.Set(context.Background(), le.Keys().Lock, "foreign-token", time.Minute)
 	<-le.Context().Done()
@@ -208,9 +209,10 @@ func TestExtendFailsWithWrongToken(t *testing.T) {
 }
 
 func TestExtendFailsOnExpiredKey(t *testing.T) {
-	// Not parallel: measures time: a 300 ms TTL's extend delayed by other tests reads as unproven, not lost.
+	// Not parallel: measures time. The TTL is seconds so that an extend delayed by a busy
+	// machine still comes back "not yours" (lost) before the lease could read as unproven.
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{TTL: 300 * time.Millisecond})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 3 * time.Second})
 	le := mustAcquire(t, l, "triage", "RHEL-123")
 	rdb.Del(context.Background(), le.Keys().Lock)
 	<-le.Context().Done()
