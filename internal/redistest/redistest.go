@@ -313,3 +313,23 @@ func (r *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (r *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
 }
+
+// ModuleRoot returns the directory of the go.mod above the test's working directory,
+// for tests that read the module's own files.
+func ModuleRoot(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Fatal("redistest: no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}

@@ -26,7 +26,7 @@ func TestUnreachableFailsFast(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two test binaries")
 	}
-	root := moduleRoot(t)
+	root := redistest.ModuleRoot(t)
 	port := redistest.FreePort(t) // free a moment ago: nothing listens there
 	url := "redis://127.0.0.1:" + strconv.Itoa(port) + "/15"
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -93,24 +93,6 @@ func TestReachableHint(t *testing.T) {
 	}
 	if h := redistest.StartHint("127.0.0.1:6379"); !strings.Contains(h, "make redis") {
 		t.Errorf("StartHint(6379) = %q", h)
-	}
-}
-
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
 	}
 }
 

@@ -5,12 +5,13 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
 // testKitEnv are the variables a test kit outside _test.go files reads on its own
@@ -30,7 +31,7 @@ var envToken = regexp.MustCompile(`[A-Z][A-Z0-9_]*`)
 // command reads (the list is the settings table's own, EnvNames).
 func TestOnlyTheCLINamesEnvironmentVariables(t *testing.T) {
 	t.Parallel()
-	root := moduleRoot(t)
+	root := redistest.ModuleRoot(t)
 	names := EnvNames()
 	allowed := map[string]map[string]bool{}
 	for file, envs := range testKitEnv {
@@ -89,23 +90,4 @@ func clipLit(s string) string {
 		return s[:80] + "..."
 	}
 	return s
-}
-
-// moduleRoot is the directory of the go.mod above this package.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the package")
-		}
-		dir = parent
-	}
 }
