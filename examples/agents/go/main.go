@@ -116,7 +116,7 @@ func (a *agent) readMailbox(path string) {
 		logf("mailbox: %v", err)
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to flush
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
