@@ -449,3 +449,31 @@ func TestPublishReplyLostPublishesOnceAndFlips(t *testing.T) {
 		t.Errorf("trigger label not flipped after the publish: %v", h.labels("RHEL-1"))
 	}
 }
+
+// An issue whose shared issue key (LOCK_SCOPE issue) is held is locked for every agent
+// that shares it: the pre-check reads that key too, so a run the per-agent keys do not
+// show (an agent the fetcher does not know, or a lease whose keys sit in the shared
+// key's Cluster slot) still keeps the issue untouched.
+func TestSharedIssueKeyLocksIssue(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, []fakejira.Issue{iss("RHEL-7"), iss("RHEL-8")})
+	le, err := h.locker.Acquire(h.ctx, "reproducer", "RHEL-7", lease.AcquireOptions{
+		Shared: []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-7"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h.sweep()
+	if o, _ := s.Outcome("RHEL-7"); o.Reason != ReasonLocked || o.Stage != StageIssueScope {
+		t.Fatalf("RHEL-7: outcome %+v, want locked by the issue scope (%s)", o, s)
+	}
+	if got := h.published(); !slices.Equal(got, []string{"RHEL-8@triage"}) {
+		t.Fatalf("published %v, want RHEL-8 only", got)
+	}
+	if _, err := le.Release(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.sweep()
+	if got := h.published(); !slices.Equal(got, []string{"RHEL-7@triage", "RHEL-8@triage"}) {
+		t.Errorf("after the release: %v", got)
+	}
+}

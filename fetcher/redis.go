@@ -11,8 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
+
+// StageIssueScope is the Outcome.Stage of an issue skipped because its shared issue key
+// (LOCK_SCOPE issue) is held: a run of some agent that shares it is on the issue.
+const StageIssueScope = "issue-scope"
 
 // publishScript appends an entry unless the issue's marker names one still waiting, and
 // points the marker at the new entry, atomically. It appends without MAXLEN: trimming is
@@ -111,7 +116,7 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 	type slot struct {
 		issue, stage, marker string
 	}
-	per := len(f.stages) + 1
+	per := len(f.stages) + 2
 	lookups := make([]string, 0, len(keys)*per)
 	slots := make([]slot, 0, len(keys)*per)
 	for _, k := range keys {
@@ -119,6 +124,10 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 			lookups = append(lookups, f.locker.LockKey(a, k))
 			slots = append(slots, slot{issue: k, stage: a})
 		}
+		// The issue's shared key (LOCK_SCOPE issue): held by a run of any agent that
+		// shares it, so the issue is locked for all of them.
+		lookups = append(lookups, f.locker.SharedKeys(lease.ScopeKey{Scope: lease.ScopeIssue, Key: k}).Lock)
+		slots = append(slots, slot{issue: k, stage: StageIssueScope})
 		lookups = append(lookups, f.topo.Queued(triageAgent, k))
 		slots = append(slots, slot{issue: k, marker: triageAgent})
 		if downstream[k] {

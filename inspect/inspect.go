@@ -130,6 +130,11 @@ type LeaseInfo struct {
 	TTL        time.Duration `json:"-"` // time left; 0 when unknown
 	// MessageID is the stream entry the lease guards.
 	MessageID string `json:"message_id"`
+	// Scope is what the key guards: agent (Agent's own lease on Issue), issue or group
+	// (a shared key, held by Agent's run on Issue); Key is the key it guards (the
+	// issue, or the group key).
+	Scope string `json:"scope"`
+	Key   string `json:"key"`
 }
 
 // MarshalJSON adds held_ms and ttl_ms.
@@ -144,7 +149,10 @@ func (l LeaseInfo) MarshalJSON() ([]byte, error) {
 
 func (in *Inspector) leaseInfo(i lease.Info) LeaseInfo {
 	li := LeaseInfo{Agent: i.Agent, Issue: i.Issue, Owner: i.Owner, Fence: i.Fence, AcquiredAt: i.AcquiredAt,
-		TTL: i.TTL, MessageID: i.MessageID}
+		TTL: i.TTL, MessageID: i.MessageID, Scope: string(i.Scope), Key: i.Key}
+	if li.Scope == "" {
+		li.Scope, li.Key = string(lease.ScopeAgent), i.Issue
+	}
 	if !i.AcquiredAt.IsZero() {
 		li.Held = max(in.now().Sub(i.AcquiredAt), 0)
 	}
@@ -189,6 +197,12 @@ func (in *Inspector) Locks(ctx context.Context, f LockFilter) ([]LeaseInfo, erro
 			if i, ok := live[r]; ok {
 				infos = append(infos, i)
 			}
+		}
+		// The issue's shared key (LOCK_SCOPE issue), held by a run of one of agents.
+		if i, ok, err := in.locker.InspectShared(ctx, lease.ScopeKey{Scope: lease.ScopeIssue, Key: issue}); err != nil {
+			return nil, err
+		} else if ok && slices.Contains(agents, i.Agent) {
+			infos = append(infos, i)
 		}
 	} else {
 		all, err := in.locker.List(ctx, f.Agent)

@@ -14,7 +14,10 @@ import (
 
 // Conflict is an event the middleware did not run because its issue was busy.
 type Conflict struct {
-	Agent   string
+	Agent string
+	// Issue is the event's canonical issue (Holder.Issue may be another one when a
+	// shared group key was busy).
+	Issue   string
 	Message *message.Message
 	// Entry is the event's stream entry (zero without a Source).
 	Entry Entry
@@ -38,12 +41,20 @@ type ConflictRecorder func(ctx context.Context, pipe redis.Pipeliner, c Conflict
 // issue was worked on while it waited; locked then names that run).
 func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *lease.LockedError, superseded bool, ev eventLog) error {
 	holder := locked.Holder
+	issue := locked.Issue
+	if issue == "" {
+		issue = holder.Issue
+	}
 	log := func() *zerolog.Logger {
-		ev.issue = holder.Issue
-		l := ev.get().With().Str("holder", holder.Owner).Int64("holder_fence", holder.Fence).Logger()
+		ev.issue = issue
+		c := ev.get().With().Str("holder", holder.Owner).Int64("holder_fence", holder.Fence)
+		if holder.Scope != "" && holder.Scope != lease.ScopeAgent {
+			c = c.Str("holder_agent", holder.Agent).Str("scope", string(holder.Scope)).Str("lock_key", holder.Key)
+		}
+		l := c.Logger()
 		return &l
 	}
-	if hasEntry && holder.MessageID == entry.ID && !superseded {
+	if hasEntry && holder.MessageID == entry.ID && !superseded && (holder.Scope == "" || holder.Scope == lease.ScopeAgent) {
 		// A redelivered copy of the entry a live holder is working on (claimed while the
 		// holder's heartbeat could not refresh it). Acking it would lose the holder's
 		// crash recovery; running it would run it twice. The holder's next heartbeat
@@ -52,7 +63,7 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		m.cfg.Source.Settle(entry)
 		return nil
 	}
-	c := Conflict{Agent: m.cfg.Agent, Message: msg, Entry: entry, Holder: holder, Superseded: superseded,
+	c := Conflict{Agent: m.cfg.Agent, Issue: issue, Message: msg, Entry: entry, Holder: holder, Superseded: superseded,
 		Queued: locked.Queued, Replaced: locked.Replaced}
 	// The record goes before the ack. On standalone Redis one pipeline keeps that order
 	// (one connection, run in order); a Cluster pipeline sends each node its commands
@@ -70,13 +81,13 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 			pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("%w: record the conflict on %s: %w", redeliver.ErrTransient, holder.Issue, err)
+			return fmt.Errorf("%w: record the conflict on %s: %w", redeliver.ErrTransient, issue, err)
 		}
 		if ackLater {
 			pipe = m.cfg.Locker.Client().Pipeline()
 			m.ack(ctx, entry)(pipe)
 			if _, err := pipe.Exec(ctx); err != nil {
-				return fmt.Errorf("%w: ack the conflict on %s: %w", redeliver.ErrTransient, holder.Issue, err)
+				return fmt.Errorf("%w: ack the conflict on %s: %w", redeliver.ErrTransient, issue, err)
 			}
 		}
 	}

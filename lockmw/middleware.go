@@ -97,6 +97,11 @@ type Config struct {
 	Source Source
 	// Policy for events whose issue is busy. Default: Drop.
 	Policy Policy
+	// Scopes are what the leases guard beyond the agent's own key: the issue's shared
+	// key (rebase and backport of one issue never at once) and a group key taken from
+	// the event (its JSON payload's field paths, or m:<name> metadata). Coalesce cannot
+	// be combined with a shared scope. Default: the zero Scopes (scope agent alone).
+	Scopes lease.Scopes
 	// MaxIdleTime is the subscriber's claim threshold. With a Source it must exceed the
 	// lease heartbeat interval (Locker.HeartbeatInterval), or other consumers could
 	// claim entries whose lease is alive. An entry read longer ago than
@@ -151,6 +156,13 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 		return nil, err
 	}
 	cfg.Policy = policy
+	if cfg.Scopes.Shared() && cfg.Policy == Coalesce {
+		return nil, fmt.Errorf("lockmw: Config.Policy %q cannot be combined with Config.Scopes %s: "+
+			"a follow-up queued behind another agent's shared key would have nobody to publish it", Coalesce, cfg.Scopes)
+	}
+	if err := cfg.Locker.CheckScopes(cfg.Scopes); err != nil {
+		return nil, fmt.Errorf("lockmw: Config.Scopes: %w", err)
+	}
 	if cfg.Source != nil && cfg.MaxIdleTime <= cfg.Locker.HeartbeatInterval() {
 		return nil, fmt.Errorf("lockmw: Config.MaxIdleTime (%s) must exceed the lease heartbeat interval, lease.Options.TTL/3 (%s), "+
 			"or other consumers would claim entries whose lease is alive", cfg.MaxIdleTime, cfg.Locker.HeartbeatInterval())
@@ -346,6 +358,15 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 	var ao lease.AcquireOptions
 	if hasEntry {
 		ao = m.acquireOptions(entry)
+	}
+	if m.cfg.Scopes.Shared() {
+		issue, err := m.cfg.Locker.Canonicalize(raw)
+		if err != nil {
+			return nil, err
+		}
+		if ao.Shared, err = m.cfg.Scopes.Keys(issue, msg.Payload, msg.Metadata.Get); err != nil {
+			return nil, err
+		}
 	}
 	if m.cfg.Policy == Coalesce && hasEntry {
 		fields, err := m.cfg.Source.Encode(msg)

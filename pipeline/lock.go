@@ -11,6 +11,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -51,21 +52,30 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 		if c.Entry.ID == "" {
 			id = xonce.NewID() // not read from a stream: nothing redelivers it
 		}
-		xonce.Queue(ctx, pipe, xonce.Append{Stream: stream, ID: id,
-			MaxLen: maxLen, Values: map[string]any{
-				"event_type":        eventType,
-				"issue_key":         c.Holder.Issue,
-				"agent":             c.Agent,
-				"message_id":        c.Entry.ID,
-				"stream":            c.Entry.Stream,
-				"uuid":              c.Message.UUID,
-				"correlation_id":    c.Message.Metadata.Get(event.MetaCorrelationID),
-				"holder":            c.Holder.Owner,
-				"holder_fence":      c.Holder.Fence,
-				"holder_message_id": c.Holder.MessageID,
-				"replaced":          strconv.FormatBool(c.Replaced),
-				"reason":            reason,
-				"at":                time.Now().UTC().Format(time.RFC3339Nano),
-			}})
+		issue := c.Issue
+		if issue == "" {
+			issue = c.Holder.Issue
+		}
+		values := map[string]any{
+			"event_type":        eventType,
+			"issue_key":         issue,
+			"agent":             c.Agent,
+			"message_id":        c.Entry.ID,
+			"stream":            c.Entry.Stream,
+			"uuid":              c.Message.UUID,
+			"correlation_id":    c.Message.Metadata.Get(event.MetaCorrelationID),
+			"holder":            c.Holder.Owner,
+			"holder_fence":      c.Holder.Fence,
+			"holder_message_id": c.Holder.MessageID,
+			"replaced":          strconv.FormatBool(c.Replaced),
+			"reason":            reason,
+			"at":                time.Now().UTC().Format(time.RFC3339Nano),
+		}
+		if c.Holder.Scope != "" && c.Holder.Scope != lease.ScopeAgent {
+			// A shared key was busy: name it, and the run holding it.
+			values["scope"], values["lock_key"] = string(c.Holder.Scope), c.Holder.Key
+			values["holder_agent"], values["holder_issue"] = c.Holder.Agent, c.Holder.Issue
+		}
+		xonce.Queue(ctx, pipe, xonce.Append{Stream: stream, ID: id, MaxLen: maxLen, Values: values})
 	}
 }

@@ -88,6 +88,9 @@ type RouterConfig struct {
 	ReadBatch int
 	// Policy says what happens to an event whose issue is busy. Default: lockmw.Drop.
 	Policy lockmw.Policy
+	// Scopes are what the agent's leases guard beyond its own key (lockmw.Config.Scopes).
+	// Default: scope agent alone.
+	Scopes lease.Scopes
 	// Locker takes the per-issue leases and canonicalises issue keys. Required.
 	Locker *lease.Locker
 	// Logger receives the router's, the subscriptions' and Watermill's lines.
@@ -228,7 +231,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 			r.subs = append(r.subs, sub)
 			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
-				Policy: cfg.Policy, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
+				Policy: cfg.Policy, Scopes: cfg.Scopes, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
 				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base})
 			if err != nil {
 				return nil, err

@@ -14,8 +14,10 @@ import (
 )
 
 const locksHelp = `
-Lists the live per-issue leases: agent, issue, holder (owner), fence, how long it has
-been held, TTL left, and the stream entry it guards.
+Lists the live per-issue leases: agent, issue, scope and key (agent: the agent's own
+lease on the issue; issue or group: a shared key of LOCK_SCOPE, held by that agent's
+run on that issue), holder (owner), fence, how long it has been held, TTL left, and
+the stream entry it guards.
 
   locks release AGENT KEY [--yes]
       force-releases the lease of KEY for AGENT whoever holds it, and bumps its fence:
@@ -25,7 +27,8 @@ been held, TTL left, and the stream entry it guards.
       the terminal unless --yes; without a terminal and
       without --yes it refuses (exit 2).
 
-Cost: with --issue, direct lookups of that issue's lease for each agent, 1 round trip.
+Cost: with --issue, direct lookups of that issue's lease for each agent and of its
+shared issue key, 1 round trip each.
 Without, SCAN MATCH of the lease-record pattern (lockinfo:<scope><agent>:*): SCAN
 walks the whole keyspace of the database (the MATCH filter runs on the server), one
 round trip per 1000 keys, then 1 round trip per 500 leases found. Leases taken by
@@ -83,13 +86,13 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 		noteFilters(stderr, &cfg.Common, "agent", cfg.Agent, "issue", cfg.Issue)
 		return nil
 	}
-	t := newTable(stdout, "AGENT", "ISSUE", "OWNER", "FENCE", "HELD FOR", "SINCE", "TTL", "MESSAGE ID")
+	t := newTable(stdout, "AGENT", "ISSUE", "SCOPE", "KEY", "OWNER", "FENCE", "HELD FOR", "SINCE", "TTL", "MESSAGE ID")
 	for _, l := range leases {
 		owner, held := l.Owner, human(l.Held)
 		if owner == "" {
 			owner, held = "(plain lock)", ""
 		}
-		t.row(l.Agent, l.Issue, owner, strconv.FormatInt(l.Fence, 10), held, stamp(l.AcquiredAt), ttl(l.TTL), l.MessageID)
+		t.row(l.Agent, l.Issue, l.Scope, l.Key, owner, strconv.FormatInt(l.Fence, 10), held, stamp(l.AcquiredAt), ttl(l.TTL), l.MessageID)
 	}
 	return t.flush()
 }

@@ -104,6 +104,13 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	if err != nil {
 		return usagef("%v", err)
 	}
+	scopes, err := cfg.Scopes()
+	if err != nil {
+		return usagef("LOCK_SCOPE (--lock-scope): %v", err)
+	}
+	if err := locker.CheckScopes(scopes); err != nil {
+		return usagef("LOCK_SCOPE (--lock-scope) = %q: %v", cfg.LockScope, strings.TrimPrefix(err.Error(), lease.ErrBadScope.Error()+": "))
+	}
 
 	var jc handlers.JiraAPI
 	if cfg.JiraURL != "" {
@@ -138,7 +145,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topology,
 		Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency, ReadBatch: cfg.ReadBatch,
 		BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
-		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policy: policy,
+		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policy: policy, Scopes: scopes,
 		Locker: locker, Logger: log, Metrics: metrics, Handler: h, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
 		OnDead: handlers.FailureNotice(hcfg)})
 	if err != nil {
@@ -164,7 +171,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	log.Info().Str("agent", cfg.Agent).Str("branch", cfg.Branch).Str("streams", strings.Join(streams, ",")).
 		Str("group", group).Str("consumer", cfg.ConsumerName).
 		Int("concurrency", cfg.Concurrency).Str("lock_ttl", cfg.LockTTL.String()).Str("heartbeat", cfg.HeartbeatInterval().String()).
-		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", string(policy)).Int("max_retries", cfg.MaxRetries).
+		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", string(policy)).Str("lock_scope", scopes.String()).Int("max_retries", cfg.MaxRetries).
 		Str("max_idle_time", cfg.MaxIdleTime.String()).Str("runner", cfg.Runner).Str("kill_grace", cfg.KillGrace.String()).
 		Str("jira", jiraDesc).Bool("dry_run", cfg.DryRun || jc == nil).Str("metrics_addr", metricsAddr).
 		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).Strs("runner_env", envNames(agentEnv.Env)).

@@ -50,6 +50,9 @@ func (e *SupersededError) Unwrap() error { return ErrSuperseded }
 // LockedError says who holds the lease that Acquire could not take.
 type LockedError struct {
 	Holder Info
+	// Issue is the canonical issue of the refused acquire: Holder.Issue, unless a shared
+	// key (Holder.Scope issue or group) was busy, held by a run on another issue.
+	Issue string
 	// Queued: the event was stored as the issue's follow-up (coalesce policy);
 	// Replaced: it replaced an older queued one.
 	Queued, Replaced bool
@@ -59,6 +62,9 @@ func (e *LockedError) Error() string {
 	h := e.Holder
 	if h.Owner == "" {
 		return fmt.Sprintf("%v: %s:%s (holder unknown: a plain lock key, e.g. a Python agent's)", ErrLocked, h.Agent, h.Issue)
+	}
+	if h.Scope != "" && h.Scope != ScopeAgent {
+		return fmt.Sprintf("%v: %s key %s held by %s:%s, %s (fence %d)", ErrLocked, h.Scope, h.Key, h.Agent, h.Issue, h.Owner, h.Fence)
 	}
 	return fmt.Sprintf("%v: %s:%s held by %s (fence %d)", ErrLocked, h.Agent, h.Issue, h.Owner, h.Fence)
 }

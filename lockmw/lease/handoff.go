@@ -83,6 +83,10 @@ func (le *Lease) Handoff(ctx context.Context, e Entry, next *Next) (*Pending, er
 	var p *Pending
 	var err error
 	switch {
+	case len(le.shared) > 0:
+		// A lease with shared keys releases them in its own script (release.lua) and
+		// takes nothing ahead: the middleware does not peek for scoped handlers.
+		_, err = le.ReleaseWith(ctx, ack(ctx, e))
 	case le.l.opts.Format != KeysCluster && !le.drain:
 		// Standalone: one script does all three.
 		_, p, err = le.releaseAck(ctx, e, next)
@@ -193,10 +197,17 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 // the hand-off's script.
 var errQueueAhead = errors.New("lease: a lease taken ahead cannot queue (Next.Options.Queue)")
 
+// errSharedAhead refuses a Next with shared keys: handoff.lua takes the lease's own
+// keys only.
+var errSharedAhead = errors.New("lease: a lease taken ahead cannot hold shared keys (Next.Options.Shared)")
+
 // prepareNext is prepare for a lease taken ahead.
 func (l *Locker) prepareNext(next *Next) (*acquisition, error) {
 	if next.Options.Queue != nil {
 		return nil, errQueueAhead
+	}
+	if len(next.Options.Shared) > 0 {
+		return nil, errSharedAhead
 	}
 	return l.prepare(next.Agent, next.Key, next.Options)
 }

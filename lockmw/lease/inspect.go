@@ -22,6 +22,11 @@ type Info struct {
 	AcquiredAt time.Time
 	MessageID  string
 	TTL        time.Duration // time left; 0 when unknown
+	// Scope is what the key guards: ScopeAgent (the agent's own lease on Issue), or
+	// ScopeIssue or ScopeGroup (a shared key, held by Agent's run on Issue); Key is
+	// the key it guards (Issue for ScopeAgent).
+	Scope Scope
+	Key   string
 }
 
 // Inspect returns the live lease (agent, rawKey), or ok=false when nobody holds it.
@@ -47,6 +52,17 @@ func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, 
 	return info, true, nil
 }
 
+// InspectShared returns the live shared key sk (scope issue or group; Key canonical),
+// naming the agent and issue of the run holding it, or ok=false when nobody holds it.
+func (l *Locker) InspectShared(ctx context.Context, sk ScopeKey) (info Info, ok bool, err error) {
+	keys := l.SharedKeys(sk)
+	infos, err := l.lookupListed(ctx, []listed{{lock: keys.Lock, info: keys.Info, key: sk.Key, scope: sk.Scope}})
+	if err != nil || len(infos) == 0 {
+		return Info{}, false, err
+	}
+	return infos[0], true, nil
+}
+
 // ForceRelease deletes the lease (agent, rawKey) whoever holds it and bumps its fence,
 // so the evicted holder's fenced writes are refused, and announces it: a holder whose
 // Locker watches evictions (WatchEvictions) stops at once, any other at its next
@@ -65,7 +81,7 @@ func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64,
 }
 
 func infoFromHash(agent, issue string, h map[string]string) Info {
-	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: h["message_id"]}
+	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: h["message_id"], Scope: ScopeAgent, Key: issue}
 	info.Fence, _ = strconv.ParseInt(h["fence"], 10, 64)
 	if ms, _ := strconv.ParseInt(h["acquired_at"], 10, 64); ms > 0 {
 		info.AcquiredAt = time.UnixMilli(ms)
@@ -138,9 +154,11 @@ func (l *Locker) lookup(ctx context.Context, refs []Ref, out map[Ref]Info) error
 	return nil
 }
 
-// List returns the live leases of agent ("" for every agent), ordered by agent and
-// issue. It finds them with SCAN MATCH on the record keys (Options.Format.infoPattern
-// under Options.Scope), then reads their TTLs and records with InspectMany.
+// List returns the live leases of agent ("" for every agent), ordered by agent, issue
+// and scope: each agent's own leases and the shared keys (scopes issue and group) its
+// runs hold, one Info each. It finds them with SCAN MATCH on the record keys
+// (Options.Format.infoPattern under Options.Scope), then reads their TTLs and records,
+// pipelined.
 //
 // Cost: SCAN visits the whole keyspace of the database, not only the lease keys (the
 // MATCH filter runs on the server), in steps of 1000 keys, one round trip each; then
@@ -149,26 +167,32 @@ func (l *Locker) lookup(ctx context.Context, refs []Ref, out map[Ref]Info) error
 // Scope every scope's leases match; their agent then carries the other scope (e.g.
 // "staging:triage"), so callers filter on the agents they know.
 func (l *Locker) List(ctx context.Context, agent string) ([]Info, error) {
-	a := agent
-	if a == "" {
-		a = "*"
-	}
-	pattern := l.opts.Format.infoPattern(l.opts.Scope + a)
+	pattern := l.opts.Format.infoPattern(l.opts.Scope)
 	var mu sync.Mutex
-	var refs []Ref
+	var found []listed
 	scan := func(ctx context.Context, c Client) error {
 		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
-			scoped, issue, ok := l.opts.Format.parseInfoKey(iter.Val())
+			key := iter.Val()
+			scoped, issue, ok := l.opts.Format.parseInfoKey(key)
 			if !ok {
 				continue
 			}
 			ag, ok := strings.CutPrefix(scoped, l.opts.Scope)
-			if !ok || ag == "" || (agent != "" && ag != agent) {
+			if !ok || ag == "" {
+				continue
+			}
+			f := listed{info: key, lock: "lock:" + strings.TrimPrefix(key, "lockinfo:"), agent: ag, key: issue}
+			if shared, isShared := strings.CutPrefix(ag, "@"); isShared {
+				if shared != string(ScopeIssue) && shared != string(ScopeGroup) {
+					continue
+				}
+				f.scope, f.agent = Scope(shared), ""
+			} else if agent != "" && ag != agent {
 				continue
 			}
 			mu.Lock()
-			refs = append(refs, Ref{Agent: ag, Issue: issue})
+			found = append(found, f)
 			mu.Unlock()
 		}
 		if err := iter.Err(); err != nil {
@@ -186,20 +210,80 @@ func (l *Locker) List(ctx context.Context, agent string) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	sort.Slice(refs, func(i, j int) bool { return refs[i].Agent+refs[i].Issue < refs[j].Agent+refs[j].Issue })
-	live, err := l.InspectMany(ctx, refs)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Info, 0, len(live))
-	for _, info := range live {
-		out = append(out, info)
+	var out []Info
+	for len(found) > 0 {
+		n := min(len(found), lookupBatch)
+		infos, err := l.lookupListed(ctx, found[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, info := range infos {
+			if agent == "" || info.Agent == agent {
+				out = append(out, info)
+			}
+		}
+		found = found[n:]
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].Agent != out[j].Agent {
-			return out[i].Agent < out[j].Agent
+		a, b := out[i], out[j]
+		if a.Agent != b.Agent {
+			return a.Agent < b.Agent
 		}
-		return out[i].Issue < out[j].Issue
+		if a.Issue != b.Issue {
+			return a.Issue < b.Issue
+		}
+		return scopeOrder(a.Scope) < scopeOrder(b.Scope)
 	})
 	return out, nil
+}
+
+// listed is a lease record List found: its keys and what its name says.
+type listed struct {
+	info, lock string
+	agent, key string // the agent's own lease: agent and issue; a shared key: its key
+	scope      Scope  // "" for an agent's own lease
+}
+
+// lookupListed reads the TTL and record of each found lease, in one round trip.
+func (l *Locker) lookupListed(ctx context.Context, found []listed) ([]Info, error) {
+	pipe := l.rdb.Pipeline()
+	ttls := make([]*redis.DurationCmd, len(found))
+	recs := make([]*redis.MapStringStringCmd, len(found))
+	for i, f := range found {
+		ttls[i] = pipe.PTTL(ctx, f.lock)
+		recs[i] = pipe.HGetAll(ctx, f.info)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("lease: look up %d leases: %w", len(found), err)
+	}
+	out := make([]Info, 0, len(found))
+	for i, f := range found {
+		ttl := ttls[i].Val()
+		if ttl == -2 { // no such key: not held
+			continue
+		}
+		h := recs[i].Val()
+		var info Info
+		if f.scope == "" {
+			info = infoFromHash(f.agent, f.key, h)
+		} else {
+			info = infoFromHash(h["agent"], h["issue"], h)
+			info.Scope, info.Key = f.scope, f.key
+		}
+		if ttl > 0 {
+			info.TTL = ttl
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func scopeOrder(s Scope) int {
+	switch s {
+	case ScopeIssue:
+		return 1
+	case ScopeGroup:
+		return 2
+	}
+	return 0
 }

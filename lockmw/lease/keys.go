@@ -82,11 +82,16 @@ type Keys struct {
 var keyPrefixes = [...]string{"lock:", "lockinfo:", "lockfence:", "lockqueue:", "lockdone:"}
 
 // keysFor returns the keys of the lease (agent, canonical issue key). The five names are
-// slices of one string: one allocation per lease instead of five.
-func (f KeyFormat) keysFor(agent, issue string) Keys {
+// slices of one string: one allocation per lease instead of five. On KeysCluster the
+// hash tag is {<agent>:<KEY>}, or, for a lease that also holds a shared key, that key's
+// name ({<tag>}<agent>:<KEY>: every key of the lease in the shared key's slot).
+func (f KeyFormat) keysFor(agent, issue, tag string) Keys {
 	open, end := "", ""
 	if f == KeysCluster {
 		open, end = "{", "}"
+		if tag != "" {
+			open, end = "{"+tag+"}", ""
+		}
 	}
 	var b strings.Builder
 	b.Grow(len("lock:lockinfo:lockfence:lockqueue:lockdone:") + len(keyPrefixes)*(len(open)+len(agent)+1+len(issue)+len(end)))
@@ -113,23 +118,33 @@ func (f KeyFormat) lockKey(agent, issue string) string {
 	return "lock:" + agent + ":" + issue
 }
 
-// infoPattern is the SCAN pattern that finds the info hashes of agent's live leases
-// (agent "*" for all).
-func (f KeyFormat) infoPattern(agent string) string {
+// infoPattern is the SCAN pattern that finds the info hashes of every live lease under
+// prefix (Options.Scope): agents' own and shared keys, on Cluster also those tagged by a
+// shared key. The agent is known only once parsed (a shared key's holder only once
+// read), so callers filter after.
+func (f KeyFormat) infoPattern(prefix string) string {
 	if f == KeysCluster {
-		return "lockinfo:{" + agent + ":*}"
+		return "lockinfo:{" + prefix + "*"
 	}
-	return "lockinfo:" + agent + ":*"
+	return "lockinfo:" + prefix + "*"
 }
 
-// parseInfoKey recovers (agent, issue) from an info key.
+// parseInfoKey recovers (agent, issue) from an info key; for a shared key, agent is
+// "@issue" or "@group" (after the prefix) and issue its key.
 func (f KeyFormat) parseInfoKey(key string) (agent, issue string, ok bool) {
 	rest, found := strings.CutPrefix(key, "lockinfo:")
 	if !found {
 		return "", "", false
 	}
 	if f == KeysCluster {
-		rest = strings.TrimSuffix(strings.TrimPrefix(rest, "{"), "}")
+		tag, after, closed := strings.Cut(strings.TrimPrefix(rest, "{"), "}")
+		if !closed {
+			return "", "", false
+		}
+		rest = tag
+		if after != "" { // {<shared key>}<agent>:<KEY>
+			rest = after
+		}
 	}
 	i := strings.LastIndex(rest, ":")
 	if i <= 0 {

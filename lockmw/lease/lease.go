@@ -30,8 +30,9 @@ type Lease struct {
 	onBeat     func(context.Context, redis.Pipeliner)
 	drain      bool
 	maxLen     int64
-	requeued   atomic.Value // string: id of the drained follow-up
-	appends    atomic.Int64 // fenced appends so far: each one's id for xonce
+	requeued   atomic.Value  // string: id of the drained follow-up
+	appends    atomic.Int64  // fenced appends so far: each one's id for xonce
+	shared     []SharedLease // the shared keys held with it (scopes issue, group)
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -121,6 +122,30 @@ func (le *Lease) Token() string { return le.token }
 
 // Keys are the Redis keys of the lease.
 func (le *Lease) Keys() Keys { return le.keys }
+
+// SharedLease is one shared key held with a lease (AcquireOptions.Shared): its scope
+// and key, its Redis keys (Lock, Info, Fence) and the fence this acquisition took on it,
+// greater than every earlier holder's of that key, whatever their agent.
+type SharedLease struct {
+	ScopeKey
+	Keys  Keys
+	Fence int64
+}
+
+// Shared are the shared keys held with the lease, in the fixed order (issue, group);
+// none for a lease of scope agent alone.
+func (le *Lease) Shared() []SharedLease { return le.shared }
+
+// lockInfoKeys are the lock and info keys of the lease then of its shared keys, in
+// pairs: what extend.lua extends and release.lua's release_shared deletes.
+func (le *Lease) lockInfoKeys() []string {
+	keys := make([]string, 0, 2+2*len(le.shared))
+	keys = append(keys, le.keys.Lock, le.keys.Info)
+	for _, s := range le.shared {
+		keys = append(keys, s.Keys.Lock, s.Keys.Info)
+	}
+	return keys
+}
 
 // AcquiredAt is when the acquire was sent (the lease's MaxHold counts from it).
 func (le *Lease) AcquiredAt() time.Time { return le.acquiredAt }
@@ -220,11 +245,11 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 
 func (le *Lease) extend(ctx context.Context) (bool, error) {
 	if le.onBeat == nil {
-		n, err := extendScript.Run(ctx, le.l.rdb, []string{le.keys.Lock, le.keys.Info},
+		n, err := extendScript.Run(ctx, le.l.rdb, le.lockInfoKeys(),
 			le.token, le.l.opts.TTL.Milliseconds()).Int64()
 		return n == 1, err
 	}
-	cmds, err := le.pipelined(ctx, []string{le.keys.Lock, le.keys.Info}, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
+	cmds, err := le.pipelined(ctx, le.lockInfoKeys(), func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
 		script(extendScript.Script)
 		le.onBeat(ctx, pipe)
 	}, le.l.opts.TTL.Milliseconds())
@@ -312,6 +337,12 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), m
 	var err error
 	if le.drain {
 		deleted, err = le.releaseDrain(ctx)
+	} else if len(le.shared) > 0 {
+		keys := le.lockInfoKeys()
+		keys = append([]string{keys[0], keys[1], le.keys.Done}, keys[2:]...)
+		var n int64
+		n, err = releaseScript.Run(ctx, le.l.rdb, keys, le.token, *mid).Int64()
+		deleted = n == 1
 	} else {
 		var n int64
 		n, err = runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(5),

@@ -170,7 +170,7 @@ func (l *Locker) Canonicalize(raw string) (string, error) {
 // Keys returns the Redis keys of the lease (agent, issue); issue must be canonical. For
 // tools and tests that look at Redis directly.
 func (l *Locker) Keys(agent, issue string) Keys {
-	return l.opts.Format.keysFor(l.opts.Scope+agent, issue)
+	return l.opts.Format.keysFor(l.opts.Scope+agent, issue, "")
 }
 
 // LockKey is Keys(agent, issue).Lock, without building the other names.
@@ -206,6 +206,13 @@ type AcquireOptions struct {
 	// on and counts as dropped (policy drop). Retries of the same message are exempt.
 	// Default: the zero Time (no check).
 	EntryTime time.Time
+	// Shared are the lease's shared keys (scopes issue and group; Scopes.Keys makes
+	// them), taken with it in one script, all or nothing, and released with it. A busy
+	// shared key is reported as a *LockedError whose Holder names its scope and key.
+	// Queue and Drain cannot be combined with it (a follow-up queued behind another
+	// agent's shared key would have nobody to publish it). On Redis Cluster at most one
+	// (CheckScopes). Default: none (scope agent alone).
+	Shared []ScopeKey
 }
 
 // QueuedEvent is a stream entry's fields, kept to be appended to Stream later.
@@ -226,9 +233,12 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 		return nil, err
 	}
 	var res []any
-	if ao.Queue == nil {
+	switch {
+	case len(a.shared) > 0:
+		res, err = acquireScopedScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+	case ao.Queue == nil:
 		res, err = runScript(ctx, l.rdb, acquireScript, 4, append(scriptArgs(len(a.kv)), a.kv[:]...)).Slice()
-	} else {
+	default:
 		res, err = acquireOrQueueScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
 	}
 	return a.finish(ctx, res, err)
@@ -250,15 +260,34 @@ type acquisition struct {
 	// allocation, a pointer is not.
 	kv   [4 + 6]any
 	args []any // the ARGV of a.scriptKeys()'s script: kv[4:], or acquire_or_queue's
+	// shared are the shared keys' names (Lock, Info and Fence of each), in the order
+	// of ao.Shared; nil for a lease of scope agent alone.
+	shared []Keys
 }
+
+// errSharedQueue refuses shared keys with the coalesce policy's options.
+var errSharedQueue = errors.New("lease: AcquireOptions.Shared cannot be combined with AcquireOptions.Queue or Drain")
 
 func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition, error) {
 	issue, err := l.Canonicalize(rawKey)
 	if err != nil {
 		return nil, err
 	}
-	a := &acquisition{l: l, agent: agent, issue: issue, owner: ao.Owner, token: newToken(),
-		keys: l.Keys(agent, issue), sent: time.Now(), ao: ao}
+	a := &acquisition{l: l, agent: agent, issue: issue, owner: ao.Owner, token: newToken(), sent: time.Now(), ao: ao}
+	if len(ao.Shared) == 0 {
+		a.keys = l.Keys(agent, issue)
+	} else {
+		if ao.Queue != nil || ao.Drain {
+			return nil, errSharedQueue
+		}
+		if l.opts.Format == KeysCluster && len(ao.Shared) > 1 {
+			return nil, fmt.Errorf("%w: AcquireOptions.Shared: on Redis Cluster a lease holds at most one shared key", ErrBadScope)
+		}
+		a.keys = l.ScopedKeys(agent, issue, ao.Shared)
+		for _, sk := range ao.Shared {
+			a.shared = append(a.shared, l.SharedKeys(sk))
+		}
+	}
 	if a.owner == "" {
 		a.owner = l.opts.Owner
 	}
@@ -269,9 +298,12 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	a.sentMS, a.entryMS = a.sent.UnixMilli(), entryMS
 	a.kv = [...]any{&a.keys.Lock, &a.keys.Info, &a.keys.Fence, &a.keys.Done,
 		&a.token, &l.ttlMS, &a.owner, &a.sentMS, &a.ao.MessageID, &a.entryMS}
-	if ao.Queue == nil {
+	switch {
+	case len(a.shared) > 0:
+		a.args = []any{a.token, l.ttlMS, a.owner, a.sentMS, ao.MessageID, entryMS, agent, issue}
+	case ao.Queue == nil:
 		a.args = a.kv[4:]
-	} else {
+	default:
 		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
 			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream, entryMS}
 		for k, v := range ao.Queue.Fields {
@@ -282,6 +314,13 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 }
 
 func (a *acquisition) scriptKeys() []string {
+	if len(a.shared) > 0 {
+		keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
+		for _, k := range a.shared {
+			keys = append(keys, k.Lock, k.Info, k.Fence)
+		}
+		return keys
+	}
 	if a.ao.Queue == nil {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
 	}
@@ -305,7 +344,17 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 	}
 	if n, _ := res[0].(int64); n != 1 {
 		l.opts.Observer.Busy(agent)
-		holder := Info{Agent: agent, Issue: issue}
+		holder := Info{Agent: agent, Issue: issue, Scope: ScopeAgent, Key: issue}
+		if len(res) >= 10 { // a busy shared key: its holder may be another agent, on another issue
+			holder.Agent, _ = res[7].(string)
+			holder.Issue, _ = res[9].(string)
+			lock, _ := res[8].(string)
+			for i, k := range a.shared {
+				if k.Lock == lock {
+					holder.Scope, holder.Key = a.ao.Shared[i].Scope, a.ao.Shared[i].Key
+				}
+			}
+		}
 		if len(res) >= 6 {
 			holder.Owner, _ = res[1].(string)
 			holder.Fence = atoi(res[2])
@@ -317,7 +366,7 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 				holder.TTL = time.Duration(ttl) * time.Millisecond
 			}
 		}
-		le := &LockedError{Holder: holder, Queued: a.ao.Queue != nil}
+		le := &LockedError{Holder: holder, Issue: issue, Queued: a.ao.Queue != nil}
 		if len(res) >= 7 {
 			le.Replaced = atoi(res[6]) > 0
 		}
@@ -335,6 +384,15 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		onBeat:     a.ao.OnHeartbeat,
 		drain:      a.ao.Drain,
 		maxLen:     a.ao.MaxLen,
+	}
+	if len(a.shared) > 0 {
+		le.shared = make([]SharedLease, len(a.shared))
+		for i, k := range a.shared {
+			le.shared[i] = SharedLease{ScopeKey: a.ao.Shared[i], Keys: k}
+			if len(res) > 2+i {
+				le.shared[i].Fence = atoi(res[2+i])
+			}
+		}
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(agent)

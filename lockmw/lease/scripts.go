@@ -8,8 +8,8 @@ import (
 )
 
 // The lease's Lua scripts, one file each under scripts/ (their comments give KEYS,
-// ARGV and replies). Each touches only the keys of one lease (one hash slot under
-// KeysCluster) and runs atomically, so compare-and-act
+// ARGV and replies). Each touches only the keys of one lease and its shared keys (one
+// hash slot under KeysCluster) and runs atomically, so compare-and-act
 // has no window.
 var (
 	//go:embed scripts/lease.lua
@@ -18,6 +18,8 @@ var (
 	handoffLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
+	//go:embed scripts/acquire_scoped.lua
+	acquireScopedLua string
 	//go:embed scripts/acquire_or_queue.lua
 	acquireOrQueueLua string
 	//go:embed scripts/extend.lua
@@ -30,6 +32,7 @@ var (
 	forceReleaseLua string
 
 	acquireScript        = newScript(leaseLua + acquireLua)
+	acquireScopedScript  = newScript(leaseLua + acquireScopedLua)
 	handoffScript        = newScript(leaseLua + handoffLua)
 	acquireOrQueueScript = newScript(acquireOrQueueLua)
 	extendScript         = newScript(extendLua)

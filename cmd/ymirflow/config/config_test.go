@@ -63,7 +63,7 @@ func TestDefaults(t *testing.T) {
 		Common: Common{RedisURL: "redis://127.0.0.1:6379/0", Namespace: "ymir", LogLevel: "info", LogFormat: "json", MaxLen: 100000, MaxEventBytes: 1 << 20},
 		Jira:   Jira{JiraJQL: DefaultJQL, JiraTriggerGroup: "Red Hat Employee", JiraAPI: "auto", JiraTimeout: 90 * time.Second, JiraMaxRetries: 4, JiraRateLimit: 5},
 		Agent:  "triage", Runner: "demo",
-		LockTTL: 300 * time.Second, LockMaxHold: 6 * time.Hour, OnConflict: "drop",
+		LockTTL: 300 * time.Second, LockMaxHold: 6 * time.Hour, OnConflict: "drop", LockScope: "agent",
 		BlockTime: 5 * time.Second, MaxIdleTime: 3 * time.Minute, ClaimInterval: 5 * time.Second,
 		MaxRetries: 3, Concurrency: 1, ReadBatch: 8, ConsumerName: host, MetricsAddr: "127.0.0.1:0", KillGrace: 10 * time.Second,
 	}
@@ -308,6 +308,10 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"blank exec", "worker", []string{"--agent", "triage", "--exec", "  "}, nil, "RUNNER_EXEC", "exec", "required"},
 		{"bad runner", "worker", []string{"--agent", "triage", "--runner", "ssh"}, nil, "RUNNER", "runner", "exec or demo"},
 		{"on conflict", "worker", w("--on-conflict", "queue"), nil, "ON_CONFLICT", "on-conflict", "drop or coalesce"},
+		{"lock scope", "worker", w("--lock-scope", "issues"), nil, "LOCK_SCOPE", "lock-scope", `"issues" is not agent, issue or group`},
+		{"lock scope path", "worker", w(), map[string]string{"LOCK_SCOPE": "group:metadata..component"}, "LOCK_SCOPE", "lock-scope", "field path"},
+		{"lock scope group empty", "worker", w("--lock-scope", "issue,group:"), nil, "LOCK_SCOPE", "lock-scope", "needs field paths"},
+		{"lock scope coalesce", "worker", w("--lock-scope", "issue", "--on-conflict", "coalesce"), nil, "LOCK_SCOPE", "lock-scope", "ON_CONFLICT (--on-conflict) = coalesce"},
 		{"block time", "worker", w("--block-time", "0s"), nil, "BLOCK_TIME", "block-time", "must be positive"},
 		{"claim interval", "worker", w("--claim-interval", "-1s"), nil, "CLAIM_INTERVAL", "claim-interval", "must be positive"},
 		{"max retries", "worker", w("--max-retries", "0"), nil, "MAX_RETRIES", "max-retries", "at least 1"},
@@ -455,7 +459,7 @@ func TestEnvNames(t *testing.T) {
 		"BLOCK_TIME", "MAX_IDLE_TIME", "CLAIM_INTERVAL", "MAX_RETRIES", "CONCURRENCY", "READ_BATCH", "CONSUMER_NAME",
 		"METRICS_ADDR", "LOG_LEVEL", "LOG_FORMAT", "JIRA_URL", "JIRA_EMAIL", "JIRA_TOKEN", "JIRA_TOKEN_FILE",
 		"JIRA_JQL", "JIRA_TRIGGER_GROUP", "MAX_ISSUES", "STALE_LABEL_THRESHOLD", "DRY_RUN", "RUNNER",
-		"RUNNER_EXEC", "KILL_GRACE", "MAX_LEN", "AGENT", "BRANCH", "ONCE", "INTERVAL", "JIRA_API"} {
+		"RUNNER_EXEC", "KILL_GRACE", "MAX_LEN", "AGENT", "BRANCH", "ONCE", "INTERVAL", "JIRA_API", "LOCK_SCOPE"} {
 		if len(names[want]) == 0 {
 			t.Errorf("EnvNames lacks %s", want)
 		}

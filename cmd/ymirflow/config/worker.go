@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -23,6 +24,7 @@ const (
 	DefaultLockTTL       = lease.DefaultTTL
 	DefaultLockMaxHold   = lease.DefaultMaxHold
 	DefaultOnConflict    = string(lockmw.Drop)
+	DefaultLockScope     = string(lease.ScopeAgent)
 	DefaultBlockTime     = pipeline.DefaultBlockTime
 	DefaultMaxIdleTime   = pipeline.DefaultMaxIdleTime
 	DefaultClaimInterval = pipeline.DefaultClaimInterval
@@ -63,6 +65,7 @@ type Worker struct {
 	LockTTL       time.Duration // --lock-ttl, LOCK_TTL: lease TTL; the heartbeat runs every LOCK_TTL/3
 	LockMaxHold   time.Duration // --lock-max-hold, LOCK_MAX_HOLD: a lease is given up after this long
 	OnConflict    string        // --on-conflict, ON_CONFLICT: drop|coalesce
+	LockScope     string        // --lock-scope, LOCK_SCOPE: agent|issue|group:<paths>, comma-separated
 	BlockTime     time.Duration // --block-time, BLOCK_TIME: XREADGROUP BLOCK
 	MaxIdleTime   time.Duration // --max-idle-time, MAX_IDLE_TIME: pending entries idle this long are claimed
 	ClaimInterval time.Duration // --claim-interval, CLAIM_INTERVAL: how often pending entries are checked
@@ -95,6 +98,10 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.LockMaxHold, "lock-max-hold", DefaultLockMaxHold, "longest a handler may hold a lease, at least LOCK_TTL"+
 		rangeHelp("lock-max-hold")+"; unset: the larger of "+fmtDur(DefaultLockMaxHold)+" and LOCK_TTL")
 	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "event for an issue locked by another holder: drop or coalesce")
+	fs.StringVar(&w.LockScope, "lock-scope", DefaultLockScope, "what a run's lease guards, comma-separated: agent (this agent on the issue: lock:<agent>:<ISSUE>, always held), "+
+		"issue (the issue across every agent that sets it: a rebase and a backport of one issue never run at once), "+
+		"group:<path>[+<path>...] (a key from the event: dotted field paths of the task JSON, or m:<name> for metadata, e.g. group:metadata.component+metadata.target_branch or group:m:lock_key; "+
+		"every event with the same values runs one at a time). All keys are taken at once or none; with issue or group, ON_CONFLICT=coalesce is refused, and on Redis Cluster at most one of them")
 	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks"+rangeHelp("block-time"))
 	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3"+
 		rangeHelp("max-idle-time")+"; unset: the larger of "+fmtDur(DefaultMaxIdleTime)+" and LOCK_TTL/2")
@@ -147,6 +154,16 @@ func (w *Worker) AgentEnvPolicy() (runners.EnvPolicy, error) {
 		Withheld: []string{"REDIS_URL", "REDISCLI_AUTH"}}, nil
 }
 
+// Scopes is LOCK_SCOPE, parsed.
+func (w *Worker) Scopes() (lease.Scopes, error) {
+	sc, err := lease.ParseScopes(w.LockScope)
+	if err != nil {
+		// The setting names itself in the message; the library's prefix goes.
+		return lease.Scopes{}, errors.New(strings.TrimPrefix(err.Error(), lease.ErrBadScope.Error()+": "))
+	}
+	return sc, nil
+}
+
 // HeartbeatInterval is how often a lease is extended: LockTTL/3.
 func (w *Worker) HeartbeatInterval() time.Duration { return w.LockTTL / 3 }
 
@@ -182,6 +199,11 @@ func (w *Worker) Validate() error {
 	w.validateLease(&p)
 	if !oneOf(w.OnConflict, string(lockmw.Drop), string(lockmw.Coalesce)) {
 		p.add("on-conflict", "= %q must be drop or coalesce", w.OnConflict)
+	}
+	if sc, err := w.Scopes(); err != nil {
+		p.add("lock-scope", "= %q: %v", w.LockScope, err)
+	} else if sc.Shared() && w.OnConflict == string(lockmw.Coalesce) {
+		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = coalesce cannot follow: use drop", w.LockScope)
 	}
 	if w.MaxRetries < 1 {
 		p.add("max-retries", "= %d must be at least 1", w.MaxRetries)

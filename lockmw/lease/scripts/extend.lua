@@ -1,9 +1,12 @@
--- extend: compare-and-PEXPIRE of both expiring keys.
+-- extend: compare-and-PEXPIRE of every expiring key of the lease: its lock and info,
+-- then those of its shared keys (scopes issue and group). If any lock is not ours, none
+-- is extended: the lease is lost.
 --
--- KEYS: lock, info. ARGV: token, ttl_ms.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return 1
+-- KEYS: lock, info[, shared lock, shared info]... ARGV: token, ttl_ms.
+for i = 1, #KEYS, 2 do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
 end
-return 0
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return 1

@@ -28,10 +28,22 @@ end
 --
 -- Returns {1, fence}, {2, released_ms, released_message_id} or
 -- {0, owner, fence, acquired_at, message_id, pttl}.
-local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms)
+--
+-- With gfrom (acquire_scoped.lua), KEYS[gfrom..] are the lease's shared keys, in
+-- triples (lock, info, fence): taken with the lease, all or nothing, each with the same
+-- token and its own fence, its record naming agent and issue. A busy one is reported
+-- like a busy lease, with its holder's agent and its lock key appended. The fences of
+-- the shared keys follow the lease's in the reply.
+local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms, gfrom, agent, issue)
   local cur = redis.call('GET', lock)
   if cur == token then
-    return {1, tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)}
+    local r = {1, tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)}
+    if gfrom then
+      for i = gfrom, #KEYS, 3 do
+        table.insert(r, tonumber(redis.call('HGET', KEYS[i + 1], 'fence') or redis.call('GET', KEYS[i + 2]) or 0))
+      end
+    end
+    return r
   end
   if entry_ms ~= '' then
     local d = redis.call('GET', done)
@@ -42,12 +54,31 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
       end
     end
   end
+  if gfrom and not cur then
+    for i = gfrom, #KEYS, 3 do
+      if redis.call('EXISTS', KEYS[i]) == 1 then
+        local h = redis.call('HMGET', KEYS[i + 1], 'owner', 'fence', 'acquired_at', 'message_id', 'agent', 'issue')
+        return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[i]), 0, h[5] or '', KEYS[i], h[6] or ''}
+      end
+    end
+  end
   if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then
     local f = redis.call('INCR', fence)
     redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f,
       'acquired_at', acquired_at_ms, 'message_id', message_id)
     redis.call('PEXPIRE', info, ttl_ms)
-    return {1, f}
+    local r = {1, f}
+    if gfrom then
+      for i = gfrom, #KEYS, 3 do
+        redis.call('SET', KEYS[i], token, 'PX', ttl_ms)
+        local gf = redis.call('INCR', KEYS[i + 2])
+        redis.call('HSET', KEYS[i + 1], 'token', token, 'owner', owner, 'fence', gf, 'agent', agent,
+          'issue', issue, 'acquired_at', acquired_at_ms, 'message_id', message_id)
+        redis.call('PEXPIRE', KEYS[i + 1], ttl_ms)
+        table.insert(r, gf)
+      end
+    end
+    return r
   end
   local h = redis.call('HMGET', info, 'owner', 'fence', 'acquired_at', 'message_id')
   return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', lock)}
@@ -70,4 +101,13 @@ local function release(lock, info, done, token, mid)
     redis.call('SET', done, (t[1] * 1000 + math.floor(t[2] / 1000)) .. ' ' .. mid .. ' ' .. prev, 'PX', 86400000)
   end
   return 1
+end
+
+-- release_shared: compare-and-delete of the lease's shared keys, KEYS[from..] in pairs
+-- (lock, info): whatever became of the lease's own key, a shared key that still holds
+-- token is ours and goes. A repeat finds them gone.
+local function release_shared(token, from)
+  for i = from, #KEYS, 2 do
+    if redis.call('GET', KEYS[i]) == token then redis.call('DEL', KEYS[i], KEYS[i + 1]) end
+  end
 end
