@@ -54,6 +54,11 @@ type Result struct {
 	MergeRequestURL string `json:"merge_request_url,omitempty"`
 	Error           string `json:"error,omitempty"`
 
+	// FollowupsAcked lists the ids of the follow-ups (YMIR_MAILBOX lines) the agent
+	// took into account during the run: they are delivered. Those it does not list
+	// start the issue's next run, in its Task JSON ("followups").
+	FollowupsAcked []string `json:"followups_acked,omitempty"`
+
 	// Extra holds a triage result's other top-level fields (e.g. dist_git_namespace,
 	// downstream_component, jira_summary): they are copied into the downstream Task's
 	// metadata, as the Python TriageState carries them.
@@ -90,7 +95,7 @@ func ParseResult(agent string, out []byte) (Result, error) {
 		if len(r.Data) > 0 && !bytes.HasPrefix(bytes.TrimSpace(r.Data), []byte("{")) && string(bytes.TrimSpace(r.Data)) != "null" {
 			return Result{}, fmt.Errorf("%w: \"data\" must be an object", ErrBadOutput)
 		}
-		for _, k := range []string{"resolution", "target_branch", "data", "success", "merge_request_url", "error"} {
+		for _, k := range []string{"resolution", "target_branch", "data", "success", "merge_request_url", "error", "followups_acked"} {
 			delete(fields, k)
 		}
 		if len(fields) > 0 {

@@ -278,3 +278,19 @@ func TestExecRunnerReapsLeftovers(t *testing.T) {
 	bg := readPid(t, filepath.Join(dir, "bg"))
 	redistest.Eventually(t, 2*time.Second, func() bool { return !alive(bg) }, "background process %d gone", bg)
 }
+
+// Issue 24: followups_acked is the agent's acknowledgement of its mailbox, not a triage
+// field to carry downstream.
+func TestParseResultFollowupsAcked(t *testing.T) {
+	t.Parallel()
+	res, err := runners.ParseResult("triage", []byte(`{"resolution":"postponed","followups_acked":["1-0","2-0"],"x":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(res.FollowupsAcked, ",") != "1-0,2-0" || res.Extra["followups_acked"] != nil || res.Extra["x"] == nil {
+		t.Fatalf("result %+v", res)
+	}
+	if _, err := runners.ParseResult("rebase", []byte(`{"success":true,"followups_acked":"1-0"}`)); !errors.Is(err, runners.ErrBadOutput) {
+		t.Fatalf("followups_acked not a list: %v", err)
+	}
+}

@@ -1,0 +1,266 @@
+// Command agent is a small ymirflow agent for the exec runner, in Go with the standard
+// library only. It shows the whole contract (examples/agents/README.md):
+//
+//   - the Task JSON on stdin, the YMIR_* variables in the environment;
+//   - follow-ups read from YMIR_MAILBOX (newline-delimited JSON) while it works, and the
+//     ones it took into account acknowledged in its result ("followups_acked"); the
+//     follow-ups of earlier runs that nobody acknowledged come in the Task JSON
+//     ("followups");
+//   - YMIR_FENCE stamped on every side effect: a commit trailer and a comment marker,
+//     and nothing written over a newer run's work (a higher fence);
+//   - SIGTERM (lease lost, shutdown) handled well within KILL_GRACE: stop, write nothing
+//     more, exit 143;
+//   - the result JSON on stdout, everything else on stderr.
+//
+// Its "work" is simulated: it waits AGENT_WORK_MS milliseconds (default 300), then
+// commits a note into a git repository and writes a comment file under AGENT_WORKDIR
+// (default $TMPDIR/ymir-agent-kit), one per issue. Triage answers AGENT_RESOLUTION
+// (default "postponed"); the other agents answer success.
+//
+// Build it with `go build -o agent ./examples/agents/go` and run the worker with
+// `--exec ./agent`.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const trailer = "Ymir-Fence"
+
+var marker = regexp.MustCompile(`<!-- ymir-fence: (\S+) (\S+) (\d+) -->`)
+
+// Followup is one line of YMIR_MAILBOX, or one element of the Task JSON's "followups".
+// Other fields (message_id, issue_key, at) are ignored here.
+type Followup struct {
+	ID        string `json:"id"`
+	EventType string `json:"event_type"`
+	Author    string `json:"author,omitempty"`
+	Body      string `json:"body,omitempty"`
+	CommentID string `json:"comment_id,omitempty"`
+}
+
+// task is the part of the Task JSON this agent reads; a real agent reads metadata too.
+type task struct {
+	Metadata  map[string]any `json:"metadata"`
+	Followups []Followup     `json:"followups"`
+}
+
+func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, "agent: "+format+"\n", a...) }
+
+type agent struct {
+	name, issue string
+	fence       int64
+	workdir     string
+
+	mu        sync.Mutex
+	followups []Followup // read from the mailbox during this run, in its order
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	// SIGTERM cancels ctx; every step checks it, so the agent stops within milliseconds.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var t task
+	if err := json.NewDecoder(os.Stdin).Decode(&t); err != nil {
+		logf("the Task JSON on stdin: %v", err)
+		return 1
+	}
+	a := &agent{name: os.Getenv("YMIR_AGENT"), issue: os.Getenv("YMIR_ISSUE_KEY")}
+	a.fence, _ = strconv.ParseInt(os.Getenv("YMIR_FENCE"), 10, 64)
+	root := os.Getenv("AGENT_WORKDIR")
+	if root == "" {
+		root = filepath.Join(os.TempDir(), "ymir-agent-kit")
+	}
+	a.workdir = filepath.Join(root, a.name)
+	logf("started: %s %s, fence %d", a.name, a.issue, a.fence) // after the SIGTERM handler is in place
+	if p := os.Getenv("YMIR_MAILBOX"); p != "" {
+		go a.readMailbox(p)
+	}
+	res, err := a.work(ctx, t)
+	switch {
+	case ctx.Err() != nil:
+		logf("SIGTERM: stopping, nothing more written")
+		return 143
+	case err != nil:
+		logf("failed: %v", err) // a failed attempt: the worker retries, then dead-letters
+		return 1
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// readMailbox reads follow-ups, one JSON object a line, until the worker closes the
+// mailbox at the run's end.
+func (a *agent) readMailbox(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		logf("mailbox: %v", err)
+		return
+	}
+	defer func() { _ = f.Close() }() // read-only: nothing to flush
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var fu Followup
+		if err := json.Unmarshal(sc.Bytes(), &fu); err != nil {
+			logf("mailbox: skipping a line that is not JSON")
+			continue
+		}
+		a.mu.Lock()
+		a.followups = append(a.followups, fu)
+		a.mu.Unlock()
+		logf("follow-up %s from %s: %.80s", fu.ID, fu.Author, or(fu.Body, fu.EventType))
+	}
+}
+
+func (a *agent) work(ctx context.Context, t task) (map[string]any, error) {
+	for _, fu := range t.Followups {
+		logf("follow-up %s (from an earlier run) from %s", fu.ID, fu.Author)
+	}
+	ms, _ := strconv.Atoi(os.Getenv("AGENT_WORK_MS"))
+	if ms <= 0 {
+		ms = 300
+	}
+	select { // the work
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Duration(ms) * time.Millisecond):
+	}
+	a.mu.Lock()
+	live := append([]Followup(nil), a.followups...)
+	a.mu.Unlock()
+	heard := append(append([]Followup(nil), t.Followups...), live...)
+	note := fmt.Sprintf("%s %s: done (fence %d), %d follow-up(s) heard", a.name, a.issue, a.fence, len(heard))
+	if err := a.commit(ctx, note); err != nil {
+		return nil, err
+	}
+	var text strings.Builder
+	text.WriteString(note)
+	ids := []string{}
+	for _, fu := range heard {
+		fmt.Fprintf(&text, "\n- %s: %s", fu.Author, fu.Body)
+		ids = append(ids, fu.ID)
+	}
+	if err := a.comment(ctx, text.String()); err != nil {
+		return nil, err
+	}
+	acked := []string{}
+	for _, fu := range live {
+		acked = append(acked, fu.ID)
+	}
+	res := map[string]any{"followups_acked": acked}
+	data := map[string]any{"details": note, "followups": ids, "fence": a.fence}
+	if a.name == "triage" {
+		res["resolution"] = or(os.Getenv("AGENT_RESOLUTION"), "postponed")
+		res["data"] = data
+		if b := os.Getenv("AGENT_TARGET_BRANCH"); b != "" {
+			res["target_branch"] = b
+		}
+	} else {
+		res["success"] = true
+	}
+	return res, nil
+}
+
+func (a *agent) tag() string { return fmt.Sprintf("%s/%s/%d", a.name, a.issue, a.fence) }
+
+// commit commits note with the fence trailer, unless HEAD carries a higher fence.
+func (a *agent) commit(ctx context.Context, note string) error {
+	repo := filepath.Join(a.workdir, "repo-"+a.issue)
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		return err
+	}
+	git := func(args ...string) ([]byte, error) {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=ymir agent",
+			"-c", "user.email=agent@ymirflow.invalid"}, args...)...)
+		cmd.Stderr = os.Stderr
+		return cmd.Output()
+	}
+	if _, err := os.Stat(filepath.Join(repo, ".git")); err != nil {
+		if _, err := git("init", "-q"); err != nil {
+			return fmt.Errorf("git init: %w", err)
+		}
+	}
+	head, _ := git("log", "-1", "--format=%(trailers:key="+trailer+",valueonly)") // empty repo: no HEAD
+	for _, v := range strings.Fields(string(head)) {
+		theirs, _ := strconv.ParseInt(v[strings.LastIndexByte(v, '/')+1:], 10, 64)
+		if theirs > a.fence {
+			return fmt.Errorf("refusing to commit: HEAD carries fence %d, newer than ours (%d)", theirs, a.fence)
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(repo, "NOTES"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, note)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil { // the last moment to give up before the side effect
+		return ctx.Err()
+	}
+	if _, err := git("add", "NOTES"); err != nil {
+		return fmt.Errorf("git add: %w", err)
+	}
+	if _, err := git("commit", "-q", "-m", note, "--trailer", trailer+": "+a.tag()); err != nil {
+		return fmt.Errorf("git commit: %w", err)
+	}
+	return nil
+}
+
+// comment writes the issue's comment with the fence marker, unless it holds a higher
+// one. A real agent edits a Jira comment or a merge request description the same way:
+// read, compare the marker's fence, write only if ours is not older.
+func (a *agent) comment(ctx context.Context, text string) error {
+	path := filepath.Join(a.workdir, "comments", a.issue+".md")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, m := range marker.FindAllStringSubmatch(string(old), -1) {
+		if theirs, _ := strconv.ParseInt(m[3], 10, 64); m[1] == a.name && m[2] == a.issue && theirs > a.fence {
+			logf("comment: skipped, it holds fence %d, newer than ours (%d)", theirs, a.fence)
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	body := fmt.Sprintf("%s\n\n<!-- ymir-fence: %s %s %d -->\n", text, a.name, a.issue, a.fence)
+	if err := os.WriteFile(path+".tmp", []byte(body), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
