@@ -16,6 +16,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
@@ -135,6 +136,17 @@ func TestTwoSweepsPublishOnce(t *testing.T) {
 	}
 	if ttl := h.rdb.PTTL(h.ctx, h.topo.Queued("triage", "RHEL-1")).Val(); ttl <= 23*time.Hour || ttl > 24*time.Hour {
 		t.Errorf("marker TTL %s, want the 24h default", ttl)
+	}
+	// Each publish is in its issue's index of its stream (written by the publish script).
+	for _, todo := range []bool{true, false} {
+		st := h.topo.Stream("triage", "", todo)
+		for _, m := range h.rdb.XRange(h.ctx, st, "-", "+").Val() {
+			key := event.EntryIssue(st, m.ID, m.Values)
+			idx := h.rdb.ZRange(h.ctx, xonce.IndexKey(st, key), 0, -1).Val()
+			if !slices.ContainsFunc(idx, func(s string) bool { return xonce.IndexID(s) == m.ID }) {
+				t.Errorf("%s %s (%s) not in its index %v", st, m.ID, key, idx)
+			}
+		}
 	}
 }
 

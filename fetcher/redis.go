@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -22,9 +23,11 @@ const StageIssueScope = "issue-scope"
 // publishScript appends an entry unless the issue's marker names one still waiting, and
 // points the marker at the new entry, atomically. It appends without MAXLEN: trimming is
 // event.Trim's, which never cuts an entry a group still needs.
-// KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3] the
-// message UUID field (event.FieldUUID), ARGV[4..] field, value, ... Returns
-// {0, waiting id} or {1, new id}.
+// It also files the new entry in the issue's index of the stream (xonce.IndexKey), as
+// every other writer does. KEYS[1] marker, KEYS[2] stream, KEYS[3..4] the index and its
+// start; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3] the message UUID field
+// (event.FieldUUID), ARGV[4..5] the index's bounds, ARGV[6..] field, value, ...
+// Returns {0, waiting id} or {1, new id}.
 var publishScript = redis.NewScript(publishLua)
 
 //go:embed scripts/publish.lua
@@ -286,12 +289,13 @@ func (f *Fetcher) publish(ctx context.Context, key, stream string, fields map[st
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	args := make([]any, 0, 3+2*len(names))
-	args = append(args, f.group, f.queuedTTL.Milliseconds(), event.FieldUUID)
+	args := make([]any, 0, 5+2*len(names))
+	args = append(args, f.group, f.queuedTTL.Milliseconds(), event.FieldUUID, xonce.IndexMax, xonce.IndexTTL.Milliseconds())
 	for _, k := range names {
 		args = append(args, k, fields[k])
 	}
-	v, err := publishScript.Run(ctx, f.rdb, []string{f.topo.Queued(triageAgent, key), stream}, args...).Slice()
+	v, err := publishScript.Run(ctx, f.rdb, []string{f.topo.Queued(triageAgent, key), stream,
+		xonce.IndexKey(stream, key), xonce.IndexSinceKey(stream)}, args...).Slice()
 	if err != nil {
 		return "", false, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -220,6 +221,13 @@ type move struct {
 	values map[string]any
 }
 
+// append is the move's append: filed in its issue's index like every other entry, and
+// once however often go-redis sends it.
+func (mv move) append() xonce.Append {
+	return xonce.Append{Stream: mv.dl.Stream, ID: xonce.NewID(), Values: mv.values, TTL: time.Minute,
+		Issue: event.IndexIssue(event.EntryIssue(mv.dl.Stream, "", mv.values))}
+}
+
 func (in *Inspector) requeue(ctx context.Context, ids []string) (done []Requeued, failed []error, err error) {
 	dead := in.topo.Dead()
 	if _, cluster := in.rdb.(*redis.ClusterClient); cluster {
@@ -234,10 +242,10 @@ func (in *Inspector) requeue(ctx context.Context, ids []string) (done []Requeued
 			if err != nil || len(moves) == 0 {
 				return err
 			}
-			adds := make([]*redis.StringCmd, len(moves))
+			adds := make([]*redis.Cmd, len(moves))
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				for i, mv := range moves {
-					adds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: mv.dl.Stream, Values: mv.values})
+					adds[i] = xonce.Queue(ctx, p, mv.append())
 					p.XDel(ctx, dead, mv.dl.ID)
 				}
 				return nil
@@ -246,7 +254,7 @@ func (in *Inspector) requeue(ctx context.Context, ids []string) (done []Requeued
 				return err
 			}
 			for i, mv := range moves {
-				done = append(done, Requeued{DeadID: mv.dl.ID, Stream: mv.dl.Stream, ID: adds[i].Val(),
+				done = append(done, Requeued{DeadID: mv.dl.ID, Stream: mv.dl.Stream, ID: fieldStr(adds[i].Val()),
 					Issue: mv.dl.Issue, EventType: mv.dl.EventType})
 			}
 			return nil
@@ -315,7 +323,7 @@ func (in *Inspector) requeueCluster(ctx context.Context, ids []string) ([]Requeu
 	}
 	var done []Requeued
 	for _, mv := range moves {
-		id, err := in.rdb.XAdd(ctx, &redis.XAddArgs{Stream: mv.dl.Stream, Values: mv.values}).Result()
+		id, err := xonce.Run(ctx, in.rdb, mv.append())
 		if err != nil {
 			return done, failed, fmt.Errorf("requeue %s to %s: %w", mv.dl.ID, mv.dl.Stream, err)
 		}

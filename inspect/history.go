@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -48,47 +49,191 @@ type HistoryEvent struct {
 
 // History returns every entry about issue in every stream of the topology (inputs,
 // results and dead letters), ordered by their stream ids: by time, then sequence,
-// then stream name.
-//
-// Cost: every stream is read whole, with XRANGE in pages of PageSize, the next pages of
-// all streams pipelined together: ceil(longest stream / PageSize) round trips, and the
-// transfer of every entry of every stream; the issue is matched on the client. Streams
-// are capped by MAX_LEN, which bounds it.
+// then stream name. It is Timeline's events.
 func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent, error) {
+	rep, err := in.Timeline(ctx, issue)
+	return rep.Events, err
+}
+
+// Timeline returns the issue's events (History) and how they were found.
+//
+// Cost: the per-issue index, not the streams. Every writer of this module files each
+// entry it appends under its issue in the stream's index (xonce.IndexKey, a sorted set
+// beside the stream, written by the same script as the entry). Round trip 1 reads, for
+// each of the topology's streams, the issue's index, the stream's first id and the id
+// the index began at (xonce.IndexSinceKey); round trip 2 reads the indexed entries by
+// id (XRANGE id id, O(log n) each). Neither grows with the streams' length. Only the
+// part of a stream older than its index (entries appended before the index began,
+// before IndexTTL ago, or older than an index that holds its IndexMax newest) is
+// scanned, in pages, and the report says so (Scanned); a stream whose entries are all
+// indexed costs no scan.
+func (in *Inspector) Timeline(ctx context.Context, issue string) (HistoryReport, error) {
 	key, err := in.locker.Canonicalize(issue)
 	if err != nil {
-		return nil, err
+		return HistoryReport{Issue: issue}, err
 	}
 	type src struct {
 		stream, kind string
 		route        event.Route
+		ids          *redis.StringSliceCmd
+		since        *redis.StringCmd
+		first        *redis.XMessageSliceCmd
+		horizon      string // the stream's entries before it are scanned
 	}
-	var srcs []src
+	var srcs []*src
 	for _, r := range in.topo.AllInputs() {
-		srcs = append(srcs, src{r.Stream, KindInput, r})
+		srcs = append(srcs, &src{stream: r.Stream, kind: KindInput, route: r})
 	}
-	srcs = append(srcs, src{stream: in.topo.Results(), kind: KindResults}, src{stream: in.topo.Dead(), kind: KindDead})
+	srcs = append(srcs, &src{stream: in.topo.Results(), kind: KindResults}, &src{stream: in.topo.Dead(), kind: KindDead})
 
-	var out []HistoryEvent
-	err = in.scan(ctx, len(srcs), func(i int) string { return srcs[i].stream }, "-", "+",
-		func(i int, m redis.XMessage) {
-			s := srcs[i]
-			raw := event.EntryIssue(s.stream, m.ID, m.Values)
-			if k, _ := in.canonical(raw); k != key {
-				return
-			}
-			out = append(out, historyEvent(s.stream, s.kind, s.route, m, key))
-		})
-	if err != nil {
-		return nil, err
+	pipe := in.rdb.Pipeline()
+	for _, s := range srcs {
+		s.ids = pipe.ZRange(ctx, xonce.IndexKey(s.stream, key), 0, -1)
+		s.since = pipe.Get(ctx, xonce.IndexSinceKey(s.stream))
+		s.first = pipe.XRangeN(ctx, s.stream, "-", "+", 1)
 	}
-	sort.SliceStable(out, func(a, b int) bool {
-		if c := streamid.Compare(out[a].ID, out[b].ID); c != 0 {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return HistoryReport{Issue: key}, fmt.Errorf("history index: %w", err)
+	}
+	// An index id is at least its TTL old when it may have expired with its key.
+	expired := streamid.ID{MS: uint64(max(in.now().Add(-xonce.IndexTTL).UnixMilli(), 0))}
+	rep := HistoryReport{Issue: key}
+	pipe = in.rdb.Pipeline()
+	type fetch struct {
+		s   *src
+		cmd *redis.XMessageSliceCmd
+	}
+	var fetches []fetch
+	for _, s := range srcs {
+		ids, err := s.ids.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return rep, fmt.Errorf("history index of %s: %w", s.stream, err)
+		}
+		first, err := s.first.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return rep, fmt.Errorf("history: first entry of %s: %w", s.stream, err)
+		}
+		for i, m := range ids {
+			ids[i] = xonce.IndexID(m)
+		}
+		for _, id := range ids {
+			fetches = append(fetches, fetch{s, pipe.XRangeN(ctx, s.stream, id, id, 1)})
+		}
+		if len(first) == 0 {
+			continue // empty or gone: nothing older than the index either
+		}
+		// The horizon: entries before it may be missing from the index.
+		since, err := s.since.Result()
+		if errors.Is(err, redis.Nil) {
+			s.horizon = "+" // nothing was ever indexed here: all of it
+		} else if err != nil {
+			return rep, fmt.Errorf("history: index start of %s: %w", s.stream, err)
+		} else {
+			h, _ := streamid.ParseFull(since)
+			if expired.After(h) {
+				h = expired
+			}
+			if len(ids) >= xonce.IndexMax {
+				if o, ok := streamid.ParseFull(ids[0]); ok && o.After(h) {
+					h = o
+				}
+			}
+			if f, ok := streamid.ParseFull(first[0].ID); ok && h.After(f) {
+				s.horizon = h.String()
+			}
+		}
+	}
+	if len(fetches) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return rep, fmt.Errorf("history: read indexed entries: %w", err)
+		}
+	}
+	seen := map[string]bool{}
+	add := func(s *src, m redis.XMessage) {
+		if seen[s.stream+" "+m.ID] {
+			return
+		}
+		seen[s.stream+" "+m.ID] = true
+		rep.Events = append(rep.Events, historyEvent(s.stream, s.kind, s.route, m, key))
+	}
+	for _, f := range fetches {
+		xs, err := f.cmd.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return rep, fmt.Errorf("history: read %s: %w", f.s.stream, err)
+		}
+		for _, m := range xs { // none when the stream trimmed it since
+			add(f.s, m)
+		}
+	}
+	rep.Indexed = len(rep.Events)
+
+	// The fallback: each stream's part older than its index, scanned like before.
+	var old []*src
+	for _, s := range srcs {
+		if s.horizon != "" {
+			old = append(old, s)
+		}
+	}
+	if len(old) > 0 {
+		sc := &HistoryScan{}
+		var ends []string
+		for _, s := range old {
+			sc.Streams = append(sc.Streams, s.stream)
+			end := s.horizon
+			if end != "+" {
+				end = "(" + end
+				if b := streamid.Time(s.horizon); sc.Before.IsZero() || b.After(sc.Before) {
+					sc.Before = b
+				}
+			} else {
+				sc.Whole = true
+			}
+			ends = append(ends, end)
+		}
+		err = in.scanTo(ctx, len(old), func(i int) string { return old[i].stream }, func(i int) string { return ends[i] },
+			func(i int, m redis.XMessage) {
+				sc.Entries++
+				s := old[i]
+				raw := event.EntryIssue(s.stream, m.ID, m.Values)
+				if k, _ := in.canonical(raw); k != key {
+					return
+				}
+				add(s, m)
+			})
+		if err != nil {
+			return rep, err
+		}
+		rep.Scanned = sc
+	}
+	sort.SliceStable(rep.Events, func(a, b int) bool {
+		if c := streamid.Compare(rep.Events[a].ID, rep.Events[b].ID); c != 0 {
 			return c < 0
 		}
-		return out[a].Stream < out[b].Stream
+		return rep.Events[a].Stream < rep.Events[b].Stream
 	})
-	return out, nil
+	return rep, nil
+}
+
+// HistoryScan says which part of the streams Timeline had to scan: the entries older
+// than the per-issue index.
+type HistoryScan struct {
+	// Streams were scanned from their first entry up to Before (every one of them when
+	// Whole: a stream nothing was ever indexed in).
+	Streams []string `json:"streams"`
+	// Before is the latest bound of the scanned ranges (zero when only Whole streams).
+	Before time.Time `json:"before,omitzero"`
+	Whole  bool      `json:"whole,omitempty"`
+	// Entries is how many entries the scan read.
+	Entries int `json:"entries"`
+}
+
+// String says it for an operator, on screen.
+func (sc *HistoryScan) String() string {
+	what := "entries before " + sc.Before.UTC().Format("2006-01-02 15:04:05Z") + " (older than the per-issue index)"
+	if sc.Whole {
+		what = "entries older than the per-issue index (some stream was never indexed)"
+	}
+	return fmt.Sprintf("scanned %d %s in %d stream(s): %s", sc.Entries, what, len(sc.Streams), strings.Join(sc.Streams, ", "))
 }
 
 func historyEvent(stream, kind string, route event.Route, m redis.XMessage, key string) HistoryEvent {
@@ -165,6 +310,15 @@ func conflictDetail(v func(string) string) string {
 // in pages of PageSize, the next pages of all unfinished streams pipelined in one round
 // trip, and calls fn for each entry in stream order.
 func (in *Inspector) scan(ctx context.Context, n int, stream func(int) string, start, end string, fn func(int, redis.XMessage)) error {
+	return in.scanRange(ctx, n, stream, start, func(int) string { return end }, fn)
+}
+
+// scanTo is scan from each stream's first entry up to end(i).
+func (in *Inspector) scanTo(ctx context.Context, n int, stream, end func(int) string, fn func(int, redis.XMessage)) error {
+	return in.scanRange(ctx, n, stream, "-", end, fn)
+}
+
+func (in *Inspector) scanRange(ctx context.Context, n int, stream func(int) string, start string, end func(int) string, fn func(int, redis.XMessage)) error {
 	next := make([]string, n)
 	todo := map[int]bool{}
 	for i := range n {
@@ -175,7 +329,7 @@ func (in *Inspector) scan(ctx context.Context, n int, stream func(int) string, s
 		pipe := in.rdb.Pipeline()
 		cmds := map[int]*redis.XMessageSliceCmd{}
 		for i := range todo {
-			cmds[i] = pipe.XRangeN(ctx, stream(i), next[i], end, in.page)
+			cmds[i] = pipe.XRangeN(ctx, stream(i), next[i], end(i), in.page)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("xrange: %w", err)

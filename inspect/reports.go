@@ -22,6 +22,10 @@ type StreamsReport struct {
 type HistoryReport struct {
 	Issue  string         `json:"issue"`
 	Events []HistoryEvent `json:"events"`
+	// Indexed is how many events the per-issue index found.
+	Indexed int `json:"indexed"`
+	// Scanned, when set, says which entries older than the index were scanned.
+	Scanned *HistoryScan `json:"scanned,omitempty"`
 }
 
 // DeadLettersReport answers `dlq list` and GET /api/v1/dead-letters.

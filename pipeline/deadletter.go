@@ -95,7 +95,8 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	// the two streams live in different slots: the copy goes first, then the ack. Either
 	// way the copy is made once per entry (xonce): go-redis's retry after a lost reply,
 	// or a redelivery after a crash between copy and ack, finds the first copy.
-	a := xonce.Append{Stream: d.stream, ID: xonce.NewID(), Values: values, MaxLen: d.maxLen}
+	a := xonce.Append{Stream: d.stream, ID: xonce.NewID(), Values: values, MaxLen: d.maxLen,
+		Issue: event.IndexIssue(event.EntryIssue(d.stream, "", values))}
 	if hasEntry {
 		a.ID = "dead-" + entry.Stream + "-" + entry.ID
 	}

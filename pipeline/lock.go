@@ -76,6 +76,6 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 			values["scope"], values["lock_key"] = string(c.Holder.Scope), c.Holder.Key
 			values["holder_agent"], values["holder_issue"] = c.Holder.Agent, c.Holder.Issue
 		}
-		xonce.Queue(ctx, pipe, xonce.Append{Stream: stream, ID: id, MaxLen: maxLen, Values: values})
+		xonce.Queue(ctx, pipe, xonce.Append{Stream: stream, ID: id, Issue: event.IndexIssue(issue), MaxLen: maxLen, Values: values})
 	}
 }

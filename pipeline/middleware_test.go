@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -238,6 +239,13 @@ func TestCoalesceRunsTwice(t *testing.T) {
 	if n := r.Get("RHEL-5"); n != 2 {
 		t.Fatalf("%d runs, want exactly 2", n)
 	}
+	// Every entry about the issue is in its index: the 51 requests and the follow-up the
+	// release published (in the release's script), and each drop or coalesce record.
+	for s, least := range map[string]int64{e.triage(): 52, e.Topology.Results(): 49} {
+		if n, idx := e.rdb.XLen(ctx, s).Val(), e.rdb.ZCard(ctx, xonce.IndexKey(s, "RHEL-5")).Val(); n != idx || n < least {
+			t.Errorf("%s: %d entries, %d in the issue's index", s, n, idx)
+		}
+	}
 }
 
 // Bad events (docs/architecture.md, "Bad input"), rows 1–4: to the dead-letter stream with the reason, acked, no lock taken,
@@ -337,6 +345,10 @@ func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
 	}
 	if e.rdb.Exists(ctx, "lock:"+e.ns+"triage:RHEL-6").Val() != 0 {
 		t.Fatal("lease not released after the last attempt")
+	}
+	// The dead letter is in the issue's index of the dead-letter stream.
+	if idx := e.rdb.ZRange(ctx, xonce.IndexKey(e.Topology.Dead(), "RHEL-6"), 0, -1).Val(); len(idx) != 1 || xonce.IndexID(idx[0]) != e.dead()[0].ID {
+		t.Fatalf("dead-letter index = %v, want [%s]", idx, e.dead()[0].ID)
 	}
 }
 

@@ -327,9 +327,13 @@ type pendingData struct {
 // --- Issue ---
 
 type issueData struct {
-	Query  string
-	Issue  string
-	Events []inspect.HistoryEvent
+	Query   string
+	Issue   string
+	Events  []inspect.HistoryEvent
+	Indexed int
+	// Scanned says which older entries were scanned (the per-issue index did not
+	// cover them); nil when the index answered alone.
+	Scanned *inspect.HistoryScan
 }
 
 // history reads an issue's timeline; any key form is accepted (" rhel-123 ").
@@ -338,13 +342,12 @@ func (s *Server) history(r *http.Request, raw string) (inspect.HistoryReport, er
 	if len(raw) > maxKeyLen {
 		return inspect.HistoryReport{}, badRequest("an issue key has at most %d characters", maxKeyLen)
 	}
-	events, err := s.in.History(r.Context(), raw)
+	rep, err := s.in.Timeline(r.Context(), raw)
 	if err != nil {
 		return inspect.HistoryReport{}, err
 	}
-	rep := inspect.HistoryReport{Issue: raw, Events: events}
-	if len(events) > 0 {
-		rep.Issue = events[0].Issue
+	if len(rep.Events) == 0 {
+		rep.Issue = raw
 	}
 	if rep.Events == nil {
 		rep.Events = []inspect.HistoryEvent{}
@@ -369,7 +372,7 @@ func (s *Server) issue(_ http.ResponseWriter, r *http.Request) (*view, error) {
 		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("no events of %s in any stream (the streams keep only their latest entries)", s.clip(q, maxKeyLen))}
 	}
 	v.Title = rep.Issue
-	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events}
+	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events, Indexed: rep.Indexed, Scanned: rep.Scanned}
 	return v, nil
 }
 

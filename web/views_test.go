@@ -41,6 +41,10 @@ func TestConsoleShowsPresenceReasonsAndOneLinePerEvent(t *testing.T) {
 		!strings.Contains(body, `<span class="badge">superseded</span>`) {
 		t.Errorf("timeline:\n%s", body)
 	}
+	// The hand-made record is in no index: the page says its stream was scanned.
+	if !strings.Contains(body, `<p class="note" id="scanned">Not in the index: scanned 1 entries older than the per-issue index`) {
+		t.Errorf("timeline does not say what it scanned:\n%s", body)
+	}
 
 	// The one entry is acked soon after the router starts; then no group has anything
 	// pending and none gets a section of its own.

@@ -16,10 +16,12 @@ type, agent, fence, correlation id, and what it is about (the entry a result or 
 letter refers to) with details (outcome, lock holder, error; cut to 100 characters
 in the table, whole in --json).
 
-Cost: every stream is read whole with XRANGE in pages of 1000 entries, the next pages
-of all streams pipelined together (one round trip per 1000 entries of the longest
-stream), and the issue is matched here, on the client: the whole pipeline's entries
-cross the network. Streams are capped by MAX_LEN, which bounds it.
+Cost: two round trips, whatever the streams' length: the issue's per-issue index of
+every stream (a small sorted set beside each stream, written with each entry), then the
+indexed entries by id. Only entries older than the index (appended before it began,
+more than 30 days ago, or by a writer that does not index, such as a hand-made XADD)
+are found by scanning that older part of each stream, in pages of 1000, and the output
+says so.
 `
 
 // runHistory prints every event of one issue, in order.
@@ -38,19 +40,23 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func showHistory(ctx context.Context, s *session, cfg *config.Inspect) error {
 	pos, stdout, stderr := s.pos, s.stdout, s.stderr
-	events, err := s.in.History(ctx, pos[0])
+	rep, err := s.in.Timeline(ctx, pos[0])
 	if err != nil {
 		return inputKeyErr(err, pos[0])
 	}
+	events := rep.Events
 	if events == nil {
 		events = []inspect.HistoryEvent{}
 	}
 	if cfg.JSON {
-		issue := pos[0]
-		if len(events) > 0 {
-			issue = events[0].Issue
+		rep.Events = events
+		if len(events) == 0 {
+			rep.Issue = pos[0]
 		}
-		return writeJSON(stdout, inspect.HistoryReport{Issue: issue, Events: events})
+		return writeJSON(stdout, rep)
+	}
+	if rep.Scanned != nil {
+		defer fmt.Fprintf(stdout, "note: %s\n", rep.Scanned)
 	}
 	if len(events) == 0 {
 		fmt.Fprintf(stdout, "no events of %s in any stream\n", pos[0])

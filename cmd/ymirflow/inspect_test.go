@@ -353,6 +353,11 @@ func TestHistoryCommand(t *testing.T) {
 	if !strings.Contains(out, "EVENT") || strings.Index(out, "triage.requested") > strings.Index(out, "rebase.requested") || !strings.Contains(out, "corr-1") {
 		t.Errorf("table:\n%s", out)
 	}
+	// The hand-made XADD to the results stream is in no index: the results stream is
+	// scanned, and the output says so; the requests came from the index.
+	if !strings.Contains(out, "note: scanned 1 entries older than the per-issue index") || !strings.Contains(out, "1 stream(s): "+o.topo.Results()+"\n") {
+		t.Errorf("no note of the scan:\n%s", out)
+	}
 	if out := o.ok("history", "RHEL-99"); !strings.Contains(out, "no events") {
 		t.Errorf("empty history: %s", out)
 	}

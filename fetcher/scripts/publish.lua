@@ -1,7 +1,9 @@
 -- publish: append an entry to a stream unless the issue's queued marker names one still
 -- waiting there, and point the marker at the new entry, atomically.
--- KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] marker TTL (ms), ARGV[3] the
--- field holding an entry's message UUID, ARGV[4..] field, value, ...
+-- KEYS[1] marker, KEYS[2] stream, KEYS[3] the issue's index of the stream, KEYS[4] the
+-- stream's index start (xonce.IndexKey, xonce.IndexSinceKey); ARGV[1] group, ARGV[2]
+-- marker TTL (ms), ARGV[3] the field holding an entry's message UUID, ARGV[4] index max,
+-- ARGV[5] index TTL (ms), ARGV[6..] field, value, ...
 -- Returns {0, waiting id} or {1, new id} ({1, id} also for a repeat of the same
 -- message, by its UUID).
 
@@ -65,7 +67,7 @@ end
 
 local args = {'XADD', KEYS[2], '*'}
 local uuid = nil
-for i = 4, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   table.insert(args, ARGV[i])
   table.insert(args, ARGV[i + 1])
   if ARGV[i] == ARGV[3] then uuid = ARGV[i + 1] end
@@ -83,4 +85,14 @@ local marker = id .. ' ' .. KEYS[2]
 -- A UUID with a space (never one that watermill made) would not parse back: left out.
 if uuid and uuid ~= '' and not string.find(uuid, '%s') then marker = marker .. ' ' .. uuid end
 redis.call('SET', KEYS[1], marker, 'PX', ARGV[2])
+-- The issue's index, as xadd_once.lua keeps it (bounds there).
+local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+redis.call('ZADD', KEYS[3], ms, ms .. '-' .. string.format('%010d', tonumber(seq)))
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[4]) - 1)
+local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
+if #first > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. string.match(first[1][1], '^(%d+)-'))
+end
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+redis.call('SET', KEYS[4], id, 'NX')
 return {1, id}

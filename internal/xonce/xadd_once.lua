@@ -1,18 +1,20 @@
 -- xadd_once: append to a stream at most once per append id, so that a client that sends
 -- the same append again (its first reply was lost) adds nothing and learns the first
--- entry's id. Optionally checks a lease token first (a fenced write) and acks (and
--- deletes) a source entry in the same step.
+-- entry's id. Optionally checks a lease token first (a fenced write), records the new
+-- entry in its issue's index, and acks (and deletes) a source entry in the same step.
 --
--- KEYS: stream, marker[, lock][, ack stream]. The marker is in the stream's hash slot;
--- the lock and the ack stream are passed only on standalone Redis.
+-- KEYS: stream, marker, index, index-since[, lock][, ack stream]. The marker and the
+-- index keys are in the stream's hash slot; the lock and the ack stream are passed only
+-- on standalone Redis.
 -- ARGV: maxlen (0 = no trim), marker_ttl_ms, token ('' = no check), ack_group ('' = no
--- ack), ack_id, ack_delete ('1' or ''), field, value, ...
+-- ack), ack_id, ack_delete ('1' or ''), issue ('' = no index), index_max, index_ttl_ms,
+-- field, value, ...
 -- Returns the entry's id, or the error LEASELOST.
-local k = 3
-if ARGV[3] ~= '' then k = 4 end
+local k = 5
+if ARGV[3] ~= '' then k = 6 end
 local id = redis.call('GET', KEYS[2])
 if not id then
-  if ARGV[3] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[3] then
+  if ARGV[3] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[3] then
     return redis.error_reply('LEASELOST lease is no longer held')
   end
   local args = {'XADD', KEYS[1]}
@@ -20,9 +22,27 @@ if not id then
     table.insert(args, 'MAXLEN'); table.insert(args, '~'); table.insert(args, ARGV[1])
   end
   table.insert(args, '*')
-  for i = 7, #ARGV do table.insert(args, ARGV[i]) end
+  for i = 10, #ARGV do table.insert(args, ARGV[i]) end
   id = redis.call(unpack(args))
   redis.call('SET', KEYS[2], id, 'PX', ARGV[2])
+  if ARGV[7] ~= '' then
+    -- The issue's index of this stream: its entry ids, scored by their millisecond.
+    -- Bounded three ways: the newest index_max ids, none older than the stream's first
+    -- entry (what a trim of the stream cut goes from the index at its next write), and
+    -- a TTL renewed by each write. index-since remembers the first id ever indexed in
+    -- this stream: readers scan only what is older.
+    -- Members are "<ms>-<seq, 10 digits>": ids of one millisecond sort by sequence.
+    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+    redis.call('ZADD', KEYS[3], ms, ms .. '-' .. string.format('%010d', tonumber(seq)))
+    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[8]) - 1)
+    local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+    if #first > 0 then
+      local fms = tonumber(string.match(first[1][1], '^(%d+)-'))
+      redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. fms)
+    end
+    redis.call('PEXPIRE', KEYS[3], ARGV[9])
+    redis.call('SET', KEYS[4], id, 'NX')
+  end
 end
 if ARGV[4] ~= '' then
   redis.call('XACK', KEYS[k], ARGV[4], ARGV[5])

@@ -56,21 +56,74 @@ type Append struct {
 	// XDELs it. Default: no ack.
 	AckStream, AckGroup, AckID string
 	AckDelete                  bool
+	// Issue, when set, records the new entry in the issue's index of the stream
+	// (IndexKey) in the same atomic step, so that readers find an issue's entries
+	// without scanning the stream. It is the canonical issue key. Default: the issue
+	// of ctx (WithIssue), else no index.
+	Issue string
 }
+
+// Index bounds: an issue's index of one stream keeps its newest IndexMax entry ids,
+// none older than the stream's first entry (each write drops what a trim of the stream
+// cut), and expires IndexTTL after its last write.
+const (
+	IndexMax = 1000
+	IndexTTL = 30 * 24 * time.Hour
+)
+
+type issueKey struct{}
+
+// WithIssue returns ctx naming the issue that appends made under it are about: Run
+// indexes them (Append.Issue) when the Append names none. For appends made by code
+// that takes no issue of its own, such as a lease's fenced XADD.
+func WithIssue(ctx context.Context, issue string) context.Context {
+	return context.WithValue(ctx, issueKey{}, issue)
+}
+
+func issueFrom(ctx context.Context) string {
+	s, _ := ctx.Value(issueKey{}).(string)
+	return s
+}
+
+// tag is the hash-tag prefix of stream's slot: the stream itself when its name has a
+// hash tag, else the whole name in braces.
+func tag(stream string) string {
+	if i := strings.IndexByte(stream, '{'); i >= 0 {
+		if j := strings.IndexByte(stream[i+1:], '}'); j > 0 {
+			return stream
+		}
+	}
+	return "{" + stream + "}"
+}
+
+// IndexKey is the key of issue's index of stream: a sorted set of the stream ids of the
+// entries about issue, scored by their millisecond, in the stream's hash slot. Members
+// are "<ms>-<seq>" with the sequence in 10 digits, so that the ids of one millisecond
+// sort in order; IndexID turns one back into a stream id.
+func IndexKey(stream, issue string) string { return tag(stream) + ":issue:" + issue }
+
+// IndexID is the stream id of a member of an index (IndexKey): "1-0000000002" is "1-2".
+func IndexID(member string) string {
+	ms, seq, ok := strings.Cut(member, "-")
+	if !ok {
+		return member
+	}
+	if t := strings.TrimLeft(seq, "0"); t != "" {
+		return ms + "-" + t
+	}
+	return ms + "-0"
+}
+
+// IndexSinceKey holds the first id ever indexed in stream: entries before it were
+// written before the index existed (or by writers that do not index).
+func IndexSinceKey(stream string) string { return tag(stream) + ":issue-index-since" }
 
 // MarkerKey is the key that remembers the append id of stream: in the stream's hash
 // slot (the stream's own hash tag if it has one, else the whole name as the tag).
-func MarkerKey(stream, id string) string {
-	if i := strings.IndexByte(stream, '{'); i >= 0 {
-		if j := strings.IndexByte(stream[i+1:], '}'); j > 0 {
-			return stream + ":once:" + id
-		}
-	}
-	return "{" + stream + "}:once:" + id
-}
+func MarkerKey(stream, id string) string { return tag(stream) + ":once:" + id }
 
 func (a Append) keysArgs() ([]string, []any) {
-	keys := []string{a.Stream, MarkerKey(a.Stream, a.ID)}
+	keys := []string{a.Stream, MarkerKey(a.Stream, a.ID), IndexKey(a.Stream, a.Issue), IndexSinceKey(a.Stream)}
 	if a.Token != "" {
 		keys = append(keys, a.Lock)
 	}
@@ -85,8 +138,9 @@ func (a Append) keysArgs() ([]string, []any) {
 	if a.AckDelete {
 		del = "1"
 	}
-	args := make([]any, 0, 6+2*len(a.Values))
-	args = append(args, a.MaxLen, ttl.Milliseconds(), a.Token, a.AckGroup, a.AckID, del)
+	args := make([]any, 0, 9+2*len(a.Values))
+	args = append(args, a.MaxLen, ttl.Milliseconds(), a.Token, a.AckGroup, a.AckID, del,
+		a.Issue, IndexMax, IndexTTL.Milliseconds())
 	for k, v := range a.Values {
 		args = append(args, k, v)
 	}
@@ -99,6 +153,9 @@ func Run(ctx context.Context, c redis.Scripter, a Append) (string, error) {
 	if a.ID == "" {
 		return "", errors.New("xonce: Append.ID is empty")
 	}
+	if a.Issue == "" {
+		a.Issue = issueFrom(ctx)
+	}
 	keys, args := a.keysArgs()
 	return result(xaddOnce.Run(ctx, c, keys, args...))
 }
@@ -106,6 +163,9 @@ func Run(ctx context.Context, c redis.Scripter, a Append) (string, error) {
 // Queue adds the append to pipe (by EVAL, which a server without the script cache
 // still runs) and returns its command: its value after Exec is the entry's id.
 func Queue(ctx context.Context, pipe redis.Pipeliner, a Append) *redis.Cmd {
+	if a.Issue == "" {
+		a.Issue = issueFrom(ctx)
+	}
 	keys, args := a.keysArgs()
 	return xaddOnce.Eval(ctx, pipe, keys, args...)
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/xonce"
@@ -52,4 +55,88 @@ func ExampleMarkerKey() {
 	// Output:
 	// {ymir:results}:once:dead-ymir:triage-1-0
 	// lock:{triage:RHEL-1}:q:once:x
+}
+
+// An append that names an issue (Append.Issue, or the issue of ctx) files its entry in
+// the issue's index of the stream in the same script: once however often it is sent,
+// the newest IndexMax ids only, none that the stream trimmed, with a TTL; the index's
+// start is the first id ever indexed. Appends naming no issue index nothing.
+func TestAppendFilesTheEntryInItsIssuesIndex(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	stream := ns + "ymir:triage"
+	idx := xonce.IndexKey(stream, "RHEL-1")
+	first, err := xonce.Run(ctx, rdb, xonce.Append{Stream: stream, ID: "a", Issue: "RHEL-1", Values: map[string]any{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := xonce.Run(ctx, rdb, xonce.Append{Stream: stream, ID: "a", Issue: "RHEL-1", Values: map[string]any{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := xonce.Run(xonce.WithIssue(ctx, "RHEL-1"), rdb, xonce.Append{Stream: stream, ID: "b", Values: map[string]any{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := xonce.Run(ctx, rdb, xonce.Append{Stream: stream, ID: "c", Values: map[string]any{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		var out []string
+		for _, m := range rdb.ZRange(ctx, idx, 0, -1).Val() {
+			out = append(out, xonce.IndexID(m))
+		}
+		return out
+	}
+	if got := ids(); len(got) != 2 || got[0] != first || got[1] != second {
+		t.Fatalf("index = %v, want [%s %s]", got, first, second)
+	}
+	if since := rdb.Get(ctx, xonce.IndexSinceKey(stream)).Val(); since != first {
+		t.Fatalf("index start = %q, want %s", since, first)
+	}
+	if ttl := rdb.PTTL(ctx, idx).Val(); ttl <= 0 || ttl > xonce.IndexTTL {
+		t.Fatalf("index TTL = %s", ttl)
+	}
+	// What the stream trimmed leaves the index at its next write.
+	rdb.XTrimMinID(ctx, stream, second)
+	rdb.XDel(ctx, stream, second)
+	time.Sleep(2 * time.Millisecond) // a later millisecond than the trimmed entries
+	third, err := xonce.Run(ctx, rdb, xonce.Append{Stream: stream, ID: "d", Issue: "RHEL-1", Values: map[string]any{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.XTrimMinID(ctx, stream, third)
+	time.Sleep(2 * time.Millisecond)
+	fourth, err := xonce.Run(ctx, rdb, xonce.Append{Stream: stream, ID: "e", Issue: "RHEL-1", Values: map[string]any{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(); len(got) != 2 || got[0] != third || got[1] != fourth {
+		t.Fatalf("index after a trim = %v, want [%s %s]", got, third, fourth)
+	}
+	// At most IndexMax ids, the newest.
+	pipe := rdb.Pipeline()
+	for i := range xonce.IndexMax + 10 {
+		xonce.Queue(ctx, pipe, xonce.Append{Stream: stream, ID: fmt.Sprint("n", i), Issue: "RHEL-1", Values: map[string]any{"k": "v"}})
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := cmds[len(cmds)-1].(*redis.Cmd).Val()
+	if n := rdb.ZCard(ctx, idx).Val(); n != xonce.IndexMax {
+		t.Fatalf("index holds %d ids, want %d", n, xonce.IndexMax)
+	}
+	if top := ids(); top[len(top)-1] != last {
+		t.Fatalf("newest indexed %v, want %v", top, last)
+	}
+}
+
+// The index shares the stream's hash slot, so the script works on Redis Cluster.
+func ExampleIndexKey() {
+	fmt.Println(xonce.IndexKey("ymir:results", "RHEL-1"))
+	fmt.Println(xonce.IndexSinceKey("ymir:results"))
+	// Output:
+	// {ymir:results}:issue:RHEL-1
+	// {ymir:results}:issue-index-since
 }

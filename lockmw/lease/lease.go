@@ -390,7 +390,8 @@ func (le *Lease) releaseDrain(ctx context.Context) (bool, error) {
 	}
 	published := ""
 	for range maxDrainRounds {
-		res, err := releaseDrainScript.Run(ctx, le.l.rdb, keys, le.token, mode, le.maxLen, published).Slice()
+		res, err := releaseDrainScript.Run(ctx, le.l.rdb, keys, le.token, mode, le.maxLen, published,
+			le.issue, xonce.IndexMax, xonce.IndexTTL.Milliseconds()).Slice()
 		if err != nil {
 			return false, err
 		}
@@ -416,7 +417,7 @@ func (le *Lease) releaseDrain(ctx context.Context) (bool, error) {
 			}
 		}
 		id, err := xonce.Run(ctx, le.l.rdb, xonce.Append{Stream: stream, ID: "follow-up-" + le.keys.Queue + "-" + qid,
-			Values: values, MaxLen: le.maxLen, TTL: le.l.opts.MaxHold + le.l.opts.TTL})
+			Issue: le.issue, Values: values, MaxLen: le.maxLen, TTL: le.l.opts.MaxHold + le.l.opts.TTL})
 		if err != nil {
 			return false, fmt.Errorf("lease: publish queued follow-up to %s: %w", stream, err)
 		}

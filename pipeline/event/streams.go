@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,6 +99,9 @@ func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.M
 	if err := CheckEvent(values, p.maxBytes); err != nil {
 		return "", fmt.Errorf("publish %s to %s refused: %w", msg.Metadata.Get(MetaEventType), stream, err)
 	}
+	// The append also lands in the issue's index (IndexIssue), in the same script; the
+	// lease's fenced XADD takes the issue from ctx.
+	ctx = xonce.WithIssue(ctx, IndexIssue(EntryIssue(stream, "", values)))
 	if leased {
 		id, err := lease.XAdd(ctx, stream, 0, values)
 		if err != nil {
@@ -174,6 +178,7 @@ func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 	}
 	var id string
 	var err error
+	ctx = xonce.WithIssue(ctx, IndexIssue(rec.IssueKey))
 	if lease, ok := FencerFrom(ctx); ok {
 		id, err = lease.XAdd(ctx, r.stream, r.maxLen, v)
 	} else {
@@ -224,6 +229,11 @@ func recordOf(m redis.XMessage) Record {
 	return Record{ID: m.ID, EventType: s("event_type"), Agent: s("agent"), IssueKey: s("issue_key"), MessageID: s("message_id"),
 		Stream: s("stream"), CorrelationID: s("correlation_id"), Fence: s("fence"), Outcome: s("outcome"), Detail: s("detail")}
 }
+
+// IndexIssue is the form of an issue key that the per-issue index of a stream files
+// entries under (xonce.IndexKey): trimmed and upper-cased, as lease.Canonicalize makes
+// it. "" (no index) for an entry that names no issue.
+func IndexIssue(raw string) string { return strings.ToUpper(strings.TrimSpace(raw)) }
 
 // RecordFor fills a record's identity from the message a handler is working on.
 func RecordFor(msg *message.Message, agent, eventType string) Record {

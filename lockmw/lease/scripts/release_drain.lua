@@ -13,7 +13,9 @@
 -- that nobody holds (ours expired) is drained, so its follow-up is not stranded. A
 -- repeat after a lost reply finds the lease gone and the queue empty: it does nothing.
 --
--- KEYS: lock, info, queue, done. ARGV: token, mode, maxlen, published_qid ('' if none).
+-- KEYS: lock, info, queue, done. ARGV: token, mode, maxlen, published_qid ('' if none),
+-- issue, index max, index TTL (ms): the follow-up is filed in the issue's index of its
+-- stream as xonce's script files every entry (internal/xonce/xadd_once.lua).
 -- Returns {released}, {released, 1, new id} (standalone), {released, 2} (cluster: the
 -- published follow-up's slot deleted) or {3, field, value, ...}.
 local mine = redis.call('GET', KEYS[1]) == ARGV[1]
@@ -49,4 +51,15 @@ for i = 1, #q, 2 do
 end
 args[2] = stream
 local id = redis.call(unpack(args))
+if ARGV[5] and ARGV[5] ~= '' then
+  -- xonce.IndexKey and IndexSinceKey: in the stream's hash slot.
+  local tag = stream
+  if not string.find(stream, '^[^{]*{[^}]+}') then tag = '{' .. stream .. '}' end
+  local idx = tag .. ':issue:' .. ARGV[5]
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  redis.call('ZADD', idx, ms, ms .. '-' .. string.format('%010d', tonumber(seq)))
+  redis.call('ZREMRANGEBYRANK', idx, 0, -tonumber(ARGV[6]) - 1)
+  redis.call('PEXPIRE', idx, ARGV[7])
+  redis.call('SET', tag .. ':issue-index-since', id, 'NX')
+end
 return {released, 1, id}
