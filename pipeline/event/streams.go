@@ -232,8 +232,10 @@ func recordOf(m redis.XMessage) Record {
 
 // IndexIssue is the form of an issue key that the per-issue index of a stream files
 // entries under (xonce.IndexKey): trimmed and upper-cased, as lease.Canonicalize makes
-// it. "" (no index) for an entry that names no issue.
-func IndexIssue(raw string) string { return strings.ToUpper(strings.TrimSpace(raw)) }
+// it. "" (no index) for an entry that names no issue. The result is a copy: a key read
+// out of a huge entry would otherwise keep the whole entry's memory alive for as long as
+// the client keeps the command's arguments.
+func IndexIssue(raw string) string { return strings.Clone(strings.ToUpper(strings.TrimSpace(raw))) }
 
 // RecordFor fills a record's identity from the message a handler is working on.
 func RecordFor(msg *message.Message, agent, eventType string) Record {
