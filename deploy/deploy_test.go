@@ -1251,3 +1251,36 @@ func TestConsole(t *testing.T) {
 		}
 	})
 }
+
+// The cluster overlay is prod without the in-namespace Valkey: every workload still
+// reads REDIS_URL from the Secret ymirflow-redis (whose URL names the cluster's masters),
+// and README.md says how to write that URL.
+func TestClusterOverlayDropsValkey(t *testing.T) {
+	t.Parallel()
+	b := get(t, "overlays/cluster")
+	prod := get(t, "overlays/prod")
+	if len(b.statefulSets) != 0 || b.services["valkey"] != nil || b.services["valkey-headless"] != nil || b.netPols["valkey"] != nil {
+		t.Errorf("the cluster overlay still ships Valkey: statefulsets %v, services %v, network policies %v",
+			sortedKeys(b.statefulSets), sortedKeys(b.services), sortedKeys(b.netPols))
+	}
+	if len(b.deployments) != len(prod.deployments) || len(b.cronJobs) != len(prod.cronJobs) || len(b.secrets) != 0 {
+		t.Errorf("cluster overlay: %d deployments, %d cron jobs, %d secrets; prod has %d, %d, 0",
+			len(b.deployments), len(b.cronJobs), len(b.secrets), len(prod.deployments), len(prod.cronJobs))
+	}
+	for _, p := range b.pods() {
+		for _, c := range p.spec.Containers {
+			for _, e := range c.Env {
+				if e.Name == "REDIS_URL" && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "ymirflow-redis") {
+					t.Errorf("%s %s: REDIS_URL not from the Secret ymirflow-redis", p.kind, p.name)
+				}
+			}
+		}
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(readme, []byte("overlays/cluster")) || !bytes.Contains(readme, []byte("@redis-0:6379,redis-1:6379,redis-2:6379/0")) {
+		t.Error("README.md does not say how to deploy on a Redis Cluster (overlays/cluster, a redis-url naming every master)")
+	}
+}

@@ -79,8 +79,14 @@
 // (changelog, groups; groups cached per user for the sweep), one label write per flip.
 // Redis: one pipelined round trip for the pre-check (two when some candidate was
 // published before and is a candidate again), one script call per published issue, and a
-// trim. The script touches the marker and a stream in one call, so both must live in one
-// slot: Redis Cluster is not supported.
+// trim. The script touches the marker and a stream in one call (and the issue's index of
+// the stream, xonce.IndexKey), so on Redis Cluster each triage stream has its own marker in
+// its slot (event.Topology.QueuedBeside: "{<stream>}:queued:triage:<KEY>") and the
+// pre-check reads both; its lookups there are one GET each instead of MGETs, which go-redis
+// pipelines as one round trip per node, all nodes at once. On standalone Redis nothing
+// changes (one marker, Topology.Queued). What Cluster gives up: two processes publishing
+// one issue to the two triage streams at the same moment can both succeed (each script
+// sees only its own stream's marker); the lease still runs the two one after the other.
 //
 // Errors: a failed search, a Redis failure (ErrRedis) or a Jira 401 ends the sweep with an
 // error, Fatal telling whether an operator must act (401, or 403 on the search); any

@@ -93,6 +93,9 @@ type Fetcher struct {
 	log            zerolog.Logger
 	clock          func() time.Time
 	group          string // the triage consumer group
+	// cluster: Redis Cluster, where each script touches one slot (markerKey) and the
+	// pre-check GETs what it MGETs on one server.
+	cluster bool
 }
 
 // New validates cfg and returns a Fetcher. It does no I/O.
@@ -113,11 +116,6 @@ func New(cfg Config) (*Fetcher, error) {
 	case cfg.MaxLen < 0:
 		return nil, fmt.Errorf("fetcher: MaxLen must not be negative, got %d", cfg.MaxLen)
 	}
-	if _, cluster := cfg.Redis.(*redis.ClusterClient); cluster {
-		// The publish script reads a marker and appends to a stream in one call, and the
-		// pre-check MGETs keys of many slots: neither is legal on Redis Cluster.
-		return nil, errors.New("fetcher: Redis Cluster is not supported (one Redis or Valkey server, or a replicated primary)")
-	}
 	f := &Fetcher{
 		jira: cfg.Jira, rdb: cfg.Redis, topo: cfg.Topology, locker: cfg.Locker,
 		stages: cfg.Stages, maxLen: cfg.MaxLen, maxEventBytes: cfg.MaxEventBytes, jql: cfg.JQL, triggerGroup: cfg.TriggerGroup,
@@ -125,8 +123,13 @@ func New(cfg Config) (*Fetcher, error) {
 		componentField: cfg.ComponentField, dryRun: cfg.DryRun || cfg.Jira.DryRun(),
 		log: cfg.Logger.With().Str("component", "fetcher").Logger(), clock: cfg.Clock,
 	}
+	_, f.cluster = cfg.Redis.(*redis.ClusterClient)
 	if f.locker == nil {
-		l, err := lease.New(cfg.Redis, lease.Options{Scope: cfg.Topology.LockScope()})
+		o := lease.Options{Scope: cfg.Topology.LockScope()}
+		if f.cluster {
+			o.Format = lease.KeysCluster
+		}
+		l, err := lease.New(cfg.Redis, o)
 		if err != nil {
 			return nil, fmt.Errorf("fetcher: %w", err)
 		}

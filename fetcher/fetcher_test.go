@@ -380,7 +380,11 @@ func TestNew(t *testing.T) {
 	}
 	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cl.Close()
-	if _, err := New(Config{Jira: jc, Redis: cl, JQL: "x"}); err == nil || !strings.Contains(err.Error(), "Cluster") {
+	// Redis Cluster is served: its markers sit beside their streams, its leases are
+	// hash-tagged (integration's TestClusterPipeline runs it on a real cluster).
+	fc, err := New(Config{Jira: jc, Redis: cl, JQL: "x"})
+	if err != nil || !fc.cluster || fc.locker.Format() != lease.KeysCluster ||
+		fc.markerKey("ymir:triage:todo", "RHEL-1") != "{ymir:triage:todo}:queued:triage:RHEL-1" {
 		t.Errorf("cluster client: %v", err)
 	}
 	f, err := New(ok)

@@ -3,6 +3,7 @@ package fetcher
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -131,8 +132,16 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		// shares it, so the issue is locked for all of them.
 		lookups = append(lookups, f.locker.SharedKeys(lease.ScopeKey{Scope: lease.ScopeIssue, Key: k}).Lock)
 		slots = append(slots, slot{issue: k, stage: StageIssueScope})
-		lookups = append(lookups, f.topo.Queued(triageAgent, k))
-		slots = append(slots, slot{issue: k, marker: triageAgent})
+		if f.cluster {
+			// One marker beside each triage stream (markerKey): both are read.
+			for _, st := range f.triageStreams() {
+				lookups = append(lookups, f.markerKey(st, k))
+				slots = append(slots, slot{issue: k, marker: triageAgent})
+			}
+		} else {
+			lookups = append(lookups, f.topo.Queued(triageAgent, k))
+			slots = append(slots, slot{issue: k, marker: triageAgent})
+		}
 		if downstream[k] {
 			for _, a := range f.stages {
 				if a != triageAgent {
@@ -151,9 +160,18 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		}
 	}
 	var mgets []*redis.SliceCmd
+	var gets []*redis.StringCmd
 	infos := make([]*redis.XInfoGroupsCmd, len(streams))
 	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := 0; i < len(lookups); i += mgetChunk {
+		if f.cluster {
+			// The keys are in many slots, where MGET is refused (CROSSSLOT): one GET
+			// each, which the cluster pipeline sends to each node in one round trip,
+			// all nodes at once.
+			for _, k := range lookups {
+				gets = append(gets, p.Get(ctx, k))
+			}
+		}
+		for i := 0; !f.cluster && i < len(lookups); i += mgetChunk {
 			mgets = append(mgets, p.MGet(ctx, lookups[i:min(i+mgetChunk, len(lookups))]...))
 		}
 		for i, s := range streams {
@@ -163,6 +181,17 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 	})
 	res.roundTrips = 1
 	values := make([]any, 0, len(lookups))
+	for _, c := range gets {
+		v, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			values = append(values, nil)
+		case err != nil:
+			return res, fmt.Errorf("lock pre-check: %w", err)
+		default:
+			values = append(values, v)
+		}
+	}
 	for _, c := range mgets {
 		v, err := c.Result()
 		if err != nil {
@@ -294,7 +323,7 @@ func (f *Fetcher) publish(ctx context.Context, key, stream string, fields map[st
 	for _, k := range names {
 		args = append(args, k, fields[k])
 	}
-	v, err := publishScript.Run(ctx, f.rdb, []string{f.topo.Queued(triageAgent, key), stream,
+	v, err := publishScript.Run(ctx, f.rdb, []string{f.markerKey(stream, key), stream,
 		xonce.IndexKey(stream, key), xonce.IndexSinceKey(stream)}, args...).Slice()
 	if err != nil {
 		return "", false, err
@@ -305,6 +334,21 @@ func (f *Fetcher) publish(ctx context.Context, key, stream string, fields map[st
 	n, _ := v[0].(int64)
 	id, _ := v[1].(string)
 	return id, n == 1, nil
+}
+
+// markerKey is the key of issue's triage marker for a publish to stream. On standalone
+// Redis it is one marker for both triage streams, event.Topology.Queued (so a request
+// waiting in either stream keeps a second one out, atomically). On Redis Cluster the
+// publish script may touch one slot only, so each triage stream has its own marker in
+// its slot (event.Topology.QueuedBeside); the pre-check reads both, so a sweep still
+// publishes nothing while a request waits in the other stream, but two processes racing
+// to publish one issue to the two streams at once can both succeed there (the lease
+// still runs them one after the other).
+func (f *Fetcher) markerKey(stream, issue string) string {
+	if f.cluster {
+		return f.topo.QueuedBeside(stream, triageAgent, issue)
+	}
+	return f.topo.Queued(triageAgent, issue)
 }
 
 func isNoSuchKey(err error) bool {

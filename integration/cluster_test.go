@@ -153,21 +153,22 @@ func (c *redisCluster) String() string { return fmt.Sprintf("cluster %v", c.port
 
 // TestClusterPipeline: the worker and router suite on a 3-master Redis Cluster: every
 // process gets the three nodes in REDIS_URL (so the lease keys take the hash-tagged
-// KeysCluster layout), issues flow through every agent, two workers are SIGKILLed mid-run,
-// and the invariants are checked as on a single server.
+// KeysCluster layout), issues come in through `ymirflow fetch` sweeps and `ymirflow
+// webhook` deliveries racing each other (the fake Jira delivers a webhook for every issue
+// it creates), flow through every agent, two workers are SIGKILLed mid-run, and the
+// invariants are checked as on a single server; each issue's triage request is published
+// once.
 func TestClusterPipeline(t *testing.T) {
 	o := defaultOptions()
 	o.cluster = true
-	o.fetcher = false // `ymirflow fetch` refuses Redis Cluster: see below
-	o.noFail = true   // dead letters fail on Cluster: TestClusterDeadLetter
+	o.webhook = true
+	o.noFail = true // dead letters on Cluster: TestClusterDeadLetter
 	o.runnerMin, o.runnerMax = 100, 500
 	s := newScenario(t, o)
-	fetch := exec.Command(binary, "fetch", "--once", "--redis-url", s.url, "--jira-url", s.fj.URL(), "--jira-api", "server",
-		"--jira-token", jiraToken, "--jira-trigger-group", "", "--jira-rate-limit", "-1", "--log-level", "warn")
-	fetch.Env = s.baseEnv()
-	out, err := fetch.CombinedOutput()
-	t.Logf("on Redis Cluster, `ymirflow fetch --once` ends with %v: %s (issues are fed with `ymirflow enqueue` instead)",
-		err, strings.TrimSpace(string(out)))
+	if !s.feedsWithFetcher() {
+		t.Fatal("`ymirflow fetch` is not built")
+	}
+	s.startWebhook()
 	s.startAll()
 	n := issuesFor(30)
 	start := time.Now()
@@ -183,8 +184,30 @@ func TestClusterPipeline(t *testing.T) {
 	s.addIssues(n - n/2)
 	end := s.waitSettled(2 * time.Minute)
 	rep := s.checkInvariants(checkOptions{crashDuplicates: true})
-	t.Logf("FIGURE cluster: %d issues, %d events settled in %s on a 3-master cluster (fed by %s), SIGKILLs at %v; %s",
-		n, rep.events, end.Sub(start).Round(time.Millisecond), s.feeder(), kills, rep)
+	st, err := s.snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := map[string]int{}
+	for _, e := range st.entries {
+		if e.route.Agent == "triage" {
+			requests[e.issue]++
+		}
+	}
+	for issue, c := range requests {
+		if c != 1 {
+			t.Errorf("%s: %d triage requests, want 1 (the fetcher and the webhook raced)", issue, c)
+		}
+	}
+	hookLog, _ := os.ReadFile(s.hookLog)
+	fetchLog, _ := os.ReadFile(s.fetchLg)
+	byHook := strings.Count(string(hookLog), `"outcome":"published"`)
+	t.Logf("FIGURE cluster: %d issues, %d events settled in %s on a 3-master cluster (fed by `ymirflow fetch` and `ymirflow webhook`: %d published by the webhook, the rest by sweeps), SIGKILLs at %v; %s",
+		n, rep.events, end.Sub(start).Round(time.Millisecond), byHook, kills, rep)
+	if len(requests) != n || strings.Contains(string(fetchLog), "CROSSSLOT") || strings.Contains(string(hookLog), "CROSSSLOT") {
+		t.Errorf("%d of %d issues requested; CROSSSLOT in the fetcher's or webhook's log: %v/%v", len(requests), n,
+			strings.Contains(string(fetchLog), "CROSSSLOT"), strings.Contains(string(hookLog), "CROSSSLOT"))
+	}
 }
 
 // TestClusterDeadLetter: on Redis Cluster, a downstream event whose retries are exhausted

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -82,6 +83,9 @@ type options struct {
 	cluster bool
 	// noFail: every downstream run succeeds (no dead letters).
 	noFail bool
+	// webhook runs `ymirflow webhook` too: the fake Jira sends it a signed delivery for
+	// every issue it creates (addIssues), racing the fetcher's sweeps.
+	webhook bool
 }
 
 func defaultOptions() options {
@@ -117,6 +121,9 @@ type scenario struct {
 	fetchLg   string
 	fetchDone chan struct{}
 	seq       int
+	hook      *exec.Cmd // `ymirflow webhook`, with webhook
+	hookAddr  string
+	hookLog   string
 }
 
 // worker is one `ymirflow worker` process.
@@ -175,7 +182,12 @@ func newScenario(t *testing.T, o options) *scenario {
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s.fj = fakejira.New(fakejira.Options{Token: jiraToken})
+	fo := fakejira.Options{Token: jiraToken}
+	if o.webhook {
+		s.hookAddr = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+		fo.Webhooks = []fakejira.WebhookTarget{{URL: "http://" + s.hookAddr + "/", Secret: hookSecret}}
+	}
+	s.fj = fakejira.New(fo)
 	s.fj.Start()
 	if o.proxy {
 		s.tp = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
@@ -422,7 +434,13 @@ func (s *scenario) addIssues(n int) []string {
 	}
 	s.issues = append(s.issues, keys...)
 	s.mu.Unlock()
-	s.fj.AddIssues(seed...)
+	if s.o.webhook {
+		for _, is := range seed {
+			s.fj.CreateIssue(is, fakejira.SampleMaintainer) // and its webhook delivery
+		}
+	} else {
+		s.fj.AddIssues(seed...)
+	}
 	if s.feedsWithFetcher() {
 		s.startFetcher()
 		return keys
@@ -496,6 +514,57 @@ func (s *scenario) startFetcher() {
 	s.fetch = cmd
 	s.fetchDone = make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(s.fetchDone) }()
+}
+
+// hookSecret signs the fake Jira's webhook deliveries.
+const hookSecret = "integration-hook-secret"
+
+// startWebhook starts `ymirflow webhook` on the address the fake Jira delivers to, and
+// waits until it answers.
+func (s *scenario) startWebhook() {
+	s.t.Helper()
+	secret := filepath.Join(s.dir, "hook-secret")
+	if err := os.WriteFile(secret, []byte(hookSecret+"\n"), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	s.hookLog = filepath.Join(s.dir, "logs", "webhook.log")
+	logf, err := os.Create(s.hookLog)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "webhook", "--addr", s.hookAddr, "--metrics-addr", "", "--redis-url", s.url,
+		"--jira-url", s.fj.URL(), "--jira-api", "server", "--jira-token", jiraToken, "--jira-trigger-group", "",
+		"--jira-rate-limit", "-1", "--jira-jql", "project = RHEL", "--webhook-secret-file", secret, "--log-level", "info")
+	cmd.Env = s.baseEnv()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start webhook: %v", err)
+	}
+	s.hook = cmd
+	s.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.hookAddr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(s.hookLog)
+			s.t.Fatalf("the webhook does not listen on %s:\n%s", s.hookAddr, tail(string(b), 2000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (s *scenario) stopFetcher() {

@@ -113,6 +113,13 @@ func (t Topology) Queued(agent, issue string) string {
 	return t.ns() + ":queued:" + agent + ":" + issue
 }
 
+// QueuedBeside is the Redis Cluster form of Queued: one marker per stream, in the
+// stream's hash slot ("{<stream>}:queued:<agent>:<KEY>"), so that one script can check
+// the marker and append to the stream. Same value as Queued's.
+func (t Topology) QueuedBeside(stream, agent, issue string) string {
+	return "{" + stream + "}:queued:" + agent + ":" + issue
+}
+
 // LockScope is the lockmw scope of this namespace: none for the default namespace (keys
 // compatible with the Python agents), "<ns>:" otherwise.
 func (t Topology) LockScope() string {
