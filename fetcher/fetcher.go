@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/labels"
@@ -70,6 +71,9 @@ type Config struct {
 	Logger zerolog.Logger
 	// Clock is the time source for staleness; default time.Now.
 	Clock func() time.Time
+	// TracerProvider traces sweeps, webhook batches and each publish, whose span's
+	// traceparent goes into the entry (docs/architecture.md, "Tracing"). Nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Fetcher sweeps Jira and publishes triage requests. Build it with New. Sweeps may run
@@ -96,6 +100,7 @@ type Fetcher struct {
 	// cluster: Redis Cluster, where each script touches one slot (markerKey) and the
 	// pre-check GETs what it MGETs on one server.
 	cluster bool
+	tracer  trace.Tracer
 }
 
 // New validates cfg and returns a Fetcher. It does no I/O.
@@ -117,7 +122,7 @@ func New(cfg Config) (*Fetcher, error) {
 		return nil, fmt.Errorf("fetcher: MaxLen must not be negative, got %d", cfg.MaxLen)
 	}
 	f := &Fetcher{
-		jira: cfg.Jira, rdb: cfg.Redis, topo: cfg.Topology, locker: cfg.Locker,
+		jira: cfg.Jira, tracer: event.Tracer(cfg.TracerProvider), rdb: cfg.Redis, topo: cfg.Topology, locker: cfg.Locker,
 		stages: cfg.Stages, maxLen: cfg.MaxLen, maxEventBytes: cfg.MaxEventBytes, jql: cfg.JQL, triggerGroup: cfg.TriggerGroup,
 		maxIssues: cfg.MaxIssues, threshold: cfg.StaleLabelThreshold, queuedTTL: cfg.QueuedTTL,
 		componentField: cfg.ComponentField, dryRun: cfg.DryRun || cfg.Jira.DryRun(),
@@ -226,7 +231,9 @@ type Item struct {
 func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	sum := Summary{Skipped: map[Reason]int{}, DryRun: f.dryRun}
+	ctx, span := f.startSpan(ctx, "fetch sweep")
 	finish := func(err error) (Summary, error) {
+		f.endSpan(span, sum, err)
 		sum.Took = time.Since(start)
 		ev := f.log.Info()
 		if err != nil {
@@ -260,7 +267,9 @@ func (f *Fetcher) Sweep(ctx context.Context) (Summary, error) {
 func (f *Fetcher) Process(ctx context.Context, items ...Item) (Summary, error) {
 	start := time.Now()
 	sum := Summary{Skipped: map[Reason]int{}, DryRun: f.dryRun}
+	ctx, span := f.startSpan(ctx, "fetch process")
 	err := f.process(ctx, items, &sum)
+	f.endSpan(span, sum, err)
 	sum.Took = time.Since(start)
 	return sum, err
 }
@@ -437,13 +446,15 @@ func (f *Fetcher) handle(ctx context.Context, c candidate, o *Outcome, pre prech
 		return fmt.Errorf("build the triage request for %s: %w", key, err)
 	}
 	stream := f.topo.Stream(triageAgent, "", userTriggered)
+	pctx, pspan := f.startPublish(ctx, stream, msg)
 	fields := event.Encode(msg)
 	err = event.CheckEvent(fields, f.maxEventBytes)
 	var id string
 	var fresh bool
 	if err == nil {
-		id, fresh, err = f.publish(ctx, key, stream, fields)
+		id, fresh, err = f.publish(pctx, key, stream, fields)
 	}
+	f.endPublish(pspan, id, fresh, err)
 	if err != nil {
 		o.Reason, o.Detail = ReasonError, "publish: "+err.Error()
 		return redisError{fmt.Errorf("publish the triage request for %s to %s: %w (no label was changed)", key, stream, err)}

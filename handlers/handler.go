@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -44,6 +45,10 @@ type Config struct {
 	// Fences counts Jira writes refused because the lease was lost, and writes found to
 	// have raced a lease loss (pipeline.Metrics implements it). Nil: not counted.
 	Fences FenceObserver
+	// TracerProvider traces the runner, each Jira write (fenced or refused) and the
+	// outcome record, as children of the delivery's span (docs/architecture.md,
+	// "Tracing"). Nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // FenceObserver counts fenced Jira writes made for an event (target: labels, comment).
@@ -83,7 +88,7 @@ func New(cfg Config) (message.NoPublishHandlerFunc, error) {
 	if cfg.Fences == nil {
 		cfg.Fences = nopFences{}
 	}
-	h := &handler{cfg: cfg, memo: map[string]*progress{}, now: time.Now}
+	h := &handler{cfg: cfg, memo: map[string]*progress{}, now: time.Now, tracer: event.Tracer(cfg.TracerProvider)}
 	h.log = cfg.Logger.With().Str("agent", cfg.Agent).Logger()
 	if cfg.Branch != "" {
 		h.log = h.log.With().Str("branch", cfg.Branch).Logger()
@@ -95,9 +100,10 @@ func New(cfg Config) (message.NoPublishHandlerFunc, error) {
 }
 
 type handler struct {
-	cfg Config
-	log zerolog.Logger
-	now func() time.Time
+	cfg    Config
+	log    zerolog.Logger
+	now    func() time.Time
+	tracer trace.Tracer // nil: tracing off
 
 	mu   sync.Mutex
 	memo map[string]*progress

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -37,7 +40,7 @@ func (h *handler) readIssue(ctx context.Context, key string) (labels []string, s
 // it was lost in between (the process paused between the check and the write), the
 // write may have landed on a newer holder's state, so the labels are converged to the
 // issue's last recorded outcome before the error is returned.
-func (h *handler) setLabels(ctx context.Context, ev *job, add, remove []string) error {
+func (h *handler) setLabels(ctx context.Context, ev *job, add, remove []string) (err error) {
 	remove = slices.DeleteFunc(slices.Clone(remove), func(l string) bool { return slices.Contains(add, l) })
 	if len(add) == 0 && len(remove) == 0 {
 		return nil
@@ -50,6 +53,9 @@ func (h *handler) setLabels(ctx context.Context, ev *job, add, remove []string) 
 		return err
 	}
 	le, fenced := lockmw.LeaseFrom(ctx)
+	ctx, span := h.span(ctx, ev, "jira labels", attribute.Bool("ymirflow.fenced", fenced),
+		attribute.StringSlice("ymirflow.labels.add", add), attribute.StringSlice("ymirflow.labels.remove", remove))
+	defer func() { h.endSpan(span, err) }()
 	if fenced {
 		if err := h.fence(ctx, ev, le, "labels"); err != nil {
 			return err
@@ -80,6 +86,7 @@ func (h *handler) setLabels(ctx context.Context, ev *job, add, remove []string) 
 func (h *handler) fence(ctx context.Context, ev *job, le *lease.Lease, target string) error {
 	err := le.Check(ctx)
 	if errors.Is(err, lease.ErrLeaseLost) {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Bool("ymirflow.refused", true))
 		h.cfg.Fences.FencedWriteRefused(h.cfg.Agent, target)
 		ev.log.Warn().Err(err).Str("target", target).Msg("fenced write refused")
 	}
@@ -93,13 +100,17 @@ func (h *handler) comment(ctx context.Context, ev *job, body string) {
 		ev.log.Info().Str("comment", body).Bool("dry_run", true).Msg("jira comment not posted (dry run)")
 		return
 	}
-	if le, ok := lockmw.LeaseFrom(ctx); ok {
-		if err := h.fence(ctx, ev, le, "comment"); err != nil {
+	le, fenced := lockmw.LeaseFrom(ctx)
+	ctx, span := h.span(ctx, ev, "jira comment", attribute.Bool("ymirflow.fenced", fenced))
+	var err error
+	defer func() { h.endSpan(span, err) }()
+	if fenced {
+		if err = h.fence(ctx, ev, le, "comment"); err != nil {
 			ev.log.Warn().Err(err).Msg("jira comment not posted: the lease is not proven")
 			return
 		}
 	}
-	if err := h.cfg.Jira.AddComment(ctx, ev.key, body); err != nil {
+	if err = h.cfg.Jira.AddComment(ctx, ev.key, body); err != nil {
 		ev.log.Warn().Err(err).Msg("could not post a jira comment (not critical)")
 	}
 }

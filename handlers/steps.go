@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
@@ -20,7 +22,9 @@ func (h *handler) run(ctx context.Context, ev *job) (runners.Result, error) {
 		Payload: ev.msg.Payload, Task: ev.task,
 	}
 	start := h.now()
-	res, err := h.cfg.Runner.Run(ctx, req)
+	rctx, span := h.span(ctx, ev, "runner "+h.cfg.Agent)
+	res, err := h.cfg.Runner.Run(rctx, req)
+	h.endSpan(span, err)
 	if err != nil {
 		return runners.Result{}, err
 	}
@@ -45,7 +49,10 @@ func (h *handler) record(ctx context.Context, ev *job, eventType, outcome string
 		}
 		rec.Detail = string(b)
 	}
-	if _, err := h.cfg.Results.Add(ctx, rec); err != nil {
+	rctx, span := h.span(ctx, ev, "record "+eventType, attribute.String("ymirflow.outcome", outcome))
+	_, err := h.cfg.Results.Add(rctx, rec)
+	h.endSpan(span, err)
+	if err != nil {
 		return h.redisErr(ctx, ev, "record the outcome", err)
 	}
 	return nil

@@ -30,6 +30,9 @@ type HistoryEvent struct {
 	Fence         string `json:"fence,omitempty"`
 	CorrelationID string `json:"correlation_id,omitempty"`
 	CausationID   string `json:"causation_id,omitempty"`
+	// TraceID is the OpenTelemetry trace the entry belongs to: a record's trace_id, a
+	// request's traceparent ("" when it was not traced).
+	TraceID string `json:"trace_id,omitempty"`
 	ReplayOf      string `json:"replay_of,omitempty"`
 	// About is the input entry a results record or a dead letter is about
 	// ("stream id").
@@ -244,6 +247,7 @@ func historyEvent(stream, kind string, route event.Route, m redis.XMessage, key 
 	if !hasPayload && !hasUUID {
 		// A results record: plain fields.
 		ev.EventType, ev.Agent, ev.Fence, ev.CorrelationID = v("event_type"), v("agent"), v("fence"), v("correlation_id")
+		ev.TraceID = v("trace_id")
 		if v("message_id") != "" || v("stream") != "" {
 			ev.About = strings.TrimSpace(v("stream") + " " + v("message_id"))
 		}
@@ -265,6 +269,9 @@ func historyEvent(stream, kind string, route event.Route, m redis.XMessage, key 
 	md := msg.Metadata.Get
 	ev.EventType, ev.Fence, ev.CorrelationID = md(event.MetaEventType), md(event.MetaFence), md(event.MetaCorrelationID)
 	ev.CausationID, ev.ReplayOf = md(event.MetaCausationID), md(event.MetaReplayOf)
+	if sc, ok := event.ParseTraceParent(md(event.MetaTraceParent)); ok {
+		ev.TraceID = sc.TraceID().String()
+	}
 	ev.Agent = route.Agent
 	if ev.EventType == "" && route.Agent != "" {
 		ev.EventType = event.RequestedEvent(route.Agent)

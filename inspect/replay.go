@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/pipeline/event"
@@ -27,6 +28,10 @@ type ReplayOptions struct {
 	Issue string
 	// DryRun lists what would be replayed without publishing.
 	DryRun bool
+	// TracerProvider traces each replayed publish: a new trace, linked to the one the
+	// original event ran in (docs/architecture.md, "Tracing"). Nil: no spans; the
+	// replayed event still carries the link (metadata trace_link), for the worker's span.
+	TracerProvider trace.TracerProvider
 }
 
 // ReplayReport is what Replay did (or would do).
@@ -103,7 +108,7 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 		to = lastID
 	}
 
-	pub := event.NewPublisher(in.rdb, in.maxLen).WithMaxEventBytes(in.maxBytes)
+	pub := event.NewPublisher(in.rdb, in.maxLen).WithMaxEventBytes(in.maxBytes).WithTracerProvider(o.TracerProvider)
 	next := from
 	for {
 		page, err := in.rdb.XRangeN(ctx, route.Stream, next, to, in.page).Result()
@@ -185,5 +190,6 @@ func replayOf(orig *message.Message, id string, route event.Route) *message.Mess
 	msg.Metadata.Set(event.MetaCorrelationID, watermill.NewUUID())
 	msg.Metadata.Set(event.MetaCausationID, orig.UUID)
 	msg.Metadata.Set(event.MetaAttempt, "0")
+	event.MarkReplay(msg)
 	return msg
 }

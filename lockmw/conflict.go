@@ -102,6 +102,7 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		reason = "superseded"
 	}
 	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, outcome, reason)
+	leaseConflict(ctx, outcome, reason, holder)
 	if c.Queued {
 		log().Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
 	} else {

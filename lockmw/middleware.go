@@ -246,6 +246,7 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			return nil, m.notAcquired(ctx, msg, entry, hasEntry, err, log)
 		}
 		log.issue, log.fence = le.Issue(), le.Fence()
+		leaseAcquired(ctx, le, pre != nil)
 		msg.Metadata.Set(MetaIssueKey, le.Issue())
 		msg.Metadata.Set(MetaFence, strconv.FormatInt(le.Fence(), 10))
 
@@ -253,6 +254,7 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if lost := le.Err(); lost != nil && !errors.Is(lost, lease.ErrReleased) {
+			leaseEnded(ctx, lost)
 			deleted, relErr := le.Release(cleanup)
 			if err == nil && relErr == nil && deleted {
 				// The handler finished, and the key still held this lease's token when it

@@ -61,6 +61,7 @@ func (d *deadLetters) middleware(src lockmw.Source) message.HandlerMiddleware {
 // nothing buries it twice. It returns nil when done (the router then acks
 // a second time, for free) or the error that kept it from being done (nack: retried).
 func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error, attempts int) error {
+	deadLettered(msg, cause, attempts)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
 	defer cancel()
 	values := event.Encode(msg)

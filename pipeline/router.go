@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -108,6 +109,10 @@ type RouterConfig struct {
 	// (not of bad events), with the dead letter's id; it runs after the entry is acked.
 	// Default: nil, no one is told.
 	OnDead func(ctx context.Context, d Dead)
+	// TracerProvider traces each delivery (a consumer span, child of the span that
+	// published the entry) and the lease's outcomes on it (docs/architecture.md,
+	// "Tracing"). Default: nil, no tracing, and nothing of it on the event's path.
+	TracerProvider trace.TracerProvider
 	// Handler does the stage's work. It finds its lease with lockmw.LeaseFrom.
 	// Required.
 	Handler message.NoPublishHandlerFunc
@@ -241,6 +246,10 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			stack := []message.HandlerMiddleware{
 				middleware.Recoverer,
 				correlation,
+			}
+			if tr := event.Tracer(cfg.TracerProvider); tr != nil {
+				stack = append(stack, (&tracing{tracer: tr, rdb: cfg.Client, topo: cfg.Topology, group: route.Group,
+					base: traceBase(cfg.Agent, cfg.Branch, consumer), redactor: cfg.Redactor}).middleware)
 			}
 			if cfg.Metrics != nil {
 				stack = append(stack, cfg.Metrics.handlerMiddleware())

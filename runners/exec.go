@@ -31,7 +31,9 @@ const (
 //   - stdin: the Task JSON exactly as received;
 //   - environment: Env (see BuildAgentEnv: never the worker's whole environment, never
 //     what its EnvPolicy withholds), plus YMIR_AGENT, YMIR_BRANCH, YMIR_ISSUE_KEY, YMIR_FENCE, YMIR_ATTEMPT,
-//     YMIR_MESSAGE_ID, YMIR_STREAM, YMIR_USER_TRIGGERED and JIRA_ISSUE (the issue key);
+//     YMIR_MESSAGE_ID, YMIR_STREAM, YMIR_USER_TRIGGERED and JIRA_ISSUE (the issue key),
+//     and, when ctx carries a trace, TRACEPARENT (and TRACESTATE): the W3C context of
+//     the runner's span, so an agent that uses OpenTelemetry continues the trace;
 //   - stdout: the JSON result (see ParseResult); at most MaxStdout bytes are kept;
 //   - a non-zero exit status or output that is not a result is an error (the event is
 //     retried); the tail of stderr (at most MaxStderr bytes in the log, 2 KiB in the
@@ -89,6 +91,7 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 		"YMIR_USER_TRIGGERED="+strconv.FormatBool(req.UserTriggered),
 		"JIRA_ISSUE="+req.IssueKey,
 	)
+	cmd.Env = appendTraceEnv(ctx, cmd.Env)
 	cmd.Stdin = bytes.NewReader(req.Payload)
 	stdout := &headBuffer{max: orDefault(r.MaxStdout, DefaultMaxStdout)}
 	stderr := &tailBuffer{max: orDefault(r.MaxStderr, DefaultMaxStderr)}

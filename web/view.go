@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ymirflow/ymirflow/inspect"
@@ -17,6 +18,13 @@ func (s *Server) funcs() template.FuncMap {
 		"ms":    func(d time.Duration) int64 { return d.Milliseconds() },
 		"clip":  func(v string) string { return s.clip(v, maxErrList) },
 		"stamp": stamp,
+		// traceURL is the trace viewer's link of a trace id ("" without a template or id).
+		"traceURL": func(id string) string {
+			if s.cfg.TraceURLTemplate == "" || id == "" {
+				return ""
+			}
+			return strings.ReplaceAll(s.cfg.TraceURLTemplate, TraceIDPlaceholder, id)
+		},
 		"stampMS": func(t time.Time) string {
 			if t.IsZero() {
 				return ""

@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,28 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// TraceURLTemplate, when set, links each timeline entry that was traced to its trace
+	// in a trace viewer: an http(s) URL in which "{trace_id}" stands for the 32-digit
+	// hex trace id (https://jaeger.example.com/trace/{trace_id}). Default: no links.
+	TraceURLTemplate string
+}
+
+// TraceIDPlaceholder is what Config.TraceURLTemplate's trace id replaces.
+const TraceIDPlaceholder = "{trace_id}"
+
+// ErrTraceURLTemplate is returned by New for a Config.TraceURLTemplate that is not an
+// http(s) URL containing TraceIDPlaceholder.
+var ErrTraceURLTemplate = errors.New("web: Config.TraceURLTemplate must be an http:// or https:// URL containing " + TraceIDPlaceholder)
+
+func checkTraceURLTemplate(t string) error {
+	if t == "" {
+		return nil
+	}
+	u, err := url.Parse(strings.ReplaceAll(t, TraceIDPlaceholder, "0"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(t, TraceIDPlaceholder) {
+		return fmt.Errorf("%w, got %q", ErrTraceURLTemplate, t)
+	}
+	return nil
 }
 
 // Input limits: anything longer is refused with a 4xx before any Redis work.
@@ -78,6 +101,9 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	if cfg.Inspector == nil {
 		return nil, errors.New("web: Config needs an Inspector")
+	}
+	if err := checkTraceURLTemplate(cfg.TraceURLTemplate); err != nil {
+		return nil, err
 	}
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = 2 * time.Second

@@ -124,7 +124,9 @@ func (r *Receiver) process(ctx context.Context, inbox string, m redis.XMessage, 
 	start := time.Now()
 	body, _ := m.Values["body"].(string)
 	delivery, _ := m.Values["delivery"].(string)
-	res := r.classify(ctx, body, delivery, m.ID)
+	sctx, span := r.startDelivery(ctx, delivery, m.ID, attempt)
+	res := r.classify(sctx, body, delivery, m.ID)
+	endDelivery(span, res)
 	took := time.Since(start)
 	done := res.status < 500
 	if !done && ctx.Err() != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
@@ -112,6 +113,10 @@ type Config struct {
 	Logger  zerolog.Logger
 	// Clock is the time source for the payload's age; default time.Now.
 	Clock func() time.Time
+	// TracerProvider traces each stored delivery's classification (the root of an issue
+	// run's trace; the publish, Config.Fetcher's, is its child when the fetcher traces
+	// too). Nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Receiver is the http.Handler that takes Jira's webhook deliveries, and (Run) the
@@ -124,6 +129,7 @@ type Receiver struct {
 	log    zerolog.Logger
 	// processed, when set (tests), hears the outcome of every inbox entry classified.
 	processed func(inboxID string, res result)
+	tracer    trace.Tracer
 }
 
 // New validates cfg and returns a Receiver. It does no I/O.
@@ -176,7 +182,8 @@ func New(cfg Config) (*Receiver, error) {
 		cfg.Clock = time.Now
 	}
 	r := &Receiver{cfg: cfg, own: map[string]bool{}, fields: cfg.Fetcher.SearchFields(),
-		ns: cfg.Topology.Namespace, log: cfg.Logger.With().Str("component", "webhook").Logger()}
+		ns: cfg.Topology.Namespace, log: cfg.Logger.With().Str("component", "webhook").Logger(),
+		tracer: event.Tracer(cfg.TracerProvider)}
 	if r.ns == "" {
 		r.ns = event.DefaultNamespace
 	}

@@ -54,7 +54,12 @@ func enqueueKeys(raw []string) ([]string, error) {
 // enqueue publishes one request per key, in order, and prints each stream id.
 func enqueue(ctx context.Context, s *session, cfg *config.Enqueue, keys []string) error {
 	e, stdout := s.env, s.stdout
-	pub := event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes)
+	tp, stopTracing, err := startTracing(ctx, &cfg.Tracing, "enqueue", e.log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	pub := event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp)
 	stream := e.topology.Stream(cfg.Agent, cfg.Branch, cfg.UserTriggered)
 	for i, key := range keys {
 		task, err := requestTask(cfg.Agent, cfg.Branch, key, cfg.UserTriggered)

@@ -37,6 +37,11 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // fetch sweeps once, or every cfg.Interval until ctx ends.
 func fetch(ctx context.Context, s *session, cfg *config.Fetch) error {
 	e, jc, stdout := s.env, s.jira, s.stdout
+	tp, stopTracing, err := startTracing(ctx, &cfg.Tracing, "fetch", e.log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	locker, err := e.newLocker(lease.Options{}) // the workers' key layout
 
 	if err != nil {
@@ -45,7 +50,7 @@ func fetch(ctx context.Context, s *session, cfg *config.Fetch) error {
 	f, err := fetcher.New(fetcher.Config{
 		Jira: jc, Redis: e.rdb, Topology: e.topology, Locker: locker, MaxLen: cfg.MaxLen, MaxEventBytes: cfg.MaxEventBytes,
 		JQL: cfg.JiraJQL, TriggerGroup: cfg.JiraTriggerGroup, MaxIssues: cfg.MaxIssues,
-		StaleLabelThreshold: cfg.StaleLabelThreshold, DryRun: cfg.DryRun, Logger: e.log,
+		StaleLabelThreshold: cfg.StaleLabelThreshold, DryRun: cfg.DryRun, Logger: e.log, TracerProvider: tp,
 	})
 	if err != nil {
 		return usagef("%v", err)

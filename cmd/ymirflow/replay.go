@@ -61,7 +61,13 @@ func replay(ctx context.Context, s *session, cfg *config.Replay, route event.Rou
 			return err
 		}
 	}
-	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: route.Stream, From: cfg.From, To: cfg.To, Issue: cfg.Issue, DryRun: cfg.DryRun})
+	tp, stopTracing, err := startTracing(ctx, &cfg.Tracing, "replay", e.log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: route.Stream, From: cfg.From, To: cfg.To, Issue: cfg.Issue, DryRun: cfg.DryRun,
+		TracerProvider: tp})
 	if err != nil && len(rep.Events) == 0 {
 		return inputKeyErr(err, cfg.Issue)
 	}

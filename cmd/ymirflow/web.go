@@ -49,7 +49,7 @@ func console(ctx context.Context, s *session, cfg *config.Web, token string) err
 	pipeline.WarnOldServer(ctx, e.rdb, e.log) // README, "Requirements"
 	red := redact.New(append(environSecrets(os.Getenv), ownSecrets(&cfg.Common, "")...)...)
 	srv, err := web.New(web.Config{Inspector: in, Topology: e.topology, Token: token, TokenHint: config.WebTokenHint, Redactor: red, Logger: e.log,
-		Refresh: cfg.Refresh, ConsumerIdle: cfg.ConsumerIdle})
+		Refresh: cfg.Refresh, ConsumerIdle: cfg.ConsumerIdle, TraceURLTemplate: cfg.TraceURLTemplate})
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,11 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 			}
 		}
 	}
+	tp, stopTracing, err := startTracing(ctx, &cfg.Tracing, "webhook", e.log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	locker, err := e.newLocker(lease.Options{})
 	if err != nil {
 		return usagef("%v", err)
@@ -70,7 +75,7 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 	f, err := fetcher.New(fetcher.Config{
 		Jira: jc, Redis: e.rdb, Topology: e.topology, Locker: locker, MaxLen: cfg.MaxLen, MaxEventBytes: cfg.MaxEventBytes,
 		JQL: cfg.JiraJQL, TriggerGroup: cfg.JiraTriggerGroup, StaleLabelThreshold: cfg.StaleLabelThreshold,
-		DryRun: cfg.DryRun, Logger: e.log,
+		DryRun: cfg.DryRun, Logger: e.log, TracerProvider: tp,
 	})
 	if err != nil {
 		return usagef("%v", err)
@@ -80,7 +85,7 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 		Fetcher: f, Jira: jc, Redis: e.rdb, Topology: e.topology, Secret: []byte(secret),
 		InsecureNoSignature: cfg.InsecureNoSignature, OwnAccounts: own, MaxBody: cfg.WebhookMaxBody,
 		Deadline: cfg.WebhookDeadline, MaxPayloadAge: cfg.WebhookPayloadAge, DeliveryTTL: cfg.WebhookDeliveryTTL,
-		Metrics: webhook.NewMetrics(metrics.Registry), Logger: e.log,
+		Metrics: webhook.NewMetrics(metrics.Registry), Logger: e.log, TracerProvider: tp,
 	}
 	if cfg.WebhookCheckScope {
 		wc.JQL = cfg.JiraJQL

@@ -94,6 +94,12 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	}
 	defer claim.Release(context.Background())
 
+	tp, stopTracing, err := startTracing(ctx, &cfg.Tracing, "worker", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
 	metrics := pipeline.NewMetrics()
 	locker, err := e.newLocker(lease.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
 		Observer: metrics})
@@ -135,9 +141,10 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		}
 	}
 	hcfg := handlers.Config{Agent: cfg.Agent, Branch: cfg.Branch, Runner: runner, Jira: jc,
-		Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes),
+		Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp),
 		Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
-		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red, Fences: metrics}
+		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red, Fences: metrics,
+		TracerProvider: tp}
 	h, err := handlers.New(hcfg)
 	if err != nil {
 		return usagef("%v", err)
@@ -147,7 +154,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
 		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policy: policy, Scopes: scopes,
 		Locker: locker, Logger: log, Metrics: metrics, Handler: h, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
-		OnDead: handlers.FailureNotice(hcfg)})
+		OnDead: handlers.FailureNotice(hcfg), TracerProvider: tp})
 	if err != nil {
 		return usagef("%v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/xonce"
@@ -46,6 +47,7 @@ type Publisher struct {
 	maxBytes int
 	mu       sync.Mutex
 	count    map[string]int64
+	tracer   trace.Tracer // nil: no publish spans
 }
 
 // trimEvery is how many appends to one stream go between two Trim passes.
@@ -61,6 +63,14 @@ func NewPublisher(rdb redis.UniversalClient, maxLen int64) *Publisher {
 // returns p. Workers dead-letter entries above their own MaxEventBytes unrun.
 func (p *Publisher) WithMaxEventBytes(n int) *Publisher {
 	p.maxBytes = n
+	return p
+}
+
+// WithTracerProvider makes p trace each publish (a producer span whose context goes
+// into the entry's traceparent) and returns p. Nil: no spans; an entry published
+// under a span (ctx) still carries that span's traceparent.
+func (p *Publisher) WithTracerProvider(tp trace.TracerProvider) *Publisher {
+	p.tracer = Tracer(tp)
 	return p
 }
 
@@ -90,11 +100,17 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // PublishID appends msg to stream and returns its id. Under a lease (ctx from a lock
 // middleware handler: FencerFrom) the append is fenced: refused once the lease is lost, and stamped
 // with the lease's fence.
-func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.Message) (string, error) {
+func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.Message) (id string, err error) {
 	lease, leased := FencerFrom(ctx)
 	if leased {
 		msg.Metadata.Set(MetaFence, strconv.FormatInt(lease.Fence(), 10))
 	}
+	if p.tracer != nil {
+		var span trace.Span
+		ctx, span = StartPublish(ctx, p.tracer, stream, msg)
+		defer func() { EndPublish(span, id, err) }()
+	}
+	InjectTrace(ctx, msg)
 	values := Encode(msg)
 	if err := CheckEvent(values, p.maxBytes); err != nil {
 		return "", fmt.Errorf("publish %s to %s refused: %w", msg.Metadata.Get(MetaEventType), stream, err)
@@ -110,7 +126,7 @@ func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.M
 		p.maybeTrim(ctx, stream)
 		return id, nil
 	}
-	id, err := xonce.Run(ctx, p.rdb, xonce.Append{Stream: stream, ID: xonce.NewID(), Values: values, TTL: retryOnceTTL})
+	id, err = xonce.Run(ctx, p.rdb, xonce.Append{Stream: stream, ID: xonce.NewID(), Values: values, TTL: retryOnceTTL})
 	if err != nil {
 		return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
 	}
@@ -137,6 +153,7 @@ type Record struct {
 	Fence         string
 	Outcome       string // e.g. the resolution or the label written
 	Detail        string // JSON or free text
+	TraceID       string // the trace the record was written in ("" untraced): the console links it
 }
 
 // Results appends records to the results stream.
@@ -175,6 +192,9 @@ func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 		"outcome":        r.redactor.String(rec.Outcome),
 		"detail":         r.redactor.String(rec.Detail),
 		"at":             time.Now().UTC().Format(time.RFC3339Nano),
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		v["trace_id"] = sc.TraceID().String()
 	}
 	var id string
 	var err error
@@ -227,7 +247,7 @@ func (r *Results) Outcomes(ctx context.Context, issue string, scan int) ([]Recor
 func recordOf(m redis.XMessage) Record {
 	s := func(k string) string { v, _ := m.Values[k].(string); return v }
 	return Record{ID: m.ID, EventType: s("event_type"), Agent: s("agent"), IssueKey: s("issue_key"), MessageID: s("message_id"),
-		Stream: s("stream"), CorrelationID: s("correlation_id"), Fence: s("fence"), Outcome: s("outcome"), Detail: s("detail")}
+		Stream: s("stream"), CorrelationID: s("correlation_id"), Fence: s("fence"), Outcome: s("outcome"), Detail: s("detail"), TraceID: s("trace_id")}
 }
 
 // IndexIssue is the form of an issue key that the per-issue index of a stream files

@@ -15,6 +15,7 @@ const (
 type Fetch struct {
 	Common
 	Jira
+	Tracing
 
 	Once                bool          // --once, ONCE: one sweep, then exit
 	Interval            time.Duration // --interval, INTERVAL: time between sweeps without --once
@@ -26,6 +27,7 @@ type Fetch struct {
 func (f *Fetch) Register(fs *flag.FlagSet) {
 	f.Common.Register(fs)
 	f.Jira.Register(fs)
+	f.Tracing.register(fs)
 	required(fs, "jira-url", "required: the fetcher searches Jira")
 	fs.BoolVar(&f.Once, "once", false, "run one sweep and exit")
 	fs.DurationVar(&f.Interval, "interval", DefaultFetchInterval, "time between sweeps (without --once)"+rangeHelp("interval"))
@@ -38,6 +40,7 @@ func (f *Fetch) Validate() error {
 	var p problems
 	f.Common.validate(&p)
 	f.Jira.validate(&p)
+	f.Tracing.validate(&p)
 	if f.JiraURL == "" {
 		p.add("jira-url", "is required: the fetcher searches Jira")
 	}

@@ -8,6 +8,7 @@ import (
 // Replay is the settings of `ymirflow replay`.
 type Replay struct {
 	Inspect
+	Tracing
 	Stream string // --stream (flag only): input stream, e.g. triage, rebase:c9s, ymir:rebase:c9s:todo
 	From   string // --from (flag only): first stream id (default -)
 	To     string // --to (flag only): last stream id (default +: the last entry when the replay starts)
@@ -19,6 +20,7 @@ type Replay struct {
 // Register defines replay's flags on fs.
 func (c *Replay) Register(fs *flag.FlagSet) {
 	c.Inspect.Register(fs)
+	c.Tracing.register(fs)
 	fs.StringVar(&c.Stream, "stream", "", "input stream to replay, in full (ymir:rebase:c9s) or without the namespace (rebase:c9s, triage:todo)")
 	fs.StringVar(&c.From, "from", "-", "first stream id of the range (inclusive; ( before it: exclusive)")
 	fs.StringVar(&c.To, "to", "+", "last stream id of the range (inclusive; + is the last entry when the replay starts)")
@@ -33,6 +35,7 @@ func (c *Replay) Register(fs *flag.FlagSet) {
 func (c *Replay) Validate() error {
 	var p problems
 	c.Common.validate(&p)
+	c.Tracing.validate(&p)
 	if strings.TrimSpace(c.Stream) == "" {
 		p.addFlag("stream", "is required: the input stream to replay, e.g. triage or rebase:c9s")
 	}

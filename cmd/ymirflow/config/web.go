@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,9 @@ type Web struct {
 	// consumer is shown as not alive.
 	Refresh      time.Duration
 	ConsumerIdle time.Duration
+	// TraceURLTemplate (--trace-url-template, TRACE_URL_TEMPLATE) links the issue
+	// timeline's traced entries to a trace viewer; {trace_id} stands for the trace id.
+	TraceURLTemplate string
 }
 
 // Register defines the console's flags on fs.
@@ -37,6 +41,7 @@ func (w *Web) Register(fs *flag.FlagSet) {
 	boolVarEnv(fs, &w.ReadOnly, "read-only", "WEB_READ_ONLY", false, "refuse every write action, even with a token (the default when no token is set)")
 	durationVarEnv(fs, &w.Refresh, "refresh", "WEB_REFRESH", DefaultWebRefresh, "how often pages refresh themselves")
 	durationVarEnv(fs, &w.ConsumerIdle, "consumer-idle", "WEB_CONSUMER_IDLE", DefaultConsumerIdle, "a consumer idle for longer is shown as not alive")
+	fs.StringVar(&w.TraceURLTemplate, "trace-url-template", "", "link the issue timeline's traced entries to a trace viewer: an http(s) URL where {trace_id} stands for the trace id, e.g. https://jaeger.example.com/trace/{trace_id} (empty: no links)")
 }
 
 // Validate checks the console's settings.
@@ -63,6 +68,9 @@ func (w *Web) Validate() error {
 	}
 	if w.Refresh < 200*time.Millisecond {
 		p.add("refresh", "= %s must be at least 200ms", fmtDur(w.Refresh))
+	}
+	if t := w.TraceURLTemplate; t != "" && (!strings.Contains(t, "{trace_id}") || !(strings.HasPrefix(t, "http://") || strings.HasPrefix(t, "https://"))) {
+		p.add("trace-url-template", "= %q must be an http:// or https:// URL containing {trace_id}", t)
 	}
 	if w.ConsumerIdle <= 0 {
 		p.add("consumer-idle", "= %s must be positive", fmtDur(w.ConsumerIdle))

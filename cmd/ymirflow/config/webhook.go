@@ -61,6 +61,7 @@ func (s *WebhookSecret) Secret() (string, error) {
 type Webhook struct {
 	Common
 	Jira
+	Tracing
 	WebhookSecret
 
 	Addr                string        // --addr, ADDR: listen address of the receiver
@@ -79,6 +80,7 @@ type Webhook struct {
 func (w *Webhook) Register(fs *flag.FlagSet) {
 	w.Common.Register(fs)
 	w.Jira.Register(fs)
+	w.Tracing.register(fs)
 	w.WebhookSecret.register(fs, "the Jira webhook's secret: deliveries must carry X-Hub-Signature: sha256=<HMAC-SHA256 of the body>")
 	fs.StringVar(&w.Addr, "addr", DefaultWebhookAddr, "listen address of the webhook receiver")
 	required(fs, "jira-url", "required: the receiver reads issues and writes labels")
@@ -110,6 +112,7 @@ func (w *Webhook) Validate() error {
 	var p problems
 	w.Common.validate(&p)
 	w.Jira.validate(&p)
+	w.Tracing.validate(&p)
 	w.WebhookSecret.validate(&p)
 	if w.JiraURL == "" {
 		p.add("jira-url", "is required: the receiver reads issues and writes labels in Jira")

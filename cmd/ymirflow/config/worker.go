@@ -56,6 +56,7 @@ func DefaultConsumerName() string {
 type Worker struct {
 	Common
 	Jira
+	Tracing
 
 	Agent         string        // --agent, AGENT: triage|rebase|backport|rebuild
 	Branch        string        // --branch, BRANCH: c9s|c10s; required for every agent but triage
@@ -85,6 +86,7 @@ type Worker struct {
 func (w *Worker) Register(fs *flag.FlagSet) {
 	w.Common.Register(fs)
 	w.Jira.Register(fs)
+	w.Tracing.register(fs)
 	fs.StringVar(&w.Agent, "agent", "", "agent to run: "+strings.Join(Agents, "|"))
 	fs.StringVar(&w.Branch, "branch", "", "target branch: "+strings.Join(Branches, "|")+" (every agent but triage)")
 	fs.StringVar(&w.Runner, "runner", DefaultRunner, "runner: exec (a command per event) or demo (simulated agents)")
@@ -180,6 +182,7 @@ func (w *Worker) Validate() error {
 	var p problems
 	w.Common.validate(&p)
 	w.Jira.validate(&p)
+	w.Tracing.validate(&p)
 	validateAgentBranch(&p, w.Agent, w.Branch, false)
 	switch w.Runner {
 	case "exec":
