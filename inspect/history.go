@@ -32,8 +32,8 @@ type HistoryEvent struct {
 	CausationID   string `json:"causation_id,omitempty"`
 	// TraceID is the OpenTelemetry trace the entry belongs to: a record's trace_id, a
 	// request's traceparent ("" when it was not traced).
-	TraceID string `json:"trace_id,omitempty"`
-	ReplayOf      string `json:"replay_of,omitempty"`
+	TraceID  string `json:"trace_id,omitempty"`
+	ReplayOf string `json:"replay_of,omitempty"`
 	// About is the input entry a results record or a dead letter is about
 	// ("stream id").
 	About string `json:"about,omitempty"`

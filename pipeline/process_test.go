@@ -100,8 +100,11 @@ func TestWorkerProcess(t *testing.T) {
 	r, err := pipeline.NewRouter(pipeline.RouterConfig{Client: rdb, ClientOptions: opts, Topology: event.Topology{Namespace: ns + "ymir"},
 		Agent: "triage", Consumer: consumer, BlockTime: dur("W_BLOCK"), MaxIdleTime: dur("W_MAXIDLE"),
 		ClaimInterval: dur("W_CLAIM"), NackResendSleep: 50 * time.Millisecond, Locker: locker,
+		TracerProvider: workerTracing(),
 		Handler: func(msg *message.Message) error {
-			rdb.RPush(context.Background(), ledger, fmt.Sprintf("start %s %s %d %s", issueOf(msg), consumer, os.Getpid(), msg.Metadata.Get("fence")))
+			// The sixth field: the delivery span's traceparent ("-" untraced).
+			rdb.RPush(context.Background(), ledger, fmt.Sprintf("start %s %s %d %s %s", issueOf(msg), consumer, os.Getpid(), msg.Metadata.Get("fence"),
+				deliveryTraceParent(msg)))
 			if hold == 0 {
 				<-msg.Context().Done()
 				return msg.Context().Err()
