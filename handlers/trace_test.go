@@ -57,7 +57,7 @@ func (s spanIndex) has(name string) bool {
 func attrOf(sp tracetest.SpanStub, key string) string {
 	for _, kv := range sp.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

@@ -18,7 +18,6 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -69,7 +68,7 @@ func linksTo(sp tracetest.SpanStub, sc trace.SpanContext) bool {
 func spanAttr(sp tracetest.SpanStub, key string) string {
 	for _, kv := range sp.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -216,13 +215,13 @@ func TestTracedFailureHasTypedCauseAndNoSecret(t *testing.T) {
 	}
 	for _, s := range exp.GetSpans() {
 		for _, kv := range s.Attributes {
-			if strings.Contains(kv.Value.Emit(), secret) {
+			if strings.Contains(kv.Value.String(), secret) {
 				t.Fatalf("span %q attribute %s holds the secret", s.Name, kv.Key)
 			}
 		}
 		for _, ev := range s.Events {
 			for _, kv := range ev.Attributes {
-				if strings.Contains(kv.Value.Emit(), secret) {
+				if strings.Contains(kv.Value.String(), secret) {
 					t.Fatalf("span %q event %s holds the secret", s.Name, ev.Name)
 				}
 			}
@@ -268,4 +267,3 @@ func TestTracedConflictIsASpanEvent(t *testing.T) {
 	}
 }
 
-var _ = pipeline.DefaultMaxRetries

@@ -69,7 +69,8 @@ func (w *Web) Validate() error {
 	if w.Refresh < 200*time.Millisecond {
 		p.add("refresh", "= %s must be at least 200ms", fmtDur(w.Refresh))
 	}
-	if t := w.TraceURLTemplate; t != "" && (!strings.Contains(t, "{trace_id}") || !(strings.HasPrefix(t, "http://") || strings.HasPrefix(t, "https://"))) {
+	t := w.TraceURLTemplate
+	if ok := strings.Contains(t, "{trace_id}") && (strings.HasPrefix(t, "http://") || strings.HasPrefix(t, "https://")); t != "" && !ok {
 		p.add("trace-url-template", "= %q must be an http:// or https:// URL containing {trace_id}", t)
 	}
 	if w.ConsumerIdle <= 0 {
