@@ -266,4 +266,3 @@ func TestTracedConflictIsASpanEvent(t *testing.T) {
 		t.Fatalf("span events %v attributes %v: want lease.dropped", sp.Events, sp.Attributes)
 	}
 }
-
