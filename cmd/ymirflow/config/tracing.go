@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/tracing"
 )
 
@@ -40,7 +41,7 @@ func (t *Tracing) validate(p *problems) {
 		case !oneOf(t.TracesExporter, "", tracing.ExporterNone, tracing.ExporterOTLP):
 			p.addEnv("traces-exporter", "OTEL_TRACES_EXPORTER", "= %q must be %s or %s", t.TracesExporter, tracing.ExporterOTLP, tracing.ExporterNone)
 		default:
-			p.addEnv("otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "= %q must be an http:// or https:// URL with a host and no credentials", t.OTLPEndpoint)
+			p.addEnv("otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "= %q must be an http:// or https:// URL with a host and no credentials", redact.URL(t.OTLPEndpoint))
 		}
 	}
 }
