@@ -19,7 +19,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -152,10 +151,6 @@ func NewProvider(c Config, opts ...sdktrace.TracerProviderOption) *sdktrace.Trac
 	}
 	return sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithResource(res)}, opts...)...)
 }
-
-// Propagator is the W3C trace context, the one format ymirflow writes (the entry's
-// traceparent, the agent's TRACEPARENT).
-func Propagator() propagation.TextMapPropagator { return propagation.TraceContext{} }
 
 // traceURL is the OTLP/HTTP traces URL under a collector's base URL, as the standard
 // variable OTEL_EXPORTER_OTLP_ENDPOINT means it.

@@ -2,6 +2,7 @@ package event_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -54,4 +55,18 @@ func TestTraceParentRoundTripAndReplayLink(t *testing.T) {
 	if _, ok := event.ParseTraceParent("00-garbage"); ok {
 		t.Fatal("a malformed traceparent parsed")
 	}
+}
+
+// A publisher writes the span's W3C trace context into the entry's metadata; the worker
+// that reads the entry continues that trace.
+func ExampleInjectTrace() {
+	sc, _ := event.ParseTraceParent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	msg := message.NewMessage("u", []byte(`{}`))
+	event.InjectTrace(trace.ContextWithSpanContext(context.Background(), sc), msg)
+	fmt.Println(msg.Metadata.Get(event.MetaTraceParent))
+	parent := trace.SpanContextFromContext(event.ExtractTrace(context.Background(), msg))
+	fmt.Println(parent.TraceID(), parent.IsRemote())
+	// Output:
+	// 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
+	// 0af7651916cd43dd8448eb211c80319c true
 }
