@@ -99,10 +99,7 @@ func TestOneTraceFromPublishToBackportOutcome(t *testing.T) {
 	agent := runners.ExecRunner{Command: `printf '%s' "$TRACEPARENT" > ` + seen + `; echo '{"success":true,"merge_request_url":"https://mr/300"}'`}
 	triage := demorunner.Runner{Seed: 1, Duration: time.Millisecond, Mix: map[string]int{runners.ResolutionBackport: 1}, Branches: []string{"c9s"}}
 	traced := func(c *handlers.Config) { c.TracerProvider, c.Publisher = tp, pub }
-	for _, st := range []struct {
-		agent, branch string
-		h             func() any
-	}{{"triage", "", nil}, {"backport", "c9s", nil}} {
+	for _, st := range []struct{ agent, branch string }{{"triage", ""}, {"backport", "c9s"}} {
 		var r runners.Runner = triage
 		if st.agent == "backport" {
 			r = agent
