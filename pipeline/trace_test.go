@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -17,6 +18,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -264,5 +266,48 @@ func TestTracedConflictIsASpanEvent(t *testing.T) {
 	}
 	if !dropped || spanAttr(sp, "ymirflow.lease.outcome") != "dropped" {
 		t.Fatalf("span events %v attributes %v: want lease.dropped", sp.Events, sp.Attributes)
+	}
+}
+
+// A lease lost under the handler is an event of the delivery's span with its typed
+// cause, and the span fails with it; the redelivery that re-runs the event is in the
+// same trace and links to the lost delivery.
+func TestTracedLeaseLossHasItsTypedCause(t *testing.T) {
+	// Not parallel: the lease's loss is seen within its heartbeat, timed against a short TTL.
+	e := newEnv(t)
+	exp, tp := newTraced(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r runs
+	tracedTriage(ctx, e, "w1", 600*time.Millisecond, 0, tp, nil, func(msg *message.Message) error {
+		if r.Add(issueOf(msg)) > 1 {
+			return nil
+		}
+		le, _ := lockmw.LeaseFrom(msg.Context())
+		e.rdb.Del(context.Background(), le.Keys().Lock)
+		<-msg.Context().Done()
+		return msg.Context().Err()
+	})
+	published := publishTraced(t, e, tp, exp, "RHEL-74")
+	process := "process " + e.triage()
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(spansNamed(exp, process)) == 2 }, "lost, then re-run")
+	lost, rerun := spansNamed(exp, process)[0], spansNamed(exp, process)[1]
+	var cause string
+	for _, ev := range lost.Events {
+		if ev.Name == "lease.lost" {
+			for _, kv := range ev.Attributes {
+				if kv.Key == event.AttrErrorType {
+					cause = kv.Value.AsString()
+				}
+			}
+		}
+	}
+	if cause != "lease_lost" || spanAttr(lost, string(event.AttrErrorType)) != "lease_lost" || lost.Status.Code != codes.Error {
+		t.Fatalf("lost delivery: events %v, attributes %v, status %v; want lease.lost with error.type lease_lost", lost.Events,
+			lost.Attributes, lost.Status)
+	}
+	if rerun.SpanContext.TraceID() != published.TraceID() || !linksTo(rerun, lost.SpanContext) {
+		t.Fatalf("re-run: trace %s, links %v; want the publish's trace %s and a link to the lost delivery", rerun.SpanContext.TraceID(),
+			rerun.Links, published.TraceID())
 	}
 }
