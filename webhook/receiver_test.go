@@ -38,6 +38,11 @@ func TestMaintainerTodoEndToEnd(t *testing.T) {
 	if got := e.labels("RHEL-1"); slices.Contains(got, labels.Todo) {
 		t.Errorf("labels %v: ymir_todo not consumed", got)
 	}
+	// A delivery is answered once it is in the inbox and classified after: the second
+	// one's classification may still be under way.
+	eventually(t, 20*time.Second, "both deliveries classified", func() bool {
+		return e.metrics.Count(202, "published")+e.metrics.Count(202, "own_account") >= 2
+	})
 	if len(ds) != 2 || e.metrics.Count(202, "published") != 1 || e.metrics.Count(202, "own_account") != 1 {
 		t.Errorf("deliveries %+v; published %v, own %v", ds, e.metrics.Count(202, "published"), e.metrics.Count(202, "own_account"))
 	}
