@@ -135,6 +135,24 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if len(locks) != 1 {
 		t.Errorf("operator sees %d leases, want 1", len(locks))
 	}
+	// The workers' user: a lease with a shared scope, and a delayed event (policy
+	// delay) kept and promoted.
+	sl, err := wlocker.Acquire(ctx, "backport", "RHEL-8", lease.AcquireOptions{
+		Shared: []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-8"}}})
+	if err != nil {
+		t.Fatalf("worker acquire with scope issue: %v", err)
+	}
+	if _, err := sl.Release(ctx); err != nil {
+		t.Fatalf("worker release with scope issue: %v", err)
+	}
+	triage := topo.Stream("triage", "", false)
+	member, _ := event.DelayedMember("1-1", map[string]any{"payload": `{"metadata":{"issue":"RHEL-7"}}`, "m:issue_key": "RHEL-7"})
+	if err := worker.ZAdd(ctx, event.DelayedKey(triage), redis.Z{Score: 1, Member: member}).Err(); err != nil {
+		t.Fatalf("worker delays an event: %v", err)
+	}
+	if n, _, err := event.Promote(ctx, worker, triage); err != nil || n != 1 {
+		t.Fatalf("worker promotes a delayed event: moved %d, %v", n, err)
+	}
 	_, err = in.Streams(ctx)
 	noperm("streams", err)
 	_, err = in.History(ctx, "RHEL-1")

@@ -14,6 +14,9 @@ import (
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
+// maxDelayedShown bounds the delayed events Pending reads per stream.
+const maxDelayedShown = 100
+
 // PendingFilter selects the groups and entries Pending reports.
 type PendingFilter struct {
 	Agent  string // "" for every agent
@@ -50,6 +53,9 @@ type GroupPending struct {
 	Consumers []ConsumerPending `json:"consumers"`
 	// Entries are the pending entries (of the filtered issue), oldest id first.
 	Entries []PendingEntry `json:"entries"`
+	// Delayed are the events of the stream re-queued by the busy policy delay, soonest
+	// first (at most maxDelayedShown): acked, not pending, appended again when due.
+	Delayed []event.DelayedEvent `json:"delayed"`
 }
 
 // ConsumerPending is one consumer's share of a group's pending entries.
@@ -118,8 +124,10 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 	// 1. The summaries, all groups in one round trip.
 	pipe := in.rdb.Pipeline()
 	sums := make([]*redis.XPendingCmd, len(routes))
+	delayed := make([]*redis.ZSliceCmd, len(routes))
 	for i, r := range routes {
 		sums[i] = pipe.XPending(ctx, r.Stream, r.Group)
+		delayed[i] = event.QueueListDelayed(ctx, pipe, r.Stream, maxDelayedShown)
 	}
 	readPresence := in.queuePresence(ctx, pipe)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
@@ -140,7 +148,12 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 			return nil, fmt.Errorf("xpending %s %s: %w", r.Stream, r.Group, err)
 		}
 		g := GroupPending{Stream: r.Stream, Group: r.Group, Agent: r.Agent, Branch: r.Branch, Todo: r.Todo,
-			Consumers: []ConsumerPending{}, Entries: []PendingEntry{}}
+			Consumers: []ConsumerPending{}, Entries: []PendingEntry{}, Delayed: []event.DelayedEvent{}}
+		for _, d := range event.DecodeDelayed(r.Stream, delayed[i].Val()) {
+			if issue == "" || d.IssueKey == issue {
+				g.Delayed = append(g.Delayed, d)
+			}
+		}
 		if s != nil {
 			g.Count, g.Lowest, g.Highest = s.Count, s.Lower, s.Higher
 			for name, n := range s.Consumers {

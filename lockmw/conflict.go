@@ -3,12 +3,15 @@ package lockmw
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/lockmw/lease"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
@@ -30,6 +33,11 @@ type Conflict struct {
 	// Queued: the event was kept as the issue's follow-up (policy Coalesce); Replaced:
 	// it replaced an older queued one.
 	Queued, Replaced bool
+	// Delayed: the event was re-queued (policy Delay), to be appended to its stream
+	// again at Until; Delays counts its delays so far, this one included.
+	Delayed bool
+	Until   time.Time
+	Delays  int
 }
 
 // ConflictRecorder queues the record of a conflict on pipe (an XADD to a results
@@ -65,6 +73,13 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	}
 	c := Conflict{Agent: m.cfg.Agent, Issue: issue, Message: msg, Entry: entry, Holder: holder, Superseded: superseded,
 		Queued: locked.Queued, Replaced: locked.Replaced}
+	var delayed string // the delayed set's member, policy Delay
+	if rule := m.rule(msg); hasEntry && rule.Policy == Delay && !locked.Queued {
+		var err error
+		if delayed, err = m.delay(msg, entry, rule, &c); err != nil {
+			return err
+		}
+	}
 	// The record goes before the ack. On standalone Redis one pipeline keeps that order
 	// (one connection, run in order); a Cluster pipeline sends each node its commands
 	// concurrently, so there the ack is a second round trip after the record succeeded.
@@ -73,6 +88,11 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	cluster := m.cfg.Locker.Format() == lease.KeysCluster
 	if m.cfg.OnConflict != nil || hasEntry {
 		pipe := m.cfg.Locker.Client().Pipeline()
+		if delayed != "" {
+			// Kept before the ack: a crash between them leaves the entry pending, and its
+			// redelivery adds the same member again (one member per event).
+			pipe.ZAdd(ctx, event.DelayedKey(entry.Stream), redis.Z{Score: float64(c.Until.UnixMilli()), Member: delayed})
+		}
 		if m.cfg.OnConflict != nil {
 			m.cfg.OnConflict(ctx, pipe, c)
 		}
@@ -95,18 +115,44 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		m.cfg.Source.Settle(entry)
 	}
 	outcome, reason := "dropped", "locked"
-	if c.Queued {
+	switch {
+	case c.Queued:
 		outcome = "coalesced"
+	case c.Delayed:
+		outcome = "delayed"
 	}
 	if c.Superseded {
 		reason = "superseded"
 	}
 	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, outcome, reason)
 	leaseConflict(ctx, outcome, reason, holder)
-	if c.Queued {
+	switch {
+	case c.Queued:
 		log().Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
-	} else {
+	case c.Delayed:
+		log().Info().Str("reason", reason).Time("delayed_until", c.Until).Int("delays", c.Delays).
+			Msg("issue is locked; event re-queued to run after a delay")
+	default:
 		log().Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
 	}
 	return nil
+}
+
+// delay prepares the re-queue of msg (policy Delay): its fields as they will be
+// appended again, with its delay count and origin, and when. The member is the same
+// for every handling of one entry (its jitter aside, the score), so a redelivery that
+// delays it again keeps one member.
+func (m *Middleware) delay(msg *message.Message, entry Entry, rule Rule, c *Conflict) (string, error) {
+	n, _ := strconv.Atoi(msg.Metadata.Get(event.MetaDelays))
+	c.Delayed, c.Delays, c.Until = true, n+1, time.Now().Add(rule.wait(n))
+	// The copy's metadata, not msg's: the message goes on to the router as it came.
+	cp := msg.Copy()
+	cp.Metadata.Set(event.MetaDelays, strconv.Itoa(n+1))
+	cp.Metadata.Set(event.MetaDelayedFrom, entry.ID)
+	cp.Metadata.Set(MetaIssueKey, c.Issue)
+	fields, err := m.cfg.Source.Encode(cp)
+	if err != nil {
+		return "", err
+	}
+	return event.DelayedMember(entry.ID, fields)
 }

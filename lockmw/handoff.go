@@ -99,7 +99,7 @@ func (h *handoffs) close() *lease.Pending {
 // cur, if it is known.
 func (m *Middleware) next(cur Entry) (lease.Next, bool) {
 	pk, ok := m.cfg.Source.(Peeker)
-	if !ok || m.cfg.Policy != Drop || m.cfg.Scopes.Shared() {
+	if !ok || !m.takeAhead {
 		return lease.Next{}, false
 	}
 	id, raw, ok := pk.Peek()

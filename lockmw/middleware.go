@@ -97,6 +97,12 @@ type Config struct {
 	Source Source
 	// Policy for events whose issue is busy. Default: Drop.
 	Policy Policy
+	// Policies, when set, is the busy policy per event type (ParsePolicies), Policy
+	// then being ignored. Policy Delay needs a Source. Default: the zero Policies, which
+	// means Policy for every event type.
+	Policies Policies
+	// EventType gives an event's type, for Policies. Default: metadata event_type.
+	EventType func(msg *message.Message) string
 	// Scopes are what the leases guard beyond the agent's own key: the issue's shared
 	// key (rebase and backport of one issue never at once) and a group key taken from
 	// the event (its JSON payload's field paths, or m:<name> metadata). Coalesce cannot
@@ -144,6 +150,19 @@ type Middleware struct {
 	cfg        Config
 	staleAfter time.Duration
 	handoffs   handoffs // the next entry's lease, taken in the last release's round trip
+	// drain: some event type's rule is Coalesce, so every release publishes the
+	// issue's queued follow-up; takeAhead: every rule can meet a conflict on a lease
+	// taken ahead (Drop, Delay) and no shared scope is held, so the hand-off may take
+	// the next entry's lease.
+	drain, takeAhead bool
+}
+
+// rule is the busy policy of msg's event type.
+func (m *Middleware) rule(msg *message.Message) Rule {
+	if len(m.cfg.Policies.ByType) == 0 {
+		return m.cfg.Policies.Default
+	}
+	return m.cfg.Policies.For(m.cfg.EventType(msg))
 }
 
 // NewMiddleware checks cfg and returns the middleware. It does no I/O.
@@ -151,12 +170,25 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	if cfg.Locker == nil || cfg.Agent == "" {
 		return nil, errors.New("lockmw: Config.Locker and Config.Agent are required")
 	}
-	policy, err := ParsePolicy(string(cfg.Policy))
-	if err != nil {
+	if cfg.Policies.Default.Policy == "" && len(cfg.Policies.ByType) == 0 {
+		policy, err := ParsePolicy(string(cfg.Policy))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Policies = Policies{Default: Rule{Policy: policy}}
+	}
+	if err := cfg.Policies.check(); err != nil {
 		return nil, err
 	}
-	cfg.Policy = policy
-	if cfg.Scopes.Shared() && cfg.Policy == Coalesce {
+	// Policy stays the default rule's, for code that looks at it alone.
+	cfg.Policy = cfg.Policies.Default.Policy
+	if cfg.Policies.Uses(Delay) && cfg.Source == nil {
+		return nil, fmt.Errorf("lockmw: Config.Policies %s: policy delay needs Config.Source (a stream to re-queue into)", cfg.Policies)
+	}
+	if cfg.EventType == nil {
+		cfg.EventType = func(msg *message.Message) string { return msg.Metadata.Get(event.MetaEventType) }
+	}
+	if cfg.Scopes.Shared() && cfg.Policies.Uses(Coalesce) {
 		return nil, fmt.Errorf("lockmw: Config.Policy %q cannot be combined with Config.Scopes %s: "+
 			"a follow-up queued behind another agent's shared key would have nobody to publish it", Coalesce, cfg.Scopes)
 	}
@@ -170,7 +202,8 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	if cfg.IssueKey == nil {
 		cfg.IssueKey = metadataIssueKey
 	}
-	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2}, nil
+	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
+		drain: cfg.Policies.Uses(Coalesce), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared()}, nil
 }
 
 // Close gives back a lease taken ahead for an entry that was not delivered. Call it
@@ -188,7 +221,7 @@ func metadataIssueKey(msg *message.Message) (string, error) {
 
 // acquireOptions are the lease options for an entry of this subscription.
 func (m *Middleware) acquireOptions(entry Entry) lease.AcquireOptions {
-	ao := lease.AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.cfg.Policy == Coalesce,
+	ao := lease.AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.drain,
 		EntryTime: streamid.Time(entry.ID)}
 	ao.OnHeartbeat = func(ctx context.Context, pipe redis.Pipeliner) {
 		// Keep our pending entry young so no claim loop takes it while we work.
@@ -370,7 +403,7 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 			return nil, err
 		}
 	}
-	if m.cfg.Policy == Coalesce && hasEntry {
+	if hasEntry && m.rule(msg).Policy == Coalesce {
 		fields, err := m.cfg.Source.Encode(msg)
 		if err != nil {
 			return nil, err

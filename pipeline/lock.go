@@ -40,8 +40,11 @@ func issueKeyOf(msg *message.Message) (string, error) {
 func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 	return func(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
 		eventType, reason := event.LockDropped, "locked"
-		if c.Queued {
+		switch {
+		case c.Queued:
 			eventType = event.LockCoalesced
+		case c.Delayed:
+			eventType = event.LockDelayed
 		}
 		if c.Superseded {
 			reason = "superseded"
@@ -70,6 +73,10 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 			"replaced":          strconv.FormatBool(c.Replaced),
 			"reason":            reason,
 			"at":                time.Now().UTC().Format(time.RFC3339Nano),
+		}
+		if c.Delayed {
+			values["delayed_until"] = c.Until.UTC().Format(time.RFC3339Nano)
+			values["delays"] = strconv.Itoa(c.Delays)
 		}
 		if c.Holder.Scope != "" && c.Holder.Scope != lease.ScopeAgent {
 			// A shared key was busy: name it, and the run holding it.

@@ -89,6 +89,10 @@ type RouterConfig struct {
 	ReadBatch int
 	// Policy says what happens to an event whose issue is busy. Default: lockmw.Drop.
 	Policy lockmw.Policy
+	// Policies, when set, is the busy policy per event type (lockmw.ParsePolicies),
+	// Policy then being ignored. With policy delay the router also promotes its input
+	// streams' due delayed events. Default: Policy for every event type.
+	Policies lockmw.Policies
 	// Scopes are what the agent's leases guard beyond its own key (lockmw.Config.Scopes).
 	// Default: scope agent alone.
 	Scopes lease.Scopes
@@ -236,7 +240,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 			r.subs = append(r.subs, sub)
 			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
-				Policy: cfg.Policy, Scopes: cfg.Scopes, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
+				Policy: cfg.Policy, Policies: cfg.Policies, Scopes: cfg.Scopes, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
 				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base})
 			if err != nil {
 				return nil, err
@@ -292,6 +296,10 @@ func (r *Router) Run(ctx context.Context) error {
 	r.started = true
 	r.mu.Unlock()
 	go r.trimLoop(ctx)
+	pctx, stopPromote := context.WithCancel(ctx)
+	promoted := make(chan struct{})
+	go func() { defer close(promoted); r.promoteLoop(pctx) }()
+	defer func() { stopPromote(); <-promoted }()
 	defer r.startPresence(ctx)() // presence.go: the console's alive / dead
 	// A force release stops its holder here at once, not at the holder's next heartbeat.
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -403,6 +411,53 @@ func (r *Router) trimLoop(ctx context.Context) {
 		}
 	}
 }
+
+// promoteLoop appends the due delayed events (policy delay) of the router's input
+// streams to them again, until ctx ends. Every worker of a stream runs it; the promote
+// script moves each event once whoever runs it, and a restarted or replaced worker
+// picks up what a gone one delayed. It waits for the next due event, at most
+// promotePoll (events delayed meanwhile by another worker), never spinning.
+func (r *Router) promoteLoop(ctx context.Context) {
+	if !r.cfg.Policies.Uses(lockmw.Delay) {
+		return
+	}
+	var streams []string
+	for _, route := range r.cfg.Topology.Inputs(r.cfg.Agent, r.cfg.Branch) {
+		streams = append(streams, route.Stream)
+	}
+	wait := time.Duration(0)
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = promotePoll
+		for _, s := range streams {
+			n, next, err := event.Promote(ctx, r.cfg.Client, s)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn().Err(err).Str("stream", s).Msg("promoting delayed events failed; retrying")
+				}
+				continue
+			}
+			if n > 0 {
+				r.log.Debug().Int("events", n).Str("stream", s).Msg("delayed events due: appended to their stream again")
+			}
+			if n == event.PromoteBatch {
+				wait = 0 // more are due
+			} else if !next.IsZero() {
+				wait = min(wait, max(time.Until(next), time.Millisecond))
+			}
+		}
+	}
+}
+
+// promotePoll bounds how long the promoter waits: an event another worker delays is
+// promoted at most this late.
+const promotePoll = time.Second
 
 // Healthy reports whether the router runs and every subscription still reads.
 func (r *Router) Healthy() bool { return r.IsRunning() && !r.IsClosed() }

@@ -516,3 +516,62 @@ func TestDLQCommand(t *testing.T) {
 	o.code(exitUsage, "dlq", "requeue", d4, "--all")
 	o.code(exitUsage, "dlq", "list", "--before", "soon")
 }
+
+// Events re-queued by the busy policy delay show in `pending` with when they run again,
+// and in its JSON; a lease with a shared scope shows in `locks` with its scope and key.
+func TestPendingShowsDelayedAndLocksShowScopes(t *testing.T) {
+	o := newOpsEnv(t)
+	ctx := context.Background()
+	triage := o.stream("triage", "")
+	o.publish(triage, "RHEL-5")
+	o.read(triage, "triage", "pod-a-0")
+	until := time.Now().Add(time.Hour).UTC()
+	member, err := event.DelayedMember("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-6",
+		"m:event_type": event.TriageRequested, "m:delays": "2", "m:correlation_id": "corr-6"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.rdb.ZAdd(ctx, event.DelayedKey(triage), redis.Z{Score: float64(until.UnixMilli()), Member: member})
+	out := o.ok("pending")
+	for _, want := range []string{"DELAYED UNTIL", "RHEL-6", until.Format("2006-01-02 15:04"), "corr-6"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pending lacks %q:\n%s", want, out)
+		}
+	}
+	var got struct {
+		Groups []struct {
+			Delayed []struct {
+				Until  time.Time `json:"delayed_until"`
+				Issue  string    `json:"issue_key"`
+				Delays int       `json:"delays"`
+			} `json:"delayed"`
+		} `json:"groups"`
+	}
+	o.json(&got, "pending", "--agent", "triage")
+	if len(got.Groups) != 1 || len(got.Groups[0].Delayed) != 1 || got.Groups[0].Delayed[0].Issue != "RHEL-6" ||
+		got.Groups[0].Delayed[0].Delays != 2 || !got.Groups[0].Delayed[0].Until.Equal(until.Truncate(time.Millisecond)) {
+		t.Fatalf("JSON = %+v", got)
+	}
+
+	le, err := o.locker.Acquire(ctx, "rebase", "RHEL-7", lease.AcquireOptions{Owner: "pod-b",
+		Shared: []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-7"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(ctx)
+	out = o.ok("locks")
+	for _, want := range []string{"SCOPE", "KEY", "agent", "issue", "pod-b"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("locks lacks %q:\n%s", want, out)
+		}
+	}
+	var locks struct {
+		Leases []struct {
+			Agent, Issue, Scope, Key string
+		} `json:"leases"`
+	}
+	o.json(&locks, "locks", "--issue", "RHEL-7")
+	if len(locks.Leases) != 2 || locks.Leases[1].Scope != "issue" || locks.Leases[1].Key != "RHEL-7" || locks.Leases[1].Agent != "rebase" {
+		t.Errorf("locks --issue JSON = %+v", locks)
+	}
+}

@@ -51,6 +51,9 @@ func listPending(ctx context.Context, s *session, cfg *config.Pending) error {
 		noteFilters(stderr, &cfg.Common, filters...)
 		return nil
 	}
+	if err := listDelayed(stdout, groups); err != nil {
+		return err
+	}
 	t := newTable(stdout, "STREAM", "GROUP", "PENDING", "OLDEST", "NEWEST", "CONSUMERS")
 	entries := 0
 	for _, g := range groups {
@@ -85,4 +88,27 @@ func listPending(ctx context.Context, s *session, cfg *config.Pending) error {
 		}
 	}
 	return t.flush()
+}
+
+// listDelayed prints the events re-queued by the busy policy delay, if any, and when
+// each runs again.
+func listDelayed(stdout io.Writer, groups []inspect.GroupPending) error {
+	n := 0
+	for _, g := range groups {
+		n += len(g.Delayed)
+	}
+	if n == 0 {
+		return nil
+	}
+	t := newTable(stdout, "DELAYED UNTIL", "STREAM", "ISSUE", "EVENT TYPE", "DELAYS", "FROM ENTRY", "CORRELATION ID")
+	for _, g := range groups {
+		for _, d := range g.Delayed {
+			t.row(stamp(d.Until), g.Stream, d.IssueKey, d.EventType, strconv.Itoa(d.Delays), d.From, d.Correlation)
+		}
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	return nil
 }

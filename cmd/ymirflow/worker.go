@@ -13,7 +13,6 @@ import (
 	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/redact"
-	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
@@ -106,9 +105,9 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	if err != nil {
 		return usagef("%v", err)
 	}
-	policy, err := lockmw.ParsePolicy(cfg.OnConflict)
+	policies, err := cfg.Policies()
 	if err != nil {
-		return usagef("%v", err)
+		return usagef("ON_CONFLICT (--on-conflict) = %q: %v", cfg.OnConflict, err)
 	}
 	scopes, err := cfg.Scopes()
 	if err != nil {
@@ -152,7 +151,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topology,
 		Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency, ReadBatch: cfg.ReadBatch,
 		BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
-		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policy: policy, Scopes: scopes,
+		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policies: policies, Scopes: scopes,
 		Locker: locker, Logger: log, Metrics: metrics, Handler: h, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
 		OnDead: handlers.FailureNotice(hcfg), TracerProvider: tp})
 	if err != nil {
@@ -178,7 +177,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	log.Info().Str("agent", cfg.Agent).Str("branch", cfg.Branch).Str("streams", strings.Join(streams, ",")).
 		Str("group", group).Str("consumer", cfg.ConsumerName).
 		Int("concurrency", cfg.Concurrency).Str("lock_ttl", cfg.LockTTL.String()).Str("heartbeat", cfg.HeartbeatInterval().String()).
-		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", string(policy)).Str("lock_scope", scopes.String()).Int("max_retries", cfg.MaxRetries).
+		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", policies.String()).Str("lock_scope", scopes.String()).Int("max_retries", cfg.MaxRetries).
 		Str("max_idle_time", cfg.MaxIdleTime.String()).Str("runner", cfg.Runner).Str("kill_grace", cfg.KillGrace.String()).
 		Str("jira", jiraDesc).Bool("dry_run", cfg.DryRun || jc == nil).Str("metrics_addr", metricsAddr).
 		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).Strs("runner_env", envNames(agentEnv.Env)).

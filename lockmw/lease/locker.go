@@ -41,7 +41,7 @@ type Observer interface {
 	Lost(agent string, cause error)
 	Released(agent string, held time.Duration)
 	// Conflict is told what the middleware did with an event whose issue was busy:
-	// outcome "dropped" (reason "locked" or "superseded") or "coalesced".
+	// outcome "dropped" (reason "locked" or "superseded"), "coalesced" or "delayed".
 	Conflict(agent, outcome, reason string)
 }
 

@@ -65,7 +65,7 @@ type Worker struct {
 	RunnerEnv     string        // --runner-env, RUNNER_ENV: variables passed to the runner besides the base (NAME,PREFIX_*)
 	LockTTL       time.Duration // --lock-ttl, LOCK_TTL: lease TTL; the heartbeat runs every LOCK_TTL/3
 	LockMaxHold   time.Duration // --lock-max-hold, LOCK_MAX_HOLD: a lease is given up after this long
-	OnConflict    string        // --on-conflict, ON_CONFLICT: drop|coalesce
+	OnConflict    string        // --on-conflict, ON_CONFLICT: busy policy table, e.g. triage.requested=drop,*=delay:2m
 	LockScope     string        // --lock-scope, LOCK_SCOPE: agent|issue|group:<paths>, comma-separated
 	BlockTime     time.Duration // --block-time, BLOCK_TIME: XREADGROUP BLOCK
 	MaxIdleTime   time.Duration // --max-idle-time, MAX_IDLE_TIME: pending entries idle this long are claimed
@@ -99,7 +99,11 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 		rangeHelp("lock-ttl")+"; unset: "+fmtDur(DefaultLockTTL)+", raised to 10×KILL_GRACE, lowered to LOCK_MAX_HOLD and to 2×MAX_IDLE_TIME when those are set")
 	fs.DurationVar(&w.LockMaxHold, "lock-max-hold", DefaultLockMaxHold, "longest a handler may hold a lease, at least LOCK_TTL"+
 		rangeHelp("lock-max-hold")+"; unset: the larger of "+fmtDur(DefaultLockMaxHold)+" and LOCK_TTL")
-	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "event for an issue locked by another holder: drop or coalesce")
+	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "what happens to an event whose issue is locked by another holder, per event type: "+
+		"comma-separated <event type>=<policy> and *=<policy> (every other type; a bare policy is the default), e.g. triage.requested=drop,rebase.requested=coalesce,*=delay:2m. "+
+		"Policies: drop (acked, recorded as lock.dropped), coalesce (kept as the issue's one queued follow-up, published at the release), "+
+		"delay:D[:MAX] (acked and re-queued to run after D plus up to 20% jitter, doubling per delay of the same event up to MAX, by default 8×D; "+
+		"kept in Redis, so a restart loses nothing; recorded as lock.delayed with delayed_until)")
 	fs.StringVar(&w.LockScope, "lock-scope", DefaultLockScope, "what a run's lease guards, comma-separated: agent (this agent on the issue: lock:<agent>:<ISSUE>, always held), "+
 		"issue (the issue across every agent that sets it: a rebase and a backport of one issue never run at once), "+
 		"group:<path>[+<path>...] (a key from the event: dotted field paths of the task JSON, or m:<name> for metadata, e.g. group:metadata.component+metadata.target_branch or group:m:lock_key; "+
@@ -156,6 +160,16 @@ func (w *Worker) AgentEnvPolicy() (runners.EnvPolicy, error) {
 		Withheld: []string{"REDIS_URL", "REDISCLI_AUTH"}}, nil
 }
 
+// Policies is ON_CONFLICT, parsed.
+func (w *Worker) Policies() (lockmw.Policies, error) {
+	p, err := lockmw.ParsePolicies(w.OnConflict)
+	if err != nil {
+		// The setting names itself in the message; the library's field name goes.
+		return lockmw.Policies{}, errors.New(strings.TrimPrefix(err.Error(), "lockmw: Config.Policies "))
+	}
+	return p, nil
+}
+
 // Scopes is LOCK_SCOPE, parsed.
 func (w *Worker) Scopes() (lease.Scopes, error) {
 	sc, err := lease.ParseScopes(w.LockScope)
@@ -200,13 +214,14 @@ func (w *Worker) Validate() error {
 		checkRange(&p, name, d)
 	}
 	w.validateLease(&p)
-	if !oneOf(w.OnConflict, string(lockmw.Drop), string(lockmw.Coalesce)) {
-		p.add("on-conflict", "= %q must be drop or coalesce", w.OnConflict)
+	policies, polErr := w.Policies()
+	if polErr != nil {
+		p.add("on-conflict", "= %q: %v", w.OnConflict, polErr)
 	}
 	if sc, err := w.Scopes(); err != nil {
 		p.add("lock-scope", "= %q: %v", w.LockScope, err)
-	} else if sc.Shared() && w.OnConflict == string(lockmw.Coalesce) {
-		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = coalesce cannot follow: use drop", w.LockScope)
+	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Coalesce) {
+		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with coalesce: use drop or delay", w.LockScope, w.OnConflict)
 	}
 	if w.MaxRetries < 1 {
 		p.add("max-retries", "= %d must be at least 1", w.MaxRetries)
