@@ -38,6 +38,10 @@ type Conflict struct {
 	Delayed bool
 	Until   time.Time
 	Delays  int
+	// Delivered: the event was appended to the holder's mailbox (policy Deliver) as
+	// MailboxID (empty for a repeat whose first try appended it).
+	Delivered bool
+	MailboxID string
 }
 
 // ConflictRecorder queues the record of a conflict on pipe (an XADD to a results
@@ -72,9 +76,11 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		return nil
 	}
 	c := Conflict{Agent: m.cfg.Agent, Issue: issue, Message: msg, Entry: entry, Holder: holder, Superseded: superseded,
-		Queued: locked.Queued, Replaced: locked.Replaced}
+		Queued: locked.Queued, Replaced: locked.Replaced, Delivered: locked.Delivered, MailboxID: locked.MailboxID}
+	// The deliver script acked the entry with the append (standalone Redis).
+	acked := locked.Acked
 	var delayed string // the delayed set's member, policy Delay
-	if rule := m.rule(msg); hasEntry && rule.Policy == Delay && !locked.Queued {
+	if rule := m.rule(msg); hasEntry && rule.Policy == Delay && !locked.Queued && !locked.Delivered {
 		var err error
 		if delayed, err = m.delay(msg, entry, rule, &c); err != nil {
 			return err
@@ -96,8 +102,8 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		if m.cfg.OnConflict != nil {
 			m.cfg.OnConflict(ctx, pipe, c)
 		}
-		ackLater := hasEntry && cluster && pipe.Len() > 0
-		if hasEntry && !ackLater {
+		ackLater := hasEntry && !acked && cluster && pipe.Len() > 0
+		if hasEntry && !acked && !ackLater {
 			pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -116,6 +122,8 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	}
 	outcome, reason := "dropped", "locked"
 	switch {
+	case c.Delivered:
+		outcome = "delivered"
 	case c.Queued:
 		outcome = "coalesced"
 	case c.Delayed:
@@ -127,6 +135,9 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, outcome, reason)
 	leaseConflict(ctx, outcome, reason, holder)
 	switch {
+	case c.Delivered:
+		log().Info().Str("mailbox_id", c.MailboxID).Int64("mailbox_depth", locked.Depth).
+			Msg("issue is locked; event delivered to the holder's mailbox")
 	case c.Queued:
 		log().Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
 	case c.Delayed:
@@ -155,4 +166,31 @@ func (m *Middleware) delay(msg *message.Message, entry Entry, rule Rule, c *Conf
 		return "", err
 	}
 	return event.DelayedMember(entry.ID, fields)
+}
+
+// Metadata keys a follow-up event may carry about a Jira comment (the webhook's
+// comment.created events set them; FollowupOf copies them).
+const (
+	MetaCommentAuthor = "comment_author"
+	MetaCommentBody   = "comment_body"
+	MetaCommentID     = "comment_id"
+)
+
+// FollowupOf is the mailbox record of msg, read from entry: what the holder's run is
+// told (event_type, message_id, stream, correlation_id, at, and author, body and
+// comment_id for a comment).
+func FollowupOf(msg *message.Message, entry Entry) map[string]any {
+	f := map[string]any{
+		"event_type":     msg.Metadata.Get(event.MetaEventType),
+		"message_id":     entry.ID,
+		"stream":         entry.Stream,
+		"correlation_id": msg.Metadata.Get(metaCorrelationID),
+		"at":             time.Now().UTC().Format(time.RFC3339Nano),
+	}
+	for k, name := range map[string]string{MetaCommentAuthor: "author", MetaCommentBody: "body", MetaCommentID: "comment_id"} {
+		if v := msg.Metadata.Get(k); v != "" {
+			f[name] = v
+		}
+	}
+	return f
 }

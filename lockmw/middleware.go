@@ -39,17 +39,25 @@ const (
 	// Coalesce acks the event but keeps it as the issue's single queued follow-up
 	// (newest wins), published once when the holder releases.
 	Coalesce Policy = "coalesce"
+	// Deliver makes the event a follow-up of the run that holds the issue: it is
+	// appended to the lease's mailbox (the handler's run reads it while it lasts) and
+	// acked in the same script; the follow-ups the run does not account for start one
+	// next run (the coalesce rule). A full mailbox dead-letters the event.
+	Deliver Policy = "deliver"
 )
 
-// ParsePolicy parses a policy name: "drop" (or "", the default) or "coalesce".
+// ParsePolicy parses a policy name: "drop" (or "", the default), "coalesce" or
+// "deliver".
 func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
 	case Drop, "":
 		return Drop, nil
 	case Coalesce:
 		return Coalesce, nil
+	case Deliver:
+		return Deliver, nil
 	}
-	return "", fmt.Errorf("lockmw: Config.Policy must be %q or %q, got %q", Drop, Coalesce, s)
+	return "", fmt.Errorf("lockmw: Config.Policy must be %q, %q or %q, got %q", Drop, Coalesce, Deliver, s)
 }
 
 // Entry identifies the stream entry a message was read from.
@@ -108,6 +116,9 @@ type Config struct {
 	// the event (its JSON payload's field paths, or m:<name> metadata). Coalesce cannot
 	// be combined with a shared scope. Default: the zero Scopes (scope agent alone).
 	Scopes lease.Scopes
+	// MailboxDepth bounds a lease's mailbox (policy Deliver). Default:
+	// lease.DefaultMailboxDepth.
+	MailboxDepth int64
 	// MaxIdleTime is the subscriber's claim threshold. With a Source it must exceed the
 	// lease heartbeat interval (Locker.HeartbeatInterval), or other consumers could
 	// claim entries whose lease is alive. An entry read longer ago than
@@ -188,9 +199,9 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	if cfg.EventType == nil {
 		cfg.EventType = func(msg *message.Message) string { return msg.Metadata.Get(event.MetaEventType) }
 	}
-	if cfg.Scopes.Shared() && cfg.Policies.Uses(Coalesce) {
+	if cfg.Scopes.Shared() && cfg.Policies.Uses(Coalesce, Deliver) {
 		return nil, fmt.Errorf("lockmw: Config.Policy %q cannot be combined with Config.Scopes %s: "+
-			"a follow-up queued behind another agent's shared key would have nobody to publish it", Coalesce, cfg.Scopes)
+			"a follow-up queued behind another agent's shared key would have nobody to publish it", cfg.Policy, cfg.Scopes)
 	}
 	if err := cfg.Locker.CheckScopes(cfg.Scopes); err != nil {
 		return nil, fmt.Errorf("lockmw: Config.Scopes: %w", err)
@@ -203,7 +214,7 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 		cfg.IssueKey = metadataIssueKey
 	}
 	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
-		drain: cfg.Policies.Uses(Coalesce), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared()}, nil
+		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared()}, nil
 }
 
 // Close gives back a lease taken ahead for an entry that was not delivered. Call it
@@ -403,12 +414,18 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 			return nil, err
 		}
 	}
-	if hasEntry && m.rule(msg).Policy == Coalesce {
+	if pol := m.rule(msg).Policy; hasEntry && (pol == Coalesce || pol == Deliver) {
 		fields, err := m.cfg.Source.Encode(msg)
 		if err != nil {
 			return nil, err
 		}
-		ao.Queue = &lease.QueuedEvent{Stream: entry.Stream, Fields: fields}
+		if pol == Deliver {
+			ao.Deliver = &lease.DeliverOptions{Followup: FollowupOf(msg, entry), MaxDepth: m.cfg.MailboxDepth,
+				Event: lease.QueuedEvent{Stream: entry.Stream, Fields: fields},
+				Ack:   &lease.Entry{Stream: entry.Stream, Group: entry.Group, ID: entry.ID}}
+		} else {
+			ao.Queue = &lease.QueuedEvent{Stream: entry.Stream, Fields: fields}
+		}
 	}
 	return m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
 }
@@ -430,6 +447,9 @@ func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entr
 			Issue: superseded.Issue, MessageID: superseded.ByMessageID}}, true, log)
 	case errors.Is(err, lease.ErrInvalidKey):
 		return err
+	case errors.Is(err, lease.ErrMailboxFull):
+		// Never retried into a full mailbox: the dead letter accounts for it.
+		return fmt.Errorf("%w: follow-up not delivered: %w", event.ErrBadEvent, err)
 	}
 	return fmt.Errorf("%w: %w", redeliver.ErrTransient, err)
 }

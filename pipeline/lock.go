@@ -35,12 +35,14 @@ func issueKeyOf(msg *message.Message) (string, error) {
 	return "", lockmw.ErrNoIssueKey
 }
 
-// conflictRecorder writes a lock.dropped or lock.coalesced record to the results
+// conflictRecorder writes a lock.dropped, lock.coalesced or lock.delivered record to the results
 // stream, in the round trip that acks the event.
 func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 	return func(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
 		eventType, reason := event.LockDropped, "locked"
 		switch {
+		case c.Delivered:
+			eventType = event.LockDelivered
 		case c.Queued:
 			eventType = event.LockCoalesced
 		case c.Delayed:
@@ -72,6 +74,7 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 			"holder_message_id": c.Holder.MessageID,
 			"replaced":          strconv.FormatBool(c.Replaced),
 			"reason":            reason,
+			"mailbox_id":        c.MailboxID,
 			"at":                time.Now().UTC().Format(time.RFC3339Nano),
 		}
 		if c.Delayed {

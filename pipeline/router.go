@@ -96,6 +96,9 @@ type RouterConfig struct {
 	// Scopes are what the agent's leases guard beyond its own key (lockmw.Config.Scopes).
 	// Default: scope agent alone.
 	Scopes lease.Scopes
+	// MailboxDepth bounds each lease's mailbox (Policy lockmw.Deliver). Default:
+	// lease.DefaultMailboxDepth.
+	MailboxDepth int64
 	// Locker takes the per-issue leases and canonicalises issue keys. Required.
 	Locker *lease.Locker
 	// Logger receives the router's, the subscriptions' and Watermill's lines.
@@ -240,7 +243,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 			r.subs = append(r.subs, sub)
 			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
-				Policy: cfg.Policy, Policies: cfg.Policies, Scopes: cfg.Scopes, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
+				Policy: cfg.Policy, Policies: cfg.Policies, Scopes: cfg.Scopes, MailboxDepth: cfg.MailboxDepth, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
 				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base})
 			if err != nil {
 				return nil, err

@@ -33,6 +33,22 @@ var (
 	ErrAfterRelease = errors.New("lease: released; the commands after the release failed")
 )
 
+// ErrMailboxFull is wrapped by *MailboxFullError: the holder's mailbox holds
+// DeliverOptions.MaxDepth follow-ups already; the event was not appended (nor acked).
+var ErrMailboxFull = errors.New("lease: the holder's mailbox is full")
+
+// MailboxFullError names the lease whose mailbox refused a follow-up.
+type MailboxFullError struct {
+	Holder Info
+	Depth  int64
+}
+
+func (e *MailboxFullError) Error() string {
+	return fmt.Sprintf("%v: %s:%s holds %d follow-ups", ErrMailboxFull, e.Holder.Agent, e.Holder.Issue, e.Depth)
+}
+
+func (e *MailboxFullError) Unwrap() error { return ErrMailboxFull }
+
 // SupersededError names the run that superseded an event.
 type SupersededError struct {
 	Agent, Issue string
@@ -56,6 +72,13 @@ type LockedError struct {
 	// Queued: the event was stored as the issue's follow-up (coalesce policy);
 	// Replaced: it replaced an older queued one.
 	Queued, Replaced bool
+	// Delivered: the event was appended to the holder's mailbox (deliver policy) as
+	// entry MailboxID, the mailbox then holding Depth entries; Acked: its stream entry
+	// was acked in the same script (standalone Redis). Duplicate: an earlier try whose
+	// reply was lost appended it already (MailboxID is then empty).
+	Delivered, Acked, Duplicate bool
+	MailboxID                   string
+	Depth                       int64
 }
 
 func (e *LockedError) Error() string {

@@ -27,6 +27,9 @@ type Info struct {
 	// the key it guards (Issue for ScopeAgent).
 	Scope Scope
 	Key   string
+	// Mailbox is the number of follow-ups waiting in the lease's mailbox (deliver
+	// policy).
+	Mailbox int64
 }
 
 // Inspect returns the live lease (agent, rawKey), or ok=false when nobody holds it.
@@ -98,8 +101,8 @@ type Ref struct {
 // lookupBatch bounds the commands of one pipelined lookup round trip.
 const lookupBatch = 500
 
-// InspectMany looks up many leases at once, without SCAN: two commands per lease (PTTL
-// of the lock key, HGETALL of its record), pipelined, one round trip per 500 leases.
+// InspectMany looks up many leases at once, without SCAN: three commands per lease (PTTL
+// of the lock key, HGETALL of its record, XLEN of its mailbox), pipelined, one round trip per 500 leases.
 // It returns the live ones keyed by their canonical Ref; refs with an invalid issue
 // key are skipped. A lock key without a record (a Python agent's plain lock) is
 // returned with an empty Owner.
@@ -132,10 +135,12 @@ func (l *Locker) lookup(ctx context.Context, refs []Ref, out map[Ref]Info) error
 	pipe := l.rdb.Pipeline()
 	ttls := make([]*redis.DurationCmd, len(refs))
 	recs := make([]*redis.MapStringStringCmd, len(refs))
+	mails := make([]*redis.IntCmd, len(refs))
 	for i, r := range refs {
 		keys := l.Keys(r.Agent, r.Issue)
 		ttls[i] = pipe.PTTL(ctx, keys.Lock)
 		recs[i] = pipe.HGetAll(ctx, keys.Info)
+		mails[i] = pipe.XLen(ctx, keys.Mailbox)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("lease: look up %d leases: %w", len(refs), err)
@@ -149,6 +154,7 @@ func (l *Locker) lookup(ctx context.Context, refs []Ref, out map[Ref]Info) error
 		if ttl > 0 {
 			info.TTL = ttl
 		}
+		info.Mailbox = mails[i].Val()
 		out[r] = info
 	}
 	return nil

@@ -76,10 +76,14 @@ type Keys struct {
 	Fence string // counter: never expires, so fences only grow
 	Queue string // hash: the coalesce policy's one queued follow-up event
 	Done  string // string "<ms> <message id>": the last release, for superseded events
+	// Mailbox is a stream: the deliver policy's follow-ups for the run holding the
+	// lease, bounded, emptied as runs account for them. Mailbox+":seen" (a set, same
+	// hash slot) remembers which events were appended, so a repeat appends nothing.
+	Mailbox string
 }
 
 // keyPrefixes are the prefixes of Keys' names, in field order.
-var keyPrefixes = [...]string{"lock:", "lockinfo:", "lockfence:", "lockqueue:", "lockdone:"}
+var keyPrefixes = [...]string{"lock:", "lockinfo:", "lockfence:", "lockqueue:", "lockdone:", "lockmail:"}
 
 // keysFor returns the keys of the lease (agent, canonical issue key). The five names are
 // slices of one string: one allocation per lease instead of five. On KeysCluster the
@@ -94,7 +98,7 @@ func (f KeyFormat) keysFor(agent, issue, tag string) Keys {
 		}
 	}
 	var b strings.Builder
-	b.Grow(len("lock:lockinfo:lockfence:lockqueue:lockdone:") + len(keyPrefixes)*(len(open)+len(agent)+1+len(issue)+len(end)))
+	b.Grow(len("lock:lockinfo:lockfence:lockqueue:lockdone:lockmail:") + len(keyPrefixes)*(len(open)+len(agent)+1+len(issue)+len(end)))
 	var ends [len(keyPrefixes)]int
 	for i, p := range keyPrefixes {
 		b.WriteString(p)
@@ -106,7 +110,8 @@ func (f KeyFormat) keysFor(agent, issue, tag string) Keys {
 		ends[i] = b.Len()
 	}
 	s := b.String()
-	return Keys{Lock: s[:ends[0]], Info: s[ends[0]:ends[1]], Fence: s[ends[1]:ends[2]], Queue: s[ends[2]:ends[3]], Done: s[ends[3]:]}
+	return Keys{Lock: s[:ends[0]], Info: s[ends[0]:ends[1]], Fence: s[ends[1]:ends[2]], Queue: s[ends[2]:ends[3]], Done: s[ends[3]:ends[4]],
+		Mailbox: s[ends[4]:]}
 }
 
 // lockKey is keysFor(agent, issue).Lock, built alone: lookups of many lease keys (the

@@ -383,7 +383,7 @@ const maxDrainRounds = 8
 // (once, by its _qid) before the script deletes its slot and the lease, so a crash
 // in between leaves it queued for the next holder rather than lost.
 func (le *Lease) releaseDrain(ctx context.Context) (bool, error) {
-	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Queue, le.keys.Done}
+	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Queue, le.keys.Done, le.keys.Mailbox}
 	mode := "1"
 	if le.l.opts.Format == KeysCluster {
 		mode = "0"
@@ -412,6 +412,7 @@ func (le *Lease) releaseDrain(ctx context.Context) (bool, error) {
 				stream = fmt.Sprint(res[i+1])
 			case "_qid":
 				qid = fmt.Sprint(res[i+1])
+			case "_mbox":
 			default:
 				values[k] = res[i+1]
 			}

@@ -194,6 +194,11 @@ type AcquireOptions struct {
 	// atomic step, and the LockedError says Queued. Whoever releases the lease next
 	// appends it to Queue.Stream. Default: nil (a busy lease is only reported).
 	Queue *QueuedEvent
+	// Deliver, when set, selects the deliver policy: if the lease is held, the event's
+	// follow-up record is appended to the holder's mailbox and the event kept as the
+	// issue's queued event, in the same atomic step; the LockedError says Delivered,
+	// or Acquire returns a *MailboxFullError. Queue is then ignored. Default: nil.
+	Deliver *DeliverOptions
 	// Drain makes Release take and publish a queued follow-up (coalesce policy).
 	// Default: false.
 	Drain bool
@@ -214,6 +219,26 @@ type AcquireOptions struct {
 	// (CheckScopes). Default: none (scope agent alone).
 	Shared []ScopeKey
 }
+
+// DeliverOptions are the deliver policy's part of an acquire.
+type DeliverOptions struct {
+	// Followup is the mailbox entry's fields (what the run is told). Required.
+	Followup map[string]any
+	// Event is the event itself, queued to start the issue's next run if the holder
+	// does not account for every follow-up. Required.
+	Event QueuedEvent
+	// MaxDepth bounds the mailbox: an event that finds it this full is refused with a
+	// *MailboxFullError. Default: DefaultMailboxDepth.
+	MaxDepth int64
+	// Ack, when set on standalone Redis (KeysCompat), is the event's stream entry: it is
+	// acked in the script that appends the follow-up (LockedError.Acked). On Redis
+	// Cluster the stream is in another slot: the caller acks once Acquire returned.
+	// Default: nil.
+	Ack *Entry
+}
+
+// DefaultMailboxDepth is DeliverOptions.MaxDepth's default.
+const DefaultMailboxDepth = 100
 
 // QueuedEvent is a stream entry's fields, kept to be appended to Stream later.
 type QueuedEvent struct {
@@ -236,6 +261,8 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	switch {
 	case len(a.shared) > 0:
 		res, err = acquireScopedScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+	case ao.Deliver != nil:
+		res, err = acquireOrDeliverScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
 	case ao.Queue == nil:
 		res, err = runScript(ctx, l.rdb, acquireScript, 4, append(scriptArgs(len(a.kv)), a.kv[:]...)).Slice()
 	default:
@@ -301,6 +328,24 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	switch {
 	case len(a.shared) > 0:
 		a.args = []any{a.token, l.ttlMS, a.owner, a.sentMS, ao.MessageID, entryMS, agent, issue}
+	case ao.Deliver != nil:
+		d := ao.Deliver
+		depth := d.MaxDepth
+		if depth <= 0 {
+			depth = DefaultMailboxDepth
+		}
+		group, id := "", ""
+		if d.Ack != nil {
+			group, id = d.Ack.Group, d.Ack.ID
+		}
+		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
+			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), d.Event.Stream, entryMS, depth, group, id, 2 * len(d.Followup)}
+		for k, v := range d.Followup {
+			a.args = append(a.args, k, v)
+		}
+		for k, v := range d.Event.Fields {
+			a.args = append(a.args, k, v)
+		}
 	case ao.Queue == nil:
 		a.args = a.kv[4:]
 	default:
@@ -320,6 +365,14 @@ func (a *acquisition) scriptKeys() []string {
 			keys = append(keys, k.Lock, k.Info, k.Fence)
 		}
 		return keys
+
+	}
+	if d := a.ao.Deliver; d != nil {
+		k := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done, a.keys.Mailbox, a.keys.Mailbox + ":seen"}
+		if d.Ack != nil && a.l.opts.Format != KeysCluster {
+			k = append(k, d.Ack.Stream)
+		}
+		return k
 	}
 	if a.ao.Queue == nil {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
@@ -344,6 +397,11 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 	}
 	if n, _ := res[0].(int64); n != 1 {
 		l.opts.Observer.Busy(agent)
+		var full *MailboxFullError
+		if n == 3 && len(res) >= 7 { // deliver: the mailbox is full
+			full = &MailboxFullError{Depth: atoi(res[1])}
+			res = res[1:]
+		}
 		holder := Info{Agent: agent, Issue: issue, Scope: ScopeAgent, Key: issue}
 		if len(res) >= 10 { // a busy shared key: its holder may be another agent, on another issue
 			holder.Agent, _ = res[7].(string)
@@ -365,6 +423,19 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 			if ttl, _ := res[5].(int64); ttl > 0 {
 				holder.TTL = time.Duration(ttl) * time.Millisecond
 			}
+		}
+		if full != nil {
+			full.Holder = holder
+			return nil, full
+		}
+		if a.ao.Deliver != nil {
+			le := &LockedError{Holder: holder, Issue: issue, Delivered: true, Acked: a.ao.Deliver.Ack != nil && l.opts.Format != KeysCluster}
+			if len(res) >= 9 {
+				le.MailboxID, _ = res[6].(string)
+				le.Depth = atoi(res[7])
+				le.Duplicate = atoi(res[8]) == 1
+			}
+			return nil, le
 		}
 		le := &LockedError{Holder: holder, Issue: issue, Queued: a.ao.Queue != nil}
 		if len(res) >= 7 {

@@ -22,6 +22,10 @@ var (
 	acquireScopedLua string
 	//go:embed scripts/acquire_or_queue.lua
 	acquireOrQueueLua string
+	//go:embed scripts/acquire_or_deliver.lua
+	acquireOrDeliverLua string
+	//go:embed scripts/mailbox_done.lua
+	mailboxDoneLua string
 	//go:embed scripts/extend.lua
 	extendLua string
 	//go:embed scripts/release.lua
@@ -31,14 +35,16 @@ var (
 	//go:embed scripts/force_release.lua
 	forceReleaseLua string
 
-	acquireScript        = newScript(leaseLua + acquireLua)
-	acquireScopedScript  = newScript(leaseLua + acquireScopedLua)
-	handoffScript        = newScript(leaseLua + handoffLua)
-	acquireOrQueueScript = newScript(acquireOrQueueLua)
-	extendScript         = newScript(extendLua)
-	releaseScript        = newScript(leaseLua + releaseLua)
-	releaseDrainScript   = newScript(releaseDrainLua)
-	forceReleaseScript   = newScript(forceReleaseLua)
+	acquireScript          = newScript(leaseLua + acquireLua)
+	acquireScopedScript    = newScript(leaseLua + acquireScopedLua)
+	handoffScript          = newScript(leaseLua + handoffLua)
+	acquireOrQueueScript   = newScript(acquireOrQueueLua)
+	acquireOrDeliverScript = newScript(acquireOrDeliverLua)
+	mailboxDoneScript      = newScript(mailboxDoneLua)
+	extendScript           = newScript(extendLua)
+	releaseScript          = newScript(leaseLua + releaseLua)
+	releaseDrainScript     = newScript(releaseDrainLua)
+	forceReleaseScript     = newScript(forceReleaseLua)
 )
 
 // script is a Lua script with the second argument of its EVALSHA (the digest) and of

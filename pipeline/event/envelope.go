@@ -37,6 +37,13 @@ const (
 	StageFailed       = "stage.failed"
 	LockDropped       = "lock.dropped"
 	LockCoalesced     = "lock.coalesced"
+	// LockDelivered: the event met a held lease and was appended to its mailbox
+	// (policy deliver). FollowupDelivered and FollowupRolled record each follow-up's
+	// fate: acknowledged by the live run it was delivered to, or handed to a run in
+	// its Task JSON ("followups") and accounted for when that run ended.
+	LockDelivered     = "lock.delivered"
+	FollowupDelivered = "followup.delivered"
+	FollowupRolled    = "followup.rolled"
 	Dead              = "dead"
 )
 

@@ -158,13 +158,16 @@ func Start(ctx context.Context, tb testing.TB, cfg pipeline.RouterConfig) (*pipe
 // TriageOptions are the knobs a test turns on a triage router (StartTriage); the rest are
 // Config's fast defaults, with XREADGROUP blocking 200 ms.
 type TriageOptions struct {
-	Consumer    string        // "w1" when empty
-	TTL         time.Duration // of the lease; 3 s when zero
-	MaxIdle     time.Duration // MAX_IDLE_TIME; Config's when zero
-	Policy      lockmw.Policy
-	MaxRetries  int // Config's when zero
-	Concurrency int
-	Logger      zerolog.Logger
+	Consumer string        // "w1" when empty
+	TTL      time.Duration // of the lease; 3 s when zero
+	MaxIdle  time.Duration // MAX_IDLE_TIME; Config's when zero
+	Policy   lockmw.Policy
+	// MailboxDepth bounds each lease's mailbox (Policy lockmw.Deliver); the
+	// default's when zero.
+	MailboxDepth int64
+	MaxRetries   int // Config's when zero
+	Concurrency  int
+	Logger       zerolog.Logger
 }
 
 // TriageLocker is a lease manager with the given TTL whose leases live in the env's
@@ -184,6 +187,7 @@ func (e *Env) StartTriage(ctx context.Context, o TriageOptions, h message.NoPubl
 	}
 	cfg := e.Config("triage", "", o.Consumer, e.TriageLocker(o.TTL), h)
 	cfg.BlockTime, cfg.Concurrency, cfg.Policy, cfg.Logger = 200*time.Millisecond, o.Concurrency, o.Policy, o.Logger
+	cfg.MailboxDepth = o.MailboxDepth
 	if o.MaxIdle != 0 {
 		cfg.MaxIdleTime = o.MaxIdle
 	}

@@ -13,16 +13,27 @@
 -- that nobody holds (ours expired) is drained, so its follow-up is not stranded. A
 -- repeat after a lost reply finds the lease gone and the queue empty: it does nothing.
 --
--- KEYS: lock, info, queue, done. ARGV: token, mode, maxlen, published_qid ('' if none),
--- issue, index max, index TTL (ms): the follow-up is filed in the issue's index of its
--- stream as xonce's script files every entry (internal/xonce/xadd_once.lua).
+-- The deliver policy's queued event (field _mbox) stands for the follow-ups in the
+-- mailbox (KEYS[5]): when the run accounted for all of them (the mailbox is empty) it
+-- is dropped, not published, and the empty mailbox is deleted.
+--
+-- KEYS: lock, info, queue, done[, mailbox]. ARGV: token, mode, maxlen, published_qid
+-- ('' if none), issue, index max, index TTL (ms): the follow-up is filed in the issue's
+-- index of its stream as xonce's script files every entry (internal/xonce/xadd_once.lua).
 -- Returns {released}, {released, 1, new id} (standalone), {released, 2} (cluster: the
 -- published follow-up's slot deleted) or {3, field, value, ...}.
 local mine = redis.call('GET', KEYS[1]) == ARGV[1]
 local q = {}
 if mine or redis.call('EXISTS', KEYS[1]) == 0 then q = redis.call('HGETALL', KEYS[3]) end
-local qid = ''
-for i = 1, #q, 2 do if q[i] == '_qid' then qid = q[i + 1] end end
+local qid, mbox = '', false
+for i = 1, #q, 2 do
+  if q[i] == '_qid' then qid = q[i + 1] end
+  if q[i] == '_mbox' then mbox = true end
+end
+if mbox and KEYS[5] and redis.call('XLEN', KEYS[5]) == 0 then
+  redis.call('DEL', KEYS[3], KEYS[5])
+  q = {}
+end
 if ARGV[2] ~= '1' and #q > 0 and qid ~= ARGV[4] then
   return {3, unpack(q)}
 end
@@ -47,7 +58,7 @@ local args = {'XADD', '', 'MAXLEN', '~', ARGV[3], '*'}
 if tonumber(ARGV[3]) <= 0 then args = {'XADD', '', '*'} end
 for i = 1, #q, 2 do
   if q[i] == '_stream' then stream = q[i+1]
-  elseif q[i] ~= '_qid' then table.insert(args, q[i]); table.insert(args, q[i+1]) end
+  elseif q[i] ~= '_qid' and q[i] ~= '_mbox' then table.insert(args, q[i]); table.insert(args, q[i+1]) end
 end
 args[2] = stream
 local id = redis.call(unpack(args))

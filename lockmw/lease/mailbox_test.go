@@ -1,0 +1,144 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// deliverOpts are the deliver policy's options for the follow-up event id (an entry of
+// stream in group).
+func deliverOpts(stream, id string, depth int64, body string) lease.AcquireOptions {
+	return lease.AcquireOptions{MessageID: id, Drain: true, Deliver: &lease.DeliverOptions{
+		Followup: map[string]any{"event_type": "comment_created", "message_id": id, "body": body},
+		Event:    lease.QueuedEvent{Stream: stream, Fields: map[string]any{"payload": body}},
+		MaxDepth: depth,
+		Ack:      &lease.Entry{Stream: stream, Group: "g", ID: id},
+	}}
+}
+
+// Issue 24 item 1: an event that meets a held lease under the deliver policy is
+// appended to the holder's mailbox and acked in one script; a repeat (lost reply)
+// appends nothing; the mailbox is bounded; the run reads it; the release starts a next
+// run only for follow-ups the run did not account for.
+func TestDeliverMailbox(t *testing.T) {
+	t.Parallel() // own namespace, nothing timed
+	ctx := context.Background()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{})
+	stream := ns + "triage"
+	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "1-1", Drain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"n": i}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{stream, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for i, id := range ids[:2] {
+		_, err := l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, id, 2, "body "+strconv.Itoa(i)))
+		var le *lease.LockedError
+		if !errors.As(err, &le) || !le.Delivered || !le.Acked || le.Duplicate || le.MailboxID == "" || le.Depth != int64(i+1) {
+			t.Fatalf("follow-up %d: %#v", i, err)
+		}
+		if i == 0 {
+			first = le.MailboxID
+		}
+	}
+	// A repeat of the first (its reply lost) appends nothing.
+	_, err = l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, ids[0], 2, "body 0"))
+	if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Duplicate || le.MailboxID != "" {
+		t.Fatalf("repeat: %v", err)
+	}
+	// The third finds the mailbox full: refused, not acked.
+	_, err = l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, ids[2], 2, "body 2"))
+	var full *lease.MailboxFullError
+	if !errors.As(err, &full) || full.Depth != 2 || full.Holder.Fence != holder.Fence() {
+		t.Fatalf("full mailbox: %v", err)
+	}
+	pend, _ := rdb.XPending(ctx, stream, "g").Result()
+	if pend.Count != 1 || pend.Lower != ids[2] {
+		t.Fatalf("pending %+v: want only the refused %s", pend, ids[2])
+	}
+	if n, _ := l.MailboxDepth(ctx, "triage", "RHEL-1"); n != 2 {
+		t.Fatalf("depth %d", n)
+	}
+	fu, err := holder.Mailbox(ctx, "", 0)
+	if err != nil || len(fu) != 2 || fu[0].ID != first || fu[0].Fields["body"] != "body 0" || fu[1].Fields["body"] != "body 1" {
+		t.Fatalf("mailbox %+v %v", fu, err)
+	}
+	if rest, _ := holder.Mailbox(ctx, fu[0].ID, 0); len(rest) != 1 || rest[0].ID != fu[1].ID {
+		t.Fatalf("after %s: %+v", fu[0].ID, rest)
+	}
+	// The run accounts for the first only; its release publishes the queued event
+	// (the newest follow-up's) once, for the second.
+	if n, err := holder.MailboxDone(ctx, fu[0].ID); n != 1 || err != nil {
+		t.Fatalf("done: %d %v", n, err)
+	}
+	if _, err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if holder.Requeued() == "" {
+		t.Fatal("a follow-up is left and no next run was published")
+	}
+	next, _ := rdb.XRange(ctx, stream, holder.Requeued(), holder.Requeued()).Result()
+	if len(next) != 1 || next[0].Values["payload"] != "body 1" {
+		t.Fatalf("next run %+v", next)
+	}
+	for k := range next[0].Values {
+		if k[0] == '_' {
+			t.Errorf("next run carries the queue's own field %s", k)
+		}
+	}
+	// The next run accounts for the rest: its release starts nothing.
+	run2, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: holder.Requeued(), Drain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run2.MailboxDone(ctx, fu[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	// Another follow-up, accounted for at once: still nothing to start.
+	_, err = l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, ids[2], 2, "body 2"))
+	if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Delivered {
+		t.Fatalf("follow-up to run 2: %v", err)
+	}
+	fu2, _ := run2.Mailbox(ctx, "", 0)
+	if len(fu2) != 1 {
+		t.Fatalf("run 2's mailbox %+v", fu2)
+	}
+	if _, err := run2.MailboxDone(ctx, fu2[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if run2.Requeued() != "" {
+		t.Fatalf("every follow-up was accounted for, yet %s was published", run2.Requeued())
+	}
+	keys := l.Keys("triage", "RHEL-1")
+	if exists(t, rdb, keys.Queue) || exists(t, rdb, keys.Mailbox) {
+		t.Error("the queued event or the empty mailbox outlived the lease")
+	}
+	// A run that lost its lease removes nothing.
+	if _, err := run2.MailboxDone(ctx, "1-0"); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("done after release: %v", err)
+	}
+}
