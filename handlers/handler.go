@@ -49,6 +49,15 @@ type Config struct {
 	// outcome record, as children of the delivery's span (docs/architecture.md,
 	// "Tracing"). Nil: no spans.
 	TracerProvider trace.TracerProvider
+	// Mailbox: the router's policy is lockmw.Deliver. Each run then gets the follow-ups
+	// earlier runs left in its lease's mailbox in its Task JSON ("followups") and the
+	// new ones while it runs (RunRequest.Mailbox); at its end those it was given and
+	// those it acknowledged are removed from the mailbox and recorded
+	// (followup.rolled, followup.delivered). Default: false.
+	Mailbox bool
+	// MailboxDepth is the mailbox's bound (the router's); a run reads at most this
+	// many earlier follow-ups. Default: lease.DefaultMailboxDepth.
+	MailboxDepth int64
 }
 
 // FenceObserver counts fenced Jira writes made for an event (target: labels, comment).

@@ -21,6 +21,10 @@ func (h *handler) run(ctx context.Context, ev *job) (runners.Result, error) {
 		MessageID: event.EntryID(ev.msg), Stream: event.EntryStream(ev.msg), UserTriggered: ev.userTriggered,
 		Payload: ev.msg.Payload, Task: ev.task,
 	}
+	mr, err := h.openMailbox(ctx, ev, &req)
+	if err != nil {
+		return runners.Result{}, err
+	}
 	start := h.now()
 	rctx, span := h.span(ctx, ev, "runner "+h.cfg.Agent)
 	res, err := h.cfg.Runner.Run(rctx, req)
@@ -33,6 +37,9 @@ func (h *handler) run(ctx context.Context, ev *job) (runners.Result, error) {
 	}
 	if h.cfg.Agent == "triage" && !slices.Contains(runners.Resolutions, res.Resolution) {
 		return runners.Result{}, fmt.Errorf("%w: unknown resolution %q", runners.ErrBadOutput, res.Resolution)
+	}
+	if err := h.closeMailbox(ctx, ev, mr, res); err != nil {
+		return runners.Result{}, err
 	}
 	ev.log.Debug().Dur("took", h.now().Sub(start)).Msg("runner returned")
 	return res, nil

@@ -135,6 +135,9 @@ type LeaseInfo struct {
 	// issue, or the group key).
 	Scope string `json:"scope"`
 	Key   string `json:"key"`
+	// Mailbox is the number of follow-ups waiting in the lease's mailbox
+	// (ON_CONFLICT=deliver).
+	Mailbox int64 `json:"mailbox"`
 }
 
 // MarshalJSON adds held_ms and ttl_ms.
@@ -149,7 +152,8 @@ func (l LeaseInfo) MarshalJSON() ([]byte, error) {
 
 func (in *Inspector) leaseInfo(i lease.Info) LeaseInfo {
 	li := LeaseInfo{Agent: i.Agent, Issue: i.Issue, Owner: i.Owner, Fence: i.Fence, AcquiredAt: i.AcquiredAt,
-		TTL: i.TTL, MessageID: i.MessageID, Scope: string(i.Scope), Key: i.Key}
+		TTL: i.TTL, MessageID: i.MessageID, Scope: string(i.Scope), Key: i.Key,
+		Mailbox: i.Mailbox}
 	if li.Scope == "" {
 		li.Scope, li.Key = string(lease.ScopeAgent), i.Issue
 	}

@@ -3,6 +3,7 @@ package runners
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -92,6 +93,17 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 		"JIRA_ISSUE="+req.IssueKey,
 	)
 	cmd.Env = appendTraceEnv(ctx, cmd.Env)
+	var mb *mailboxFeed
+	if req.Mailbox != nil {
+		// The agent gets its follow-ups through a pipe on fd 3, never the store itself.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return Result{}, fmt.Errorf("exec runner: mailbox pipe: %w", err)
+		}
+		cmd.ExtraFiles = []*os.File{pr}
+		cmd.Env = append(cmd.Env, "YMIR_MAILBOX=/dev/fd/3")
+		mb = &mailboxFeed{w: pw, r: pr}
+	}
 	cmd.Stdin = bytes.NewReader(req.Payload)
 	stdout := &headBuffer{max: orDefault(r.MaxStdout, DefaultMaxStdout)}
 	stderr := &tailBuffer{max: orDefault(r.MaxStderr, DefaultMaxStderr)}
@@ -101,11 +113,13 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		mb.close()
 		return Result{}, fmt.Errorf("exec runner: start: %w", err)
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	mb.start(ctx, req.Mailbox, log)
 
 	var waitErr error
 	var termAt time.Time
@@ -139,6 +153,7 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 		}
 	}
 	took := time.Since(start)
+	delivered := mb.stop()
 
 	errTail := r.Redactor.Bytes(bytes.TrimSpace(stderr.Bytes()))
 	if len(errTail) > 0 {
@@ -161,8 +176,82 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("exec runner: %w%s", err, stderrNote(errTail))
 	}
-	log.Debug().Dur("took", took).Msg("runner finished")
+	res.Delivered = delivered
+	// An acknowledgement counts only for a follow-up this run was given.
+	res.FollowupsAcked = slices.DeleteFunc(res.FollowupsAcked, func(id string) bool { return !slices.Contains(delivered, id) })
+	log.Debug().Dur("took", took).Int("followups_delivered", len(delivered)).Msg("runner finished")
 	return res, nil
+}
+
+// mailboxFeed writes a run's follow-ups to the agent's YMIR_MAILBOX pipe, one JSON
+// object a line, while the run lasts. A nil feed does nothing.
+type mailboxFeed struct {
+	w, r   *os.File
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	sent   []string
+}
+
+func (f *mailboxFeed) start(ctx context.Context, m Mailbox, log zerolog.Logger) {
+	if f == nil {
+		return
+	}
+	_ = f.r.Close() // the agent holds the read end now
+	ctx, f.cancel = context.WithCancel(ctx)
+	f.done = make(chan struct{})
+	go func() {
+		defer close(f.done)
+		for ctx.Err() == nil {
+			fs, err := m.Next(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn().Err(err).Msg("mailbox read failed; retrying")
+					select {
+					case <-ctx.Done():
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+				continue
+			}
+			for _, fu := range fs {
+				line, err := json.Marshal(fu)
+				if err != nil {
+					continue
+				}
+				// A write blocks while the agent does not read (the pipe's buffer is
+				// full); stop's Close ends it. Only a whole line written counts.
+				if _, err := f.w.Write(append(line, '\n')); err != nil {
+					return
+				}
+				f.mu.Lock()
+				f.sent = append(f.sent, fu.ID)
+				f.mu.Unlock()
+				log.Info().Str("followup_id", fu.ID).Str("event_type", fu.Fields["event_type"]).Msg("follow-up delivered to the agent's mailbox")
+			}
+		}
+	}()
+}
+
+// stop ends the feed (the run is over: the agent reads to the end of the pipe) and
+// returns the ids written, in order.
+func (f *mailboxFeed) stop() []string {
+	if f == nil {
+		return nil
+	}
+	f.cancel()
+	_ = f.w.Close()
+	<-f.done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sent
+}
+
+func (f *mailboxFeed) close() {
+	if f != nil {
+		_ = f.r.Close()
+		_ = f.w.Close()
+	}
 }
 
 func describeExit(ee *exec.ExitError) string {

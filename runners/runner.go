@@ -41,6 +41,9 @@ type RunRequest struct {
 	// Payload is the Task JSON exactly as received; Task is its decoded form.
 	Payload []byte
 	Task    event.Task
+	// Mailbox, when set, feeds the agent the issue's follow-ups while it runs (the
+	// exec runner: YMIR_MAILBOX). Default: nil, none.
+	Mailbox Mailbox
 }
 
 // Result is what a runner reports. Triage runners fill Resolution, TargetBranch and
@@ -58,6 +61,9 @@ type Result struct {
 	// took into account during the run: they are delivered. Those it does not list
 	// start the issue's next run, in its Task JSON ("followups").
 	FollowupsAcked []string `json:"followups_acked,omitempty"`
+	// Delivered lists the ids of the follow-ups the runner handed the agent during the
+	// run (set by the runner, not the agent), in their order.
+	Delivered []string `json:"-"`
 
 	// Extra holds a triage result's other top-level fields (e.g. dist_git_namespace,
 	// downstream_component, jira_summary): they are copied into the downstream Task's

@@ -16,8 +16,8 @@ import (
 const locksHelp = `
 Lists the live per-issue leases: agent, issue, scope and key (agent: the agent's own
 lease on the issue; issue or group: a shared key of LOCK_SCOPE, held by that agent's
-run on that issue), holder (owner), fence, how long it has been held, TTL left, and
-the stream entry it guards.
+run on that issue), holder (owner), fence, how long it has been held, TTL left, its
+mailbox depth (follow-ups waiting, ON_CONFLICT=deliver), and the stream entry it guards.
 
   locks release AGENT KEY [--yes]
       force-releases the lease of KEY for AGENT whoever holds it, and bumps its fence:
@@ -86,13 +86,14 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 		noteFilters(stderr, &cfg.Common, "agent", cfg.Agent, "issue", cfg.Issue)
 		return nil
 	}
-	t := newTable(stdout, "AGENT", "ISSUE", "SCOPE", "KEY", "OWNER", "FENCE", "HELD FOR", "SINCE", "TTL", "MESSAGE ID")
+	t := newTable(stdout, "AGENT", "ISSUE", "SCOPE", "KEY", "OWNER", "FENCE", "HELD FOR", "SINCE", "TTL", "MAILBOX", "MESSAGE ID")
 	for _, l := range leases {
 		owner, held := l.Owner, human(l.Held)
 		if owner == "" {
 			owner, held = "(plain lock)", ""
 		}
-		t.row(l.Agent, l.Issue, l.Scope, l.Key, owner, strconv.FormatInt(l.Fence, 10), held, stamp(l.AcquiredAt), ttl(l.TTL), l.MessageID)
+		t.row(l.Agent, l.Issue, l.Scope, l.Key, owner, strconv.FormatInt(l.Fence, 10), held, stamp(l.AcquiredAt), ttl(l.TTL),
+			strconv.FormatInt(l.Mailbox, 10), l.MessageID)
 	}
 	return t.flush()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
@@ -143,7 +144,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp),
 		Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
 		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red, Fences: metrics,
-		TracerProvider: tp}
+		TracerProvider: tp, Mailbox: policies.Uses(lockmw.Deliver), MailboxDepth: cfg.MailboxDepth}
 	h, err := handlers.New(hcfg)
 	if err != nil {
 		return usagef("%v", err)
@@ -152,7 +153,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency, ReadBatch: cfg.ReadBatch,
 		BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
 		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policies: policies, Scopes: scopes,
-		Locker: locker, Logger: log, Metrics: metrics, Handler: h, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
+		MailboxDepth: cfg.MailboxDepth, Locker: locker, Logger: log, Metrics: metrics, Handler: h, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
 		OnDead: handlers.FailureNotice(hcfg), TracerProvider: tp})
 	if err != nil {
 		return usagef("%v", err)

@@ -42,6 +42,7 @@ func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, 
 	pipe := l.rdb.Pipeline()
 	ttl := pipe.PTTL(ctx, keys.Lock)
 	h := pipe.HGetAll(ctx, keys.Info)
+	mail := pipe.XLen(ctx, keys.Mailbox)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Info{}, false, fmt.Errorf("lease: inspect %s: %w", keys.Lock, err)
 	}
@@ -52,6 +53,7 @@ func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, 
 	if ttl.Val() > 0 {
 		info.TTL = ttl.Val()
 	}
+	info.Mailbox = mail.Val()
 	return info, true, nil
 }
 

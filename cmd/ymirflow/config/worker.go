@@ -32,6 +32,7 @@ const (
 	DefaultConcurrency   = 1
 	DefaultReadBatch     = pipeline.DefaultReadBatch
 	DefaultKillGrace     = runners.DefaultKillGrace
+	DefaultMailboxDepth  = lease.DefaultMailboxDepth
 )
 
 // DefaultConsumerName is a worker's consumer name when CONSUMER_NAME is unset: in
@@ -66,6 +67,7 @@ type Worker struct {
 	LockTTL       time.Duration // --lock-ttl, LOCK_TTL: lease TTL; the heartbeat runs every LOCK_TTL/3
 	LockMaxHold   time.Duration // --lock-max-hold, LOCK_MAX_HOLD: a lease is given up after this long
 	OnConflict    string        // --on-conflict, ON_CONFLICT: busy policy table, e.g. triage.requested=drop,*=delay:2m
+	MailboxDepth  int64         // --mailbox-depth, MAILBOX_DEPTH: follow-ups a lease's mailbox holds (deliver)
 	LockScope     string        // --lock-scope, LOCK_SCOPE: agent|issue|group:<paths>, comma-separated
 	BlockTime     time.Duration // --block-time, BLOCK_TIME: XREADGROUP BLOCK
 	MaxIdleTime   time.Duration // --max-idle-time, MAX_IDLE_TIME: pending entries idle this long are claimed
@@ -102,12 +104,14 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "what happens to an event whose issue is locked by another holder, per event type: "+
 		"comma-separated <event type>=<policy> and *=<policy> (every other type; a bare policy is the default), e.g. triage.requested=drop,rebase.requested=coalesce,*=delay:2m. "+
 		"Policies: drop (acked, recorded as lock.dropped), coalesce (kept as the issue's one queued follow-up, published at the release), "+
+		"deliver (a follow-up of the run: appended to its lease's mailbox, fed to its agent as YMIR_MAILBOX; those it does not acknowledge start one next run; recorded as lock.delivered), "+
 		"delay:D[:MAX] (acked and re-queued to run after D plus up to 20% jitter, doubling per delay of the same event up to MAX, by default 8×D; "+
 		"kept in Redis, so a restart loses nothing; recorded as lock.delayed with delayed_until)")
+	fs.Int64Var(&w.MailboxDepth, "mailbox-depth", DefaultMailboxDepth, "most follow-ups waiting in one lease's mailbox (ON_CONFLICT deliver); one more is dead-lettered with the reason. 1 to 100000")
 	fs.StringVar(&w.LockScope, "lock-scope", DefaultLockScope, "what a run's lease guards, comma-separated: agent (this agent on the issue: lock:<agent>:<ISSUE>, always held), "+
 		"issue (the issue across every agent that sets it: a rebase and a backport of one issue never run at once), "+
 		"group:<path>[+<path>...] (a key from the event: dotted field paths of the task JSON, or m:<name> for metadata, e.g. group:metadata.component+metadata.target_branch or group:m:lock_key; "+
-		"every event with the same values runs one at a time). All keys are taken at once or none; with issue or group, ON_CONFLICT=coalesce is refused, and on Redis Cluster at most one of them")
+		"every event with the same values runs one at a time). All keys are taken at once or none; with issue or group, ON_CONFLICT=coalesce and deliver are refused, and on Redis Cluster at most one of them")
 	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks"+rangeHelp("block-time"))
 	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3"+
 		rangeHelp("max-idle-time")+"; unset: the larger of "+fmtDur(DefaultMaxIdleTime)+" and LOCK_TTL/2")
@@ -220,8 +224,11 @@ func (w *Worker) Validate() error {
 	}
 	if sc, err := w.Scopes(); err != nil {
 		p.add("lock-scope", "= %q: %v", w.LockScope, err)
-	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Coalesce) {
-		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with coalesce: use drop or delay", w.LockScope, w.OnConflict)
+	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Coalesce, lockmw.Deliver) {
+		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with coalesce or deliver: use drop or delay", w.LockScope, w.OnConflict)
+	}
+	if w.MailboxDepth < 1 || w.MailboxDepth > 100_000 {
+		p.add("mailbox-depth", "= %d must be between 1 and 100000", w.MailboxDepth)
 	}
 	if w.MaxRetries < 1 {
 		p.add("max-retries", "= %d must be at least 1", w.MaxRetries)

@@ -15,7 +15,8 @@
 // Its "work" is simulated: it waits AGENT_WORK_MS milliseconds (default 300), then
 // commits a note into a git repository and writes a comment file under AGENT_WORKDIR
 // (default $TMPDIR/ymir-agent-kit), one per issue. Triage answers AGENT_RESOLUTION
-// (default "postponed"); the other agents answer success.
+// (default "postponed"); the other agents answer success. The mailbox's opening and each
+// follow-up's arrival are noted in AGENT_WORKDIR/<agent>/mailbox-<issue>.log; AGENT_NO_ACK=1 acknowledges none.
 //
 // Build it with `go build -o agent ./examples/agents/go` and run the worker with
 // `--exec ./agent`.
@@ -117,6 +118,7 @@ func (a *agent) readMailbox(path string) {
 		return
 	}
 	defer func() { _ = f.Close() }() // read-only: nothing to flush
+	a.trace([]byte(`{"mailbox":"open"}`))
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -128,8 +130,22 @@ func (a *agent) readMailbox(path string) {
 		a.mu.Lock()
 		a.followups = append(a.followups, fu)
 		a.mu.Unlock()
+		a.trace(sc.Bytes())
 		logf("follow-up %s from %s: %.80s", fu.ID, fu.Author, or(fu.Body, fu.EventType))
 	}
+}
+
+// trace notes a follow-up's arrival (a file per issue), for whoever watches the agent.
+func (a *agent) trace(line []byte) {
+	if err := os.MkdirAll(a.workdir, 0o755); err != nil {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(a.workdir, "mailbox-"+a.issue+".log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	_, _ = f.Write(append(append([]byte(nil), line...), '\n'))
+	_ = f.Close()
 }
 
 func (a *agent) work(ctx context.Context, t task) (map[string]any, error) {
@@ -163,9 +179,13 @@ func (a *agent) work(ctx context.Context, t task) (map[string]any, error) {
 	if err := a.comment(ctx, text.String()); err != nil {
 		return nil, err
 	}
+	// Acknowledge what this run took into account; AGENT_NO_ACK=1 plays an agent that
+	// did not (its follow-ups then start the next run).
 	acked := []string{}
 	for _, fu := range live {
-		acked = append(acked, fu.ID)
+		if os.Getenv("AGENT_NO_ACK") != "1" {
+			acked = append(acked, fu.ID)
+		}
 	}
 	res := map[string]any{"followups_acked": acked}
 	data := map[string]any{"details": note, "followups": ids, "fence": a.fence}
@@ -192,7 +212,9 @@ func (a *agent) commit(ctx context.Context, note string) error {
 	git := func(args ...string) ([]byte, error) {
 		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=ymir agent",
 			"-c", "user.email=agent@ymirflow.invalid"}, args...)...)
-		cmd.Stderr = os.Stderr
+		if args[0] != "log" { // log fails on a repository without commits yet: expected
+			cmd.Stderr = os.Stderr
+		}
 		return cmd.Output()
 	}
 	if _, err := os.Stat(filepath.Join(repo, ".git")); err != nil {

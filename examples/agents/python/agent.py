@@ -17,7 +17,8 @@ It shows the whole contract (examples/agents/README.md):
 Its "work" is simulated: it waits AGENT_WORK_MS milliseconds (default 300), then
 commits a note into a git repository and writes a comment file under AGENT_WORKDIR
 (default $TMPDIR/ymir-agent-kit), one per issue. Triage answers AGENT_RESOLUTION
-(default "postponed"); the other agents answer success.
+(default "postponed"); the other agents answer success. The mailbox's opening and each
+follow-up's arrival are noted in AGENT_WORKDIR/<agent>/mailbox-<issue>.log; AGENT_NO_ACK=1 acknowledges none.
 """
 
 import json
@@ -65,6 +66,7 @@ class Agent:
     def read_mailbox(self, path):
         try:
             with open(path, "r", encoding="utf-8") as f:
+                self.trace({"mailbox": "open"})
                 for line in f:
                     line = line.strip()
                     if not line:
@@ -76,10 +78,17 @@ class Agent:
                         continue
                     with self.lock:
                         self.followups.append(fu)
+                    self.trace(fu)
                     log("follow-up %s from %s: %s" % (fu.get("id"), fu.get("author") or "?",
                                                      (fu.get("body") or fu.get("event_type") or "")[:80]))
         except OSError as e:
             log("mailbox: %s" % e)
+
+    def trace(self, fu):
+        """Notes the follow-up's arrival (a file per issue), for whoever watches the agent."""
+        os.makedirs(self.workdir, exist_ok=True)
+        with open(os.path.join(self.workdir, "mailbox-" + self.issue + ".log"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(fu) + "\n")
 
     # --- fenced side effects.
     def fence_tag(self):
@@ -151,7 +160,10 @@ class Agent:
         self.commit(note)
         self.comment(note + "".join("\n- %s: %s" % (fu.get("author") or "?", fu.get("body") or "") for fu in heard))
 
-        result = {"followups_acked": [fu["id"] for fu in live if "id" in fu]}
+        # Acknowledge what this run took into account; AGENT_NO_ACK=1 plays an agent that
+        # did not (its follow-ups then start the next run).
+        acked = [] if os.environ.get("AGENT_NO_ACK") == "1" else [fu["id"] for fu in live if "id" in fu]
+        result = {"followups_acked": acked}
         data = {"details": note, "followups": [fu.get("id") for fu in heard], "fence": self.fence}
         if self.agent == "triage":
             result.update(resolution=os.environ.get("AGENT_RESOLUTION") or "postponed", data=data)

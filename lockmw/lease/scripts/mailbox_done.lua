@@ -7,4 +7,7 @@
 -- Returns the number removed, or -1 when the lease is not held with token.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if #ARGV < 2 then return 0 end
-return redis.call('XDEL', KEYS[2], unpack(ARGV, 2))
+local n = redis.call('XDEL', KEYS[2], unpack(ARGV, 2))
+-- An empty mailbox goes: it is made again by the next follow-up.
+if redis.call('XLEN', KEYS[2]) == 0 then redis.call('DEL', KEYS[2]) end
+return n

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/testlog"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
+)
+
+// publishFollowup publishes a triage request for issue carrying a maintainer's comment
+// (the metadata a webhook's comment.created event carries) and returns its stream id.
+//
+// A follow-up meets the lease only when another subscription reads it while the run
+// goes on: the run's own subscription reads ahead, and an entry waiting there runs
+// after the run instead (README, "Follow-ups"). So the run here comes from the main
+// stream and the comment from the :todo twin, as a maintainer's request does.
+func publishFollowup(t *testing.T, rdb *redis.Client, topo event.Topology, issue, author, body, commentID string) string {
+	t.Helper()
+	todo := author != ""
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + issue + `"}}`))
+	task.UserTriggered = todo
+	msg, err := event.New(event.TriageRequested, issue, task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Metadata.Set(lockmw.MetaCommentAuthor, author)
+	msg.Metadata.Set(lockmw.MetaCommentBody, body)
+	msg.Metadata.Set(lockmw.MetaCommentID, commentID)
+	id, err := event.NewPublisher(rdb, 0).PublishID(context.Background(), topo.Stream("triage", "", todo), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// records returns the results of eventType for issue.
+func records(ctx context.Context, rdb *redis.Client, topo event.Topology, eventType, issue string) []redis.XMessage {
+	all, _ := rdb.XRange(ctx, topo.Results(), "-", "+").Result()
+	var out []redis.XMessage
+	for _, m := range all {
+		if m.Values["event_type"] == eventType && m.Values["issue_key"] == issue {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Issue 24 items 2 and 4: under ON_CONFLICT=deliver, a maintainer's comment published
+// while an example agent runs reaches its YMIR_MAILBOX within a second; acknowledged,
+// it is recorded as delivered and starts nothing; not acknowledged, it starts exactly
+// one next run, which gets it in its Task JSON.
+func TestDeliverFollowupToRunningAgent(t *testing.T) {
+	agents := kitAgents(t)
+	for _, a := range agents {
+		for _, ack := range []bool{true, false} {
+			name := a.name + "/acked"
+			if !ack {
+				name = a.name + "/not-acked"
+			}
+			t.Run(name, func(t *testing.T) {
+				// Not parallel: the worker reads its settings from the environment (t.Setenv), and it times the delivery.
+				for name := range config.EnvNames() {
+					t.Setenv(name, "")
+				}
+				t.Setenv("REDIS_URL", redistest.URL())
+				admin, ns := redistest.Client(t)
+				topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+				dir := t.TempDir()
+				t.Setenv("AGENT_WORKDIR", dir)
+				t.Setenv("AGENT_WORK_MS", "2500")
+				t.Setenv("AGENT_RESOLUTION", "not-affected")
+				if !ack {
+					t.Setenv("AGENT_NO_ACK", "1")
+				}
+				const issue = "RHEL-902"
+				srv := fakejira.New(fakejira.Options{Token: "kit-token", Issues: []fakejira.Issue{{Key: issue, Summary: "s"}}})
+				ts := httptest.NewServer(srv)
+				t.Cleanup(ts.Close)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				var out, errb testlog.Buffer
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("worker log:\n%s%s", out.String(), errb.String())
+					}
+				})
+				done := make(chan int, 1)
+				go func() {
+					done <- run(ctx, []string{"worker", "--agent", "triage", "--runner", "exec", "--exec", a.command,
+						"--runner-env", "AGENT_*", "--ymir-namespace", topo.Namespace, "--metrics-addr", "",
+						"--on-conflict", "deliver", "--mailbox-depth", "10",
+						"--jira-url", ts.URL, "--jira-token", "kit-token", "--jira-rate-limit", "-1", "--block-time", "200ms",
+						"--consumer-name", "w1"}, &out, &errb)
+				}()
+				publishFollowup(t, admin, topo, issue, "", "", "")
+				// The agent notes when it has opened YMIR_MAILBOX: it runs from then on.
+				trace := filepath.Join(dir, "triage", "mailbox-"+issue+".log")
+				var lines []string
+				read := func() int {
+					b, _ := os.ReadFile(trace)
+					lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+					if len(b) == 0 {
+						return 0
+					}
+					return len(lines)
+				}
+				redistest.Eventually(t, 20*time.Second, func() bool { return read() == 1 }, "the agent runs and reads its mailbox")
+
+				sent := time.Now()
+				publishFollowup(t, admin, topo, issue, "ann", "also update the tests", "10042")
+				redistest.Eventually(t, 10*time.Second, func() bool { return read() == 2 }, "the follow-up reached the agent's mailbox")
+				if took := time.Since(sent); took > time.Second {
+					t.Errorf("the follow-up took %s to reach the agent, want under a second", took)
+				}
+				var fu map[string]string
+				if err := json.Unmarshal([]byte(lines[1]), &fu); err != nil {
+					t.Fatalf("mailbox line %q: %v", lines[1], err)
+				}
+				if fu["author"] != "ann" || fu["body"] != "also update the tests" || fu["comment_id"] != "10042" || fu["id"] == "" {
+					t.Errorf("mailbox line %v", fu)
+				}
+				runs := 1
+				fate := event.FollowupDelivered
+				if !ack {
+					runs, fate = 2, event.FollowupRolled
+				}
+				redistest.Eventually(t, 30*time.Second, func() bool {
+					return len(records(ctx, admin, topo, event.StageDone, issue)) == runs &&
+						len(records(ctx, admin, topo, fate, issue)) == 1
+				}, "%d run(s) and the follow-up %s", runs, fate)
+				time.Sleep(500 * time.Millisecond) // a window for a wrong extra run to show
+				cancel()
+				select {
+				case code := <-done:
+					if code != 0 {
+						t.Fatalf("worker exit %d", code)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("worker did not stop")
+				}
+				if n := len(records(context.Background(), admin, topo, event.StageDone, issue)); n != runs {
+					t.Fatalf("%d runs, want %d", n, runs)
+				}
+				if n := len(records(context.Background(), admin, topo, event.LockDelivered, issue)); n != 1 {
+					t.Errorf("%d lock.delivered records, want 1", n)
+				}
+				rec := records(context.Background(), admin, topo, fate, issue)[0]
+				if rec.Values["outcome"] != fu["id"] || !strings.Contains(rec.Values["detail"].(string), `"followup_author":"ann"`) {
+					t.Errorf("%s record %v, want the follow-up %s by ann", fate, rec.Values, fu["id"])
+				}
+				if !ack { // the next run got it in its Task JSON and says so in its data
+					last := records(context.Background(), admin, topo, event.StageDone, issue)[1]
+					if !strings.Contains(last.Values["detail"].(string), fu["id"]) {
+						t.Errorf("the next run's outcome %v does not name the follow-up %s", last.Values["detail"], fu["id"])
+					}
+				}
+				if n := admin.Exists(context.Background(), "lockmail:"+topo.LockScope()+"triage:"+issue).Val(); n != 0 {
+					t.Error("the mailbox outlived the runs that accounted for it")
+				}
+			})
+		}
+	}
+}
