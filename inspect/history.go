@@ -302,6 +302,8 @@ func conflictDetail(v func(string) string) string {
 	switch {
 	case v("reason") == "superseded":
 		d = "superseded by entry " + entry + ", whose run of the issue ended after this one was queued"
+	case v("event_type") == event.LockDelivered:
+		d = fmt.Sprintf("delivered as follow-up %s to the run of entry %s, held by %s (fence %s)", v("mailbox_id"), entry, holder, fence)
 	case v("event_type") == event.LockCoalesced:
 		d = fmt.Sprintf("queued behind entry %s, held by %s (fence %s); runs once it is released", entry, holder, fence)
 	default:

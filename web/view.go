@@ -113,7 +113,7 @@ func classOf(t string) string {
 		return "c-failed"
 	case "lock.dropped":
 		return "c-dropped"
-	case "lock.coalesced":
+	case "lock.coalesced", "lock.delivered", "followup.delivered", "followup.rolled":
 		return "c-coalesced"
 	}
 	return "c-other"

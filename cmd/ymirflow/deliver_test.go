@@ -167,6 +167,16 @@ func TestDeliverFollowupToRunningAgent(t *testing.T) {
 						t.Errorf("the next run's outcome %v does not name the follow-up %s", last.Values["detail"], fu["id"])
 					}
 				}
+				// The timeline shows the follow-up's arrival and its fate.
+				var hout, herr testlog.Buffer
+				if code := run(context.Background(), []string{"history", issue, "--ymir-namespace", topo.Namespace}, &hout, &herr); code != 0 {
+					t.Fatalf("history: exit %d: %s", code, herr.String())
+				}
+				for _, want := range []string{event.LockDelivered, "delivered as follow-up " + fu["id"], fate} {
+					if !strings.Contains(hout.String(), want) {
+						t.Errorf("history lacks %q:\n%s", want, hout.String())
+					}
+				}
 				if n := admin.Exists(context.Background(), "lockmail:"+topo.LockScope()+"triage:"+issue).Val(); n != 0 {
 					t.Error("the mailbox outlived the runs that accounted for it")
 				}

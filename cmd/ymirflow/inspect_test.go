@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -197,9 +198,21 @@ func TestLocksCommand(t *testing.T) {
 	old := o.acquire("triage", "RHEL-1", "pod-a-0", "1-0")
 	o.acquire("rebase", "RHEL-1", "pod-b-0", "2-0")
 	o.acquire("triage", "RHEL-2", "pod-a-1", "3-0")
+	// Two follow-ups wait in RHEL-2's mailbox (ON_CONFLICT=deliver): the depth shows.
+	for _, id := range []string{"4-0", "5-0"} {
+		_, err := o.locker.Acquire(context.Background(), "triage", "RHEL-2", lease.AcquireOptions{MessageID: id,
+			Deliver: &lease.DeliverOptions{Followup: map[string]any{"event_type": "triage.requested"},
+				Event: lease.QueuedEvent{Stream: o.stream("triage", ""), Fields: map[string]any{"x": "1"}}}})
+		if !errors.Is(err, lease.ErrLocked) {
+			t.Fatalf("deliver %s: %v", id, err)
+		}
+	}
 
 	out := o.ok("locks")
-	for _, want := range []string{"AGENT", "OWNER", "FENCE", "TTL", "pod-a-0", "pod-b-0", "pod-a-1", "RHEL-2", "3-0"} {
+	if !regexp.MustCompile(`RHEL-2 .* 2 +3-0`).MatchString(out) {
+		t.Errorf("table does not show RHEL-2's mailbox depth 2:\n%s", out)
+	}
+	for _, want := range []string{"AGENT", "OWNER", "FENCE", "TTL", "MAILBOX", "pod-a-0", "pod-b-0", "pod-a-1", "RHEL-2", "3-0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -214,7 +227,12 @@ func TestLocksCommand(t *testing.T) {
 			HeldMS     *int64    `json:"held_ms"`
 			TTLMS      int64     `json:"ttl_ms"`
 			MessageID  string    `json:"message_id"`
+			Mailbox    int64     `json:"mailbox"`
 		} `json:"leases"`
+	}
+	o.json(&got, "locks", "--issue", "RHEL-2")
+	if len(got.Leases) != 1 || got.Leases[0].Mailbox != 2 {
+		t.Fatalf("JSON of RHEL-2 = %+v, want mailbox 2", got)
 	}
 	o.json(&got, "locks", "--issue", "RHEL-1")
 	if len(got.Leases) != 2 || got.Leases[0].Agent != "triage" || got.Leases[0].Owner != "pod-a-0" || got.Leases[0].Fence != old.Fence() ||
