@@ -257,9 +257,16 @@ func (l *Locker) lookupListed(ctx context.Context, found []listed) ([]Info, erro
 	pipe := l.rdb.Pipeline()
 	ttls := make([]*redis.DurationCmd, len(found))
 	recs := make([]*redis.MapStringStringCmd, len(found))
+	mails := make([]*redis.IntCmd, len(found))
 	for i, f := range found {
 		ttls[i] = pipe.PTTL(ctx, f.lock)
 		recs[i] = pipe.HGetAll(ctx, f.info)
+		if f.scope == "" {
+			// The mailbox's name is the record's with the other prefix (keysFor).
+			if rest, ok := strings.CutPrefix(f.info, "lockinfo:"); ok {
+				mails[i] = pipe.XLen(ctx, "lockmail:"+rest)
+			}
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("lease: look up %d leases: %w", len(found), err)
@@ -280,6 +287,9 @@ func (l *Locker) lookupListed(ctx context.Context, found []listed) ([]Info, erro
 		}
 		if ttl > 0 {
 			info.TTL = ttl
+		}
+		if mails[i] != nil {
+			info.Mailbox = mails[i].Val()
 		}
 		out = append(out, info)
 	}
