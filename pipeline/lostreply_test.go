@@ -44,13 +44,14 @@ func TestLostReplyMatrix(t *testing.T) {
 	lease := lua(t, dir+"lease.lua")
 	once := lua(t, "../internal/xonce/xadd_once.lua")
 	scripts := map[string]string{
-		"acquire":          lease + lua(t, dir+"acquire.lua"),
-		"handoff":          lease + lua(t, dir+"handoff.lua"),
-		"release":          lease + lua(t, dir+"release.lua"),
-		"extend":           lua(t, dir+"extend.lua"),
-		"acquire_or_queue": lua(t, dir+"acquire_or_queue.lua"),
-		"release_drain":    lua(t, dir+"release_drain.lua"),
-		"xadd_once":        once,
+		"acquire":            lease + lua(t, dir+"acquire.lua"),
+		"handoff":            lease + lua(t, dir+"handoff.lua"),
+		"release":            lease + lua(t, dir+"release.lua"),
+		"extend":             lua(t, dir+"extend.lua"),
+		"acquire_or_queue":   lua(t, dir+"acquire_or_queue.lua"),
+		"release_drain":      lua(t, dir+"release_drain.lua"),
+		"acquire_or_deliver": lua(t, dir+"acquire_or_deliver.lua"),
+		"xadd_once":          once,
 	}
 	// Whatever carries the dead letter: a script, or the EXEC of a transaction.
 	deadLetter := redistest.Any(redistest.Script(once, event.DeadFieldError), redistest.Command("exec"))
@@ -72,6 +73,8 @@ func TestLostReplyMatrix(t *testing.T) {
 		{"acquire or queue", redistest.Script(scripts["acquire_or_queue"]), "coalesce"},
 		{"release and drain", redistest.Script(scripts["release_drain"]), "coalesce"},
 		{"coalesced conflict record", redistest.Arg(event.LockCoalesced), "coalesce"},
+		{"acquire or deliver", redistest.Script(scripts["acquire_or_deliver"]), "deliver"},
+		{"delivered conflict record", redistest.Arg(event.LockDelivered), "deliver"},
 	}
 	direct, _ := redistest.Client(t)
 	for _, src := range scripts {
@@ -113,11 +116,14 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		o.TTL, o.MaxIdle = 3*time.Second, 2*time.Second
 	case "fail":
 		failing.Store(true)
-	case "conflict", "coalesce":
+	case "conflict", "coalesce", "deliver":
 		blockFirst.Store(true)
 		o.Concurrency = 2
-		if scenario == "coalesce" {
+		switch scenario {
+		case "coalesce":
 			o.Policy = lockmw.Coalesce
+		case "deliver":
+			o.Policy = lockmw.Deliver
 		}
 	}
 	e.start(ctx, o, func(msg *message.Message) error {
@@ -133,8 +139,11 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		case blockFirst.Load() && n == 1:
 			// Hold the issue until the second event met the held lease.
 			want := event.LockDropped
-			if scenario == "coalesce" {
+			switch scenario {
+			case "coalesce":
 				want = event.LockCoalesced
+			case "deliver":
+				want = event.LockDelivered
 			}
 			deadline := time.Now().Add(5 * time.Second)
 			for records(want) == 0 && time.Now().Before(deadline) {
@@ -158,7 +167,7 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 	case "two issues":
 		e.publishTriage("RHEL-1")
 		e.publishTriage("RHEL-2")
-	case "conflict", "coalesce":
+	case "conflict", "coalesce", "deliver":
 		first := e.publishTriage("RHEL-1")
 		redistest.Eventually(t, 10*time.Second, func() bool { return runs.Get("RHEL-1") == 1 }, "first run started")
 		holder := consumerOf(t, direct, e.triage(), first)
@@ -171,7 +180,7 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 			var at string
 			redistest.Eventually(t, 10*time.Second, func() bool {
 				at = consumerOf(t, direct, e.triage(), id)
-				return at != "" || records(event.LockDropped)+records(event.LockCoalesced) > 0
+				return at != "" || records(event.LockDropped)+records(event.LockCoalesced)+records(event.LockDelivered) > 0
 			}, "event %s read", id)
 			if at != holder {
 				break
@@ -185,7 +194,7 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		per := map[string]int{}
 		for _, m := range direct.XRange(ctx, e.topo.Results(), "-", "+").Val() {
 			switch m.Values["event_type"] {
-			case event.StageDone, event.LockDropped, event.LockCoalesced:
+			case event.StageDone, event.LockDropped, event.LockCoalesced, event.LockDelivered:
 				per[fmt.Sprint(m.Values["message_id"])]++
 			}
 		}

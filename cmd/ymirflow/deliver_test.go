@@ -184,3 +184,69 @@ func TestDeliverFollowupToRunningAgent(t *testing.T) {
 		}
 	}
 }
+
+// Issue 24 item 4: a worker SIGKILLed while its agent holds a delivered, unacknowledged
+// follow-up loses it not: the re-run of the entry (another worker process, once the
+// dead one's lease has expired) gets it in its Task JSON, and it is recorded as rolled
+// into that run. One outcome for the issue.
+func TestDeliverFollowupSurvivesSIGKILL(t *testing.T) {
+	// Not parallel: it runs its own processes and times a lease's expiry.
+	py := kitAgents(t)[0]
+	bin := buildBinary(t)
+	admin, ns := redistest.Client(t)
+	topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
+	dir := t.TempDir()
+	const issue = "RHEL-903"
+	srv := fakejira.New(fakejira.Options{Token: "kit-token", Issues: []fakejira.Issue{{Key: issue, Summary: "s"}}})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	worker := func(workMS string) *proc {
+		return startProc(t, bin, []string{"REDIS_URL=" + redistest.URL(), "AGENT_WORKDIR=" + dir, "AGENT_WORK_MS=" + workMS,
+			"AGENT_RESOLUTION=not-affected"},
+			"worker", "--agent", "triage", "--runner", "exec", "--exec", py.command, "--runner-env", "AGENT_*",
+			"--ymir-namespace", topo.Namespace, "--metrics-addr", "", "--on-conflict", "deliver",
+			"--lock-ttl", "3s", "--max-idle-time", "2s", "--claim-interval", "500ms", "--kill-grace", "300ms",
+			"--jira-url", ts.URL, "--jira-token", "kit-token", "--jira-rate-limit", "-1", "--block-time", "200ms",
+			"--consumer-name", "w1")
+	}
+	a := worker("20000")
+	publishFollowup(t, admin, topo, issue, "", "", "")
+	trace := filepath.Join(dir, "triage", "mailbox-"+issue+".log")
+	lines := func() []string {
+		b, _ := os.ReadFile(trace)
+		if len(b) == 0 {
+			return nil
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	redistest.Eventually(t, 30*time.Second, func() bool { return len(lines()) == 1 }, "the agent runs and reads its mailbox")
+	publishFollowup(t, admin, topo, issue, "ann", "also update the tests", "10043")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(lines()) == 2 }, "the follow-up reached the agent")
+	var fu map[string]string
+	if err := json.Unmarshal([]byte(lines()[1]), &fu); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	a.exit(10 * time.Second)
+
+	b := worker("200")
+	redistest.Eventually(t, 30*time.Second, func() bool {
+		return len(records(context.Background(), admin, topo, event.StageDone, issue)) == 1 &&
+			len(records(context.Background(), admin, topo, event.FollowupRolled, issue)) == 1
+	}, "the re-run ends with the follow-up rolled into it (worker log: %s)", b.stderr())
+	if code, _ := b.stop(20 * time.Second); code != 0 {
+		t.Fatalf("worker exit %d: %s", code, b.stderr())
+	}
+	done := records(context.Background(), admin, topo, event.StageDone, issue)
+	if len(done) != 1 || !strings.Contains(done[0].Values["detail"].(string), fu["id"]) {
+		t.Fatalf("outcomes %v: want one, naming the follow-up %s", done, fu["id"])
+	}
+	if rolled := records(context.Background(), admin, topo, event.FollowupRolled, issue); rolled[0].Values["outcome"] != fu["id"] {
+		t.Fatalf("rolled %v, want %s", rolled[0].Values, fu["id"])
+	}
+	if n := admin.Exists(context.Background(), "lockmail:"+topo.LockScope()+"triage:"+issue).Val(); n != 0 {
+		t.Error("the mailbox outlived the run that accounted for it")
+	}
+}

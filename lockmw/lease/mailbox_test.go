@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -141,4 +144,67 @@ func TestDeliverMailbox(t *testing.T) {
 	if _, err := run2.MailboxDone(ctx, "1-0"); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("done after release: %v", err)
 	}
+}
+
+// Issue 24 item 4: a burst of 10 000 follow-ups for one issue while its lease is held
+// stays bounded in Redis by DeliverOptions.MaxDepth: that many are appended, every
+// other one is refused (the caller dead-letters it), and the mailbox, its seen set and
+// the queued event hold no more.
+func TestDeliverBurstIsBounded(t *testing.T) {
+	t.Parallel() // own namespace, nothing timed
+	ctx := context.Background()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{})
+	holder, err := l.Acquire(ctx, "triage", "RHEL-9", lease.AcquireOptions{MessageID: "1-1", Drain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	const burst, depth, workers = 10_000, 50, 8
+	body := strings.Repeat("x", 512)
+	var delivered, full atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < burst; i += workers {
+				id := strconv.Itoa(1000+i) + "-0"
+				o := deliverOpts(ns+"triage", id, depth, body)
+				o.Deliver.Ack = nil
+				_, err := l.Acquire(ctx, "triage", "RHEL-9", o)
+				var le *lease.LockedError
+				switch {
+				case errors.As(err, &le) && le.Delivered:
+					delivered.Add(1)
+				case errors.Is(err, lease.ErrMailboxFull):
+					full.Add(1)
+				default:
+					t.Errorf("follow-up %s: %v", id, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if delivered.Load() != depth || full.Load() != burst-depth {
+		t.Fatalf("%d delivered, %d refused: want %d and %d", delivered.Load(), full.Load(), depth, burst-depth)
+	}
+	keys := l.Keys("triage", "RHEL-9")
+	if n := rdb.XLen(ctx, keys.Mailbox).Val(); n != depth {
+		t.Fatalf("mailbox holds %d", n)
+	}
+	if n := rdb.SCard(ctx, keys.Mailbox+":seen").Val(); n != depth {
+		t.Fatalf("seen set holds %d", n)
+	}
+	// Bytes in Redis: the mailbox, its seen set and the one queued event, whatever the
+	// burst's size.
+	var total int64
+	for _, k := range []string{keys.Mailbox, keys.Mailbox + ":seen", keys.Queue} {
+		total += rdb.MemoryUsage(ctx, k).Val()
+	}
+	if limit := int64(depth * (len(body) + 400)); total > limit {
+		t.Fatalf("the mailbox's keys use %d bytes after a %d burst, want under %d", total, burst, limit)
+	}
+	t.Logf("%d follow-ups: %d delivered, %d refused; %d bytes in Redis", burst, depth, burst-depth, total)
 }
