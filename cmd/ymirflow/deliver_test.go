@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +82,7 @@ func TestDeliverFollowupToRunningAgent(t *testing.T) {
 				topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
 				dir := t.TempDir()
 				t.Setenv("AGENT_WORKDIR", dir)
-				t.Setenv("AGENT_WORK_MS", "2500")
+				t.Setenv("AGENT_WORK_MS", "5000")
 				t.Setenv("AGENT_RESOLUTION", "not-affected")
 				if !ack {
 					t.Setenv("AGENT_NO_ACK", "1")
@@ -123,11 +125,15 @@ func TestDeliverFollowupToRunningAgent(t *testing.T) {
 				publishFollowup(t, admin, topo, issue, "ann", "also update the tests", "10042")
 				redistest.Eventually(t, 10*time.Second, func() bool { return read() == 2 }, "the follow-up reached the agent's mailbox")
 				if took := time.Since(sent); took > time.Second {
-					t.Errorf("the follow-up took %s to reach the agent, want under a second", took)
+					if load := loadAverage(); load > float64(4*runtime.NumCPU()) {
+						t.Logf("the follow-up took %s to reach the agent, under a load average of %.1f on %d CPUs", took, load, runtime.NumCPU())
+					} else {
+						t.Errorf("the follow-up took %s to reach the agent, want under a second", took)
+					}
 				}
 				var fu map[string]string
-				if err := json.Unmarshal([]byte(lines[1]), &fu); err != nil {
-					t.Fatalf("mailbox line %q: %v", lines[1], err)
+				if err := json.Unmarshal([]byte(lines[1]), &fu); err != nil || fu["id"] == "" {
+					t.Fatalf("the agent's second mailbox line %q (%v) is not the follow-up: it reached no live run", lines[1], err)
 				}
 				if fu["author"] != "ann" || fu["body"] != "also update the tests" || fu["comment_id"] != "10042" || fu["id"] == "" {
 					t.Errorf("mailbox line %v", fu)
@@ -249,4 +255,15 @@ func TestDeliverFollowupSurvivesSIGKILL(t *testing.T) {
 	if n := admin.Exists(context.Background(), "lockmail:"+topo.LockScope()+"triage:"+issue).Val(); n != 0 {
 		t.Error("the mailbox outlived the run that accounted for it")
 	}
+}
+
+// loadAverage is the machine's 1-minute load average (0 when unknown): a timing bound
+// that a starved machine cannot meet is reported, not failed, above 4 per CPU.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	return f
 }
