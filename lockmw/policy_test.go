@@ -36,7 +36,7 @@ func TestParsePolicies(t *testing.T) {
 		t.Errorf("For: %+v", p)
 	}
 	bad := map[string]string{
-		"queue":                                 `policy must be "drop" or "coalesce", got "queue"`,
+		"queue":                                 `policy must be "drop", "coalesce" or "deliver", got "queue"`,
 		"delay":                                 "delay needs a duration",
 		"delay:":                                "delay needs a duration",
 		"delay:x":                               `delay "x"`,
