@@ -481,18 +481,24 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 	defer held.Release(ctx)
 	e.publishTriage("RHEL-63")
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.results("lock.dropped")) == 1 }, "dropped")
-	mfs, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got float64
-	for _, mf := range mfs {
-		if mf.GetName() == "ymirflow_lock_conflicts_total" {
-			for _, m := range mf.GetMetric() {
-				got += m.GetCounter().GetValue()
+	// The counter goes up once the drop's record is written: wait for it, then hold it to one.
+	conflicts := func() float64 {
+		mfs, err := metrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n float64
+		for _, mf := range mfs {
+			if mf.GetName() == "ymirflow_lock_conflicts_total" {
+				for _, m := range mf.GetMetric() {
+					n += m.GetCounter().GetValue()
+				}
 			}
 		}
+		return n
 	}
+	redistest.Eventually(t, 10*time.Second, func() bool { return conflicts() >= 1 }, "the conflict counted")
+	got := conflicts()
 	if got != 1 {
 		t.Fatalf("lock_conflicts_total = %v, want 1", got)
 	}
