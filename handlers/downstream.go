@@ -20,6 +20,9 @@ func (h *handler) downstream(msg *message.Message) error {
 	if err != nil {
 		return err
 	}
+	if ev.ended {
+		return h.settle(ev)
+	}
 	p := ev.p
 	agent := h.cfg.Agent
 	if p.result == nil {
@@ -50,8 +53,7 @@ func (h *handler) downstream(msg *message.Message) error {
 		return err
 	}
 	ev.log.Info().Str("label", done).Str("merge_request_url", res.MergeRequestURL).Msg(agent + " done")
-	h.forget(ev)
-	return nil
+	return h.end(ev, nil)
 }
 
 func (h *handler) downstreamFailed(ctx context.Context, ev *job, cause error) error {
@@ -84,6 +86,5 @@ func (h *handler) downstreamFailed(ctx context.Context, ev *job, cause error) er
 		return err
 	}
 	ev.log.Error().Err(cause).Msg(agent + " failed on its last attempt: " + errored)
-	h.forget(ev)
-	return fmt.Errorf("%s of %s failed %d times: %w", agent, ev.key, ev.delivery, cause)
+	return h.end(ev, recorded{fmt.Errorf("%s of %s failed %d times: %w", agent, ev.key, ev.delivery, cause)})
 }

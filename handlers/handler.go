@@ -97,7 +97,7 @@ func New(cfg Config) (message.NoPublishHandlerFunc, error) {
 	if cfg.Fences == nil {
 		cfg.Fences = nopFences{}
 	}
-	h := &handler{cfg: cfg, memo: map[string]*progress{}, now: time.Now, tracer: event.Tracer(cfg.TracerProvider)}
+	h := &handler{cfg: cfg, memo: map[string]*progress{}, ended: map[string]error{}, now: time.Now, tracer: event.Tracer(cfg.TracerProvider)}
 	h.log = cfg.Logger.With().Str("agent", cfg.Agent).Logger()
 	if cfg.Branch != "" {
 		h.log = h.log.With().Str("branch", cfg.Branch).Logger()
@@ -116,6 +116,12 @@ type handler struct {
 
 	mu   sync.Mutex
 	memo map[string]*progress
+	// ended holds the events whose terminal record this handler wrote, until it has
+	// seen recentMax later ones: their ack or dead letter can still fail (a Redis
+	// timeout), and the redelivery that follows must settle the event, not run it again
+	// and record a second outcome. endedQ is their order, oldest first.
+	ended  map[string]error
+	endedQ []string
 }
 
 // progress remembers what one event's attempts have done already, so that a retry
@@ -135,6 +141,10 @@ type progress struct {
 	touched   time.Time
 }
 
+// endedMax bounds the events remembered as ended. A redelivery after a failed ack
+// comes within seconds, after at most a few hundred other events of one worker.
+const endedMax = 1024
+
 // Memo bounds: entries of events that ended elsewhere (lease lost, then run by another
 // worker) are dropped after memoTTL, and the table never grows past memoMax.
 const (
@@ -152,6 +162,8 @@ type job struct {
 	attempt       int // metadata attempt (1-based, over every delivery in this process)
 	delivery      int // attempt within the current delivery (lease)
 	last          bool
+	ended         bool  // its terminal record is written: settle, do not run
+	endErr        error // what the ended attempt returned (nil: done)
 	userTriggered bool
 	fence         int64
 	log           zerolog.Logger
@@ -180,6 +192,13 @@ func (h *handler) begin(msg *message.Message) (*job, error) {
 	ev.memoKey = event.EntryID(msg) + "|" + msg.UUID
 
 	h.mu.Lock()
+	if endErr, ok := h.ended[ev.memoKey]; ok {
+		h.mu.Unlock()
+		ev.ended, ev.endErr = true, endErr
+		ev.log = h.log.With().Str("issue_key", key).Str("message_id", event.EntryID(msg)).
+			Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).Logger()
+		return ev, nil
+	}
 	now := h.now()
 	p := h.memo[ev.memoKey]
 	switch {
@@ -211,10 +230,35 @@ func (h *handler) begin(msg *message.Message) (*job, error) {
 	return ev, nil
 }
 
-func (h *handler) forget(ev *job) {
+// end forgets an event's progress once its terminal record is written, and
+// remembers what its attempt returned (nil, or an error wrapping
+// event.ErrOutcomeRecorded), which it returns.
+func (h *handler) end(ev *job, err error) error {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	delete(h.memo, ev.memoKey)
-	h.mu.Unlock()
+	if _, ok := h.ended[ev.memoKey]; !ok {
+		if len(h.endedQ) >= endedMax {
+			delete(h.ended, h.endedQ[0])
+			h.endedQ = h.endedQ[1:]
+		}
+		h.endedQ = append(h.endedQ, ev.memoKey)
+	}
+	h.ended[ev.memoKey] = err
+	return err
+}
+
+// recorded is a last attempt's failure whose stage.failed record is written: its text
+// is the failure's, and it also matches event.ErrOutcomeRecorded, so the retry
+// middleware leaves it to the dead letter.
+type recorded struct{ error }
+
+func (r recorded) Unwrap() []error { return []error{r.error, event.ErrOutcomeRecorded} }
+
+// settle answers a delivery of an event that ended here already: its outcome stands.
+func (h *handler) settle(ev *job) error {
+	ev.log.Warn().Err(ev.endErr).Msg("delivered again after its outcome was recorded (its ack or dead letter failed); settled without a run")
+	return ev.endErr
 }
 
 // prune runs with h.mu held.

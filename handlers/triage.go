@@ -21,6 +21,9 @@ func (h *handler) triage(msg *message.Message) error {
 	if err != nil {
 		return err
 	}
+	if ev.ended {
+		return h.settle(ev)
+	}
 	p := ev.p
 	if !p.claimed {
 		issueLabels, status, known, err := h.readIssue(ctx, ev.key)
@@ -117,8 +120,7 @@ func (h *handler) triage(msg *message.Message) error {
 		return err
 	}
 	ev.log.Info().Str("resolution", res.Resolution).Str("label", label).Bool("dispatched", p.published).Msg("triage done")
-	h.forget(ev)
-	return nil
+	return h.end(ev, nil)
 }
 
 // alreadyTriaged is triage's agent-side dedup, as the Python triage agent's:
@@ -163,8 +165,7 @@ func (h *handler) skip(ctx context.Context, ev *job, reason string) error {
 		return err
 	}
 	ev.log.Info().Str("reason", reason).Msg("skipped")
-	h.forget(ev)
-	return nil
+	return h.end(ev, nil)
 }
 
 func (h *handler) triageFailed(ctx context.Context, ev *job, cause error) error {
@@ -188,8 +189,7 @@ func (h *handler) triageFailed(ctx context.Context, ev *job, cause error) error 
 		return err
 	}
 	ev.log.Error().Err(cause).Msg("triage failed on its last attempt: " + labels.TriageErrored)
-	h.forget(ev)
-	return fmt.Errorf("triage of %s failed %d times: %w", ev.key, ev.delivery, cause)
+	return h.end(ev, recorded{fmt.Errorf("triage of %s failed %d times: %w", ev.key, ev.delivery, cause)})
 }
 
 // downstreamEvent builds the downstream request: the incoming Task with its unknown

@@ -55,7 +55,7 @@ func retry(attempts int, initial time.Duration, log zerolog.Logger) message.Hand
 // permanentOrAbort: errors that a retry cannot fix (bad events) or that must end the
 // attempt now (lease lost, shutdown).
 func permanentOrAbort(err error) bool {
-	return errors.Is(err, event.ErrBadEvent) || errors.Is(err, lease.ErrInvalidKey) || errors.Is(err, lockmw.ErrNoIssueKey) ||
+	return errors.Is(err, event.ErrBadEvent) || errors.Is(err, event.ErrOutcomeRecorded) || errors.Is(err, lease.ErrInvalidKey) || errors.Is(err, lockmw.ErrNoIssueKey) ||
 		leaseOrShutdown(err)
 }
 

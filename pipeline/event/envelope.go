@@ -54,6 +54,12 @@ func RequestedEvent(agent string) string { return agent + ".requested" }
 // unknown schema version or event type): it is dead-lettered at once, never retried.
 var ErrBadEvent = errors.New("bad event")
 
+// ErrOutcomeRecorded marks a handler's failure whose terminal record (stage.failed) is
+// written already: retrying the handler cannot change the event's outcome, only
+// dead-lettering it can. A redelivery of such an event (its dead letter or ack failed)
+// returns it again without running anything.
+var ErrOutcomeRecorded = errors.New("outcome recorded")
+
 // Task is the Python system's task JSON, kept field for field so producers written for
 // it keep working: {"metadata": {...}, "attempts": 0, "user_triggered": false}.
 // Unknown fields, at the top and inside metadata, survive a decode/encode round trip.

@@ -29,7 +29,9 @@ func fast(o demo.Options) demo.Options {
 		o.AgentDuration = 20 * time.Millisecond
 	}
 	if o.Timeout == 0 {
-		o.Timeout = 40 * time.Second
+		// A deadline, not a wait: the demo drains in seconds, but this package's demos
+		// run side by side under the race detector on a loaded two-core machine.
+		o.Timeout = 2 * time.Minute
 	}
 	return o
 }
@@ -200,6 +202,14 @@ func checkRun(t *testing.T, s *demo.Summary, at streamsAtEnd, issues int, seed i
 	for _, st := range s.Stages {
 		w := want[st.Stage]
 		w.Stage, w.Outcomes, w.Pending, w.Running = st.Stage, st.Published, 0, 0
+		// Retried counts handler calls after an event's first. The plan's failures are
+		// the least of them: a Redis command timing out on a loaded machine fails an
+		// attempt too, and the handler is called again (its runner is not re-run once it
+		// has a result, and no outcome is recorded twice: the checks above hold that).
+		if st.Retried > w.Retried {
+			t.Logf("stage %s: %d handler retries, %d of them planned; the rest followed transient errors", st.Stage, st.Retried, w.Retried)
+			w.Retried = st.Retried
+		}
 		if st != w {
 			t.Errorf("stage %s:\n got %+v\nwant %+v", st.Stage, st, w)
 		}
@@ -271,8 +281,9 @@ func runDemo(t *testing.T, o demo.Options) (*demo.Summary, streamsAtEnd, error) 
 	return s, at, err
 }
 
+// TestDemoEmbedded counts the process's goroutines, so it stays serial, like
+// TestDemoInterrupted.
 func TestDemoEmbedded(t *testing.T) {
-	t.Parallel()
 	before := runtime.NumGoroutine()
 	var out, progress bytes.Buffer
 	s, at, err := runDemo(t, demo.Options{Issues: demo.CatalogueSize, Seed: 7, Out: &out, Progress: &progress,

@@ -136,7 +136,7 @@ func TestEmbeddedRedisSpeaksThePipeline(t *testing.T) {
 			}
 
 			// The lease: SET NX PX, scripts, fencing, release, in one pipeline where asked.
-			locker, err := lease.New(c, lease.Options{TTL: 300 * time.Millisecond, Scope: p})
+			locker, err := lease.New(c, lease.Options{TTL: 2 * time.Second, Scope: p})
 			must(err)
 			le, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w1", MessageID: id2,
 				OnHeartbeat: func(ctx context.Context, pipe redis.Pipeliner) {
@@ -146,7 +146,9 @@ func TestEmbeddedRedisSpeaksThePipeline(t *testing.T) {
 			if _, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w2"}); !errors.Is(err, lease.ErrLocked) {
 				t.Errorf("second acquire: %v, want ErrLocked", err)
 			}
-			time.Sleep(450 * time.Millisecond) // past the TTL: only the heartbeats keep it
+			// Past the TTL: only the heartbeats keep it. The TTL is seconds so that a
+			// loaded machine's stall does not outlast it.
+			time.Sleep(2600 * time.Millisecond)
 			if err := le.Check(ctx); err != nil {
 				t.Errorf("lease after heartbeats: %v", err)
 			}
