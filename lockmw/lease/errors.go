@@ -21,8 +21,11 @@ var (
 	ErrReleased = errors.New("lease released")
 	// ErrLocked is wrapped by *LockedError when another holder has the lease.
 	ErrLocked = errors.New("lease: issue is locked by another holder")
-	// ErrSuperseded is wrapped by *SupersededError: the event entered its stream before
-	// another event's run of the same issue ended (AcquireOptions.EntryTime).
+	// ErrSuperseded: a newer event won. Wrapped by *SupersededError (Acquire: the event
+	// entered its stream before another event's run of the same issue ended,
+	// AcquireOptions.EntryTime) and by *SupersededByError (a lease context's cause: a
+	// newer event's acquire took the lease over, AcquireOptions.Supersede; it wraps
+	// ErrLeaseLost too).
 	ErrSuperseded = errors.New("lease: event superseded by a later run")
 	// ErrInvalidKey: an issue key that cannot name a lease. No Redis key is touched for
 	// it; retrying cannot help.
@@ -63,6 +66,25 @@ func (e *SupersededError) Error() string {
 
 func (e *SupersededError) Unwrap() error { return ErrSuperseded }
 
+// SupersededByError is the cause of a lease's end when a newer event's acquire took it
+// over (AcquireOptions.Supersede): the lock key holds the newer lease's token and the
+// fence has moved past this lease's, so its fenced writes are refused. It is both
+// ErrSuperseded and ErrLeaseLost (errors.Is): code that handles a lost lease handles
+// this one, and code that must tell a replaced run from a lost one can.
+type SupersededByError struct {
+	Agent, Issue string
+	// ByMessageID is the newer event's stream entry; Fence the newer lease's fence.
+	ByMessageID string
+	Fence       int64
+}
+
+func (e *SupersededByError) Error() string {
+	return fmt.Sprintf("%v: %v: %s:%s was taken over by the newer event %s (fence now %d)", ErrLeaseLost, ErrSuperseded,
+		e.Agent, e.Issue, e.ByMessageID, e.Fence)
+}
+
+func (e *SupersededByError) Unwrap() []error { return []error{ErrLeaseLost, ErrSuperseded} }
+
 // LockedError says who holds the lease that Acquire could not take.
 type LockedError struct {
 	Holder Info
@@ -77,8 +99,12 @@ type LockedError struct {
 	// was acked in the same script (standalone Redis). Duplicate: an earlier try whose
 	// reply was lost appended it already (MailboxID is then empty).
 	Delivered, Acked, Duplicate bool
-	MailboxID                   string
-	Depth                       int64
+	// Newer (AcquireOptions.Supersede): the holder's event is newer than the refused
+	// one (its stream id is higher), so the refused event lost to it rather than
+	// superseding it.
+	Newer     bool
+	MailboxID string
+	Depth     int64
 }
 
 func (e *LockedError) Error() string {

@@ -74,15 +74,33 @@ func (l *Locker) WatchEvictions(ctx context.Context) error {
 	}
 }
 
-// evicted ends the leases of key older than the fence the force release took.
+// announceSupersede announces that the newer event by took lock over with fence (the
+// supersede policy): "<lock key> <new fence> <newer message id>". A failure is only
+// logged: the old holder's heartbeat finds the key taken.
+func (l *Locker) announceSupersede(ctx context.Context, lock string, fence int64, by string) {
+	payload := lock + " " + strconv.FormatInt(fence, 10) + " " + by
+	pipe := l.rdb.Pipeline()
+	pipe.Publish(ctx, l.EvictionChannel(), payload)
+	if _, err := pipe.Exec(ctx); err != nil {
+		l.opts.Logger.Warn().Err(err).Str("lock", lock).Msg("could not announce a supersede; the old holder stops at its next heartbeat")
+	}
+}
+
+// evicted ends the leases of key older than the fence that a force release ("<key>
+// <fence>") or a newer event's take-over ("<key> <fence> <newer message id>") took.
 func (l *Locker) evicted(payload string) {
-	key, f, ok := strings.Cut(payload, " ")
-	if !ok {
+	f := strings.Fields(payload)
+	if len(f) < 2 {
 		return
 	}
-	fence, err := strconv.ParseInt(f, 10, 64)
+	key := f[0]
+	fence, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
 		return
+	}
+	by := ""
+	if len(f) >= 3 {
+		by = f[2]
 	}
 	l.evict.mu.Lock()
 	var gone []*Lease
@@ -93,6 +111,10 @@ func (l *Locker) evicted(payload string) {
 	}
 	l.evict.mu.Unlock()
 	for _, le := range gone {
+		if by != "" {
+			le.end(&SupersededByError{Agent: le.agent, Issue: le.issue, ByMessageID: by, Fence: fence})
+			continue
+		}
 		le.end(fmt.Errorf("%w: force-released by an operator (fence now %d)", ErrLeaseLost, fence))
 	}
 }

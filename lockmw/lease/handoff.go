@@ -132,6 +132,9 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).Msg("lease release failed; the key will expire by its TTL")
 		err = fmt.Errorf("lease: release %s: %w", le.keys.Lock, err)
 	} else {
+		if n != 1 {
+			le.stopped(ctx)
+		}
 		err = le.afterRelease(ctx, then)
 	}
 	p := &Pending{id: next.Options.MessageID, err: prepErr}
@@ -186,6 +189,9 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 			p.err = err
 		}
 		return false, p, err
+	}
+	if atoi(res[0]) != 1 {
+		le.stopped(ctx)
 	}
 	if p != nil && p.err == nil {
 		p.lease, p.err = a.finish(context.Background(), res[2:], nil)

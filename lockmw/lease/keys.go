@@ -80,10 +80,14 @@ type Keys struct {
 	// lease, bounded, emptied as runs account for them. Mailbox+":seen" (a set, same
 	// hash slot) remembers which events were appended, so a repeat appends nothing.
 	Mailbox string
+	// Stop is a hash: the runs this lease's holders superseded (policy supersede) that
+	// have not stopped yet, token -> "<deadline_ms> <newer message id> <new fence>"; the
+	// newer run waits until it is empty (a field past its deadline counts as stopped).
+	Stop string
 }
 
 // keyPrefixes are the prefixes of Keys' names, in field order.
-var keyPrefixes = [...]string{"lock:", "lockinfo:", "lockfence:", "lockqueue:", "lockdone:", "lockmail:"}
+var keyPrefixes = [...]string{"lock:", "lockinfo:", "lockfence:", "lockqueue:", "lockdone:", "lockmail:", "lockstop:"}
 
 // keysFor returns the keys of the lease (agent, canonical issue key). The five names are
 // slices of one string: one allocation per lease instead of five. On KeysCluster the
@@ -98,7 +102,7 @@ func (f KeyFormat) keysFor(agent, issue, tag string) Keys {
 		}
 	}
 	var b strings.Builder
-	b.Grow(len("lock:lockinfo:lockfence:lockqueue:lockdone:lockmail:") + len(keyPrefixes)*(len(open)+len(agent)+1+len(issue)+len(end)))
+	b.Grow(len("lock:lockinfo:lockfence:lockqueue:lockdone:lockmail:lockstop:") + len(keyPrefixes)*(len(open)+len(agent)+1+len(issue)+len(end)))
 	var ends [len(keyPrefixes)]int
 	for i, p := range keyPrefixes {
 		b.WriteString(p)
@@ -111,7 +115,7 @@ func (f KeyFormat) keysFor(agent, issue, tag string) Keys {
 	}
 	s := b.String()
 	return Keys{Lock: s[:ends[0]], Info: s[ends[0]:ends[1]], Fence: s[ends[1]:ends[2]], Queue: s[ends[2]:ends[3]], Done: s[ends[3]:ends[4]],
-		Mailbox: s[ends[4]:]}
+		Mailbox: s[ends[4]:ends[5]], Stop: s[ends[5]:]}
 }
 
 // lockKey is keysFor(agent, issue).Lock, built alone: lookups of many lease keys (the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,10 @@ type Lease struct {
 	requeued   atomic.Value  // string: id of the drained follow-up
 	appends    atomic.Int64  // fenced appends so far: each one's id for xonce
 	shared     []SharedLease // the shared keys held with it (scopes issue, group)
+	// Supersede policy: the runs this lease's acquire found still stopping (to wait
+	// for, WaitStopped) and the message whose run it took over, if any.
+	stopping   int64
+	supersedes string
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -232,7 +237,7 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 			beat.Reset(wait)
 			retry = min(retry*2, interval)
 		case !ok:
-			le.end(fmt.Errorf("%w: extend found %s not ours", ErrLeaseLost, le.keys.Lock))
+			le.end(le.notOurs())
 			return
 		default:
 			lastOK = sent
@@ -290,6 +295,71 @@ func (le *Lease) pipelined(ctx context.Context, keys []string, fill func(pipe re
 	return cmds, nil
 }
 
+// notOurs is the cause of the lease's end when the heartbeat found its key not ours: a
+// *SupersededByError when a newer event took it over (its stop hash names this lease's
+// token: the announcement was missed), else ErrLeaseLost.
+func (le *Lease) notOurs() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	pipe := le.l.rdb.Pipeline()
+	get := pipe.HGet(ctx, le.keys.Stop, le.token)
+	_, _ = pipe.Exec(ctx)
+	if v, err := get.Result(); err == nil {
+		if f := strings.Fields(v); len(f) == 3 {
+			fence, _ := strconv.ParseInt(f[2], 10, 64)
+			return &SupersededByError{Agent: le.agent, Issue: le.issue, ByMessageID: f[1], Fence: fence}
+		}
+	}
+	return fmt.Errorf("%w: extend found %s not ours", ErrLeaseLost, le.keys.Lock)
+}
+
+// Supersedes is the stream entry whose run this lease took over (AcquireOptions.
+// Supersede), or "".
+func (le *Lease) Supersedes() string { return le.supersedes }
+
+// WaitStopped returns once every run superseded on this lease has stopped (its holder
+// released its lease, or its key would have expired by now: a dead holder), at once
+// when the acquire found none (AcquireOptions.Supersede; always without it). It polls
+// Redis, every 10 ms at first and then at most every 200 ms. If the lease ends first
+// (superseded in turn, lost, or its context cancelled), it returns the cause.
+func (le *Lease) WaitStopped() error {
+	if le.stopping == 0 {
+		return nil
+	}
+	wait := 10 * time.Millisecond
+	for {
+		n, err := stopWaitScript.Run(le.ctx, le.l.rdb, []string{le.keys.Stop}, le.token).Int64()
+		if cerr := le.ctx.Err(); cerr != nil {
+			return context.Cause(le.ctx)
+		}
+		if err == nil && n == 0 {
+			return nil
+		}
+		// A failed poll proves nothing: the next one asks again (the heartbeat decides
+		// whether the lease itself is still ours).
+		t := time.NewTimer(wait)
+		select {
+		case <-le.ctx.Done():
+			t.Stop()
+			return context.Cause(le.ctx)
+		case <-t.C:
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// stopped tells the lease's newer holder, if a newer event superseded this one, that
+// this run has stopped: it deletes the lease's field of the stop hash. It is called
+// when a release found the key not ours (after a take-over, the key holds the newer
+// token); a failure leaves the field to its deadline, the old key's expiry.
+func (le *Lease) stopped(ctx context.Context) {
+	pipe := le.l.rdb.Pipeline()
+	pipe.HDel(ctx, le.keys.Stop, le.token)
+	if _, err := pipe.Exec(ctx); err != nil {
+		le.log().Warn().Err(err).Msg("could not tell a newer holder that this run stopped; it waits for this lease's expiry")
+	}
+}
+
 // end cancels the lease context with cause and stops extending; the key then expires on
 // its own (or is deleted by Release). Loss is loud: logged at error level and counted.
 func (le *Lease) end(cause error) {
@@ -297,7 +367,11 @@ func (le *Lease) end(cause error) {
 		return
 	}
 	// Log and count before cancelling, so whoever wakes on the cancellation sees both.
-	le.log().Error().Err(cause).Str("message_id", le.messageID).
+	ev := le.log().Error()
+	if errors.Is(cause, ErrSuperseded) {
+		ev = le.log().Info() // the policy at work, not a fault
+	}
+	ev.Err(cause).Str("message_id", le.messageID).
 		Dur("held", time.Since(le.acquiredAt)).Msg("lease lost: holder's context cancelled")
 	le.l.opts.Observer.Lost(le.agent, cause)
 	le.cancel(cause)
@@ -356,6 +430,9 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), m
 		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).
 			Msg("lease release failed; the key will expire by its TTL")
 		return false, fmt.Errorf("lease: release %s: %w", le.keys.Lock, err)
+	}
+	if !deleted {
+		le.stopped(ctx)
 	}
 	return deleted, le.afterRelease(ctx, then)
 }

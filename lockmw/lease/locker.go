@@ -211,6 +211,17 @@ type AcquireOptions struct {
 	// on and counts as dropped (policy drop). Retries of the same message are exempt.
 	// Default: the zero Time (no check).
 	EntryTime time.Time
+	// Supersede selects the supersede policy: if the lease is held by the run of an
+	// older event (a lower stream id than MessageID), that run is superseded in the same
+	// atomic step: the lease is taken over with a new token and a higher fence (the old
+	// holder's fenced writes are refused from then on), the take-over is announced on
+	// EvictionChannel (a Locker that watches evictions ends the old lease at once, with
+	// a *SupersededByError; any other at its next heartbeat), and the new lease's
+	// WaitStopped returns once the old run has stopped (its holder released) or its key
+	// would have expired. A holder with a newer event, the same entry, or no message id
+	// is reported busy (LockedError.Newer tells the first). Requires MessageID; cannot
+	// be combined with Queue, Deliver, Drain or Shared. Default: false.
+	Supersede bool
 	// Shared are the lease's shared keys (scopes issue and group; Scopes.Keys makes
 	// them), taken with it in one script, all or nothing, and released with it. A busy
 	// shared key is reported as a *LockedError whose Holder names its scope and key.
@@ -263,6 +274,15 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 		res, err = acquireScopedScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
 	case ao.Deliver != nil:
 		res, err = acquireOrDeliverScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+	case ao.Supersede:
+		res, err = acquireOrSupersede.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+		if err == nil && len(res) >= 5 && atoi(res[0]) == 1 && res[3] != "" {
+			// Announced after the take-over, not in its script: an announcement is only
+			// a shortcut (the old holder's heartbeat finds the key taken anyway), so a
+			// server or ACL that refuses PUBLISH must not fail the take-over. A repeat
+			// announces again, which ends nothing twice.
+			l.announceSupersede(ctx, a.keys.Lock, atoi(res[1]), a.ao.MessageID)
+		}
 	case ao.Queue == nil:
 		res, err = runScript(ctx, l.rdb, acquireScript, 4, append(scriptArgs(len(a.kv)), a.kv[:]...)).Slice()
 	default:
@@ -292,6 +312,9 @@ type acquisition struct {
 	shared []Keys
 }
 
+// errSupersedeOptions refuses a supersede acquire with options it cannot honour.
+var errSupersedeOptions = errors.New("lease: AcquireOptions.Supersede needs MessageID and cannot be combined with Queue, Deliver, Drain or Shared")
+
 // errSharedQueue refuses shared keys with the coalesce policy's options.
 var errSharedQueue = errors.New("lease: AcquireOptions.Shared cannot be combined with AcquireOptions.Queue or Drain")
 
@@ -301,6 +324,9 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 		return nil, err
 	}
 	a := &acquisition{l: l, agent: agent, issue: issue, owner: ao.Owner, token: newToken(), sent: time.Now(), ao: ao}
+	if ao.Supersede && (ao.Queue != nil || ao.Deliver != nil || ao.Drain || len(ao.Shared) > 0 || ao.MessageID == "") {
+		return nil, errSupersedeOptions
+	}
 	if len(ao.Shared) == 0 {
 		a.keys = l.Keys(agent, issue)
 	} else {
@@ -374,6 +400,9 @@ func (a *acquisition) scriptKeys() []string {
 		}
 		return k
 	}
+	if a.ao.Supersede {
+		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done, a.keys.Stop}
+	}
 	if a.ao.Queue == nil {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
 	}
@@ -437,6 +466,9 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 			}
 			return nil, le
 		}
+		if a.ao.Supersede {
+			return nil, &LockedError{Holder: holder, Issue: issue, Newer: len(res) >= 7 && atoi(res[6]) == 1}
+		}
 		le := &LockedError{Holder: holder, Issue: issue, Queued: a.ao.Queue != nil}
 		if len(res) >= 7 {
 			le.Replaced = atoi(res[6]) > 0
@@ -464,6 +496,10 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 				le.shared[i].Fence = atoi(res[2+i])
 			}
 		}
+	}
+	if a.ao.Supersede && len(res) >= 5 {
+		le.stopping = atoi(res[2])
+		le.supersedes, _ = res[3].(string)
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(agent)

@@ -34,6 +34,10 @@ var (
 	releaseDrainLua string
 	//go:embed scripts/force_release.lua
 	forceReleaseLua string
+	//go:embed scripts/acquire_or_supersede.lua
+	acquireOrSupersedeLua string
+	//go:embed scripts/stop_wait.lua
+	stopWaitLua string
 
 	acquireScript          = newScript(leaseLua + acquireLua)
 	acquireScopedScript    = newScript(leaseLua + acquireScopedLua)
@@ -45,6 +49,8 @@ var (
 	releaseScript          = newScript(leaseLua + releaseLua)
 	releaseDrainScript     = newScript(releaseDrainLua)
 	forceReleaseScript     = newScript(forceReleaseLua)
+	acquireOrSupersede     = newScript(leaseLua + acquireOrSupersedeLua)
+	stopWaitScript         = newScript(leaseLua + stopWaitLua)
 )
 
 // script is a Lua script with the second argument of its EVALSHA (the digest) and of

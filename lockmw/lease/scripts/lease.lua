@@ -111,3 +111,24 @@ local function release_shared(token, from)
     if redis.call('GET', KEYS[i]) == token then redis.call('DEL', KEYS[i], KEYS[i + 1]) end
   end
 end
+
+-- stopping: the number of runs superseded on this lease (policy supersede) that have not
+-- stopped yet, other than token's own: fields of the stop hash, token -> "<deadline_ms>
+-- <newer message id> <new fence>". A field past its deadline (the superseded run's key
+-- would have expired by then: its holder is dead or has given the lease up by itself)
+-- counts as stopped and is deleted.
+local function stopping(stop, token)
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local h = redis.call('HGETALL', stop)
+  local n = 0
+  for i = 1, #h, 2 do
+    local deadline = tonumber(string.match(h[i + 1], '^(%d+)')) or 0
+    if deadline <= now then
+      redis.call('HDEL', stop, h[i])
+    elseif h[i] ~= token then
+      n = n + 1
+    end
+  end
+  return n
+end

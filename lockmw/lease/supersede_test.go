@@ -1,0 +1,246 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+func supersedeAcquire(t *testing.T, l *lease.Locker, id string) (*lease.Lease, error) {
+	t.Helper()
+	le, err := l.Acquire(context.Background(), "rebase", "RHEL-1", lease.AcquireOptions{MessageID: id, Supersede: true})
+	if le != nil {
+		t.Cleanup(func() { _, _ = le.Release(context.Background()) })
+	}
+	return le, err
+}
+
+// watch starts l's eviction watch and waits until it listens.
+func watch(t *testing.T, rdb redis.UniversalClient, l *lease.Locker) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.WatchEvictions(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	redistest.Eventually(t, 5*time.Second, func() bool {
+		return rdb.PubSubNumSub(ctx, l.EvictionChannel()).Val()[l.EvictionChannel()] >= 1
+	}, "the locker subscribed to %s", l.EvictionChannel())
+}
+
+// A newer event's supersede acquire takes the lease over at once with a higher fence:
+// the old lease ends with a *SupersededByError (ErrSuperseded and ErrLeaseLost) naming
+// the newer entry, its fenced append is refused, and the new lease waits until the old
+// run has stopped (released). An older event does not supersede a newer holder, and the
+// holder's own entry does not supersede itself.
+func TestSupersedeTakesOverAndWaitsForTheOldRun(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	old := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second, Owner: "w1"})
+	watch(t, rdb, old)
+	newer := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second, Owner: "w2"})
+
+	e1, err := supersedeAcquire(t, old, "1000-0")
+	if err != nil || e1.Supersedes() != "" {
+		t.Fatalf("first acquire: %v (supersedes %q)", err, e1.Supersedes())
+	}
+	if err := e1.WaitStopped(); err != nil {
+		t.Fatalf("nothing to wait for: %v", err)
+	}
+	// An older event, and a copy of the holder's own entry, are busy: they supersede nothing.
+	_, err = supersedeAcquire(t, newer, "999-5")
+	var locked *lease.LockedError
+	if !errors.As(err, &locked) || !locked.Newer || locked.Holder.MessageID != "1000-0" {
+		t.Fatalf("older event: %v (%+v), want busy with a newer holder", err, locked)
+	}
+	_, err = supersedeAcquire(t, newer, "1000-0")
+	if !errors.As(err, &locked) || locked.Newer {
+		t.Fatalf("the holder's own entry: %v, want busy, not newer", err)
+	}
+	if e1.Err() != nil {
+		t.Fatalf("the holder was ended by an event that did not supersede it: %v", e1.Err())
+	}
+
+	start := time.Now()
+	e2, err := supersedeAcquire(t, newer, "1000-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2.Fence() <= e1.Fence() || e2.Supersedes() != "1000-0" {
+		t.Fatalf("new lease fence %d (old %d), supersedes %q", e2.Fence(), e1.Fence(), e2.Supersedes())
+	}
+	redistest.Eventually(t, time.Second, func() bool { return e1.Err() != nil }, "the old lease ends at the announcement")
+	t.Logf("old lease ended %s after the take-over", time.Since(start).Round(time.Millisecond))
+	var by *lease.SupersededByError
+	if cause := e1.Err(); !errors.Is(cause, lease.ErrSuperseded) || !errors.Is(cause, lease.ErrLeaseLost) ||
+		!errors.As(cause, &by) || by.ByMessageID != "1000-1" || by.Fence != e2.Fence() {
+		t.Fatalf("old lease's cause %v, want a SupersededByError naming 1000-1 at fence %d", cause, e2.Fence())
+	}
+	if _, err := e1.XAdd(ctx, ns+"out", 0, map[string]any{"late": "write"}); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("the superseded run's late append: %v, want refused", err)
+	}
+	if err := e1.Check(ctx); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("the superseded run's check: %v, want ErrLeaseLost", err)
+	}
+
+	// The new run waits for the old one to stop.
+	waited := make(chan error, 1)
+	go func() { waited <- e2.WaitStopped() }()
+	select {
+	case err := <-waited:
+		t.Fatalf("the new run started before the old one stopped (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	stoppedAt := time.Now()
+	if deleted, err := e1.Release(ctx); err != nil || deleted {
+		t.Fatalf("old release: deleted %v, %v; want nothing deleted (the key is the new holder's)", deleted, err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("new run started %s after the old one stopped", time.Since(stoppedAt).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new run did not start after the old one stopped")
+	}
+	if err := e2.Check(ctx); err != nil {
+		t.Fatalf("new lease: %v", err)
+	}
+}
+
+// Three events in a row: the middle one, superseded while it waits for the first to
+// stop, ends with a SupersededByError naming the third; the third waits for both.
+func TestSupersedeTwiceInARow(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
+	watch(t, rdb, l)
+	e1, _ := supersedeAcquire(t, l, "1-0")
+	e2, err := supersedeAcquire(t, l, "2-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e3, err := supersedeAcquire(t, l, "3-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(e1.Fence() < e2.Fence() && e2.Fence() < e3.Fence()) {
+		t.Fatalf("fences %d %d %d, want increasing", e1.Fence(), e2.Fence(), e3.Fence())
+	}
+	var by *lease.SupersededByError
+	if err := e2.WaitStopped(); !errors.As(err, &by) || by.ByMessageID != "3-0" {
+		t.Fatalf("the middle run's wait: %v, want superseded by 3-0", err)
+	}
+	redistest.Eventually(t, time.Second, func() bool { return e1.Err() != nil }, "the first lease ends")
+	waited := make(chan error, 1)
+	go func() { waited <- e3.WaitStopped() }()
+	_, _ = e2.Release(context.Background())
+	select {
+	case err := <-waited:
+		t.Fatalf("the newest run started while the first still ran (%v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	_, _ = e1.Release(context.Background())
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the newest run did not start once both had stopped")
+	}
+}
+
+// A superseded holder whose process is dead never says it stopped: the new run waits
+// until the old key would have expired, then starts. A holder that missed the
+// announcement (not watching) ends at its next heartbeat with the typed cause.
+func TestSupersedeOfADeadOrDeafHolder(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	deaf := newLocker(t, rdb, ns, lease.Options{TTL: 900 * time.Millisecond}) // no WatchEvictions
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 900 * time.Millisecond})
+	e1, _ := supersedeAcquire(t, deaf, "1-0")
+	start := time.Now()
+	e2, err := supersedeAcquire(t, l, "2-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 2*time.Second, func() bool { return e1.Err() != nil }, "the deaf holder's heartbeat ends its lease")
+	if cause := e1.Err(); !errors.Is(cause, lease.ErrSuperseded) || !errors.Is(cause, lease.ErrLeaseLost) {
+		t.Fatalf("deaf holder's cause %v, want superseded", cause)
+	}
+	// e1 never releases (a dead process): e2 waits for the old key's expiry (TTL).
+	if err := e2.WaitStopped(); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < 600*time.Millisecond || waited > 3*time.Second {
+		t.Fatalf("the new run waited %s for a dead holder, want about its TTL (900ms)", waited)
+	}
+	if err := e2.Check(context.Background()); err != nil {
+		t.Fatalf("the new lease: %v", err)
+	}
+}
+
+// The supersede acquire is safe to repeat (a reply lost, the script sent again): the
+// repeat returns the same lease and fence and supersedes nothing more.
+func TestSupersedeRepeatIsTheSameTakeOver(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
+	e1, _ := supersedeAcquire(t, l, "1-0")
+	e2, err := supersedeAcquire(t, l, "2-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := l.Keys("rebase", "RHEL-1")
+	// The script again, with e2's token, as go-redis would send it.
+	src := mustRead(t, "scripts/lease.lua") + mustRead(t, "scripts/acquire_or_supersede.lua")
+	res, err := rdb.Eval(context.Background(), src, []string{k.Lock, k.Info, k.Fence, k.Done, k.Stop},
+		e2.Token(), 30000, "x", time.Now().UnixMilli(), "2-0", "").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].(int64) != 1 || res[1].(int64) != e2.Fence() || res[2].(int64) != 1 || res[3] != "1-0" || res[4].(int64) != 0 {
+		t.Fatalf("repeat reply %v, want {1, %d, 1, 1-0, 0}", res, e2.Fence())
+	}
+	if n := rdb.HLen(context.Background(), k.Stop).Val(); n != 1 {
+		t.Fatalf("stop hash holds %d runs, want 1", n)
+	}
+	_, _ = e1.Release(context.Background())
+	if err := e2.WaitStopped(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Supersede is refused with options it cannot honour.
+func TestSupersedeOptions(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{})
+	for name, ao := range map[string]lease.AcquireOptions{
+		"no message id": {Supersede: true},
+		"drain":         {Supersede: true, MessageID: "1-0", Drain: true},
+		"queue":         {Supersede: true, MessageID: "1-0", Queue: &lease.QueuedEvent{Stream: "s"}},
+	} {
+		if _, err := l.Acquire(context.Background(), "rebase", "RHEL-1", ao); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
