@@ -42,6 +42,12 @@ type Conflict struct {
 	// MailboxID (empty for a repeat whose first try appended it).
 	Delivered bool
 	MailboxID string
+	// Policy is the event's busy policy. Under Supersede, a Superseded event lost to a
+	// newer one: Holder names it (MessageID, and Fence when known). Cancelled: the
+	// event held the lease and was taken over by the newer event (its run, Ran, or its
+	// wait for an older run to stop, was cancelled).
+	Policy         Policy
+	Cancelled, Ran bool
 }
 
 // ConflictRecorder queues the record of a conflict on pipe (an XADD to a results
@@ -75,12 +81,17 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		m.cfg.Source.Settle(entry)
 		return nil
 	}
+	rule := m.rule(msg)
+	if rule.Policy == Supersede && locked.Newer {
+		// The holder's event is newer (a redelivered or retried older event): it lost.
+		superseded = true
+	}
 	c := Conflict{Agent: m.cfg.Agent, Issue: issue, Message: msg, Entry: entry, Holder: holder, Superseded: superseded,
-		Queued: locked.Queued, Replaced: locked.Replaced, Delivered: locked.Delivered, MailboxID: locked.MailboxID}
+		Queued: locked.Queued, Replaced: locked.Replaced, Delivered: locked.Delivered, MailboxID: locked.MailboxID, Policy: rule.Policy}
 	// The deliver script acked the entry with the append (standalone Redis).
 	acked := locked.Acked
 	var delayed string // the delayed set's member, policy Delay
-	if rule := m.rule(msg); hasEntry && rule.Policy == Delay && !locked.Queued && !locked.Delivered {
+	if hasEntry && rule.Policy == Delay && !locked.Queued && !locked.Delivered {
 		var err error
 		if delayed, err = m.delay(msg, entry, rule, &c); err != nil {
 			return err
@@ -128,6 +139,8 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		outcome = "coalesced"
 	case c.Delayed:
 		outcome = "delayed"
+	case c.Superseded && c.Policy == Supersede:
+		outcome = "superseded"
 	}
 	if c.Superseded {
 		reason = "superseded"
@@ -146,6 +159,45 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	default:
 		log().Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
 	}
+	return nil
+}
+
+// cancelled ends an event whose lease a newer event took over (policy Supersede):
+// its run (ran) or its wait for an older run has stopped. The lease is released (it
+// deletes nothing: the key is the newer run's, but it tells the newer run that this
+// one stopped), then the event is recorded (Conflict.Cancelled, naming the newer
+// entry) and acked, the record first, as for a conflict. If that fails the entry
+// stays pending; its redelivery meets the newer holder, or its release, and is
+// recorded then, once (the recorder is idempotent per entry).
+func (m *Middleware) cancelled(ctx context.Context, msg *message.Message, entry Entry, le *lease.Lease, by *lease.SupersededByError, ran bool, ev eventLog) error {
+	_, _ = le.Release(ctx)
+	holder := lease.Info{Agent: m.cfg.Agent, Issue: le.Issue(), MessageID: by.ByMessageID, Fence: by.Fence, Scope: lease.ScopeAgent, Key: le.Issue()}
+	c := Conflict{Agent: m.cfg.Agent, Issue: le.Issue(), Message: msg, Entry: entry, Holder: holder,
+		Superseded: true, Policy: Supersede, Cancelled: true, Ran: ran}
+	pipe := m.cfg.Locker.Client().Pipeline()
+	if m.cfg.OnConflict != nil {
+		m.cfg.OnConflict(ctx, pipe, c)
+	}
+	cluster := m.cfg.Locker.Format() == lease.KeysCluster
+	if !cluster || pipe.Len() == 0 {
+		pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		ev.get().Warn().Err(err).Msg("superseded, but its record or ack failed; entry left pending")
+		return fmt.Errorf("%w: record the superseded event on %s: %w", redeliver.ErrTransient, le.Issue(), err)
+	}
+	if cluster && m.cfg.OnConflict != nil {
+		pipe = m.cfg.Locker.Client().Pipeline()
+		m.ack(ctx, entry)(pipe)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("%w: ack the superseded event on %s: %w", redeliver.ErrTransient, le.Issue(), err)
+		}
+	}
+	m.cfg.Source.Settle(entry)
+	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, "superseded", "cancelled")
+	leaseConflict(ctx, "superseded", "cancelled", holder)
+	ev.get().Info().Str("superseded_by", by.ByMessageID).Int64("new_fence", by.Fence).Bool("ran", ran).
+		Msg("a newer event took the issue over; this run was cancelled, recorded and acked")
 	return nil
 }
 

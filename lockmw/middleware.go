@@ -44,10 +44,21 @@ const (
 	// acked in the same script; the follow-ups the run does not account for start one
 	// next run (the coalesce rule). A full mailbox dead-letters the event.
 	Deliver Policy = "deliver"
+	// Supersede makes a newer event replace the run of an older one: its acquire takes
+	// the lease over (a higher fence: the old run's fenced writes are refused), the old
+	// holder's context is cancelled with a lease.SupersededByError (ErrSuperseded), its
+	// event recorded (Conflict.Cancelled) and acked, and the newer event runs once the
+	// old run has stopped. An event older than the holder's loses to it instead.
+	Supersede Policy = "supersede"
 )
 
-// ParsePolicy parses a policy name: "drop" (or "", the default), "coalesce" or
-// "deliver".
+// ErrSuperseded is the sentinel of a run cancelled by a newer event (policy
+// Supersede): errors.Is(context.Cause(ctx), ErrSuperseded) on the handler's context.
+// Such a cause is lease.ErrLeaseLost too.
+var ErrSuperseded = lease.ErrSuperseded
+
+// ParsePolicy parses a policy name: "drop" (or "", the default), "coalesce",
+// "deliver" or "supersede".
 func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
 	case Drop, "":
@@ -56,8 +67,10 @@ func ParsePolicy(s string) (Policy, error) {
 		return Coalesce, nil
 	case Deliver:
 		return Deliver, nil
+	case Supersede:
+		return Supersede, nil
 	}
-	return "", fmt.Errorf("lockmw: Config.Policy must be %q, %q or %q, got %q", Drop, Coalesce, Deliver, s)
+	return "", fmt.Errorf("lockmw: Config.Policy must be %q, %q, %q or %q, got %q", Drop, Coalesce, Deliver, Supersede, s)
 }
 
 // Entry identifies the stream entry a message was read from.
@@ -203,6 +216,11 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 		return nil, fmt.Errorf("lockmw: Config.Policy %q cannot be combined with Config.Scopes %s: "+
 			"a follow-up queued behind another agent's shared key would have nobody to publish it", cfg.Policy, cfg.Scopes)
 	}
+	if cfg.Scopes.Shared() && cfg.Policies.Uses(Supersede) {
+		return nil, fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s: "+
+			"supersede replaces the run holding the agent's own lease, and a shared key may be held by another agent's or another issue's run, "+
+			"which an event has no standing to cancel", cfg.Policies, cfg.Scopes)
+	}
 	if err := cfg.Locker.CheckScopes(cfg.Scopes); err != nil {
 		return nil, fmt.Errorf("lockmw: Config.Scopes: %w", err)
 	}
@@ -294,9 +312,35 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		msg.Metadata.Set(MetaIssueKey, le.Issue())
 		msg.Metadata.Set(MetaFence, strconv.FormatInt(le.Fence(), 10))
 
-		out, err = m.run(h, msg, le)
+		ran := true
+		if by := le.Supersedes(); by != "" {
+			// The run of an older event held the issue: it is being stopped; ours starts
+			// when it has (or its lease would have expired).
+			log.get().Info().Str("supersedes", by).Msg("took the issue over from an older event's run; waiting for it to stop")
+			if werr := le.WaitStopped(); werr != nil {
+				ran, err = false, werr
+			}
+		}
+		if ran {
+			out, err = m.run(h, msg, le)
+		}
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
+		var by *lease.SupersededByError
+		if errors.As(le.Err(), &by) && hasEntry {
+			if ran && err == nil {
+				// The run finished before it heard of the take-over: every fenced write it
+				// made landed before it (one after it is refused, and the handler fails),
+				// so its outcome stands. Release (telling the newer run this one stopped)
+				// and ack; no superseded record.
+				if _, relErr := le.ReleaseWith(cleanup, m.ack(cleanup, entry)); relErr == nil {
+					m.cfg.Source.Settle(entry)
+				}
+				log.get().Info().Str("superseded_by", by.ByMessageID).Msg("run finished as a newer event took the issue over; its outcome stands")
+				return out, nil
+			}
+			return nil, m.cancelled(cleanup, msg, entry, le, by, ran, log)
+		}
 		if lost := le.Err(); lost != nil && !errors.Is(lost, lease.ErrReleased) {
 			leaseEnded(ctx, lost)
 			deleted, relErr := le.Release(cleanup)
@@ -413,6 +457,9 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 		if ao.Shared, err = m.cfg.Scopes.Keys(issue, msg.Payload, msg.Metadata.Get); err != nil {
 			return nil, err
 		}
+	}
+	if hasEntry && m.rule(msg).Policy == Supersede {
+		ao.Supersede = true
 	}
 	if pol := m.rule(msg).Policy; hasEntry && (pol == Coalesce || pol == Deliver) {
 		fields, err := m.cfg.Source.Encode(msg)

@@ -16,6 +16,8 @@ func TestParsePolicies(t *testing.T) {
 		"triage.requested=drop,rebase.requested=coalesce,*=delay:2m": "rebase.requested=coalesce,triage.requested=drop,*=delay:2m0s",
 		"rebase.requested=delay:1s:10s":                              "rebase.requested=delay:1s:10s,*=drop",
 		" coalesce , backport.requested = drop ":                     "backport.requested=drop,*=coalesce",
+		"rebase.requested=supersede,*=delay:1s":                      "rebase.requested=supersede,*=delay:1s",
+		"supersede":                                                  "supersede",
 	}
 	for in, want := range good {
 		p, err := ParsePolicies(in)
@@ -36,7 +38,7 @@ func TestParsePolicies(t *testing.T) {
 		t.Errorf("For: %+v", p)
 	}
 	bad := map[string]string{
-		"queue":                                 `policy must be "drop", "coalesce" or "deliver", got "queue"`,
+		"queue":                                 `policy must be "drop", "coalesce", "deliver" or "supersede", got "queue"`,
 		"delay":                                 "delay needs a duration",
 		"delay:":                                "delay needs a duration",
 		"delay:x":                               `delay "x"`,

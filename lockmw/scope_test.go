@@ -132,3 +132,25 @@ func TestScopeRefusesCoalesce(t *testing.T) {
 		t.Fatalf("err = %v, want a refusal naming Config.Scopes", err)
 	}
 }
+
+// Supersede replaces the run holding the agent's own lease; with a shared key (scope
+// issue or group) the busy run may be another agent's or another issue's, which an
+// event has no standing to cancel: refused, naming both settings. Without a shared
+// key it is accepted.
+func TestScopeRefusesSupersede(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := locker(t, rdb, ns)
+	for _, scopes := range []lease.Scopes{{Issue: true}, {Group: []string{"metadata.target_branch"}}} {
+		_, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policies: lockmw.Policies{
+			Default: lockmw.Rule{Policy: lockmw.Drop}, ByType: map[string]lockmw.Rule{"rebase.requested": {Policy: lockmw.Supersede}}},
+			Scopes: scopes, Source: &streamSource{}, MaxIdleTime: time.Hour})
+		if err == nil || !strings.Contains(err.Error(), "Config.Scopes") || !strings.Contains(err.Error(), "supersede") {
+			t.Fatalf("scopes %v: err = %v, want a refusal naming Config.Scopes and supersede", scopes, err)
+		}
+	}
+	if _, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policy: lockmw.Supersede,
+		Source: &streamSource{}, MaxIdleTime: time.Hour}); err != nil {
+		t.Fatalf("supersede with scope agent: %v", err)
+	}
+}

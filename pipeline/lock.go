@@ -35,7 +35,8 @@ func issueKeyOf(msg *message.Message) (string, error) {
 	return "", lockmw.ErrNoIssueKey
 }
 
-// conflictRecorder writes a lock.dropped, lock.coalesced or lock.delivered record to the results
+// conflictRecorder writes a lock.dropped, lock.coalesced, lock.delivered, lock.delayed or
+// lock.superseded record to the results
 // stream, in the round trip that acks the event.
 func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 	return func(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
@@ -47,6 +48,8 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 			eventType = event.LockCoalesced
 		case c.Delayed:
 			eventType = event.LockDelayed
+		case c.Superseded && c.Policy == lockmw.Supersede:
+			eventType = event.LockSuperseded
 		}
 		if c.Superseded {
 			reason = "superseded"
@@ -76,6 +79,9 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 			"reason":            reason,
 			"mailbox_id":        c.MailboxID,
 			"at":                time.Now().UTC().Format(time.RFC3339Nano),
+		}
+		if eventType == event.LockSuperseded {
+			values["cancelled"], values["ran"] = strconv.FormatBool(c.Cancelled), strconv.FormatBool(c.Ran)
 		}
 		if c.Delayed {
 			values["delayed_until"] = c.Until.UTC().Format(time.RFC3339Nano)

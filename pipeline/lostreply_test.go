@@ -35,7 +35,8 @@ func lua(t *testing.T, paths ...string) string {
 // The lost-reply matrix (issue 22): for every kind of command an event's path sends,
 // the command runs on Redis and its reply is lost once (the connection is cut), so
 // go-redis sends it again. After each: every entry of the input stream has exactly one
-// terminal record (stage.done, lock.dropped, lock.coalesced, or a dead letter), none
+// terminal record (stage.done, lock.dropped, lock.coalesced, lock.delivered,
+// lock.superseded, or a dead letter), none
 // is pending, no record is doubled, and the issue is not stuck: a new event for it
 // runs within seconds, far less than the lease TTL.
 func TestLostReplyMatrix(t *testing.T) {
@@ -44,14 +45,16 @@ func TestLostReplyMatrix(t *testing.T) {
 	lease := lua(t, dir+"lease.lua")
 	once := lua(t, "../internal/xonce/xadd_once.lua")
 	scripts := map[string]string{
-		"acquire":            lease + lua(t, dir+"acquire.lua"),
-		"handoff":            lease + lua(t, dir+"handoff.lua"),
-		"release":            lease + lua(t, dir+"release.lua"),
-		"extend":             lua(t, dir+"extend.lua"),
-		"acquire_or_queue":   lua(t, dir+"acquire_or_queue.lua"),
-		"release_drain":      lua(t, dir+"release_drain.lua"),
-		"acquire_or_deliver": lua(t, dir+"acquire_or_deliver.lua"),
-		"xadd_once":          once,
+		"acquire":              lease + lua(t, dir+"acquire.lua"),
+		"handoff":              lease + lua(t, dir+"handoff.lua"),
+		"release":              lease + lua(t, dir+"release.lua"),
+		"extend":               lua(t, dir+"extend.lua"),
+		"acquire_or_queue":     lua(t, dir+"acquire_or_queue.lua"),
+		"release_drain":        lua(t, dir+"release_drain.lua"),
+		"acquire_or_deliver":   lua(t, dir+"acquire_or_deliver.lua"),
+		"acquire_or_supersede": lease + lua(t, dir+"acquire_or_supersede.lua"),
+		"stop_wait":            lease + lua(t, dir+"stop_wait.lua"),
+		"xadd_once":            once,
 	}
 	// Whatever carries the dead letter: a script, or the EXEC of a transaction.
 	deadLetter := redistest.Any(redistest.Script(once, event.DeadFieldError), redistest.Command("exec"))
@@ -75,6 +78,9 @@ func TestLostReplyMatrix(t *testing.T) {
 		{"coalesced conflict record", redistest.Arg(event.LockCoalesced), "coalesce"},
 		{"acquire or deliver", redistest.Script(scripts["acquire_or_deliver"]), "deliver"},
 		{"delivered conflict record", redistest.Arg(event.LockDelivered), "deliver"},
+		{"acquire or supersede", redistest.Script(scripts["acquire_or_supersede"]), "supersede"},
+		{"wait for the superseded run to stop", redistest.Script(scripts["stop_wait"]), "supersede"},
+		{"superseded record", redistest.Arg(event.LockSuperseded), "supersede"},
 	}
 	direct, _ := redistest.Client(t)
 	for _, src := range scripts {
@@ -116,7 +122,7 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		o.TTL, o.MaxIdle = 3*time.Second, 2*time.Second
 	case "fail":
 		failing.Store(true)
-	case "conflict", "coalesce", "deliver":
+	case "conflict", "coalesce", "deliver", "supersede":
 		blockFirst.Store(true)
 		o.Concurrency = 2
 		switch scenario {
@@ -124,6 +130,10 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 			o.Policy = lockmw.Coalesce
 		case "deliver":
 			o.Policy = lockmw.Deliver
+		case "supersede":
+			// The take-over's announcement may not cross the proxy: the old holder's
+			// heartbeat (TTL/3) finds it then.
+			o.Policy, o.TTL, o.MaxIdle = lockmw.Supersede, 3*time.Second, 2*time.Second
 		}
 	}
 	e.start(ctx, o, func(msg *message.Message) error {
@@ -135,6 +145,13 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 			case <-time.After(1500 * time.Millisecond):
 			case <-msg.Context().Done():
 				return msg.Context().Err()
+			}
+		case scenario == "supersede" && blockFirst.Load() && n == 1:
+			// Run until a newer event takes the issue over.
+			select {
+			case <-msg.Context().Done():
+				return msg.Context().Err()
+			case <-time.After(5 * time.Second):
 			}
 		case blockFirst.Load() && n == 1:
 			// Hold the issue until the second event met the held lease.
@@ -167,7 +184,7 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 	case "two issues":
 		e.publishTriage("RHEL-1")
 		e.publishTriage("RHEL-2")
-	case "conflict", "coalesce", "deliver":
+	case "conflict", "coalesce", "deliver", "supersede":
 		first := e.publishTriage("RHEL-1")
 		redistest.Eventually(t, 10*time.Second, func() bool { return runs.Get("RHEL-1") == 1 }, "first run started")
 		holder := consumerOf(t, direct, e.triage(), first)
@@ -180,7 +197,7 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 			var at string
 			redistest.Eventually(t, 10*time.Second, func() bool {
 				at = consumerOf(t, direct, e.triage(), id)
-				return at != "" || records(event.LockDropped)+records(event.LockCoalesced)+records(event.LockDelivered) > 0
+				return at != "" || records(event.LockDropped)+records(event.LockCoalesced)+records(event.LockDelivered)+records(event.LockSuperseded) > 0
 			}, "event %s read", id)
 			if at != holder {
 				break
@@ -194,7 +211,7 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		per := map[string]int{}
 		for _, m := range direct.XRange(ctx, e.topo.Results(), "-", "+").Val() {
 			switch m.Values["event_type"] {
-			case event.StageDone, event.LockDropped, event.LockCoalesced, event.LockDelivered:
+			case event.StageDone, event.LockDropped, event.LockCoalesced, event.LockDelivered, event.LockSuperseded:
 				per[fmt.Sprint(m.Values["message_id"])]++
 			}
 		}

@@ -244,3 +244,30 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// Under supersede, what counts is the order of events, not of times: an event that
+// waited while an older event's run went on runs after it (it is the newest); one
+// older than the last released run is refused as superseded by it.
+func TestSupersedeByOrderOfEvents(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
+	ctx := context.Background()
+	acq := func(id string, entered time.Time) (*lease.Lease, error) {
+		return l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: id, Supersede: true, EntryTime: entered})
+	}
+	e1, err := acq("1000-0", time.UnixMilli(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = e1.Release(ctx) // released now, long after 2000-0 entered
+	e2, err := acq("2000-0", time.UnixMilli(2000))
+	if err != nil {
+		t.Fatalf("an event newer than the released run: %v, want it to run", err)
+	}
+	_, _ = e2.Release(ctx)
+	var sup *lease.SupersededError
+	if _, err := acq("1500-0", time.UnixMilli(1500)); !errors.As(err, &sup) || sup.ByMessageID != "2000-0" {
+		t.Fatalf("an event older than the released run: %v, want superseded by 2000-0", err)
+	}
+}

@@ -41,7 +41,12 @@ const (
 	// (policy deliver). FollowupDelivered and FollowupRolled record each follow-up's
 	// fate: acknowledged by the live run it was delivered to, or handed to a run in
 	// its Task JSON ("followups") and accounted for when that run ended.
-	LockDelivered     = "lock.delivered"
+	LockDelivered = "lock.delivered"
+	// LockSuperseded: the event lost to a newer one for its issue (policy supersede):
+	// its run, or its wait to run, was cancelled when the newer event took the lease
+	// over (cancelled true), or it met the newer event's run (cancelled false). It
+	// names the newer entry (holder_message_id) and its fence.
+	LockSuperseded    = "lock.superseded"
 	FollowupDelivered = "followup.delivered"
 	FollowupRolled    = "followup.rolled"
 	Dead              = "dead"

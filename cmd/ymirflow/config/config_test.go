@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 // clearEnv unsets every variable the binary reads (restored after the test), so
@@ -307,7 +308,10 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"exec without command", "worker", []string{"--agent", "triage"}, nil, "RUNNER_EXEC", "exec", "required when RUNNER (--runner) is exec"},
 		{"blank exec", "worker", []string{"--agent", "triage", "--exec", "  "}, nil, "RUNNER_EXEC", "exec", "required"},
 		{"bad runner", "worker", []string{"--agent", "triage", "--runner", "ssh"}, nil, "RUNNER", "runner", "exec or demo"},
-		{"on conflict", "worker", w("--on-conflict", "queue"), nil, "ON_CONFLICT", "on-conflict", `policy must be "drop", "coalesce" or "deliver", got "queue", or delay:D[:MAX]`},
+		{"on conflict", "worker", w("--on-conflict", "queue"), nil, "ON_CONFLICT", "on-conflict", `policy must be "drop", "coalesce", "deliver" or "supersede", got "queue", or delay:D[:MAX]`},
+		{"on conflict supersede typo", "worker", w("--on-conflict", "rebase.requested=supercede"), nil, "ON_CONFLICT", "on-conflict", `got "supercede"`},
+		{"supersede with a shared scope", "worker", w("--on-conflict", "triage.requested=supersede,*=drop", "--lock-scope", "agent,issue"), nil, "LOCK_SCOPE", "lock-scope", "cannot follow with supersede"},
+		{"supersede with a group scope", "worker", w(), map[string]string{"ON_CONFLICT": "supersede", "LOCK_SCOPE": "group:m:lock_key"}, "LOCK_SCOPE", "lock-scope", "cannot follow with supersede"},
 		{"on conflict table", "worker", w("--on-conflict", "rebase.requested=drop,*=delay:1s,rebase.requested=coalesce"), nil, "ON_CONFLICT", "on-conflict", "rebase.requested given twice"},
 		{"on conflict delay", "worker", w("--on-conflict", "*=delay:0s"), nil, "ON_CONFLICT", "on-conflict", "must be from 10ms to 24h0m0s"},
 		{"on conflict delay cap", "worker", w("--on-conflict", "delay:2m:1m"), nil, "ON_CONFLICT", "on-conflict", "delay cap 1m0s must be from the delay 2m0s"},
@@ -630,5 +634,32 @@ func TestDefaultConsumerName(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
 	if got := DefaultConsumerName(); got != host {
 		t.Errorf("in Kubernetes: %q, want the hostname %q", got, host)
+	}
+}
+
+// ON_CONFLICT supersede is accepted alone, in a table, and with LOCK_SCOPE agent (the
+// refusals with a shared scope are in TestValidationNamesTheSetting).
+func TestSupersedeAccepted(t *testing.T) {
+	for _, c := range []struct{ onConflict, scope string }{
+		{"supersede", "agent"}, {"triage.requested=supersede,*=delay:2m", ""}, {"rebase.requested=supersede,*=drop", "agent"},
+	} {
+		var w Worker
+		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+		w.Register(fs)
+		args := []string{"--runner", "demo", "--agent", "triage", "--on-conflict", c.onConflict}
+		if c.scope != "" {
+			args = append(args, "--lock-scope", c.scope)
+		}
+		if err := Parse(fs, args); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Validate(); err != nil {
+			t.Errorf("ON_CONFLICT=%s LOCK_SCOPE=%s: %v", c.onConflict, c.scope, err)
+			continue
+		}
+		p, err := w.Policies()
+		if err != nil || !p.Uses(lockmw.Supersede) {
+			t.Errorf("ON_CONFLICT=%s: %v, %v", c.onConflict, p, err)
+		}
 	}
 }

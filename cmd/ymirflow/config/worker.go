@@ -106,12 +106,16 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 		"Policies: drop (acked, recorded as lock.dropped), coalesce (kept as the issue's one queued follow-up, published at the release), "+
 		"deliver (a follow-up of the run: appended to its lease's mailbox, fed to its agent as YMIR_MAILBOX; those it does not acknowledge start one next run; recorded as lock.delivered), "+
 		"delay:D[:MAX] (acked and re-queued to run after D plus up to 20% jitter, doubling per delay of the same event up to MAX, by default 8×D; "+
-		"kept in Redis, so a restart loses nothing; recorded as lock.delayed with delayed_until)")
+		"kept in Redis, so a restart loses nothing; recorded as lock.delayed with delayed_until), "+
+		"supersede (the newer event replaces the running one, in any worker process: it takes the lease over with a higher fence, so the old run's writes are refused at once, "+
+		"the old run is cancelled within a second (at worst one heartbeat, LOCK_TTL/3), its agent gets SIGTERM then SIGKILL after KILL_GRACE, "+
+		"its event is recorded as lock.superseded naming the newer entry and acked, and the newer event runs once the old run has stopped, "+
+		"or after the old lease's TTL if its worker died; an event older than the running one is recorded as lock.superseded instead)")
 	fs.Int64Var(&w.MailboxDepth, "mailbox-depth", DefaultMailboxDepth, "most follow-ups waiting in one lease's mailbox (ON_CONFLICT deliver); one more is dead-lettered with the reason. 1 to 100000")
 	fs.StringVar(&w.LockScope, "lock-scope", DefaultLockScope, "what a run's lease guards, comma-separated: agent (this agent on the issue: lock:<agent>:<ISSUE>, always held), "+
 		"issue (the issue across every agent that sets it: a rebase and a backport of one issue never run at once), "+
 		"group:<path>[+<path>...] (a key from the event: dotted field paths of the task JSON, or m:<name> for metadata, e.g. group:metadata.component+metadata.target_branch or group:m:lock_key; "+
-		"every event with the same values runs one at a time). All keys are taken at once or none; with issue or group, ON_CONFLICT=coalesce and deliver are refused, and on Redis Cluster at most one of them")
+		"every event with the same values runs one at a time). All keys are taken at once or none; with issue or group, ON_CONFLICT=coalesce, deliver and supersede are refused, and on Redis Cluster at most one of them")
 	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks"+rangeHelp("block-time"))
 	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3"+
 		rangeHelp("max-idle-time")+"; unset: the larger of "+fmtDur(DefaultMaxIdleTime)+" and LOCK_TTL/2")
@@ -226,6 +230,9 @@ func (w *Worker) Validate() error {
 		p.add("lock-scope", "= %q: %v", w.LockScope, err)
 	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Coalesce, lockmw.Deliver) {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with coalesce or deliver: use drop or delay", w.LockScope, w.OnConflict)
+	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Supersede) {
+		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with supersede: "+
+			"the run holding a shared key may be another agent's or another issue's, which an event may not cancel; use drop or delay", w.LockScope, w.OnConflict)
 	}
 	if w.MailboxDepth < 1 || w.MailboxDepth > 100_000 {
 		p.add("mailbox-depth", "= %d must be between 1 and 100000", w.MailboxDepth)

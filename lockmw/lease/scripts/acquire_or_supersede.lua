@@ -13,7 +13,7 @@
 -- (acquire's repeat), with the message id it superseded read back from the info record.
 --
 -- KEYS: lock, info, fence, done, stop. ARGV: token, ttl_ms, owner, acquired_at_ms,
--- message_id, entry_ms or ''.
+-- message_id, entry_ms (unused: see the superseded check below).
 -- Returns {1, fence, stopping, superseded_message_id or '', superseded (1 if this call
 -- superseded a run)}, acquire's {2, ...}, or acquire's busy reply with newer appended.
 
@@ -28,7 +28,16 @@ end
 
 local lock, info, fence, stop = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
 local token, ttl_ms, message_id = ARGV[1], ARGV[2], ARGV[5]
-local r = acquire(lock, info, fence, KEYS[4], token, ttl_ms, ARGV[3], ARGV[4], message_id, ARGV[6])
+-- The superseded check by order of events, not by time: an event whose issue was last
+-- released by the run of a NEWER event lost to it; one that waited while an older
+-- event's run went on is the newest, and runs (acquire's check by entry time, for the
+-- drop policy, would count it as superseded: it is skipped here).
+local d = redis.call('GET', KEYS[4])
+if d and redis.call('GET', lock) ~= token then
+  local ms, mid = string.match(d, '^(%d+) (%S+)')
+  if mid and older(message_id, mid) then return {2, tonumber(ms), mid} end
+end
+local r = acquire(lock, info, fence, KEYS[4], token, ttl_ms, ARGV[3], ARGV[4], message_id, '')
 if r[1] == 1 then
   table.insert(r, stopping(stop, token))
   table.insert(r, redis.call('HGET', info, 'supersedes') or '')

@@ -1,0 +1,190 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+	"github.com/ymirflow/ymirflow/pipeline/event"
+)
+
+// publishTodo appends a triage request for key to the :todo twin, which the triage
+// routers read with subscriptions of their own: an event there meets a run of the
+// main stream's subscription while it goes on (one in that subscription's read-ahead
+// would wait for the run to end).
+func publishTodo(t *testing.T, e *env, key string) string {
+	t.Helper()
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"` + key + `"}}`))
+	msg, err := event.New(event.TriageRequested, key, task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.Publisher.PublishID(context.Background(), e.Topology.Stream("triage", "", true), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// ledger notes each run of one issue (its start and end) and counts overlaps: the
+// runs of one lease must never overlap in wall-clock time.
+type ledger struct {
+	mu       sync.Mutex
+	running  int
+	overlaps int
+	fences   map[string]int64 // entry id -> fence of its run
+	ended    map[string]time.Time
+	started  map[string]time.Time
+}
+
+func newLedger() *ledger {
+	return &ledger{fences: map[string]int64{}, ended: map[string]time.Time{}, started: map[string]time.Time{}}
+}
+
+func (l *ledger) start(id string, fence int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running++
+	if l.running > 1 {
+		l.overlaps++
+	}
+	l.fences[id], l.started[id] = fence, time.Now()
+}
+
+func (l *ledger) end(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running--
+	l.ended[id] = time.Now()
+}
+
+// supersededRecords returns the lock.superseded records by the entry they end.
+func supersededRecords(e *env) map[string]redis.XMessage {
+	out := map[string]redis.XMessage{}
+	for _, m := range e.results(event.LockSuperseded) {
+		out[m.Values["message_id"].(string)] = m
+	}
+	return out
+}
+
+// Issue 23, supersede: a newer event for an issue whose run goes on in another
+// consumer cancels it at once (the announcement, not the heartbeat ten seconds away):
+// the old handler's context ends with ErrSuperseded (and ErrLeaseLost), its fenced
+// write after the cancel is refused, it is recorded as lock.superseded naming the newer
+// entry and acked; the newer event runs once, with a higher fence, only after the old
+// run has returned. Then three events in a row: the middle one is superseded too.
+func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
+	// Not parallel: it bounds how soon the old run is cancelled (a latency).
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := event.NewResults(e.rdb, e.topo.Results(), 0)
+	led := newLedger()
+	type cancelled struct {
+		cause, late error
+		after       time.Time
+	}
+	cancels := make(chan cancelled, 4)
+	var grace sync.Map // entry id -> how long its run goes on after the cancel (an agent's kill grace)
+	h := func(msg *message.Message) error {
+		le, _ := lockmw.LeaseFrom(msg.Context())
+		id := event.EntryID(msg)
+		led.start(id, le.Fence())
+		defer led.end(id)
+		if g, ok := grace.Load(id); ok {
+			<-msg.Context().Done()
+			at := time.Now()
+			time.Sleep(g.(time.Duration))
+			_, late := le.XAdd(context.Background(), e.topo.Results(), 0, map[string]any{"event_type": "late.write", "message_id": id})
+			cancels <- cancelled{cause: context.Cause(msg.Context()), late: late, after: at}
+			return msg.Context().Err()
+		}
+		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
+			IssueKey: issueOf(msg), MessageID: id, Stream: event.EntryStream(msg)})
+		return err
+	}
+	o := routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second, Policy: lockmw.Supersede}
+	o.Consumer = "w1"
+	e.start(ctx, o, h)
+	o.Consumer = "w2"
+	e.start(ctx, o, h)
+
+	// Two events: the first runs until cancelled.
+	first := e.publishTriage("RHEL-1")
+	grace.Store(first, 200*time.Millisecond)
+	redistest.Eventually(t, 10*time.Second, func() bool { led.mu.Lock(); defer led.mu.Unlock(); return led.running == 1 }, "the first run started")
+	sent := time.Now()
+	second := publishTodo(t, e, "RHEL-1")
+	var c cancelled
+	select {
+	case c = <-cancels:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the running event was not cancelled within 5s (its heartbeat is 10s away)")
+	}
+	if d := c.after.Sub(sent); d > time.Second {
+		t.Errorf("the old run was cancelled %s after the newer event was published, want within 1s", d)
+	}
+	var by *lease.SupersededByError
+	if !errors.Is(c.cause, lockmw.ErrSuperseded) || !errors.Is(c.cause, lease.ErrLeaseLost) || !errors.As(c.cause, &by) || by.ByMessageID != second {
+		t.Fatalf("cause %v, want ErrSuperseded naming %s", c.cause, second)
+	}
+	if !errors.Is(c.late, lease.ErrLeaseLost) {
+		t.Fatalf("the superseded run's late write: %v, want refused", c.late)
+	}
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		return len(e.results(event.StageDone)) == 1 && len(supersededRecords(e)) == 1 &&
+			e.pending(e.triage()) == 0 && e.pending(e.Topology.Stream("triage", "", true)) == 0
+	}, "the newer event ran and the older one was recorded")
+	rec := supersededRecords(e)[first]
+	if rec.Values["holder_message_id"] != second || rec.Values["cancelled"] != "true" || rec.Values["ran"] != "true" || rec.Values["reason"] != "superseded" {
+		t.Fatalf("lock.superseded record %v, want it to name %s, cancelled", rec.Values, second)
+	}
+	if done := e.results(event.StageDone)[0]; done.Values["message_id"] != second {
+		t.Fatalf("the run that finished was %v, want %s", done.Values["message_id"], second)
+	}
+	led.mu.Lock()
+	if led.fences[second] <= led.fences[first] || led.overlaps != 0 || led.started[second].Before(led.ended[first]) {
+		t.Errorf("fences %v, overlaps %d; the newer run started %s after the older one ended", led.fences, led.overlaps,
+			led.started[second].Sub(led.ended[first]))
+	}
+	led.mu.Unlock()
+	if n := len(e.results("late.write")); n != 0 {
+		t.Fatalf("%d late writes landed", n)
+	}
+
+	// Three events: the first runs, the second supersedes it and waits for it to stop
+	// (its grace), the third supersedes the second.
+	a := e.publishTriage("RHEL-2")
+	grace.Store(a, time.Second)
+	redistest.Eventually(t, 10*time.Second, func() bool { led.mu.Lock(); defer led.mu.Unlock(); return led.fences[a] != 0 }, "the first run started")
+	b := publishTodo(t, e, "RHEL-2")
+	grace.Store(b, 200*time.Millisecond) // should it run before the third comes
+	info := e.TriageLocker(30*time.Second).Keys("triage", "RHEL-2").Info
+	redistest.Eventually(t, 5*time.Second, func() bool { return e.rdb.HGet(ctx, info, "message_id").Val() == b }, "the second event took the lease over")
+	c3 := e.publishTriage("RHEL-2")
+	redistest.Eventually(t, 15*time.Second, func() bool {
+		sup := supersededRecords(e)
+		return sup[a].ID != "" && sup[b].ID != "" && len(e.results(event.StageDone)) == 2 &&
+			e.pending(e.triage()) == 0 && e.pending(e.Topology.Stream("triage", "", true)) == 0
+	}, "the newest ran, the two before it were superseded")
+	sup := supersededRecords(e)
+	if sup[a].Values["holder_message_id"] != b || sup[b].Values["holder_message_id"] != c3 {
+		t.Fatalf("superseded records %v / %v, want %s by %s, %s by %s", sup[a].Values, sup[b].Values, a, b, b, c3)
+	}
+	if done := e.results(event.StageDone)[1]; done.Values["message_id"] != c3 {
+		t.Fatalf("the run that finished was %v, want the newest %s", done.Values["message_id"], c3)
+	}
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	if led.overlaps != 0 || !(led.fences[c3] > led.fences[b] || led.fences[b] == 0) || led.fences[c3] <= led.fences[a] {
+		t.Errorf("overlaps %d, fences %v", led.overlaps, led.fences)
+	}
+}
