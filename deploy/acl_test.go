@@ -145,6 +145,29 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if _, err := sl.Release(ctx); err != nil {
 		t.Fatalf("worker release with scope issue: %v", err)
 	}
+	// The workers' user: a supersede take-over (the stop hash, its announcement) and
+	// the superseded run's stop, heard on the eviction channel.
+	evictions := worker.Subscribe(ctx, wlocker.EvictionChannel())
+	defer evictions.Close()
+	if _, err := evictions.Receive(ctx); err != nil {
+		t.Fatalf("worker subscribes to %s: %v", wlocker.EvictionChannel(), err)
+	}
+	old, err := wlocker.Acquire(ctx, "rebase", "RHEL-6", lease.AcquireOptions{MessageID: "1-0", Supersede: true})
+	if err != nil {
+		t.Fatalf("worker supersede acquire: %v", err)
+	}
+	newer, err := wlocker.Acquire(ctx, "rebase", "RHEL-6", lease.AcquireOptions{MessageID: "2-0", Supersede: true})
+	if err != nil || newer.Supersedes() != "1-0" {
+		t.Fatalf("worker supersede take-over: %v", err)
+	}
+	if m, err := evictions.ReceiveMessage(ctx); err != nil || !strings.HasSuffix(m.Payload, " 2-0") {
+		t.Fatalf("the take-over's announcement: %v, %v", m, err)
+	}
+	_, _ = old.Release(ctx)
+	if err := newer.WaitStopped(); err != nil {
+		t.Fatalf("worker waits for the superseded run: %v", err)
+	}
+	_, _ = newer.Release(ctx)
 	triage := topo.Stream("triage", "", false)
 	member, _ := event.DelayedMember("1-1", map[string]any{"payload": `{"metadata":{"issue":"RHEL-7"}}`, "m:issue_key": "RHEL-7"})
 	if err := worker.ZAdd(ctx, event.DelayedKey(triage), redis.Z{Score: 1, Member: member}).Err(); err != nil {

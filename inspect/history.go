@@ -286,7 +286,8 @@ func historyEvent(stream, kind string, route event.Route, m redis.XMessage, key 
 	return ev
 }
 
-// conflictDetail says why a lock.dropped or lock.coalesced record's entry did not run,
+// conflictDetail says why a lock.dropped, lock.coalesced, lock.delivered or
+// lock.superseded record's entry did not run (or was stopped),
 // naming the other entry; "" for other records. A superseded record names no holder
 // (the run that superseded it had ended), so "held by" would be false.
 func conflictDetail(v func(string) string) string {
@@ -300,6 +301,12 @@ func conflictDetail(v func(string) string) string {
 	}
 	var d string
 	switch {
+	case v("event_type") == event.LockSuperseded && v("cancelled") == "true" && v("ran") == "true":
+		d = fmt.Sprintf("cancelled: the newer entry %s took the issue over (fence %s); this run was stopped and its later writes refused", entry, fence)
+	case v("event_type") == event.LockSuperseded && v("cancelled") == "true":
+		d = fmt.Sprintf("superseded before it ran: the newer entry %s took the issue over (fence %s) while this one waited for an older run to stop", entry, fence)
+	case v("event_type") == event.LockSuperseded:
+		d = "superseded by the newer entry " + entry + "; not run"
 	case v("reason") == "superseded":
 		d = "superseded by entry " + entry + ", whose run of the issue ended after this one was queued"
 	case v("event_type") == event.LockDelivered:

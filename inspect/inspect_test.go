@@ -522,3 +522,33 @@ func TestRequeueAndReplayNeverTrimPendingEntries(t *testing.T) {
 		}
 	}
 }
+
+// A lock.superseded record (policy supersede) reads in the timeline as what happened:
+// the run cancelled by a newer entry, the event superseded while it waited, or the
+// older event that met a newer run; each names the newer entry.
+func TestHistoryShowsSupersededEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	in := e.inspector(nil, 0)
+	for _, v := range []map[string]any{
+		{"cancelled": "true", "ran": "true", "holder_message_id": "20-0", "holder_fence": "7"},
+		{"cancelled": "true", "ran": "false", "holder_message_id": "30-0", "holder_fence": "8"},
+		{"cancelled": "false", "ran": "false", "holder_message_id": "40-0", "holder_fence": "9", "holder": "w2"},
+	} {
+		v["event_type"], v["agent"], v["issue_key"], v["reason"] = event.LockSuperseded, "triage", "RHEL-9", "superseded"
+		if err := e.Client.XAdd(ctx, &redis.XAddArgs{Stream: e.Topology.Results(), Values: v}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := in.History(ctx, "RHEL-9")
+	if err != nil || len(evs) != 3 {
+		t.Fatalf("history: %+v, %v", evs, err)
+	}
+	for i, want := range []string{"cancelled: the newer entry 20-0 took the issue over (fence 7)",
+		"superseded before it ran: the newer entry 30-0", "superseded by the newer entry 40-0; not run"} {
+		if ev := evs[i]; ev.EventType != event.LockSuperseded || ev.Reason != "superseded" || !strings.Contains(ev.Detail, want) {
+			t.Errorf("event %d: %+v, want detail %q", i, ev, want)
+		}
+	}
+}
