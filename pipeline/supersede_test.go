@@ -184,7 +184,7 @@ func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
 	}
 	led.mu.Lock()
 	defer led.mu.Unlock()
-	if led.overlaps != 0 || !(led.fences[c3] > led.fences[b] || led.fences[b] == 0) || led.fences[c3] <= led.fences[a] {
+	if led.overlaps != 0 || (led.fences[c3] <= led.fences[b] && led.fences[b] != 0) || led.fences[c3] <= led.fences[a] {
 		t.Errorf("overlaps %d, fences %v", led.overlaps, led.fences)
 	}
 }

@@ -132,7 +132,7 @@ func TestSupersedeTwiceInARow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !(e1.Fence() < e2.Fence() && e2.Fence() < e3.Fence()) {
+	if e1.Fence() >= e2.Fence() || e2.Fence() >= e3.Fence() {
 		t.Fatalf("fences %d %d %d, want increasing", e1.Fence(), e2.Fence(), e3.Fence())
 	}
 	var by *lease.SupersededByError
