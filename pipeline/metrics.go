@@ -47,10 +47,10 @@ func NewMetrics() *Metrics {
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_busy_total",
 			Help: "Events whose issue was locked by another holder (dropped or coalesced)."}, []string{"agent"}),
 		conflict: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lock_conflicts_total",
-			Help: "Events for a busy issue, by outcome (dropped, coalesced) and reason (locked, superseded)."},
+			Help: "Events for a busy issue, by outcome (dropped, coalesced, delivered, delayed, superseded) and reason (locked, superseded, cancelled: a run taken over by a newer event)."},
 			[]string{"agent", "outcome", "reason"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_lost_total",
-			Help: "Leases lost while held, by cause (lost, unproven, max_hold)."}, []string{"agent", "cause"}),
+			Help: "Leases lost while held, by cause (lost, unproven, max_hold, superseded: taken over by a newer event, ON_CONFLICT=supersede)."}, []string{"agent", "cause"}),
 		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ymirflow", Name: "lease_hold_seconds",
 			Help: "How long leases were held.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"agent"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "dead_letters_total",
@@ -86,6 +86,8 @@ func (m *Metrics) Lost(agent string, cause error) {
 		c = "unproven"
 	case errors.Is(cause, lease.ErrMaxHold):
 		c = "max_hold"
+	case errors.Is(cause, lease.ErrSuperseded):
+		c = "superseded" // policy supersede: a newer event took the lease over, not a fault
 	}
 	m.lost.WithLabelValues(agent, c).Inc()
 }

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,5 +187,65 @@ func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
 	defer led.mu.Unlock()
 	if led.overlaps != 0 || (led.fences[c3] <= led.fences[b] && led.fences[b] != 0) || led.fences[c3] <= led.fences[a] {
 		t.Errorf("overlaps %d, fences %v", led.overlaps, led.fences)
+	}
+}
+
+// The superseded holder's process is dead (SIGKILLed: nobody cancels its run, releases
+// its lease or acks its entry): the newer event still runs, once the old lease would
+// have expired, and nothing is lost: the old entry, claimed from the dead consumer, is
+// recorded once as lock.superseded naming the newer entry, the newer has its outcome.
+func TestSupersedeOfADeadWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ttl = 2 * time.Second
+	// The dead worker: it read the first event as consumer "dead" and took its lease,
+	// then vanished (its Locker never releases; its heartbeat finds the key taken).
+	first := e.publishTriage("RHEL-3")
+	if err := e.rdb.XGroupCreateMkStream(ctx, e.triage(), "triage", "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "triage", Consumer: "dead", Streams: []string{e.triage(), ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dead := e.Locker(lease.Options{Scope: e.Namespace, TTL: ttl, Owner: "dead"})
+	if _, err := dead.Acquire(ctx, "triage", "RHEL-3", lease.AcquireOptions{MessageID: first, Supersede: true, Owner: "dead"}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Now()
+
+	results := event.NewResults(e.rdb, e.topo.Results(), 0)
+	var ran sync.Map
+	e.start(ctx, routerOpts{TTL: ttl, MaxIdle: time.Second, Policy: lockmw.Supersede, Consumer: "w1"}, func(msg *message.Message) error {
+		ran.Store(event.EntryID(msg), time.Now())
+		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
+			IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
+		return err
+	})
+	published := time.Now()
+	second := publishTodo(t, e, "RHEL-3")
+	redistest.Eventually(t, 15*time.Second, func() bool {
+		return len(e.results(event.StageDone)) == 1 && len(supersededRecords(e)) == 1 &&
+			e.pending(e.triage()) == 0 && e.pending(e.Topology.Stream("triage", "", true)) == 0
+	}, "the newer event ran and the dead worker's event was recorded")
+	if done := e.results(event.StageDone)[0]; done.Values["message_id"] != second {
+		t.Fatalf("outcome of %v, want the newer %s", done.Values["message_id"], second)
+	}
+	if rec := supersededRecords(e)[first]; rec.Values["holder_message_id"] != second {
+		t.Fatalf("lock.superseded %v, want %s superseded by %s", rec.Values, first, second)
+	}
+	if _, again := ran.Load(first); again {
+		t.Fatal("the dead worker's superseded event ran again")
+	}
+	// The dead run may be alive for all anyone knows until its key would have expired
+	// (at least 2/3 of the TTL after the take-over: its heartbeat extended it every
+	// TTL/3 until then): the newer run does not start before.
+	at, _ := ran.Load(second)
+	if waited := at.(time.Time).Sub(took); waited > 2*ttl {
+		t.Fatalf("the newer event ran %s after the dead holder's lease was taken, want within its TTL (%s) and a little", waited, ttl)
+	}
+	if early := at.(time.Time).Sub(published); early < ttl/2 {
+		t.Fatalf("the newer event ran %s after it was published, before the dead holder's key could have expired", early)
 	}
 }
