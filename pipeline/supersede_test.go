@@ -249,3 +249,58 @@ func TestSupersedeOfADeadWorker(t *testing.T) {
 		t.Fatalf("the newer event ran %s after it was published, before the dead holder's key could have expired", early)
 	}
 }
+
+// As after a force release (issue 29), no attempt starts under a superseded lease: a
+// run whose attempt fails just after a newer event took the issue over is not retried
+// (the in-lease retry checks the lease first); it is recorded as superseded, and only
+// the newer event runs after it.
+func TestSupersedeStartsNoFurtherAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := event.NewResults(e.rdb, e.topo.Results(), 0)
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	info := e.TriageLocker(30*time.Second).Keys("triage", "RHEL-4").Info
+	var first string
+	e.start(ctx, routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second, MaxRetries: 3, Policy: lockmw.Supersede, Concurrency: 1},
+		func(msg *message.Message) error {
+			id := event.EntryID(msg)
+			mu.Lock()
+			attempts[id]++
+			isFirst := id == first
+			mu.Unlock()
+			if isFirst {
+				// Fail once the newer event holds the issue: the retry must not try again.
+				redistest.Eventually(t, 10*time.Second, func() bool {
+					m := e.rdb.HGet(context.Background(), info, "message_id").Val()
+					return m != "" && m != first
+				}, "the newer event took the issue over")
+				return errBoom
+			}
+			_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
+				IssueKey: issueOf(msg), MessageID: id, Stream: event.EntryStream(msg)})
+			return err
+		})
+	mu.Lock()
+	first = e.publishTriage("RHEL-4")
+	mu.Unlock()
+	redistest.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return attempts[first] == 1 }, "the first attempt started")
+	second := publishTodo(t, e, "RHEL-4")
+	redistest.Eventually(t, 15*time.Second, func() bool {
+		return len(e.results(event.StageDone)) == 1 && len(supersededRecords(e)) == 1 &&
+			e.pending(e.triage()) == 0 && e.pending(e.Topology.Stream("triage", "", true)) == 0
+	}, "the newer event ran and the older was recorded")
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts[first] != 1 || attempts[second] != 1 {
+		t.Fatalf("attempts %v: want one each (none after the take-over)", attempts)
+	}
+	if rec := supersededRecords(e)[first]; rec.Values["holder_message_id"] != second {
+		t.Fatalf("lock.superseded %v, want it to name %s", rec.Values, second)
+	}
+	if len(e.dead()) != 0 {
+		t.Fatal("the superseded event was dead-lettered")
+	}
+}
