@@ -86,6 +86,10 @@ type options struct {
 	// webhook runs `ymirflow webhook` too: the fake Jira sends it a signed delivery for
 	// every issue it creates (addIssues), racing the fetcher's sweeps.
 	webhook bool
+	// workerArgs are more flags for the workers of g (--lock-scope, --on-conflict...).
+	workerArgs func(g group) []string
+	// runnerEnv are more variables of every runner (RUNNER_*, see ledger-runner.sh).
+	runnerEnv []string
 }
 
 func defaultOptions() options {
@@ -287,6 +291,9 @@ func (s *scenario) startWorker(g group, name string) *worker {
 		"--jira-url", s.fj.URL(), "--jira-api", "server", "--jira-token", jiraToken, "--jira-rate-limit", "-1",
 		"--jira-max-retries", "2", "--jira-timeout", "5s",
 		"--log-level", "info")
+	if s.o.workerArgs != nil {
+		args = append(args, s.o.workerArgs(g)...)
+	}
 	cmd := exec.Command(binary, args...)
 	cmd.Env = s.baseEnv()
 	cmd.Env = append(cmd.Env, "LEDGER="+s.ledger,
@@ -295,6 +302,7 @@ func (s *scenario) startWorker(g group, name string) *worker {
 	if s.o.noFail {
 		cmd.Env = append(cmd.Env, "RUNNER_NO_FAIL=1")
 	}
+	cmd.Env = append(cmd.Env, s.o.runnerEnv...)
 	w := &worker{name: name, g: g, cmd: cmd, metrics: metrics, done: make(chan struct{}),
 		logPath: filepath.Join(s.dir, "logs", fmt.Sprintf("%03d-%s.log", seq, name))}
 	logf, err := os.Create(w.logPath)

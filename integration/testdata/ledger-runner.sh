@@ -19,6 +19,10 @@
 #               target branch rhel-9.6.0 (c9s) or rhel-10.1 (c10s) by (N/3)%2;
 #   downstream: N%17==5 {"success":false} (retried, then _errored and dead-lettered),
 #               else success; RUNNER_NO_FAIL=1: always success.
+#
+# RUNNER_ACK_MAILBOX=1 (ON_CONFLICT deliver): before answering it reads the follow-ups
+# fed to YMIR_MAILBOX so far and acknowledges those whose stream id has an even ms part
+# (followups_acked); the others start the issue's next run.
 L=${LEDGER:?LEDGER is not set}
 ids="$YMIR_AGENT ${YMIR_BRANCH:--} $YMIR_ISSUE_KEY ${YMIR_FENCE:-0} ${YMIR_ATTEMPT:-0} $PPID $$ ${YMIR_MESSAGE_ID:--}"
 # now sets t to the time in ns. The worker's SIGTERM goes to the whole process group, so it
@@ -30,7 +34,8 @@ now() {
 }
 now
 echo "start $ids $t" >>"$L"
-trap 'now; echo "end $ids $t term" >>"$L"; exit 143' TERM INT
+fu=${TMPDIR:-/tmp}/ledger-runner-$$.mailbox
+trap 'now; echo "end $ids $t term" >>"$L"; rm -f "$fu"; exit 143' TERM INT
 
 cat >/dev/null
 
@@ -44,6 +49,17 @@ esac
 # sleep in the background and wait for it: the TERM trap then runs at once.
 sleep "$((ms / 1000)).$(printf %03d $((ms % 1000)))" &
 wait $!
+
+acks=
+if [ -n "${RUNNER_ACK_MAILBOX:-}" ] && [ -n "${YMIR_MAILBOX:-}" ]; then
+	# The feed keeps the pipe open while the run lasts: read what is there, then stop.
+	timeout 0.1 cat "$YMIR_MAILBOX" >"$fu" &
+	wait $!
+	for id in $(sed -n 's/.*"id":"\([^"]*\)".*/\1/p' "$fu"); do
+		case $id in *[02468]-*) acks="$acks${acks:+,}\"$id\"" ;; esac
+	done
+	rm -f "$fu"
+fi
 
 n=${YMIR_ISSUE_KEY##*-}
 out=
@@ -64,7 +80,7 @@ if [ "$YMIR_AGENT" = triage ]; then
 elif [ $((n % 17)) -eq 5 ] && [ "${RUNNER_NO_FAIL:-}" != 1 ]; then
 	out='{"success":false,"error":"simulated failure"}'
 else
-	out="{\"success\":true,\"merge_request_url\":\"https://gitlab.example/mr/$n\"}"
+	out="{\"success\":true,\"merge_request_url\":\"https://gitlab.example/mr/$n\",\"followups_acked\":[$acks]}"
 fi
 now
 echo "end $ids $t ok" >>"$L"
