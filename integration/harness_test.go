@@ -645,6 +645,9 @@ func (s *scenario) settled() (bool, string) {
 			return false, fmt.Sprintf("no outcome yet for %s %s (%s)", e.stream, e.id, e.issue)
 		}
 	}
+	if ok, why := st.policiesSettled(); !ok {
+		return false, why
+	}
 	for g, n := range st.pending {
 		if n > 0 {
 			return false, fmt.Sprintf("%d entries pending in %s", n, g)

@@ -39,11 +39,19 @@ type state struct {
 	resultsOf map[string][]redis.XMessage // entry key → its terminal records, in order
 	deadOf    map[string][]redis.XMessage // entry key → its dead letters
 	pending   map[string]int64            // "stream group" → XPENDING count
+	// The busy policies' bookkeeping (see policyaccount_test.go): entries appended
+	// again by the delay policy, by the entry they were delayed from; follow-up records
+	// (deliver) by the follow-up's agent and entry id; members left in delayed sets.
+	promoted    map[string][]streamEntry
+	followupsOf map[string][]redis.XMessage
+	delayedLeft map[string]int64
 }
 
-// terminalTypes are the results records that end an event.
+// terminalTypes are the results records that end an event. An event delayed (its
+// copy appended again later) or delivered to a holder's mailbox ends with that record;
+// what became of the copy or the follow-up is checked on its own (checkPolicies).
 var terminalTypes = []string{event.StageDone, event.StageFailed, event.LockDropped,
-	event.LockCoalesced}
+	event.LockCoalesced, event.LockDelayed, event.LockDelivered}
 
 func str(v any) string {
 	s, _ := v.(string)
@@ -75,6 +83,9 @@ func snapshotOf(ctx context.Context, rdb redis.Cmdable) (*state, error) {
 			st.pending[r.Stream+" "+r.Group] = p.Count
 		}
 	}
+	if err := st.readPolicies(ctx, rdb); err != nil {
+		return nil, err
+	}
 	var err error
 	if st.results, err = rdb.XRange(ctx, topo.Results(), "-", "+").Result(); err != nil {
 		return nil, fmt.Errorf("XRANGE %s: %w", topo.Results(), err)
@@ -84,6 +95,7 @@ func snapshotOf(ctx context.Context, rdb redis.Cmdable) (*state, error) {
 			k := str(m.Values["stream"]) + " " + str(m.Values["message_id"])
 			st.resultsOf[k] = append(st.resultsOf[k], m)
 		}
+		st.indexFollowup(m)
 	}
 	if st.dead, err = rdb.XRange(ctx, topo.Dead(), "-", "+").Result(); err != nil {
 		return nil, fmt.Errorf("XRANGE %s: %w", topo.Dead(), err)
@@ -207,6 +219,8 @@ type report struct {
 	events                      int // published events (input stream entries)
 	done, failed, dead, dropped int
 	runs                        int
+	delayed, delivered          int // events re-queued (delay) or put in a holder's mailbox (deliver)
+	policy                      policyReport
 	crashDuplicates             []string // tolerated: see checkOptions
 	// resolutionLost: issues whose only triage record is "skipped" (a redelivery found the
 	// labels of a run that wrote them but could not record its outcome): consistent with
@@ -216,9 +230,11 @@ type report struct {
 }
 
 func (r report) String() string {
-	return fmt.Sprintf("%d events: %d done, %d failed (stage.failed + dead letter), %d dead only, %d dropped as locked; "+
+	return fmt.Sprintf("%d events: %d done, %d failed (stage.failed + dead letter), %d dead only, %d dropped as locked, "+
+		"%d delayed, %d delivered to a mailbox%s; "+
 		"%d runner runs; %d duplicate outcomes after a crash; %d triage outcomes recorded only as skipped; %d violations",
-		r.events, r.done, r.failed, r.dead, r.dropped, r.runs, len(r.crashDuplicates), len(r.resolutionLost), len(r.violations))
+		r.events, r.done, r.failed, r.dead, r.dropped, r.delayed, r.delivered, r.policy, r.runs, len(r.crashDuplicates),
+		len(r.resolutionLost), len(r.violations))
 }
 
 type checkOptions struct {
@@ -229,6 +245,15 @@ type checkOptions struct {
 	// jira checks the final labels of every issue (off for the in-process cluster suite,
 	// which has its own Jira).
 	labels func(key string) []string
+	// noLabels skips check 5 (scenarios that publish downstream requests by hand, with
+	// no triage outcome to check the labels against).
+	noLabels bool
+	// exclusive returns the keys, besides its agent and issue, that no two runs may
+	// hold at once: the shared lease keys of LOCK_SCOPE issue and group (nil: none).
+	exclusive func(r run) []string
+	// minDelay is the shortest delay of the delay policy: a delayed copy never runs
+	// before its record's delayed_until, which is never less than minDelay after it.
+	minDelay time.Duration
 }
 
 // checkInvariants checks, once everything has settled:
@@ -242,7 +267,7 @@ type checkOptions struct {
 //     is left.
 func (s *scenario) checkInvariants(o checkOptions) report {
 	s.t.Helper()
-	if o.labels == nil {
+	if o.labels == nil && !o.noLabels {
 		o.labels = s.fj.Labels
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -264,6 +289,9 @@ func (s *scenario) checkInvariants(o checkOptions) report {
 	s.t.Logf("invariants: %s", rep)
 	for _, d := range rep.crashDuplicates {
 		s.t.Logf("tolerated duplicate outcome after a SIGKILL: %s", d)
+	}
+	for _, d := range rep.policy.followDuplicates {
+		s.t.Logf("tolerated second record of a follow-up after a SIGKILL: %s", d)
 	}
 	for _, d := range rep.resolutionLost {
 		s.t.Logf("triage outcome recorded only as skipped (resolution missing from ymir:results): %s", d)
@@ -308,8 +336,14 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				pf, _ := strconv.ParseInt(str(prev.Values["fence"]), 10, 64)
 				cf, _ := strconv.ParseInt(str(cur.Values["fence"]), 10, 64)
 				pt, ct := streamid.Time(prev.ID), streamid.Time(cur.ID)
-				et := str(cur.Values["event_type"])
-				if cf <= pf || (et != event.StageDone && et != event.StageFailed) || !killedBetween(pt, ct) {
+				et, pet := str(cur.Values["event_type"]), str(prev.Values["event_type"])
+				ran := et == event.StageDone || et == event.StageFailed
+				// A redelivery after the kill may also meet another run of the issue
+				// (a shared scope's key held by another agent, a coalesced or delayed
+				// event's own run) and be handled by its busy policy instead.
+				met := !ran && slices.Contains(terminalTypes, et) && (pet == event.StageDone || pet == event.StageFailed) &&
+					str(cur.Values["holder_message_id"]) != str(cur.Values["message_id"])
+				if (ran && cf <= pf) || (!ran && !met) || !killedBetween(pt, ct) {
 					ok = false
 				}
 			}
@@ -342,15 +376,31 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				}
 			case event.LockDropped, event.LockCoalesced:
 				rep.dropped++
+				if str(r.Values["holder_message_id"]) == e.id {
+					v("%s met its own earlier run as the holder: %s", what, describe(rs))
+				}
 				if str(r.Values["holder"]) == "" && str(r.Values["holder_message_id"]) == "" {
 					v("%s dropped without naming the holder: %s", what, describe(rs))
 				}
 				if len(ds) > 0 {
 					v("%s is dropped and dead-lettered", what)
 				}
+			case event.LockDelayed, event.LockDelivered:
+				if str(r.Values["holder_message_id"]) == e.id {
+					v("%s met its own earlier run as the holder: %s", what, describe(rs))
+				}
+				if et == event.LockDelayed {
+					rep.delayed++
+				} else {
+					rep.delivered++
+				}
+				if len(ds) > 0 {
+					v("%s is %s and dead-lettered", what, et)
+				}
 			}
 		}
 	}
+	checkPolicies(st, runs, kills, o, &rep, v)
 	for k, rs := range st.resultsOf {
 		if !known[k] {
 			v("terminal record for an entry that is in no input stream: %s", describe(rs))
@@ -363,7 +413,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 	}
 
 	// 2, 3. The ledger: no overlap, fences increase.
-	byKey := map[string][]run{}
+	byKey, byShared := map[string][]run{}, map[string][]run{}
 	for _, r := range runs {
 		if r.how == "open" {
 			v("run never ended: %s", r)
@@ -371,6 +421,21 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 		}
 		k := r.agent + " " + r.issue
 		byKey[k] = append(byKey[k], r)
+		if o.exclusive != nil {
+			for _, x := range o.exclusive(r) {
+				byShared[x] = append(byShared[x], r)
+			}
+		}
+	}
+	// Runs holding one shared key (LOCK_SCOPE issue or group): never at once, whatever
+	// their agent or issue.
+	for x, rs := range byShared {
+		slices.SortFunc(rs, func(a, b run) int { return a.start.Compare(b.start) })
+		for i := 1; i < len(rs); i++ {
+			if prev, cur := rs[i-1], rs[i]; cur.start.Before(prev.end) {
+				v("overlapping runs holding %s (by %s):\n  %s\n  %s", x, prev.end.Sub(cur.start), prev, cur)
+			}
+		}
 	}
 	for _, rs := range byKey {
 		slices.SortFunc(rs, func(a, b run) int { return a.start.Compare(b.start) })
