@@ -457,6 +457,10 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 			full.Holder = holder
 			return nil, full
 		}
+		if a.ao.MessageID != "" && holder.MessageID == a.ao.MessageID && holder.Scope == ScopeAgent {
+			// The holder's own entry: the scripts neither queue, deliver nor ack it.
+			return nil, &LockedError{Holder: holder, Issue: issue}
+		}
 		if a.ao.Deliver != nil {
 			le := &LockedError{Holder: holder, Issue: issue, Delivered: true, Acked: a.ao.Deliver.Ack != nil && l.opts.Format != KeysCluster}
 			if len(res) >= 9 {

@@ -9,6 +9,9 @@
 --   3. on standalone Redis (the source stream given as KEYS[8]) its stream entry is
 --      acked: the ack exists only once the follow-up is in the mailbox.
 --
+-- The holder's own entry (claimed from its dead worker while the lease lives) is only
+-- reported busy: neither appended, queued nor acked.
+--
 -- Safe to repeat: a lock that already holds the token is the lease an earlier try made;
 -- an event whose message id is in the seen set (mailbox .. ':seen') was appended by an
 -- earlier try whose reply was lost: it is not appended again (dup = 1), only acked.
@@ -49,6 +52,12 @@ local pttl = redis.call('PTTL', KEYS[1])
 local n = tonumber(ARGV[12])
 local id, dup = '', 0
 local depth = redis.call('XLEN', KEYS[6])
+if ARGV[5] ~= '' and h[4] == ARGV[5] then
+  -- The holder's own entry, claimed by another consumer while the lease lives (its
+  -- worker died mid-run): busy, and nothing more. Acked, it would never run again;
+  -- left pending, it runs once the lease has expired.
+  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', pttl, '', depth, 0}
+end
 if redis.call('SISMEMBER', KEYS[7], ARGV[5]) == 1 then
   dup = 1
 else

@@ -15,6 +15,9 @@
 -- Returns {1, fence}, {2, released_ms, released_message_id} or
 -- {0, owner, fence, acquired_at, message_id, pttl, replaced}.
 --
+-- The holder's own entry (claimed from its dead worker while the lease lives) is only
+-- reported busy, never queued.
+--
 -- Safe to repeat, like acquire in lease.lua: a lock that already holds the token is the
 -- lease this script made on a try whose reply was lost.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -38,10 +41,15 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   return {1, fence}
 end
+local h = redis.call('HMGET', KEYS[2], 'owner', 'fence', 'acquired_at', 'message_id')
+if ARGV[5] ~= '' and h[4] == ARGV[5] then
+  -- The holder's own entry, claimed by another consumer while the lease lives (its
+  -- worker died mid-run): busy, not queued, or it would run twice.
+  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[1]), 0}
+end
 local replaced = redis.call('DEL', KEYS[4])
 local args = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5]}
 for i = 9, #ARGV do table.insert(args, ARGV[i]) end
 redis.call(unpack(args))
 redis.call('PEXPIRE', KEYS[4], ARGV[6])
-local h = redis.call('HMGET', KEYS[2], 'owner', 'fence', 'acquired_at', 'message_id')
 return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[1]), replaced}
