@@ -107,8 +107,10 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		pipe := m.cfg.Locker.Client().Pipeline()
 		if delayed != "" {
 			// Kept before the ack: a crash between them leaves the entry pending, and its
-			// redelivery adds the same member again (one member per event).
-			pipe.ZAdd(ctx, event.DelayedKey(entry.Stream), redis.Z{Score: float64(c.Until.UnixMilli()), Member: delayed})
+			// redelivery adds the same member again (one member per event). NX: a second
+			// delay of the entry (a redelivery, a consumer that claimed it meanwhile)
+			// keeps the first one's time, the one its record (written once) gives.
+			pipe.ZAddNX(ctx, event.DelayedKey(entry.Stream), redis.Z{Score: float64(c.Until.UnixMilli()), Member: delayed})
 		}
 		if m.cfg.OnConflict != nil {
 			m.cfg.OnConflict(ctx, pipe, c)
