@@ -281,7 +281,7 @@ func (s *scenario) startWorker(g group, name string) *worker {
 		args = append(args, "--branch", g.branch)
 	}
 	args = append(args,
-		"--runner", "exec", "--exec", "exec sh "+runnerScript, "--runner-env", "LEDGER,RUNNER_*",
+		"--runner", "exec", "--exec", "exec "+runnerShell+" "+runnerScript, "--runner-env", "LEDGER,RUNNER_*",
 		"--consumer-name", name,
 		"--redis-url", s.redisURLFor(name),
 		"--lock-ttl", tm.LockTTL.String(), "--max-idle-time", tm.MaxIdle.String(),

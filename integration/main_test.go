@@ -26,8 +26,10 @@ const maxSoak = 2 * time.Hour
 // binary is the ymirflow binary, built once by TestMain.
 var binary string
 
-// runnerScript is the exec runner every worker runs (absolute path).
-var runnerScript string
+// runnerScript is the exec runner every worker runs (absolute path), with runnerShell:
+// bash when there is one (its clock needs no fork: a runner told to stop under load
+// writes its end line well within the kill grace), else sh.
+var runnerScript, runnerShell = "", "sh"
 
 // No test here calls t.Parallel: each scenario runs several ymirflow processes and its
 // own redis-server, kills and restarts them, and checks recovery times against their
@@ -71,6 +73,9 @@ func mainWithBinary(m *testing.M) int {
 	}
 	if testing.Verbose() {
 		fmt.Fprintf(os.Stderr, "integration: built %s in %s\n", binary, time.Since(start).Round(time.Millisecond))
+	}
+	if _, err := exec.LookPath("bash"); err == nil {
+		runnerShell = "bash"
 	}
 	runnerScript, err = filepath.Abs(filepath.Join("testdata", "ledger-runner.sh"))
 	if err != nil {

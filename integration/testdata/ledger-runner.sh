@@ -1,6 +1,6 @@
 #!/bin/sh
 # ledger-runner.sh: the exec runner of the integration tests (run as
-# `exec sh ledger-runner.sh`, so $PPID is the worker process).
+# `exec bash ledger-runner.sh`, or sh without bash, so $PPID is the worker process).
 #
 # It appends one "start" line when it begins and one "end" line when it ends (normally,
 # or on SIGTERM from the worker: lease lost, shutdown) to $LEDGER, each a single short
@@ -29,6 +29,11 @@ ids="$YMIR_AGENT ${YMIR_BRANCH:--} $YMIR_ISSUE_KEY ${YMIR_FENCE:-0} ${YMIR_ATTEM
 # can kill the date of a command substitution and leave t empty: then ask again (the
 # worker sends one SIGTERM; its SIGKILL, after the grace, ends this shell too).
 now() {
+	if [ -n "${EPOCHREALTIME:-}" ]; then
+		# bash 5: no fork, so nothing for the SIGTERM to kill either
+		t=${EPOCHREALTIME%.*}${EPOCHREALTIME#*.}000
+		return
+	fi
 	t=$(date +%s%N)
 	[ -n "$t" ] || t=$(date +%s%N)
 }
