@@ -117,16 +117,15 @@ func conflictsAcrossAgents(s *scenario, scope string) int {
 // TestScopeIssueAcrossAgentsUnderKills (issue 23's done-when): rebase and backport
 // workers, two processes each, with LOCK_SCOPE=issue; 200 requests for eight issues,
 // spread over both agents, while a random worker is SIGKILLed every 0.7 to 1.5 s and
-// restarted. rebase.requested is dropped when busy, backport.requested delayed. The
-// ledger shows no two runs of one issue at once, whichever their agents; every event
-// ends with one terminal record, and every delayed copy runs once, never early.
+// restarted; a busy event is dropped (delay under shared keys: TestScopeGroupAcrossProcesses).
+// The ledger shows no two runs of one issue at once, whichever their agents, and every
+// event ends with one terminal record.
 func TestScopeIssueAcrossAgentsUnderKills(t *testing.T) {
 	o := defaultOptions()
 	o.fetcher = false
 	o.runnerMin, o.runnerMax = 50, 250
-	const minDelay = 250 * time.Millisecond
 	o.workerArgs = func(group) []string {
-		return []string{"--lock-scope", "issue", "--on-conflict", "rebase.requested=drop,backport.requested=delay:250ms:1s"}
+		return []string{"--lock-scope", "issue", "--on-conflict", "drop"}
 	}
 	s := newScenario(t, o)
 	rebase, backport := group{"rebase", "c9s"}, group{"backport", "c9s"}
@@ -158,7 +157,7 @@ func TestScopeIssueAcrossAgentsUnderKills(t *testing.T) {
 		}
 	})
 	end := s.waitSettled(2 * time.Minute)
-	rep := s.checkInvariants(checkOptions{crashDuplicates: true, noLabels: true, minDelay: minDelay,
+	rep := s.checkInvariants(checkOptions{crashDuplicates: true, noLabels: true,
 		exclusive: func(r run) []string { return []string{"issue " + r.issue} }})
 	runs, _ := s.runs()
 	killed := 0
@@ -172,7 +171,7 @@ func TestScopeIssueAcrossAgentsUnderKills(t *testing.T) {
 	if across == 0 {
 		t.Errorf("no event met the other agent's run of its issue: the scenario did not test the scope")
 	}
-	t.Logf("FIGURE scope-issue: %d requests (rebase drop, backport delay:250ms:1s) for %d issues, %d SIGKILLs "+
+	t.Logf("FIGURE scope-issue: %d requests (busy: drop) for %d issues, %d SIGKILLs "+
 		"(%d runs interrupted), settled in %s: %d runs, none overlapping on an issue; %d conflicts with the other "+
 		"agent's run; %s", published, len(issues), kills, killed, end.Sub(start).Round(time.Millisecond), len(runs),
 		across, rep)
@@ -307,4 +306,82 @@ func (s *scenario) killGroupPastDelays(g group, gap time.Duration) (int64, time.
 		s.startWorker(w.g, w.name)
 	}
 	return n, time.Since(down)
+}
+
+// TestScopeGroupAcrossProcesses (issue 23): rebase and backport workers, five processes,
+// each run holding three keys at once (LOCK_SCOPE issue and group:metadata.component,
+// besides its agent's), contend for twelve issues of three packages, busy events
+// delayed, while a worker is SIGKILLed now and then. The ledger shows no two runs of one
+// package (on different issues) or of one issue at once, runs of different packages at
+// once, and everything settles: the all-or-nothing acquire of overlapping key sets never
+// deadlocks.
+func TestScopeGroupAcrossProcesses(t *testing.T) {
+	o := defaultOptions()
+	o.fetcher = false
+	o.runnerMin, o.runnerMax = 150, 400
+	o.workerArgs = func(group) []string {
+		return []string{"--lock-scope", "issue,group:metadata.component", "--on-conflict", "delay:150ms:600ms"}
+	}
+	s := newScenario(t, o)
+	rebase, backport := group{"rebase", "c9s"}, group{"backport", "c9s"}
+	s.startGroups(2, rebase)
+	s.startGroups(3, backport)
+	component := map[string]string{}
+	var issues []string
+	for i, c := range []string{"openssl", "curl", "glibc"} {
+		for n := range 4 {
+			k := fmt.Sprintf("RHEL-%d", 4*i+n+1)
+			issues = append(issues, k)
+			component[k] = c
+		}
+	}
+	s.seedJira(issues...)
+
+	const events = 90
+	start := time.Now()
+	kills := s.underKills(2*time.Second, 3*time.Second, 0, nil, func() {
+		for range events {
+			key := issues[rand.IntN(len(issues))]
+			if _, err := s.publish([]group{rebase, backport}[rand.IntN(2)], key, map[string]any{"component": component[key]}); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // the feed's pace
+		}
+	})
+	// Everything settles: a deadlock would leave events pending.
+	end := s.waitSettled(time.Minute)
+	rep := s.checkInvariants(checkOptions{crashDuplicates: true, noLabels: true, minDelay: 150 * time.Millisecond,
+		exclusive: func(r run) []string { return []string{"issue " + r.issue, "package " + component[r.issue]} }})
+
+	// Other packages ran in parallel: pairs of runs of different packages that overlap.
+	runs, _ := s.runs()
+	parallel := 0
+	for i, a := range runs {
+		for _, b := range runs[i+1:] {
+			if component[a.issue] != component[b.issue] && a.start.Before(b.end) && b.start.Before(a.end) {
+				parallel++
+			}
+		}
+	}
+	if parallel == 0 {
+		t.Errorf("no two runs of different packages ran at once: the group key serialised more than its package")
+	}
+	sameGroup := 0
+	st, err := s.snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.results {
+		if str(m.Values["scope"]) == "group" && str(m.Values["holder_issue"]) != str(m.Values["issue_key"]) {
+			sameGroup++
+		}
+	}
+	if sameGroup == 0 {
+		t.Errorf("no event met a run of another issue of its package: the scenario did not test the group key")
+	}
+	t.Logf("FIGURE scope-group: %d requests for %d issues of 3 packages (LOCK_SCOPE issue,group:metadata.component), "+
+		"%d SIGKILLs, settled in %s: %d runs, none overlapping within a package or an issue, %d overlapping pairs "+
+		"across packages; %d conflicts with another issue of the package; %s", events, len(issues), kills,
+		end.Sub(start).Round(time.Millisecond), len(runs), parallel, sameGroup, rep)
 }
