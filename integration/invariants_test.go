@@ -342,7 +342,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				// (a shared scope's key held by another agent, a coalesced or delayed
 				// event's own run) and be handled by its busy policy instead.
 				met := !ran && slices.Contains(terminalTypes, et) && (pet == event.StageDone || pet == event.StageFailed) &&
-					str(cur.Values["holder_message_id"]) != str(cur.Values["message_id"])
+					!metOwnRun(cur, e)
 				if (ran && cf <= pf) || (!ran && !met) || !killedBetween(pt, ct) {
 					ok = false
 				}
@@ -376,7 +376,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				}
 			case event.LockDropped, event.LockCoalesced:
 				rep.dropped++
-				if str(r.Values["holder_message_id"]) == e.id {
+				if metOwnRun(r, e) {
 					v("%s met its own earlier run as the holder: %s", what, describe(rs))
 				}
 				if str(r.Values["holder"]) == "" && str(r.Values["holder_message_id"]) == "" {
@@ -386,7 +386,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 					v("%s is dropped and dead-lettered", what)
 				}
 			case event.LockDelayed, event.LockDelivered:
-				if str(r.Values["holder_message_id"]) == e.id {
+				if metOwnRun(r, e) {
 					v("%s met its own earlier run as the holder: %s", what, describe(rs))
 				}
 				if et == event.LockDelayed {
@@ -541,6 +541,14 @@ func expectedLabels(tr redis.XMessage, last map[string]redis.XMessage) (want, no
 		return labels.ErroredFor(res), labels.TriagedFor(res)
 	}
 	return labels.DoneFor(res), labels.TriagedFor(res)
+}
+
+// metOwnRun reports whether conflict record r of entry e names e's own run as the
+// holder (the ids of two streams may be equal: a shared key's holder is of another
+// agent's stream).
+func metOwnRun(r redis.XMessage, e streamEntry) bool {
+	ha := str(r.Values["holder_agent"])
+	return str(r.Values["holder_message_id"]) == e.id && (ha == "" || ha == e.route.Agent)
 }
 
 func describe(rs []redis.XMessage) string {
