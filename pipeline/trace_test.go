@@ -242,30 +242,92 @@ func TestTracedFailureHasTypedCauseAndNoSecret(t *testing.T) {
 	}
 }
 
-// A busy issue's drop is an event on the dropped delivery's span.
+// A busy issue's outcome is an event on the busy delivery's span, whatever the policy
+// (supersede's, which ends the older run, is TestTracedSupersedeIsAnEventOfTheCancelledRun).
 func TestTracedConflictIsASpanEvent(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ policy, outcome string }{
+		{"drop", "dropped"},
+		{"coalesce", "coalesced"},
+		{"delay:1m", "delayed"},
+		{"deliver", "delivered"},
+	} {
+		t.Run(c.outcome, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			exp, tp := newTraced(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			locker := e.TriageLocker(3 * time.Second)
+			held, err := locker.Acquire(ctx, "triage", "RHEL-73", lease.AcquireOptions{Owner: "other"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Release(context.Background())
+			pol, err := lockmw.ParsePolicies(c.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := e.Config("triage", "", "w1", locker, func(*message.Message) error { return nil })
+			cfg.BlockTime, cfg.TracerProvider, cfg.Policies = 200*time.Millisecond, tp, pol
+			e.Start(ctx, cfg)
+			e.publishTriage("RHEL-73")
+			process := "process " + e.triage()
+			redistest.Eventually(t, 10*time.Second, func() bool { return len(spansNamed(exp, process)) == 1 }, "%s", c.outcome)
+			sp := spansNamed(exp, process)[0]
+			var found bool
+			for _, ev := range sp.Events {
+				found = found || ev.Name == "lease."+c.outcome
+			}
+			if !found || spanAttr(sp, "ymirflow.lease.outcome") != c.outcome {
+				t.Fatalf("span events %v attributes %v: want lease.%s", sp.Events, sp.Attributes, c.outcome)
+			}
+		})
+	}
+}
+
+// Under supersede, the older run that a newer event cancels ends its span with the
+// lease.superseded event; the newer event's delivery runs in its own span.
+func TestTracedSupersedeIsAnEventOfTheCancelledRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	exp, tp := newTraced(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	locker := e.TriageLocker(3 * time.Second)
-	held, err := locker.Acquire(ctx, "triage", "RHEL-73", lease.AcquireOptions{Owner: "other"})
+	pol, err := lockmw.ParsePolicies("supersede")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer held.Release(context.Background())
-	tracedTriage(ctx, e, "w1", 3*time.Second, 0, tp, nil, func(*message.Message) error { return nil })
-	e.publishTriage("RHEL-73")
-	process := "process " + e.triage()
-	redistest.Eventually(t, 10*time.Second, func() bool { return len(spansNamed(exp, process)) == 1 }, "dropped")
-	sp := spansNamed(exp, process)[0]
-	var dropped bool
-	for _, ev := range sp.Events {
-		dropped = dropped || ev.Name == "lease.dropped"
+	var r runs
+	h := func(msg *message.Message) error {
+		if r.Add(issueOf(msg)) == 1 {
+			<-msg.Context().Done() // the first run lasts until a newer event cancels it
+			return context.Cause(msg.Context())
+		}
+		return nil
 	}
-	if !dropped || spanAttr(sp, "ymirflow.lease.outcome") != "dropped" {
-		t.Fatalf("span events %v attributes %v: want lease.dropped", sp.Events, sp.Attributes)
+	cfg := e.Config("triage", "", "w1", e.TriageLocker(3*time.Second), h)
+	cfg.BlockTime, cfg.TracerProvider, cfg.Policies = 200*time.Millisecond, tp, pol
+	e.Start(ctx, cfg)
+	cfg2 := e.Config("triage", "", "w2", e.TriageLocker(3*time.Second), h)
+	cfg2.BlockTime, cfg2.TracerProvider, cfg2.Policies = 200*time.Millisecond, tp, pol
+	e.Start(ctx, cfg2)
+	e.publishTriage("RHEL-74")
+	redistest.Eventually(t, 10*time.Second, func() bool { return r.Get("RHEL-74") == 1 }, "the first run starts")
+	e.publishTriage("RHEL-74")
+	process := "process " + e.triage()
+	redistest.Eventually(t, 15*time.Second, func() bool { return r.Get("RHEL-74") == 2 && len(spansNamed(exp, process)) == 2 },
+		"the newer event runs and both spans end")
+	var superseded int
+	for _, sp := range spansNamed(exp, process) {
+		for _, ev := range sp.Events {
+			if ev.Name == "lease.superseded" {
+				superseded++
+			}
+		}
+	}
+	if superseded != 1 {
+		t.Fatalf("%d spans with lease.superseded, want the cancelled run's: %+v", superseded, spansNamed(exp, process))
 	}
 }
 
