@@ -38,7 +38,19 @@
 //     then classifies, pre-checks leases (a locked issue keeps its trigger label and is
 //     published by the sweep after the release), publishes idempotently and flips the
 //     label;
-//   - comment_created: recorded in CommentsStream for later use.
+//   - comment_created (handleComment): when a stage's run holds the issue's lease, the
+//     comment becomes a follow-up of that run: a comment.created event (event.CommentCreated)
+//     on the twin of the stream of the entry the run works on (:todo for the main
+//     stream, the main stream for :todo: its own subscription reads it while the run
+//     lasts), with the run's Task as payload and its correlation id, and in metadata
+//     the comment's Jira id, author and text. The text has ymirflow's secrets
+//     (Config.Redactor) and anything credential-shaped (redact.Tokens) masked, and is
+//     cut to Config.CommentMaxBytes. It is published once per comment id and stream
+//     (a redelivery under another delivery id adds nothing). The worker's busy policy
+//     decides its fate: deliver puts it in the run's mailbox, which the agent reads on
+//     YMIR_MAILBOX. A comment on an issue no run holds starts nothing (comment_no_run);
+//     comments by Config.OwnAccounts (the agents' own reports) are never published.
+//     A comment_created without comment.id is malformed (400).
 //
 // A classified delivery is acked and deleted from the inbox and its id remembered; one
 // whose classification failed (Redis or Jira unavailable, Config.ProcessTimeout) stays

@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"status"}),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Subsystem: "webhook",
 			Name: "processed_total",
-			Help: "Stored deliveries classified, by the status they would have been answered and outcome (published, skipped_<reason>, duplicate, own_account, out_of_scope, comment_recorded, ignored_event, gone, redis_unavailable, jira_unavailable, timeout, error; gave_up after the last attempt)."},
+			Help: "Stored deliveries classified, by the status they would have been answered and outcome (published, skipped_<reason>, duplicate, own_account, out_of_scope, followup_published, comment_no_run, ignored_event, gone, redis_unavailable, jira_unavailable, timeout, error; gave_up after the last attempt)."},
 			[]string{"status", "outcome"}),
 		process: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ymirflow", Subsystem: "webhook",
 			Name: "process_seconds", Help: "Time to classify one stored delivery (Jira calls under the client's rate limit included).",

@@ -31,10 +31,16 @@ type Event struct {
 		ID    string            `json:"id"`
 		Items []jira.ChangeItem `json:"items"`
 	} `json:"changelog"`
-	Comment *struct {
-		ID     string    `json:"id"`
-		Author jira.User `json:"author"`
-	} `json:"comment"`
+	Comment *Comment `json:"comment"`
+}
+
+// Comment is the comment of a comment_created delivery: its Jira id, author and body (a
+// string on Jira Server and in Jira Cloud's webhooks, an Atlassian Document Format
+// object where API v3 shapes it; Text reads both).
+type Comment struct {
+	ID     string          `json:"id"`
+	Author jira.User       `json:"author"`
+	Body   json.RawMessage `json:"body"`
 }
 
 // errMalformed marks a body that is not a Jira webhook payload (400).
@@ -54,6 +60,15 @@ func parseEvent(body []byte) (Event, error) {
 	case EventIssueCreated, EventIssueUpdated, EventCommentCreated:
 		if e.Issue == nil || strings.TrimSpace(e.Issue.Key) == "" {
 			return Event{}, fmt.Errorf("%w: %s without issue.key", errMalformed, e.WebhookEvent)
+		}
+	}
+	if e.WebhookEvent == EventCommentCreated {
+		// The comment's id is what makes a redelivery of it one follow-up, not two.
+		if e.Comment == nil || strings.TrimSpace(e.Comment.ID) == "" {
+			return Event{}, fmt.Errorf("%w: %s without comment.id", errMalformed, e.WebhookEvent)
+		}
+		if len(e.Comment.ID) > maxCommentID {
+			return Event{}, fmt.Errorf("%w: comment.id longer than %d bytes", errMalformed, maxCommentID)
 		}
 	}
 	return e, nil

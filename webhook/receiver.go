@@ -23,6 +23,7 @@ import (
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/labels"
+	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -33,8 +34,6 @@ const (
 	DefaultDeadline      = 900 * time.Millisecond
 	DefaultDeliveryTTL   = 24 * time.Hour
 	DefaultMaxPayloadAge = 10 * time.Second
-	// DefaultCommentsMaxLen bounds the stream of recorded comment events.
-	DefaultCommentsMaxLen = 10000
 	// DefaultProcessTimeout bounds the classification of one stored delivery (Jira
 	// reads under the Jira client's rate limit, the lease pre-check, the publish).
 	DefaultProcessTimeout = 10 * time.Second
@@ -70,8 +69,12 @@ type Config struct {
 	Fetcher *fetcher.Fetcher
 	// Jira reads the issues a payload does not describe well enough, and checks scope.
 	Jira *jira.Client
-	// Redis remembers delivery ids and records comment events.
+	// Redis remembers delivery ids, stores deliveries and publishes comments as
+	// follow-ups.
 	Redis redis.UniversalClient
+	// Locker gives the lease key names and the key canonicalisation (which run holds an
+	// issue a comment is about). Nil: a Locker on Redis in Topology's lock scope.
+	Locker *lease.Locker
 	// Topology gives the namespace of the receiver's keys.
 	Topology event.Topology
 	// Secret is the webhook's secret: deliveries must carry X-Hub-Signature:
@@ -80,8 +83,20 @@ type Config struct {
 	// InsecureNoSignature accepts unsigned deliveries when Secret is empty.
 	InsecureNoSignature bool
 	// OwnAccounts are the account ids or usernames of ymirflow's own Jira account: events
-	// they caused (its label flips) are ignored.
+	// they caused (its label flips) and comments they wrote (the agents' own) are
+	// ignored, never delivered to an agent.
 	OwnAccounts []string
+	// CommentMaxBytes bounds the text of a comment published as a follow-up (default
+	// DefaultCommentMaxBytes, at least MinCommentMaxBytes): a longer one is cut and
+	// ends with "[truncated]".
+	CommentMaxBytes int
+	// Redactor masks ymirflow's own secrets in a comment's text before it is published
+	// (credential-shaped text is masked whatever it holds: redact.Tokens). Nil: only
+	// the shapes.
+	Redactor *redact.Redactor
+	// MaxLen bounds the stage streams comments are published to (approximate trim that
+	// keeps what a group still needs; default event.DefaultMaxLen).
+	MaxLen int64
 	// JQL, when set, is the fetcher's search: an issue is acted on only when it matches
 	// (one search "key = K AND (JQL)"), so a registration without a JQL filter cannot
 	// start work on issues the sweep would never look at.
@@ -130,6 +145,8 @@ type Receiver struct {
 	// processed, when set (tests), hears the outcome of every inbox entry classified.
 	processed func(inboxID string, res result)
 	tracer    trace.Tracer
+	locker    *lease.Locker
+	pub       *event.Publisher
 }
 
 // New validates cfg and returns a Receiver. It does no I/O.
@@ -144,8 +161,27 @@ func New(cfg Config) (*Receiver, error) {
 	case len(cfg.Secret) == 0 && !cfg.InsecureNoSignature:
 		return nil, ErrNoSecret
 	case cfg.MaxBody < 0 || cfg.Deadline < 0 || cfg.MaxPayloadAge < 0 || cfg.DeliveryTTL < 0 ||
-		cfg.ProcessTimeout < 0 || cfg.RetryAfter < 0 || cfg.MaxAttempts < 0 || cfg.InboxMaxLen < 0:
-		return nil, errors.New("webhook: MaxBody, Deadline, MaxPayloadAge, DeliveryTTL, ProcessTimeout, RetryAfter, MaxAttempts and InboxMaxLen must not be negative")
+		cfg.ProcessTimeout < 0 || cfg.RetryAfter < 0 || cfg.MaxAttempts < 0 || cfg.InboxMaxLen < 0 || cfg.MaxLen < 0:
+		return nil, errors.New("webhook: MaxBody, Deadline, MaxPayloadAge, DeliveryTTL, ProcessTimeout, RetryAfter, MaxAttempts, InboxMaxLen and MaxLen must not be negative")
+	case cfg.CommentMaxBytes != 0 && cfg.CommentMaxBytes < MinCommentMaxBytes:
+		return nil, fmt.Errorf("webhook: CommentMaxBytes (%d) must be at least %d", cfg.CommentMaxBytes, MinCommentMaxBytes)
+	}
+	if cfg.CommentMaxBytes == 0 {
+		cfg.CommentMaxBytes = DefaultCommentMaxBytes
+	}
+	if cfg.MaxLen == 0 {
+		cfg.MaxLen = event.DefaultMaxLen
+	}
+	if cfg.Locker == nil {
+		o := lease.Options{Scope: cfg.Topology.LockScope()}
+		if _, cluster := cfg.Redis.(*redis.ClusterClient); cluster {
+			o.Format = lease.KeysCluster
+		}
+		l, err := lease.New(cfg.Redis, o)
+		if err != nil {
+			return nil, fmt.Errorf("webhook: %w", err)
+		}
+		cfg.Locker = l
 	}
 	if cfg.ProcessTimeout == 0 {
 		cfg.ProcessTimeout = DefaultProcessTimeout
@@ -183,7 +219,8 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	r := &Receiver{cfg: cfg, own: map[string]bool{}, fields: cfg.Fetcher.SearchFields(),
 		ns: cfg.Topology.Namespace, log: cfg.Logger.With().Str("component", "webhook").Logger(),
-		tracer: event.Tracer(cfg.TracerProvider)}
+		tracer: event.Tracer(cfg.TracerProvider), locker: cfg.Locker,
+		pub: event.NewPublisher(cfg.Redis, cfg.MaxLen).WithTracerProvider(cfg.TracerProvider)}
 	if r.ns == "" {
 		r.ns = event.DefaultNamespace
 	}
@@ -223,16 +260,6 @@ func InboxStream(t event.Topology) string {
 		ns = event.DefaultNamespace
 	}
 	return ns + ":webhook:inbox"
-}
-
-// CommentsStream is the stream comment_created events are recorded in, for later use:
-// "<namespace>:webhook:comments".
-func CommentsStream(t event.Topology) string {
-	ns := t.Namespace
-	if ns == "" {
-		ns = event.DefaultNamespace
-	}
-	return ns + ":webhook:comments"
 }
 
 // result is the answer to one delivery.
@@ -397,7 +424,7 @@ func (r *Receiver) handle(ctx context.Context, e Event) result {
 	case EventIssueCreated, EventIssueUpdated:
 		return r.handleIssue(ctx, e)
 	case EventCommentCreated:
-		return r.recordComment(ctx, e)
+		return r.handleComment(ctx, e)
 	}
 	return accepted("ignored_event", "event "+e.WebhookEvent+" is not acted on")
 }
@@ -475,19 +502,4 @@ func (r *Receiver) inScope(ctx context.Context, key string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// recordComment appends a compact record of a comment_created event to CommentsStream.
-func (r *Receiver) recordComment(ctx context.Context, e Event) result {
-	var id, author string
-	if e.Comment != nil {
-		id, author = e.Comment.ID, e.Comment.Author.ID()
-	}
-	key := strings.ToUpper(strings.TrimSpace(e.Issue.Key))
-	err := r.cfg.Redis.XAdd(ctx, &redis.XAddArgs{Stream: CommentsStream(r.cfg.Topology), MaxLen: DefaultCommentsMaxLen, Approx: true,
-		Values: []any{"issue_key", key, "comment_id", id, "author", author, "timestamp", e.Timestamp}}).Err()
-	if err != nil {
-		return result{status: http.StatusServiceUnavailable, outcome: "redis_unavailable", issue: key, detail: "Redis: comment not recorded", err: err}
-	}
-	return result{status: http.StatusAccepted, outcome: "comment_recorded", issue: key, detail: "comment recorded for later use"}
 }

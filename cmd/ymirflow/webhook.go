@@ -26,8 +26,12 @@ var webhookLimits = httpsrv.Limits{ReadHeaderTimeout: 5 * time.Second, ReadTimeo
 const webhookHelp = `
 Receives Jira's webhooks (jira:issue_created, jira:issue_updated) and publishes a
 triage request when the issue needs one, through the same rules and lock pre-check
-as the fetcher's sweep, until SIGTERM or SIGINT. Deliveries must be signed with
-WEBHOOK_SECRET (X-Hub-Signature: sha256=...), unless --insecure-no-signature.
+as the fetcher's sweep, until SIGTERM or SIGINT. A comment_created on an issue that
+a stage's run holds becomes a follow-up of that run (a comment.created event on the
+stream of the entry it works on; ON_CONFLICT=deliver hands it to the running agent),
+its text redacted and cut to WEBHOOK_COMMENT_MAX_BYTES; comments by ymirflow's own
+account (JIRA_OWN_ACCOUNT) never are. Deliveries must be signed with WEBHOOK_SECRET
+(X-Hub-Signature: sha256=...), unless --insecure-no-signature.
 `
 
 // runWebhook serves the Jira webhook receiver until SIGTERM/SIGINT, which lets deliveries
@@ -80,12 +84,18 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 	if err != nil {
 		return usagef("%v", err)
 	}
+	token, err := cfg.Token()
+	if err != nil {
+		return err
+	}
 	metrics := pipeline.NewMetrics()
 	wc := webhook.Config{
 		Fetcher: f, Jira: jc, Redis: e.rdb, Topology: e.topology, Secret: []byte(secret),
 		InsecureNoSignature: cfg.InsecureNoSignature, OwnAccounts: own, MaxBody: cfg.WebhookMaxBody,
 		Deadline: cfg.WebhookDeadline, MaxPayloadAge: cfg.WebhookPayloadAge, DeliveryTTL: cfg.WebhookDeliveryTTL,
-		Metrics: webhook.NewMetrics(metrics.Registry), Logger: e.log, TracerProvider: tp,
+		Locker: locker, MaxLen: cfg.MaxLen, CommentMaxBytes: cfg.WebhookCommentMax,
+		Redactor: redact.New(append(ownSecrets(&cfg.Common, token), secret)...),
+		Metrics:  webhook.NewMetrics(metrics.Registry), Logger: e.log, TracerProvider: tp,
 	}
 	if cfg.WebhookCheckScope {
 		wc.JQL = cfg.JiraJQL

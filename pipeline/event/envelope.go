@@ -50,7 +50,30 @@ const (
 	FollowupDelivered = "followup.delivered"
 	FollowupRolled    = "followup.rolled"
 	Dead              = "dead"
+	// CommentCreated is a maintainer's Jira comment on an issue that a stage's run
+	// holds, published by the webhook to that run's stream as a follow-up: the lock
+	// middleware's busy policy for it decides its fate (deliver: into the run's
+	// mailbox; drop: a lock.dropped record). Its metadata carries the comment
+	// (MetaCommentAuthor, MetaCommentBody, MetaCommentID) and its payload is the held
+	// run's own Task, so that when it meets no live run (the run ended meanwhile, or the
+	// deliver policy's release starts the next run with it) it runs as that stage's
+	// request. Every agent accepts it (Accepts).
+	CommentCreated = "comment.created"
 )
+
+// Metadata keys of a CommentCreated event: who wrote the comment (a Jira account id or
+// user name), its text (redacted and bounded by the webhook) and its Jira id.
+const (
+	MetaCommentAuthor = "comment_author"
+	MetaCommentBody   = "comment_body"
+	MetaCommentID     = "comment_id"
+)
+
+// Accepts reports whether agent runs events of eventType: its own request type
+// (RequestedEvent) and CommentCreated. Any other type is a bad event for it.
+func Accepts(agent, eventType string) bool {
+	return eventType == RequestedEvent(agent) || eventType == CommentCreated
+}
 
 // RequestedEvent is the event type that asks agent to work.
 func RequestedEvent(agent string) string { return agent + ".requested" }
@@ -186,7 +209,7 @@ func Validate(msg *message.Message, agent string, canonical Canonical) (string, 
 	if v := msg.Metadata.Get(MetaSchemaVersion); v != "" && v != SchemaVersion {
 		return "", fmt.Errorf("%w: unknown schema_version %q (this build reads %s)", ErrBadEvent, v, SchemaVersion)
 	}
-	if et := msg.Metadata.Get(MetaEventType); et != "" && et != RequestedEvent(agent) {
+	if et := msg.Metadata.Get(MetaEventType); et != "" && !Accepts(agent, et) {
 		return "", fmt.Errorf("%w: event_type %q is not for agent %s (want %s)", ErrBadEvent, et, agent, RequestedEvent(agent))
 	}
 	raw := msg.Metadata.Get(MetaIssueKey)
@@ -236,7 +259,6 @@ func isJSONObject(b []byte) bool {
 func Runnable(agent string, canonical Canonical, maxEventBytes int) func(values map[string]any) bool {
 	m := Marshaller{MaxEventBytes: maxEventBytes}
 	limit := orMaxEventBytes(maxEventBytes)
-	want := RequestedEvent(agent)
 	full := func(values map[string]any) bool {
 		msg, _ := m.Unmarshal(values)
 		_, err := Validate(msg, agent, canonical)
@@ -250,7 +272,7 @@ func Runnable(agent string, canonical Canonical, maxEventBytes int) func(values 
 		sv, _ := str(metaPrefix + MetaSchemaVersion)
 		et, _ := str(metaPrefix + MetaEventType)
 		_, msgpack := values[fieldMetadata]
-		if uuid == "" || !hasPayload || key == "" || msgpack || (sv != "" && sv != SchemaVersion) || (et != "" && et != want) {
+		if uuid == "" || !hasPayload || key == "" || msgpack || (sv != "" && sv != SchemaVersion) || (et != "" && !Accepts(agent, et)) {
 			return full(values)
 		}
 		if size, fields := entrySize(values); size > limit || fields > MaxEventFields {

@@ -101,6 +101,21 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // middleware handler: FencerFrom) the append is fenced: refused once the lease is lost, and stamped
 // with the lease's fence.
 func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.Message) (id string, err error) {
+	return p.publish(ctx, stream, msg, xonce.NewID(), retryOnceTTL)
+}
+
+// PublishOnce is PublishID for an event that names itself: an append with the same
+// once id to the same stream within ttl (a webhook's redelivery of one Jira comment)
+// adds nothing and returns the first append's entry id. Under a lease it is
+// PublishID (the fenced append takes no once id).
+func (p *Publisher) PublishOnce(ctx context.Context, stream string, msg *message.Message, once string, ttl time.Duration) (string, error) {
+	if once == "" {
+		return "", fmt.Errorf("publish %s to %s: empty once id", msg.Metadata.Get(MetaEventType), stream)
+	}
+	return p.publish(ctx, stream, msg, once, ttl)
+}
+
+func (p *Publisher) publish(ctx context.Context, stream string, msg *message.Message, once string, ttl time.Duration) (id string, err error) {
 	lease, leased := FencerFrom(ctx)
 	if leased {
 		msg.Metadata.Set(MetaFence, strconv.FormatInt(lease.Fence(), 10))
@@ -126,7 +141,7 @@ func (p *Publisher) PublishID(ctx context.Context, stream string, msg *message.M
 		p.maybeTrim(ctx, stream)
 		return id, nil
 	}
-	id, err = xonce.Run(ctx, p.rdb, xonce.Append{Stream: stream, ID: xonce.NewID(), Values: values, TTL: retryOnceTTL})
+	id, err = xonce.Run(ctx, p.rdb, xonce.Append{Stream: stream, ID: once, Values: values, TTL: ttl})
 	if err != nil {
 		return "", fmt.Errorf("publish %s to %s: %w", msg.Metadata.Get(MetaEventType), stream, err)
 	}

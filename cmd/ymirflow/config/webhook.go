@@ -14,6 +14,10 @@ const (
 	DefaultWebhookDeadline      = 900 * time.Millisecond
 	DefaultWebhookPayloadMaxAge = 10 * time.Second
 	DefaultWebhookDeliveryTTL   = 24 * time.Hour
+	// DefaultWebhookCommentMaxBytes is webhook.DefaultCommentMaxBytes (config names no
+	// library it need not): the bound of a comment's text handed to an agent.
+	DefaultWebhookCommentMaxBytes = 4096
+	minWebhookCommentMaxBytes     = 64
 )
 
 // WebhookSecret is the shared secret of a Jira webhook, from a flag or a file; embedded by
@@ -73,6 +77,7 @@ type Webhook struct {
 	WebhookDeadline     time.Duration // --webhook-deadline, WEBHOOK_DEADLINE: bound of the answer to one delivery (checks and the inbox append)
 	WebhookPayloadAge   time.Duration // --webhook-payload-max-age, WEBHOOK_PAYLOAD_MAX_AGE: older deliveries (retries) are not trusted to describe the issue
 	WebhookDeliveryTTL  time.Duration // --webhook-delivery-ttl, WEBHOOK_DELIVERY_TTL: how long delivery ids are remembered
+	WebhookCommentMax   int           // --webhook-comment-max-bytes, WEBHOOK_COMMENT_MAX_BYTES: bound of a comment's text delivered as a follow-up
 	StaleLabelThreshold time.Duration // --stale-label-threshold, STALE_LABEL_THRESHOLD: as the fetcher's
 }
 
@@ -87,12 +92,13 @@ func (w *Webhook) Register(fs *flag.FlagSet) {
 	required(fs, "webhook-secret", "required, or --webhook-secret-file, unless --insecure-no-signature")
 	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "listen address of /metrics, /healthz and /readyz (empty: none); the default, a free port on loopback, is logged at start")
 	fs.BoolVar(&w.InsecureNoSignature, "insecure-no-signature", false, "accept unsigned deliveries when no secret is set (never in production)")
-	fs.StringVar(&w.JiraOwnAccount, "jira-own-account", "", "ymirflow's own Jira account ids or usernames, comma-separated: events they cause are ignored (empty: Jira's /myself at start)")
+	fs.StringVar(&w.JiraOwnAccount, "jira-own-account", "", "ymirflow's own Jira account ids or usernames, comma-separated: events they cause and comments they write are ignored, never delivered to an agent (empty: Jira's /myself at start)")
 	fs.BoolVar(&w.WebhookCheckScope, "webhook-check-scope", true, "act only on issues that match JIRA_JQL (one Jira search per delivery)")
 	fs.Int64Var(&w.WebhookMaxBody, "webhook-max-body", DefaultWebhookMaxBody, "largest delivery body accepted, in bytes (larger: 413)")
 	fs.DurationVar(&w.WebhookDeadline, "webhook-deadline", DefaultWebhookDeadline, "bound of the answer to one delivery: its checks and its append to the inbox (classified after the answer); cut short: 503, and Jira retries")
 	fs.DurationVar(&w.WebhookPayloadAge, "webhook-payload-max-age", DefaultWebhookPayloadMaxAge, "a delivery older than this (a retry) is not trusted to describe the issue: it is read from Jira")
 	fs.DurationVar(&w.WebhookDeliveryTTL, "webhook-delivery-ttl", DefaultWebhookDeliveryTTL, "how long delivery ids are remembered, to drop Jira's retries of a delivery already handled")
+	fs.IntVar(&w.WebhookCommentMax, "webhook-comment-max-bytes", DefaultWebhookCommentMaxBytes, "a maintainer's comment on an issue a run holds is published to that run as a follow-up (comment.created), its text redacted and cut to this many bytes (at least 64)")
 	fs.DurationVar(&w.StaleLabelThreshold, "stale-label-threshold", DefaultStaleThreshold, "an in-flight label on an issue not updated for this long is recovered")
 }
 
@@ -145,6 +151,9 @@ func (w *Webhook) Validate() error {
 	}
 	if w.WebhookDeliveryTTL <= 0 {
 		p.add("webhook-delivery-ttl", "= %s must be positive", fmtDur(w.WebhookDeliveryTTL))
+	}
+	if w.WebhookCommentMax < minWebhookCommentMaxBytes {
+		p.add("webhook-comment-max-bytes", "= %d must be at least %d", w.WebhookCommentMax, minWebhookCommentMaxBytes)
 	}
 	if w.StaleLabelThreshold <= 0 {
 		p.add("stale-label-threshold", "= %s must be positive", fmtDur(w.StaleLabelThreshold))

@@ -459,7 +459,7 @@ func (s *Server) addComment(r *http.Request, key string, body []byte) reply {
 		return rep
 	}
 	now := s.opts.Clock()
-	c := Comment{ID: strconv.Itoa(s.nextID), Body: text, Author: s.opts.CurrentUser, Created: now}
+	c := Comment{ID: strconv.Itoa(s.nextID), Body: text, Author: s.actingUser(r), Created: now}
 	s.nextID++
 	if req.Visibility != nil {
 		c.Visibility = req.Visibility.Value
@@ -467,6 +467,9 @@ func (s *Server) addComment(r *http.Request, key string, body []byte) reply {
 	is.Comments = append(is.Comments, c)
 	is.Updated = now
 	s.logWrite(Write{Method: r.Method, Path: r.URL.Path, Key: is.Key, Comment: text, At: now})
+	// Jira tells the webhooks of every comment, ymirflow's own included: the receiver
+	// must recognise its own account's.
+	s.queueComment(r.Host, is, c, now)
 	return jsonReply(http.StatusCreated, toCommentJSON(c))
 }
 

@@ -167,6 +167,47 @@ func (s *Server) queueWebhook(host, event, typeName string, is *Issue, by jira.U
 	}
 }
 
+// AddComment adds a comment by user by to the issue, as writing it in Jira's UI would,
+// and sends comment_created. It returns the comment, or false for an unknown key.
+func (s *Server) AddComment(key string, by jira.User, body string) (Comment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	is, ok := s.byKey[strings.ToUpper(strings.TrimSpace(key))]
+	if !ok {
+		return Comment{}, false
+	}
+	now := s.opts.Clock()
+	c := Comment{ID: strconv.Itoa(s.nextID), Body: body, Author: by, Created: now}
+	s.nextID++
+	is.Comments = append(is.Comments, c)
+	is.Updated = now
+	s.queueComment(s.hostLocked(), is, c, now)
+	return c, true
+}
+
+// queueComment sends comment_created for c (Atlassian's shape: timestamp, webhookEvent,
+// comment {id, author, body, created, updated}, issue) to every target. It runs with
+// s.mu held.
+func (s *Server) queueComment(host string, is *Issue, c Comment, now time.Time) {
+	if len(s.opts.Webhooks) == 0 {
+		return
+	}
+	body, err := json.Marshal(map[string]any{
+		"timestamp":    now.UnixMilli(),
+		"webhookEvent": "comment_created",
+		"comment":      toCommentJSON(c),
+		"issue":        s.render(host, is, nil, false),
+	})
+	if err != nil {
+		return
+	}
+	for _, t := range s.opts.Webhooks {
+		d := Delivery{ID: newDeliveryID(), URL: t.URL, Event: "comment_created", Key: is.Key, Queued: time.Now()}
+		s.hooks.wg.Add(1)
+		go s.deliver(t, d, body)
+	}
+}
+
 func newDeliveryID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
