@@ -155,7 +155,7 @@ func (r *Receiver) process(ctx context.Context, inbox string, m redis.XMessage, 
 		ev = r.log.Error().Err(res.err).Int64("attempts", attempt).Str("gave_up", "the next sweep still sees the issue")
 	case !done:
 		ev = r.log.Warn().Err(res.err).Int64("attempt", attempt).Str("retry_after", r.cfg.RetryAfter.String())
-	case res.outcome == "published":
+	case res.outcome == "published" || res.outcome == "followup_published":
 		ev = r.log.Info()
 	}
 	ev.Int("status", res.status).Str("outcome", res.outcome).Str("issue_key", res.issue).Str("delivery", delivery).
