@@ -34,7 +34,8 @@ func TestDemoCommand(t *testing.T) {
 	}
 	o := out.String()
 	for _, want := range []string{"ymirflow demo: 20 issues", "embedded Redis (miniredis)", "sweep 1: found 20", "sweep 2: found 20, published 0",
-		"Done in", "published  run  dropped  retried  succeeded  failed  dead", "backport-c10s", "total",
+		"Done in", "published  run  dropped  delivered  retried  succeeded  failed  dead", "backport-c10s", "total",
+		"ok     follow-ups: 1 of 1 maintainer comments made during a run reached the running agent",
 		"Jira labels as planned for 20 of 20 issues", "ymirflow history RHEL-", "Logs of every worker: " + logFile} {
 		if !strings.Contains(o, want) {
 			t.Errorf("output lacks %q:\n%s", want, o)
@@ -67,7 +68,8 @@ func TestDemoCommandJSONOnRealRedis(t *testing.T) {
 	if !s.Complete() || s.Embedded || !strings.HasPrefix(s.Namespace, "ymir-demo-") || s.Issues != 14 {
 		t.Errorf("summary: complete %v, embedded %v, namespace %q, issues %d", s.Complete(), s.Embedded, s.Namespace, s.Issues)
 	}
-	if s.Total.Dropped != s.Duplicates.Count() || s.Total.Published != s.Total.Run+s.Total.Dropped || len(s.Stages) != 7 {
+	if s.Total.Dropped != s.Duplicates.Count() || s.Total.Published != s.Total.Run+s.Total.Dropped+s.Total.Delivered ||
+		s.Total.Delivered != 1 || len(s.Followups) != 1 || !s.Followups[0].Delivered() || len(s.Stages) != 7 {
 		t.Errorf("totals: %+v, duplicates %d", s.Total, s.Duplicates.Count())
 	}
 	if !strings.Contains(errb.String(), "sweep 1: found 14") {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"slices"
 	"sort"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -30,6 +33,8 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/runners"
+	"github.com/ymirflow/ymirflow/webhook"
 )
 
 // Defaults of Options.
@@ -147,6 +152,15 @@ type run struct {
 	stopWorkers context.CancelFunc
 	workers     sync.WaitGroup
 	routers     []*pipeline.Router
+
+	// The webhook receiver a maintainer's comment reaches the running agent through.
+	hook        *webhook.Receiver
+	hookMetrics *webhook.Metrics
+	hookSecret  []byte
+	own         jira.User // ymirflow's Jira account
+	commented   sync.WaitGroup
+	heardMu     sync.Mutex
+	heard       map[string]string // issue -> the follow-up's body as its agent read it
 }
 
 // Run runs the demo: a fake Jira seeded with the scenarios, one fetcher sweep, the
@@ -217,6 +231,9 @@ func (r *run) main(ctx context.Context) error {
 	r.fetch, err = fetcher.New(fetcher.Config{Jira: r.jc, Redis: r.rdb, Topology: r.topo, MaxLen: event.DefaultMaxLen,
 		JQL: "project = RHEL AND assignee = jotnar-project", TriggerGroup: fakejira.SampleTriggerGroup, Logger: r.log})
 	if err != nil {
+		return err
+	}
+	if err := r.startWebhook(ctx); err != nil {
 		return err
 	}
 	r.tally = newTally(r.rdb, r.topo)
@@ -453,10 +470,20 @@ func (r *run) startWorkers(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopWorkers = cancel
 	lockTTL, retryInitial := r.timing()
-	runner := planRunner{base: demorunner.Runner{Duration: r.o.AgentDuration, Seed: r.o.Seed}, plans: r.plans}
+	runner := planRunner{base: demorunner.Runner{Duration: r.o.AgentDuration, Seed: r.o.Seed}, plans: r.plans,
+		commenting: func(issue string) { r.comment(wctx, issue) }, heard: r.hear}
+	// A maintainer's comment (comment.created) that meets a running holder goes to its
+	// mailbox; any other busy event is dropped, as the duplicates must be.
+	policies := lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop},
+		ByType: map[string]lockmw.Rule{event.CommentCreated: {Policy: lockmw.Deliver}}}
 	// Claims never happen in a demo that drains in time: MaxIdleTime outlasts it. (On
 	// miniredis they would be unsafe: its XCLAIM ignores min-idle-time.)
 	maxIdle := max(r.o.Timeout+time.Minute, 3*lockTTL)
+	r.workers.Add(1)
+	go func() {
+		defer r.workers.Done()
+		_ = r.hook.Run(wctx)
+	}()
 	for _, st := range stagesOf(r.topo) {
 		for i := 1; i <= WorkersPerStage; i++ {
 			consumer := fmt.Sprintf("%s-%d", st.name, i)
@@ -468,7 +495,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 			h, err := handlers.New(handlers.Config{Agent: st.agent, Branch: st.branch, Runner: runner, Jira: r.jc,
 				Publisher: event.NewPublisher(r.rdb, event.DefaultMaxLen),
 				Results:   event.NewResults(r.rdb, r.topo.Results(), event.DefaultMaxLen),
-				Topology:  r.topo, MaxRetries: r.o.MaxRetries, Logger: log})
+				Topology:  r.topo, MaxRetries: r.o.MaxRetries, Logger: log, Mailbox: true})
 			if err != nil {
 				return err
 			}
@@ -476,7 +503,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 				Agent: st.agent, Branch: st.branch, Consumer: consumer, Concurrency: 1,
 				BlockTime: 300 * time.Millisecond, MaxIdleTime: maxIdle, ClaimInterval: time.Second,
 				NackResendSleep: 100 * time.Millisecond, MaxRetries: r.o.MaxRetries, RetryInitial: retryInitial,
-				CloseTimeout: 10 * time.Second, MaxLen: event.DefaultMaxLen, Policy: lockmw.Drop, Locker: locker,
+				CloseTimeout: 10 * time.Second, MaxLen: event.DefaultMaxLen, Policies: policies, Locker: locker,
 				Logger: log, Handler: r.hc.wrap(st.name, h)})
 			if err != nil {
 				return err
@@ -529,6 +556,68 @@ func (r *run) wait(ctx context.Context) error {
 	}
 }
 
+// startWebhook starts the webhook receiver, classifying what it stores until the workers
+// stop: the way a maintainer's comment in Jira reaches a running agent.
+func (r *run) startWebhook(ctx context.Context) error {
+	me, err := r.jc.Myself(ctx)
+	if err != nil {
+		return fmt.Errorf("the fake Jira's own account: %w", err)
+	}
+	r.own = me
+	r.hookSecret = []byte(randomHex(16))
+	r.hookMetrics = webhook.NewMetrics(prometheus.NewRegistry())
+	r.heard = map[string]string{}
+	r.hook, err = webhook.New(webhook.Config{Fetcher: r.fetch, Jira: r.jc, Redis: r.rdb, Topology: r.topo,
+		Secret: r.hookSecret, OwnAccounts: []string{me.AccountID, me.Name}, Metrics: r.hookMetrics,
+		Deadline: 10 * time.Second, Logger: r.log})
+	return err
+}
+
+// comment has a maintainer, and then ymirflow's own account, comment on issue in the
+// fake Jira, and delivers both to the webhook receiver as Jira would (signed
+// comment_created, own account first: the receiver classifies in order). It does not
+// wait for them: the run of issue waits for its follow-up.
+func (r *run) comment(ctx context.Context, issue string) {
+	r.commented.Add(1)
+	go func() {
+		defer r.commented.Done()
+		for _, c := range []struct {
+			by   jira.User
+			text string
+		}{
+			{r.own, "ymirflow: triage started (ymirflow's own comment: never handed to an agent)"},
+			{fakejira.SampleMaintainer, "Please also check the tests of the 3.2 branch. My token ghp_Demo0123456789abcdefghijklmnop must not reach the agent."},
+		} {
+			cm, ok := r.jiraSrv.AddComment(issue, c.by, c.text)
+			if !ok {
+				r.log.Error().Str("issue_key", issue).Msg("demo: no such issue to comment on")
+				return
+			}
+			body, _ := json.Marshal(map[string]any{"timestamp": time.Now().UnixMilli(), "webhookEvent": webhook.EventCommentCreated,
+				"comment": map[string]any{"id": cm.ID, "author": c.by, "body": c.text}, "issue": map[string]any{"key": issue}})
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/", bytes.NewReader(body))
+			if err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(webhook.HeaderSignature, webhook.Sign(r.hookSecret, body))
+			req.Header.Set(webhook.HeaderDelivery, "demo-comment-"+cm.ID)
+			rec := httptest.NewRecorder()
+			r.hook.ServeHTTP(rec, req)
+			if rec.Code != http.StatusAccepted {
+				r.log.Error().Int("status", rec.Code).Str("answer", rec.Body.String()).Str("issue_key", issue).Msg("demo: comment not accepted by the webhook")
+			}
+		}
+	}()
+}
+
+// hear notes the follow-up a run read (its body, as the agent got it).
+func (r *run) hear(issue string, f runners.Followup) {
+	r.heardMu.Lock()
+	defer r.heardMu.Unlock()
+	r.heard[issue] = f.Fields["body"]
+}
+
 // stop closes the routers: they stop reading, cancel their handlers (whose leases are
 // released and entries left pending) and return.
 func (r *run) stop() {
@@ -543,6 +632,8 @@ func (r *run) stop() {
 	case <-time.After(30 * time.Second):
 		r.log.Error().Msg("routers did not stop within 30s")
 	}
+	// No handler runs now, so no run asks for a comment any more.
+	r.commented.Wait()
 	for _, router := range r.routers {
 		_ = router.Close()
 	}
@@ -621,6 +712,23 @@ func (r *run) collect(ctx context.Context) {
 	r.sum.Total.Running = 0
 	r.sum.DropReasons = r.tally.dropReasons
 	r.sum.Repeats = r.tally.repeats
+	r.sum.OwnComments = int(r.hookMetrics.Count(http.StatusAccepted, "own_account"))
+	r.sum.Followups = nil
+	for _, sc := range r.scenarios {
+		if !sc.Comment || !sc.Published() {
+			continue
+		}
+		f := FollowupResult{Key: sc.Key, Stage: "triage"}
+		for _, got := range r.tally.followups {
+			if got.Key == sc.Key {
+				f = got
+			}
+		}
+		r.heardMu.Lock()
+		f.Body = r.heard[sc.Key]
+		r.heardMu.Unlock()
+		r.sum.Followups = append(r.sum.Followups, f)
+	}
 	for _, st := range snap.stages {
 		if st.Outcomes < st.Published {
 			r.sum.Unaccounted += st.Published - st.Outcomes
@@ -669,8 +777,8 @@ func (r *run) report(err error) {
 		return
 	}
 	if err == nil {
-		fmt.Fprintf(r.o.Out, "Done in %s: %d events published, %d run, %d dropped by the lock, %d retries, %d dead.\n",
-			r.sum.Took, r.sum.Total.Published, r.sum.Total.Run, r.sum.Total.Dropped, r.sum.Total.Retried, r.sum.Total.Dead)
+		fmt.Fprintf(r.o.Out, "Done in %s: %d events published, %d run, %d dropped by the lock, %d delivered to a running agent, %d retries, %d dead.\n",
+			r.sum.Took, r.sum.Total.Published, r.sum.Total.Run, r.sum.Total.Dropped, r.sum.Total.Delivered, r.sum.Total.Retried, r.sum.Total.Dead)
 	}
 	if r.sum.Stages == nil {
 		return

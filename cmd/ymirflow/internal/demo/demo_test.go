@@ -84,7 +84,7 @@ func readStreams(s *demo.Summary) streamsAtEnd {
 		et, _ := x.Values["event_type"].(string)
 		key := fmt.Sprint(x.Values["stream"]) + "|" + fmt.Sprint(x.Values["message_id"])
 		switch et {
-		case event.StageDone, event.StageFailed, event.LockDropped:
+		case event.StageDone, event.StageFailed, event.LockDropped, event.LockDelivered:
 			out.outcomes[key] = append(out.outcomes[key], et)
 		}
 		if et == event.LockDropped {
@@ -128,6 +128,13 @@ func expectedStats(scen []demo.Scenario, maxRetries int) map[string]demo.StageSt
 				dup = 1
 			}
 			bump("triage", 1+dup, dup, n-1, res != runners.ResolutionError)
+			if s.Comment {
+				// The maintainer's comment: one more triage event, delivered to the run.
+				st := out["triage"]
+				st.Published++
+				st.Delivered++
+				out["triage"] = st
+			}
 		}
 		if agent, branch := s.DownstreamStage(maxRetries); agent != "" {
 			copies := 1
@@ -250,13 +257,31 @@ func checkRun(t *testing.T, s *demo.Summary, at streamsAtEnd, issues int, seed i
 		}
 	}
 
+	// Each planned comment reached its running agent, redacted; the account's own
+	// comments never did.
+	var commented []string
+	for _, sc := range scen {
+		if sc.Comment && sc.Published() {
+			commented = append(commented, sc.Key)
+		}
+	}
+	if len(s.Followups) != len(commented) || s.OwnComments != len(commented) || s.Total.Delivered != len(commented) {
+		t.Errorf("follow-ups %+v, own comments ignored %d, delivered %d: want one each for %v", s.Followups, s.OwnComments, s.Total.Delivered, commented)
+	}
+	for i, f := range s.Followups {
+		if f.Key != commented[i] || !f.Delivered() || f.Stage != "triage" || f.CommentID == "" ||
+			f.Author != fakejira.SampleMaintainer.AccountID || !strings.Contains(f.Body, "[redacted]") || strings.Contains(f.Body, "ghp_") {
+			t.Errorf("follow-up %+v: want %s's maintainer comment delivered to its triage run, its token redacted", f, commented[i])
+		}
+	}
+
 	// The second sweep found nothing new.
 	if len(s.Sweeps) != 2 || s.Sweeps[1].Published != 0 {
 		t.Errorf("sweeps: %+v, want a second one that publishes nothing", s.Sweeps)
 	}
-	if s.Sweeps[0].Published+s.Duplicates.Triage != mustStage(t, s, "triage").Published {
-		t.Errorf("first sweep published %d, plus %d duplicates; triage stream holds %d", s.Sweeps[0].Published,
-			s.Duplicates.Triage, mustStage(t, s, "triage").Published)
+	if s.Sweeps[0].Published+s.Duplicates.Triage+len(commented) != mustStage(t, s, "triage").Published {
+		t.Errorf("first sweep published %d, plus %d duplicates and %d comments; triage streams hold %d", s.Sweeps[0].Published,
+			s.Duplicates.Triage, len(commented), mustStage(t, s, "triage").Published)
 	}
 }
 
@@ -301,8 +326,10 @@ func TestDemoEmbedded(t *testing.T) {
 			t.Errorf("progress lacks %q:\n%s", want, progress.String())
 		}
 	}
-	for _, want := range []string{"published  run  dropped  retried  succeeded  failed  dead", "rebuild-c10s",
+	for _, want := range []string{"published  run  dropped  delivered  retried  succeeded  failed  dead", "rebuild-c10s",
 		"ok     every published event has exactly one outcome", "ok     Jira labels as planned for 40 of 40 issues",
+		"ok     follow-ups: 1 of 1 maintainer comments made during a run reached the running agent (1 of ymirflow's own account's not delivered)",
+		"comments during triage",
 		"ymirflow history RHEL-", "ymirflow pending", "ymirflow locks"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())

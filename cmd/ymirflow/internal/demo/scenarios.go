@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/demorunner"
@@ -52,6 +53,12 @@ type Scenario struct {
 	// Final, when set, are the labels expected at the end (issues the fetcher leaves
 	// alone or only cleans up); otherwise they follow from the plan (ExpectedLabels).
 	Final []string `json:"final,omitempty"`
+	// Comment: a maintainer comments on the issue in Jira while its first triage run
+	// is at work, and ymirflow's own account does too. The webhook makes the
+	// maintainer's comment a follow-up of the run (comment.created, delivered to its
+	// mailbox); the simulated agent waits for it, acknowledges it and then answers
+	// as planned. The account's own comment is never delivered.
+	Comment bool `json:"comment,omitempty"`
 }
 
 // catalogue lists the scenarios in priority order: the demo with --issues N uses the
@@ -60,7 +67,7 @@ type Scenario struct {
 // and a user-triggered run.
 var catalogue = []Scenario{
 	{Kind: fakejira.SampleFresh, Triage: []string{"backport"}, TargetBranch: "rhel-9.6.0", Downstream: []string{ok}, Duplicate: true},
-	{Kind: fakejira.SampleFresh, Triage: []string{"rebase"}, TargetBranch: "rhel-10.1", Downstream: []string{fail, ok}},
+	{Kind: fakejira.SampleFresh, Triage: []string{"rebase"}, TargetBranch: "rhel-10.1", Downstream: []string{fail, ok}, Comment: true},
 	{Kind: fakejira.SampleFresh, Triage: []string{"rebuild"}, TargetBranch: "c9s", Downstream: []string{fail}},
 	{Kind: fakejira.SampleTodo, Triage: []string{"rebase"}, TargetBranch: "c9s", Downstream: []string{ok}},
 	{Kind: fakejira.SampleFresh, Triage: []string{"error"}},
@@ -257,6 +264,9 @@ func (s Scenario) Path(maxRetries int) string {
 	if s.Duplicate {
 		b.WriteString(" (published twice)")
 	}
+	if s.Comment && s.Published() {
+		b.WriteString(" (a maintainer comments during triage)")
+	}
 	switch {
 	case s.Enqueue != "":
 		agent, branch, _ := strings.Cut(s.Enqueue, ":")
@@ -345,7 +355,15 @@ func (s Scenario) Issue(seed int64) fakejira.Issue {
 type planRunner struct {
 	base  demorunner.Runner
 	plans map[string]Scenario
+	// commenting is told when the first triage run of a Comment scenario starts (the
+	// demo then comments in Jira), and heard is told of each follow-up that run reads.
+	commenting func(issue string)
+	heard      func(issue string, f runners.Followup)
 }
+
+// followupWait bounds how long a Comment scenario's run waits for its follow-up: the
+// demo's check fails when it does not come, rather than the demo hanging.
+const followupWait = 30 * time.Second
 
 func (p planRunner) Run(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 	s, known := p.plans[req.IssueKey]
@@ -359,5 +377,43 @@ func (p planRunner) Run(ctx context.Context, req runners.RunRequest) (runners.Re
 	} else {
 		d.Mix = map[string]int{at(s.Downstream, req.Attempt): 1}
 	}
-	return d.Run(ctx, req)
+	var acked []string
+	if s.Comment && req.Agent == "triage" && req.Attempt == 1 && req.Mailbox != nil && p.commenting != nil {
+		acked = p.awaitFollowup(ctx, req)
+	}
+	res, err := d.Run(ctx, req)
+	if err == nil && len(acked) > 0 {
+		// Read and acted on: acknowledged, so the handler records it delivered.
+		res.Delivered, res.FollowupsAcked = acked, acked
+	}
+	return res, err
+}
+
+// awaitFollowup has the demo comment on the issue, then reads the run's mailbox until
+// a follow-up comes (a condition, not a timer: the run holds its lease until then, so
+// the comment always meets a live run), and returns the ids read.
+func (p planRunner) awaitFollowup(ctx context.Context, req runners.RunRequest) []string {
+	p.commenting(req.IssueKey)
+	ctx, cancel := context.WithTimeout(ctx, followupWait)
+	defer cancel()
+	for ctx.Err() == nil {
+		start := time.Now()
+		fs, err := req.Mailbox.Next(ctx)
+		if len(fs) > 0 {
+			ids := make([]string, 0, len(fs))
+			for _, f := range fs {
+				ids = append(ids, f.ID)
+				p.heard(req.IssueKey, f)
+			}
+			return ids
+		}
+		if err != nil || time.Since(start) < 10*time.Millisecond {
+			// An error, or a Redis that does not block: a short pause, not a hot loop.
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }

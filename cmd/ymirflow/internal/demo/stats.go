@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -25,6 +26,9 @@ type StageStats struct {
 	// Dropped is the number of lock.dropped records: events acked without running
 	// because another holder had (or had just had) the issue.
 	Dropped int `json:"dropped"`
+	// Delivered is the number of lock.delivered records: events (a maintainer's
+	// comment) handed to the running holder's mailbox as follow-ups instead of running.
+	Delivered int `json:"delivered"`
 	// Retried is the number of handler attempts after an event's first.
 	Retried int `json:"retried"`
 	// Succeeded and Failed count the stage.done and stage.failed records (failed: every
@@ -38,7 +42,7 @@ type StageStats struct {
 	// Pending is the number of entries delivered and not acked.
 	Pending int `json:"pending"`
 	// Outcomes is the number of the stage's entries that have a terminal record
-	// (stage.done, stage.failed, lock.dropped, or a dead letter).
+	// (stage.done, stage.failed, lock.dropped, lock.delivered, or a dead letter).
 	Outcomes int `json:"outcomes"`
 }
 
@@ -46,6 +50,7 @@ func (s *StageStats) add(o StageStats) {
 	s.Published += o.Published
 	s.Run += o.Run
 	s.Dropped += o.Dropped
+	s.Delivered += o.Delivered
 	s.Retried += o.Retried
 	s.Succeeded += o.Succeeded
 	s.Failed += o.Failed
@@ -138,6 +143,7 @@ type tally struct {
 	outcome              map[string]string // stream|id -> first terminal record type
 	repeats              []string          // entries with more than one terminal record
 	dropReasons          map[string]int    // lock.dropped reason -> count
+	followups            []FollowupResult  // followup.delivered and followup.rolled records
 	unknown              int               // records about streams outside the topology
 }
 
@@ -196,6 +202,15 @@ func (t *tally) result(v map[string]any) {
 	}
 	c := t.counts[name]
 	switch et {
+	case event.FollowupDelivered, event.FollowupRolled:
+		// About a follow-up, not about the entry it names (the run's): not terminal.
+		var d map[string]string
+		_ = json.Unmarshal([]byte(str(v["detail"])), &d)
+		t.followups = append(t.followups, FollowupResult{Key: str(v["issue_key"]), Stage: name, Fate: et,
+			CommentID: d["followup_comment_id"], Author: d["followup_author"]})
+		return
+	case event.LockDelivered:
+		c.Delivered++
 	case evDone:
 		c.Succeeded++
 	case evFailed:

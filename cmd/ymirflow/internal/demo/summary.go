@@ -42,6 +42,11 @@ type Summary struct {
 	// entries with more than one. Both are empty after a complete demo.
 	Unaccounted int      `json:"unaccounted"`
 	Repeats     []string `json:"repeats,omitempty"`
+	// Followups are the maintainers' comments planned during a run (Scenario.Comment),
+	// each with its fate; OwnComments counts the comments of ymirflow's own account
+	// the webhook received and never delivered.
+	Followups   []FollowupResult `json:"followups"`
+	OwnComments int              `json:"own_comments_ignored"`
 	// IssueResults has every issue's final labels in the fake Jira, against the plan.
 	IssueResults []IssueResult `json:"issue_results"`
 	AsPlanned    int           `json:"as_planned"`
@@ -68,6 +73,32 @@ type Duplicates struct {
 // Count is the number of events the lock must drop.
 func (d Duplicates) Count() int { return d.Triage + d.Enqueued }
 
+// FollowupResult is a maintainer's comment made while a run of its issue was at work.
+type FollowupResult struct {
+	Key       string `json:"key"`
+	Stage     string `json:"stage"`
+	CommentID string `json:"comment_id"`
+	Author    string `json:"author"`
+	// Body is the text the agent read (redacted and bounded by the webhook).
+	Body string `json:"body,omitempty"`
+	// Fate is the follow-up's record: followup.delivered (the running agent read and
+	// acknowledged it), followup.rolled (handed to the next run); "" when none.
+	Fate string `json:"fate"`
+}
+
+// Delivered reports whether the running agent got the comment and acknowledged it.
+func (f FollowupResult) Delivered() bool { return f.Fate == "followup.delivered" }
+
+// followupsDelivered reports whether every planned follow-up was delivered.
+func (s *Summary) followupsDelivered() bool {
+	for _, f := range s.Followups {
+		if !f.Delivered() {
+			return false
+		}
+	}
+	return true
+}
+
 // IssueResult is one issue at the end.
 type IssueResult struct {
 	Key       string   `json:"key"`
@@ -88,10 +119,11 @@ func (s *Summary) Stage(name string) (StageStats, bool) {
 }
 
 // Complete reports whether every published event has exactly one outcome, nothing is
-// pending and every issue ended with the labels its scenario plans.
+// pending, every issue ended with the labels its scenario plans and every planned
+// follow-up reached its running agent.
 func (s *Summary) Complete() bool {
 	return !s.Interrupted && s.Error == "" && s.Unaccounted == 0 && len(s.Repeats) == 0 && s.Total.Pending == 0 &&
-		s.AsPlanned == len(s.IssueResults) && len(s.IssueResults) > 0
+		s.AsPlanned == len(s.IssueResults) && len(s.IssueResults) > 0 && s.followupsDelivered()
 }
 
 // WriteJSON writes the summary as indented JSON.
@@ -104,10 +136,10 @@ func (s *Summary) WriteJSON(w io.Writer) error {
 // WriteTable writes the per-stage table.
 func (s *Summary) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-13s\tpublished\trun\tdropped\tretried\tsucceeded\tfailed\tdead\t\n", "stage")
+	fmt.Fprintf(tw, "%-13s\tpublished\trun\tdropped\tdelivered\tretried\tsucceeded\tfailed\tdead\t\n", "stage")
 	row := func(st StageStats) {
-		fmt.Fprintf(tw, "%-13s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", st.Stage, st.Published, st.Run, st.Dropped, st.Retried,
-			st.Succeeded, st.Failed, st.Dead)
+		fmt.Fprintf(tw, "%-13s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", st.Stage, st.Published, st.Run, st.Dropped, st.Delivered,
+			st.Retried, st.Succeeded, st.Failed, st.Dead)
 	}
 	for _, st := range s.Stages {
 		row(st)
@@ -119,6 +151,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 // featured picks a few issues that show the interesting paths, in key order.
 func (s *Summary) featured(n int) []IssueResult {
 	want := []func(p string) bool{
+		func(p string) bool { return strings.Contains(p, "comments during") },
 		func(p string) bool { return strings.Contains(p, "published twice") },
 		func(p string) bool { return strings.Contains(p, "failure, success") },
 		func(p string) bool { return strings.Contains(p, "(dead)") && strings.Contains(p, "-c") },
@@ -170,8 +203,8 @@ func (s *Summary) WriteText(w io.Writer, keep bool) {
 		return "NOT OK"
 	}
 	accounted := s.Unaccounted == 0 && len(s.Repeats) == 0 && t.Pending == 0
-	fmt.Fprintf(w, "  %-6s every published event has exactly one outcome: %d published = %d run + %d dropped; %d pending\n",
-		mark(accounted && t.Published == t.Run+t.Dropped), t.Published, t.Run, t.Dropped, t.Pending)
+	fmt.Fprintf(w, "  %-6s every published event has exactly one outcome: %d published = %d run + %d dropped + %d delivered; %d pending\n",
+		mark(accounted && t.Published == t.Run+t.Dropped+t.Delivered), t.Published, t.Run, t.Dropped, t.Delivered, t.Pending)
 	var reasons []string
 	for _, k := range []string{"locked", "superseded"} {
 		if n := s.DropReasons[k]; n > 0 {
@@ -187,6 +220,23 @@ func (s *Summary) WriteText(w io.Writer, keep bool) {
 		mark(t.Dropped == s.Duplicates.Count()), t.Dropped, strings.Join(reasons, ", "), s.Duplicates.Count())
 	fmt.Fprintf(w, "  %-6s run = succeeded + failed: %d = %d + %d; every failed event is in the dead-letter stream (%d)\n",
 		mark(t.Run == t.Succeeded+t.Failed && t.Failed == t.Dead), t.Run, t.Succeeded, t.Failed, t.Dead)
+	if len(s.Followups) > 0 {
+		n := 0
+		for _, f := range s.Followups {
+			if f.Delivered() {
+				n++
+			}
+		}
+		fmt.Fprintf(w, "  %-6s follow-ups: %d of %d maintainer comments made during a run reached the running agent (%d of ymirflow's own account's not delivered)\n",
+			mark(s.followupsDelivered()), n, len(s.Followups), s.OwnComments)
+		for _, f := range s.Followups {
+			fate := "acknowledged by the run (" + f.Fate + ")"
+			if !f.Delivered() {
+				fate = "NOT delivered (" + f.Fate + ")"
+			}
+			fmt.Fprintf(w, "         %s: comment %s by %s reached its %s run: %q, %s\n", f.Key, f.CommentID, f.Author, f.Stage, f.Body, fate)
+		}
+	}
 	fmt.Fprintf(w, "  %-6s Jira labels as planned for %d of %d issues\n",
 		mark(s.AsPlanned == len(s.IssueResults)), s.AsPlanned, len(s.IssueResults))
 	for _, ir := range s.IssueResults {
