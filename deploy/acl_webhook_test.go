@@ -24,7 +24,7 @@ import (
 
 // The webhook receiver and the fetcher run as the pods' Redis user of base/secrets.yaml
 // (redis-url): a delivery is stored in the inbox, classified, published, remembered and
-// its retry dropped, a comment is recorded, and a sweep's pre-check and publish pass, all without NOPERM.
+// its retry dropped, a comment on a held issue is published as a follow-up, and a sweep's pre-check and publish pass, all without NOPERM.
 func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	t.Parallel()
 	srv, sec := aclServer(t)
@@ -119,11 +119,27 @@ func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	if st, out := post(body, "d1"); st != 202 || !strings.HasPrefix(out, "duplicate") {
 		t.Fatalf("retry as the pods' user: %d %s", st, out)
 	}
-	comment := []byte(`{"timestamp":1,"webhookEvent":"comment_created","comment":{"id":"1","author":{"accountId":"maint"}},"issue":{"key":"RHEL-1"}}`)
+	// A triage run holds RHEL-1 (its entry on the :todo stream): a maintainer's comment
+	// becomes its follow-up, on the twin stream.
+	xs, err := admin.XRange(ctx, todo, "-", "+").Result()
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("%s: %v %v", todo, xs, err)
+	}
+	le, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: xs[0].ID})
+	if err != nil {
+		t.Fatalf("lease as the pods' user: %v", err)
+	}
+	comment := []byte(`{"timestamp":1,"webhookEvent":"comment_created","comment":{"id":"1","author":{"accountId":"maint"},"body":"also the tests"},"issue":{"key":"RHEL-1"}}`)
 	if st, out := post(comment, "d2"); st != 202 || !strings.HasPrefix(out, "queued") {
 		t.Fatalf("comment as the pods' user: %d %s", st, out)
 	}
-	classified("the comment", func() bool { return admin.XLen(ctx, webhook.CommentsStream(topo)).Val() == 1 })
+	main := topo.Stream("triage", "", false)
+	classified("the comment", func() bool {
+		return admin.XLen(ctx, main).Val() == 1 && admin.XLen(ctx, webhook.InboxStream(topo)).Val() == 0
+	})
+	if _, err := le.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	s, err := f.Sweep(ctx)
 	if err != nil {
 		t.Fatalf("sweep as the pods' user: %v", err)
