@@ -3,8 +3,11 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -71,6 +74,15 @@ func (h *handler) openMailbox(ctx context.Context, ev *job, req *runners.RunRequ
 		return nil, h.redisErr(ctx, ev, "read the mailbox", err)
 	}
 	mr := &mailboxRun{le: le, earlier: toRunner(fs)}
+	if own, ok := ownComment(ev.msg); ok && !slices.ContainsFunc(mr.earlier, func(f runners.Followup) bool {
+		return f.Fields["comment_id"] == own.Fields["comment_id"]
+	}) {
+		// A maintainer's comment that met no live run (its run ended before a worker
+		// read it) runs as the stage's request; its agent still gets the comment, as a
+		// follow-up rolled into the run. When a release started this run for the comment
+		// (it is in the mailbox), it is there once already.
+		mr.earlier = append(mr.earlier, own)
+	}
 	payload, err := runners.WithFollowups(req.Payload, mr.earlier)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", event.ErrBadEvent, err)
@@ -86,6 +98,21 @@ func (h *handler) openMailbox(ctx context.Context, ev *job, req *runners.RunRequ
 		ev.log.Info().Int("followups", len(fs)).Msg("run starts with follow-ups earlier runs left")
 	}
 	return mr, nil
+}
+
+// ownComment is the follow-up a comment.created event carries, as the mailbox would
+// hold it (lockmw.FollowupOf), named by its own stream entry id; false for any other
+// event or one read from no stream.
+func ownComment(msg *message.Message) (runners.Followup, bool) {
+	id := event.EntryID(msg)
+	if msg.Metadata.Get(event.MetaEventType) != event.CommentCreated || msg.Metadata.Get(event.MetaCommentID) == "" || id == "" {
+		return runners.Followup{}, false
+	}
+	fields := map[string]string{}
+	for k, v := range lockmw.FollowupOf(msg, lockmw.Entry{Stream: event.EntryStream(msg), ID: id}) {
+		fields[k] = fmt.Sprint(v)
+	}
+	return runners.Followup{ID: id, Fields: fields}, true
 }
 
 // closeMailbox accounts for the follow-ups of a run that returned a result: those it

@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
@@ -36,5 +39,39 @@ func TestPublishRefusesOversizedEvents(t *testing.T) {
 	}
 	if n, _ := e.rdb.XLen(ctx, e.triage()).Result(); n != 0 {
 		t.Fatalf("%d entries written", n)
+	}
+}
+
+// PublishOnce: a second publish with the same once id to the same stream (a webhook's
+// redelivery of one comment) adds nothing and returns the first entry's id; another
+// stream or another id is another entry; an empty id is refused.
+func TestPublishOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	pub := event.NewPublisher(e.rdb, 0)
+	msg := func() *message.Message {
+		m, err := event.New(event.CommentCreated, "RHEL-1", event.Task{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, err := pub.PublishOnce(ctx, e.triage(), msg(), "comment:10", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pub.PublishOnce(ctx, e.triage(), msg(), "comment:10", time.Minute)
+	if err != nil || b != a {
+		t.Fatalf("repeat: %s %v, want %s", b, err, a)
+	}
+	c, _ := pub.PublishOnce(ctx, e.triage(), msg(), "comment:11", time.Minute)
+	todo := e.topo.Stream("triage", "", true)
+	d, _ := pub.PublishOnce(ctx, todo, msg(), "comment:10", time.Minute)
+	if c == a || d == "" || e.rdb.XLen(ctx, e.triage()).Val() != 2 || e.rdb.XLen(ctx, todo).Val() != 1 {
+		t.Fatalf("entries: %s %s %s", a, c, d)
+	}
+	if _, err := pub.PublishOnce(ctx, e.triage(), msg(), "", time.Minute); err == nil {
+		t.Fatal("an empty once id was accepted")
 	}
 }

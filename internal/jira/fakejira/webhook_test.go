@@ -122,3 +122,69 @@ func TestWebhookDeliveries(t *testing.T) {
 		}
 	}
 }
+
+// Comments are delivered as Jira's comment_created: one written in the UI (AddComment)
+// by its author, and one written through the API by the acting user (ymirflow's own
+// account by default), each with the comment's id, author and body and the issue's key.
+func TestCommentWebhooks(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []map[string]any
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		mu.Lock()
+		got = append(got, m)
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer hook.Close()
+	bot := jira.User{AccountID: "bot", Name: "bot"}
+	s := New(Options{Issues: []Issue{{Key: "RHEL-1"}}, CurrentUser: bot, Webhooks: []WebhookTarget{{URL: hook.URL}}})
+	base := s.Start()
+	defer s.Close()
+	c, err := jira.New(jira.Options{BaseURL: base, Token: "t", RateLimit: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ui, ok := s.AddComment("rhel-1", jira.User{AccountID: "ann"}, "also the tests")
+	if !ok {
+		t.Fatal("no issue")
+	}
+	if _, ok := s.AddComment("RHEL-9", jira.User{AccountID: "ann"}, "x"); ok {
+		t.Fatal("a comment on an unknown issue")
+	}
+	if err := c.AddComment(ctx, "RHEL-1", "ymirflow: done"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.WaitWebhooks(wctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("%d deliveries, want 2", len(got))
+	}
+	authors := map[string]string{}
+	for _, d := range got {
+		cm, _ := d["comment"].(map[string]any)
+		is, _ := d["issue"].(map[string]any)
+		a, _ := cm["author"].(map[string]any)
+		if d["webhookEvent"] != "comment_created" || is["key"] != "RHEL-1" || cm["id"] == "" {
+			t.Fatalf("delivery %v", d)
+		}
+		authors[a["accountId"].(string)] = cm["body"].(string)
+		if a["accountId"] == "ann" && cm["id"] != ui.ID {
+			t.Errorf("comment id %v, want %s", cm["id"], ui.ID)
+		}
+	}
+	if authors["ann"] != "also the tests" || authors["bot"] != "ymirflow: done" {
+		t.Fatalf("comments by author %v", authors)
+	}
+	if n := len(s.Comments("RHEL-1")); n != 2 {
+		t.Fatalf("%d comments stored", n)
+	}
+}
