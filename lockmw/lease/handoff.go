@@ -56,6 +56,11 @@ func (p *Pending) Take(ctx context.Context) (*Lease, error) {
 		return nil, p.err
 	}
 	le := p.lease
+	// A lease taken ahead is confirmed by the replicas only now, once its entry has
+	// come (Options.WaitReplicas): the hand-off's round trip stays one.
+	if err := le.replicated(ctx); err != nil {
+		return nil, err
+	}
 	le.unbind = context.AfterFunc(ctx, func() { le.cancel(context.Cause(ctx)) })
 	return le, nil
 }

@@ -249,6 +249,9 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 }
 
 func (le *Lease) extend(ctx context.Context) (bool, error) {
+	if le.l.opts.WaitReplicas > 0 {
+		return le.extendReplicated(ctx)
+	}
 	if le.onBeat == nil {
 		n, err := extendScript.Run(ctx, le.l.rdb, le.lockInfoKeys(),
 			le.token, le.l.opts.TTL.Milliseconds()).Int64()

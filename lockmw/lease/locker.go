@@ -80,6 +80,20 @@ type Options struct {
 	Logger zerolog.Logger
 	// Observer receives lease events. Default: none.
 	Observer Observer
+	// WaitReplicas, when above 0, makes every acquire and extend wait until that many
+	// replicas have acknowledged it (WAIT; see replicas.go): an acquire they do not
+	// acknowledge within WaitTimeout is given back and refused with a
+	// *NotReplicatedError, an extend they do not acknowledge does not count (the lease
+	// ends unproven if none does for TTL minus the safety margin). Default: 0 (no
+	// waiting: replication is asynchronous).
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT; in (0, TTL/3). Default: DefaultWaitTimeout(TTL),
+	// min(1s, TTL/10).
+	WaitTimeout time.Duration
+	// WaitAOF sends WAITAOF 0 WaitReplicas instead of WAIT: a replica acknowledges once
+	// the write is in its append-only file (replicas need appendonly yes). Redis 7.2 or
+	// later (CheckReplicas tells). Default: false.
+	WaitAOF bool
 }
 
 // Client is what the lease needs of a Redis client: scripts (EVALSHA, EVAL, and
@@ -138,6 +152,15 @@ func New(rdb Client, opts Options) (*Locker, error) {
 	}
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
+	}
+	if opts.WaitReplicas < 0 {
+		return nil, fmt.Errorf("lease: Options.WaitReplicas must not be negative, got %d", opts.WaitReplicas)
+	}
+	if opts.WaitTimeout == 0 {
+		opts.WaitTimeout = DefaultWaitTimeout(opts.TTL)
+	}
+	if opts.WaitTimeout < time.Millisecond || opts.WaitTimeout >= opts.TTL/3 {
+		return nil, fmt.Errorf("lease: Options.WaitTimeout must be in [1ms, Options.TTL/3 = %s), got %s", opts.TTL/3, opts.WaitTimeout)
 	}
 	return &Locker{rdb: rdb, opts: opts, ttlMS: opts.TTL.Milliseconds()}, nil
 }
@@ -288,7 +311,14 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	default:
 		res, err = acquireOrQueueScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
 	}
-	return a.finish(ctx, res, err)
+	le, err := a.finish(ctx, res, err)
+	if err != nil {
+		return nil, err
+	}
+	if err := le.replicated(ctx); err != nil {
+		return nil, err
+	}
+	return le, nil
 }
 
 // acquisition is one acquire between sending the script and reading its reply.
