@@ -2,9 +2,13 @@ package pipeline
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,7 +21,8 @@ var ErrRedisUnreachable = errors.New("redis unreachable")
 
 // ClientOptions parses a Redis URL (redis://, rediss://, user:password@, /db) into
 // universal options; several comma-separated host:port pairs select Redis Cluster
-// (redis://h1:7000,h2:7001).
+// (redis://h1:7000,h2:7001), and the scheme redis+sentinel:// (rediss+sentinel:// for
+// TLS) selects a primary found through Sentinel (see SentinelURLForm).
 func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 	if rawURL == "" {
 		return nil, errors.New("pipeline: the Redis URL is empty")
@@ -27,8 +32,12 @@ func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 		// url.Error quotes the whole URL, password included.
 		return nil, fmt.Errorf("pipeline: Redis URL %s: not a URL", redact.URL(rawURL))
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("pipeline: Redis URL %s: scheme must be redis:// or rediss://", redact.URL(rawURL))
+	switch u.Scheme {
+	case "redis", "rediss":
+	case "redis+sentinel", "rediss+sentinel":
+		return sentinelOptions(rawURL, u)
+	default:
+		return nil, fmt.Errorf("pipeline: Redis URL %s: scheme must be redis://, rediss://, redis+sentinel:// or rediss+sentinel://", redact.URL(rawURL))
 	}
 	hosts := splitHosts(u.Host)
 	single := *u
@@ -50,6 +59,75 @@ func ClientOptions(rawURL string) (*redis.UniversalOptions, error) {
 	if len(hosts) > 1 {
 		uo.Addrs = hosts
 		uo.IsClusterMode = true
+	}
+	return uo, nil
+}
+
+// SentinelURLForm is the form of a Sentinel URL, for messages about one that is not.
+const SentinelURLForm = "redis+sentinel://[user:password@]sentinel1:26379[,sentinel2:26379...]/MASTER_NAME[/DB][?sentinel_username=U&sentinel_password=P]"
+
+// sentinelOptions parses a Sentinel URL: the hosts are the Sentinels (port 26379 when
+// left out), the path's first part is the name Sentinel monitors the primary under,
+// the second the database; user and password are the data nodes' (as in redis://),
+// sentinel_username and sentinel_password the Sentinels' own when they need any.
+// rediss+sentinel:// speaks TLS to the data nodes and the Sentinels.
+//
+// go-redis's ParseFailoverURL takes one Sentinel in the host and the others as ?addr=,
+// and puts the URL's credentials on the Sentinels: a form unlike every other REDIS_URL.
+// This one keeps the host list of the Cluster form and the credentials where redis://
+// has them.
+func sentinelOptions(rawURL string, u *url.URL) (*redis.UniversalOptions, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("pipeline: Redis URL %s: %s; the form is %s", redact.URL(rawURL), why, SentinelURLForm)
+	}
+	if u.Host == "" {
+		return nil, bad("no Sentinel host")
+	}
+	var addrs []string
+	for _, h := range splitHosts(u.Host) {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(h, "26379")
+		}
+		addrs = append(addrs, h)
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if parts[0] == "" {
+		return nil, bad("no master name (the path's first part)")
+	}
+	if len(parts) > 2 {
+		return nil, bad("the path has more than a master name and a database")
+	}
+	db := 0
+	if len(parts) == 2 {
+		n, err := strconv.Atoi(parts[1])
+		if err != nil || n < 0 {
+			return nil, bad(fmt.Sprintf("database %q is not a number", parts[1]))
+		}
+		db = n
+	}
+	uo := &redis.UniversalOptions{
+		Addrs:           addrs,
+		MasterName:      parts[0],
+		DB:              db,
+		DisableIdentity: true, ContextTimeoutEnabled: true, DialTimeout: 5 * time.Second, MaxRetries: 3,
+	}
+	if u.User != nil {
+		uo.Username = u.User.Username()
+		uo.Password, _ = u.User.Password()
+	}
+	for k, v := range u.Query() {
+		switch k {
+		case "sentinel_username":
+			uo.SentinelUsername = v[0]
+		case "sentinel_password":
+			uo.SentinelPassword = v[0]
+		default:
+			return nil, bad(fmt.Sprintf("unknown parameter %q", k))
+		}
+	}
+	if strings.HasPrefix(u.Scheme, "rediss") {
+		host, _, _ := net.SplitHostPort(addrs[0])
+		uo.TLSConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
 	}
 	return uo, nil
 }

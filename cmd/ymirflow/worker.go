@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/demorunner"
@@ -102,9 +104,12 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 
 	metrics := pipeline.NewMetrics()
 	locker, err := e.newLocker(lease.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
-		Observer: metrics})
+		Observer: metrics, WaitReplicas: cfg.LockWaitReplicas, WaitAOF: cfg.LockWaitAOF})
 	if err != nil {
 		return usagef("%v", err)
+	}
+	if err := checkReplicas(ctx, locker, cfg, log); err != nil {
+		return err
 	}
 	policies, err := cfg.Policies()
 	if err != nil {
@@ -178,7 +183,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	log.Info().Str("agent", cfg.Agent).Str("branch", cfg.Branch).Str("streams", strings.Join(streams, ",")).
 		Str("group", group).Str("consumer", cfg.ConsumerName).
 		Int("concurrency", cfg.Concurrency).Str("lock_ttl", cfg.LockTTL.String()).Str("heartbeat", cfg.HeartbeatInterval().String()).
-		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", policies.String()).Str("lock_scope", scopes.String()).Int("max_retries", cfg.MaxRetries).
+		Str("lock_max_hold", cfg.LockMaxHold.String()).Str("on_conflict", policies.String()).Str("lock_scope", scopes.String()).Int("lock_wait_replicas", cfg.LockWaitReplicas).Bool("lock_wait_aof", cfg.LockWaitAOF).Int("max_retries", cfg.MaxRetries).
 		Str("max_idle_time", cfg.MaxIdleTime.String()).Str("runner", cfg.Runner).Str("kill_grace", cfg.KillGrace.String()).
 		Str("jira", jiraDesc).Bool("dry_run", cfg.DryRun || jc == nil).Str("metrics_addr", metricsAddr).
 		Str("redis", cfg.RedactedRedisURL()).Str("namespace", cfg.Namespace).Strs("runner_env", envNames(agentEnv.Env)).
@@ -191,6 +196,27 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	}
 	if err != nil {
 		return fmt.Errorf("router: %w", err)
+	}
+	return nil
+}
+
+// checkReplicas refuses LOCK_WAIT_AOF on a server without WAITAOF and warns when fewer
+// replicas are online than LOCK_WAIT_REPLICAS asks for (every acquire would then be
+// refused and its event redelivered until they are back).
+func checkReplicas(ctx context.Context, locker *lease.Locker, cfg *config.Worker, log zerolog.Logger) error {
+	if cfg.LockWaitReplicas == 0 {
+		return nil
+	}
+	n, err := locker.CheckReplicas(ctx, locker.LockKey(cfg.Agent, "YMIR-1"))
+	if errors.Is(err, lease.ErrNoWaitAOF) {
+		return usagef("LOCK_WAIT_AOF (--lock-wait-aof) is set but the server has no WAITAOF (Redis or Valkey 7.2 or later): unset it to wait with WAIT")
+	}
+	if err != nil {
+		return fmt.Errorf("LOCK_WAIT_REPLICAS (--lock-wait-replicas): %w", err)
+	}
+	if n < int64(cfg.LockWaitReplicas) {
+		log.Warn().Int64("replicas_online", n).Int("lock_wait_replicas", cfg.LockWaitReplicas).
+			Msg("fewer replicas online than LOCK_WAIT_REPLICAS: no lease is granted until enough are back (events are redelivered, not lost)")
 	}
 	return nil
 }

@@ -25,7 +25,8 @@ type Common struct {
 func (c *Common) Register(fs *flag.FlagSet) { c.register(fs, DefaultRedisURL) }
 
 func (c *Common) register(fs *flag.FlagSet, redisDefault string) {
-	fs.StringVar(&c.RedisURL, "redis-url", redisDefault, "Redis URL: redis://[user:password@]host:port/db, or rediss:// for TLS")
+	fs.StringVar(&c.RedisURL, "redis-url", redisDefault, "Redis URL: redis://[user:password@]host:port/db, or rediss:// for TLS; several host:port, comma-separated, for Redis Cluster; "+
+		"redis+sentinel://[user:password@]sentinel:26379[,sentinel2:26379]/MASTER_NAME[/db][?sentinel_password=P] for a primary found through Sentinel (rediss+sentinel:// for TLS)")
 	fs.StringVar(&c.Namespace, "ymir-namespace", DefaultNamespace, "prefix of every stream and key, so that several pipelines can share one Redis")
 	registerLogging(fs, &c.LogLevel, &c.LogFormat)
 	fs.Int64Var(&c.MaxLen, "max-len", DefaultMaxLen, "approximate maximum length of every stream written (0: never trim)")

@@ -7,12 +7,21 @@ import (
 	"strings"
 
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/pipeline"
 )
 
 // redisURLForm is the expected form of REDIS_URL, for messages about one that is not.
 const redisURLForm = "redis://host:6379/0 (in general redis://[user:password@]host:port/db; rediss:// for TLS)"
 
 const redisURLGeneral = "(in general redis://[user:password@]host:port/db; rediss:// for TLS)"
+
+// A Sentinel URL's problems are the client factory's: its message says the form.
+func checkSentinelURL(raw string) string {
+	if _, err := pipeline.ClientOptions(raw); err != nil {
+		return strings.TrimPrefix(err.Error(), "pipeline: Redis URL ")
+	}
+	return ""
+}
 
 // checkRedisURL returns what is wrong with raw as a Redis URL ("" when nothing), value
 // (redacted) included, ending with the expected form.
@@ -35,6 +44,10 @@ func checkRedisURL(raw string) string {
 	}
 	shown := fmt.Sprintf("= %q", redact.URL(raw))
 	switch u.Scheme {
+	case "redis+sentinel", "rediss+sentinel":
+		if msg := checkSentinelURL(raw); msg != "" {
+			return "= " + msg
+		}
 	case "redis", "rediss":
 		if u.Host == "" {
 			return shown + " has no host: write it as " + redisURLForm
@@ -45,7 +58,7 @@ func checkRedisURL(raw string) string {
 			}
 		}
 	default:
-		return shown + " must start with redis:// or rediss:// (unix sockets are not supported): write it as " + redisURLForm
+		return shown + " must start with redis://, rediss://, redis+sentinel:// or rediss+sentinel:// (unix sockets are not supported): write it as " + redisURLForm
 	}
 	return ""
 }

@@ -59,27 +59,29 @@ type Worker struct {
 	Jira
 	Tracing
 
-	Agent         string        // --agent, AGENT: triage|rebase|backport|rebuild
-	Branch        string        // --branch, BRANCH: c9s|c10s; required for every agent but triage
-	Runner        string        // --runner, RUNNER: exec|demo
-	Exec          string        // --exec, RUNNER_EXEC: command run with /bin/sh -c per event (runner exec)
-	RunnerEnv     string        // --runner-env, RUNNER_ENV: variables passed to the runner besides the base (NAME,PREFIX_*)
-	LockTTL       time.Duration // --lock-ttl, LOCK_TTL: lease TTL; the heartbeat runs every LOCK_TTL/3
-	LockMaxHold   time.Duration // --lock-max-hold, LOCK_MAX_HOLD: a lease is given up after this long
-	OnConflict    string        // --on-conflict, ON_CONFLICT: busy policy table, e.g. triage.requested=drop,*=delay:2m
-	MailboxDepth  int64         // --mailbox-depth, MAILBOX_DEPTH: follow-ups a lease's mailbox holds (deliver)
-	LockScope     string        // --lock-scope, LOCK_SCOPE: agent|issue|group:<paths>, comma-separated
-	BlockTime     time.Duration // --block-time, BLOCK_TIME: XREADGROUP BLOCK
-	MaxIdleTime   time.Duration // --max-idle-time, MAX_IDLE_TIME: pending entries idle this long are claimed
-	ClaimInterval time.Duration // --claim-interval, CLAIM_INTERVAL: how often pending entries are checked
-	MaxRetries    int           // --max-retries, MAX_RETRIES: attempts at a failing event before the DLQ
-	Concurrency   int           // --concurrency, CONCURRENCY: subscriptions per input stream
-	ReadBatch     int           // --read-batch, READ_BATCH: most entries one stream read takes while the worker keeps up
-	ConsumerName  string        // --consumer-name, CONSUMER_NAME: one per process (default: DefaultConsumerName)
-	MetricsAddr   string        // --metrics-addr, METRICS_ADDR: /metrics, /healthz, /readyz (empty: off)
-	KillGrace     time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
-	DemoDuration  time.Duration // --demo-duration, DEMO_DURATION: typical length of a simulated run (runner demo)
-	DemoSeed      int64         // --demo-seed, DEMO_SEED: seed of the simulated outcomes (runner demo)
+	Agent            string        // --agent, AGENT: triage|rebase|backport|rebuild
+	Branch           string        // --branch, BRANCH: c9s|c10s; required for every agent but triage
+	Runner           string        // --runner, RUNNER: exec|demo
+	Exec             string        // --exec, RUNNER_EXEC: command run with /bin/sh -c per event (runner exec)
+	RunnerEnv        string        // --runner-env, RUNNER_ENV: variables passed to the runner besides the base (NAME,PREFIX_*)
+	LockTTL          time.Duration // --lock-ttl, LOCK_TTL: lease TTL; the heartbeat runs every LOCK_TTL/3
+	LockMaxHold      time.Duration // --lock-max-hold, LOCK_MAX_HOLD: a lease is given up after this long
+	OnConflict       string        // --on-conflict, ON_CONFLICT: busy policy table, e.g. triage.requested=drop,*=delay:2m
+	MailboxDepth     int64         // --mailbox-depth, MAILBOX_DEPTH: follow-ups a lease's mailbox holds (deliver)
+	LockScope        string        // --lock-scope, LOCK_SCOPE: agent|issue|group:<paths>, comma-separated
+	LockWaitReplicas int           // --lock-wait-replicas, LOCK_WAIT_REPLICAS: replicas that must acknowledge each acquire and extend (0: none)
+	LockWaitAOF      bool          // --lock-wait-aof, LOCK_WAIT_AOF: WAITAOF instead of WAIT (Redis 7.2+, replicas with appendonly)
+	BlockTime        time.Duration // --block-time, BLOCK_TIME: XREADGROUP BLOCK
+	MaxIdleTime      time.Duration // --max-idle-time, MAX_IDLE_TIME: pending entries idle this long are claimed
+	ClaimInterval    time.Duration // --claim-interval, CLAIM_INTERVAL: how often pending entries are checked
+	MaxRetries       int           // --max-retries, MAX_RETRIES: attempts at a failing event before the DLQ
+	Concurrency      int           // --concurrency, CONCURRENCY: subscriptions per input stream
+	ReadBatch        int           // --read-batch, READ_BATCH: most entries one stream read takes while the worker keeps up
+	ConsumerName     string        // --consumer-name, CONSUMER_NAME: one per process (default: DefaultConsumerName)
+	MetricsAddr      string        // --metrics-addr, METRICS_ADDR: /metrics, /healthz, /readyz (empty: off)
+	KillGrace        time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
+	DemoDuration     time.Duration // --demo-duration, DEMO_DURATION: typical length of a simulated run (runner demo)
+	DemoSeed         int64         // --demo-seed, DEMO_SEED: seed of the simulated outcomes (runner demo)
 
 	fs *flag.FlagSet // set by Register: tells which settings were given (derive)
 }
@@ -116,6 +118,11 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 		"issue (the issue across every agent that sets it: a rebase and a backport of one issue never run at once), "+
 		"group:<path>[+<path>...] (a key from the event: dotted field paths of the task JSON, or m:<name> for metadata, e.g. group:metadata.component+metadata.target_branch or group:m:lock_key; "+
 		"every event with the same values runs one at a time). All keys are taken at once or none; with issue or group, ON_CONFLICT=coalesce, deliver and supersede are refused, and on Redis Cluster at most one of them")
+	fs.IntVar(&w.LockWaitReplicas, "lock-wait-replicas", 0, "replicas that must acknowledge each lease acquire and extend (Redis WAIT, sent after it on the same connection; on Redis Cluster to the primary of the lease's slot) before the handler starts; "+
+		"an acquire not acknowledged within min(1s, LOCK_TTL/10) is given back and its event redelivered, an extend not acknowledged does not count (the lease ends unproven when none is for LOCK_TTL - LOCK_TTL/10). "+
+		"Narrows what a failover can lose (see docs/architecture.md, Failover). 0 to 16; 0: no waiting (replication is asynchronous)")
+	fs.BoolVar(&w.LockWaitAOF, "lock-wait-aof", false, "with LOCK_WAIT_REPLICAS: WAITAOF 0 N instead of WAIT N, so each acknowledgement means the lease is in the replica's append-only file "+
+		"(Redis/Valkey 7.2 or later; replicas need appendonly yes). A server without WAITAOF is refused at start")
 	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks"+rangeHelp("block-time"))
 	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3"+
 		rangeHelp("max-idle-time")+"; unset: the larger of "+fmtDur(DefaultMaxIdleTime)+" and LOCK_TTL/2")
@@ -233,6 +240,12 @@ func (w *Worker) Validate() error {
 	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Supersede) {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with supersede: "+
 			"the run holding a shared key may be another agent's or another issue's, which an event may not cancel; use drop or delay", w.LockScope, w.OnConflict)
+	}
+	if w.LockWaitReplicas < 0 || w.LockWaitReplicas > 16 {
+		p.add("lock-wait-replicas", "= %d must be between 0 and 16", w.LockWaitReplicas)
+	}
+	if w.LockWaitAOF && w.LockWaitReplicas == 0 {
+		p.add("lock-wait-aof", "is set but LOCK_WAIT_REPLICAS (--lock-wait-replicas) is 0: set how many replicas must acknowledge")
 	}
 	if w.MailboxDepth < 1 || w.MailboxDepth > 100_000 {
 		p.add("mailbox-depth", "= %d must be between 1 and 100000", w.MailboxDepth)
