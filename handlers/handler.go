@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -194,10 +195,14 @@ func (h *handler) begin(msg *message.Message) (*job, error) {
 	h.mu.Lock()
 	if endErr, ok := h.ended[ev.memoKey]; ok {
 		h.mu.Unlock()
-		ev.ended, ev.endErr = true, endErr
 		ev.log = h.log.With().Str("issue_key", key).Str("message_id", event.EntryID(msg)).
 			Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).Logger()
-		return ev, nil
+		if h.outcomeStands(msg.Context(), ev) {
+			ev.ended, ev.endErr = true, endErr
+			return ev, nil
+		}
+		h.mu.Lock()
+		delete(h.ended, ev.memoKey)
 	}
 	now := h.now()
 	p := h.memo[ev.memoKey]
@@ -254,6 +259,31 @@ func (h *handler) end(ev *job, err error) error {
 type recorded struct{ error }
 
 func (r recorded) Unwrap() []error { return []error{r.error, event.ErrOutcomeRecorded} }
+
+// outcomeStands reports whether the terminal record this handler wrote for ev is still
+// in the results stream. Redis can forget what it acknowledged: a failover to a replica
+// that had not received the record loses it (the ack after it too, so the event comes
+// back). Then the event is run again, as if it had never ended here, rather than acked
+// with no outcome. A failed read keeps the outcome (the ack that follows is as likely
+// to fail, and the delivery after it asks again).
+func (h *handler) outcomeStands(ctx context.Context, ev *job) bool {
+	if h.cfg.Results == nil {
+		return true
+	}
+	recs, err := h.cfg.Results.Outcomes(ctx, ev.key, 0)
+	if err != nil {
+		ev.log.Warn().Err(err).Msg("cannot read the outcome recorded for a redelivered event; it stands")
+		return true
+	}
+	id := event.EntryID(ev.msg)
+	for _, r := range recs {
+		if r.MessageID == id && r.Agent == h.cfg.Agent {
+			return true
+		}
+	}
+	ev.log.Warn().Msg("delivered again after its outcome was recorded, and the record is gone from Redis (a failover lost it): running it again")
+	return false
+}
 
 // settle answers a delivery of an event that ended here already: its outcome stands.
 func (h *handler) settle(ev *job) error {
