@@ -28,6 +28,7 @@
 // (Lease: heartbeat, release, fenced writes), handoff.go (the next entry's lease taken
 // in the release's round trip), keys.go (key names and canonical issue keys),
 // inspect.go (the operators' view), evict.go (force releases end the evicted lease at
-// once), starter.go (heartbeats started when due), and scripts/*.lua, the atomic
+// once), starter.go (heartbeats started when due), replicas.go (WAIT for replicas after
+// each acquire and extend, Options.WaitReplicas), and scripts/*.lua, the atomic
 // steps, embedded.
 package lease
