@@ -498,7 +498,7 @@ func TestClusterKeysShareOneHashTag(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{Format: lease.KeysCluster})
 	k := l.Keys("triage", "RHEL-123")
-	for _, key := range []string{k.Lock, k.Info, k.Fence, k.Queue, k.Done} {
+	for _, key := range []string{k.Lock, k.Info, k.Fence, k.Queue, k.Done, k.Mailbox, k.Stop} {
 		if !strings.Contains(key, "{"+ns+"triage:RHEL-123}") || strings.Count(key, "{") != 1 {
 			t.Fatalf("%q does not carry the one hash tag {%striage:RHEL-123}", key, ns)
 		}

@@ -120,8 +120,17 @@ func TestSupersedeTakesOverAndWaitsForTheOldRun(t *testing.T) {
 // stop, ends with a SupersededByError naming the third; the third waits for both.
 func TestSupersedeTwiceInARow(t *testing.T) {
 	t.Parallel()
+	for name, format := range map[string]lease.KeyFormat{"compat": lease.KeysCompat, "cluster keys": lease.KeysCluster} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			supersedeTwice(t, format)
+		})
+	}
+}
+
+func supersedeTwice(t *testing.T, format lease.KeyFormat) {
 	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second, Format: format})
 	watch(t, rdb, l)
 	e1, _ := supersedeAcquire(t, l, "1-0")
 	e2, err := supersedeAcquire(t, l, "2-0")
