@@ -138,6 +138,8 @@ type LeaseInfo struct {
 	// Mailbox is the number of follow-ups waiting in the lease's mailbox
 	// (ON_CONFLICT=deliver).
 	Mailbox int64 `json:"mailbox"`
+	// Supersedes is the entry whose run this lease took over (ON_CONFLICT=supersede).
+	Supersedes string `json:"supersedes,omitempty"`
 }
 
 // MarshalJSON adds held_ms and ttl_ms.
@@ -153,7 +155,7 @@ func (l LeaseInfo) MarshalJSON() ([]byte, error) {
 func (in *Inspector) leaseInfo(i lease.Info) LeaseInfo {
 	li := LeaseInfo{Agent: i.Agent, Issue: i.Issue, Owner: i.Owner, Fence: i.Fence, AcquiredAt: i.AcquiredAt,
 		TTL: i.TTL, MessageID: i.MessageID, Scope: string(i.Scope), Key: i.Key,
-		Mailbox: i.Mailbox}
+		Mailbox: i.Mailbox, Supersedes: i.Supersedes}
 	if li.Scope == "" {
 		li.Scope, li.Key = string(lease.ScopeAgent), i.Issue
 	}

@@ -92,8 +92,12 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 		if owner == "" {
 			owner, held = "(plain lock)", ""
 		}
+		entry := l.MessageID
+		if l.Supersedes != "" {
+			entry += " (supersedes " + l.Supersedes + ")"
+		}
 		t.row(l.Agent, l.Issue, l.Scope, l.Key, owner, strconv.FormatInt(l.Fence, 10), held, stamp(l.AcquiredAt), ttl(l.TTL),
-			strconv.FormatInt(l.Mailbox, 10), l.MessageID)
+			strconv.FormatInt(l.Mailbox, 10), entry)
 	}
 	return t.flush()
 }

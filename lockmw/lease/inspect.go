@@ -30,6 +30,9 @@ type Info struct {
 	// Mailbox is the number of follow-ups waiting in the lease's mailbox (deliver
 	// policy).
 	Mailbox int64
+	// Supersedes is the entry whose run this lease took over (supersede policy): its
+	// own run starts once that one has stopped.
+	Supersedes string
 }
 
 // Inspect returns the live lease (agent, rawKey), or ok=false when nobody holds it.
@@ -86,7 +89,8 @@ func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64,
 }
 
 func infoFromHash(agent, issue string, h map[string]string) Info {
-	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: h["message_id"], Scope: ScopeAgent, Key: issue}
+	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: h["message_id"], Scope: ScopeAgent, Key: issue,
+		Supersedes: h["supersedes"]}
 	info.Fence, _ = strconv.ParseInt(h["fence"], 10, 64)
 	if ms, _ := strconv.ParseInt(h["acquired_at"], 10, 64); ms > 0 {
 		info.AcquiredAt = time.UnixMilli(ms)

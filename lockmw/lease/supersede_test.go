@@ -76,6 +76,9 @@ func TestSupersedeTakesOverAndWaitsForTheOldRun(t *testing.T) {
 	if e2.Fence() <= e1.Fence() || e2.Supersedes() != "1000-0" {
 		t.Fatalf("new lease fence %d (old %d), supersedes %q", e2.Fence(), e1.Fence(), e2.Supersedes())
 	}
+	if info, ok, err := newer.Inspect(ctx, "rebase", "RHEL-1"); err != nil || !ok || info.Supersedes != "1000-0" || info.MessageID != "1000-1" {
+		t.Fatalf("operator view %+v (%v, %v), want 1000-1 superseding 1000-0", info, ok, err)
+	}
 	redistest.Eventually(t, time.Second, func() bool { return e1.Err() != nil }, "the old lease ends at the announcement")
 	t.Logf("old lease ended %s after the take-over", time.Since(start).Round(time.Millisecond))
 	var by *lease.SupersededByError
