@@ -106,7 +106,8 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "what happens to an event whose issue is locked by another holder, per event type: "+
 		"comma-separated <event type>=<policy> and *=<policy> (every other type; a bare policy is the default), e.g. triage.requested=drop,rebase.requested=coalesce,*=delay:2m. "+
 		"Policies: drop (acked, recorded as lock.dropped), coalesce (kept as the issue's one queued follow-up, published at the release), "+
-		"deliver (a follow-up of the run: appended to its lease's mailbox, fed to its agent as YMIR_MAILBOX; those it does not acknowledge start one next run; recorded as lock.delivered), "+
+		"deliver (a follow-up of the run: appended to its lease's mailbox, fed to its agent as YMIR_MAILBOX; those it does not acknowledge start one next run; recorded as lock.delivered; "+
+		"a maintainer's Jira comment reaches a run as the event type comment.created, published by ymirflow webhook: comment.created=deliver,*=drop delivers comments only), "+
 		"delay:D[:MAX] (acked and re-queued to run after D plus up to 20% jitter, doubling per delay of the same event up to MAX, by default 8×D; "+
 		"kept in Redis, so a restart loses nothing; recorded as lock.delayed with delayed_until), "+
 		"supersede (the newer event replaces the running one, in any worker process: it takes the lease over with a higher fence, so the old run's writes are refused at once, "+
