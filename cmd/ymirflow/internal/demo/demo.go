@@ -472,9 +472,12 @@ func (r *run) startWorkers(ctx context.Context) error {
 	lockTTL, retryInitial := r.timing()
 	runner := planRunner{base: demorunner.Runner{Duration: r.o.AgentDuration, Seed: r.o.Seed}, plans: r.plans,
 		commenting: func(issue string) { r.comment(wctx, issue) }, heard: r.hear}
-	// A maintainer's comment (comment.created) that meets a running holder goes to its
-	// mailbox; any other busy event is dropped, as the duplicates must be.
-	policies := lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop},
+	// On triage, the stage the demo's comment reaches, a maintainer's comment
+	// (comment.created) that meets a running holder goes to its mailbox; any other busy
+	// event is dropped, as the duplicates must be. The other stages only drop: a
+	// deliver rule costs a router its leases taken ahead (lockmw), and no comment
+	// reaches them in the demo.
+	triagePolicies := lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop},
 		ByType: map[string]lockmw.Rule{event.CommentCreated: {Policy: lockmw.Deliver}}}
 	// Claims never happen in a demo that drains in time: MaxIdleTime outlasts it. (On
 	// miniredis they would be unsafe: its XCLAIM ignores min-idle-time.)
@@ -495,9 +498,13 @@ func (r *run) startWorkers(ctx context.Context) error {
 			h, err := handlers.New(handlers.Config{Agent: st.agent, Branch: st.branch, Runner: runner, Jira: r.jc,
 				Publisher: event.NewPublisher(r.rdb, event.DefaultMaxLen),
 				Results:   event.NewResults(r.rdb, r.topo.Results(), event.DefaultMaxLen),
-				Topology:  r.topo, MaxRetries: r.o.MaxRetries, Logger: log, Mailbox: true})
+				Topology:  r.topo, MaxRetries: r.o.MaxRetries, Logger: log, Mailbox: st.agent == "triage"})
 			if err != nil {
 				return err
+			}
+			policies := lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop}}
+			if st.agent == "triage" {
+				policies = triagePolicies
 			}
 			router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: r.rdb, ClientOptions: r.opts, Topology: r.topo,
 				Agent: st.agent, Branch: st.branch, Consumer: consumer, Concurrency: 1,

@@ -377,11 +377,18 @@ func (p planRunner) Run(ctx context.Context, req runners.RunRequest) (runners.Re
 	} else {
 		d.Mix = map[string]int{at(s.Downstream, req.Attempt): 1}
 	}
-	var acked []string
+	var heard chan []string
 	if s.Comment && req.Agent == "triage" && req.Attempt == 1 && req.Mailbox != nil && p.commenting != nil {
-		acked = p.awaitFollowup(ctx, req)
+		// Listened for while the simulated run works, as an agent would: the comment
+		// lengthens the run only if it takes longer to come than the run does.
+		heard = make(chan []string, 1)
+		go func() { heard <- p.awaitFollowup(ctx, req) }()
 	}
 	res, err := d.Run(ctx, req)
+	var acked []string
+	if heard != nil {
+		acked = <-heard
+	}
 	if err == nil && len(acked) > 0 {
 		// Read and acted on: acknowledged, so the handler records it delivered.
 		res.Delivered, res.FollowupsAcked = acked, acked
