@@ -459,7 +459,10 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 		}
 	}
 	if hasEntry && m.rule(msg).Policy == Supersede {
-		ao.Supersede = true
+		// The take-over acquire does not drain (another event type's coalesce or deliver
+		// rule turns Drain on for the subscription): with it, every such event was
+		// refused and redelivered forever.
+		ao.Supersede, ao.Drain = true, false
 	}
 	if pol := m.rule(msg).Policy; hasEntry && (pol == Coalesce || pol == Deliver) {
 		fields, err := m.cfg.Source.Encode(msg)
