@@ -51,7 +51,7 @@ type state struct {
 // copy appended again later) or delivered to a holder's mailbox ends with that record;
 // what became of the copy or the follow-up is checked on its own (checkPolicies).
 var terminalTypes = []string{event.StageDone, event.StageFailed, event.LockDropped,
-	event.LockCoalesced, event.LockDelayed, event.LockDelivered}
+	event.LockCoalesced, event.LockDelayed, event.LockDelivered, event.LockSuperseded}
 
 func str(v any) string {
 	s, _ := v.(string)
@@ -220,6 +220,7 @@ type report struct {
 	done, failed, dead, dropped int
 	runs                        int
 	delayed, delivered          int // events re-queued (delay) or put in a holder's mailbox (deliver)
+	superseded                  int // events replaced by a newer one (supersede)
 	policy                      policyReport
 	crashDuplicates             []string // tolerated: see checkOptions
 	// resolutionLost: issues whose only triage record is "skipped" (a redelivery found the
@@ -231,9 +232,9 @@ type report struct {
 
 func (r report) String() string {
 	return fmt.Sprintf("%d events: %d done, %d failed (stage.failed + dead letter), %d dead only, %d dropped as locked, "+
-		"%d delayed, %d delivered to a mailbox%s; "+
+		"%d delayed, %d delivered to a mailbox%s, %d superseded; "+
 		"%d runner runs; %d duplicate outcomes after a crash; %d triage outcomes recorded only as skipped; %d violations",
-		r.events, r.done, r.failed, r.dead, r.dropped, r.delayed, r.delivered, r.policy, r.runs, len(r.crashDuplicates),
+		r.events, r.done, r.failed, r.dead, r.dropped, r.delayed, r.delivered, r.policy, r.superseded, r.runs, len(r.crashDuplicates),
 		len(r.resolutionLost), len(r.violations))
 }
 
@@ -384,6 +385,15 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 				}
 				if len(ds) > 0 {
 					v("%s is dropped and dead-lettered", what)
+				}
+			case event.LockSuperseded:
+				// Only a newer event of the stream supersedes (stream ids compare).
+				rep.superseded++
+				if by := str(r.Values["holder_message_id"]); by == "" || streamid.Compare(by, e.id) <= 0 {
+					v("%s superseded by %q, not a newer entry: %s", what, by, describe(rs))
+				}
+				if len(ds) > 0 {
+					v("%s is superseded and dead-lettered", what)
 				}
 			case event.LockDelayed, event.LockDelivered:
 				if metOwnRun(r, e) {

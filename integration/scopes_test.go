@@ -180,35 +180,46 @@ func TestScopeIssueAcrossAgentsUnderKills(t *testing.T) {
 // TestBusyPoliciesMixedUnderKills (issues 23 and 24): one ON_CONFLICT table gives each
 // event type its policy (triage drop, rebase coalesce, backport delay:300ms:2s, rebuild
 // deliver with a mailbox of 4; runners acknowledge about half of the follow-ups they
-// read), requests come in bursts on a few issues, and a random worker is SIGKILLed every
-// 1 to 2 s. Halfway, every backport worker is SIGKILLed at once while events wait in the
+// read; rebase on c10s, on issues of its own, supersede), requests come in bursts on a
+// few issues, and a random worker is SIGKILLed every 1 to 2 s. Halfway, every backport worker is SIGKILLed at once while events wait in the
 // delayed set, and restarted only after they are due. Every event ends with one terminal
 // record, every delayed copy is appended once and never runs early, every follow-up is
-// accounted for (delivered to a live run, rolled into the next run, or dead-lettered).
+// accounted for (delivered to a live run, rolled into the next run, or dead-lettered),
+// every superseded event names a newer one, and a superseded run ends before the newer
+// one starts (the ledger).
 func TestBusyPoliciesMixedUnderKills(t *testing.T) {
 	o := defaultOptions()
 	o.fetcher = false
 	o.runnerMin, o.runnerMax = 150, 600
 	o.runnerEnv = []string{"RUNNER_ACK_MAILBOX=1"}
 	const minDelay = 300 * time.Millisecond
-	o.workerArgs = func(group) []string {
-		return []string{"--on-conflict", "triage.requested=drop,rebase.requested=coalesce,backport.requested=delay:300ms:2s," +
+	triage := group{agent: "triage"}
+	rebase, backport, rebuild := group{"rebase", "c9s"}, group{"backport", "c9s"}, group{"rebuild", "c9s"}
+	// supersede has a group of its own: rebase on c10s, on issues no other rebase worker
+	// sees (the lease of rebase on an issue is one across branches, and all workers of
+	// one agent on one issue should share ON_CONFLICT).
+	newest := group{"rebase", "c10s"}
+	o.workerArgs = func(g group) []string {
+		rebasePolicy := "coalesce"
+		if g == newest {
+			rebasePolicy = "supersede"
+		}
+		return []string{"--on-conflict", "triage.requested=drop,rebase.requested=" + rebasePolicy + ",backport.requested=delay:300ms:2s," +
 			"rebuild.requested=deliver", "--mailbox-depth", "4"}
 	}
 	s := newScenario(t, o)
-	triage := group{agent: "triage"}
-	rebase, backport, rebuild := group{"rebase", "c9s"}, group{"backport", "c9s"}, group{"rebuild", "c9s"}
 	s.startGroups(1, triage)
-	s.startGroups(2, rebase, backport, rebuild)
+	s.startGroups(2, rebase, backport, rebuild, newest)
 	// Downstream issues (RHEL-22 fails: retried, then dead-lettered); triage issues are
 	// resolved not-affected or postponed (N%20 is 0 or 1), so triage publishes nothing
 	// downstream, and each gets one burst: a run and the events dropped beside it.
 	downstream := []string{"RHEL-1", "RHEL-2", "RHEL-3", "RHEL-22"}
+	superseded := []string{"RHEL-7", "RHEL-8"}
 	var triageIssues []string
 	for n := 20; n <= 400; n += 20 {
 		triageIssues = append(triageIssues, fmt.Sprintf("RHEL-%d", n), fmt.Sprintf("RHEL-%d", n+1))
 	}
-	s.seedJira(append(slices.Clone(downstream), triageIssues...)...)
+	s.seedJira(append(append(slices.Clone(downstream), superseded...), triageIssues...)...)
 
 	published := map[string]int{}
 	burst := func(g group, key string) error {
@@ -220,7 +231,7 @@ func TestBusyPoliciesMixedUnderKills(t *testing.T) {
 			if _, err := s.publish(g, key, nil); err != nil {
 				return err
 			}
-			published[g.agent]++
+			published[g.String()]++
 		}
 		return nil
 	}
@@ -232,13 +243,15 @@ func TestBusyPoliciesMixedUnderKills(t *testing.T) {
 		// until a worker of the stream is back, after they are all due.
 		delayedAtKill, restartGap = s.killGroupPastDelays(backport, 2500*time.Millisecond)
 	}, func() {
-		for i := range 72 {
+		for i := range 90 {
 			var err error
-			switch g := []group{triage, rebase, backport, rebuild}[i%4]; {
-			case g == triage && i%8 == 0:
-				err = burst(g, triageIssues[i/8])
+			switch g := []group{triage, rebase, backport, rebuild, newest}[i%5]; {
+			case g == triage && i%10 == 0:
+				err = burst(g, triageIssues[i/10])
 			case g == rebuild:
 				err = burst(g, downstream[rand.IntN(2)])
+			case g == newest:
+				err = burst(g, superseded[rand.IntN(2)])
 			case g != triage && rand.IntN(3) != 0:
 				err = burst(g, downstream[rand.IntN(len(downstream))])
 			}
@@ -246,7 +259,7 @@ func TestBusyPoliciesMixedUnderKills(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			time.Sleep(150 * time.Millisecond) // the feed's pace
+			time.Sleep(120 * time.Millisecond) // the feed's pace
 		}
 	})
 	end := s.waitSettled(2 * time.Minute)
@@ -263,9 +276,17 @@ func TestBusyPoliciesMixedUnderKills(t *testing.T) {
 	for _, m := range st.results {
 		byType[str(m.Values["event_type"])]++
 	}
-	for _, et := range []string{event.LockDropped, event.LockCoalesced, event.LockDelayed, event.LockDelivered, event.FollowupRolled} {
+	for _, et := range []string{event.LockDropped, event.LockCoalesced, event.LockDelayed, event.LockDelivered, event.FollowupRolled,
+		event.LockSuperseded} {
 		if byType[et] == 0 {
 			t.Errorf("no %s record: the scenario did not exercise that policy (records by type: %v)", et, byType)
+		}
+	}
+	runs, _ := s.runs()
+	cancelled := 0
+	for _, r := range runs {
+		if r.agent == newest.agent && r.branch == newest.branch && r.how == "term" {
+			cancelled++
 		}
 	}
 	mailboxFull := 0
@@ -275,9 +296,10 @@ func TestBusyPoliciesMixedUnderKills(t *testing.T) {
 		}
 	}
 	t.Logf("FIGURE policies: published %v with %d SIGKILLs, settled in %s; all backport workers killed with %d events "+
-		"delayed and restarted %s later; records by type %v; %d follow-ups dead-lettered at the mailbox's depth; %s",
+		"delayed and restarted %s later; records by type %v; %d follow-ups dead-lettered at the mailbox's depth; "+
+		"%d rebase runs on c10s cancelled by a newer event; %s",
 		published, kills, end.Sub(start).Round(time.Millisecond), delayedAtKill, restartGap.Round(time.Millisecond),
-		byType, mailboxFull, rep)
+		byType, mailboxFull, cancelled, rep)
 }
 
 // killGroupPastDelays SIGKILLs every live worker of g, waits gap (longer than the
