@@ -106,6 +106,19 @@ type Peeker interface {
 	Peek() (id, issueKey string, ok bool)
 }
 
+// Waiting is an entry a subscription read ahead and has not handed over yet.
+type Waiting struct {
+	ID, IssueKey, EventType string
+}
+
+// Waiter is implemented by sources that read ahead: Waiting lists the entries read and
+// not yet handed over, without blocking. Under policy Supersede, a newer event for the
+// issue of the run under way that waits there (where it would never meet the lease)
+// cancels that run, as one handled elsewhere would.
+type Waiter interface {
+	Waiting() []Waiting
+}
+
 // Config configures NewMiddleware, which checks it once.
 type Config struct {
 	// Locker hands out the leases. Required.
@@ -322,7 +335,9 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 		if ran {
+			stopWatch := m.watchWaiting(msg, le, entry, hasEntry)
 			out, err = m.run(h, msg, le)
+			stopWatch()
 		}
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -405,6 +420,52 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		}
 		return out, nil
 	}
+}
+
+// watchWaiting, under policy Supersede, looks every 50 ms while the run goes on at the
+// entries the subscription read ahead: a newer one for the same issue whose rule is
+// Supersede too ends the lease with a *lease.SupersededByError naming it. The lease is
+// still ours in Redis (nothing else can take it while its successor waits here, and
+// the successor starts only once this run has returned), so the run is cancelled and
+// recorded as superseded exactly as if the newer event had met it from another
+// consumer. It returns the function that stops the watch.
+func (m *Middleware) watchWaiting(msg *message.Message, le *lease.Lease, entry Entry, hasEntry bool) func() {
+	w, ok := m.cfg.Source.(Waiter)
+	if !ok || !hasEntry || m.rule(msg).Policy != Supersede {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-le.Context().Done():
+				return
+			case <-t.C:
+			}
+			for _, q := range w.Waiting() {
+				if streamid.Compare(q.ID, entry.ID) <= 0 || m.policyOf(q.EventType) != Supersede {
+					continue
+				}
+				if issue, err := m.cfg.Locker.Canonicalize(q.IssueKey); err == nil && issue == le.Issue() {
+					le.Supersede(q.ID)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// policyOf is the busy policy of an event of type eventType.
+func (m *Middleware) policyOf(eventType string) Policy {
+	if len(m.cfg.Policies.ByType) == 0 {
+		return m.cfg.Policies.Default.Policy
+	}
+	return m.cfg.Policies.For(eventType).Policy
 }
 
 // releaseLater retries the release and ack of a finished event whose release failed

@@ -72,9 +72,9 @@ const defaultOfferAfter = time.Second
 // queued is an entry read and not yet handed to the middleware. values are its stream
 // fields, kept to decide once, at Peek, whether the dead-letter path will take it.
 type queued struct {
-	id, issueKey string
-	values       map[string]any
-	checked      bool
+	id, issueKey, eventType string
+	values                  map[string]any
+	checked                 bool
 }
 
 // The event format's Marshaller is the subscribers' unmarshaller.
@@ -482,8 +482,25 @@ func (s *subscription) stamp(stream string, msgs []redis.XMessage, now string) {
 		msgs[i].Values[event.FieldReadAt] = now
 		s.inflight[msgs[i].ID] = struct{}{}
 		key, _ := msgs[i].Values[event.MetaPrefix+event.MetaIssueKey].(string)
-		s.queue = append(s.queue, queued{id: msgs[i].ID, issueKey: key, values: msgs[i].Values})
+		et, _ := msgs[i].Values[event.MetaPrefix+event.MetaEventType].(string)
+		s.queue = append(s.queue, queued{id: msgs[i].ID, issueKey: key, eventType: et, values: msgs[i].Values})
 	}
+}
+
+// Waiting lists the entries read ahead and not yet handed over, without waiting (the
+// supersede policy: a newer event for the issue of the run under way, read ahead by
+// this very subscription, cancels it rather than waiting behind it).
+func (s *subscription) Waiting() []lockmw.Waiting {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return nil
+	}
+	w := make([]lockmw.Waiting, len(s.queue))
+	for i, q := range s.queue {
+		w[i] = lockmw.Waiting{ID: q.id, IssueKey: q.issueKey, EventType: q.eventType}
+	}
+	return w
 }
 
 // defaultPeekWait is how long Peek waits for a read that was sent this recently: a read

@@ -304,3 +304,43 @@ func TestSupersedeStartsNoFurtherAttempt(t *testing.T) {
 		t.Fatal("the superseded event was dead-lettered")
 	}
 }
+
+// A newer event read ahead by the very subscription whose handler runs the issue (one
+// worker, one subscription per stream) would wait behind the run and never meet the
+// lease: under supersede it cancels the run all the same, is recorded as superseding
+// it, and runs right after.
+func TestSupersedeFromTheHoldersOwnReadAhead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := event.NewResults(e.rdb, e.topo.Results(), 0)
+	var mu sync.Mutex
+	var first string
+	e.start(ctx, routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second, Policy: lockmw.Supersede}, func(msg *message.Message) error {
+		mu.Lock()
+		isFirst := event.EntryID(msg) == first
+		mu.Unlock()
+		if isFirst {
+			<-msg.Context().Done()
+			return context.Cause(msg.Context())
+		}
+		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
+			IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
+		return err
+	})
+	mu.Lock()
+	first = e.publishTriage("RHEL-5")
+	mu.Unlock()
+	redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 1 }, "the first event runs")
+	second := e.publishTriage("RHEL-5")
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		return len(e.results(event.StageDone)) == 1 && len(supersededRecords(e)) == 1 && e.pending(e.triage()) == 0
+	}, "the read-ahead newer event cancelled the run and ran")
+	if rec := supersededRecords(e)[first]; rec.Values["holder_message_id"] != second || rec.Values["cancelled"] != "true" {
+		t.Fatalf("lock.superseded %v, want it to name %s", rec.Values, second)
+	}
+	if done := e.results(event.StageDone)[0]; done.Values["message_id"] != second {
+		t.Fatalf("outcome of %v, want %s", done.Values["message_id"], second)
+	}
+}

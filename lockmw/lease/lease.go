@@ -316,6 +316,15 @@ func (le *Lease) notOurs() error {
 	return fmt.Errorf("%w: extend found %s not ours", ErrLeaseLost, le.keys.Lock)
 }
 
+// Supersede ends the lease's run in favour of the newer event by, which could not
+// take the lease over itself (it waits in the holder's own read-ahead, behind this
+// run): the context is cancelled with a *SupersededByError naming it (Fence 0: the
+// newer run's fence is taken when it acquires). The key stays ours until Release, and
+// the newer event runs only after it.
+func (le *Lease) Supersede(by string) {
+	le.end(&SupersededByError{Agent: le.agent, Issue: le.issue, ByMessageID: by})
+}
+
 // Supersedes is the stream entry whose run this lease took over (AcquireOptions.
 // Supersede), or "".
 func (le *Lease) Supersedes() string { return le.supersedes }
