@@ -50,7 +50,7 @@ func NewMetrics() *Metrics {
 			Help: "Events for a busy issue, by outcome (dropped, coalesced, delivered, delayed, superseded) and reason (locked, superseded, cancelled: a run taken over by a newer event)."},
 			[]string{"agent", "outcome", "reason"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_lost_total",
-			Help: "Leases lost while held, by cause (lost, unproven, max_hold, superseded: taken over by a newer event, ON_CONFLICT=supersede)."}, []string{"agent", "cause"}),
+			Help: "Leases lost while held, by cause (lost, unproven, max_hold, superseded: taken over by a newer event under the supersede busy policy)."}, []string{"agent", "cause"}),
 		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ymirflow", Name: "lease_hold_seconds",
 			Help: "How long leases were held.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"agent"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "dead_letters_total",

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,13 +107,23 @@ func TestBrowserEndToEnd(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// text reads an element's text inside the page, in one evaluation: the console
+	// replaces live rows while it refreshes them, so a node looked up by id in one
+	// round trip can be gone by the next ("No node with given id found").
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
+		js := `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); return e ? e.innerText : ""; })()`
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			s, err := chromedp.Run(bctx, chromedp.Evaluate[string](js))
+			if err == nil && s != "" {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("text of %s: %q, %v", sel, s, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		return s
 	}
 	base := e.ts.URL
 
