@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
@@ -23,6 +25,24 @@ import (
 
 // kitAgent is one agent of examples/agents: the command that runs it.
 type kitAgent struct{ name, command string }
+
+// kitWorld clears ymirflow's settings from the environment, points REDIS_URL at the
+// test Redis and sets the example agents' knobs (a working directory, how long they
+// work, the resolution they answer). It returns the test's Redis client, its topology
+// and the agents' working directory.
+func kitWorld(t *testing.T, workMS string) (*redis.Client, event.Topology, string) {
+	t.Helper()
+	for name := range config.EnvNames() {
+		t.Setenv(name, "")
+	}
+	t.Setenv("REDIS_URL", redistest.URL())
+	admin, ns := redistest.Client(t)
+	dir := t.TempDir()
+	t.Setenv("AGENT_WORKDIR", dir)
+	t.Setenv("AGENT_WORK_MS", workMS)
+	t.Setenv("AGENT_RESOLUTION", "not-affected")
+	return admin, event.Topology{Namespace: strings.TrimSuffix(ns, ":")}, dir
+}
 
 // kitAgents returns the example agents, the Go one built into a temp dir. Python 3 is
 // required: without it the test fails and says so (as the Redis tests do without a
@@ -156,16 +176,7 @@ func TestExampleAgentsThroughWorker(t *testing.T) {
 	for _, a := range agents {
 		t.Run(a.name, func(t *testing.T) {
 			// Not parallel: the worker reads its settings from the environment (t.Setenv).
-			for name := range config.EnvNames() {
-				t.Setenv(name, "")
-			}
-			t.Setenv("REDIS_URL", redistest.URL())
-			admin, ns := redistest.Client(t)
-			topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
-			dir := t.TempDir()
-			t.Setenv("AGENT_WORKDIR", dir)
-			t.Setenv("AGENT_WORK_MS", "100")
-			t.Setenv("AGENT_RESOLUTION", "not-affected")
+			admin, topo, dir := kitWorld(t, "100")
 			srv := fakejira.New(fakejira.Options{Token: "kit-token", Issues: []fakejira.Issue{{Key: "RHEL-901", Summary: "s"}}})
 			ts := httptest.NewServer(srv)
 			t.Cleanup(ts.Close)

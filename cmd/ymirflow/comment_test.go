@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
@@ -34,16 +33,7 @@ import (
 func TestCommentReachesRunningAgent(t *testing.T) {
 	// Not parallel: the commands read their settings from the environment (t.Setenv).
 	py := kitAgents(t)[0]
-	for name := range config.EnvNames() {
-		t.Setenv(name, "")
-	}
-	t.Setenv("REDIS_URL", redistest.URL())
-	admin, ns := redistest.Client(t)
-	topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
-	dir := t.TempDir()
-	t.Setenv("AGENT_WORKDIR", dir)
-	t.Setenv("AGENT_WORK_MS", "5000")
-	t.Setenv("AGENT_RESOLUTION", "not-affected")
+	admin, topo, dir := kitWorld(t, "5000")
 	const (
 		issue   = "RHEL-904"
 		token   = "kit-token-0042"

@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
@@ -74,16 +73,7 @@ func TestDeliverFollowupToRunningAgent(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				// Not parallel: the worker reads its settings from the environment (t.Setenv), and it times the delivery.
-				for name := range config.EnvNames() {
-					t.Setenv(name, "")
-				}
-				t.Setenv("REDIS_URL", redistest.URL())
-				admin, ns := redistest.Client(t)
-				topo := event.Topology{Namespace: strings.TrimSuffix(ns, ":")}
-				dir := t.TempDir()
-				t.Setenv("AGENT_WORKDIR", dir)
-				t.Setenv("AGENT_WORK_MS", "5000")
-				t.Setenv("AGENT_RESOLUTION", "not-affected")
+				admin, topo, dir := kitWorld(t, "5000")
 				if !ack {
 					t.Setenv("AGENT_NO_ACK", "1")
 				}
