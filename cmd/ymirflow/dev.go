@@ -150,7 +150,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			"--log-level", cfg.LogLevel, "--log-format", cfg.LogFormat,
 			"--webhook", "http://"+webhookAddr+"/", "--webhook-secret", secret)
 		if err := waitHTTP(dctx, jiraURL+"/rest/api/2/myself", g); err != nil {
-			return g.wait(err)
+			return g.wait(dctx, err)
 		}
 	}
 	webhookOn := fakeJira || given["webhook-secret"] || given["webhook-secret-file"] || os.Getenv("WEBHOOK_SECRET") != "" || os.Getenv("WEBHOOK_SECRET_FILE") != ""
@@ -183,16 +183,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	// Ready: the console answers and every worker holds its consumer name.
 	if err := waitHTTP(dctx, "http://"+webAddr+"/", g); err != nil {
-		return g.wait(err)
+		return g.wait(dctx, err)
 	}
 	if err := waitClaims(dctx, redisURL, cfg.Namespace, consumers, g); err != nil {
-		return g.wait(err)
+		return g.wait(dctx, err)
 	}
 	devBanner(stdout, devInfo{redisURL: redisURL, embedded: embedded, namespace: cfg.Namespace, jiraURL: jiraURL,
 		fakeJira: fakeJira, issues: cfg.Issues, webhook: webhookOn, webhookAddr: webhookAddr, interval: cfg.Interval,
 		exec: cfg.Exec, demoDuration: cfg.DemoDuration, webAddr: webAddr, token: token, logDir: logDir})
 
-	err = g.wait(nil)
+	err = g.wait(dctx, nil)
 	if ctx.Err() != nil && err == nil {
 		fmt.Fprintln(stdout, "ymirflow dev: stopped; every component shut down cleanly.")
 	}
@@ -245,9 +245,10 @@ func (g *devGroup) failed() error {
 	return g.err
 }
 
-// wait stops everything when cause is not nil, then waits for the components (at most
-// devStopBudget) and returns the first error.
-func (g *devGroup) wait(cause error) error {
+// wait stops everything when cause is not nil, and otherwise runs until ctx (the
+// group's context) ends: Ctrl-C or a component's failure. Only then does the stop
+// budget start: the components get devStopBudget to end. It returns the first error.
+func (g *devGroup) wait(ctx context.Context, cause error) error {
 	if cause != nil {
 		g.fail(cause)
 	}
@@ -255,8 +256,14 @@ func (g *devGroup) wait(cause error) error {
 	go func() { g.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(devStopBudget):
-		g.fail(fmt.Errorf("components still running %s after the stop", devStopBudget))
+	case <-ctx.Done():
+		select {
+		case <-done:
+		case <-time.After(devStopBudget):
+			// The log files stay open: a component still running may yet write to them.
+			g.fail(fmt.Errorf("components still running %s after the stop", devStopBudget))
+			return g.failed()
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -267,6 +267,29 @@ func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// Issue 35: dev runs until Ctrl-C, not until its longest internal timeout (the stop
+	// budget, the start-up waits, 30s each). It stays up past all of them, the console
+	// answering and a worker still taking new work at the end.
+	keepUp := devStopBudget + 35*time.Second
+	for time.Since(start) < keepUp {
+		select {
+		case <-dev.done:
+			t.Fatalf("dev ended by itself %v after the start (%v)\nstdout:\n%s\nstderr:\n%s",
+				time.Since(start).Round(time.Second), dev.err, dev.stdout(), dev.stderr())
+		case <-time.After(2 * time.Second):
+		}
+		resp, err := http.Get(consoleURL + "api/v1/overview")
+		if err != nil {
+			t.Fatalf("console %v after the start: %v", time.Since(start).Round(time.Second), err)
+		}
+		resp.Body.Close()
+	}
+	before := strings.Count(cmd("history", "RHEL-1002"), "\n")
+	cmd("enqueue", "RHEL-1002")
+	redistest.Eventually(t, 30*time.Second, func() bool {
+		return strings.Count(cmd("history", "RHEL-1002"), "\n") > before
+	}, "a worker of dev took no new work %v after the start", keepUp)
+
 	code, took := dev.stop(20 * time.Second)
 	if code != 0 || !strings.Contains(dev.stdout(), "stopped") {
 		t.Fatalf("dev after SIGINT: exit %d after %v\nstdout:\n%s\nstderr:\n%s", code, took, dev.stdout(), dev.stderr())
