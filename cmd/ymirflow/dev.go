@@ -99,7 +99,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// Unreachable: one line now, not one per component.
 		rdb, err := pipeline.Connect(ctx, redisURL)
 		if err != nil {
-			return fmt.Errorf("REDIS_URL (--redis-url): %w", err)
+			return devRedisError(redisURL, cfg.RedisAddr, err)
 		}
 		_ = rdb.Close()
 	}
@@ -143,7 +143,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	dctx, stop := context.WithCancel(ctx)
 	defer stop()
-	g := &devGroup{stop: stop, logDir: logDir}
+	g := &devGroup{stop: stop, logDir: logDir, namespace: cfg.Namespace}
 	if fakeJira {
 		g.start(dctx, "fakejira", runFakeJira, "--addr", strings.TrimPrefix(jiraURL, "http://"),
 			"--issues", strconv.Itoa(cfg.Issues), "--seed", strconv.FormatInt(cfg.Seed, 10),
@@ -201,12 +201,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // devGroup runs dev's components; the first that ends with an error stops the others.
 type devGroup struct {
-	stop   context.CancelFunc
-	logDir string
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	err    error
-	files  []*os.File
+	stop      context.CancelFunc
+	logDir    string
+	namespace string
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	err       error
+	files     []*os.File
 }
 
 func (g *devGroup) start(ctx context.Context, name string, run func(context.Context, []string, io.Writer, io.Writer) error, args ...string) {
@@ -224,10 +225,38 @@ func (g *devGroup) start(ctx context.Context, name string, run func(context.Cont
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		if err := run(ctx, args, out, out); err != nil {
+		err := run(ctx, args, out, out)
+		switch {
+		case errors.Is(err, pipeline.ErrConsumerInUse):
+			// dev names its workers itself: the user never set CONSUMER_NAME.
+			g.fail(usagef("another `ymirflow dev` runs on namespace %s of this Redis (%v): stop it, "+
+				"or give this one another namespace (--ymir-namespace)", g.namespace, inUseDetail(err)))
+		case err != nil:
 			g.fail(fmt.Errorf("%s: %w (its log: %s)", name, err, f.Name()))
 		}
 	}()
+}
+
+// inUseDetail returns the part of err that says which process holds the name
+// ("consumer name in use: pid N on host H ..."), without the worker's advice.
+func inUseDetail(err error) error {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if errors.Unwrap(e) == pipeline.ErrConsumerInUse {
+			return e
+		}
+	}
+	return err
+}
+
+// devRedisError explains why REDIS_URL's server did not answer dev's PING. The common
+// case is a terminal that still has the REDIS_URL an earlier dev printed for its
+// embedded Redis, which went away with it.
+func devRedisError(redisURL, embeddedAddr string, err error) error {
+	if errors.Is(err, pipeline.ErrRedisUnreachable) && strings.Contains(redisURL, "://"+embeddedAddr+"/") {
+		return usagef("REDIS_URL = %s is the embedded Redis of an earlier `ymirflow dev`, gone when it stopped: "+
+			"unset REDIS_URL (unset REDIS_URL YMIR_NAMESPACE) to start a new embedded one, or set it to a running Redis", redact.URL(redisURL))
+	}
+	return fmt.Errorf("REDIS_URL (--redis-url): %w", err)
 }
 
 func (g *devGroup) fail(err error) {
