@@ -173,3 +173,52 @@ func TestNotReplicatedDrainingLeaseIsNoRun(t *testing.T) {
 		t.Fatalf("d, which entered before the given-back lease: ran %v, %v; want it run", ran, err)
 	}
 }
+
+// A supersede take-over whose wait for the old run ends first (its worker shuts down)
+// gives the lease back: no run happened under it, so it records none, and an event of
+// the issue that entered before it still runs. Issue 34, item 1 (the give-back class).
+func TestTakeOverStoppedWaitingIsNoRun(t *testing.T) {
+	t.Parallel()
+	e := newDrainEnv(t, "rebase.requested=supersede,*=drop")
+	h, mwH := e.event(e.l, "", "h")
+	d, mwD := e.event(e.l, "", "d")
+	s, mwS := e.event(e.l, "rebase.requested", "s")
+	ctx := context.Background()
+	startedH, proceedH := make(chan struct{}), make(chan struct{})
+	doneH := blocked(h, mwH, startedH, proceedH)
+	<-startedH
+	// The superseded check has millisecond resolution: give back in a later one.
+	dID := e.rdb.XRange(ctx, e.stream, "-", "+").Val()[1].ID
+	redistest.Eventually(t, 5*time.Second, func() bool {
+		return e.rdb.Time(ctx).Val().UnixMilli() > streamMS(dID)
+	}, "Redis clock past d's entry")
+	sctx, shutdown := context.WithCancel(ctx)
+	s.SetContext(sctx)
+	startedS, proceedS := make(chan struct{}), make(chan struct{})
+	close(proceedS)
+	doneS := blocked(s, mwS, startedS, proceedS)
+	info := e.l.Keys("rebase", "RHEL-1").Info
+	redistest.Eventually(t, 5*time.Second, func() bool {
+		return e.rdb.HGet(ctx, info, "supersedes").Val() != ""
+	}, "s took the issue over")
+	shutdown()
+	if err := <-doneS; err == nil {
+		t.Fatal("s, whose wait was cut short, returned no error: its entry would be acked without a run")
+	}
+	select {
+	case <-startedS:
+		t.Fatal("s ran before the old run stopped")
+	default:
+	}
+	if done := e.l.Keys("rebase", "RHEL-1").Done; exists(t, e.rdb, done) {
+		t.Fatalf("the give-back wrote %s = %q: a run that never happened", done, e.rdb.Get(ctx, done).Val())
+	}
+	close(proceedH)
+	if err := <-doneH; err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if _, err := mwD(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })(d); err != nil || !ran {
+		t.Fatalf("d, which entered before the given-back take-over: ran %v, %v; want it run", ran, err)
+	}
+}

@@ -359,7 +359,7 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		}
 		if lost := le.Err(); lost != nil && !errors.Is(lost, lease.ErrReleased) {
 			leaseEnded(ctx, lost)
-			deleted, relErr := le.Release(cleanup)
+			deleted, relErr := end(cleanup, le, ran)
 			if err == nil && relErr == nil && deleted {
 				// The handler finished, and the key still held this lease's token when it
 				// was deleted: nobody else held the issue meanwhile, so the run was
@@ -421,6 +421,16 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		}
 		return out, nil
 	}
+}
+
+// end releases le, or gives it back when no run happened under it (its wait for a
+// superseded run to stop ended first): a give-back records no release, so no event
+// counts as superseded by a run that did not happen.
+func end(ctx context.Context, le *lease.Lease, ran bool) (bool, error) {
+	if !ran {
+		return false, le.GiveBack(ctx)
+	}
+	return le.Release(ctx)
 }
 
 // watchWaiting, under policy Supersede, looks every 50 ms while the run goes on at the

@@ -404,13 +404,19 @@ const (
 	outcomeGivenBack = "given_back"
 )
 
-// giveBack deletes a lease that no run used (taken ahead for an entry that never
-// reached the middleware, or not acknowledged by the replicas) without recording a
-// run: a release record makes the events that entered before it count as superseded,
-// and no run covered them. A follow-up queued behind it meanwhile is published.
-func (le *Lease) giveBack(ctx context.Context) {
-	_, _ = le.release(ctx, nil, outcomeGivenBack)
+// GiveBack ends a lease under which no run happened (taken ahead for an entry that
+// never reached the middleware, not acknowledged by the replicas, or a take-over whose
+// wait for the old run ended first): as Release, but it records no release. A release
+// record makes the events that entered before it count as superseded, and no run
+// covered them. A follow-up queued behind the lease meanwhile is published.
+func (le *Lease) GiveBack(ctx context.Context) error {
+	_, err := le.release(ctx, nil, outcomeGivenBack)
+	return err
 }
+
+// giveBack is GiveBack for paths that have nobody to tell of a failure: the key then
+// expires by its TTL (logged by release).
+func (le *Lease) giveBack(ctx context.Context) { _ = le.GiveBack(ctx) }
 
 // ReleaseWith is Release followed by extra commands (the middleware acks its stream
 // entry this way): they are sent only once the release has succeeded, in a second
