@@ -222,8 +222,11 @@ type AcquireOptions struct {
 	// issue's queued event, in the same atomic step; the LockedError says Delivered,
 	// or Acquire returns a *MailboxFullError. Queue is then ignored. Default: nil.
 	Deliver *DeliverOptions
-	// Drain makes Release take and publish a queued follow-up (coalesce policy).
-	// Default: false.
+	// Drain says the lease expects queued follow-ups (a coalesce or deliver rule is in
+	// use): Handoff then takes nothing ahead. Every release publishes the queued
+	// follow-up it finds, whatever Drain says: whether to drain is the key's own state
+	// (a queue exists), so a holder that took the lease over, or that did not expect a
+	// follow-up, strands none. Default: false.
 	Drain bool
 	// MaxLen trims the stream a drained follow-up is appended to (approximate).
 	// Default: 0 (no trim).
@@ -243,7 +246,8 @@ type AcquireOptions struct {
 	// WaitStopped returns once the old run has stopped (its holder released) or its key
 	// would have expired. A holder with a newer event, the same entry, or no message id
 	// is reported busy (LockedError.Newer tells the first). Requires MessageID; cannot
-	// be combined with Queue, Deliver, Drain or Shared. Default: false.
+	// be combined with Queue, Deliver or Shared. The lease's release publishes the
+	// follow-up queued behind it or behind the run it took over. Default: false.
 	Supersede bool
 	// Shared are the lease's shared keys (scopes issue and group; Scopes.Keys makes
 	// them), taken with it in one script, all or nothing, and released with it. A busy
@@ -343,7 +347,7 @@ type acquisition struct {
 }
 
 // errSupersedeOptions refuses a supersede acquire with options it cannot honour.
-var errSupersedeOptions = errors.New("lease: AcquireOptions.Supersede needs MessageID and cannot be combined with Queue, Deliver, Drain or Shared")
+var errSupersedeOptions = errors.New("lease: AcquireOptions.Supersede needs MessageID and cannot be combined with Queue, Deliver or Shared")
 
 // errSharedQueue refuses shared keys with the coalesce policy's options.
 var errSharedQueue = errors.New("lease: AcquireOptions.Shared cannot be combined with AcquireOptions.Queue or Drain")
@@ -354,7 +358,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 		return nil, err
 	}
 	a := &acquisition{l: l, agent: agent, issue: issue, owner: ao.Owner, token: newToken(), sent: time.Now(), ao: ao}
-	if ao.Supersede && (ao.Queue != nil || ao.Deliver != nil || ao.Drain || len(ao.Shared) > 0 || ao.MessageID == "") {
+	if ao.Supersede && (ao.Queue != nil || ao.Deliver != nil || len(ao.Shared) > 0 || ao.MessageID == "") {
 		return nil, errSupersedeOptions
 	}
 	if len(ao.Shared) == 0 {

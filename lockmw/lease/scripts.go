@@ -30,8 +30,6 @@ var (
 	extendLua string
 	//go:embed scripts/release.lua
 	releaseLua string
-	//go:embed scripts/release_drain.lua
-	releaseDrainLua string
 	//go:embed scripts/force_release.lua
 	forceReleaseLua string
 	//go:embed scripts/acquire_or_supersede.lua
@@ -47,7 +45,6 @@ var (
 	mailboxDoneScript      = newScript(mailboxDoneLua)
 	extendScript           = newScript(extendLua)
 	releaseScript          = newScript(leaseLua + releaseLua)
-	releaseDrainScript     = newScript(releaseDrainLua)
 	forceReleaseScript     = newScript(forceReleaseLua)
 	acquireOrSupersede     = newScript(leaseLua + acquireOrSupersedeLua)
 	stopWaitScript         = newScript(leaseLua + stopWaitLua)
