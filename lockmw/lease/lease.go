@@ -34,6 +34,7 @@ type Lease struct {
 	requeued   atomic.Value  // string: id of the drained follow-up
 	appends    atomic.Int64  // fenced appends so far: each one's id for xonce
 	shared     []SharedLease // the shared keys held with it (scopes issue, group)
+	apart      bool          // shared is in another hash slot (Locker.apart): scripts of its own
 	// Supersede policy: the runs this lease's acquire found still stopping (to wait
 	// for, WaitStopped) and the message whose run it took over, if any.
 	stopping   int64
@@ -141,12 +142,29 @@ type SharedLease struct {
 // none for a lease of scope agent alone.
 func (le *Lease) Shared() []SharedLease { return le.shared }
 
-// lockInfoKeys are the lock and info keys of the lease then of its shared keys, in
-// pairs: what extend.lua extends and release.lua's release_shared deletes.
+// lockInfoKeys are the lock and info keys of the lease then of the shared keys in its
+// hash slot, in pairs: what extend.lua extends and release.lua's release_shared
+// deletes in the lease's own scripts.
 func (le *Lease) lockInfoKeys() []string {
 	keys := make([]string, 0, 2+2*len(le.shared))
 	keys = append(keys, le.keys.Lock, le.keys.Info)
-	for _, s := range le.shared {
+	if !le.apart {
+		keys = appendLockInfo(keys, le.shared)
+	}
+	return keys
+}
+
+// apartKeys are the lock and info keys of the shared keys held in another hash slot
+// (Locker.apart), in pairs, for scripts of their own; nil when there are none.
+func (le *Lease) apartKeys() []string {
+	if !le.apart {
+		return nil
+	}
+	return appendLockInfo(make([]string, 0, 2*len(le.shared)), le.shared)
+}
+
+func appendLockInfo(keys []string, shared []SharedLease) []string {
+	for _, s := range shared {
 		keys = append(keys, s.Keys.Lock, s.Keys.Info)
 	}
 	return keys
@@ -248,7 +266,27 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 	}
 }
 
+// extend extends every key of the lease: its own (with the shared keys in their slot),
+// then the shared keys held apart. Any not ours loses the lease.
 func (le *Lease) extend(ctx context.Context) (bool, error) {
+	ok, err := le.extendOwn(ctx)
+	if ok && err == nil && le.apart {
+		ok, err = le.extendApart(ctx)
+	}
+	return ok, err
+}
+
+// extendApart extends the shared keys held in another hash slot (extend.lua there;
+// with WaitReplicas, followed by a WAIT on their own primary).
+func (le *Lease) extendApart(ctx context.Context) (bool, error) {
+	if le.l.opts.WaitReplicas > 0 {
+		return le.extendReplicatedKeys(ctx, le.apartKeys(), false)
+	}
+	n, err := extendScript.Run(ctx, le.l.rdb, le.apartKeys(), le.token, le.l.ttlMS).Int64()
+	return n == 1, err
+}
+
+func (le *Lease) extendOwn(ctx context.Context) (bool, error) {
 	if le.l.opts.WaitReplicas > 0 {
 		return le.extendReplicated(ctx)
 	}
@@ -424,11 +462,7 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), m
 	if le.drain {
 		deleted, err = le.releaseDrain(ctx)
 	} else if len(le.shared) > 0 {
-		keys := le.lockInfoKeys()
-		keys = append([]string{keys[0], keys[1], le.keys.Done}, keys[2:]...)
-		var n int64
-		n, err = releaseScript.Run(ctx, le.l.rdb, keys, le.token, *mid).Int64()
-		deleted = n == 1
+		deleted, err = le.releaseScoped(ctx, *mid)
 	} else {
 		var n int64
 		n, err = runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(5),
@@ -447,6 +481,22 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), m
 		le.stopped(ctx)
 	}
 	return deleted, le.afterRelease(ctx, then)
+}
+
+// releaseScoped releases a lease that holds shared keys, recording the release for mid
+// (none when empty): release.lua deletes the keys of the lease's slot. Shared keys held
+// apart (a group key on Redis Cluster) go first, by a script of their own, so that the
+// issue's next run never finds this run's group key still held.
+func (le *Lease) releaseScoped(ctx context.Context, mid string) (bool, error) {
+	if le.apart {
+		if err := unlockSharedScript.Run(ctx, le.l.rdb, le.apartKeys(), le.token).Err(); err != nil {
+			return false, err
+		}
+	}
+	keys := le.lockInfoKeys()
+	keys = append([]string{keys[0], keys[1], le.keys.Done}, keys[2:]...)
+	n, err := releaseScript.Run(ctx, le.l.rdb, keys, le.token, mid).Int64()
+	return n == 1, err
 }
 
 // afterRelease sends then's commands, once the release has succeeded; their failure
