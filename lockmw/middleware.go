@@ -114,7 +114,9 @@ type Waiting struct {
 // Waiter is implemented by sources that read ahead: Waiting lists the entries read and
 // not yet handed over, without blocking. Under policy Supersede, a newer event for the
 // issue of the run under way that waits there (where it would never meet the lease)
-// cancels that run, as one handled elsewhere would.
+// cancels that run, as one handled elsewhere would. Waiting must list only entries that
+// pass the validation they meet when handed over (as Peek names no issue for a bad
+// one): a bad event is dead-lettered there, and must not cancel a good run first.
 type Waiter interface {
 	Waiting() []Waiting
 }

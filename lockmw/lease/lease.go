@@ -34,6 +34,7 @@ type Lease struct {
 	requeued   atomic.Value  // string: id of the drained follow-up
 	appends    atomic.Int64  // fenced appends so far: each one's id for xonce
 	shared     []SharedLease // the shared keys held with it (scopes issue, group)
+	apart      bool          // shared is in another hash slot (Locker.apart): scripts of its own
 	// Supersede policy: the runs this lease's acquire found still stopping (to wait
 	// for, WaitStopped) and the message whose run it took over, if any.
 	stopping   int64
@@ -141,12 +142,29 @@ type SharedLease struct {
 // none for a lease of scope agent alone.
 func (le *Lease) Shared() []SharedLease { return le.shared }
 
-// lockInfoKeys are the lock and info keys of the lease then of its shared keys, in
-// pairs: what extend.lua extends and release.lua's release_shared deletes.
+// lockInfoKeys are the lock and info keys of the lease then of the shared keys in its
+// hash slot, in pairs: what extend.lua extends and release.lua's release_shared
+// deletes in the lease's own scripts.
 func (le *Lease) lockInfoKeys() []string {
 	keys := make([]string, 0, 2+2*len(le.shared))
 	keys = append(keys, le.keys.Lock, le.keys.Info)
-	for _, s := range le.shared {
+	if !le.apart {
+		keys = appendLockInfo(keys, le.shared)
+	}
+	return keys
+}
+
+// apartKeys are the lock and info keys of the shared keys held in another hash slot
+// (Locker.apart), in pairs, for scripts of their own; nil when there are none.
+func (le *Lease) apartKeys() []string {
+	if !le.apart {
+		return nil
+	}
+	return appendLockInfo(make([]string, 0, 2*len(le.shared)), le.shared)
+}
+
+func appendLockInfo(keys []string, shared []SharedLease) []string {
+	for _, s := range shared {
 		keys = append(keys, s.Keys.Lock, s.Keys.Info)
 	}
 	return keys
@@ -248,7 +266,27 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 	}
 }
 
+// extend extends every key of the lease: its own (with the shared keys in their slot),
+// then the shared keys held apart. Any not ours loses the lease.
 func (le *Lease) extend(ctx context.Context) (bool, error) {
+	ok, err := le.extendOwn(ctx)
+	if ok && err == nil && le.apart {
+		ok, err = le.extendApart(ctx)
+	}
+	return ok, err
+}
+
+// extendApart extends the shared keys held in another hash slot (extend.lua there;
+// with WaitReplicas, followed by a WAIT on their own primary).
+func (le *Lease) extendApart(ctx context.Context) (bool, error) {
+	if le.l.opts.WaitReplicas > 0 {
+		return le.extendReplicatedKeys(ctx, le.apartKeys(), false)
+	}
+	n, err := extendScript.Run(ctx, le.l.rdb, le.apartKeys(), le.token, le.l.ttlMS).Int64()
+	return n == 1, err
+}
+
+func (le *Lease) extendOwn(ctx context.Context) (bool, error) {
 	if le.l.opts.WaitReplicas > 0 {
 		return le.extendReplicated(ctx)
 	}
@@ -434,8 +472,11 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), o
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
-	res, err := le.runRelease(ctx, outcome, "").Slice()
-	deleted, err := le.releaseScripted(ctx, outcome, res, err)
+	deleted, err := le.unlockApart(ctx)
+	if err == nil {
+		res, rerr := le.runRelease(ctx, outcome, "").Slice()
+		deleted, err = le.releaseScripted(ctx, outcome, res, rerr)
+	}
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
 	}
@@ -448,6 +489,17 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), o
 		le.stopped(ctx)
 	}
 	return deleted, le.afterRelease(ctx, then)
+}
+
+// unlockApart releases the shared keys held apart (a group key on Redis Cluster, in
+// another hash slot) by a script of their own, before release.lua releases the keys of
+// the lease's slot, so that the issue's next run never finds this run's group key
+// still held. Nothing to do without such keys.
+func (le *Lease) unlockApart(ctx context.Context) (bool, error) {
+	if !le.apart {
+		return false, nil
+	}
+	return false, unlockSharedScript.Run(ctx, le.l.rdb, le.apartKeys(), le.token).Err()
 }
 
 // afterRelease sends then's commands, once the release has succeeded; their failure
@@ -484,10 +536,15 @@ func (le *Lease) releaseArgs(outcome string, published *string) ([]any, int) {
 	if le.l.opts.Format == KeysCluster {
 		mode = &modeCluster
 	}
-	nkeys := 5 + 2*len(le.shared)
+	// Shared keys held apart are released by unlockApart, not in this slot's script.
+	var shared []SharedLease
+	if !le.apart {
+		shared = le.shared
+	}
+	nkeys := 5 + 2*len(shared)
 	args := append(scriptArgs(nkeys+9), &le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.keys.Queue, &le.keys.Mailbox)
-	for i := range le.shared {
-		args = append(args, &le.shared[i].Keys.Lock, &le.shared[i].Keys.Info)
+	for i := range shared {
+		args = append(args, &shared[i].Keys.Lock, &shared[i].Keys.Info)
 	}
 	return append(args, &le.token, outcome, &le.messageID, mode, &le.maxLen, published,
 		&le.issue, &indexMax, &indexTTLms), nkeys

@@ -297,6 +297,8 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	}
 	var res []any
 	switch {
+	case a.apart:
+		res, err = l.acquireApart(ctx, a)
 	case len(a.shared) > 0:
 		res, err = acquireScopedScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
 	case ao.Deliver != nil:
@@ -344,6 +346,9 @@ type acquisition struct {
 	// shared are the shared keys' names (Lock, Info and Fence of each), in the order
 	// of ao.Shared; nil for a lease of scope agent alone.
 	shared []Keys
+	// apart: the shared key is in another hash slot than the lease's own keys (a group
+	// key on Redis Cluster, Locker.apart), so each is taken by a script of its own.
+	apart bool
 }
 
 // errSupersedeOptions refuses a supersede acquire with options it cannot honour.
@@ -371,6 +376,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 			return nil, fmt.Errorf("%w: AcquireOptions.Shared: on Redis Cluster a lease holds at most one shared key", ErrBadScope)
 		}
 		a.keys = l.ScopedKeys(agent, issue, ao.Shared)
+		a.apart = l.apart(ao.Shared)
 		for _, sk := range ao.Shared {
 			a.shared = append(a.shared, l.SharedKeys(sk))
 		}
@@ -441,6 +447,37 @@ func (a *acquisition) scriptKeys() []string {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
 	}
 	return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done}
+}
+
+// acquireApart takes a lease whose shared key is in another hash slot (a group key on
+// Redis Cluster): the lease's own keys first (acquire_scoped.lua with none shared: the
+// superseded check and a busy lease's reply are theirs), then the shared key
+// (acquire_shared.lua). When the shared key is busy, or its script fails, the lease's
+// own key is given back without a release record (no run happened under it) and the
+// shared key's reply is the acquire's. It returns the reply finish reads: {1, fence,
+// shared fence} once both are held.
+func (l *Locker) acquireApart(ctx context.Context, a *acquisition) ([]any, error) {
+	own := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
+	res, err := acquireScopedScript.Run(ctx, l.rdb, own, a.args...).Slice()
+	if err != nil || len(res) < 2 || atoi(res[0]) != 1 {
+		return res, err
+	}
+	sk := a.shared[0]
+	sres, err := acquireSharedScript.Run(ctx, l.rdb, []string{sk.Lock, sk.Info, sk.Fence},
+		a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, a.agent, a.issue).Slice()
+	if err == nil && len(sres) >= 2 && atoi(sres[0]) == 1 {
+		return []any{res[0], res[1], sres[1]}, nil
+	}
+	// Given back in the background of the caller's context: the caller hears busy (or
+	// the error) either way, and a failed give-back leaves the key to its TTL.
+	gctx := context.WithoutCancel(ctx)
+	if err != nil {
+		// A lost reply may have taken the shared key all the same.
+		_ = unlockSharedScript.Run(gctx, l.rdb, []string{sk.Lock, sk.Info}, a.token).Err()
+	}
+	var noRun string // release.lua records nothing for an empty message id
+	_ = releaseScript.Run(gctx, l.rdb, []string{a.keys.Lock, a.keys.Info, a.keys.Done}, a.token, noRun).Err()
+	return sres, err
 }
 
 // finish turns the acquire script's reply into a held Lease (its heartbeat started and
@@ -525,6 +562,7 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		onBeat:     a.ao.OnHeartbeat,
 		drain:      a.ao.Drain,
 		maxLen:     a.ao.MaxLen,
+		apart:      a.apart,
 	}
 	if len(a.shared) > 0 {
 		le.shared = make([]SharedLease, len(a.shared))

@@ -29,6 +29,32 @@ end
 -- Returns {1, fence}, {2, released_ms, released_message_id} or
 -- {0, owner, fence, acquired_at, message_id, pttl}.
 --
+-- shared_fence is the fence a shared key (lock, info, fence) holds for the token that
+-- already holds it: the repeat of an acquire whose reply was lost.
+local function shared_fence(info, fence)
+  return tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)
+end
+
+-- shared_busy is the reply for a shared key (lock, info) held by another run: a busy
+-- lease's, with its holder's agent, its lock key and its holder's issue appended; nil
+-- when the key is free.
+local function shared_busy(lock, info)
+  if redis.call('EXISTS', lock) == 0 then return nil end
+  local h = redis.call('HMGET', info, 'owner', 'fence', 'acquired_at', 'message_id', 'agent', 'issue')
+  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', lock), 0, h[5] or '', lock, h[6] or ''}
+end
+
+-- shared_take takes a free shared key (lock, info, fence) for token and returns its new
+-- fence; its record names the agent and issue of the run holding it.
+local function shared_take(lock, info, fence, token, ttl_ms, owner, acquired_at_ms, message_id, agent, issue)
+  redis.call('SET', lock, token, 'PX', ttl_ms)
+  local f = redis.call('INCR', fence)
+  redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f, 'agent', agent,
+    'issue', issue, 'acquired_at', acquired_at_ms, 'message_id', message_id)
+  redis.call('PEXPIRE', info, ttl_ms)
+  return f
+end
+
 -- With gfrom (acquire_scoped.lua), KEYS[gfrom..] are the lease's shared keys, in
 -- triples (lock, info, fence): taken with the lease, all or nothing, each with the same
 -- token and its own fence, its record naming agent and issue. A busy one is reported
@@ -40,7 +66,7 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
     local r = {1, tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)}
     if gfrom then
       for i = gfrom, #KEYS, 3 do
-        table.insert(r, tonumber(redis.call('HGET', KEYS[i + 1], 'fence') or redis.call('GET', KEYS[i + 2]) or 0))
+        table.insert(r, shared_fence(KEYS[i + 1], KEYS[i + 2]))
       end
     end
     return r
@@ -56,10 +82,8 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
   end
   if gfrom and not cur then
     for i = gfrom, #KEYS, 3 do
-      if redis.call('EXISTS', KEYS[i]) == 1 then
-        local h = redis.call('HMGET', KEYS[i + 1], 'owner', 'fence', 'acquired_at', 'message_id', 'agent', 'issue')
-        return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[i]), 0, h[5] or '', KEYS[i], h[6] or ''}
-      end
+      local busy = shared_busy(KEYS[i], KEYS[i + 1])
+      if busy then return busy end
     end
   end
   if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then
@@ -70,12 +94,7 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
     local r = {1, f}
     if gfrom then
       for i = gfrom, #KEYS, 3 do
-        redis.call('SET', KEYS[i], token, 'PX', ttl_ms)
-        local gf = redis.call('INCR', KEYS[i + 2])
-        redis.call('HSET', KEYS[i + 1], 'token', token, 'owner', owner, 'fence', gf, 'agent', agent,
-          'issue', issue, 'acquired_at', acquired_at_ms, 'message_id', message_id)
-        redis.call('PEXPIRE', KEYS[i + 1], ttl_ms)
-        table.insert(r, gf)
+        table.insert(r, shared_take(KEYS[i], KEYS[i + 1], KEYS[i + 2], token, ttl_ms, owner, acquired_at_ms, message_id, agent, issue))
       end
     end
     return r
