@@ -475,9 +475,18 @@ func (l *Locker) acquireApart(ctx context.Context, a *acquisition) ([]any, error
 		// A lost reply may have taken the shared key all the same.
 		_ = unlockSharedScript.Run(gctx, l.rdb, []string{sk.Lock, sk.Info}, a.token).Err()
 	}
-	var noRun string // release.lua records nothing for an empty message id
-	_ = releaseScript.Run(gctx, l.rdb, []string{a.keys.Lock, a.keys.Info, a.keys.Done}, a.token, noRun).Err()
+	a.giveBackOwn(gctx)
 	return sres, err
+}
+
+// giveBackOwn gives back the agent's own key of an acquire that failed on a key held
+// apart, through the one release step (outcome given back: no run recorded, a queued
+// follow-up still published). A failure leaves the key to its TTL.
+func (a *acquisition) giveBackOwn(ctx context.Context) {
+	le := &Lease{l: a.l, agent: a.agent, issue: a.issue, keys: a.keys, token: a.token,
+		messageID: a.ao.MessageID, maxLen: a.ao.MaxLen}
+	res, err := le.runRelease(ctx, outcomeGivenBack, "").Slice()
+	_, _ = le.releaseScripted(ctx, outcomeGivenBack, res, err)
 }
 
 // finish turns the acquire script's reply into a held Lease (its heartbeat started and
