@@ -6,13 +6,16 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
@@ -225,5 +228,63 @@ func TestFailedFollowupRecordNeitherLosesItNorRerunsTheAgent(t *testing.T) {
 	}
 	if recs := e.records(event.StageDone); len(recs) != 1 {
 		t.Errorf("stage.done records %v, want one", recs)
+	}
+}
+
+// A worker records stage.done and then loses Redis before its ack (its connection goes
+// through a proxy that is cut right after the record): the entry stays pending, and
+// once the worker's lease has expired another worker claims it. That worker never saw
+// the event: it settles it from the outcome record, without running the agent, and acks
+// it. One run, one stage.done, nothing pending.
+func TestAckLostAfterStageDoneRedeliveredToAnotherWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fakejira.Issue{Key: "RHEL-70", Labels: []string{"ymir_triaged_backport"}})
+	ctx := context.Background()
+	r := &fixed{res: runners.Result{Success: true, MergeRequestURL: "https://mr/70"}}
+	proxy := redistest.NewLossyProxy(t, e.rdb.Options().Addr)
+	aOpts := *e.rdb.Options()
+	aOpts.Addr = proxy.Addr()
+	aClient := redis.NewClient(&aOpts)
+	t.Cleanup(func() { _ = aClient.Close() })
+	hA, err := handlers.New(handlers.Config{Agent: "backport", Branch: "c10s", Runner: r, Jira: e.jc, Publisher: event.NewPublisher(aClient, 0),
+		Results: event.NewResults(aClient, e.topo.Results(), 0), Topology: e.topo, MaxRetries: 2, Logger: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockerA, err := lease.New(aClient, lease.Options{Scope: e.topo.LockScope(), TTL: 3 * time.Second, Owner: "wA"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgA := e.Config("backport", "c10s", "wA", lockerA, func(m *message.Message) error {
+		err := hA(m)
+		if err == nil {
+			proxy.Close() // Redis is gone for worker A from here on: its ack never arrives
+		}
+		return err
+	})
+	aOptsU := *e.opts
+	aOptsU.Addrs = []string{proxy.Addr()}
+	cfgA.Client, cfgA.ClientOptions, cfgA.Logger = aClient, &aOptsU, e.log
+	actx, stopA := context.WithCancel(ctx)
+	defer stopA()
+	e.Start(actx, cfgA)
+
+	stream := e.topo.Stream("backport", "c10s", false)
+	if _, err := e.pub.PublishID(ctx, stream, downstreamMsg(t, "backport", "RHEL-70", "rhel-10.1", false)); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 20*time.Second, func() bool { return len(e.records(event.StageDone)) == 1 }, "worker A records stage.done")
+	stopA()
+	e.router(ctx, "backport", "c10s", e.handler("backport", "c10s", r), 2)
+	redistest.Eventually(t, 30*time.Second, func() bool { return e.Pending(stream, e.topo.Group("backport", "c10s")) == 0 },
+		"worker B claims and settles the entry")
+	if r.n() != 1 {
+		t.Fatalf("agent ran %d times, want 1", r.n())
+	}
+	if recs := e.recordsOf("RHEL-70", "backport"); len(recs) != 1 || recs[0]["event_type"] != event.StageDone {
+		t.Fatalf("records %v, want one stage.done", recs)
+	}
+	if d := e.Dead(); len(d) != 0 {
+		t.Fatalf("dead letters %v", d)
 	}
 }
