@@ -203,6 +203,20 @@ func (f *Fetcher) SearchFields() []string {
 	return fs
 }
 
+// Acts reports whether Process might act on is (publish it, or write one of its labels),
+// judging by the fields is carries, with no I/O. It is false only when is carries its
+// labels and updated time and no rule triggers on them: a field it lacks can only
+// turn a trigger into a skip (the modular check), never the other way. A source may then
+// skip the Jira calls it would make before Process (package webhook's scope search).
+func (f *Fetcher) Acts(is jira.Issue) bool {
+	for _, n := range []string{"labels", "updated"} {
+		if _, ok := is.Fields.Raw[n]; !ok {
+			return true
+		}
+	}
+	return classify(is, f.clock(), f.threshold, f.componentField).trigger != triggerNone
+}
+
 // ErrRedis marks a Sweep error that Redis caused (the pre-check or a publish failed).
 var ErrRedis = errors.New("fetcher: Redis failed")
 
