@@ -58,7 +58,8 @@
 //     comments by Config.OwnAccounts (the agents' own reports) are never published.
 //     A comment_created without comment.id is malformed (400).
 //
-// A classified delivery is acked and deleted from the inbox and its id remembered; one
+// A classified delivery is counted, logged, then acked and deleted from the inbox (an empty
+// inbox means every delivery is accounted for) and its id remembered; one
 // whose classification failed (Redis or Jira unavailable, Config.ProcessTimeout) stays
 // pending and is taken again after Config.RetryAfter by this or another replica, at most
 // Config.MaxAttempts times (then logged and counted as gave_up; the sweep still sees the

@@ -1,7 +1,9 @@
 package webhook
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -227,8 +229,11 @@ func TestLockedIssueKeepsTrigger(t *testing.T) {
 	}
 	e.jira.ChangeLabels("RHEL-1", maintainer, []string{labels.Todo}, nil)
 	ds := e.waitDeliveries()
+	// The answer (202) comes before the classification; the drained inbox says it is done.
+	// Polled all the same: a count is no place to learn an order from.
+	eventually(t, 20*time.Second, "the delivery classified", func() bool { return e.metrics.Count(202, "skipped_locked") >= 1 })
 	if len(ds) != 1 || ds[0].Status != 202 || e.metrics.Count(202, "skipped_locked") != 1 {
-		t.Fatalf("deliveries %+v\n%s", ds, e.logs)
+		t.Fatalf("deliveries %+v, skipped_locked %v\n%s", ds, e.metrics.Count(202, "skipped_locked"), e.logs)
 	}
 	if got := e.entries(); len(got) != 0 || !slices.Contains(e.labels("RHEL-1"), labels.Todo) {
 		t.Fatalf("locked: entries %v, labels %v", got, e.labels("RHEL-1"))
@@ -561,4 +566,48 @@ func todoByMaintainer(is fakejira.Issue) fakejira.Issue {
 		Items:   []jira.ChangeItem{{Field: "labels", FromString: strings.Join(is.Labels, " "), ToString: strings.Join(with, " ")}}})
 	is.Labels = with
 	return is
+}
+
+// A stored delivery leaves the inbox only once its classification is counted and logged,
+// so an empty inbox means every delivery in it is accounted for (issue 35 item 11:
+// TestLockedIssueKeepsTrigger read the count between the delete and the count). The
+// count is read at the moment the receiver deletes the entry.
+func TestInboxEmptiesOnceCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")}, withoutRun())
+	inbox := InboxStream(e.topo)
+	var deletes, countedAtDelete atomic.Int64
+	e.rdb.AddHook(deleteHook{inbox: inbox, seen: func() {
+		deletes.Add(1)
+		countedAtDelete.Add(int64(e.metrics.Count(202, "published") + e.metrics.Count(202, "own_account")))
+	}})
+	e.run(t)
+	e.jira.ChangeLabels("RHEL-1", maintainer, []string{labels.Todo}, nil)
+	e.waitDeliveries()
+	// Two deliveries (the change, and the flip by ymirflow's account): at the first
+	// delete one was counted, at the second two.
+	eventually(t, 20*time.Second, "both deliveries deleted", func() bool { return deletes.Load() == 2 })
+	if got := countedAtDelete.Load(); got != 1+2 {
+		t.Fatalf("classifications counted when their entries were deleted: %d in all, want 3\n%s", got, e.logs)
+	}
+}
+
+// deleteHook calls seen before each pipeline that XDELs from inbox is sent.
+type deleteHook struct {
+	inbox string
+	seen  func()
+}
+
+func (deleteHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (deleteHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h deleteHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "xdel") && args[1] == h.inbox {
+				h.seen()
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
