@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -20,6 +21,18 @@ import (
 
 // maxDeadError bounds the error text of a dead letter (a runner's stderr tail is 2 KiB).
 const maxDeadError = 8 << 10
+
+// boundError bounds a dead letter's error to about maxDeadError bytes: its first
+// eighth (what failed) and the rest from its end, since an agent's stderr, which ends
+// the error, says why last. An ellipsis stands for what is left out.
+func boundError(s string) string {
+	if len(s) <= maxDeadError {
+		return s
+	}
+	head := strings.ToValidUTF8(s[:maxDeadError/8], "")
+	tail := strings.ToValidUTF8(s[len(s)-(maxDeadError-maxDeadError/8):], "")
+	return head + "…" + tail
+}
 
 type deadLetters struct {
 	rdb      redis.UniversalClient
@@ -66,10 +79,7 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	defer cancel()
 	values := event.Encode(msg)
 	entry, hasEntry := src.Entry(msg)
-	errText := d.redactor.String(cause.Error())
-	if len(errText) > maxDeadError {
-		errText = errText[:maxDeadError] + "…"
-	}
+	errText := boundError(d.redactor.String(cause.Error()))
 	values[event.DeadFieldStream] = entry.Stream
 	values[event.DeadFieldID] = entry.ID
 	values[event.DeadFieldError] = errText

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -349,6 +350,24 @@ func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
 	// The dead letter is in the issue's index of the dead-letter stream.
 	if idx := e.rdb.ZRange(ctx, xonce.IndexKey(e.Topology.Dead(), "RHEL-6"), 0, -1).Val(); len(idx) != 1 || xonce.IndexID(idx[0]) != e.dead()[0].ID {
 		t.Fatalf("dead-letter index = %v, want [%s]", idx, e.dead()[0].ID)
+	}
+}
+
+// A dead letter of an error longer than its bound keeps the error's start and its end,
+// where an agent's stderr says why it failed (issue 35).
+func TestDeadLetterKeepsTheEndOfALongError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := "exec runner: exit status 1; stderr: " + strings.Repeat("INFO cloning and building ünïcode\n", 1000) + "FATAL: patch 0003 does not apply"
+	e.start(ctx, routerOpts{MaxRetries: 1}, func(*message.Message) error { return errors.New(long) })
+	e.publishTriage("RHEL-6")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 }, "dead-lettered")
+	got := fmt.Sprint(e.dead()[0].Values[event.DeadFieldError])
+	if !strings.HasPrefix(got, "exec runner: exit status 1; stderr: INFO") || !strings.HasSuffix(got, "FATAL: patch 0003 does not apply") ||
+		len(got) > 9<<10 || !utf8.ValidString(got) || !strings.Contains(got, "…") {
+		t.Fatalf("dead letter error (%d bytes): %.200q … %q", len(got), got, got[max(0, len(got)-80):])
 	}
 }
 
