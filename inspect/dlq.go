@@ -220,13 +220,13 @@ func (in *Inspector) trim(ctx context.Context, done []Requeued) {
 type move struct {
 	dl     DeadLetter
 	values map[string]any
+	issue  string // the index it is filed under (event.IndexIssueOf)
 }
 
 // append is the move's append: filed in its issue's index like every other entry, and
 // once however often go-redis sends it.
 func (mv move) append() xonce.Append {
-	return xonce.Append{Stream: mv.dl.Stream, ID: xonce.NewID(), Values: mv.values, TTL: time.Minute,
-		Issue: event.IndexIssue(event.EntryIssue(mv.dl.Stream, "", mv.values))}
+	return xonce.Append{Stream: mv.dl.Stream, ID: xonce.NewID(), Values: mv.values, TTL: time.Minute, Issue: mv.issue}
 }
 
 func (in *Inspector) requeue(ctx context.Context, ids []string) (done []Requeued, failed []error, err error) {
@@ -312,7 +312,8 @@ func (in *Inspector) readMoves(ctx context.Context, c redis.Cmdable, ids []strin
 			failed = append(failed, fmt.Errorf("dead letter %s: %w; not requeued", id, err))
 			continue
 		}
-		moves = append(moves, move{dl: dl, values: values})
+		moves = append(moves, move{dl: dl, values: values,
+			issue: event.IndexIssueOf(event.EntryIssue(dl.Stream, "", values), in.locker.Canonicalize)})
 	}
 	return moves, failed, nil
 }

@@ -107,7 +107,7 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	// way the copy is made once per entry (xonce): go-redis's retry after a lost reply,
 	// or a redelivery after a crash between copy and ack, finds the first copy.
 	a := xonce.Append{Stream: d.stream, ID: xonce.NewID(), Values: values, MaxLen: d.maxLen,
-		Issue: event.IndexIssue(event.EntryIssue(d.stream, "", values))}
+		Issue: event.IndexIssueOf(event.EntryIssue(d.stream, "", values), d.locker.Canonicalize)}
 	if hasEntry {
 		a.ID = "dead-" + entry.Stream + "-" + entry.ID
 	}

@@ -2,8 +2,10 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -316,6 +318,49 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 	}
 	if r.Get("RHEL-1") != 0 {
 		t.Fatal("a bad event reached the handler")
+	}
+}
+
+// Bad input never names a Redis key (issue 35): an event whose issue key is one of the
+// invalid keys of docs/architecture.md, "Bad input" (../x, spaces inside, 300
+// characters, control characters), in its payload or its metadata, is dead-lettered
+// and filed in the dead-letter stream's index under event.InvalidIssue; no key of the
+// namespace contains the bad value.
+func TestBadKeysNameNoRedisKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.start(ctx, routerOpts{}, func(*message.Message) error { return nil })
+	bad := []string{"../etc/passwd", "RHEL 12", strings.Repeat("A", 296) + "-1", "RHEL-1\u0007", "rhel-1\n../x", "RHEL-1/../../x"}
+	for _, k := range bad {
+		base := map[string]any{"_watermill_message_uuid": "u", "m:schema_version": "1", "m:event_type": "triage.requested"}
+		inPayload := maps.Clone(base)
+		payload, _ := json.Marshal(map[string]any{"metadata": map[string]string{"issue": k}})
+		inPayload["payload"] = string(payload)
+		inMeta := maps.Clone(base)
+		inMeta["payload"], inMeta["m:issue_key"] = `{}`, k
+		for _, v := range []map[string]any{inPayload, inMeta} {
+			if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: v}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 2*len(bad) && e.pending(e.triage()) == 0 },
+		"bad events dead-lettered (%d of %d)", len(e.dead()), 2*len(bad))
+	if n := e.rdb.ZCard(ctx, xonce.IndexKey(e.Topology.Dead(), event.InvalidIssue)).Val(); n != int64(2*len(bad)) {
+		t.Errorf("%d dead letters in the index of invalid keys, want %d", n, 2*len(bad))
+	}
+	keys := e.rdb.Keys(ctx, "*"+e.ns+"*").Val()
+	for _, k := range keys {
+		for _, raw := range bad {
+			if strings.Contains(k, raw) || strings.Contains(k, strings.ToUpper(raw)) {
+				t.Errorf("key %q contains the bad key %q", k, raw)
+			}
+		}
+		if strings.ContainsAny(k, "/ \a\n") {
+			t.Errorf("key %q contains a character of a bad key", k)
+		}
 	}
 }
 
