@@ -79,7 +79,9 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	defer cancel()
 	values := event.Encode(msg)
 	entry, hasEntry := src.Entry(msg)
-	errText := boundError(d.redactor.String(cause.Error()))
+	// Credential shapes go too (a token in a handler's error that nobody configured),
+	// as in a Jira comment's text.
+	errText := boundError(redact.Tokens(d.redactor.String(cause.Error())))
 	values[event.DeadFieldStream] = entry.Stream
 	values[event.DeadFieldID] = entry.ID
 	values[event.DeadFieldError] = errText

@@ -416,6 +416,25 @@ func TestDeadLetterKeepsTheEndOfALongError(t *testing.T) {
 	}
 }
 
+// A dead letter's error holds no credential shapes that nobody configured (a token in a
+// handler's error), as a Jira comment's text holds none (issue 35).
+func TestDeadLetterMasksCredentialShapes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	token := "glpat-" + strings.Repeat("x9Y8", 6)
+	e.start(ctx, routerOpts{MaxRetries: 1}, func(*message.Message) error {
+		return errors.New("push refused: Authorization: Bearer abcdefgh12345678 api_key=" + token)
+	})
+	e.publishTriage("RHEL-6")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 }, "dead-lettered")
+	got := fmt.Sprint(e.dead()[0].Values[event.DeadFieldError])
+	if strings.Contains(got, "abcdefgh12345678") || strings.Contains(got, token) || !strings.Contains(got, "push refused") {
+		t.Fatalf("dead letter error %q", got)
+	}
+}
+
 // Entries written by a stock watermill-redisstream publisher (msgpack metadata) are read;
 // ours are readable with redis-cli: one field per metadata key.
 func TestEntriesAreReadableAndLegacyFormatIsRead(t *testing.T) {
