@@ -342,12 +342,48 @@ func recordOf(m redis.XMessage) Record {
 		Stream: s("stream"), CorrelationID: s("correlation_id"), Fence: s("fence"), Outcome: s("outcome"), Detail: s("detail"), TraceID: s("trace_id")}
 }
 
+// InvalidIssue is the index bucket (xonce.IndexKey) of entries whose issue key is not
+// one: bad input never names a Redis key. Lower case, so no canonical key is it.
+const InvalidIssue = "_invalid"
+
+// maxIndexKey bounds the issue in an index key (the lease's own bound on a key).
+const maxIndexKey = 100
+
 // IndexIssue is the form of an issue key that the per-issue index of a stream files
 // entries under (xonce.IndexKey): trimmed and upper-cased, as lease.Canonicalize makes
-// it. "" (no index) for an entry that names no issue. The result is a copy: a key read
-// out of a huge entry would otherwise keep the whole entry's memory alive for as long as
-// the client keeps the command's arguments.
-func IndexIssue(raw string) string { return strings.Clone(strings.ToUpper(strings.TrimSpace(raw))) }
+// it, when that is made of what a key may be made of (A-Z, 0-9, '_' and '-', at most
+// 100 characters), else InvalidIssue; "" (no index) for an entry that names no issue.
+// Where the lease's canonicalisation is at hand, IndexIssueOf checks the key itself.
+// The result is a copy: a key read out of a huge entry would otherwise keep the whole
+// entry's memory alive for as long as the client keeps the command's arguments.
+func IndexIssue(raw string) string {
+	k := strings.ToUpper(strings.TrimSpace(raw))
+	if k == "" {
+		return ""
+	}
+	if len(k) > maxIndexKey || strings.IndexFunc(k, notKeyRune) >= 0 {
+		return InvalidIssue
+	}
+	return strings.Clone(k)
+}
+
+func notKeyRune(r rune) bool {
+	return (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '_' && r != '-'
+}
+
+// IndexIssueOf is IndexIssue for a raw key that nothing has validated yet (a bad
+// event's, a dead letter's): the key canonical makes of it, InvalidIssue when canonical
+// refuses it, "" for none.
+func IndexIssueOf(raw string, canonical Canonical) string {
+	if strings.TrimSpace(raw) == "" {
+		return ""
+	}
+	k, err := canonical(raw)
+	if err != nil {
+		return InvalidIssue
+	}
+	return IndexIssue(k)
+}
 
 // RecordFor fills a record's identity from the message a handler is working on.
 func RecordFor(msg *message.Message, agent, eventType string) Record {
