@@ -372,11 +372,14 @@ func (m *modelRun) expect(ev *mEvent) map[string]bool {
 	// The superseded check compares the entry's time with the last run's release (the
 	// last follow-up's publication for coalesce and deliver), in milliseconds: an event
 	// that entered before it may be refused, one that entered after it may not.
-	since := k.lastRun
-	if pol == "coalesce" || pol == "deliver" {
-		since = k.lastPub
-	}
-	if since > ev.created && k.lastRunMid != ev.id {
+	// A retry of the last run's own event is exempt from the first, not from the
+	// second: the newer follow-up stands for it.
+	switch {
+	case pol == "coalesce" || pol == "deliver":
+		if k.lastPub > ev.created {
+			allowed["superseded"] = true
+		}
+	case k.lastRun > ev.created && k.lastRunMid != ev.id:
 		allowed["superseded"] = true
 	}
 	busy := k.holder != nil
