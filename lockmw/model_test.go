@@ -6,7 +6,7 @@ package lockmw_test
 // real Redis, with lost replies (go-redis sends again). Runs end, fail or are
 // superseded; each step is followed by the checks, and the end of a sequence by the
 // settle checks. The lease's own model (lockmw/lease/model_test.go) covers crashes,
-// clock offsets and force releases. MODEL_SEEDS=N runs N seeds (default 24),
+// clock offsets and force releases. MODEL_SEEDS=N runs N seeds (default 48),
 // MODEL_SEED=S from seed S.
 
 import (
@@ -87,7 +87,7 @@ var mwTypes = []string{"a.x", "b.x", "c.x"}
 func genMWConfig(r *rand.Rand) mwConfig {
 	pols := []string{"drop", "coalesce", "deliver", "supersede", "delay:10s"}
 	for {
-		c := mwConfig{cluster: r.IntN(2) == 1, scope: []string{"agent", "agent", "issue", "group:m:grp"}[r.IntN(4)]}
+		c := mwConfig{cluster: r.IntN(2) == 1, scope: []string{"agent", "issue", "group:m:grp"}[r.IntN(3)]}
 		parts := []string{}
 		for _, t := range mwTypes[:r.IntN(3)] {
 			parts = append(parts, t+"="+pols[r.IntN(len(pols))])
@@ -579,7 +579,7 @@ func TestModelMiddleware(t *testing.T) {
 	client := redis.NewClient(&opts)
 	t.Cleanup(func() { _ = client.Close() })
 	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client}
-	from, n := 1, 24
+	from, n := 1, 48
 	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
 		from, n = s, 1
 	}
