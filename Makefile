@@ -1,4 +1,4 @@
-# The doorway. `make test` is the README's test command; `make lint` is what CI runs
+# The doorway. `make test` is the README's test command (it finds or starts a Redis); `make lint` is what CI runs
 # before it (.ci/run); `make redis` starts the Redis the tests need; `make demo` runs the
 # whole pipeline in one process.
 
@@ -11,8 +11,10 @@ GOLANGCI_LINT := $(shell go env GOPATH)/tools/golangci-lint@$(GOLANGCI_LINT_VERS
 
 .PHONY: test lint fmt redis demo
 
+# test runs the suite on REDIS_URL's server, else 127.0.0.1:6379, else a private
+# redis-server it starts and stops (scripts/test). ARGS: other packages or flags.
 test:
-	go test -race -count=1 -timeout 9m ./...
+	bash scripts/test $(ARGS)
 
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...

@@ -172,7 +172,7 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 // stays pending; its redelivery meets the newer holder, or its release, and is
 // recorded then, once (the recorder is idempotent per entry).
 func (m *Middleware) cancelled(ctx context.Context, msg *message.Message, entry Entry, le *lease.Lease, by *lease.SupersededByError, ran bool, ev eventLog) error {
-	_, _ = le.Release(ctx)
+	_, _ = end(ctx, le, ran)
 	holder := lease.Info{Agent: m.cfg.Agent, Issue: le.Issue(), MessageID: by.ByMessageID, Fence: by.Fence, Scope: lease.ScopeAgent, Key: le.Issue()}
 	c := Conflict{Agent: m.cfg.Agent, Issue: le.Issue(), Message: msg, Entry: entry, Holder: holder,
 		Superseded: true, Policy: Supersede, Cancelled: true, Ran: ran}

@@ -114,7 +114,9 @@ type Waiting struct {
 // Waiter is implemented by sources that read ahead: Waiting lists the entries read and
 // not yet handed over, without blocking. Under policy Supersede, a newer event for the
 // issue of the run under way that waits there (where it would never meet the lease)
-// cancels that run, as one handled elsewhere would.
+// cancels that run, as one handled elsewhere would. Waiting must list only entries that
+// pass the validation they meet when handed over (as Peek names no issue for a bad
+// one): a bad event is dead-lettered there, and must not cancel a good run first.
 type Waiter interface {
 	Waiting() []Waiting
 }
@@ -187,8 +189,9 @@ type Middleware struct {
 	cfg        Config
 	staleAfter time.Duration
 	handoffs   handoffs // the next entry's lease, taken in the last release's round trip
-	// drain: some event type's rule is Coalesce, so every release publishes the
-	// issue's queued follow-up; takeAhead: every rule can meet a conflict on a lease
+	// drain: some event type's rule is Coalesce or Deliver, so follow-ups are queued
+	// (every release publishes the one it finds, drain or not); takeAhead: every rule
+	// can meet a conflict on a lease
 	// taken ahead (Drop, Delay) and no shared scope is held, so the hand-off may take
 	// the next entry's lease.
 	drain, takeAhead bool
@@ -358,7 +361,7 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		}
 		if lost := le.Err(); lost != nil && !errors.Is(lost, lease.ErrReleased) {
 			leaseEnded(ctx, lost)
-			deleted, relErr := le.Release(cleanup)
+			deleted, relErr := end(cleanup, le, ran)
 			if err == nil && relErr == nil && deleted {
 				// The handler finished, and the key still held this lease's token when it
 				// was deleted: nobody else held the issue meanwhile, so the run was
@@ -420,6 +423,16 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		}
 		return out, nil
 	}
+}
+
+// end releases le, or gives it back when no run happened under it (its wait for a
+// superseded run to stop ended first): a give-back records no release, so no event
+// counts as superseded by a run that did not happen.
+func end(ctx context.Context, le *lease.Lease, ran bool) (bool, error) {
+	if !ran {
+		return false, le.GiveBack(ctx)
+	}
+	return le.Release(ctx)
 }
 
 // watchWaiting, under policy Supersede, looks every 50 ms while the run goes on at the
@@ -520,10 +533,10 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 		}
 	}
 	if hasEntry && m.rule(msg).Policy == Supersede {
-		// The take-over acquire does not drain (another event type's coalesce or deliver
-		// rule turns Drain on for the subscription): with it, every such event was
-		// refused and redelivered forever.
-		ao.Supersede, ao.Drain = true, false
+		// The take-over keeps the subscription's Drain: its release publishes the
+		// follow-up queued behind it, or behind the run it took over, as every release
+		// does (the key's own state decides).
+		ao.Supersede = true
 	}
 	if pol := m.rule(msg).Policy; hasEntry && (pol == Coalesce || pol == Deliver) {
 		fields, err := m.cfg.Source.Encode(msg)

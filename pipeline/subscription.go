@@ -70,7 +70,8 @@ const fastHandling = 20 * time.Millisecond
 const defaultOfferAfter = time.Second
 
 // queued is an entry read and not yet handed to the middleware. values are its stream
-// fields, kept to decide once, at Peek, whether the dead-letter path will take it.
+// fields, kept to decide once (check, at Peek or Waiting) whether the dead-letter path
+// will take it.
 type queued struct {
 	id, issueKey, eventType string
 	values                  map[string]any
@@ -496,11 +497,32 @@ func (s *subscription) Waiting() []lockmw.Waiting {
 	if len(s.queue) == 0 {
 		return nil
 	}
-	w := make([]lockmw.Waiting, len(s.queue))
-	for i, q := range s.queue {
-		w[i] = lockmw.Waiting{ID: q.id, IssueKey: q.issueKey, EventType: q.eventType}
+	w := make([]lockmw.Waiting, 0, len(s.queue))
+	for i := range s.queue {
+		q := &s.queue[i]
+		// Only events the handler chain would run: a bad one is dead-lettered when
+		// handed over, so it has no standing to supersede a run.
+		if s.check(q); q.issueKey != "" {
+			w = append(w, lockmw.Waiting{ID: q.id, IssueKey: q.issueKey, EventType: q.eventType})
+		}
 	}
 	return w
+}
+
+// check decides, once per entry, whether it makes an event that reaches the lease: the
+// validation the dead-letter middleware applies when the entry is handed over
+// (subscriptionConfig.Runnable). It forgets the issue of one that does not, so neither
+// Peek (a lease taken ahead) nor Waiting (a supersede) acts on it. Called with s.mu
+// held.
+func (s *subscription) check(q *queued) {
+	if q.checked {
+		return
+	}
+	q.checked = true
+	if q.issueKey != "" && s.runnable != nil && !s.runnable(q.values) {
+		q.issueKey = ""
+	}
+	q.values = nil
 }
 
 // defaultPeekWait is how long Peek waits for a read that was sent this recently: a read
@@ -531,17 +553,10 @@ func (s *subscription) Peek() (id, issueKey string, ok bool) {
 	if len(s.queue) == 0 {
 		return "", "", false
 	}
+	// A bad event never reaches the lease, so a lease taken ahead for it would only sit
+	// there, making the issue look busy to every other consumer until given back.
 	q := &s.queue[0]
-	if !q.checked {
-		// Decided here, once per entry and only for the entry handed over next: a bad
-		// event never reaches the lease, so a lease taken ahead for it would only sit
-		// there, making the issue look busy to every other consumer until given back.
-		q.checked = true
-		if q.issueKey != "" && s.runnable != nil && !s.runnable(q.values) {
-			q.issueKey = ""
-		}
-		q.values = nil
-	}
+	s.check(q)
 	return q.id, q.issueKey, true
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,7 +59,8 @@ func TestBrowserEndToEnd(t *testing.T) {
 			}
 			return nil
 		case "RHEL-9":
-			return fmt.Errorf("agent crashed printing %s", secret)
+			// A long unbroken path in the message: the timeline must wrap it (issue 35).
+			return fmt.Errorf("agent crashed printing %s in %s", secret, strings.Repeat("/a-long-path-segment", 15))
 		}
 		return nil
 	}))
@@ -177,6 +179,20 @@ func TestBrowserEndToEnd(t *testing.T) {
 	do("detail", chromedp.Navigate(base+"/dead-letters/"+deadID), chromedp.WaitVisible(chromedp.CSS("#deadletter")), shot("dead-letter"))
 	if detail := text("#deadletter"); !strings.Contains(detail, "[redacted]") || strings.Contains(detail, secret) {
 		t.Fatalf("dead letter detail not redacted:\n%s", detail)
+	}
+
+	// Its timeline fits the window: the long detail wraps, no horizontal scrolling.
+	do("RHEL-9's timeline", chromedp.Navigate(base+"/issue?key=RHEL-9"), chromedp.WaitVisible(chromedp.CSS("#timeline td.detail")))
+	if fits, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`)); err != nil || !fits {
+		w, _ := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+		cols, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`[...document.querySelectorAll("#timeline tbody tr:last-child td")].map(td => td.offsetWidth + ":" + td.innerText.slice(0,60)).join(" | ")`))
+		t.Fatalf("the timeline is %dpx wide in a 1280px window (%v): %s", w, err, cols)
+	}
+	// The overview's chart has a time axis: labelled ticks ending at "now".
+	do("overview chart", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(".chart .axis")))
+	axis, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector(".chart .axis").textContent`))
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(axis), "now") || !regexp.MustCompile(`\d\d:\d\d`).MatchString(axis) {
+		t.Fatalf("the chart's time axis reads %q (%v)", axis, err)
 	}
 
 	// 5. A write without the token is refused: the form, and the API from the page.

@@ -85,18 +85,29 @@ func stamp(t time.Time) string {
 // chart is the outcomes per minute as stacked SVG bars; every number is computed here,
 // the template only places them.
 type chart struct {
-	Width, Height int
-	Bars          []bar
-	Legend        []legend
-	Max           int64
-	Total         int64
-	Empty         bool
+	// Width and Height are the SVG's; the bars stand on a baseline at Plot, above the
+	// time axis and its labels.
+	Width, Height, Plot int
+	Bars                []bar
+	Ticks               []tick
+	Legend              []legend
+	Max                 int64
+	Total               int64
+	Empty               bool
 }
 
 type bar struct {
 	X, Y, W, H int
 	Class      string
 	Title      string
+}
+
+// tick is one mark of the time axis: a bucket's start time (UTC) under its bar, and
+// "now" at the right end.
+type tick struct {
+	X, Y, Mark, TextY int // Y to Mark: the mark's line; TextY: the label's baseline
+	Label             string
+	Anchor            string // the SVG text-anchor: start, middle or end
 }
 
 type legend struct {
@@ -120,7 +131,7 @@ func classOf(t string) string {
 }
 
 func newChart(o inspect.Outcomes) chart {
-	c := chart{Width: 600, Height: 120, Total: o.Total, Empty: o.Total == 0}
+	c := chart{Width: 600, Plot: 120, Height: 138, Total: o.Total, Empty: o.Total == 0}
 	for _, b := range o.Buckets {
 		c.Max = max(c.Max, b.Total)
 	}
@@ -129,16 +140,17 @@ func newChart(o inspect.Outcomes) chart {
 		return c
 	}
 	w := c.Width / n
+	c.Ticks = axisTicks(o.Buckets, w, c.Plot, c.Height)
 	sums := map[string]int64{}
 	for i, b := range o.Buckets {
-		y := c.Height
+		y := c.Plot
 		for _, t := range o.Types {
 			v := b.Counts[t]
 			if v == 0 {
 				continue
 			}
 			sums[t] += v
-			h := int(v * int64(c.Height) / c.Max)
+			h := int(v * int64(c.Plot) / c.Max)
 			if h < 1 {
 				h = 1
 			}
@@ -151,4 +163,24 @@ func newChart(o inspect.Outcomes) chart {
 		c.Legend = append(c.Legend, legend{Class: classOf(t), Type: t, Count: sums[t]})
 	}
 	return c
+}
+
+// axisTicks labels the time axis: the first bucket's start, then about every sixth of
+// the window on whole buckets, and "now" at the end, so a reader sees when each bar was.
+func axisTicks(buckets []inspect.OutcomeBucket, w, plot, height int) []tick {
+	n := len(buckets)
+	step := max(n/6, 1)
+	var ticks []tick
+	for i := 0; i < n; i += step {
+		if i > 0 && n-i < step/2 {
+			break // too close to "now" to be read apart from it
+		}
+		anchor := "middle"
+		if i == 0 {
+			anchor = "start"
+		}
+		ticks = append(ticks, tick{X: i * w, Y: plot, Mark: plot + 4, TextY: height - 2,
+			Label: buckets[i].Start.UTC().Format("15:04"), Anchor: anchor})
+	}
+	return append(ticks, tick{X: n * w, Y: plot, Mark: plot + 4, TextY: height - 2, Label: "now", Anchor: "end"})
 }

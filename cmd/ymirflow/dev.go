@@ -99,7 +99,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// Unreachable: one line now, not one per component.
 		rdb, err := pipeline.Connect(ctx, redisURL)
 		if err != nil {
-			return fmt.Errorf("REDIS_URL (--redis-url): %w", err)
+			return devRedisError(redisURL, cfg.RedisAddr, err)
 		}
 		_ = rdb.Close()
 	}
@@ -143,14 +143,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	dctx, stop := context.WithCancel(ctx)
 	defer stop()
-	g := &devGroup{stop: stop, logDir: logDir}
+	g := &devGroup{stop: stop, logDir: logDir, namespace: cfg.Namespace}
 	if fakeJira {
 		g.start(dctx, "fakejira", runFakeJira, "--addr", strings.TrimPrefix(jiraURL, "http://"),
 			"--issues", strconv.Itoa(cfg.Issues), "--seed", strconv.FormatInt(cfg.Seed, 10),
 			"--log-level", cfg.LogLevel, "--log-format", cfg.LogFormat,
 			"--webhook", "http://"+webhookAddr+"/", "--webhook-secret", secret)
 		if err := waitHTTP(dctx, jiraURL+"/rest/api/2/myself", g); err != nil {
-			return g.wait(err)
+			return g.wait(dctx, err)
 		}
 	}
 	webhookOn := fakeJira || given["webhook-secret"] || given["webhook-secret-file"] || os.Getenv("WEBHOOK_SECRET") != "" || os.Getenv("WEBHOOK_SECRET_FILE") != ""
@@ -183,16 +183,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	// Ready: the console answers and every worker holds its consumer name.
 	if err := waitHTTP(dctx, "http://"+webAddr+"/", g); err != nil {
-		return g.wait(err)
+		return g.wait(dctx, err)
 	}
 	if err := waitClaims(dctx, redisURL, cfg.Namespace, consumers, g); err != nil {
-		return g.wait(err)
+		return g.wait(dctx, err)
 	}
 	devBanner(stdout, devInfo{redisURL: redisURL, embedded: embedded, namespace: cfg.Namespace, jiraURL: jiraURL,
 		fakeJira: fakeJira, issues: cfg.Issues, webhook: webhookOn, webhookAddr: webhookAddr, interval: cfg.Interval,
 		exec: cfg.Exec, demoDuration: cfg.DemoDuration, webAddr: webAddr, token: token, logDir: logDir})
 
-	err = g.wait(nil)
+	err = g.wait(dctx, nil)
 	if ctx.Err() != nil && err == nil {
 		fmt.Fprintln(stdout, "ymirflow dev: stopped; every component shut down cleanly.")
 	}
@@ -201,12 +201,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // devGroup runs dev's components; the first that ends with an error stops the others.
 type devGroup struct {
-	stop   context.CancelFunc
-	logDir string
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	err    error
-	files  []*os.File
+	stop      context.CancelFunc
+	logDir    string
+	namespace string
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	err       error
+	files     []*os.File
 }
 
 func (g *devGroup) start(ctx context.Context, name string, run func(context.Context, []string, io.Writer, io.Writer) error, args ...string) {
@@ -224,10 +225,38 @@ func (g *devGroup) start(ctx context.Context, name string, run func(context.Cont
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		if err := run(ctx, args, out, out); err != nil {
+		err := run(ctx, args, out, out)
+		switch {
+		case errors.Is(err, pipeline.ErrConsumerInUse):
+			// dev names its workers itself: the user never set CONSUMER_NAME.
+			g.fail(usagef("another `ymirflow dev` runs on namespace %s of this Redis (%v): stop it, "+
+				"or give this one another namespace (--ymir-namespace)", g.namespace, inUseDetail(err)))
+		case err != nil:
 			g.fail(fmt.Errorf("%s: %w (its log: %s)", name, err, f.Name()))
 		}
 	}()
+}
+
+// inUseDetail returns the part of err that says which process holds the name
+// ("consumer name in use: pid N on host H ..."), without the worker's advice.
+func inUseDetail(err error) error {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if errors.Unwrap(e) == pipeline.ErrConsumerInUse {
+			return e
+		}
+	}
+	return err
+}
+
+// devRedisError explains why REDIS_URL's server did not answer dev's PING. The common
+// case is a terminal that still has the REDIS_URL an earlier dev printed for its
+// embedded Redis, which went away with it.
+func devRedisError(redisURL, embeddedAddr string, err error) error {
+	if errors.Is(err, pipeline.ErrRedisUnreachable) && strings.Contains(redisURL, "://"+embeddedAddr+"/") {
+		return usagef("REDIS_URL = %s is the embedded Redis of an earlier `ymirflow dev`, gone when it stopped: "+
+			"unset REDIS_URL (unset REDIS_URL YMIR_NAMESPACE) to start a new embedded one, or set it to a running Redis", redact.URL(redisURL))
+	}
+	return fmt.Errorf("REDIS_URL (--redis-url): %w", err)
 }
 
 func (g *devGroup) fail(err error) {
@@ -245,9 +274,10 @@ func (g *devGroup) failed() error {
 	return g.err
 }
 
-// wait stops everything when cause is not nil, then waits for the components (at most
-// devStopBudget) and returns the first error.
-func (g *devGroup) wait(cause error) error {
+// wait stops everything when cause is not nil, and otherwise runs until ctx (the
+// group's context) ends: Ctrl-C or a component's failure. Only then does the stop
+// budget start: the components get devStopBudget to end. It returns the first error.
+func (g *devGroup) wait(ctx context.Context, cause error) error {
 	if cause != nil {
 		g.fail(cause)
 	}
@@ -255,8 +285,14 @@ func (g *devGroup) wait(cause error) error {
 	go func() { g.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(devStopBudget):
-		g.fail(fmt.Errorf("components still running %s after the stop", devStopBudget))
+	case <-ctx.Done():
+		select {
+		case <-done:
+		case <-time.After(devStopBudget):
+			// The log files stay open: a component still running may yet write to them.
+			g.fail(fmt.Errorf("components still running %s after the stop", devStopBudget))
+			return g.failed()
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

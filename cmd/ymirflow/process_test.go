@@ -267,6 +267,29 @@ func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// Issue 35: dev runs until Ctrl-C, not until its longest internal timeout (the stop
+	// budget, the start-up waits, 30s each). It stays up past all of them, the console
+	// answering and a worker still taking new work at the end.
+	keepUp := devStopBudget + 35*time.Second
+	for time.Since(start) < keepUp {
+		select {
+		case <-dev.done:
+			t.Fatalf("dev ended by itself %v after the start (%v)\nstdout:\n%s\nstderr:\n%s",
+				time.Since(start).Round(time.Second), dev.err, dev.stdout(), dev.stderr())
+		case <-time.After(2 * time.Second):
+		}
+		resp, err := http.Get(consoleURL + "api/v1/overview")
+		if err != nil {
+			t.Fatalf("console %v after the start: %v", time.Since(start).Round(time.Second), err)
+		}
+		resp.Body.Close()
+	}
+	before := strings.Count(cmd("history", "RHEL-1002"), "\n")
+	cmd("enqueue", "RHEL-1002")
+	redistest.Eventually(t, 30*time.Second, func() bool {
+		return strings.Count(cmd("history", "RHEL-1002"), "\n") > before
+	}, "a worker of dev took no new work %v after the start", keepUp)
+
 	code, took := dev.stop(20 * time.Second)
 	if code != 0 || !strings.Contains(dev.stdout(), "stopped") {
 		t.Fatalf("dev after SIGINT: exit %d after %v\nstdout:\n%s\nstderr:\n%s", code, took, dev.stdout(), dev.stderr())
@@ -274,5 +297,41 @@ func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
 	t.Logf("FIGURE dev: exit 0 %v after SIGINT", took.Round(time.Millisecond))
 	if took > 10*time.Second {
 		t.Errorf("dev took %v to stop (bound 10s)", took)
+	}
+}
+
+// Issue 35: the two ways a second `dev` fails say what a dev user did, not what a worker's
+// operator would: REDIS_URL still naming an earlier dev's embedded Redis, and a dev
+// already running on the namespace (dev names its workers; nobody set CONSUMER_NAME).
+func TestDevSecondStartSaysWhy(t *testing.T) {
+	bin := buildBinary(t)
+	port := func() string { return "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) }
+	ports := func() []string {
+		return []string{"--web-addr", port(), "--fakejira-addr", port(), "--webhook-addr", port(), "--log-dir", t.TempDir()}
+	}
+
+	gone := port()
+	stale := startProc(t, bin, []string{"REDIS_URL=redis://" + gone + "/0"}, append([]string{"dev", "--embedded-redis-addr", gone}, ports()...)...)
+	if code := stale.exit(20 * time.Second); code != exitUsage {
+		t.Fatalf("dev with REDIS_URL at a stopped embedded Redis: exit %d\n%s", code, stale.stderr())
+	}
+	if msg := stale.stderr(); !strings.Contains(msg, "embedded Redis of an earlier `ymirflow dev`") || !strings.Contains(msg, "unset REDIS_URL") {
+		t.Errorf("dev with REDIS_URL at a stopped embedded Redis says:\n%s", msg)
+	}
+
+	_, ns := redistest.Client(t)
+	env := []string{"REDIS_URL=" + redistest.URL(), "YMIR_NAMESPACE=" + ns + "ymir"}
+	first := startProc(t, bin, env, append([]string{"dev", "--demo-duration", "300ms"}, ports()...)...)
+	first.waitLine(false, 60*time.Second, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "console ") })
+	second := startProc(t, bin, env, append([]string{"dev", "--demo-duration", "300ms"}, ports()...)...)
+	if code := second.exit(30 * time.Second); code != exitUsage {
+		t.Fatalf("a second dev on one namespace: exit %d\n%s", code, second.stderr())
+	}
+	if msg := second.stderr(); !strings.Contains(msg, "another `ymirflow dev` runs on namespace "+ns+"ymir") ||
+		!strings.Contains(msg, "--ymir-namespace") || strings.Contains(msg, "CONSUMER_NAME") {
+		t.Errorf("a second dev on one namespace says:\n%s", msg)
+	}
+	if code, _ := first.stop(20 * time.Second); code != 0 {
+		t.Errorf("the first dev: exit %d after SIGINT\n%s", code, first.stderr())
 	}
 }

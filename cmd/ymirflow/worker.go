@@ -89,7 +89,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	group := e.topology.Group(cfg.Agent, cfg.Branch)
 	claim, err := pipeline.ClaimConsumer(ctx, e.rdb, e.topology, group, cfg.ConsumerName, 0, log)
 	if errors.Is(err, pipeline.ErrConsumerInUse) {
-		return usagef("CONSUMER_NAME (--consumer-name) = %q is taken (%v): give each worker its own name, or leave CONSUMER_NAME unset for hostname-pid", cfg.ConsumerName, err)
+		return usagef("CONSUMER_NAME (--consumer-name) = %q is taken (%w): give each worker its own name, or leave CONSUMER_NAME unset for hostname-pid", cfg.ConsumerName, err)
 	}
 	if err != nil {
 		return err

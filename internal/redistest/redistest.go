@@ -32,10 +32,20 @@ import (
 // from a developer's data in DB 0.
 const DefaultURL = "redis://127.0.0.1:6379/15"
 
-// URL returns the Redis URL tests use.
+// givenURL is REDIS_URL as the test binary was started with it. Tests of the commands
+// blank every setting (t.Setenv(name, "")) so nothing leaks in from the caller, REDIS_URL
+// among them; URL must still name the server the run was given, never fall back to
+// DefaultURL's server behind the user's back.
+var givenURL = os.Getenv("REDIS_URL")
+
+// URL returns the Redis URL tests use: REDIS_URL as set now, else as the test binary
+// was started with, else DefaultURL.
 func URL() string {
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		return u
+	}
+	if givenURL != "" {
+		return givenURL
 	}
 	return DefaultURL
 }

@@ -3,6 +3,7 @@ package redistest_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,6 +75,26 @@ func TestUnreachableFailsFast(t *testing.T) {
 	}
 	if len(noise) > 0 {
 		t.Errorf("lines besides the hint and FAIL:\n%s", strings.Join(noise, "\n"))
+	}
+}
+
+// Issue 35: a test that blanks REDIS_URL (to keep the caller's settings out) still gets
+// the server the run was started with, not DefaultURL's.
+func TestURLIsTheGivenServerAfterBlanking(t *testing.T) {
+	if os.Getenv("REDISTEST_CHILD") == "1" {
+		t.Setenv("REDIS_URL", "")
+		fmt.Println("URL=" + redistest.URL())
+		return
+	}
+	given := "redis://127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) + "/3"
+	cmd := exec.Command(os.Args[0], "-test.run=^TestURLIsTheGivenServerAfterBlanking$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "REDISTEST_CHILD=1", "REDIS_URL="+given)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "URL="+given+"\n") {
+		t.Fatalf("with REDIS_URL=%s given and then blanked, URL() said:\n%s", given, out)
 	}
 }
 

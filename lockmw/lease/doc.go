@@ -9,7 +9,10 @@
 // hands out a fence number: an INCR of a counter that never expires, so each acquisition
 // of a key gets a fence above every earlier one. A heartbeat extends the lease every
 // TTL/3 with a compare-and-PEXPIRE; Release is a compare-and-delete. A foreign lease is
-// never extended or deleted.
+// never extended or deleted. Every way a lease ends is one release step (scripts/
+// lease.lua) told whether a run happened (Release) or not (GiveBack: no release
+// record, so no event counts as superseded by it), and every release publishes the
+// follow-up queued behind the lease, if there is one.
 //
 // Unlike the Python lock, loss is loud: the lease's Context is cancelled with a typed
 // cause when Redis says the key is no longer ours (ErrLeaseLost), when no extend has

@@ -74,28 +74,33 @@ func (p *Pending) GiveBack(ctx context.Context) {
 	}
 }
 
-// Handoff ends the run of the lease's entry e: it releases the lease, then acks e
-// (XACK), and, when next is not nil, takes next's lease ahead. On standalone Redis that
-// is one script in one round trip (the ack can never come before the release). On
-// Redis Cluster (KeysCluster), or for a lease that drains a queued follow-up
-// (AcquireOptions.Drain), the ack is sent only once the release has succeeded, in a
-// second round trip, as ReleaseWith does; a draining lease takes nothing ahead (next is
-// ignored). A failure of the ack alone wraps ErrAfterRelease: the lease is gone.
+// Handoff ends the run of the lease's entry e: it releases the lease (publishing its
+// queued follow-up, if it has one), then acks e (XACK), and, when next is not nil,
+// takes next's lease ahead. On standalone Redis that is one script in one round trip
+// (the ack can never come before the release). On Redis Cluster (KeysCluster) the ack
+// is sent only once the release has succeeded, in a second round trip, as ReleaseWith
+// does. A lease that drains (AcquireOptions.Drain) or holds shared keys takes nothing
+// ahead (next is ignored). A failure of the ack alone wraps ErrAfterRelease: the lease
+// is gone.
 //
-// The Pending is nil when next is nil; otherwise it holds next's lease or why it was
-// not taken.
+// The Pending is nil when next is nil, or when next is of this same lease and had to
+// wait for a queued follow-up to be published (Cluster): its entry acquires when it
+// comes. Otherwise it holds next's lease or why it was not taken.
 func (le *Lease) Handoff(ctx context.Context, e Entry, next *Next) (*Pending, error) {
+	if le.drain || len(le.shared) > 0 {
+		// A lease with shared keys releases them in its own script (release.lua): the
+		// middleware takes nothing ahead for scoped handlers, nor for draining ones.
+		next = nil
+	}
 	var p *Pending
 	var err error
 	switch {
 	case len(le.shared) > 0:
-		// A lease with shared keys releases them in its own script (release.lua) and
-		// takes nothing ahead: the middleware does not peek for scoped handlers.
 		_, err = le.ReleaseWith(ctx, ack(ctx, e))
-	case le.l.opts.Format != KeysCluster && !le.drain:
+	case le.l.opts.Format != KeysCluster:
 		// Standalone: one script does all three.
 		_, p, err = le.releaseAck(ctx, e, next)
-	case next != nil && !le.drain:
+	case next != nil:
 		_, p, err = le.releaseAndAcquire(ctx, ack(ctx, e), next)
 	default:
 		_, err = le.ReleaseWith(ctx, ack(ctx, e))
@@ -116,28 +121,35 @@ func ack(ctx context.Context, e Entry) func(redis.Pipeliner) {
 // concurrently, so one round trip could not keep the ack after the release. The
 // pending lease's heartbeat runs from now on; its context is detached until Take binds
 // it to its event's context. Both scripts are sent by EVAL, so a server that lost its
-// script cache cannot make the round trip half-fail.
+// script cache cannot make the round trip half-fail. A release that must first publish
+// a queued follow-up changed nothing in that round trip (releaseScripted goes on);
+// next's acquire then found this very lease busy if next is of the same lease, and no
+// Pending is returned for it.
 func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pipeliner), next *Next) (bool, *Pending, error) {
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
 	a, prepErr := le.l.prepareNext(next)
 	pipe := le.l.rdb.Pipeline()
-	rel := releaseScript.Eval(ctx, pipe, []string{le.keys.Lock, le.keys.Info, le.keys.Done}, le.token, le.messageID)
+	published := ""
+	args, nkeys := le.releaseArgs(outcomeRan, &published)
+	rel := releaseScript.Eval(ctx, pipe, toStrings(args[3:3+nkeys]), args[3+nkeys:]...)
 	var acq *redis.Cmd
 	if prepErr == nil {
 		acq = acquireScript.Eval(ctx, pipe, a.scriptKeys(), a.args...)
 	}
 	_, _ = pipe.Exec(ctx)
+	res, err := rel.Slice()
+	drained := err == nil && len(res) > 0 && atoi(res[0]) == 3
+	deleted, err := le.releaseScripted(ctx, outcomeRan, res, err)
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
 	}
-	n, err := rel.Int64()
 	if err != nil {
 		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).Msg("lease release failed; the key will expire by its TTL")
 		err = fmt.Errorf("lease: release %s: %w", le.keys.Lock, err)
 	} else {
-		if n != 1 {
+		if !deleted {
 			le.stopped(ctx)
 		}
 		err = le.afterRelease(ctx, then)
@@ -146,8 +158,20 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	if prepErr == nil {
 		res, aerr := acq.Slice()
 		p.lease, p.err = a.finish(context.Background(), res, aerr)
+		if drained && p.lease == nil && a.keys.Lock == le.keys.Lock {
+			p = nil // refused by this lease, which its acquire met before the release
+		}
 	}
-	return n == 1, p, err
+	return deleted, p, err
+}
+
+// toStrings dereferences the keys of releaseArgs, for a pipelined Eval.
+func toStrings(keys []any) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = *k.(*string)
+	}
+	return out
 }
 
 // releaseAck ends an event on standalone Redis in one round trip and one script
@@ -164,19 +188,20 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 		a, err = le.l.prepareNext(next)
 		p = &Pending{id: next.Options.MessageID, err: err}
 	}
-	// KEYS lock, info, done, stream[, next's 4]; ARGV token, message_id, group, entry
-	// id[, next's 6], the lease's own by pointer (see acquisition.kv).
-	args := append(scriptArgs(18), &le.keys.Lock, &le.keys.Info, &le.keys.Done, e.Stream)
-	nkeys := 4
+	// KEYS lock, info, done, queue, mailbox, stream[, next's 4]; ARGV token,
+	// message_id, group, entry id, maxlen, issue, index max, index TTL[, next's 6], the
+	// lease's own by pointer (see acquisition.kv).
+	args := append(scriptArgs(24), &le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.keys.Queue, &le.keys.Mailbox, e.Stream)
+	nkeys := 6
 	if a != nil {
 		args = append(args, a.kv[:4]...)
-		nkeys = 8
+		nkeys = 10
 	}
 	var id any = &le.messageID // the entry's id, which the lease was taken for
 	if e.ID != le.messageID {
 		id = e.ID
 	}
-	args = append(args, &le.token, &le.messageID, e.Group, id)
+	args = append(args, &le.token, &le.messageID, e.Group, id, &le.maxLen, &le.issue, &indexMax, &indexTTLms)
 	if a != nil {
 		args = append(args, a.kv[4:]...)
 	}
@@ -184,7 +209,7 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
 	}
-	if err == nil && len(res) < 2 {
+	if err == nil && len(res) < 3 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
@@ -198,8 +223,11 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 	if atoi(res[0]) != 1 {
 		le.stopped(ctx)
 	}
+	if id, _ := res[2].(string); id != "" {
+		le.requeued.Store(id)
+	}
 	if p != nil && p.err == nil {
-		p.lease, p.err = a.finish(context.Background(), res[2:], nil)
+		p.lease, p.err = a.finish(context.Background(), res[3:], nil)
 	}
 	return atoi(res[0]) == 1, p, nil
 }

@@ -34,6 +34,7 @@ type Lease struct {
 	requeued   atomic.Value  // string: id of the drained follow-up
 	appends    atomic.Int64  // fenced appends so far: each one's id for xonce
 	shared     []SharedLease // the shared keys held with it (scopes issue, group)
+	apart      bool          // shared is in another hash slot (Locker.apart): scripts of its own
 	// Supersede policy: the runs this lease's acquire found still stopping (to wait
 	// for, WaitStopped) and the message whose run it took over, if any.
 	stopping   int64
@@ -141,12 +142,29 @@ type SharedLease struct {
 // none for a lease of scope agent alone.
 func (le *Lease) Shared() []SharedLease { return le.shared }
 
-// lockInfoKeys are the lock and info keys of the lease then of its shared keys, in
-// pairs: what extend.lua extends and release.lua's release_shared deletes.
+// lockInfoKeys are the lock and info keys of the lease then of the shared keys in its
+// hash slot, in pairs: what extend.lua extends and release.lua's release_shared
+// deletes in the lease's own scripts.
 func (le *Lease) lockInfoKeys() []string {
 	keys := make([]string, 0, 2+2*len(le.shared))
 	keys = append(keys, le.keys.Lock, le.keys.Info)
-	for _, s := range le.shared {
+	if !le.apart {
+		keys = appendLockInfo(keys, le.shared)
+	}
+	return keys
+}
+
+// apartKeys are the lock and info keys of the shared keys held in another hash slot
+// (Locker.apart), in pairs, for scripts of their own; nil when there are none.
+func (le *Lease) apartKeys() []string {
+	if !le.apart {
+		return nil
+	}
+	return appendLockInfo(make([]string, 0, 2*len(le.shared)), le.shared)
+}
+
+func appendLockInfo(keys []string, shared []SharedLease) []string {
+	for _, s := range shared {
 		keys = append(keys, s.Keys.Lock, s.Keys.Info)
 	}
 	return keys
@@ -248,7 +266,27 @@ func (le *Lease) heartbeat(lastOK time.Time) {
 	}
 }
 
+// extend extends every key of the lease: its own (with the shared keys in their slot),
+// then the shared keys held apart. Any not ours loses the lease.
 func (le *Lease) extend(ctx context.Context) (bool, error) {
+	ok, err := le.extendOwn(ctx)
+	if ok && err == nil && le.apart {
+		ok, err = le.extendApart(ctx)
+	}
+	return ok, err
+}
+
+// extendApart extends the shared keys held in another hash slot (extend.lua there;
+// with WaitReplicas, followed by a WAIT on their own primary).
+func (le *Lease) extendApart(ctx context.Context) (bool, error) {
+	if le.l.opts.WaitReplicas > 0 {
+		return le.extendReplicatedKeys(ctx, le.apartKeys(), false)
+	}
+	n, err := extendScript.Run(ctx, le.l.rdb, le.apartKeys(), le.token, le.l.ttlMS).Int64()
+	return n == 1, err
+}
+
+func (le *Lease) extendOwn(ctx context.Context) (bool, error) {
 	if le.l.opts.WaitReplicas > 0 {
 		return le.extendReplicated(ctx)
 	}
@@ -396,13 +434,27 @@ func (le *Lease) Release(ctx context.Context) (bool, error) {
 	return le.ReleaseWith(ctx, nil)
 }
 
-// giveBack deletes a lease that no run used (taken ahead for an entry that never
-// reached the middleware) without recording a release: a release record makes the
-// events that entered before it count as superseded, and no run covered them.
-func (le *Lease) giveBack(ctx context.Context) {
-	var noRun string // release.lua records nothing for an empty message id
-	_, _ = le.release(ctx, nil, &noRun)
+// The outcomes a release tells its script (release in scripts/lease.lua): a run
+// happened under the lease, or none did and it is given back. Only a run writes the
+// done record that makes older events count as superseded.
+const (
+	outcomeRan       = "ran"
+	outcomeGivenBack = "given_back"
+)
+
+// GiveBack ends a lease under which no run happened (taken ahead for an entry that
+// never reached the middleware, not acknowledged by the replicas, or a take-over whose
+// wait for the old run ended first): as Release, but it records no release. A release
+// record makes the events that entered before it count as superseded, and no run
+// covered them. A follow-up queued behind the lease meanwhile is published.
+func (le *Lease) GiveBack(ctx context.Context) error {
+	_, err := le.release(ctx, nil, outcomeGivenBack)
+	return err
 }
+
+// giveBack is GiveBack for paths that have nobody to tell of a failure: the key then
+// expires by its TTL (logged by release).
+func (le *Lease) giveBack(ctx context.Context) { _ = le.GiveBack(ctx) }
 
 // ReleaseWith is Release followed by extra commands (the middleware acks its stream
 // entry this way): they are sent only once the release has succeeded, in a second
@@ -410,30 +462,20 @@ func (le *Lease) giveBack(ctx context.Context) {
 // cache holds and however a Cluster client splits a pipeline across nodes. An error of
 // the extra commands is returned after the release is done, wrapping ErrAfterRelease.
 func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner)) (bool, error) {
-	return le.release(ctx, then, &le.messageID)
+	return le.release(ctx, then, outcomeRan)
 }
 
-// release is ReleaseWith recording the release for message mid (the superseded
-// checks), or for none when *mid is empty.
-func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), mid *string) (bool, error) {
+// release is ReleaseWith with the lease's outcome: outcomeRan records the release for
+// the lease's message (the superseded checks), outcomeGivenBack records nothing.
+// Every path publishes the lease's queued follow-up, if it has one (releaseScripted).
+func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), outcome string) (bool, error) {
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
-	var deleted bool
-	var err error
-	if le.drain {
-		deleted, err = le.releaseDrain(ctx)
-	} else if len(le.shared) > 0 {
-		keys := le.lockInfoKeys()
-		keys = append([]string{keys[0], keys[1], le.keys.Done}, keys[2:]...)
-		var n int64
-		n, err = releaseScript.Run(ctx, le.l.rdb, keys, le.token, *mid).Int64()
-		deleted = n == 1
-	} else {
-		var n int64
-		n, err = runScript(ctx, le.l.rdb, releaseScript, 3, append(scriptArgs(5),
-			&le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.token, mid)).Int64()
-		deleted = n == 1
+	deleted, err := le.unlockApart(ctx)
+	if err == nil {
+		res, rerr := le.runRelease(ctx, outcome, "").Slice()
+		deleted, err = le.releaseScripted(ctx, outcome, res, rerr)
 	}
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
@@ -447,6 +489,17 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), m
 		le.stopped(ctx)
 	}
 	return deleted, le.afterRelease(ctx, then)
+}
+
+// unlockApart releases the shared keys held apart (a group key on Redis Cluster, in
+// another hash slot) by a script of their own, before release.lua releases the keys of
+// the lease's slot, so that the issue's next run never finds this run's group key
+// still held. Nothing to do without such keys.
+func (le *Lease) unlockApart(ctx context.Context) (bool, error) {
+	if !le.apart {
+		return false, nil
+	}
+	return false, unlockSharedScript.Run(ctx, le.l.rdb, le.apartKeys(), le.token).Err()
 }
 
 // afterRelease sends then's commands, once the release has succeeded; their failure
@@ -467,20 +520,50 @@ func (le *Lease) afterRelease(ctx context.Context, then func(pipe redis.Pipeline
 // replaced the one published in the round before, which takes an event per round.
 const maxDrainRounds = 8
 
-// releaseDrain releases and publishes the queued follow-up (coalesce policy). On
-// standalone Redis one script does both; on Redis Cluster the follow-up is published
-// (once, by its _qid) before the script deletes its slot and the lease, so a crash
-// in between leaves it queued for the next holder rather than lost.
-func (le *Lease) releaseDrain(ctx context.Context) (bool, error) {
-	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Queue, le.keys.Done, le.keys.Mailbox}
-	mode := "1"
+// Arguments of release.lua and handoff.lua that are the same for every lease, boxed
+// once (by pointer: see runScript).
+var (
+	modeStandalone, modeCluster = "1", "0"
+	indexMax                    = int64(xonce.IndexMax)
+	indexTTLms                  = xonce.IndexTTL.Milliseconds()
+)
+
+// releaseArgs returns runScript's args for release.lua: KEYS lock, info, done, queue,
+// mailbox and the shared keys' lock and info, then ARGV (see the script). The lease's
+// own by pointer: the release is on every event's path.
+func (le *Lease) releaseArgs(outcome string, published *string) ([]any, int) {
+	mode := &modeStandalone
 	if le.l.opts.Format == KeysCluster {
-		mode = "0"
+		mode = &modeCluster
 	}
-	published := ""
+	// Shared keys held apart are released by unlockApart, not in this slot's script.
+	var shared []SharedLease
+	if !le.apart {
+		shared = le.shared
+	}
+	nkeys := 5 + 2*len(shared)
+	args := append(scriptArgs(nkeys+9), &le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.keys.Queue, &le.keys.Mailbox)
+	for i := range shared {
+		args = append(args, &shared[i].Keys.Lock, &shared[i].Keys.Info)
+	}
+	return append(args, &le.token, outcome, &le.messageID, mode, &le.maxLen, published,
+		&le.issue, &indexMax, &indexTTLms), nkeys
+}
+
+// runRelease sends release.lua once.
+func (le *Lease) runRelease(ctx context.Context, outcome, published string) *redis.Cmd {
+	args, nkeys := le.releaseArgs(outcome, &published)
+	return runScript(ctx, le.l.rdb, releaseScript, nkeys, args)
+}
+
+// releaseScripted follows release.lua's reply res (or err) to the end of the release:
+// on Redis Cluster, while the script answers with a queued follow-up to publish
+// ({3, ...}), it publishes it (once, by its _qid: xonce) and runs the script again, so
+// a crash in between leaves the follow-up queued for the next holder rather than
+// lost. It reports whether the lease was deleted, and keeps the published follow-up's
+// id for Requeued.
+func (le *Lease) releaseScripted(ctx context.Context, outcome string, res []any, err error) (bool, error) {
 	for range maxDrainRounds {
-		res, err := releaseDrainScript.Run(ctx, le.l.rdb, keys, le.token, mode, le.maxLen, published,
-			le.issue, xonce.IndexMax, xonce.IndexTTL.Milliseconds()).Slice()
 		if err != nil {
 			return false, err
 		}
@@ -493,28 +576,39 @@ func (le *Lease) releaseDrain(ctx context.Context) (bool, error) {
 			}
 			return atoi(res[0]) == 1, nil
 		}
-		values := map[string]any{}
-		stream, qid := "", ""
-		for i := 1; i+1 < len(res); i += 2 {
-			switch k := fmt.Sprint(res[i]); k {
-			case "_stream":
-				stream = fmt.Sprint(res[i+1])
-			case "_qid":
-				qid = fmt.Sprint(res[i+1])
-			case "_mbox":
-			default:
-				values[k] = res[i+1]
-			}
+		qid, perr := le.publishQueued(ctx, res[1:])
+		if perr != nil {
+			return false, perr
 		}
-		id, err := xonce.Run(ctx, le.l.rdb, xonce.Append{Stream: stream, ID: "follow-up-" + le.keys.Queue + "-" + qid,
-			Issue: le.issue, Values: values, MaxLen: le.maxLen, TTL: le.l.opts.MaxHold + le.l.opts.TTL})
-		if err != nil {
-			return false, fmt.Errorf("lease: publish queued follow-up to %s: %w", stream, err)
-		}
-		le.requeued.Store(id)
-		published = qid
+		res, err = le.runRelease(ctx, outcome, qid).Slice()
 	}
 	return false, fmt.Errorf("lease: drain %s: the queued follow-up kept being replaced", le.keys.Queue)
+}
+
+// publishQueued appends the queued follow-up q (field, value, ...: the queue hash) to
+// its stream, once by its _qid, and returns that _qid (Redis Cluster: the stream is in
+// another slot than the lease).
+func (le *Lease) publishQueued(ctx context.Context, q []any) (string, error) {
+	values := map[string]any{}
+	stream, qid := "", ""
+	for i := 0; i+1 < len(q); i += 2 {
+		switch k := fmt.Sprint(q[i]); k {
+		case "_stream":
+			stream = fmt.Sprint(q[i+1])
+		case "_qid":
+			qid = fmt.Sprint(q[i+1])
+		case "_mbox":
+		default:
+			values[k] = q[i+1]
+		}
+	}
+	id, err := xonce.Run(ctx, le.l.rdb, xonce.Append{Stream: stream, ID: "follow-up-" + le.keys.Queue + "-" + qid,
+		Issue: le.issue, Values: values, MaxLen: le.maxLen, TTL: le.l.opts.MaxHold + le.l.opts.TTL})
+	if err != nil {
+		return "", fmt.Errorf("lease: publish queued follow-up to %s: %w", stream, err)
+	}
+	le.requeued.Store(id)
+	return qid, nil
 }
 
 // Requeued is the stream id of the follow-up event that Release published (coalesce

@@ -222,8 +222,11 @@ type AcquireOptions struct {
 	// issue's queued event, in the same atomic step; the LockedError says Delivered,
 	// or Acquire returns a *MailboxFullError. Queue is then ignored. Default: nil.
 	Deliver *DeliverOptions
-	// Drain makes Release take and publish a queued follow-up (coalesce policy).
-	// Default: false.
+	// Drain says the lease expects queued follow-ups (a coalesce or deliver rule is in
+	// use): Handoff then takes nothing ahead. Every release publishes the queued
+	// follow-up it finds, whatever Drain says: whether to drain is the key's own state
+	// (a queue exists), so a holder that took the lease over, or that did not expect a
+	// follow-up, strands none. Default: false.
 	Drain bool
 	// MaxLen trims the stream a drained follow-up is appended to (approximate).
 	// Default: 0 (no trim).
@@ -243,7 +246,8 @@ type AcquireOptions struct {
 	// WaitStopped returns once the old run has stopped (its holder released) or its key
 	// would have expired. A holder with a newer event, the same entry, or no message id
 	// is reported busy (LockedError.Newer tells the first). Requires MessageID; cannot
-	// be combined with Queue, Deliver, Drain or Shared. Default: false.
+	// be combined with Queue, Deliver or Shared. The lease's release publishes the
+	// follow-up queued behind it or behind the run it took over. Default: false.
 	Supersede bool
 	// Shared are the lease's shared keys (scopes issue and group; Scopes.Keys makes
 	// them), taken with it in one script, all or nothing, and released with it. A busy
@@ -293,6 +297,8 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	}
 	var res []any
 	switch {
+	case a.apart:
+		res, err = l.acquireApart(ctx, a)
 	case len(a.shared) > 0:
 		res, err = acquireScopedScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
 	case ao.Deliver != nil:
@@ -340,10 +346,13 @@ type acquisition struct {
 	// shared are the shared keys' names (Lock, Info and Fence of each), in the order
 	// of ao.Shared; nil for a lease of scope agent alone.
 	shared []Keys
+	// apart: the shared key is in another hash slot than the lease's own keys (a group
+	// key on Redis Cluster, Locker.apart), so each is taken by a script of its own.
+	apart bool
 }
 
 // errSupersedeOptions refuses a supersede acquire with options it cannot honour.
-var errSupersedeOptions = errors.New("lease: AcquireOptions.Supersede needs MessageID and cannot be combined with Queue, Deliver, Drain or Shared")
+var errSupersedeOptions = errors.New("lease: AcquireOptions.Supersede needs MessageID and cannot be combined with Queue, Deliver or Shared")
 
 // errSharedQueue refuses shared keys with the coalesce policy's options.
 var errSharedQueue = errors.New("lease: AcquireOptions.Shared cannot be combined with AcquireOptions.Queue or Drain")
@@ -354,7 +363,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 		return nil, err
 	}
 	a := &acquisition{l: l, agent: agent, issue: issue, owner: ao.Owner, token: newToken(), sent: time.Now(), ao: ao}
-	if ao.Supersede && (ao.Queue != nil || ao.Deliver != nil || ao.Drain || len(ao.Shared) > 0 || ao.MessageID == "") {
+	if ao.Supersede && (ao.Queue != nil || ao.Deliver != nil || len(ao.Shared) > 0 || ao.MessageID == "") {
 		return nil, errSupersedeOptions
 	}
 	if len(ao.Shared) == 0 {
@@ -367,6 +376,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 			return nil, fmt.Errorf("%w: AcquireOptions.Shared: on Redis Cluster a lease holds at most one shared key", ErrBadScope)
 		}
 		a.keys = l.ScopedKeys(agent, issue, ao.Shared)
+		a.apart = l.apart(ao.Shared)
 		for _, sk := range ao.Shared {
 			a.shared = append(a.shared, l.SharedKeys(sk))
 		}
@@ -437,6 +447,46 @@ func (a *acquisition) scriptKeys() []string {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
 	}
 	return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done}
+}
+
+// acquireApart takes a lease whose shared key is in another hash slot (a group key on
+// Redis Cluster): the lease's own keys first (acquire_scoped.lua with none shared: the
+// superseded check and a busy lease's reply are theirs), then the shared key
+// (acquire_shared.lua). When the shared key is busy, or its script fails, the lease's
+// own key is given back without a release record (no run happened under it) and the
+// shared key's reply is the acquire's. It returns the reply finish reads: {1, fence,
+// shared fence} once both are held.
+func (l *Locker) acquireApart(ctx context.Context, a *acquisition) ([]any, error) {
+	own := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
+	res, err := acquireScopedScript.Run(ctx, l.rdb, own, a.args...).Slice()
+	if err != nil || len(res) < 2 || atoi(res[0]) != 1 {
+		return res, err
+	}
+	sk := a.shared[0]
+	sres, err := acquireSharedScript.Run(ctx, l.rdb, []string{sk.Lock, sk.Info, sk.Fence},
+		a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, a.agent, a.issue).Slice()
+	if err == nil && len(sres) >= 2 && atoi(sres[0]) == 1 {
+		return []any{res[0], res[1], sres[1]}, nil
+	}
+	// Given back in the background of the caller's context: the caller hears busy (or
+	// the error) either way, and a failed give-back leaves the key to its TTL.
+	gctx := context.WithoutCancel(ctx)
+	if err != nil {
+		// A lost reply may have taken the shared key all the same.
+		_ = unlockSharedScript.Run(gctx, l.rdb, []string{sk.Lock, sk.Info}, a.token).Err()
+	}
+	a.giveBackOwn(gctx)
+	return sres, err
+}
+
+// giveBackOwn gives back the agent's own key of an acquire that failed on a key held
+// apart, through the one release step (outcome given back: no run recorded, a queued
+// follow-up still published). A failure leaves the key to its TTL.
+func (a *acquisition) giveBackOwn(ctx context.Context) {
+	le := &Lease{l: a.l, agent: a.agent, issue: a.issue, keys: a.keys, token: a.token,
+		messageID: a.ao.MessageID, maxLen: a.ao.MaxLen}
+	res, err := le.runRelease(ctx, outcomeGivenBack, "").Slice()
+	_, _ = le.releaseScripted(ctx, outcomeGivenBack, res, err)
 }
 
 // finish turns the acquire script's reply into a held Lease (its heartbeat started and
@@ -521,6 +571,7 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		onBeat:     a.ao.OnHeartbeat,
 		drain:      a.ao.Drain,
 		maxLen:     a.ao.MaxLen,
+		apart:      a.apart,
 	}
 	if len(a.shared) > 0 {
 		le.shared = make([]SharedLease, len(a.shared))

@@ -159,12 +159,21 @@ func (le *Lease) queueWait(ctx context.Context, pipe redis.Pipeliner) func() err
 // another slot) go in a second pipeline through the cluster client. ok is false when
 // the lease is not ours; err wraps ErrNotReplicated when too few replicas acknowledged.
 func (le *Lease) extendReplicated(ctx context.Context) (bool, error) {
-	rdb, err := le.l.waitClient(ctx, le.keys.Lock)
+	return le.extendReplicatedKeys(ctx, le.lockInfoKeys(), true)
+}
+
+// extendReplicatedKeys is extendReplicated of keys (lock, info pairs of one hash slot,
+// whose primary gets the WAIT), with the heartbeat's own commands when beat is set.
+func (le *Lease) extendReplicatedKeys(ctx context.Context, keys []string, beat bool) (bool, error) {
+	rdb, err := le.l.waitClient(ctx, keys[0])
 	if err != nil {
 		return false, err
 	}
 	cluster := le.l.opts.Format == KeysCluster
-	keys := le.lockInfoKeys()
+	onBeat := le.onBeat
+	if !beat {
+		onBeat = nil
+	}
 	args := []any{le.token, le.l.opts.TTL.Milliseconds()}
 	run := func(sha bool) (*redis.Cmd, func() error, error) {
 		pipe := rdb.Pipeline()
@@ -174,8 +183,8 @@ func (le *Lease) extendReplicated(ctx context.Context) (bool, error) {
 		} else {
 			ext = extendScript.Eval(ctx, pipe, keys, args...)
 		}
-		if le.onBeat != nil && !cluster {
-			le.onBeat(ctx, pipe)
+		if onBeat != nil && !cluster {
+			onBeat(ctx, pipe)
 		}
 		wait := le.queueWait(ctx, pipe)
 		_, err := pipe.Exec(ctx)
@@ -197,9 +206,9 @@ func (le *Lease) extendReplicated(ctx context.Context) (bool, error) {
 	if n, _ := ext.Int64(); n != 1 {
 		return false, nil
 	}
-	if le.onBeat != nil && cluster {
+	if onBeat != nil && cluster {
 		pipe := le.l.rdb.Pipeline()
-		le.onBeat(ctx, pipe)
+		onBeat(ctx, pipe)
 		_, _ = pipe.Exec(ctx) // as on the path without waiting: the lease is what counts
 	}
 	return true, wait()
@@ -221,6 +230,9 @@ func (le *Lease) replicated(ctx context.Context) error {
 		return nil
 	}
 	ok, err := le.extendReplicated(ctx)
+	if ok && err == nil && le.apart {
+		ok, err = le.extendApart(ctx)
+	}
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: %s was not ours when its acquire was confirmed", ErrLeaseLost, le.keys.Lock)
 	}

@@ -251,24 +251,36 @@ func (l *Locker) SharedKeys(sk ScopeKey) Keys {
 }
 
 // ScopedKeys returns the keys of the agent's own lease on issue when the lease also
-// holds shared: on standalone Redis they are Keys(agent, issue); on Redis Cluster they
-// sit in the hash slot of the (one) shared key, so that one script can take them all.
+// holds shared. They depend on the issue alone, never on the event's group: on
+// standalone Redis, and for a group key on Redis Cluster, they are Keys(agent, issue);
+// for the issue key on Redis Cluster they sit in its hash slot (named after the issue),
+// so that one script can take both.
 func (l *Locker) ScopedKeys(agent, issue string, shared []ScopeKey) Keys {
 	return l.opts.Format.keysFor(l.opts.Scope+agent, issue, l.clusterTag(shared))
 }
 
 // clusterTag is the hash tag the keys of a lease holding shared share on Cluster: the
-// shared key's own name ("" on standalone, or with no shared key).
+// issue key's own name. "" on standalone, with no shared key, and for a group key,
+// which apart takes in scripts of its own.
 func (l *Locker) clusterTag(shared []ScopeKey) string {
-	if l.opts.Format != KeysCluster || len(shared) == 0 {
+	if l.opts.Format != KeysCluster || len(shared) == 0 || shared[0].Scope != ScopeIssue {
 		return ""
 	}
 	return l.opts.Scope + sharedName(shared[0].Scope) + ":" + shared[0].Key
 }
 
-// CheckScopes refuses scopes this Locker cannot take in one script: on Redis Cluster a
-// lease may hold at most one shared key (each is in its own hash slot, and the agent's
-// keys join its slot).
+// apart reports whether the shared keys must be taken, extended and released in
+// scripts of their own, beside the lease's: on Redis Cluster, a group key. Its name
+// comes from the event's payload, and the agent's own keys must not depend on it (two
+// events of one issue with two group values would get two lock keys and two fence
+// counters, and run at once), so they cannot share its hash slot.
+func (l *Locker) apart(shared []ScopeKey) bool {
+	return l.opts.Format == KeysCluster && len(shared) > 0 && shared[0].Scope == ScopeGroup
+}
+
+// CheckScopes refuses scopes this Locker cannot take: on Redis Cluster a lease may hold
+// at most one shared key (each is in its own hash slot: the agent's keys join the
+// issue key's, and a group key is taken in a script of its own).
 func (l *Locker) CheckScopes(s Scopes) error {
 	if l.opts.Format == KeysCluster && s.count() > 1 {
 		return fmt.Errorf("%w: %s: on Redis Cluster a lease holds at most one shared scope (issue or group), each in its own hash slot", ErrBadScope, s)

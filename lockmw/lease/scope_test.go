@@ -457,9 +457,6 @@ func TestScopedClusterKeysShareASlot(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := newLocker(t, rdb, ns, lease.Options{Format: lease.KeysCluster})
-	shared := []lease.ScopeKey{{Scope: lease.ScopeGroup, Key: "OPENSSL|RHEL-9"}}
-	own := l.ScopedKeys("rebase", "RHEL-1", shared)
-	sk := l.SharedKeys(shared[0])
 	tag := func(k string) string {
 		i, j := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
 		if i < 0 || j < i {
@@ -467,10 +464,22 @@ func TestScopedClusterKeysShareASlot(t *testing.T) {
 		}
 		return k[i+1 : j]
 	}
+	// The issue key is named after the issue alone: the agent's keys join its slot.
+	issue := issueScope("RHEL-1")
+	own, sk := l.ScopedKeys("rebase", "RHEL-1", issue), l.SharedKeys(issue[0])
 	for _, k := range []string{own.Lock, own.Info, own.Fence, own.Done, sk.Lock, sk.Info, sk.Fence} {
-		if tag(k) != ns+"@group:OPENSSL|RHEL-9" {
-			t.Errorf("%s: tag %q, want the shared key's", k, tag(k))
+		if tag(k) != ns+"@issue:RHEL-1" {
+			t.Errorf("%s: tag %q, want the issue key's", k, tag(k))
 		}
+	}
+	// A group key comes from the event: the agent's keys never depend on it (issue 34),
+	// they stay Keys(agent, issue), and the group key has a slot of its own.
+	shared := []lease.ScopeKey{{Scope: lease.ScopeGroup, Key: "OPENSSL|RHEL-9"}}
+	if own := l.ScopedKeys("rebase", "RHEL-1", shared); own != l.Keys("rebase", "RHEL-1") {
+		t.Errorf("agent keys under a group key %+v, want Keys(agent, issue)", own)
+	}
+	if sk := l.SharedKeys(shared[0]); tag(sk.Lock) != ns+"@group:OPENSSL|RHEL-9" || tag(sk.Fence) != tag(sk.Lock) || tag(sk.Info) != tag(sk.Lock) {
+		t.Errorf("group key %+v, want its own tag", sk)
 	}
 	if err := l.CheckScopes(lease.Scopes{Issue: true, Group: []string{"m:k"}}); !errors.Is(err, lease.ErrBadScope) {
 		t.Errorf("two shared scopes on Cluster: %v, want ErrBadScope", err)

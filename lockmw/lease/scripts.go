@@ -8,9 +8,9 @@ import (
 )
 
 // The lease's Lua scripts, one file each under scripts/ (their comments give KEYS,
-// ARGV and replies). Each touches only the keys of one lease and its shared keys (one
-// hash slot under KeysCluster) and runs atomically, so compare-and-act
-// has no window.
+// ARGV and replies). Each touches only the keys of one hash slot under KeysCluster (a
+// lease's own keys, with its issue key if it holds one; a group key's, alone) and runs
+// atomically, so compare-and-act has no window.
 var (
 	//go:embed scripts/lease.lua
 	leaseLua string // the steps, put before the scripts that use them
@@ -30,14 +30,16 @@ var (
 	extendLua string
 	//go:embed scripts/release.lua
 	releaseLua string
-	//go:embed scripts/release_drain.lua
-	releaseDrainLua string
 	//go:embed scripts/force_release.lua
 	forceReleaseLua string
 	//go:embed scripts/acquire_or_supersede.lua
 	acquireOrSupersedeLua string
 	//go:embed scripts/stop_wait.lua
 	stopWaitLua string
+	//go:embed scripts/acquire_shared.lua
+	acquireSharedLua string
+	//go:embed scripts/unlock_shared.lua
+	unlockSharedLua string
 
 	acquireScript          = newScript(leaseLua + acquireLua)
 	acquireScopedScript    = newScript(leaseLua + acquireScopedLua)
@@ -47,10 +49,11 @@ var (
 	mailboxDoneScript      = newScript(mailboxDoneLua)
 	extendScript           = newScript(extendLua)
 	releaseScript          = newScript(leaseLua + releaseLua)
-	releaseDrainScript     = newScript(releaseDrainLua)
 	forceReleaseScript     = newScript(forceReleaseLua)
 	acquireOrSupersede     = newScript(leaseLua + acquireOrSupersedeLua)
 	stopWaitScript         = newScript(leaseLua + stopWaitLua)
+	acquireSharedScript    = newScript(leaseLua + acquireSharedLua)
+	unlockSharedScript     = newScript(leaseLua + unlockSharedLua)
 )
 
 // script is a Lua script with the second argument of its EVALSHA (the digest) and of

@@ -239,7 +239,6 @@ func TestSupersedeOptions(t *testing.T) {
 	l := newLocker(t, rdb, ns, lease.Options{})
 	for name, ao := range map[string]lease.AcquireOptions{
 		"no message id": {Supersede: true},
-		"drain":         {Supersede: true, MessageID: "1-0", Drain: true},
 		"queue":         {Supersede: true, MessageID: "1-0", Queue: &lease.QueuedEvent{Stream: "s"}},
 	} {
 		if _, err := l.Acquire(context.Background(), "rebase", "RHEL-1", ao); err == nil {

@@ -5,7 +5,7 @@
 --      nothing changes, the caller dead-letters the event);
 --   2. the event is kept as the issue's one queued event (newest wins, as coalesce), so
 --      the release that finds follow-ups nobody accounted for starts exactly one next
---      run (release_drain.lua; an empty mailbox then drops it);
+--      run (release in lease.lua; an empty mailbox then drops it);
 --   3. on standalone Redis (the source stream given as KEYS[8]) its stream entry is
 --      acked: the ack exists only once the follow-up is in the mailbox.
 --

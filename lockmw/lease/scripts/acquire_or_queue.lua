@@ -10,7 +10,7 @@
 -- KEYS: lock, info, fence, queue, done. ARGV: token, ttl_ms, owner, acquired_at_ms,
 -- message_id, queue_ttl_ms, target_stream, entry_ms or '', field, value, ...
 -- The queued follow-up carries _qid, the id of the entry it copies: on Redis Cluster
--- its release publishes it once by that id before deleting it (release_drain.lua).
+-- its release publishes it once by that id before deleting it (release in lease.lua).
 --
 -- Returns {1, fence}, {2, released_ms, released_message_id} or
 -- {0, owner, fence, acquired_at, message_id, pttl, replaced}.

@@ -1,5 +1,5 @@
--- lease.lua: the steps of the lease, put before acquire.lua, release.lua and
--- handoff.lua so that each step is written once.
+-- lease.lua: the steps of the lease, put before the scripts that use them (acquire.lua,
+-- release.lua, handoff.lua, ...) so that each step is written once.
 
 -- stepped_back reports whether the server's clock now reads earlier than ms, a time
 -- it recorded: it was stepped back since (an NTP step, a failover to a server whose
@@ -29,6 +29,32 @@ end
 -- Returns {1, fence}, {2, released_ms, released_message_id} or
 -- {0, owner, fence, acquired_at, message_id, pttl}.
 --
+-- shared_fence is the fence a shared key (lock, info, fence) holds for the token that
+-- already holds it: the repeat of an acquire whose reply was lost.
+local function shared_fence(info, fence)
+  return tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)
+end
+
+-- shared_busy is the reply for a shared key (lock, info) held by another run: a busy
+-- lease's, with its holder's agent, its lock key and its holder's issue appended; nil
+-- when the key is free.
+local function shared_busy(lock, info)
+  if redis.call('EXISTS', lock) == 0 then return nil end
+  local h = redis.call('HMGET', info, 'owner', 'fence', 'acquired_at', 'message_id', 'agent', 'issue')
+  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', lock), 0, h[5] or '', lock, h[6] or ''}
+end
+
+-- shared_take takes a free shared key (lock, info, fence) for token and returns its new
+-- fence; its record names the agent and issue of the run holding it.
+local function shared_take(lock, info, fence, token, ttl_ms, owner, acquired_at_ms, message_id, agent, issue)
+  redis.call('SET', lock, token, 'PX', ttl_ms)
+  local f = redis.call('INCR', fence)
+  redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f, 'agent', agent,
+    'issue', issue, 'acquired_at', acquired_at_ms, 'message_id', message_id)
+  redis.call('PEXPIRE', info, ttl_ms)
+  return f
+end
+
 -- With gfrom (acquire_scoped.lua), KEYS[gfrom..] are the lease's shared keys, in
 -- triples (lock, info, fence): taken with the lease, all or nothing, each with the same
 -- token and its own fence, its record naming agent and issue. A busy one is reported
@@ -40,7 +66,7 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
     local r = {1, tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)}
     if gfrom then
       for i = gfrom, #KEYS, 3 do
-        table.insert(r, tonumber(redis.call('HGET', KEYS[i + 1], 'fence') or redis.call('GET', KEYS[i + 2]) or 0))
+        table.insert(r, shared_fence(KEYS[i + 1], KEYS[i + 2]))
       end
     end
     return r
@@ -56,10 +82,8 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
   end
   if gfrom and not cur then
     for i = gfrom, #KEYS, 3 do
-      if redis.call('EXISTS', KEYS[i]) == 1 then
-        local h = redis.call('HMGET', KEYS[i + 1], 'owner', 'fence', 'acquired_at', 'message_id', 'agent', 'issue')
-        return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[i]), 0, h[5] or '', KEYS[i], h[6] or ''}
-      end
+      local busy = shared_busy(KEYS[i], KEYS[i + 1])
+      if busy then return busy end
     end
   end
   if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then
@@ -70,12 +94,7 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
     local r = {1, f}
     if gfrom then
       for i = gfrom, #KEYS, 3 do
-        redis.call('SET', KEYS[i], token, 'PX', ttl_ms)
-        local gf = redis.call('INCR', KEYS[i + 2])
-        redis.call('HSET', KEYS[i + 1], 'token', token, 'owner', owner, 'fence', gf, 'agent', agent,
-          'issue', issue, 'acquired_at', acquired_at_ms, 'message_id', message_id)
-        redis.call('PEXPIRE', KEYS[i + 1], ttl_ms)
-        table.insert(r, gf)
+        table.insert(r, shared_take(KEYS[i], KEYS[i + 1], KEYS[i + 2], token, ttl_ms, owner, acquired_at_ms, message_id, agent, issue))
       end
     end
     return r
@@ -84,23 +103,95 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
   return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', lock)}
 end
 
--- release: compare-and-delete. A foreign lease (another token, or a Python agent's
--- plain key) is never deleted. The release of a run records when (server time) and for
--- which message (message_id: the one its acquire wrote into info) it happened, for the
--- superseded checks: the done record is "<released_ms> <message_id>
--- <last_follow_up_ms>". A lease given back without a run (taken ahead for an entry
--- that never reached it) passes an empty mid and records nothing: no event is
--- superseded by a run that did not happen. Returns 1 if it deleted the lease; a repeat
--- finds the lease gone and changes nothing.
-local function release(lock, info, done, token, mid)
-  if redis.call('GET', lock) ~= token then return 0 end
-  redis.call('DEL', lock, info)
-  if mid and mid ~= '' then
-    local t = redis.call('TIME')
-    local prev = string.match(redis.call('GET', done) or '', '^%d+ %S+ (%d+)') or '0'
-    redis.call('SET', done, (t[1] * 1000 + math.floor(t[2] / 1000)) .. ' ' .. mid .. ' ' .. prev, 'PX', 86400000)
+-- publish_queued appends the queued follow-up q (HGETALL of the queue: its fields, and
+-- _stream, the stream it goes to) to its stream and files it in the issue's index of
+-- that stream as xonce's script files every entry (internal/xonce/xadd_once.lua).
+-- Standalone Redis only: on Cluster the stream is in another slot. Returns its id.
+local function publish_queued(q, o)
+  local stream = ''
+  local args = {'XADD', '', 'MAXLEN', '~', o.maxlen, '*'}
+  if tonumber(o.maxlen) <= 0 then args = {'XADD', '', '*'} end
+  for i = 1, #q, 2 do
+    if q[i] == '_stream' then stream = q[i + 1]
+    elseif q[i] ~= '_qid' and q[i] ~= '_mbox' then table.insert(args, q[i]); table.insert(args, q[i + 1]) end
   end
-  return 1
+  args[2] = stream
+  local id = redis.call(unpack(args))
+  if o.issue and o.issue ~= '' then
+    -- xonce.IndexKey and IndexSinceKey: in the stream's hash slot.
+    local tag = stream
+    if not string.find(stream, '^[^{]*{[^}]+}') then tag = '{' .. stream .. '}' end
+    local idx = tag .. ':issue:' .. o.issue
+    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+    redis.call('ZADD', idx, ms, ms .. '-' .. string.format('%010d', tonumber(seq)))
+    redis.call('ZREMRANGEBYRANK', idx, 0, -tonumber(o.idx_max) - 1)
+    redis.call('PEXPIRE', idx, o.idx_ttl)
+    redis.call('SET', tag .. ':issue-index-since', id, 'NX')
+  end
+  return id
+end
+
+-- release: the end of a lease, whichever way it ends (a run's release or hand-off, a
+-- give-back, a superseded run's stop), written once. k: lock, info, done, queue,
+-- mailbox. o: token; outcome, 'ran' or 'given_back'; mid, the lease's message id;
+-- mode, '1' on standalone Redis, '0' on Cluster; maxlen, published (the _qid the
+-- caller has published, or ''), issue, idx_max, idx_ttl (for publish_queued).
+--
+-- 1. Compare-and-delete: a foreign lease (another token, or a Python agent's plain
+--    key) is never deleted.
+-- 2. A run's release records when (server time) and for which message it happened, for
+--    the superseded checks: the done record is "<released_ms> <mid>
+--    <last_follow_up_ms>". Only outcome 'ran' writes it: a lease given back (taken
+--    ahead for an entry that never reached it, or not acknowledged by the replicas)
+--    had no run, and no event may count as superseded by it.
+-- 3. Drain: whether to publish the queued follow-up is the key's own state (a queue
+--    exists), never the caller's choice, so no holder strands one: a holder that took
+--    the lease over, or that did not expect a follow-up, drains it too. The queue of a
+--    lease held by someone else is never touched (its holder drains it); that of a
+--    lease nobody holds (ours expired or was force-released) is drained. The deliver
+--    policy's queued event (field _mbox) stands for the follow-ups in the mailbox: when
+--    the run accounted for all of them (it is empty) it is dropped, not published. A
+--    published follow-up sets the done record's third field (a run's release only).
+--    On standalone Redis the follow-up is appended here (publish_queued); on Cluster
+--    its stream is in another slot, so while a follow-up is queued that the caller has
+--    not published (its _qid is not published), nothing changes and it is returned
+--    ({3, field, value, ...}) for the caller to publish (once, by its _qid) and call
+--    again: a crash in between leaves it queued, not lost.
+--
+-- Returns {released}, {released, 1, new id} (standalone: a follow-up published),
+-- {released, 2} (Cluster: the published follow-up's slot deleted) or {3, q...}. A
+-- repeat after a lost reply finds the lease gone and the queue empty: it does nothing.
+local function release(k, o)
+  local lock, info, done, queue, mailbox = k[1], k[2], k[3], k[4], k[5]
+  local mine = redis.call('GET', lock) == o.token
+  local q = {}
+  if mine or redis.call('EXISTS', lock) == 0 then q = redis.call('HGETALL', queue) end
+  local qid, mbox = '', false
+  for i = 1, #q, 2 do
+    if q[i] == '_qid' then qid = q[i + 1] end
+    if q[i] == '_mbox' then mbox = true end
+  end
+  if mbox and redis.call('XLEN', mailbox) == 0 then
+    redis.call('DEL', queue, mailbox)
+    q = {}
+  end
+  if o.mode ~= '1' and #q > 0 and qid ~= o.published then return {3, unpack(q)} end
+  local released = 0
+  if mine then
+    redis.call('DEL', lock, info)
+    if o.outcome == 'ran' and o.mid ~= '' then
+      local t = redis.call('TIME')
+      local now = t[1] * 1000 + math.floor(t[2] / 1000)
+      local rq = string.match(redis.call('GET', done) or '', '^%d+ %S+ (%d+)') or '0'
+      if #q > 0 then rq = now end
+      redis.call('SET', done, now .. ' ' .. o.mid .. ' ' .. rq, 'PX', 86400000)
+    end
+    released = 1
+  end
+  if #q == 0 then return {released} end
+  redis.call('DEL', queue)
+  if o.mode ~= '1' then return {released, 2} end
+  return {released, 1, publish_queued(q, o)}
 end
 
 -- release_shared: compare-and-delete of the lease's shared keys, KEYS[from..] in pairs

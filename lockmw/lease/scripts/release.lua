@@ -1,7 +1,14 @@
--- release.lua (after lease.lua): give the lease back, and its shared keys; see release
--- and release_shared in lease.lua.
+-- release.lua (after lease.lua): the end of a lease on every path but the standalone
+-- hand-off (handoff.lua): give the lease back, publish its queued follow-up if it has
+-- one, and release its shared keys; see release and release_shared in lease.lua.
 --
--- KEYS: lock, info, done[, shared lock, shared info]... ARGV: token, message_id.
-local r = release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
-if #KEYS > 3 then release_shared(ARGV[1], 4) end
+-- KEYS: lock, info, done, queue, mailbox[, shared lock, shared info]...
+-- ARGV: token, outcome ('ran' or 'given_back'), message_id, mode ('1' standalone, '0'
+-- Cluster), maxlen, published_qid ('' if none), issue, index max, index TTL (ms).
+-- Returns release's reply; the shared keys go with the lease (not while a follow-up
+-- waits to be published: nothing changed then).
+local r = release({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, {token = ARGV[1], outcome = ARGV[2],
+  mid = ARGV[3], mode = ARGV[4], maxlen = ARGV[5], published = ARGV[6], issue = ARGV[7],
+  idx_max = ARGV[8], idx_ttl = ARGV[9]})
+if r[1] ~= 3 and #KEYS > 5 then release_shared(ARGV[1], 6) end
 return r
