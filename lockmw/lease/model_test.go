@@ -455,10 +455,12 @@ func (m *modelRun) acquire(ev *mEvent) error {
 	}
 	for i, name := range r.keys {
 		mk := m.key(name)
-		mk.fence++
-		if fences[i] != mk.fence {
-			return m.fail(propFence, "event %d: fence of %s is %d, model %d (earlier fences of the key: %d)", ev.n, name, fences[i], mk.fence, mk.fence-1)
+		// Strictly above every earlier one (an acquire that gave its key back, busy on
+		// another, may have used one up).
+		if fences[i] <= mk.fence {
+			return m.fail(propFence, "event %d: fence of %s is %d, not above the key's last fence %d", ev.n, name, fences[i], mk.fence)
 		}
+		mk.fence = fences[i]
 		mk.holder = r
 	}
 	m.runs = append(m.runs, r)
@@ -658,7 +660,7 @@ func (m *modelRun) crash(s mStep) error {
 // expireKeys makes the server expire the keys a run held (its TTL passed on the
 // server's clock), and waits until they are gone.
 func (m *modelRun) expireKeys(r *mRun) error {
-	all := r.le.lockInfoKeys()
+	all := append(r.le.lockInfoKeys(), r.le.apartKeys()...)
 	var ks []string
 	for i := 0; i+1 < len(all); i += 2 {
 		if v, _ := m.direct.Get(m.ctx, all[i]).Result(); v == r.le.token {
@@ -744,10 +746,10 @@ func (m *modelRun) force(s mStep) error {
 		return err
 	}
 	k := m.key(ownKey(r.ev))
-	k.fence++
-	if f != k.fence {
-		return m.fail(propFence, "force release of %s: fence %d, model %d", ownKey(r.ev), f, k.fence)
+	if f <= k.fence {
+		return m.fail(propFence, "force release of %s: fence %d, not above the key's last fence %d", ownKey(r.ev), f, k.fence)
 	}
+	k.fence = f
 	k.holder = nil
 	r.state, r.why = runStale, "forced"
 	return nil
