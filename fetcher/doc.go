@@ -76,7 +76,9 @@
 //     queued" of rule B).
 //
 // Costs per sweep: Jira: one search request per page, two reads per ymir_todo author check
-// (changelog, groups; groups cached per user for the sweep), one label write per flip.
+// (changelog, groups; groups cached per user for the sweep, and a member remembered for
+// Config.MemberTTL, 1 minute, across sweeps and webhook deliveries), one label write per
+// flip.
 // Redis: one pipelined round trip for the pre-check (two when some candidate was
 // published before and is a candidate again), one script call per published issue, and a
 // trim. The script touches the marker and a stream in one call (and the issue's index of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,7 @@ import (
 const (
 	DefaultStaleLabelThreshold = 24 * time.Hour
 	DefaultQueuedTTL           = 24 * time.Hour
+	DefaultMemberTTL           = time.Minute
 )
 
 // triageAgent is the stage the fetcher publishes to.
@@ -52,6 +54,13 @@ type Config struct {
 	// TriggerGroup: whoever added ymir_todo last must be in this Jira group. Default
 	// (empty): anyone may.
 	TriggerGroup string
+	// MemberTTL is how long a user found in TriggerGroup stays trusted without asking Jira
+	// again, across sweeps and webhook deliveries: a maintainer's next ymir_todo costs no
+	// Jira call before its publish. Someone removed from the group can still trigger for
+	// this long. Non-members are never remembered beyond one sweep or delivery, so a user
+	// just added to the group is not refused. Default (0): DefaultMemberTTL, 1 minute;
+	// negative: not remembered beyond one sweep or delivery.
+	MemberTTL time.Duration
 	// MaxIssues caps the issues published per sweep; issues skipped for any reason do not
 	// count. Default: 0, no limit; negative is refused.
 	MaxIssues int
@@ -89,6 +98,7 @@ type Fetcher struct {
 	maxEventBytes  int
 	jql            string
 	triggerGroup   string
+	members        *memberCache
 	maxIssues      int
 	threshold      time.Duration
 	queuedTTL      time.Duration
@@ -162,6 +172,11 @@ func New(cfg Config) (*Fetcher, error) {
 	if f.clock == nil {
 		f.clock = time.Now
 	}
+	ttl := cfg.MemberTTL
+	if ttl == 0 {
+		ttl = DefaultMemberTTL
+	}
+	f.members = &memberCache{ttl: ttl, until: map[string]time.Time{}}
 	f.group = f.topo.Group(triageAgent, "")
 	return f, nil
 }
@@ -186,6 +201,20 @@ func (f *Fetcher) SearchFields() []string {
 		fs = append(fs, f.componentField)
 	}
 	return fs
+}
+
+// Acts reports whether Process might act on is (publish it, or write one of its labels),
+// judging by the fields is carries, with no I/O. It is false only when is carries its
+// labels and updated time and no rule triggers on them: a field it lacks can only
+// turn a trigger into a skip (the modular check), never the other way. A source may then
+// skip the Jira calls it would make before Process (package webhook's scope search).
+func (f *Fetcher) Acts(is jira.Issue) bool {
+	for _, n := range []string{"labels", "updated"} {
+		if _, ok := is.Fields.Raw[n]; !ok {
+			return true
+		}
+	}
+	return classify(is, f.clock(), f.threshold, f.componentField).trigger != triggerNone
 }
 
 // ErrRedis marks a Sweep error that Redis caused (the pre-check or a publish failed).
@@ -527,7 +556,8 @@ func appendNew(dst []string, add ...string) []string {
 
 // addedByMember reports whether whoever added ymir_todo last (newest add in the paginated
 // changelog, or known from the source) is a member of the trigger group, and who it was. No add event, or an author
-// Jira does not know (404), is "not a member". Memberships are cached for the sweep.
+// Jira does not know (404), is "not a member". Memberships are cached for the sweep, and
+// members for MemberTTL (f.members).
 func (f *Fetcher) addedByMember(ctx context.Context, key string, known *jira.User, cache map[string]bool) (bool, string, error) {
 	var author jira.User
 	if known != nil {
@@ -552,6 +582,9 @@ func (f *Fetcher) addedByMember(ctx context.Context, key string, known *jira.Use
 	if m, ok := cache[who]; ok {
 		return m, who, nil
 	}
+	if f.members.has(who, f.clock()) {
+		return true, who, nil
+	}
 	groups, err := f.jira.UserGroups(ctx, who)
 	if err != nil {
 		if errors.Is(err, jira.ErrNotFound) {
@@ -562,7 +595,38 @@ func (f *Fetcher) addedByMember(ctx context.Context, key string, known *jira.Use
 	}
 	m := slices.Contains(groups, f.triggerGroup)
 	cache[who] = m
+	if m {
+		f.members.add(who, f.clock())
+	}
 	return m, who, nil
+}
+
+// memberCache remembers the users found in the trigger group, each for ttl, across
+// sweeps and deliveries (which may run concurrently).
+type memberCache struct {
+	mu    sync.Mutex
+	ttl   time.Duration
+	until map[string]time.Time
+}
+
+func (c *memberCache) has(who string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return now.Before(c.until[who])
+}
+
+func (c *memberCache) add(who string, now time.Time) {
+	if c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, t := range c.until { // the group's members: a short list
+		if !now.Before(t) {
+			delete(c.until, k)
+		}
+	}
+	c.until[who] = now.Add(c.ttl)
 }
 
 // triageTask is the Python fetcher's Task.from_issue: a TriageInputSchema dump.

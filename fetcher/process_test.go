@@ -1,8 +1,11 @@
 package fetcher
 
 import (
+	"net/http"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
@@ -79,5 +82,59 @@ func TestProcessKnownTodoAdder(t *testing.T) {
 	}
 	if n := len(h.changelogReads("")); n != 0 {
 		t.Errorf("%d changelog reads, want none", n)
+	}
+}
+
+// A member of the trigger group, once read from Jira, is trusted for MemberTTL across
+// Process calls: a maintainer's next ymir_todo costs no group read before its publish
+// (issue 35 item 12). Non-members are read every time, so a user just added to the group
+// is not refused; after the TTL, and with a negative one, members are read again.
+func TestTriggerGroupMembersRemembered(t *testing.T) {
+	t.Parallel()
+	var issues []fakejira.Issue
+	for i := range 5 {
+		issues = append(issues, todoBy(iss("RHEL-"+strconv.Itoa(i+1)), member), todoBy(iss("OUT-"+strconv.Itoa(i+1)), outsider))
+	}
+	h := newHarness(t, issues)
+	f := h.fetcher()
+	groupReads := func() int { return len(h.requests(http.MethodGet, "/rest/api/2/user")) } // Server's and Cloud's group reads
+	steps := []struct {
+		f     *Fetcher
+		key   string
+		by    string
+		want  Reason
+		reads int
+	}{
+		{f, "RHEL-1", member, "", 1},
+		{f, "RHEL-2", member, "", 1}, // remembered
+		{f, "OUT-1", outsider, ReasonUntrusted, 2},
+		{f, "OUT-2", outsider, ReasonUntrusted, 3}, // non-members are not remembered
+	}
+	run := func(f *Fetcher, key, by string, want Reason) {
+		t.Helper()
+		s, err := f.Process(h.ctx, Item{Issue: h.getIssue(key), TodoAddedBy: &jira.User{AccountID: by}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := s.Outcome(key); o.Reason != want || o.Published != (want == "") {
+			t.Fatalf("%s: %+v, want reason %q", key, o, want)
+		}
+	}
+	for _, st := range steps {
+		run(st.f, st.key, st.by, st.want)
+		if n := groupReads(); n != st.reads {
+			t.Fatalf("after %s: %d group reads, want %d", st.key, n, st.reads)
+		}
+	}
+	h.now = h.now.Add(DefaultMemberTTL + time.Second)
+	run(f, "RHEL-3", member, "")
+	if n := groupReads(); n != 4 {
+		t.Fatalf("after the TTL: %d group reads, want 4", n)
+	}
+	never := h.fetcher(func(c *Config) { c.MemberTTL = -1 })
+	run(never, "RHEL-4", member, "")
+	run(never, "RHEL-5", member, "")
+	if n := groupReads(); n != 6 {
+		t.Fatalf("MemberTTL negative: %d group reads, want 6", n)
 	}
 }

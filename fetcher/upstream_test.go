@@ -65,24 +65,25 @@ func TestUpstreamFetcherCases(t *testing.T) {
 		},
 		{
 			name:   "test_rate_limit",
-			issues: []fakejira.Issue{iss("RHEL-1"), iss("RHEL-2"), iss("RHEL-3")},
+			issues: []fakejira.Issue{iss("RHEL-1"), iss("RHEL-2"), iss("RHEL-3"), iss("RHEL-4"), iss("RHEL-5"), iss("RHEL-6"), iss("RHEL-7")},
 			opts: []harnessOpt{
 				withFake(func(o *fakejira.Options) { o.MaxPageSize = 1 }),
-				withJira(func(o *jira.Options) { o.RateLimit = 0 }), // the default: 5 per second
+				withJira(func(o *jira.Options) { o.RateLimit = 0 }), // the default: 5 per second, a burst of 5
 			},
 			setup: func(t *testing.T, h *harness) { rateLimitFrom = time.Now() },
-			want:  []string{"RHEL-1@triage", "RHEL-2@triage", "RHEL-3@triage"},
+			want:  []string{"RHEL-1@triage", "RHEL-2@triage", "RHEL-3@triage", "RHEL-4@triage", "RHEL-5@triage", "RHEL-6@triage", "RHEL-7@triage"},
 			check: func(t *testing.T, h *harness, s Summary) {
 				rs := h.requests(http.MethodPost, "/search")
-				if len(rs) != 3 {
-					t.Fatalf("%d search requests, want 3 pages", len(rs))
+				if len(rs) != 7 {
+					t.Fatalf("%d search requests, want 7 pages", len(rs))
 				}
-				// Request i leaves no earlier than i slots of 200ms after the first, which
-				// left after rateLimitFrom. Gaps between arrivals prove nothing on a busy
-				// machine: a late first arrival shortens the next gap (177ms was seen).
+				// An idle client sends its burst of 5 at once; request i after it leaves no
+				// earlier than i-4 slots of 200ms after the first, which left after
+				// rateLimitFrom. Gaps between arrivals prove nothing on a busy machine: a
+				// late first arrival shortens the next gap (177ms was seen).
 				for i, r := range rs {
-					if at, want := r.At.Sub(rateLimitFrom), time.Duration(i)*200*time.Millisecond; at < want {
-						t.Errorf("request %d reached Jira %s after the sweep began, want >= %s (5/s)", i, at, want)
+					if at, want := r.At.Sub(rateLimitFrom), time.Duration(max(0, i-4))*200*time.Millisecond; at < want {
+						t.Errorf("request %d reached Jira %s after the sweep began, want >= %s (5/s after a burst of 5)", i, at, want)
 					}
 				}
 			},

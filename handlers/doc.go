@@ -33,7 +33,11 @@
 //
 // What an event's attempts already did (a runner result, the publish, a label) is
 // remembered in memory for its retries, so a Jira or Redis failure after the agent ran
-// never runs the agent again nor publishes twice. A Jira outage (429, 5xx, network,
+// never runs the agent again nor publishes twice; that includes the records of the
+// run's follow-ups, written before they leave the mailbox. An event's terminal record
+// is written once per stream entry (Results.AddOnce) and read at every delivery: an
+// event whose ack failed is settled from it, on whichever worker it reaches, without a
+// run (docs/architecture.md, "One outcome per event"). A Jira outage (429, 5xx, network,
 // 401/403) is retried with backoff by the Jira client and by the pipeline; if it
 // outlasts the event's attempts the event is left pending and redelivered (the error
 // matches redeliver.ErrTransient) instead of being dead-lettered. A cancelled context

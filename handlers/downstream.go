@@ -26,7 +26,10 @@ func (h *handler) downstream(msg *message.Message) error {
 	p := ev.p
 	agent := h.cfg.Agent
 	if p.result == nil {
-		res, err := h.run(ctx, ev)
+		res, accounting, err := h.run(ctx, ev)
+		if accounting {
+			return err // the run stands; the retry accounts for its follow-ups again
+		}
 		if err == nil && !res.Success {
 			reason := res.Error
 			if reason == "" {

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -59,6 +60,11 @@ type Config struct {
 	// MailboxDepth is the mailbox's bound (the router's); a run reads at most this
 	// many earlier follow-ups. Default: lease.DefaultMailboxDepth.
 	MailboxDepth int64
+	// EndedCache is how many ended events the handler remembers in memory, with what
+	// each returned. Only a cache: whether an event ended is read from its outcome
+	// record in Redis at every delivery, so a redelivery settles on any worker.
+	// Default: 1024.
+	EndedCache int
 }
 
 // FenceObserver counts fenced Jira writes made for an event (target: labels, comment).
@@ -98,6 +104,9 @@ func New(cfg Config) (message.NoPublishHandlerFunc, error) {
 	if cfg.Fences == nil {
 		cfg.Fences = nopFences{}
 	}
+	if cfg.EndedCache <= 0 {
+		cfg.EndedCache = defaultEndedCache
+	}
 	h := &handler{cfg: cfg, memo: map[string]*progress{}, ended: map[string]error{}, now: time.Now, tracer: event.Tracer(cfg.TracerProvider)}
 	h.log = cfg.Logger.With().Str("agent", cfg.Agent).Logger()
 	if cfg.Branch != "" {
@@ -117,10 +126,10 @@ type handler struct {
 
 	mu   sync.Mutex
 	memo map[string]*progress
-	// ended holds the events whose terminal record this handler wrote, until it has
-	// seen recentMax later ones: their ack or dead letter can still fail (a Redis
-	// timeout), and the redelivery that follows must settle the event, not run it again
-	// and record a second outcome. endedQ is their order, oldest first.
+	// ended holds what the attempts that wrote a terminal record returned, for the
+	// newest Config.EndedCache events: a redelivery (its ack or dead letter failed)
+	// settles with that exact error. Only a cache: the outcome record in Redis says
+	// whether an event ended. endedQ is their order, oldest first.
 	ended  map[string]error
 	endedQ []string
 }
@@ -134,6 +143,7 @@ type progress struct {
 	claimed   bool
 	acked     bool
 	result    *runners.Result
+	ran       *ranRun // a run that returned, its follow-ups not yet accounted for
 	published bool
 	stream    string
 	streamID  string
@@ -142,9 +152,8 @@ type progress struct {
 	touched   time.Time
 }
 
-// endedMax bounds the events remembered as ended. A redelivery after a failed ack
-// comes within seconds, after at most a few hundred other events of one worker.
-const endedMax = 1024
+// defaultEndedCache bounds the events remembered as ended (Config.EndedCache).
+const defaultEndedCache = 1024
 
 // Memo bounds: entries of events that ended elsewhere (lease lost, then run by another
 // worker) are dropped after memoTTL, and the table never grows past memoMax.
@@ -191,19 +200,13 @@ func (h *handler) begin(msg *message.Message) (*job, error) {
 		ev.fence = le.Fence()
 	}
 	ev.memoKey = event.EntryID(msg) + "|" + msg.UUID
+	ev.log = h.log.With().Str("issue_key", key).Str("message_id", event.EntryID(msg)).
+		Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).Logger()
+	if ended, err := h.endedBefore(msg.Context(), ev); err != nil || ended {
+		return ev, err
+	}
 
 	h.mu.Lock()
-	if endErr, ok := h.ended[ev.memoKey]; ok {
-		h.mu.Unlock()
-		ev.log = h.log.With().Str("issue_key", key).Str("message_id", event.EntryID(msg)).
-			Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).Logger()
-		if h.outcomeStands(msg.Context(), ev) {
-			ev.ended, ev.endErr = true, endErr
-			return ev, nil
-		}
-		h.mu.Lock()
-		delete(h.ended, ev.memoKey)
-	}
 	now := h.now()
 	p := h.memo[ev.memoKey]
 	switch {
@@ -219,7 +222,7 @@ func (h *handler) begin(msg *message.Message) (*job, error) {
 		// result is known the remaining steps just finish (a fresh look would find our
 		// own resolution label, skip, and lose the outcome record).
 		p.fence, p.base = ev.fence, ev.attempt
-		if h.cfg.Agent == "triage" && p.result == nil {
+		if h.cfg.Agent == "triage" && p.result == nil && p.ran == nil {
 			p.claimed, p.labelled, p.unclaimed = false, false, false
 		}
 	}
@@ -229,10 +232,79 @@ func (h *handler) begin(msg *message.Message) (*job, error) {
 	ev.p = p
 	ev.delivery = ev.attempt - p.base + 1
 	ev.last = ev.delivery >= h.cfg.MaxRetries
-	ev.log = h.log.With().Str("issue_key", key).Str("message_id", event.EntryID(msg)).
-		Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).Int64("fence", ev.fence).
-		Int("attempt", ev.delivery).Logger()
+	ev.log = ev.log.With().Int64("fence", ev.fence).Int("attempt", ev.delivery).Logger()
 	return ev, nil
+}
+
+// endedBefore reports whether ev's terminal record is in Redis already: its ack or
+// dead letter failed, and this is its redelivery, on this worker or another, however
+// many events later. The outcome record decides, never this process's memory, which
+// only keeps the exact error the ended attempt returned. Then ev is marked ended (settle,
+// do not run). A failed read fails the attempt (retried, then left pending) unless the
+// memory knows the event ended here: running it blind could record a second outcome.
+func (h *handler) endedBefore(ctx context.Context, ev *job) (bool, error) {
+	h.mu.Lock()
+	endErr, cached := h.ended[ev.memoKey]
+	h.mu.Unlock()
+	rec, found, err := h.cfg.Results.Recorded(ctx, h.outcomeOnce(ev.msg))
+	switch {
+	case err != nil && cached:
+		ev.log.Warn().Err(err).Msg("cannot read the outcome recorded for a redelivered event; it stands")
+	case err != nil:
+		return false, h.outcomeReadErr(ctx, ev, err)
+	case !found && cached:
+		ev.log.Warn().Msg("delivered again after its outcome was recorded, and the record is gone from Redis (a failover lost it): running it again")
+		h.mu.Lock()
+		delete(h.ended, ev.memoKey)
+		h.mu.Unlock()
+		return false, nil
+	case !found:
+		return false, nil
+	case !cached:
+		endErr = outcomeErr(ev, rec)
+	}
+	h.mu.Lock()
+	delete(h.memo, ev.memoKey)
+	h.mu.Unlock()
+	ev.ended, ev.endErr = true, endErr
+	return true, nil
+}
+
+// outcomeReadErr is a failed read of an event's outcome record: retried like any
+// Redis failure, and left pending once the attempts are used up.
+func (h *handler) outcomeReadErr(ctx context.Context, ev *job, err error) error {
+	wrapped := fmt.Errorf("%s of %s: read its outcome record: %w", h.cfg.Agent, ev.key, err)
+	if a := aborted(ctx); a != nil {
+		return fmt.Errorf("%w: %w", wrapped, a)
+	}
+	if ev.attempt >= h.cfg.MaxRetries {
+		return &retryLater{wrapped}
+	}
+	return wrapped
+}
+
+// outcomeErr is what a redelivery of an event that another worker (or this one, long
+// ago) ended returns: nil after stage.done; after stage.failed an error matching
+// event.ErrOutcomeRecorded, so the event goes to the dead letter again. A record
+// trimmed from the stream is taken as done: it was recorded, and ran.
+func outcomeErr(ev *job, rec event.Record) error {
+	if rec.EventType != event.StageFailed {
+		return nil
+	}
+	var d struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal([]byte(rec.Detail), &d)
+	return recorded{fmt.Errorf("%s of %s failed (recorded as %s): %s", rec.Agent, ev.key, rec.ID, d.Error)}
+}
+
+// outcomeOnce names an event's terminal record (Results.AddOnce): one per agent and
+// stream entry, so no two workers record two outcomes of one entry.
+func (h *handler) outcomeOnce(msg *message.Message) string {
+	if id := event.EntryID(msg); id != "" {
+		return "outcome-" + h.cfg.Agent + "-" + event.EntryStream(msg) + "-" + id
+	}
+	return "outcome-" + h.cfg.Agent + "-uuid-" + msg.UUID
 }
 
 // end forgets an event's progress once its terminal record is written, and
@@ -243,7 +315,7 @@ func (h *handler) end(ev *job, err error) error {
 	defer h.mu.Unlock()
 	delete(h.memo, ev.memoKey)
 	if _, ok := h.ended[ev.memoKey]; !ok {
-		if len(h.endedQ) >= endedMax {
+		if len(h.endedQ) >= h.cfg.EndedCache {
 			delete(h.ended, h.endedQ[0])
 			h.endedQ = h.endedQ[1:]
 		}
@@ -259,31 +331,6 @@ func (h *handler) end(ev *job, err error) error {
 type recorded struct{ error }
 
 func (r recorded) Unwrap() []error { return []error{r.error, event.ErrOutcomeRecorded} }
-
-// outcomeStands reports whether the terminal record this handler wrote for ev is still
-// in the results stream. Redis can forget what it acknowledged: a failover to a replica
-// that had not received the record loses it (the ack after it too, so the event comes
-// back). Then the event is run again, as if it had never ended here, rather than acked
-// with no outcome. A failed read keeps the outcome (the ack that follows is as likely
-// to fail, and the delivery after it asks again).
-func (h *handler) outcomeStands(ctx context.Context, ev *job) bool {
-	if h.cfg.Results == nil {
-		return true
-	}
-	recs, err := h.cfg.Results.Outcomes(ctx, ev.key, 0)
-	if err != nil {
-		ev.log.Warn().Err(err).Msg("cannot read the outcome recorded for a redelivered event; it stands")
-		return true
-	}
-	id := event.EntryID(ev.msg)
-	for _, r := range recs {
-		if r.MessageID == id && r.Agent == h.cfg.Agent {
-			return true
-		}
-	}
-	ev.log.Warn().Msg("delivered again after its outcome was recorded, and the record is gone from Redis (a failover lost it): running it again")
-	return false
-}
 
 // settle answers a delivery of an event that ended here already: its outcome stands.
 func (h *handler) settle(ev *job) error {

@@ -115,48 +115,79 @@ func ownComment(msg *message.Message) (runners.Followup, bool) {
 	return runners.Followup{ID: id, Fields: fields}, true
 }
 
-// closeMailbox accounts for the follow-ups of a run that returned a result: those it
-// started with (rolled into it) and those it acknowledged (delivered) leave the
-// mailbox and get a record each; the others stay and start the issue's next run.
-func (h *handler) closeMailbox(ctx context.Context, ev *job, mr *mailboxRun, res runners.Result) error {
+// ranRun is a run that returned a result, kept in the event's progress until the
+// follow-ups it was given and acknowledged are accounted for: a failure to account
+// for them is retried on its own, never by running the agent again.
+type ranRun struct {
+	res       runners.Result
+	followups []accounted
+	unacked   int
+}
+
+// accounted is one follow-up a run accounted for: rolled into it (given at its start)
+// or delivered (acknowledged while it ran).
+type accounted struct {
+	id, eventType string
+	fields        map[string]string
+}
+
+// accountFor lists the follow-ups of a run that returned res: those it started with
+// and those it acknowledged. The others stay in the mailbox and start the issue's next run.
+func accountFor(mr *mailboxRun, res runners.Result) *ranRun {
+	r := &ranRun{res: res}
 	if mr == nil {
-		return nil
+		return r
 	}
-	ids := make([]string, 0, len(mr.earlier)+len(res.FollowupsAcked))
 	for _, f := range mr.earlier {
-		ids = append(ids, f.ID)
+		r.followups = append(r.followups, accounted{id: f.ID, eventType: event.FollowupRolled, fields: f.Fields})
 	}
-	ids = append(ids, res.FollowupsAcked...)
-	if len(ids) == 0 {
-		if n := len(res.Delivered); n > 0 {
-			ev.log.Info().Int("unacknowledged", n).Msg("follow-ups not acknowledged: they start the next run")
+	mr.live.mu.Lock()
+	for _, id := range res.FollowupsAcked {
+		r.followups = append(r.followups, accounted{id: id, eventType: event.FollowupDelivered, fields: mr.live.seen[id]})
+	}
+	mr.live.mu.Unlock()
+	r.unacked = len(res.Delivered) - len(res.FollowupsAcked)
+	return r
+}
+
+// closeMailbox accounts for a run's follow-ups: each gets its record, then they leave
+// the mailbox. Records first: a failure between the two leaves a follow-up in the
+// mailbox with its record, and whichever run accounts for it again (this event's retry,
+// or the issue's next run on any worker) finds the record there (Results.AddOnce, one
+// per follow-up), so no follow-up is lost or recorded twice. Safe to repeat.
+func (h *handler) closeMailbox(ctx context.Context, ev *job, r *ranRun) error {
+	if len(r.followups) == 0 {
+		if r.unacked > 0 {
+			ev.log.Info().Int("unacknowledged", r.unacked).Msg("follow-ups not acknowledged: they start the next run")
 		}
 		return nil
 	}
-	if _, err := mr.le.MailboxDone(ctx, ids...); err != nil {
-		return h.redisErr(ctx, ev, "account for the follow-ups", err)
+	le, ok := lockmw.LeaseFrom(ctx)
+	if !ok {
+		return fmt.Errorf("%s of %s: account for the follow-ups: no lease", h.cfg.Agent, ev.key)
 	}
-	for i, id := range ids {
-		eventType, fields := event.FollowupRolled, map[string]string(nil)
-		if i < len(mr.earlier) {
-			fields = mr.earlier[i].Fields
-		} else {
-			eventType = event.FollowupDelivered
-			mr.live.mu.Lock()
-			fields = mr.live.seen[id]
-			mr.live.mu.Unlock()
-		}
-		detail := map[string]string{"followup_id": id}
+	ids := make([]string, 0, len(r.followups))
+	for _, f := range r.followups {
+		detail := map[string]string{"followup_id": f.id}
 		for _, k := range []string{"event_type", "message_id", "author", "comment_id"} {
-			if v := fields[k]; v != "" {
+			if v := f.fields[k]; v != "" {
 				detail["followup_"+k] = v
 			}
 		}
-		if err := h.record(ctx, ev, eventType, id, detail); err != nil {
+		if err := h.recordOnce(ctx, ev, followupOnce(h.cfg.Agent, le, f.id), f.eventType, f.id, detail); err != nil {
 			return err
 		}
+		ids = append(ids, f.id)
 	}
-	ev.log.Info().Int("rolled", len(mr.earlier)).Int("delivered", len(res.FollowupsAcked)).
-		Int("unacknowledged", len(res.Delivered)-len(res.FollowupsAcked)).Msg("follow-ups accounted for")
+	if _, err := le.MailboxDone(ctx, ids...); err != nil {
+		return h.redisErr(ctx, ev, "account for the follow-ups", err)
+	}
+	ev.log.Info().Int("accounted", len(ids)).Int("unacknowledged", r.unacked).Msg("follow-ups accounted for")
 	return nil
+}
+
+// followupOnce names a follow-up's record (Results.AddOnce): its mailbox entry, which
+// is one per agent and lease key.
+func followupOnce(agent string, le *lease.Lease, id string) string {
+	return "followup-" + agent + "-" + le.Issue() + "-" + id
 }

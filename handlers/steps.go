@@ -12,9 +12,29 @@ import (
 	"github.com/ymirflow/ymirflow/runners"
 )
 
-func (h *handler) run(ctx context.Context, ev *job) (runners.Result, error) {
+// run runs the agent, or, when an earlier attempt's run returned already, takes its
+// result; either way it then accounts for the run's follow-ups. accounting is true when
+// only that failed: the result stands (kept in the progress), and the retry accounts
+// again without running the agent.
+func (h *handler) run(ctx context.Context, ev *job) (res runners.Result, accounting bool, err error) {
+	if ev.p.ran == nil {
+		r, err := h.runAgent(ctx, ev)
+		if err != nil {
+			return runners.Result{}, false, err
+		}
+		ev.p.ran = r
+	}
+	if err := h.closeMailbox(ctx, ev, ev.p.ran); err != nil {
+		return runners.Result{}, true, err
+	}
+	res = ev.p.ran.res
+	ev.p.ran = nil
+	return res, false, nil
+}
+
+func (h *handler) runAgent(ctx context.Context, ev *job) (*ranRun, error) {
 	if err := aborted(ctx); err != nil {
-		return runners.Result{}, err
+		return nil, err
 	}
 	req := runners.RunRequest{
 		Agent: h.cfg.Agent, Branch: h.cfg.Branch, IssueKey: ev.key, Fence: ev.fence, Attempt: ev.delivery,
@@ -23,29 +43,33 @@ func (h *handler) run(ctx context.Context, ev *job) (runners.Result, error) {
 	}
 	mr, err := h.openMailbox(ctx, ev, &req)
 	if err != nil {
-		return runners.Result{}, err
+		return nil, err
 	}
 	start := h.now()
 	rctx, span := h.span(ctx, ev, "runner "+h.cfg.Agent)
 	res, err := h.cfg.Runner.Run(rctx, req)
 	h.endSpan(span, err)
 	if err != nil {
-		return runners.Result{}, err
+		return nil, err
 	}
 	if a := aborted(ctx); a != nil {
-		return runners.Result{}, fmt.Errorf("runner result discarded: %w", a)
+		return nil, fmt.Errorf("runner result discarded: %w", a)
 	}
 	if h.cfg.Agent == "triage" && !slices.Contains(runners.Resolutions, res.Resolution) {
-		return runners.Result{}, fmt.Errorf("%w: unknown resolution %q", runners.ErrBadOutput, res.Resolution)
-	}
-	if err := h.closeMailbox(ctx, ev, mr, res); err != nil {
-		return runners.Result{}, err
+		return nil, fmt.Errorf("%w: unknown resolution %q", runners.ErrBadOutput, res.Resolution)
 	}
 	ev.log.Debug().Dur("took", h.now().Sub(start)).Msg("runner returned")
-	return res, nil
+	return accountFor(mr, res), nil
 }
 
+// record writes ev's terminal record (stage.done, stage.failed): once per event, by
+// whichever worker and attempt writes it first (Results.AddOnce).
 func (h *handler) record(ctx context.Context, ev *job, eventType, outcome string, detail any) error {
+	return h.recordOnce(ctx, ev, h.outcomeOnce(ev.msg), eventType, outcome, detail)
+}
+
+// recordOnce writes a record named once: a second write of it adds nothing.
+func (h *handler) recordOnce(ctx context.Context, ev *job, once, eventType, outcome string, detail any) error {
 	rec := event.RecordFor(ev.msg, h.cfg.Agent, eventType)
 	rec.IssueKey = ev.key
 	rec.Outcome = outcome
@@ -57,7 +81,7 @@ func (h *handler) record(ctx context.Context, ev *job, eventType, outcome string
 		rec.Detail = string(b)
 	}
 	rctx, span := h.span(ctx, ev, "record "+eventType, attribute.String("ymirflow.outcome", outcome))
-	_, err := h.cfg.Results.Add(rctx, rec)
+	_, err := h.cfg.Results.AddOnce(rctx, rec, once)
 	h.endSpan(span, err)
 	if err != nil {
 		return h.redisErr(ctx, ev, "record the outcome", err)

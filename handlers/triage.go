@@ -53,7 +53,10 @@ func (h *handler) triage(msg *message.Message) error {
 	}
 
 	if p.result == nil {
-		res, err := h.run(ctx, ev)
+		res, accounting, err := h.run(ctx, ev)
+		if accounting {
+			return err // the run stands; the retry accounts for its follow-ups again
+		}
 		if err == nil && res.Resolution == runners.ResolutionError {
 			err = fmt.Errorf("triage resolved to error: %s", errorDetails(res.Data))
 		}

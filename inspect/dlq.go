@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -219,13 +220,13 @@ func (in *Inspector) trim(ctx context.Context, done []Requeued) {
 type move struct {
 	dl     DeadLetter
 	values map[string]any
+	issue  string // the index it is filed under (event.IndexIssueOf)
 }
 
 // append is the move's append: filed in its issue's index like every other entry, and
 // once however often go-redis sends it.
 func (mv move) append() xonce.Append {
-	return xonce.Append{Stream: mv.dl.Stream, ID: xonce.NewID(), Values: mv.values, TTL: time.Minute,
-		Issue: event.IndexIssue(event.EntryIssue(mv.dl.Stream, "", mv.values))}
+	return xonce.Append{Stream: mv.dl.Stream, ID: xonce.NewID(), Values: mv.values, TTL: time.Minute, Issue: mv.issue}
 }
 
 func (in *Inspector) requeue(ctx context.Context, ids []string) (done []Requeued, failed []error, err error) {
@@ -311,7 +312,8 @@ func (in *Inspector) readMoves(ctx context.Context, c redis.Cmdable, ids []strin
 			failed = append(failed, fmt.Errorf("dead letter %s: %w; not requeued", id, err))
 			continue
 		}
-		moves = append(moves, move{dl: dl, values: values})
+		moves = append(moves, move{dl: dl, values: values,
+			issue: event.IndexIssueOf(event.EntryIssue(dl.Stream, "", values), in.locker.Canonicalize)})
 	}
 	return moves, failed, nil
 }
@@ -365,4 +367,26 @@ func (in *Inspector) Delete(ctx context.Context, ids ...string) (int64, error) {
 		return 0, fmt.Errorf("xdel %s: %w", in.topo.Dead(), err)
 	}
 	return n, nil
+}
+
+// stderrMark starts the agent's stderr in a runner's error (runners.Exec).
+const stderrMark = "stderr: "
+
+// ErrorBrief is a dead letter's error as a list shows it, on one line (whitespace
+// folded) in at most n characters (n at least 10). An error that fits is shown whole;
+// of a longer one the list shows its start up to the agent's stderr (what failed:
+// "exec runner: exit status 1", at most half of n) and the end, since an agent prints
+// why it failed last. An ellipsis stands for the part left out.
+func ErrorBrief(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	headN := n / 3
+	if i := strings.Index(s, stderrMark); i >= 0 {
+		headN = min(utf8.RuneCountInString(s[:i+len(stderrMark)]), n/2)
+	}
+	tailN := n - headN - 1
+	return string(r[:headN]) + "…" + string(r[len(r)-tailN:])
 }

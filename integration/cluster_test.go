@@ -355,7 +355,50 @@ func TestClusterLockSuite(t *testing.T) {
 	if !errors.As(err, &sup) {
 		t.Fatalf("an event older than the last release: %v, want a SupersededError", err)
 	}
+	gslots := groupScopeOnCluster(t, rdb, a, b)
 	t.Logf("cluster lock suite: slot %d for every key of lease triage:RHEL-1; fences %d → %d (force release) → %d; "+
-		"of %d leases across 3 masters, InspectMany saw %d and List %d; follow-up %s published on release", slot,
-		la.Fence(), f2, lb.Fence(), len(refs), len(infos), len(list), id)
+		"of %d leases across 3 masters, InspectMany saw %d and List %d; follow-up %s published on release; "+
+		"scope group: agent key in slot %d, group keys in %d and %d", slot,
+		la.Fence(), f2, lb.Fence(), len(refs), len(infos), len(list), id, gslots[0], gslots[1], gslots[2])
+}
+
+// groupScopeOnCluster (issue 34, item 2): under scope group an agent's own key for an
+// issue is one whatever the event's group value. Two events of one issue with two
+// group values never hold at once and share one fence sequence; the group keys, in
+// slots of their own, are extended and released with the lease. It returns the slots
+// of the agent's key and of the two group keys.
+func groupScopeOnCluster(t *testing.T, rdb *redis.ClusterClient, a, b *lease.Locker) [3]int64 {
+	t.Helper()
+	ctx := context.Background()
+	group := func(k string) []lease.ScopeKey { return []lease.ScopeKey{{Scope: lease.ScopeGroup, Key: k}} }
+	first, err := a.Acquire(ctx, "backport", "RHEL-50", lease.AcquireOptions{MessageID: "5-0", Shared: group("OPENSSL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locked *lease.LockedError
+	_, err = b.Acquire(ctx, "backport", "RHEL-50", lease.AcquireOptions{MessageID: "6-0", Shared: group("ZLIB")})
+	if !errors.As(err, &locked) || locked.Holder.Scope != lease.ScopeAgent || locked.Holder.MessageID != "5-0" {
+		t.Fatalf("scope group: another group value of RHEL-50: %v, want the agent's key busy with 5-0", err)
+	}
+	redistest.Eventually(t, 10*time.Second, func() bool { return time.Since(first.AcquiredAt()) > 3*a.TTL() }, "three TTLs")
+	if err := first.Err(); err != nil {
+		t.Fatalf("scope group: the heartbeat did not keep the lease and its group key: %v", err)
+	}
+	if _, err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.Acquire(ctx, "backport", "RHEL-50", lease.AcquireOptions{MessageID: "6-0", Shared: group("ZLIB")})
+	if err != nil || second.Fence() != first.Fence()+1 || second.Keys().Fence != first.Keys().Fence {
+		t.Fatalf("scope group: after the release: %v, want the next fence of %s", err, first.Keys().Fence)
+	}
+	if _, err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, le := range []*lease.Lease{first, second} {
+		if n := rdb.Exists(ctx, le.Keys().Lock, le.Shared()[0].Keys.Lock).Val(); n != 0 {
+			t.Fatalf("scope group: %d keys of %s left after the release", n, le.Keys().Lock)
+		}
+	}
+	return [3]int64{rdb.ClusterKeySlot(ctx, first.Keys().Lock).Val(), rdb.ClusterKeySlot(ctx, first.Shared()[0].Keys.Lock).Val(),
+		rdb.ClusterKeySlot(ctx, second.Shared()[0].Keys.Lock).Val()}
 }

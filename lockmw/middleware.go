@@ -139,6 +139,10 @@ type Config struct {
 	Policies Policies
 	// EventType gives an event's type, for Policies. Default: metadata event_type.
 	EventType func(msg *message.Message) string
+	// EventTypes, when set, are the only event types Policies may name
+	// (Policies.CheckTypes): a rule for any other would never apply. Default: nil, any
+	// type.
+	EventTypes []string
 	// Scopes are what the leases guard beyond the agent's own key: the issue's shared
 	// key (rebase and backport of one issue never at once) and a group key taken from
 	// the event (its JSON payload's field paths, or m:<name> metadata). Coalesce cannot
@@ -219,6 +223,11 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	}
 	if err := cfg.Policies.check(); err != nil {
 		return nil, err
+	}
+	if cfg.EventTypes != nil {
+		if err := cfg.Policies.CheckTypes(cfg.EventTypes); err != nil {
+			return nil, err
+		}
 	}
 	// Policy stays the default rule's, for code that looks at it alone.
 	cfg.Policy = cfg.Policies.Default.Policy

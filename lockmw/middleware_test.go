@@ -463,3 +463,21 @@ func TestHandlerFinishedAsItsLeaseEndedIsAckedOnlyIfStillHeld(t *testing.T) {
 		})
 	}
 }
+
+// With Config.EventTypes, NewMiddleware refuses a Policies table naming another type.
+func TestNewMiddlewareRefusesUnknownEventType(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := locker(t, rdb, ns)
+	pol, err := lockmw.ParsePolicies("bogus.event=drop,*=coalesce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage", Policies: pol, EventTypes: []string{"triage.requested"}})
+	if err == nil || !strings.Contains(err.Error(), "Config.Policies") || !strings.Contains(err.Error(), "bogus.event is not an event type") {
+		t.Fatalf("NewMiddleware = %v, want an error naming Config.Policies and bogus.event", err)
+	}
+	if _, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "triage", Policies: pol}); err != nil {
+		t.Fatalf("without EventTypes any type goes: %v", err)
+	}
+}

@@ -151,6 +151,20 @@ func (p *Policies) check() error {
 	return nil
 }
 
+// CheckTypes refuses a table that names an event type not in known: its rule would
+// never apply, and a typo (comment.create=deliver) would leave the type it meant to
+// the default rule without a word. The error names the field and lists known.
+func (p Policies) CheckTypes(known []string) error {
+	types := slices.Sorted(maps.Keys(p.ByType))
+	for _, t := range types {
+		if !slices.Contains(known, t) {
+			return fmt.Errorf("lockmw: Config.Policies entry %q: %s is not an event type a worker runs: one of %s",
+				t+"="+p.ByType[t].String(), t, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
 // ParsePolicies parses a busy-policy table: comma-separated entries
 // "<event type>=<rule>" and "*=<rule>" (every other type), where a rule is a policy
 // ParsePolicy knows ("drop", "coalesce", ...) or "delay:D" / "delay:D:MAX" (a Go

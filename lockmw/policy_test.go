@@ -81,3 +81,29 @@ func TestDelayWaitDoublesToCapWithJitter(t *testing.T) {
 		t.Errorf("wait(1000) = %s: the cap did not hold", w)
 	}
 }
+
+// A table naming a type outside the known ones is refused with the field, the entry
+// and the known types: a typo (comment.create) would otherwise leave the type it meant
+// to the default rule, and a rule for a type nobody runs never applies.
+func TestCheckTypesRefusesUnknownTypes(t *testing.T) {
+	t.Parallel()
+	known := []string{"triage.requested", "comment.created"}
+	for _, in := range []string{"drop", "comment.created=deliver,*=drop", "triage.requested=delay:1s"} {
+		p, err := ParsePolicies(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.CheckTypes(known); err != nil {
+			t.Errorf("%q: %v", in, err)
+		}
+	}
+	p, err := ParsePolicies("comment.create=deliver,*=drop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.CheckTypes(known)
+	want := `lockmw: Config.Policies entry "comment.create=deliver": comment.create is not an event type a worker runs: one of triage.requested, comment.created`
+	if err == nil || err.Error() != want {
+		t.Errorf("CheckTypes = %v, want %s", err, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
 
@@ -36,6 +37,11 @@ func TestRouterConfigErrorsNameTheField(t *testing.T) {
 		{"RouterConfig.ClaimInterval", func(c *pipeline.RouterConfig) { c.ClaimInterval = -time.Second }},
 		{"RouterConfig.ReadBatch", func(c *pipeline.RouterConfig) { c.ReadBatch = pipeline.MaxReadBatch + 1 }},
 		{"RouterConfig.MaxRetries", func(c *pipeline.RouterConfig) { c.MaxRetries = -1 }},
+		// A typo of comment.created would leave comments to the default rule.
+		{"RouterConfig.Policies entry \"comment.create=deliver\"", func(c *pipeline.RouterConfig) {
+			c.Policies = lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop},
+				ByType: map[string]lockmw.Rule{"comment.create": {Policy: lockmw.Deliver}}}
+		}},
 	} {
 		cfg := valid()
 		c.edit(&cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -20,6 +21,18 @@ import (
 
 // maxDeadError bounds the error text of a dead letter (a runner's stderr tail is 2 KiB).
 const maxDeadError = 8 << 10
+
+// boundError bounds a dead letter's error to about maxDeadError bytes: its first
+// eighth (what failed) and the rest from its end, since an agent's stderr, which ends
+// the error, says why last. An ellipsis stands for what is left out.
+func boundError(s string) string {
+	if len(s) <= maxDeadError {
+		return s
+	}
+	head := strings.ToValidUTF8(s[:maxDeadError/8], "")
+	tail := strings.ToValidUTF8(s[len(s)-(maxDeadError-maxDeadError/8):], "")
+	return head + "…" + tail
+}
 
 type deadLetters struct {
 	rdb      redis.UniversalClient
@@ -66,10 +79,9 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	defer cancel()
 	values := event.Encode(msg)
 	entry, hasEntry := src.Entry(msg)
-	errText := d.redactor.String(cause.Error())
-	if len(errText) > maxDeadError {
-		errText = errText[:maxDeadError] + "…"
-	}
+	// Credential shapes go too (a token in a handler's error that nobody configured),
+	// as in a Jira comment's text.
+	errText := boundError(redact.Tokens(d.redactor.String(cause.Error())))
 	values[event.DeadFieldStream] = entry.Stream
 	values[event.DeadFieldID] = entry.ID
 	values[event.DeadFieldError] = errText
@@ -97,7 +109,7 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 	// way the copy is made once per entry (xonce): go-redis's retry after a lost reply,
 	// or a redelivery after a crash between copy and ack, finds the first copy.
 	a := xonce.Append{Stream: d.stream, ID: xonce.NewID(), Values: values, MaxLen: d.maxLen,
-		Issue: event.IndexIssue(event.EntryIssue(d.stream, "", values))}
+		Issue: event.IndexIssueOf(event.EntryIssue(d.stream, "", values), d.locker.Canonicalize)}
 	if hasEntry {
 		a.ID = "dead-" + entry.Stream + "-" + entry.ID
 	}

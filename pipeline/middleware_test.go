@@ -2,14 +2,17 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -318,6 +321,49 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 	}
 }
 
+// Bad input never names a Redis key (issue 35): an event whose issue key is one of the
+// invalid keys of docs/architecture.md, "Bad input" (../x, spaces inside, 300
+// characters, control characters), in its payload or its metadata, is dead-lettered
+// and filed in the dead-letter stream's index under event.InvalidIssue; no key of the
+// namespace contains the bad value.
+func TestBadKeysNameNoRedisKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.start(ctx, routerOpts{}, func(*message.Message) error { return nil })
+	bad := []string{"../etc/passwd", "RHEL 12", strings.Repeat("A", 296) + "-1", "RHEL-1\u0007", "rhel-1\n../x", "RHEL-1/../../x"}
+	for _, k := range bad {
+		base := map[string]any{"_watermill_message_uuid": "u", "m:schema_version": "1", "m:event_type": "triage.requested"}
+		inPayload := maps.Clone(base)
+		payload, _ := json.Marshal(map[string]any{"metadata": map[string]string{"issue": k}})
+		inPayload["payload"] = string(payload)
+		inMeta := maps.Clone(base)
+		inMeta["payload"], inMeta["m:issue_key"] = `{}`, k
+		for _, v := range []map[string]any{inPayload, inMeta} {
+			if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: v}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 2*len(bad) && e.pending(e.triage()) == 0 },
+		"bad events dead-lettered (%d of %d)", len(e.dead()), 2*len(bad))
+	if n := e.rdb.ZCard(ctx, xonce.IndexKey(e.Topology.Dead(), event.InvalidIssue)).Val(); n != int64(2*len(bad)) {
+		t.Errorf("%d dead letters in the index of invalid keys, want %d", n, 2*len(bad))
+	}
+	keys := e.rdb.Keys(ctx, "*"+e.ns+"*").Val()
+	for _, k := range keys {
+		for _, raw := range bad {
+			if strings.Contains(k, raw) || strings.Contains(k, strings.ToUpper(raw)) {
+				t.Errorf("key %q contains the bad key %q", k, raw)
+			}
+		}
+		if strings.ContainsAny(k, "/ \a\n") {
+			t.Errorf("key %q contains a character of a bad key", k)
+		}
+	}
+}
+
 // A handler that keeps failing is retried MAX_RETRIES times inside one lease, then
 // dead-lettered with its error and attempt count; the lease is released.
 func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
@@ -349,6 +395,43 @@ func TestExhaustedRetriesGoToDeadLetters(t *testing.T) {
 	// The dead letter is in the issue's index of the dead-letter stream.
 	if idx := e.rdb.ZRange(ctx, xonce.IndexKey(e.Topology.Dead(), "RHEL-6"), 0, -1).Val(); len(idx) != 1 || xonce.IndexID(idx[0]) != e.dead()[0].ID {
 		t.Fatalf("dead-letter index = %v, want [%s]", idx, e.dead()[0].ID)
+	}
+}
+
+// A dead letter of an error longer than its bound keeps the error's start and its end,
+// where an agent's stderr says why it failed (issue 35).
+func TestDeadLetterKeepsTheEndOfALongError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := "exec runner: exit status 1; stderr: " + strings.Repeat("INFO cloning and building ünïcode\n", 1000) + "FATAL: patch 0003 does not apply"
+	e.start(ctx, routerOpts{MaxRetries: 1}, func(*message.Message) error { return errors.New(long) })
+	e.publishTriage("RHEL-6")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 }, "dead-lettered")
+	got := fmt.Sprint(e.dead()[0].Values[event.DeadFieldError])
+	if !strings.HasPrefix(got, "exec runner: exit status 1; stderr: INFO") || !strings.HasSuffix(got, "FATAL: patch 0003 does not apply") ||
+		len(got) > 9<<10 || !utf8.ValidString(got) || !strings.Contains(got, "…") {
+		t.Fatalf("dead letter error (%d bytes): %.200q … %q", len(got), got, got[max(0, len(got)-80):])
+	}
+}
+
+// A dead letter's error holds no credential shapes that nobody configured (a token in a
+// handler's error), as a Jira comment's text holds none (issue 35).
+func TestDeadLetterMasksCredentialShapes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	token := "glpat-" + strings.Repeat("x9Y8", 6)
+	e.start(ctx, routerOpts{MaxRetries: 1}, func(*message.Message) error {
+		return errors.New("push refused: Authorization: Bearer abcdefgh12345678 api_key=" + token)
+	})
+	e.publishTriage("RHEL-6")
+	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.dead()) == 1 }, "dead-lettered")
+	got := fmt.Sprint(e.dead()[0].Values[event.DeadFieldError])
+	if strings.Contains(got, "abcdefgh12345678") || strings.Contains(got, token) || !strings.Contains(got, "push refused") {
+		t.Fatalf("dead letter error %q", got)
 	}
 }
 

@@ -16,8 +16,22 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
-// ErrRedisUnreachable is returned by Connect when Redis does not answer.
-var ErrRedisUnreachable = errors.New("redis unreachable")
+// Why Connect's PING failed. Each error of Connect wraps one of them (or, for another
+// error the server answered with, none), the URL without its password, and the client's
+// own error.
+var (
+	// ErrRedisUnreachable: nobody answered: nothing listens at the address, the host
+	// name does not resolve, or no answer came in time.
+	ErrRedisUnreachable = errors.New("redis unreachable")
+	// ErrRedisAuth: the server answered and refused the URL's user or password
+	// (WRONGPASS, NOAUTH) or the user's permission to run PING or SELECT (NOPERM).
+	ErrRedisAuth = errors.New("redis refused the credentials")
+	// ErrRedisNoDB: the server answered and has no database with the URL's number.
+	ErrRedisNoDB = errors.New("redis has no such database")
+	// ErrRedisTLS: the client and the server disagree on TLS (rediss:// against a plain
+	// server, or redis:// against a TLS one), or the TLS handshake failed.
+	ErrRedisTLS = errors.New("redis TLS mismatch")
+)
 
 // ClientOptions parses a Redis URL (redis://, rediss://, user:password@, /db) into
 // universal options; several comma-separated host:port pairs select Redis Cluster
@@ -181,7 +195,7 @@ func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 	err = probe.Ping(pctx).Err()
 	_ = probe.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrRedisUnreachable, redact.URL(rawURL), err)
+		return nil, pingFailure(ctx, &probeOpts, redact.URL(rawURL), err)
 	}
 	return redis.NewUniversalClient(o), nil
 }

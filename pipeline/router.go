@@ -91,7 +91,8 @@ type RouterConfig struct {
 	Policy lockmw.Policy
 	// Policies, when set, is the busy policy per event type (lockmw.ParsePolicies),
 	// Policy then being ignored. With policy delay the router also promotes its input
-	// streams' due delayed events. Default: Policy for every event type.
+	// streams' due delayed events. It may name only event.WorkTypes (any other type is
+	// a bad event, so its rule would never apply). Default: Policy for every event type.
 	Policies lockmw.Policies
 	// Scopes are what the agent's leases guard beyond its own key (lockmw.Config.Scopes).
 	// Default: scope agent alone.
@@ -196,6 +197,11 @@ func (c *RouterConfig) defaults() error {
 	if c.MaxRetries < 1 {
 		return fmt.Errorf("pipeline: RouterConfig.MaxRetries must be at least 1, got %d", c.MaxRetries)
 	}
+	// A rule for a type no worker runs never applies: refused here, before any
+	// subscription opens a connection (the lock middleware checks it too).
+	if err := c.Policies.CheckTypes(event.WorkTypes()); err != nil {
+		return errors.New("pipeline: RouterConfig.Policies " + strings.TrimPrefix(err.Error(), "lockmw: Config.Policies "))
+	}
 	return nil
 }
 
@@ -243,7 +249,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 			r.subs = append(r.subs, sub)
 			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
-				Policy: cfg.Policy, Policies: cfg.Policies, Scopes: cfg.Scopes, MailboxDepth: cfg.MailboxDepth, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
+				Policy: cfg.Policy, Policies: cfg.Policies, EventTypes: event.WorkTypes(), Scopes: cfg.Scopes, MailboxDepth: cfg.MailboxDepth, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
 				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base})
 			if err != nil {
 				return nil, err

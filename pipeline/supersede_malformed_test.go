@@ -90,7 +90,8 @@ func TestSupersedeReadAheadMalformedEntryDoesNotSupersede(t *testing.T) {
 					// looks every 50 ms and, before the fix, cancelled the run within one
 					// look. Nothing observable says the watch looked and passed, so the
 					// run gives it 500 ms (ten looks) before finishing.
-					for e.pending(e.triage()) < 2 && msg.Context().Err() == nil {
+					deadline := time.Now().Add(10 * time.Second)
+					for e.pending(e.triage()) < 2 && msg.Context().Err() == nil && time.Now().Before(deadline) {
 						time.Sleep(10 * time.Millisecond)
 					}
 					select {

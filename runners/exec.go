@@ -38,7 +38,8 @@ const (
 //   - stdout: the JSON result (see ParseResult); at most MaxStdout bytes are kept;
 //   - a non-zero exit status or output that is not a result is an error (the event is
 //     retried); the tail of stderr (at most MaxStderr bytes in the log, 2 KiB in the
-//     error), passed through Redactor, is in the error and in the log, with the issue key;
+//     error), passed through Redactor and redact.Tokens (credential shapes nobody
+//     configured), is in the error and in the log, with the issue key;
 //   - when ctx is cancelled (lease lost, shutdown) the whole process group gets SIGTERM,
 //     then SIGKILL after KillGrace. Processes the command leaves behind in its group when
 //     it exits get the same treatment, so nothing of a run outlives it;
@@ -54,7 +55,8 @@ type ExecRunner struct {
 	// BuildAgentEnv(os.Environ(), policy).Env. Nil: the base variables alone.
 	Env []string
 	Dir string
-	// Redactor takes secrets out of the stderr tail before it is logged or returned.
+	// Redactor takes secrets out of the stderr tail before it is logged or returned
+	// (credential-shaped text, redact.Tokens, goes whatever it is configured with).
 	Redactor *redact.Redactor
 	Logger   zerolog.Logger
 }
@@ -155,7 +157,9 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	took := time.Since(start)
 	delivered := mb.stop()
 
-	errTail := r.Redactor.Bytes(bytes.TrimSpace(stderr.Bytes()))
+	// The configured secrets, and anything shaped like a credential (a token the agent
+	// printed that nobody configured), as a Jira comment's text is masked.
+	errTail := []byte(redact.Tokens(string(r.Redactor.Bytes(bytes.TrimSpace(stderr.Bytes())))))
 	if len(errTail) > 0 {
 		log.Info().Str("stderr", string(errTail)).Bool("stderr_truncated", stderr.dropped > 0).Msg("runner stderr")
 	}

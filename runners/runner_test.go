@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -126,6 +127,27 @@ func TestExecRunnerRedactsStderr(t *testing.T) {
 	}
 	if strings.Contains(log.String(), "s3cr3t") || !strings.Contains(log.String(), "[redacted]") {
 		t.Fatalf("log %s", log.String())
+	}
+}
+
+// Credential shapes that nobody configured (a token the agent printed) are masked in the
+// stderr tail of the error and the log, as in a Jira comment's text (issue 35).
+func TestExecRunnerMasksCredentialShapesInStderr(t *testing.T) {
+	t.Parallel()
+	var log bytes.Buffer
+	token := "ghp_" + strings.Repeat("a1B2", 8)
+	r := runners.ExecRunner{Command: `echo "push failed: https://bot:hunter2hunter2@gitlab.example/x.git password=letmein99 ` + token + `" >&2; exit 1`,
+		Logger: zerolog.New(&log)}
+	_, err := r.Run(context.Background(), runReq(t, "rebase"))
+	for _, where := range []string{fmt.Sprint(err), log.String()} {
+		for _, secret := range []string{"hunter2hunter2", "letmein99", token} {
+			if strings.Contains(where, secret) {
+				t.Errorf("%q shows %q", where, secret)
+			}
+		}
+		if !strings.Contains(where, "push failed") {
+			t.Errorf("%q lost the failure", where)
+		}
 	}
 }
 

@@ -14,10 +14,13 @@ import (
 
 func (s *Server) funcs() template.FuncMap {
 	return template.FuncMap{
-		"dur":   human,
-		"ms":    func(d time.Duration) int64 { return d.Milliseconds() },
-		"clip":  func(v string) string { return s.clip(v, maxErrList) },
-		"stamp": stamp,
+		"dur":  human,
+		"ms":   func(d time.Duration) int64 { return d.Milliseconds() },
+		"clip": func(v string) string { return s.clip(v, maxErrList) },
+		// errclip is clip for a dead letter's error: its start and its end, where an
+		// agent's stderr says why it failed.
+		"errclip": func(v string) string { return inspect.ErrorBrief(s.clean(v), maxErrList) },
+		"stamp":   stamp,
 		// traceURL is the trace viewer's link of a trace id ("" without a template or id).
 		"traceURL": func(id string) string {
 			if s.cfg.TraceURLTemplate == "" || id == "" {

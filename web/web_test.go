@@ -48,6 +48,19 @@ func TestPagesRenderEscapedRedactedAndWithCSP(t *testing.T) {
 	}
 }
 
+// The dead-letter list shows the end of an agent's stderr, where it says why it failed,
+// after what failed (issue 35): the head of a long stderr is progress lines.
+func TestDeadLetterListShowsTheEndOfTheStderr(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, token)
+	e.bury("RHEL-4", "exec runner: exit status 1; stderr: "+strings.Repeat("INFO cloning and building the package\n", 40)+
+		"FATAL: patch 0003 does not apply")
+	_, body := e.get("/dead-letters")
+	if !strings.Contains(body, "exec runner: exit status 1; stderr: …") || !strings.Contains(body, "FATAL: patch 0003 does not apply</td>") {
+		t.Fatalf("the list lacks the start and the end of the error:\n%s", body)
+	}
+}
+
 func TestBadInputIsA4xxNeverA500(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, token)

@@ -22,8 +22,9 @@ const burstDeliveries = 50
 // defaults (JIRA_RATE_LIMIT=5, retries, timeouts), WEBHOOK_DEADLINE 900 ms, the default
 // classification settings. It reports the time to each delivery's answer (what Jira waits
 // for: p50, p99, max) and, separately, the time from the burst to each request in
-// ymir:triage:todo (the classification, paced by the rate limit: two Jira calls per
-// delivery here, the scope search and the trigger-group check). Loopback, real Redis.
+// ymir:triage:todo (the classification, paced by the rate limit after its burst: two
+// Jira calls per delivery here, the scope search and the label flip, and one group read
+// for the maintainer). Loopback, real Redis.
 //
 //	go test -run XXX -bench WebhookBurst -benchtime 1x -v ./webhook/
 func BenchmarkWebhookBurst(b *testing.B) {

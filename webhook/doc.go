@@ -28,16 +28,22 @@
 //   - a delivery id already handled (Jira retried while the first copy waited) is a
 //     duplicate;
 //   - events caused by ymirflow's own Jira account (its label flips) are ignored, counted;
-//   - jira:issue_created and jira:issue_updated: when Config.JQL is set, one search
+//   - jira:issue_created and jira:issue_updated. Each Jira call before the publish waits
+//     its turn under JIRA_RATE_LIMIT, so there are few: for a maintainer's ymir_todo,
+//     one (two the first time in a minute: the group read). A fresh payload
+//     (Config.MaxPayloadAge) with its labels is used as it is, and a changelog that adds
+//     ymir_todo names who added it (no changelog read). When the rules act on nothing in
+//     it, no Jira call is made. Otherwise, with Config.JQL set, one search
 //     "key = K AND (JQL)" keeps out issues the sweep would never look at (a registration
-//     without a JQL filter must not start work elsewhere); then the payload's issue is used
-//     when it carries every field the rules read and the event is recent
-//     (Config.MaxPayloadAge); otherwise (a retry, a thin payload, or one that waited in
-//     the inbox) the issue is read from Jira. A changelog that adds ymir_todo names who
-//     added it, sparing the changelog read of the trigger-group check. fetcher.Process
-//     then classifies, pre-checks leases (a locked issue keeps its trigger label and is
-//     published by the sweep after the release), publishes idempotently and flips the
-//     label;
+//     without a JQL filter must not start work elsewhere) and brings the fields the
+//     payload lacks; without a JQL, only those fields are read. A retry, or a payload
+//     without labels, is replaced by the issue as Jira has it now, read by that one
+//     search (or GET issue). The scope check and the trigger-group check gate the
+//     publish (they decide whether anything may start), so they stay before it; the
+//     group check costs no call for a member seen within fetcher.Config.MemberTTL.
+//     fetcher.Process then classifies, pre-checks leases (a locked issue keeps its
+//     trigger label and is published by the sweep after the release), publishes
+//     idempotently and flips the label;
 //   - comment_created (handleComment): when a stage's run holds the issue's lease, the
 //     comment becomes a follow-up of that run: a comment.created event (event.CommentCreated)
 //     on the twin of the stream of the entry the run works on (:todo for the main
@@ -52,7 +58,8 @@
 //     comments by Config.OwnAccounts (the agents' own reports) are never published.
 //     A comment_created without comment.id is malformed (400).
 //
-// A classified delivery is acked and deleted from the inbox and its id remembered; one
+// A classified delivery is counted, logged, then acked and deleted from the inbox (an empty
+// inbox means every delivery is accounted for) and its id remembered; one
 // whose classification failed (Redis or Jira unavailable, Config.ProcessTimeout) stays
 // pending and is taken again after Config.RetryAfter by this or another replica, at most
 // Config.MaxAttempts times (then logged and counted as gave_up; the sweep still sees the

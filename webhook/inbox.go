@@ -133,6 +133,16 @@ func (r *Receiver) process(ctx context.Context, inbox string, m redis.XMessage, 
 		return // shutting down: the entry stays pending for the next receiver
 	}
 	gaveUp := !done && attempt >= int64(r.cfg.MaxAttempts)
+	// Counted and logged before the entry leaves the inbox: an empty inbox then means every
+	// delivery in it is classified and accounted for, whoever watches it.
+	r.cfg.Metrics.observeProcessed(res.status, res.outcome, took)
+	if gaveUp {
+		r.cfg.Metrics.observeProcessed(res.status, "gave_up", 0)
+	}
+	r.logProcessed(res, m.ID, delivery, attempt, start, took, done, gaveUp)
+	if r.processed != nil {
+		r.processed(m.ID, res)
+	}
 	if done || gaveUp {
 		// Ack and delete in one round trip: the inbox holds only the backlog. Should it
 		// fail, the entry is classified again after RetryAfter (idempotent publish) or
@@ -144,11 +154,11 @@ func (r *Receiver) process(ctx context.Context, inbox string, m redis.XMessage, 
 			r.log.Warn().Err(err).Str("inbox_id", m.ID).Msg("stored delivery not acked; taken again after RetryAfter")
 		}
 	}
-	r.cfg.Metrics.observeProcessed(res.status, res.outcome, took)
-	if gaveUp {
-		r.cfg.Metrics.observeProcessed(res.status, "gave_up", 0)
-	}
+}
 
+// logProcessed logs one classification: info for a publish, warn for a retry to come,
+// error for a delivery given up.
+func (r *Receiver) logProcessed(res result, inboxID, delivery string, attempt int64, start time.Time, took time.Duration, done, gaveUp bool) {
 	ev := r.log.Debug()
 	switch {
 	case gaveUp:
@@ -159,11 +169,8 @@ func (r *Receiver) process(ctx context.Context, inbox string, m redis.XMessage, 
 		ev = r.log.Info()
 	}
 	ev.Int("status", res.status).Str("outcome", res.outcome).Str("issue_key", res.issue).Str("delivery", delivery).
-		Str("inbox_id", m.ID).Str("entry_id", res.entryID).Dur("took", took).
-		Dur("waited", start.Sub(inboxTime(m.ID))).Msg(res.detail)
-	if r.processed != nil {
-		r.processed(m.ID, res)
-	}
+		Str("inbox_id", inboxID).Str("entry_id", res.entryID).Dur("took", took).
+		Dur("waited", start.Sub(inboxTime(inboxID))).Msg(res.detail)
 }
 
 // classify is the work ServeHTTP used to do after its checks: the duplicate check (a

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/pipeline/event"
@@ -137,4 +138,103 @@ func sweepLatencies(b *testing.B) []time.Duration {
 		out = append(out, time.UnixMilli(ms).Sub(changed[key]))
 	}
 	return out
+}
+
+// rateLimitSamples is the number of isolated changes, and of back-to-back runs, measured
+// per limiter setting and payload shape.
+const rateLimitSamples = 15
+
+// backToBack is the length of a back-to-back run: each change is made the moment the
+// previous one's entry appears (a maintainer labelling a few issues in a row). A change
+// costs two Jira calls (the scope search before its publish, the label flip after), so
+// three in a row fit the default burst of 5; from the fourth on, changes are paced by
+// the rate limit (400 ms apart at 5/s).
+const backToBack = 3
+
+// BenchmarkTodoRateLimit measures, in one run, the time from a maintainer adding ymir_todo
+// in the fake Jira to its entry in ymir:triage:todo with the Jira client's default rate
+// limit (JIRA_RATE_LIMIT 5/s, its default burst) and with no limit: for an isolated change
+// (the receiver idle for a second before it) and for the later changes of back-to-back
+// runs of 3 (backToBack, idle before each run); with a payload that carries every field the rules read ("full") and one
+// without the component field ("thin"). The maintainer's first change is made before
+// measuring (its group read). Loopback, real Redis.
+//
+//	go test -run XXX -bench TodoRateLimit -benchtime 1x -v ./webhook/
+func BenchmarkTodoRateLimit(b *testing.B) {
+	for range b.N {
+		p99 := map[string]time.Duration{}
+		for _, shape := range []string{"full", "thin"} {
+			for _, lim := range []struct {
+				name string
+				rate float64
+			}{{"default", 0}, {"off", -1}} {
+				iso, run := todoLatencies(b, lim.rate, shape == "full")
+				for what, d := range map[string][]time.Duration{"isolated": iso, "back-to-back": run} {
+					name := shape + "-" + lim.name + "-" + what
+					p99[name] = percentile(d, 0.99)
+					b.ReportMetric(float64(percentile(d, 0.50).Microseconds())/1000, name+"-p50-ms")
+					b.ReportMetric(float64(p99[name].Microseconds())/1000, name+"-p99-ms")
+					b.Logf("FIGURE ymir_todo→ymir:triage:todo, %s payload, Jira rate limit %s, %s: p50 %s p99 %s over %d changes",
+						shape, lim.name, what, percentile(d, 0.50).Round(10*time.Microsecond), p99[name].Round(10*time.Microsecond), len(d))
+				}
+			}
+			for _, what := range []string{"isolated", "back-to-back"} {
+				on, off := p99[shape+"-default-"+what], p99[shape+"-off-"+what]
+				b.ReportMetric(float64(on)/float64(off), shape+"-"+what+"-p99-default/off")
+			}
+		}
+		load, _ := os.ReadFile("/proc/loadavg")
+		b.Logf("loadavg %s", strings.Join(strings.Fields(string(load))[:3], " "))
+	}
+}
+
+// todoLatencies measures isolated changes and back-to-back runs on a receiver whose Jira
+// client has rate (0: the default; negative: none), on issues whose payloads carry the
+// component field (full) or not.
+func todoLatencies(b *testing.B, rate float64, full bool) (isolated, run []time.Duration) {
+	n := 1 + rateLimitSamples*(1+backToBack)
+	var issues []fakejira.Issue
+	for i := range n {
+		is := issue("RHEL-"+strconv.Itoa(3000+i), "ymir_triaged_rebase")
+		if full {
+			is.Fields = map[string]any{"customfield_10669": nil}
+		}
+		issues = append(issues, is)
+	}
+	e := newEnv(b, issues, withJira(func(o *jira.Options) { o.RateLimit = rate }),
+		withConfig(func(c *Config) { c.Deadline = DefaultDeadline }))
+	// Pacing: long enough for the default bucket to be full again (a second for its 5
+	// calls; a run spends 6, the last flip waiting its turn).
+	idle, idleRun := time.Second, 1500*time.Millisecond
+	if rate < 0 {
+		idle, idleRun = 0, 0
+	}
+	stream := e.topo.Stream("triage", "", true)
+	last, next := "0", 0
+	change := func() time.Duration {
+		key := "RHEL-" + strconv.Itoa(3000+next)
+		next++
+		start := time.Now()
+		e.jira.ChangeLabels(key, maintainer, []string{labels.Todo}, nil)
+		res, err := e.rdb.XRead(e.ctx, &redis.XReadArgs{Streams: []string{stream, last}, Count: 1, Block: 30 * time.Second}).Result()
+		if err != nil {
+			b.Fatalf("%s: no entry: %v\n%s", key, err, e.logs)
+		}
+		last = res[0].Messages[0].ID
+		return time.Since(start)
+	}
+	change() // the maintainer's first: its group read
+	for range rateLimitSamples {
+		time.Sleep(idle) // pacing: the receiver idle before the change
+		isolated = append(isolated, change())
+	}
+	for range rateLimitSamples {
+		time.Sleep(idleRun)
+		for i := range backToBack {
+			if d := change(); i > 0 {
+				run = append(run, d)
+			}
+		}
+	}
+	return isolated, run
 }

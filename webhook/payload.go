@@ -95,13 +95,39 @@ func (e Event) addedLabel(label string) bool {
 	return false
 }
 
-// hasFields reports whether the payload's issue carries every field in names (a null value
-// counts: Jira sends unset fields as null).
-func hasFields(is *jira.Issue, names []string) bool {
+// missingFields are the names the payload's issue does not carry (a null value counts as
+// carried: Jira sends unset fields as null).
+func missingFields(is *jira.Issue, names []string) []string {
+	var out []string
 	for _, n := range names {
 		if _, ok := is.Fields.Raw[n]; !ok {
-			return false
+			out = append(out, n)
 		}
 	}
-	return true
+	return out
+}
+
+// withFields is the payload's issue with the fields names taken from read (null where
+// read lacks one too): the payload's labels, which its changelog describes, stay.
+func withFields(payload, read jira.Issue, names []string) (jira.Issue, error) {
+	raw := make(map[string]json.RawMessage, len(payload.Fields.Raw)+len(names))
+	for k, v := range payload.Fields.Raw {
+		raw[k] = v
+	}
+	for _, n := range names {
+		v, ok := read.Fields.Raw[n]
+		if !ok {
+			v = json.RawMessage("null")
+		}
+		raw[n] = v
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return jira.Issue{}, fmt.Errorf("webhook: fields of %s: %w", payload.Key, err)
+	}
+	out := payload
+	if err := json.Unmarshal(b, &out.Fields); err != nil {
+		return jira.Issue{}, fmt.Errorf("webhook: fields of %s: %w", payload.Key, err)
+	}
+	return out, nil
 }

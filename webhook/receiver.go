@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -435,31 +436,9 @@ func (r *Receiver) handleIssue(ctx context.Context, e Event) result {
 	if err != nil {
 		return accepted("skipped_"+string(fetcher.ReasonInvalidKey), err.Error())
 	}
-	if r.cfg.JQL != "" {
-		in, err := r.inScope(ctx, key)
-		if err != nil {
-			return jiraFailed(key, "scope search", err)
-		}
-		if !in {
-			return result{status: http.StatusAccepted, outcome: "out_of_scope", issue: key, detail: "the issue does not match the receiver's JQL"}
-		}
-	}
-	item := fetcher.Item{Issue: *e.Issue}
-	fresh := !e.At().IsZero() && r.cfg.Clock().Sub(e.At()) <= r.cfg.MaxPayloadAge
-	if fresh && hasFields(e.Issue, r.fields) {
-		if e.User != nil && e.addedLabel(labels.Todo) {
-			item.TodoAddedBy = e.User
-		}
-	} else {
-		// A retry, or a payload without the fields a rule reads: the issue as Jira has it now.
-		is, err := r.cfg.Jira.GetIssue(ctx, key, r.fields)
-		if errors.Is(err, jira.ErrNotFound) {
-			return result{status: http.StatusAccepted, outcome: "gone", issue: key, detail: "the issue no longer exists or is not visible"}
-		}
-		if err != nil {
-			return jiraFailed(key, "read the issue", err)
-		}
-		item.Issue = is
+	item, res := r.itemOf(ctx, key, e)
+	if res != nil {
+		return *res
 	}
 	sum, err := r.cfg.Fetcher.Process(ctx, item)
 	if err != nil {
@@ -489,17 +468,71 @@ func jiraFailed(key, what string, err error) result {
 	return result{status: http.StatusServiceUnavailable, outcome: outcome, issue: key, detail: "Jira: " + what + " failed; Jira retries the delivery", err: err}
 }
 
-// inScope reports whether key matches the configured JQL, with one search.
-func (r *Receiver) inScope(ctx context.Context, key string) (bool, error) {
-	page, err := r.cfg.Jira.Search(ctx, jira.SearchRequest{
-		JQL: fmt.Sprintf("key = %q AND (%s)", key, r.cfg.JQL), Fields: []string{"labels"}, MaxResults: 1})
+// itemOf is the issue the rules judge, with as few Jira calls before the publish as the
+// payload allows (each waits its turn under the Jira client's rate limit):
+//
+//   - a fresh payload with its labels is used, and its changelog names who added
+//     ymir_todo (no changelog read). If the rules act on nothing in it, no Jira call is
+//     made: the scope check guards what is published, and nothing would be. Otherwise one
+//     call: the scope search (Config.JQL), which also brings the fields the payload
+//     lacks, or, without a JQL, a read of those fields alone;
+//   - a retry, or a payload without labels: the issue as Jira has it now, in one call
+//     (the scope search with every field the rules read, or a read of the issue).
+//
+// A non-nil result ends the delivery there (out of scope, gone, Jira failed).
+func (r *Receiver) itemOf(ctx context.Context, key string, e Event) (fetcher.Item, *result) {
+	fresh := !e.At().IsZero() && r.cfg.Clock().Sub(e.At()) <= r.cfg.MaxPayloadAge
+	missing := missingFields(e.Issue, r.fields)
+	if !fresh || slices.Contains(missing, "labels") {
+		is, res := r.read(ctx, key, r.fields)
+		return fetcher.Item{Issue: is}, res
+	}
+	item := fetcher.Item{Issue: *e.Issue}
+	if e.User != nil && e.addedLabel(labels.Todo) {
+		item.TodoAddedBy = e.User
+	}
+	if !r.cfg.Fetcher.Acts(item.Issue) || (r.cfg.JQL == "" && len(missing) == 0) {
+		return item, nil
+	}
+	is, res := r.read(ctx, key, missing)
+	if res != nil {
+		return item, res
+	}
+	merged, err := withFields(item.Issue, is, missing)
 	if err != nil {
-		return false, err
+		return item, &result{status: http.StatusInternalServerError, outcome: "error", issue: key, detail: "merging the fields read from Jira", err: err}
 	}
-	for _, is := range page.Issues {
-		if strings.EqualFold(is.Key, key) {
-			return true, nil
+	item.Issue = merged
+	return item, nil
+}
+
+// read reads fields of key in one Jira call: with Config.JQL the scope search
+// "key = K AND (JQL)" (an issue outside it is out_of_scope), else the issue itself.
+func (r *Receiver) read(ctx context.Context, key string, fields []string) (jira.Issue, *result) {
+	if r.cfg.JQL != "" {
+		if len(fields) == 0 {
+			fields = []string{"labels"} // the search's smallest answer
 		}
+		page, err := r.cfg.Jira.Search(ctx, jira.SearchRequest{
+			JQL: fmt.Sprintf("key = %q AND (%s)", key, r.cfg.JQL), Fields: fields, MaxResults: 1})
+		if err != nil {
+			res := jiraFailed(key, "scope search", err)
+			return jira.Issue{}, &res
+		}
+		for _, is := range page.Issues {
+			if strings.EqualFold(is.Key, key) {
+				return is, nil
+			}
+		}
+		return jira.Issue{}, &result{status: http.StatusAccepted, outcome: "out_of_scope", issue: key, detail: "the issue does not match the receiver's JQL"}
 	}
-	return false, nil
+	is, err := r.cfg.Jira.GetIssue(ctx, key, fields)
+	if errors.Is(err, jira.ErrNotFound) {
+		return jira.Issue{}, &result{status: http.StatusAccepted, outcome: "gone", issue: key, detail: "the issue no longer exists or is not visible"}
+	}
+	if err != nil {
+		res := jiraFailed(key, "read the issue", err)
+		return jira.Issue{}, &res
+	}
+	return is, nil
 }

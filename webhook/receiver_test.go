@@ -1,7 +1,9 @@
 package webhook
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
@@ -226,8 +229,11 @@ func TestLockedIssueKeepsTrigger(t *testing.T) {
 	}
 	e.jira.ChangeLabels("RHEL-1", maintainer, []string{labels.Todo}, nil)
 	ds := e.waitDeliveries()
+	// The answer (202) comes before the classification; the drained inbox says it is done.
+	// Polled all the same: a count is no place to learn an order from.
+	eventually(t, 20*time.Second, "the delivery classified", func() bool { return e.metrics.Count(202, "skipped_locked") >= 1 })
 	if len(ds) != 1 || ds[0].Status != 202 || e.metrics.Count(202, "skipped_locked") != 1 {
-		t.Fatalf("deliveries %+v\n%s", ds, e.logs)
+		t.Fatalf("deliveries %+v, skipped_locked %v\n%s", ds, e.metrics.Count(202, "skipped_locked"), e.logs)
 	}
 	if got := e.entries(); len(got) != 0 || !slices.Contains(e.labels("RHEL-1"), labels.Todo) {
 		t.Fatalf("locked: entries %v, labels %v", got, e.labels("RHEL-1"))
@@ -498,5 +504,110 @@ func TestIssueCreated(t *testing.T) {
 	}
 	if created != 2 {
 		t.Errorf("%d jira:issue_created deliveries, want 2", created)
+	}
+}
+
+// Jira calls before the publish wait their turn under JIRA_RATE_LIMIT, so a delivery
+// makes as few as its payload allows (issue 35 item 12): none when the rules act on
+// nothing in it; one, the scope search, for a maintainer's ymir_todo (plus the group read
+// the first time), also when the payload lacks a field the rules read (the search brings
+// it); one for a retry (the search brings every field). Counted at the fake Jira.
+func TestFewJiraCallsBeforeThePublish(t *testing.T) {
+	t.Parallel()
+	full := func(is fakejira.Issue) fakejira.Issue {
+		is.Fields = map[string]any{fetcher.DefaultComponentField: nil} // Jira sends an unset field as null
+		return is
+	}
+	e := newEnv(t, []fakejira.Issue{full(issue("RHEL-1", "ymir_triaged_rebase")), full(issue("RHEL-2", "ymir_triaged_rebase")),
+		issue("RHEL-3", "ymir_triaged_rebase"), full(issue("RHEL-4", "ymir_triaged_rebase")), todoByMaintainer(issue("RHEL-5", "ymir_triaged_rebase"))})
+	reads := func() int {
+		n := 0
+		for _, r := range e.jira.Requests() {
+			if r.Method != http.MethodPut { // the label flip comes after the publish
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name, key, label, outcome string
+		reads                     int
+	}{
+		{"first ymir_todo of a maintainer: scope search, group read", "RHEL-1", labels.Todo, "published", 2},
+		{"the maintainer again: scope search", "RHEL-2", labels.Todo, "published", 1},
+		{"a payload without the component field: the scope search brings it", "RHEL-3", labels.Todo, "published", 1},
+		{"a label the rules do not act on: no call", "RHEL-4", "cve-2026-1", "skipped_labelled", 0},
+	} {
+		before, published := reads(), e.metrics.Count(202, c.outcome)
+		e.jira.ChangeLabels(c.key, maintainer, []string{c.label}, nil)
+		e.waitDeliveries()
+		eventually(t, 20*time.Second, c.key+" classified", func() bool { return e.metrics.Count(202, c.outcome) > published })
+		if n := reads() - before; n != c.reads {
+			t.Errorf("%s: %d Jira reads before the publish, want %d\n%v", c.name, n, c.reads, e.jira.Requests()[before:])
+		}
+	}
+	// A retry (an old payload): the issue as Jira has it now, read by the scope search alone.
+	body := e.event("RHEL-5", maintainer, labels.Todo)
+	body = []byte(strings.Replace(string(body), `"timestamp":`, `"timestamp":1,"x":`, 1))
+	before := reads()
+	if st, ans := e.post(body, signed(body, "retry-5")); st != 202 || ans["outcome"] != "published" {
+		t.Fatalf("retry: %d %v\n%s", st, ans, e.logs)
+	}
+	if n := reads() - before; n != 2 { // the search, and the changelog: a retry's changelog may be old
+		t.Errorf("retry: %d Jira reads, want 2 (search, changelog)\n%v", n, e.jira.Requests()[before:])
+	}
+}
+
+// todoByMaintainer adds ymir_todo to is, an hour ago, by the maintainer (in its changelog).
+func todoByMaintainer(is fakejira.Issue) fakejira.Issue {
+	with := append(slices.Clone(is.Labels), labels.Todo)
+	is.Changelog = append(is.Changelog, jira.ChangelogEntry{ID: "cl-todo", Author: maintainer,
+		Created: jira.Time{Time: time.Now().Add(-time.Hour)},
+		Items:   []jira.ChangeItem{{Field: "labels", FromString: strings.Join(is.Labels, " "), ToString: strings.Join(with, " ")}}})
+	is.Labels = with
+	return is
+}
+
+// A stored delivery leaves the inbox only once its classification is counted and logged,
+// so an empty inbox means every delivery in it is accounted for (issue 35 item 11:
+// TestLockedIssueKeepsTrigger read the count between the delete and the count). The
+// count is read at the moment the receiver deletes the entry.
+func TestInboxEmptiesOnceCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-1", "ymir_triaged_rebase")}, withoutRun())
+	inbox := InboxStream(e.topo)
+	var deletes, countedAtDelete atomic.Int64
+	e.rdb.AddHook(deleteHook{inbox: inbox, seen: func() {
+		deletes.Add(1)
+		countedAtDelete.Add(int64(e.metrics.Count(202, "published") + e.metrics.Count(202, "own_account")))
+	}})
+	e.run(t)
+	e.jira.ChangeLabels("RHEL-1", maintainer, []string{labels.Todo}, nil)
+	e.waitDeliveries()
+	// Two deliveries (the change, and the flip by ymirflow's account): at the first
+	// delete one was counted, at the second two.
+	eventually(t, 20*time.Second, "both deliveries deleted", func() bool { return deletes.Load() == 2 })
+	if got := countedAtDelete.Load(); got != 1+2 {
+		t.Fatalf("classifications counted when their entries were deleted: %d in all, want 3\n%s", got, e.logs)
+	}
+}
+
+// deleteHook calls seen before each pipeline that XDELs from inbox is sent.
+type deleteHook struct {
+	inbox string
+	seen  func()
+}
+
+func (deleteHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (deleteHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h deleteHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "xdel") && args[1] == h.inbox {
+				h.seen()
+			}
+		}
+		return next(ctx, cmds)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,6 +156,43 @@ func TestMessagesGiveAValidExample(t *testing.T) {
 	}
 	if took > 500*time.Millisecond {
 		t.Errorf("Redis down: the message took %v (want well under a second: no dial retries at start)", took)
+	}
+}
+
+// A Redis that answers PING with an error is up: the message names the cause and
+// REDIS_URL, never "unreachable" nor advice to start a server (issue 35).
+func TestRedisRefusalNamesTheCause(t *testing.T) {
+	// Not parallel: it sets REDIS_URL and runs a redis-server of its own.
+	shared, err := url.Parse(redistest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared.Path = "/99"
+	s := redistest.StartServer(t, redistest.ServerOptions{})
+	if err := s.Client().ConfigSet(context.Background(), "requirepass", "sekrit").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for redisURL, want := range map[string][]string{
+		shared.String():                       {"redis has no such database", "no database 99", "REDIS_URL's path is the database"},
+		"redis://:hunter2@" + s.Addr() + "/0": {"redis refused the credentials", "WRONGPASS", "redis://USER:PASSWORD@host:port/db"},
+		"redis://" + s.Addr() + "/0":          {"redis refused the credentials", "NOAUTH"},
+		"redis://:sekrit@" + s.Addr() + "/16": {"no database 16"},
+	} {
+		t.Setenv("REDIS_URL", redisURL)
+		_, errs, code := runArgs("locks")
+		if code != exitRuntime || !strings.HasPrefix(errs, "ymirflow locks: REDIS_URL (--redis-url): ") || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("%s: exit %d, want %d and one line naming REDIS_URL:\n%s", redisURL, code, exitRuntime, errs)
+		}
+		for _, w := range want {
+			if !strings.Contains(errs, w) {
+				t.Errorf("%s: message lacks %q:\n%s", redisURL, w, errs)
+			}
+		}
+		for _, never := range []string{"unreachable", "start a server", "hunter2", "sekrit"} {
+			if strings.Contains(errs, never) {
+				t.Errorf("%s: message says %q:\n%s", redisURL, never, errs)
+			}
+		}
 	}
 }
 

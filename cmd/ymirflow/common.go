@@ -25,8 +25,10 @@ type env struct {
 	topology event.Topology
 }
 
-// connect builds the logger and a Redis client that has answered PING. Redis
-// unreachable at start is one clear line naming the URL without its password (exit 1).
+// connect builds the logger and a Redis client that has answered PING. A Redis that
+// does not answer PING at start (unreachable, refusing the credentials or the
+// database, another TLS) is one clear line naming the cause and the URL without its
+// password (exit 1).
 func connect(ctx context.Context, c *config.Common, stderr io.Writer) (*env, error) {
 	log, err := pipeline.NewLogger(stderr, c.LogLevel, c.LogFormat)
 	if err != nil {
@@ -41,13 +43,26 @@ func connect(ctx context.Context, c *config.Common, stderr io.Writer) (*env, err
 		return nil, usagef("%v", err)
 	}
 	rdb, err := pipeline.Connect(ctx, c.RedisURL)
-	if errors.Is(err, pipeline.ErrRedisUnreachable) {
-		return nil, fmt.Errorf("REDIS_URL (--redis-url): %w (start a server, e.g. `make redis`, or point REDIS_URL at one)", err)
-	}
 	if err != nil {
-		return nil, err // names the URL, without its password
+		return nil, connectError(err)
 	}
 	return &env{log: log, rdb: rdb, opts: opts, topology: event.Topology{Namespace: c.Namespace}}, nil
+}
+
+// connectError names the setting and what to do about the cause Connect found (its
+// message names the URL without its password): only a server nobody runs needs one
+// started.
+func connectError(err error) error {
+	hint := ""
+	switch {
+	case errors.Is(err, pipeline.ErrRedisUnreachable):
+		hint = " (start a server, e.g. `make redis`, or point REDIS_URL at one)"
+	case errors.Is(err, pipeline.ErrRedisAuth):
+		hint = "; REDIS_URL carries them as redis://USER:PASSWORD@host:port/db"
+	case errors.Is(err, pipeline.ErrRedisNoDB):
+		hint = "; REDIS_URL's path is the database, e.g. redis://host:6379/0"
+	}
+	return fmt.Errorf("REDIS_URL (--redis-url): %w%s", err, hint)
 }
 
 func (e *env) Close() { _ = e.rdb.Close() }

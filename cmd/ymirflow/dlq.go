@@ -111,7 +111,7 @@ func dlqList(ctx context.Context, in *inspect.Inspector, cfg *config.DLQ, stdout
 	t := newTable(stdout, "ID", "AGE", "STREAM", "ORIGINAL ID", "ISSUE", "EVENT", "AGENT", "ATTEMPTS", "ERROR")
 	for _, d := range dls {
 		t.row(d.ID, human(time.Since(d.Time)), d.Stream, d.OriginalID, d.Issue, d.EventType, d.Agent,
-			strconv.Itoa(d.Attempts), clip(d.Error, 100))
+			strconv.Itoa(d.Attempts), inspect.ErrorBrief(d.Error, 100))
 	}
 	if err := t.flush(); err != nil {
 		return err

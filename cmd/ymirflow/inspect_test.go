@@ -442,6 +442,18 @@ func (o *opsEnv) bury(stream, key, reason string) string {
 	return dead
 }
 
+// The list shows the end of an agent's stderr, where it says why it failed, after what
+// failed (issue 35): the head of a long stderr is progress lines.
+func TestDLQListShowsTheEndOfTheStderr(t *testing.T) {
+	o := newOpsEnv(t)
+	o.bury(o.stream("triage", ""), "RHEL-3", "exec runner: exit status 1; stderr: "+
+		strings.Repeat("INFO cloning and building the package\n", 40)+"FATAL: patch 0003 does not apply")
+	out := o.ok("dlq", "list")
+	if !strings.Contains(out, "exec runner: exit status 1; stderr: …") || !strings.Contains(out, "FATAL: patch 0003 does not apply\n") {
+		t.Fatalf("list lacks the start and the end of the error:\n%s", out)
+	}
+}
+
 func TestDLQCommand(t *testing.T) {
 	o := newOpsEnv(t)
 	ctx := context.Background()

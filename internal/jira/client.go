@@ -78,6 +78,11 @@ type Options struct {
 	// methods). Default (0): DefaultRateLimit, 5; a negative value disables the limit; NaN
 	// and infinities are refused.
 	RateLimit float64
+	// RateBurst is how many requests an idle Client sends at once before RateLimit paces
+	// the rest: one webhook delivery's few calls then go without waiting, and the rate
+	// over any second stays within RateLimit plus the burst. Default (0): one second's
+	// worth, RateLimit rounded up, at least 1; negative is refused.
+	RateBurst int
 	// PageSize is the maxResults SearchAll and Changelog ask for; default 100.
 	PageSize int
 	// CommentGroup, when set, restricts comments to that group (e.g. "Red Hat Employee").
@@ -217,8 +222,15 @@ func New(opts Options) (*Client, error) {
 	case rate == 0:
 		rate = DefaultRateLimit
 	}
-	if rate > 0 {
-		c.limit = &limiter{interval: time.Duration(float64(time.Second) / rate)}
+	switch {
+	case opts.RateBurst < 0:
+		return nil, fmt.Errorf("jira: RateBurst: must not be negative, got %d", opts.RateBurst)
+	case rate > 0:
+		burst := opts.RateBurst
+		if burst == 0 {
+			burst = max(1, int(math.Ceil(rate)))
+		}
+		c.limit = &limiter{interval: time.Duration(float64(time.Second) / rate), burst: burst}
 	}
 	switch {
 	case c.pageSize < 0:
@@ -429,27 +441,42 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// limiter spaces requests at least interval apart across goroutines.
+// limiter is a token bucket of burst tokens refilled one per interval, shared across
+// goroutines: an idle Client sends burst requests at once, then one per interval.
+// It keeps the time at which the bucket would be full again (GCRA), so a
+// request costs one lock and no goroutine.
 type limiter struct {
 	mu       sync.Mutex
 	interval time.Duration
-	next     time.Time
+	burst    int       // at least 1; 0 counts as 1
+	full     time.Time // when the bucket is full again; the past: full now
 }
 
-// wait blocks until the caller's slot. A nil limiter never waits.
+// wait blocks until the caller's token. A nil limiter never waits.
 func (l *limiter) wait(ctx context.Context) error {
 	if l == nil {
 		return ctx.Err()
 	}
-	l.mu.Lock()
 	now := time.Now()
-	at := l.next
-	if at.Before(now) {
-		at = now
+	return sleepCtx(ctx, l.reserve(now))
+}
+
+// reserve takes a token at now and returns how long its holder must wait for it: zero
+// while the bucket holds one.
+func (l *limiter) reserve(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	full := l.full
+	if full.Before(now) {
+		full = now
 	}
-	l.next = at.Add(l.interval)
-	l.mu.Unlock()
-	return sleepCtx(ctx, at.Sub(now))
+	l.full = full.Add(l.interval)
+	// The token is there once the bucket lacks at most burst-1 of them.
+	at := full.Add(-time.Duration(max(l.burst, 1)-1) * l.interval)
+	if at.Before(now) {
+		return 0
+	}
+	return at.Sub(now)
 }
 
 // redactURLError drops the URL (which may hold a password) from a url.Parse error.

@@ -721,8 +721,8 @@ func TestDryRunSendsNoWrite(t *testing.T) {
 
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
-	const rate, n = 20.0, 6
-	_, c := newPair(t, fakejira.Options{Issues: seedIssues(1)}, jira.Options{RateLimit: rate})
+	const rate, burst, n = 20.0, 2, 6
+	_, c := newPair(t, fakejira.Options{Issues: seedIssues(1)}, jira.Options{RateLimit: rate, RateBurst: burst})
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -741,7 +741,7 @@ func TestRateLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	minimum := time.Duration(float64(n-1) / rate * float64(time.Second)) // 250 ms
+	minimum := time.Duration(float64(n-burst) / rate * float64(time.Second)) // 200 ms: the burst goes at once
 	if took := time.Since(start); took < minimum-10*time.Millisecond {
 		t.Fatalf("%d searches at %v/s took %s, want at least %s", n, rate, took, minimum)
 	}

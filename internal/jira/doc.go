@@ -5,7 +5,8 @@
 //
 // The entry point is New, which validates Options and names the offending field in its error
 // (for example "jira: BaseURL: ..."). A Client is safe for concurrent use. Every request goes through
-// one shared rate limiter (Options.RateLimit, 5 requests/s by default), a per-attempt timeout, and
+// one shared rate limiter (Options.RateLimit, 5 requests/s by default, an idle Client sending
+// Options.RateBurst of them at once, one second's worth by default), a per-attempt timeout, and
 // a retry loop with exponential backoff and jitter on 429 and 5xx that honours Retry-After and
 // never sleeps past the caller's context deadline.
 //

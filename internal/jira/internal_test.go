@@ -72,20 +72,51 @@ func TestHTTPErrorBodyTruncated(t *testing.T) {
 	}
 }
 
-func TestLimiterSpacesCalls(t *testing.T) {
+// An idle limiter lets a burst through at once and paces the rest one per interval
+// (issue 35: at burst 1, a webhook delivery's second Jira call waited a full interval).
+func TestIdleLimiterLetsABurstThrough(t *testing.T) {
 	t.Parallel()
-	l := &limiter{interval: 30 * time.Millisecond}
-	start := time.Now()
-	for range 4 {
-		if err := l.wait(context.Background()); err != nil {
-			t.Fatal(err)
+	c, err := New(Options{BaseURL: "http://jira.example", Token: "t"}) // the defaults: 5/s
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.limit
+	if l.burst != 5 || l.interval != 200*time.Millisecond {
+		t.Fatalf("default limiter: burst %d, interval %s; want 5 at 200ms", l.burst, l.interval)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	for i := range 5 {
+		if d := l.reserve(t0); d != 0 {
+			t.Fatalf("idle limiter: request %d waits %s, want 0", i+1, d)
 		}
 	}
-	if took := time.Since(start); took < 85*time.Millisecond {
-		t.Fatalf("4 calls at 30 ms spacing took %s, want >= 90 ms", took)
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+		if d := l.reserve(t0); d != want {
+			t.Fatalf("request %d of a burst of 5: waits %s, want %s", 6+i, d, want)
+		}
+	}
+	// Idle again for long enough: a whole burst, not more.
+	t1 := t0.Add(5 * time.Second)
+	for i := range 5 {
+		if d := l.reserve(t1); d != 0 {
+			t.Fatalf("after idling: request %d waits %s, want 0", i+1, d)
+		}
+	}
+	if d := l.reserve(t1); d != 200*time.Millisecond {
+		t.Fatalf("after idling: request 6 waits %s, want 200ms", d)
+	}
+	// Sustained: one per interval.
+	one := &limiter{interval: 30 * time.Millisecond, burst: 1}
+	for i := range 4 {
+		if d, want := one.reserve(t0), time.Duration(i)*30*time.Millisecond; d != want {
+			t.Fatalf("burst 1: request %d waits %s, want %s", i+1, d, want)
+		}
 	}
 	var nilLimiter *limiter
 	if err := nilLimiter.wait(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := New(Options{RateBurst: -1}); err == nil || !strings.Contains(err.Error(), "RateBurst") {
+		t.Fatalf("negative RateBurst: %v", err)
 	}
 }

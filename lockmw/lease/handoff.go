@@ -165,11 +165,17 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	return deleted, p, err
 }
 
-// toStrings dereferences the keys of releaseArgs, for a pipelined Eval.
+// toStrings turns the keys of releaseArgs (strings, most by pointer) into the
+// []string of a pipelined Eval.
 func toStrings(keys []any) []string {
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = *k.(*string)
+		switch k := k.(type) {
+		case *string:
+			out[i] = *k
+		case string:
+			out[i] = k
+		}
 	}
 	return out
 }

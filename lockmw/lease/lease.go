@@ -643,11 +643,18 @@ func (le *Lease) Check(ctx context.Context) error {
 // An append is safe to repeat: go-redis sends it again when its reply is lost, and the
 // repeat returns the first entry's id instead of appending a second copy (xonce).
 func (le *Lease) XAdd(ctx context.Context, stream string, maxLen int64, values map[string]any) (string, error) {
+	return le.XAddOnce(ctx, stream, maxLen, le.token+"-"+strconv.FormatInt(le.appends.Add(1), 10), appendOnceTTL, values)
+}
+
+// XAddOnce is XAdd under an append id the caller chose (xonce.Append.ID), remembered
+// for ttl: an append that names what it records (one outcome per event) adds nothing
+// when that was appended before, by this lease or an earlier one, and returns the
+// first entry's id. That repeat is not refused once the lease is lost: it writes nothing.
+func (le *Lease) XAddOnce(ctx context.Context, stream string, maxLen int64, once string, ttl time.Duration, values map[string]any) (string, error) {
 	if err := le.Err(); err != nil && !errors.Is(err, ErrReleased) {
 		return "", fmt.Errorf("%w: %v", ErrLeaseLost, err) //nolint:errorlint // callers see one kind, ErrLeaseLost, not the heartbeat's cause
 	}
-	a := xonce.Append{Stream: stream, ID: le.token + "-" + strconv.FormatInt(le.appends.Add(1), 10),
-		Values: values, MaxLen: maxLen, TTL: appendOnceTTL}
+	a := xonce.Append{Stream: stream, ID: once, Values: values, MaxLen: maxLen, TTL: ttl}
 	if le.l.opts.Format == KeysCluster {
 		if err := le.Check(ctx); err != nil {
 			return "", err

@@ -250,7 +250,9 @@ type AcquireOptions struct {
 	// follow-up queued behind it or behind the run it took over. Default: false.
 	Supersede bool
 	// Shared are the lease's shared keys (scopes issue and group; Scopes.Keys makes
-	// them), taken with it in one script, all or nothing, and released with it. A busy
+	// them), taken with it in one script, all or nothing, and released with it (on Redis
+	// Cluster a group key is in a slot of its own: taken by a second script right after
+	// the lease's own key, which is given back, unrecorded, when the group key is busy). A busy
 	// shared key is reported as a *LockedError whose Holder names its scope and key.
 	// Queue and Drain cannot be combined with it (a follow-up queued behind another
 	// agent's shared key would have nobody to publish it). On Redis Cluster at most one

@@ -25,7 +25,8 @@ import (
 // count nothing and answer at once. The extend always writes, on every try, and
 // replication is one ordered stream: replicas that have the extend have the acquire.
 // On Redis Cluster the pipeline goes to the primary that owns the lease's slot (the
-// lease's keys share one); a cluster client would send a keyless WAIT to any node.
+// lease's keys share one); a cluster client would send a keyless WAIT to any node. A
+// group key, in a slot of its own, is extended and waited for on its own primary.
 
 // ErrNotReplicated is wrapped by *NotReplicatedError: fewer replicas than
 // Options.WaitReplicas acknowledged an acquire or an extend within Options.WaitTimeout.

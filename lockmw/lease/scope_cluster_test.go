@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +139,59 @@ func startCluster(t *testing.T) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// The scripts of a group key held apart (cluster key format) are safe to repeat: each
+// of the lease's own acquire, the group key's acquire and its release has its reply
+// lost once and go-redis sends it again. The acquire returns the lease the first try
+// made, fences 1 and 1 (not busy with its own token, not given back); the release
+// leaves nothing.
+func TestGroupScopeClusterScriptsSafeToRepeat(t *testing.T) {
+	t.Parallel()
+	direct, ns := redistest.Client(t)
+	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
+	opts := *direct.Options()
+	opts.Addr = proxy.Addr()
+	opts.MaxRetries = 3
+	rdb := redis.NewClient(&opts)
+	defer rdb.Close()
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 5 * time.Second, Format: lease.KeysCluster})
+	ctx := context.Background()
+	script := func(names ...string) string {
+		var b strings.Builder
+		for _, n := range names {
+			src, err := os.ReadFile("scripts/" + n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Write(src)
+		}
+		return b.String()
+	}
+	proxy.LoseReply(redistest.Script(script("lease.lua", "acquire_scoped.lua")), 1)
+	proxy.LoseReply(redistest.Script(script("lease.lua", "acquire_shared.lua")), 1)
+	le, err := l.Acquire(ctx, "rebase", "RHEL-40", lease.AcquireOptions{Shared: groupKey("PKG"), MessageID: "1-0"})
+	if err != nil {
+		t.Fatalf("acquire after lost replies: %v", err)
+	}
+	if proxy.Cuts() != 2 {
+		t.Fatalf("cuts = %d, want 2", proxy.Cuts())
+	}
+	if le.Fence() != 1 || le.Shared()[0].Fence != 1 {
+		t.Errorf("fences after repeated acquires: %d %+v, want 1 and 1", le.Fence(), le.Shared())
+	}
+	sk := le.Shared()[0].Keys
+	if get(t, direct, le.Keys().Lock) != le.Token() || get(t, direct, sk.Lock) != le.Token() {
+		t.Fatal("the lease or its group key is not held with the lease's token")
+	}
+	proxy.LoseReply(redistest.Script(script("lease.lua", "unlock_shared.lua")), 1)
+	if _, err := le.Release(ctx); err != nil {
+		t.Fatalf("release after a lost reply: %v", err)
+	}
+	if proxy.Cuts() != 3 {
+		t.Fatalf("cuts = %d, want 3", proxy.Cuts())
+	}
+	if exists(t, direct, sk.Lock) || exists(t, direct, sk.Info) || exists(t, direct, le.Keys().Lock) {
+		t.Error("keys left after the release")
+	}
 }

@@ -78,6 +78,17 @@ func Accepts(agent, eventType string) bool {
 // RequestedEvent is the event type that asks agent to work.
 func RequestedEvent(agent string) string { return agent + ".requested" }
 
+// WorkTypes are the event types some worker runs: each agent's request, in pipeline
+// order, then CommentCreated. A busy-policy table may name only these; any other type
+// is a bad event for every agent, so a rule for it would never apply.
+func WorkTypes() []string {
+	types := make([]string, 0, len(Agents)+1)
+	for _, a := range Agents {
+		types = append(types, RequestedEvent(a))
+	}
+	return append(types, CommentCreated)
+}
+
 // ErrBadEvent marks an event that can never succeed (not JSON, no or invalid issue key,
 // unknown schema version or event type): it is dead-lettered at once, never retried.
 var ErrBadEvent = errors.New("bad event")

@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
@@ -23,6 +25,9 @@ import (
 type Fencer interface {
 	Fence() int64
 	XAdd(ctx context.Context, stream string, maxLen int64, values map[string]any) (string, error)
+	// XAddOnce is XAdd under an append id the caller chose, remembered for ttl
+	// (xonce.Append.ID): a second append with once adds nothing.
+	XAddOnce(ctx context.Context, stream string, maxLen int64, once string, ttl time.Duration, values map[string]any) (string, error)
 }
 
 type fencerKey struct{}
@@ -173,15 +178,32 @@ type Record struct {
 
 // Results appends records to the results stream.
 type Results struct {
-	rdb      redis.UniversalClient
-	stream   string
-	maxLen   int64
-	redactor *redact.Redactor
+	rdb        redis.UniversalClient
+	stream     string
+	maxLen     int64
+	redactor   *redact.Redactor
+	outcomeTTL time.Duration
 }
+
+// DefaultOutcomeTTL is how long AddOnce remembers which record an append id made. An
+// event whose ack failed is redelivered within MaxIdleTime plus a claim pass while any
+// worker of its agent runs; only an agent with no worker for this long sees its
+// outcome forgotten (docs/architecture.md, "One outcome per event").
+const DefaultOutcomeTTL = 30 * 24 * time.Hour
 
 // NewResults returns a writer of stream (Topology.Results()).
 func NewResults(rdb redis.UniversalClient, stream string, maxLen int64) *Results {
-	return &Results{rdb: rdb, stream: stream, maxLen: maxLen}
+	return &Results{rdb: rdb, stream: stream, maxLen: maxLen, outcomeTTL: DefaultOutcomeTTL}
+}
+
+// WithOutcomeTTL sets how long AddOnce's append ids are remembered (0:
+// DefaultOutcomeTTL) and returns r.
+func (r *Results) WithOutcomeTTL(d time.Duration) *Results {
+	if d <= 0 {
+		d = DefaultOutcomeTTL
+	}
+	r.outcomeTTL = d
+	return r
 }
 
 // WithRedactor makes r take secrets out of every record's text (outcome, detail) and
@@ -196,6 +218,21 @@ func (r *Results) WithRedactor(red *redact.Redactor) *Results {
 // record an outcome, so the last outcome recorded for an issue is always a live
 // holder's.
 func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
+	return r.add(ctx, rec, "")
+}
+
+// AddOnce is Add for a record that names what it is about: once (the event's or the
+// follow-up's own id) is its append id, remembered for the outcome TTL
+// (WithOutcomeTTL), so a second AddOnce with it, from this worker or any other, adds
+// nothing and returns the first record's id. Recorded finds the record by once.
+func (r *Results) AddOnce(ctx context.Context, rec Record, once string) (string, error) {
+	if once == "" {
+		return "", fmt.Errorf("record %s for %s: empty once id", rec.EventType, rec.IssueKey)
+	}
+	return r.add(ctx, rec, once)
+}
+
+func (r *Results) add(ctx context.Context, rec Record, once string) (string, error) {
 	v := map[string]any{
 		"event_type":     rec.EventType,
 		"agent":          rec.Agent,
@@ -214,15 +251,55 @@ func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 	var id string
 	var err error
 	ctx = xonce.WithIssue(ctx, IndexIssue(rec.IssueKey))
-	if lease, ok := FencerFrom(ctx); ok {
+	lease, leased := FencerFrom(ctx)
+	switch {
+	case leased && once != "":
+		id, err = lease.XAddOnce(ctx, r.stream, r.maxLen, once, r.outcomeTTL, v)
+	case leased:
 		id, err = lease.XAdd(ctx, r.stream, r.maxLen, v)
-	} else {
+	case once != "":
+		id, err = xonce.Run(ctx, r.rdb, xonce.Append{Stream: r.stream, ID: once, Values: v, MaxLen: r.maxLen, TTL: r.outcomeTTL})
+	default:
 		id, err = xonce.Run(ctx, r.rdb, xonce.Append{Stream: r.stream, ID: xonce.NewID(), Values: v, MaxLen: r.maxLen, TTL: retryOnceTTL})
 	}
 	if err != nil {
 		return "", fmt.Errorf("record %s for %s: %w", rec.EventType, rec.IssueKey, err)
 	}
 	return id, nil
+}
+
+// Recorded returns the record that AddOnce appended under once: found is false when
+// none was (or its id is forgotten: the outcome TTL passed). It costs one round trip
+// when nothing was recorded, two when something was. A record trimmed from the stream
+// (MaxLen) is found with its ID only. A record gone from a stream that was not trimmed
+// past it (a failover to a replica that had not received it loses the id with it; an
+// operator's XDEL does not) is not found, and its id is forgotten, so that AddOnce
+// records the outcome again.
+func (r *Results) Recorded(ctx context.Context, once string) (rec Record, found bool, err error) {
+	marker := xonce.MarkerKey(r.stream, once)
+	id, err := r.rdb.Get(ctx, marker).Result()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("read the record of %s: %w", once, err)
+	}
+	pipe := r.rdb.Pipeline()
+	own := pipe.XRange(ctx, r.stream, id, id)
+	first := pipe.XRangeN(ctx, r.stream, "-", "+", 1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Record{}, false, fmt.Errorf("read the record of %s: %w", once, err)
+	}
+	if msgs := own.Val(); len(msgs) == 1 {
+		return recordOf(msgs[0]), true, nil
+	}
+	if f := first.Val(); len(f) == 1 && streamid.Compare(f[0].ID, id) > 0 {
+		return Record{ID: id}, true, nil // trimmed: it was recorded
+	}
+	if err := r.rdb.Del(ctx, marker).Err(); err != nil {
+		return Record{}, false, fmt.Errorf("forget the lost record of %s: %w", once, err)
+	}
+	return Record{}, false, nil
 }
 
 // Outcomes returns the issue's terminal records (stage.done, stage.failed), newest
@@ -265,12 +342,48 @@ func recordOf(m redis.XMessage) Record {
 		Stream: s("stream"), CorrelationID: s("correlation_id"), Fence: s("fence"), Outcome: s("outcome"), Detail: s("detail"), TraceID: s("trace_id")}
 }
 
+// InvalidIssue is the index bucket (xonce.IndexKey) of entries whose issue key is not
+// one: bad input never names a Redis key. Lower case, so no canonical key is it.
+const InvalidIssue = "_invalid"
+
+// maxIndexKey bounds the issue in an index key (the lease's own bound on a key).
+const maxIndexKey = 100
+
 // IndexIssue is the form of an issue key that the per-issue index of a stream files
 // entries under (xonce.IndexKey): trimmed and upper-cased, as lease.Canonicalize makes
-// it. "" (no index) for an entry that names no issue. The result is a copy: a key read
-// out of a huge entry would otherwise keep the whole entry's memory alive for as long as
-// the client keeps the command's arguments.
-func IndexIssue(raw string) string { return strings.Clone(strings.ToUpper(strings.TrimSpace(raw))) }
+// it, when that is made of what a key may be made of (A-Z, 0-9, '_' and '-', at most
+// 100 characters), else InvalidIssue; "" (no index) for an entry that names no issue.
+// Where the lease's canonicalisation is at hand, IndexIssueOf checks the key itself.
+// The result is a copy: a key read out of a huge entry would otherwise keep the whole
+// entry's memory alive for as long as the client keeps the command's arguments.
+func IndexIssue(raw string) string {
+	k := strings.ToUpper(strings.TrimSpace(raw))
+	if k == "" {
+		return ""
+	}
+	if len(k) > maxIndexKey || strings.IndexFunc(k, notKeyRune) >= 0 {
+		return InvalidIssue
+	}
+	return strings.Clone(k)
+}
+
+func notKeyRune(r rune) bool {
+	return (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '_' && r != '-'
+}
+
+// IndexIssueOf is IndexIssue for a raw key that nothing has validated yet (a bad
+// event's, a dead letter's): the key canonical makes of it, InvalidIssue when canonical
+// refuses it, "" for none.
+func IndexIssueOf(raw string, canonical Canonical) string {
+	if strings.TrimSpace(raw) == "" {
+		return ""
+	}
+	k, err := canonical(raw)
+	if err != nil {
+		return InvalidIssue
+	}
+	return IndexIssue(k)
+}
 
 // RecordFor fills a record's identity from the message a handler is working on.
 func RecordFor(msg *message.Message, agent, eventType string) Record {

@@ -14,6 +14,7 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -104,7 +105,8 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.LockMaxHold, "lock-max-hold", DefaultLockMaxHold, "longest a handler may hold a lease, at least LOCK_TTL"+
 		rangeHelp("lock-max-hold")+"; unset: the larger of "+fmtDur(DefaultLockMaxHold)+" and LOCK_TTL")
 	fs.StringVar(&w.OnConflict, "on-conflict", DefaultOnConflict, "what happens to an event whose issue is locked by another holder, per event type: "+
-		"comma-separated <event type>=<policy> and *=<policy> (every other type; a bare policy is the default), e.g. triage.requested=drop,rebase.requested=coalesce,*=delay:2m. "+
+		"comma-separated <event type>=<policy> and *=<policy> (every other type; a bare policy is the default); the event types are "+
+		strings.Join(event.WorkTypes(), ", ")+", any other is refused; e.g. triage.requested=drop,rebase.requested=coalesce,*=delay:2m. "+
 		"Policies: drop (acked, recorded as lock.dropped), coalesce (kept as the issue's one queued follow-up, published at the release), "+
 		"deliver (a follow-up of the run: appended to its lease's mailbox, fed to its agent as YMIR_MAILBOX; those it does not acknowledge start one next run; recorded as lock.delivered; "+
 		"a maintainer's Jira comment reaches a run as the event type comment.created, published by ymirflow webhook: comment.created=deliver,*=drop delivers comments only), "+
@@ -179,6 +181,10 @@ func (w *Worker) AgentEnvPolicy() (runners.EnvPolicy, error) {
 // Policies is ON_CONFLICT, parsed.
 func (w *Worker) Policies() (lockmw.Policies, error) {
 	p, err := lockmw.ParsePolicies(w.OnConflict)
+	if err == nil {
+		// An unknown type (a typo) would leave the type meant to the default rule.
+		err = p.CheckTypes(event.WorkTypes())
+	}
 	if err != nil {
 		// The setting names itself in the message; the library's field name goes.
 		return lockmw.Policies{}, errors.New(strings.TrimPrefix(err.Error(), "lockmw: Config.Policies "))
