@@ -411,8 +411,8 @@ func (m *modelRun) acquire(ev *mEvent) error {
 		if got == "granted" || got == "takeover" {
 			prop = propExclusive
 		}
-		return m.fail(prop, "acquire of event %d (%s %s type %s policy %s id %s): got %s, model allows %v (holders: %s)",
-			ev.n, ownKey(ev), ev.group, ev.typ, m.cfg.policy(ev.typ), ev.id, got, keysOf(allowed), m.holders(ev))
+		return m.fail(prop, "acquire of event %d (%s %s type %s policy %s id %s%s): got %s, model allows %v (holders: %s)",
+			ev.n, ownKey(ev), ev.group, ev.typ, m.cfg.policy(ev.typ), ev.id, followupOf(ev), got, keysOf(allowed), m.holders(ev))
 	}
 	k := m.key(ownKey(ev))
 	switch got {
@@ -465,6 +465,14 @@ func (m *modelRun) acquire(ev *mEvent) error {
 	}
 	m.runs = append(m.runs, r)
 	return nil
+}
+
+// followupOf says which event a published follow-up copies.
+func followupOf(ev *mEvent) string {
+	if ev.origin == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", the follow-up of event %d published at step %d", ev.origin, ev.created)
 }
 
 // holders names the model's holders of ev's keys.
