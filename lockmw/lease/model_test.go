@@ -291,7 +291,7 @@ func (m *modelRun) options(ev *mEvent) AcquireOptions {
 
 // loseNext arms the proxy to lose the reply of the next script on ev's own key.
 func (m *modelRun) loseNext(ev *mEvent) {
-	frag := ev.agent + ":" + ev.issue
+	frag := m.ns + ev.agent + ":" + ev.issue // this run's keys only: a rule left armed fires in no later run
 	m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", frag), redistest.Command("eval", frag)), 1)
 }
 
