@@ -1,0 +1,613 @@
+package lockmw_test
+
+// The middleware's model checker (issue 34): seeded random sequences of events of
+// random types, issues and group values, under a random ON_CONFLICT table, LOCK_SCOPE
+// and key format, run through lockmw's Handler on two workers per agent against the
+// real Redis, with lost replies (go-redis sends again). Runs end, fail or are
+// superseded; each step is followed by the checks, and the end of a sequence by the
+// settle checks. The lease's own model (lockmw/lease/model_test.go) covers crashes,
+// clock offsets and force releases. MODEL_SEEDS=N runs N seeds (default 48),
+// MODEL_SEED=S from seed S.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// mwSource is a lockmw.Source over the real streams: the entry behind a message is in
+// its metadata (as a subscription knows it), and Encode gives the fields that read back
+// as the same message (a coalesced follow-up).
+type mwSource struct{ consumer string }
+
+func (s *mwSource) Entry(msg *message.Message) (lockmw.Entry, bool) {
+	return lockmw.Entry{Stream: msg.Metadata.Get("_stream"), Group: "g", Consumer: s.consumer, ID: msg.Metadata.Get("_id"),
+		ReadAt: time.Now()}, true
+}
+func (s *mwSource) Settle(lockmw.Entry) {}
+func (s *mwSource) Encode(msg *message.Message) (map[string]any, error) {
+	md := map[string]string{}
+	for k, v := range msg.Metadata {
+		if !strings.HasPrefix(k, "_") && k != lockmw.MetaFence {
+			md[k] = v
+		}
+	}
+	b, err := json.Marshal(md)
+	return map[string]any{"md": string(b), "payload": string(msg.Payload)}, err
+}
+
+// mwMessage reads a stream entry back as the message the subscription hands over.
+func mwMessage(stream string, m redis.XMessage) *message.Message {
+	msg := message.NewMessage(m.ID, []byte(fmt.Sprint(m.Values["payload"])))
+	var md map[string]string
+	_ = json.Unmarshal([]byte(fmt.Sprint(m.Values["md"])), &md)
+	for k, v := range md {
+		msg.Metadata.Set(k, v)
+	}
+	msg.Metadata.Set("_stream", stream)
+	msg.Metadata.Set("_id", m.ID)
+	return msg
+}
+
+type mwConfig struct {
+	cluster  bool
+	scope    string
+	onConfl  string
+	policies lockmw.Policies
+	scopes   lease.Scopes
+}
+
+func (c mwConfig) String() string {
+	f := "standalone"
+	if c.cluster {
+		f = "cluster"
+	}
+	return fmt.Sprintf("format=%s LOCK_SCOPE=%s ON_CONFLICT=%s", f, c.scope, c.onConfl)
+}
+
+var mwTypes = []string{"a.x", "b.x", "c.x"}
+
+// genMWConfig draws a configuration the middleware accepts.
+func genMWConfig(r *rand.Rand) mwConfig {
+	pols := []string{"drop", "coalesce", "deliver", "supersede", "delay:10s"}
+	for {
+		c := mwConfig{cluster: r.IntN(2) == 1, scope: []string{"agent", "issue", "group:m:grp"}[r.IntN(3)]}
+		parts := []string{}
+		for _, t := range mwTypes[:r.IntN(3)] {
+			parts = append(parts, t+"="+pols[r.IntN(len(pols))])
+		}
+		c.onConfl = strings.Join(append(parts, "*="+pols[r.IntN(len(pols))]), ",")
+		var err error
+		if c.policies, err = lockmw.ParsePolicies(c.onConfl); err != nil {
+			panic(err)
+		}
+		if c.scopes, err = lease.ParseScopes(c.scope); err != nil {
+			panic(err)
+		}
+		if c.scopes.Shared() && (c.policies.Uses(lockmw.Coalesce, lockmw.Deliver, lockmw.Supersede)) {
+			continue // refused by NewMiddleware
+		}
+		return c
+	}
+}
+
+type mwStep struct {
+	Kind    string
+	A, B, C int
+}
+
+func (s mwStep) String() string { return fmt.Sprintf("%s(%d,%d,%d)", s.Kind, s.A, s.B, s.C) }
+
+func genMWSteps(r *rand.Rand, n int) []mwStep {
+	kinds := []string{"new", "new", "new", "deliver", "deliver", "deliver", "deliver", "end", "end", "end", "fail", "lose"}
+	out := make([]mwStep, n)
+	for i := range out {
+		out[i] = mwStep{Kind: kinds[r.IntN(len(kinds))], A: r.IntN(64), B: r.IntN(64), C: r.IntN(64)}
+	}
+	return out
+}
+
+// mwRun is one handling of one entry: the handler's call and, once it starts, the run.
+type mwRun struct {
+	id       string
+	msg      *message.Message
+	started  chan struct{}
+	done     chan struct{}
+	ctl      chan bool // true: the run succeeds, false: it fails
+	err      error
+	ran      bool // the handler's function ran to success
+	isStart  bool
+	finished bool
+}
+
+type mwModel struct {
+	t       testing.TB
+	cfg     mwConfig
+	direct  *redis.Client
+	client  *redis.Client
+	proxy   *redistest.LossyProxy
+	ns      string
+	ctx     context.Context
+	workers map[string][]message.HandlerFunc // agent -> its two workers' handlers
+	results string
+
+	mu       sync.Mutex
+	byID     map[string]*mwRun // entry id -> its handling under way
+	running  map[string]string // guarded key -> entry id of the run on it
+	fences   map[string]int64  // the agent's own key -> the last fence a run got
+	violated error
+
+	step  int
+	inbox []*message.Message
+	runs  []*mwRun
+	seen  map[string]bool // entries read from the streams
+	ran   map[string]int  // entry id -> successful runs
+	tries map[string]int
+}
+
+func (m *mwModel) stream(agent string) string { return "{" + m.ns + agent + "}:s" }
+
+func (m *mwModel) violate(prop, format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.violated == nil {
+		m.violated = fmt.Errorf("property %s: step %d: %s", prop, m.step, fmt.Sprintf(format, args...))
+	}
+}
+
+// guarded are the keys a run of msg holds, by name: the agent's own, the issue's, the group's.
+func (m *mwModel) guarded(agent string, msg *message.Message) []string {
+	issue := msg.Metadata.Get(lockmw.MetaIssueKey)
+	keys := []string{agent + ":" + issue}
+	if m.cfg.scopes.Issue {
+		keys = append(keys, "@issue:"+issue)
+	}
+	if len(m.cfg.scopes.Group) > 0 {
+		keys = append(keys, "@group:"+msg.Metadata.Get("grp"))
+	}
+	return keys
+}
+
+// handler is the work: it claims the guarded keys (Exclusive), checks the fence
+// (FenceIncreases) and waits for the driver's verdict or its context's end.
+func (m *mwModel) handler(agent string) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		id := entryKey(msg)
+		m.mu.Lock()
+		run := m.byID[id]
+		m.mu.Unlock()
+		keys := m.guarded(agent, msg)
+		fence, _ := strconv.ParseInt(msg.Metadata.Get(lockmw.MetaFence), 10, 64)
+		m.mu.Lock()
+		for _, k := range keys {
+			if other, busy := m.running[k]; busy {
+				m.mu.Unlock()
+				m.violate("Exclusive", "%s: entry %s runs while entry %s runs", k, id, other)
+				m.mu.Lock()
+			}
+			m.running[k] = id
+		}
+		if last := m.fences[keys[0]]; fence <= last {
+			m.mu.Unlock()
+			m.violate("FenceIncreases", "%s: entry %s runs with fence %d after a run with fence %d", keys[0], id, fence, last)
+			m.mu.Lock()
+		}
+		m.fences[keys[0]] = max(m.fences[keys[0]], fence)
+		m.mu.Unlock()
+		close(run.started)
+		var err error
+		select {
+		case ok := <-run.ctl:
+			if !ok {
+				err = errors.New("the run failed")
+			}
+		case <-msg.Context().Done():
+			err = context.Cause(msg.Context())
+		}
+		m.mu.Lock()
+		for _, k := range keys {
+			if m.running[k] == id {
+				delete(m.running, k)
+			}
+		}
+		m.mu.Unlock()
+		run.ran = err == nil
+		return nil, err
+	}
+}
+
+// read takes the new entries of every agent's stream (events and published
+// follow-ups) into the inbox.
+func (m *mwModel) read() error {
+	for _, agent := range []string{"ag1", "ag2"} {
+		res, err := m.direct.XReadGroup(m.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{m.stream(agent), ">"},
+			Count: 100, Block: -1}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, s := range res {
+			for _, msg := range s.Messages {
+				if os.Getenv("MODEL_TRACE") != "" {
+					m.t.Logf("step %d: read %s %v", m.step, msg.ID, msg.Values)
+				}
+				m.seen[s.Stream+"/"+msg.ID] = true
+				m.inbox = append(m.inbox, mwMessage(s.Stream, msg))
+			}
+		}
+	}
+	return nil
+}
+
+func (m *mwModel) newEvent(s mwStep) error {
+	agent := []string{"ag1", "ag2"}[s.A%2]
+	md := map[string]string{lockmw.MetaIssueKey: []string{"P-1", "P-2"}[s.B%2], "grp": []string{"G1", "G2"}[s.C%2],
+		"event_type": mwTypes[(s.A/2)%3]}
+	b, _ := json.Marshal(md)
+	return m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream(agent), Values: map[string]any{"md": string(b), "payload": "{}"}}).Err()
+}
+
+// entryKey names msg's entry: stream ids repeat across streams.
+func entryKey(msg *message.Message) string {
+	return msg.Metadata.Get("_stream") + "/" + msg.Metadata.Get("_id")
+}
+
+func agentOf(msg *message.Message) string {
+	s := msg.Metadata.Get("_stream")
+	s = strings.TrimSuffix(s, "}:s")
+	return s[len(s)-3:]
+}
+
+// deliver hands an inbox entry to a worker and waits until its run started, the
+// handler returned, or (a take-over waiting for the run it superseded) a while.
+func (m *mwModel) deliver(s mwStep) {
+	if len(m.inbox) == 0 {
+		return
+	}
+	i := s.A % len(m.inbox)
+	msg := m.inbox[i]
+	m.inbox = append(m.inbox[:i], m.inbox[i+1:]...)
+	id := entryKey(msg)
+	m.tries[id]++
+	if os.Getenv("MODEL_TRACE") != "" {
+		m.t.Logf("step %d: deliver %s (%s %s %s) to worker %d", m.step, id, agentOf(msg), msg.Metadata.Get("issue_key"), msg.Metadata.Get("event_type"), s.B%2)
+	}
+	run := &mwRun{id: id, msg: msg, started: make(chan struct{}), done: make(chan struct{}), ctl: make(chan bool, 1)}
+	m.runs = append(m.runs, run)
+	m.mu.Lock()
+	m.byID[id] = run
+	m.mu.Unlock()
+	h := m.workers[agentOf(msg)][s.B%2]
+	cp := msg.Copy()
+	go func() {
+		defer close(run.done)
+		_, run.err = h(cp)
+	}()
+	select {
+	case <-run.started:
+		run.isStart = true
+	case <-run.done:
+		m.finish(run)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// finish accounts for a handler that returned: a success is a run, an error leaves the
+// entry pending, to be delivered again.
+func (m *mwModel) finish(run *mwRun) {
+	if run.finished {
+		return
+	}
+	run.finished = true
+	if os.Getenv("MODEL_TRACE") != "" {
+		m.t.Logf("step %d: entry %s handled: ran=%v err=%v", m.step, run.id, run.ran, run.err)
+	}
+	for i, r := range m.runs {
+		if r == run {
+			m.runs = append(m.runs[:i], m.runs[i+1:]...)
+			break
+		}
+	}
+	if run.err == nil && run.ran {
+		m.ran[run.id]++
+		return
+	}
+	if run.err == nil && !m.pending(run.msg) {
+		return // acked: it has its record
+	}
+	// Still pending (an error, or the entry of a live lease whose acquire's reply was
+	// lost: it runs once that lease expires): the subscription delivers it again.
+	m.inbox = append(m.inbox, run.msg)
+}
+
+// pending reports whether msg's entry is still pending (not acked).
+func (m *mwModel) pending(msg *message.Message) bool {
+	id := msg.Metadata.Get("_id")
+	p, err := m.direct.XPendingExt(m.ctx, &redis.XPendingExtArgs{Stream: msg.Metadata.Get("_stream"), Group: "g", Start: id, End: id, Count: 1}).Result()
+	return err == nil && len(p) == 1
+}
+
+func (m *mwModel) end(s mwStep, ok bool) {
+	var started []*mwRun
+	for _, r := range m.runs {
+		if r.isStart {
+			started = append(started, r)
+		}
+	}
+	if len(started) == 0 {
+		return
+	}
+	r := started[s.A%len(started)]
+	r.ctl <- ok
+	<-r.done
+	m.finish(r)
+}
+
+// poll notices runs that started or ended by themselves (superseded, or a take-over
+// whose wait is over).
+func (m *mwModel) poll() {
+	for _, r := range append([]*mwRun{}, m.runs...) {
+		select {
+		case <-r.done:
+			m.finish(r)
+			continue
+		default:
+		}
+		select {
+		case <-r.started:
+			r.isStart = true
+		default:
+		}
+	}
+}
+
+func (m *mwModel) do(s mwStep) error {
+	m.step++
+	switch s.Kind {
+	case "new":
+		if err := m.newEvent(s); err != nil {
+			return err
+		}
+	case "deliver":
+		m.deliver(s)
+	case "end":
+		m.end(s, true)
+	case "fail":
+		m.end(s, false)
+	case "lose":
+		m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", m.ns), redistest.Command("eval", m.ns)), 1)
+	}
+	m.poll()
+	if err := m.read(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.violated
+}
+
+// settle ends every run and delivers every entry until nothing is left, then checks
+// that every entry has exactly one record and nothing is queued or pending.
+func (m *mwModel) settle() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var s mwStep
+		switch {
+		case len(m.runs) > 0 && m.anyStarted():
+			s = mwStep{Kind: "end"}
+		case len(m.runs) > 0:
+			time.Sleep(20 * time.Millisecond) // a take-over waits for the run it superseded
+			s = mwStep{Kind: "poll"}
+		case len(m.inbox) > 0:
+			time.Sleep(2 * time.Millisecond) // an entry may wait for an orphaned lease's TTL
+			s = mwStep{Kind: "deliver"}
+		default:
+			return m.checkSettled()
+		}
+		if err := m.do(s); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("property NothingStranded: did not settle: inbox %d, runs %d", len(m.inbox), len(m.runs))
+}
+
+func (m *mwModel) anyStarted() bool {
+	for _, r := range m.runs {
+		if r.isStart {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *mwModel) checkSettled() error {
+	recs, err := m.direct.XRange(m.ctx, m.results, "-", "+").Result()
+	if err != nil {
+		return err
+	}
+	count := map[string][]string{}
+	for id, n := range m.ran {
+		for range n {
+			count[id] = append(count[id], "ran")
+		}
+	}
+	for _, r := range recs {
+		id := fmt.Sprint(r.Values["id"])
+		count[id] = append(count[id], fmt.Sprint(r.Values["outcome"]))
+	}
+	ids := make([]string, 0, len(m.seen))
+	for id := range m.seen {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if len(count[id]) != 1 {
+			return fmt.Errorf("property OneTerminalRecord: entry %s ended with records %v", id, count[id])
+		}
+	}
+	qs, err := m.direct.Keys(m.ctx, "lockqueue:*"+m.ns+"*").Result()
+	if err != nil {
+		return err
+	}
+	if len(qs) > 0 {
+		return fmt.Errorf("property NothingStranded: queued follow-ups left with nobody to publish them: %v", qs)
+	}
+	return nil
+}
+
+// record is the conflict recorder: one record per entry that did not run.
+func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
+	outcome := "dropped"
+	switch {
+	case c.Cancelled:
+		outcome = "cancelled"
+	case c.Delivered:
+		outcome = "delivered"
+	case c.Queued:
+		outcome = "coalesced"
+	case c.Delayed:
+		outcome = "delayed"
+	case c.Superseded:
+		outcome = "superseded"
+	}
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.results, Values: map[string]any{"id": c.Entry.Stream + "/" + c.Entry.ID, "outcome": outcome}})
+}
+
+type mwEnv struct {
+	t      *testing.T
+	direct *redis.Client
+	proxy  *redistest.LossyProxy
+	client *redis.Client
+}
+
+func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
+	ns := redistest.Namespace()
+	defer redistest.DeleteNamespace(context.Background(), e.direct, ns)
+	format := lease.KeysCompat
+	if cfg.cluster {
+		format = lease.KeysCluster
+	}
+	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, ns: ns, ctx: context.Background(),
+		workers: map[string][]message.HandlerFunc{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
+		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}}
+	for _, agent := range []string{"ag1", "ag2"} {
+		if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream(agent), "g", "0").Err(); err != nil {
+			return err
+		}
+		for w := range 2 {
+			l, err := lease.New(e.client, lease.Options{Scope: ns, TTL: 3 * time.Second, Format: format, Owner: fmt.Sprintf("%s-w%d", agent, w)})
+			if err != nil {
+				return err
+			}
+			mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: &mwSource{consumer: "c"}, MaxIdleTime: time.Hour,
+				Policies: cfg.policies, Scopes: cfg.scopes, OnConflict: m.record})
+			if err != nil {
+				return err
+			}
+			m.workers[agent] = append(m.workers[agent], mw.Handler(m.handler(agent)))
+		}
+	}
+	defer func() { // nothing may outlive the sequence
+		for _, r := range m.runs {
+			select {
+			case r.ctl <- false:
+			default:
+			}
+		}
+	}()
+	for i, s := range steps {
+		if err := m.do(s); err != nil {
+			return &mwStepError{at: i, err: err}
+		}
+	}
+	return m.settle()
+}
+
+type mwStepError struct {
+	at  int
+	err error
+}
+
+func (e *mwStepError) Error() string { return e.err.Error() }
+
+func (e *mwEnv) shrink(cfg mwConfig, steps []mwStep, first error) ([]mwStep, error) {
+	var se *mwStepError
+	if errors.As(first, &se) {
+		steps = steps[:se.at+1]
+	}
+	last := first
+	prop := func(err error) string { p, _, _ := strings.Cut(err.Error(), ":"); return p }
+	deadline := time.Now().Add(15 * time.Second)
+	for changed := true; changed && time.Now().Before(deadline); {
+		changed = false
+		for size := len(steps) / 2; size >= 1; size /= 2 {
+			for i := len(steps) - size; i >= 0 && time.Now().Before(deadline); i -= size {
+				try := append(append([]mwStep{}, steps[:i]...), steps[i+size:]...)
+				if err := e.run(cfg, try); err != nil && prop(err) == prop(first) {
+					steps, last, changed = try, err, true
+				}
+			}
+		}
+	}
+	return steps, last
+}
+
+// TestModelMiddleware runs seeded random sequences through lockmw's Handler.
+func TestModelMiddleware(t *testing.T) {
+	direct, _ := redistest.Client(t)
+	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
+	opts := *direct.Options()
+	opts.Addr, opts.MaxRetries = proxy.Addr(), 3
+	client := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = client.Close() })
+	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client}
+	from, n := 1, 48
+	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
+		from, n = s, 1
+	}
+	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
+		n = v
+	}
+	start := time.Now()
+	failed := map[string]bool{}
+	for seed := from; seed < from+n; seed++ {
+		r := rand.New(rand.NewPCG(uint64(seed), 3434))
+		cfg := genMWConfig(r)
+		steps := genMWSteps(r, 40)
+		err := e.run(cfg, steps)
+		if testing.Verbose() {
+			t.Logf("seed %d (%s): %v", seed, cfg, err)
+		}
+		if err == nil {
+			continue
+		}
+		p, _, _ := strings.Cut(err.Error(), ":")
+		if failed[p] {
+			t.Logf("seed %d (%s) fails too: %v", seed, cfg, err)
+			continue
+		}
+		failed[p] = true
+		short, serr := e.shrink(cfg, steps, err)
+		t.Errorf("model checker: seed %d (%s) fails\n  %v\n  shortest sequence (%d of %d steps): %v\n  its failure: %v",
+			seed, cfg, err, len(short), len(steps), short, serr)
+	}
+	t.Logf("%d seeds of 40 steps in %s", n, time.Since(start).Round(time.Millisecond))
+}
