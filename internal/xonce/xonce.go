@@ -61,6 +61,13 @@ type Append struct {
 	// without scanning the stream. It is the canonical issue key. Default: the issue
 	// of ctx (WithIssue), else no index.
 	Issue string
+	// TakeSet and TakeMember, when set, make the append take that member of a sorted
+	// set in the stream's hash slot: it is made only while the member is there, and
+	// removes it in the same atomic step. Nothing can then stand between an append and
+	// the removal of what it appended, so a repeat long after the marker expired (a
+	// promoter that died in between and resumed hours later) appends nothing. Run
+	// returns "" when the member was gone (someone else appended it). Default: none.
+	TakeSet, TakeMember string
 }
 
 // Index bounds: an issue's index of one stream keeps its newest IndexMax entry ids,
@@ -130,6 +137,9 @@ func (a Append) keysArgs() ([]string, []any) {
 	if a.AckGroup != "" {
 		keys = append(keys, a.AckStream)
 	}
+	if a.TakeMember != "" {
+		keys = append(keys, a.TakeSet)
+	}
 	ttl := a.TTL
 	if ttl <= 0 {
 		ttl = DefaultTTL
@@ -138,9 +148,9 @@ func (a Append) keysArgs() ([]string, []any) {
 	if a.AckDelete {
 		del = "1"
 	}
-	args := make([]any, 0, 9+2*len(a.Values))
+	args := make([]any, 0, 10+2*len(a.Values))
 	args = append(args, a.MaxLen, ttl.Milliseconds(), a.Token, a.AckGroup, a.AckID, del,
-		a.Issue, IndexMax, IndexTTL.Milliseconds())
+		a.Issue, IndexMax, IndexTTL.Milliseconds(), a.TakeMember)
 	for k, v := range a.Values {
 		args = append(args, k, v)
 	}
