@@ -80,6 +80,22 @@ var dueLua string
 
 var dueScript = redis.NewScript(dueLua)
 
+//go:embed scripts/now.lua
+var nowLua string
+
+var nowScript = redis.NewScript(nowLua)
+
+// DelayedNow is the server's clock as the promoter of stream's delayed set reads it
+// (scripts/due.lua), read on the set's node: a delay's due time is this plus the wait,
+// so a worker whose clock is off makes nothing due early or late. One round trip.
+func DelayedNow(ctx context.Context, rdb redis.Scripter, stream string) (time.Time, error) {
+	ms, err := nowScript.Run(ctx, rdb, []string{DelayedKey(stream)}).Int64()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("event: read the server's clock for %s: %w", stream, err)
+	}
+	return time.UnixMilli(ms), nil
+}
+
 // PromoteBatch bounds the entries one Promote moves.
 const PromoteBatch = 100
 
