@@ -48,9 +48,12 @@ type Append struct {
 	// TTL is how long a repeat is recognised. Default DefaultTTL.
 	TTL time.Duration
 	// Lock and Token, when set, make the append fenced: it is refused with
-	// ErrLeaseLost unless Lock holds Token. The lock key must be on the stream's node
-	// (standalone Redis). Default: no check.
+	// ErrLeaseLost unless Lock, and each of Locks, holds Token. The lock keys must be
+	// on the stream's node (standalone Redis). Default: no check.
 	Lock, Token string
+	// Locks are further lock keys the append is fenced by, with Lock and Token (a
+	// lease's shared keys). Default: none.
+	Locks []string
 	// AckStream, AckGroup and AckID, when set, XACK that entry in the same atomic step
 	// (standalone Redis: the ack stream must be on the same node), and AckDelete also
 	// XDELs it. Default: no ack.
@@ -131,8 +134,10 @@ func MarkerKey(stream, id string) string { return tag(stream) + ":once:" + id }
 
 func (a Append) keysArgs() ([]string, []any) {
 	keys := []string{a.Stream, MarkerKey(a.Stream, a.ID), IndexKey(a.Stream, a.Issue), IndexSinceKey(a.Stream)}
+	locks := 0
 	if a.Token != "" {
-		keys = append(keys, a.Lock)
+		keys = append(append(keys, a.Lock), a.Locks...)
+		locks = 1 + len(a.Locks)
 	}
 	if a.AckGroup != "" {
 		keys = append(keys, a.AckStream)
@@ -148,9 +153,9 @@ func (a Append) keysArgs() ([]string, []any) {
 	if a.AckDelete {
 		del = "1"
 	}
-	args := make([]any, 0, 10+2*len(a.Values))
+	args := make([]any, 0, 11+2*len(a.Values))
 	args = append(args, a.MaxLen, ttl.Milliseconds(), a.Token, a.AckGroup, a.AckID, del,
-		a.Issue, IndexMax, IndexTTL.Milliseconds(), a.TakeMember)
+		a.Issue, IndexMax, IndexTTL.Milliseconds(), a.TakeMember, locks)
 	for k, v := range a.Values {
 		args = append(args, k, v)
 	}
