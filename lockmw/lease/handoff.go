@@ -131,8 +131,8 @@ func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pip
 	le.cancel(ErrReleased)
 	a, prepErr := le.l.prepareNext(next)
 	pipe := le.l.rdb.Pipeline()
-	published := ""
-	args, nkeys := le.releaseArgs(outcomeRan, &published)
+	published, publishedMS := "", ""
+	args, nkeys := le.releaseArgs(outcomeRan, &published, &publishedMS)
 	rel := releaseScript.Eval(ctx, pipe, toStrings(args[3:3+nkeys]), args[3+nkeys:]...)
 	var acq *redis.Cmd
 	if prepErr == nil {

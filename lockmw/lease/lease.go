@@ -475,7 +475,7 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), o
 	le.cancel(ErrReleased)
 	deleted, err := le.unlockApart(ctx)
 	if err == nil {
-		res, rerr := le.runRelease(ctx, outcome, "").Slice()
+		res, rerr := le.runRelease(ctx, outcome, "", "").Slice()
 		deleted, err = le.releaseScripted(ctx, outcome, res, rerr)
 	}
 	if first {
@@ -532,7 +532,7 @@ var (
 // releaseArgs returns runScript's args for release.lua: KEYS lock, info, done, queue,
 // mailbox and the shared keys' lock and info, then ARGV (see the script). The lease's
 // own by pointer: the release is on every event's path.
-func (le *Lease) releaseArgs(outcome string, published *string) ([]any, int) {
+func (le *Lease) releaseArgs(outcome string, published, publishedMS *string) ([]any, int) {
 	mode := &modeStandalone
 	if le.l.opts.Format == KeysCluster {
 		mode = &modeCluster
@@ -543,17 +543,19 @@ func (le *Lease) releaseArgs(outcome string, published *string) ([]any, int) {
 		shared = le.shared
 	}
 	nkeys := 5 + 2*len(shared)
-	args := append(scriptArgs(nkeys+9), &le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.keys.Queue, &le.keys.Mailbox)
+	args := append(scriptArgs(nkeys+10), &le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.keys.Queue, &le.keys.Mailbox)
 	for i := range shared {
 		args = append(args, &shared[i].Keys.Lock, &shared[i].Keys.Info)
 	}
 	return append(args, &le.token, outcome, &le.messageID, mode, &le.maxLen, published,
-		&le.issue, &indexMax, &indexTTLms), nkeys
+		&le.issue, &indexMax, &indexTTLms, publishedMS), nkeys
 }
 
-// runRelease sends release.lua once.
-func (le *Lease) runRelease(ctx context.Context, outcome, published string) *redis.Cmd {
-	args, nkeys := le.releaseArgs(outcome, &published)
+// runRelease sends release.lua once. published is the _qid of the follow-up the
+// caller has appended (Cluster) and publishedID its stream id, or both "".
+func (le *Lease) runRelease(ctx context.Context, outcome, published, publishedID string) *redis.Cmd {
+	ms, _, _ := strings.Cut(publishedID, "-")
+	args, nkeys := le.releaseArgs(outcome, &published, &ms)
 	return runScript(ctx, le.l.rdb, releaseScript, nkeys, args)
 }
 
@@ -581,7 +583,7 @@ func (le *Lease) releaseScripted(ctx context.Context, outcome string, res []any,
 		if perr != nil {
 			return false, perr
 		}
-		res, err = le.runRelease(ctx, outcome, qid).Slice()
+		res, err = le.runRelease(ctx, outcome, qid, le.Requeued()).Slice()
 	}
 	return false, fmt.Errorf("lease: drain %s: the queued follow-up kept being replaced", le.keys.Queue)
 }

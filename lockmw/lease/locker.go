@@ -494,7 +494,7 @@ func (l *Locker) acquireApart(ctx context.Context, a *acquisition) ([]any, error
 func (a *acquisition) giveBackOwn(ctx context.Context) {
 	le := &Lease{l: a.l, agent: a.agent, issue: a.issue, keys: a.keys, token: a.token,
 		messageID: a.ao.MessageID, maxLen: a.ao.MaxLen}
-	res, err := le.runRelease(ctx, outcomeGivenBack, "").Slice()
+	res, err := le.runRelease(ctx, outcomeGivenBack, "", "").Slice()
 	_, _ = le.releaseScripted(ctx, outcomeGivenBack, res, err)
 }
 

@@ -135,7 +135,9 @@ end
 -- give-back, a superseded run's stop), written once. k: lock, info, done, queue,
 -- mailbox. o: token; outcome, 'ran' or 'given_back'; mid, the lease's message id;
 -- mode, '1' on standalone Redis, '0' on Cluster; maxlen, published (the _qid the
--- caller has published, or ''), issue, idx_max, idx_ttl (for publish_queued).
+-- caller has published, or ''), issue, idx_max, idx_ttl (for publish_queued),
+-- published_ms (Cluster: the time of that follow-up's stream id; the done record is
+-- dated no later, so the follow-up is never superseded by the run it follows).
 --
 -- 1. Compare-and-delete: a foreign lease (another token, or a Python agent's plain
 --    key) is never deleted.
@@ -182,6 +184,10 @@ local function release(k, o)
     if o.outcome == 'ran' and o.mid ~= '' then
       local t = redis.call('TIME')
       local now = t[1] * 1000 + math.floor(t[2] / 1000)
+      -- On Cluster the follow-up was appended before this call: dated after it, the
+      -- release would make the follow-up count as superseded by the run it follows.
+      local pms = tonumber(o.published_ms or '')
+      if pms and pms < now then now = pms end
       local rq = string.match(redis.call('GET', done) or '', '^%d+ %S+ (%d+)') or '0'
       if #q > 0 then rq = now end
       redis.call('SET', done, now .. ' ' .. o.mid .. ' ' .. rq, 'PX', 86400000)
