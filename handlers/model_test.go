@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +52,9 @@ import (
 //
 // At the end every pending entry is delivered without faults and every mailbox drained
 // by a new event of its issue: then every entry and every follow-up has exactly one
-// record. A failure prints its seed and the steps that led to it.
+// record. A failure prints its seed, the steps that led to it, and the shortest
+// sequence of those steps that still fails (each step dropped in turn while the
+// remaining sequence, replayed on fresh keys, still breaks an invariant).
 //
 // MODEL_SEEDS=N runs seeds 1..N (default 4); MODEL_STEPS sets the steps per seed
 // (default 40).
@@ -61,7 +64,14 @@ func TestModelOutcomesAndFollowups(t *testing.T) {
 	for seed := 1; seed <= seeds; seed++ {
 		t.Run("seed="+strconv.Itoa(seed), func(t *testing.T) {
 			t.Parallel()
-			newModel(t, uint64(seed)).run(steps)
+			m := newModel(t)
+			bad := m.explore(rand.New(rand.NewPCG(uint64(seed), 34)), steps)
+			if bad == "" {
+				return
+			}
+			short := shrink(t, m.actions)
+			t.Fatalf("model seed %d (MODEL_SEEDS>=%d): %s\nafter the steps:\n  %s\nshortest failing sequence (%d of %d steps):\n  %s",
+				seed, seed, bad, strings.Join(m.steps, "\n  "), len(short), len(m.actions), modelSequence(short))
 		})
 	}
 }
@@ -88,8 +98,6 @@ var modelIssues = []string{"RHEL-80", "RHEL-81", "RHEL-82"}
 
 type model struct {
 	t      *testing.T
-	seed   uint64
-	rng    *rand.Rand
 	e      *env
 	stream string
 	w      []*modelWorker
@@ -98,6 +106,34 @@ type model struct {
 	entries   []*modelEntry
 	followups map[string]string // follow-up id -> issue
 	steps     []string
+	actions   []modelAction // what explore did, to replay
+	turn      int           // the drain's next worker
+}
+
+// modelAction is one step: a publish, or a delivery of the entry'th published entry
+// (nothing when it is acked) to a worker, meeting plan.
+type modelAction struct {
+	publish bool
+	issue   string
+	failing bool
+	entry   int
+	worker  int
+	plan    modelPlan
+}
+
+func (a modelAction) String() string {
+	if a.publish {
+		return fmt.Sprintf("publish an event for %s (agent fails: %v)", a.issue, a.failing)
+	}
+	return fmt.Sprintf("deliver event #%d to w%d: %s", a.entry, a.worker, a.plan)
+}
+
+func modelSequence(as []modelAction) string {
+	lines := make([]string, len(as))
+	for i, a := range as {
+		lines[i] = a.String()
+	}
+	return strings.Join(lines, "\n  ")
 }
 
 type modelEntry struct {
@@ -116,13 +152,13 @@ type modelWorker struct {
 	fault *refuseRecords
 }
 
-func newModel(t *testing.T, seed uint64) *model {
+func newModel(t *testing.T) *model {
 	var issues []fakejira.Issue
 	for _, k := range modelIssues {
 		issues = append(issues, fakejira.Issue{Key: k, Labels: []string{"ymir_triaged_backport"}})
 	}
 	e := newEnv(t, issues...)
-	m := &model{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 34)), e: e,
+	m := &model{t: t, e: e,
 		stream: e.topo.Stream(modelAgent, modelBranch, false), followups: map[string]string{}}
 	m.agent = &modelAgentRunner{m: m, runs: map[string]int{}}
 	for _, src := range []string{"../internal/xonce/xadd_once.lua"} {
@@ -167,18 +203,84 @@ func (m *model) worker(name string) *modelWorker {
 	return &modelWorker{name: name, h: h, mw: mw, proxy: proxy, fault: fault}
 }
 
-func (m *model) run(steps int) {
+// explore takes steps random steps, checking after each, then drains and checks the
+// end state. It returns the first invariant broken ("" for none).
+func (m *model) explore(rng *rand.Rand, steps int) string {
 	for range steps {
-		if len(m.pending()) == 0 || m.rng.IntN(10) < 4 {
-			m.publish(modelIssues[m.rng.IntN(len(modelIssues))], m.rng.IntN(6) == 0)
+		var a modelAction
+		if p := m.pending(); len(p) == 0 || rng.IntN(10) < 4 {
+			a = modelAction{publish: true, issue: modelIssues[rng.IntN(len(modelIssues))], failing: rng.IntN(6) == 0}
 		} else {
-			p := m.pending()
-			m.deliver(p[m.rng.IntN(len(p))], m.w[m.rng.IntN(len(m.w))], true)
+			en := p[rng.IntN(len(p))]
+			a = modelAction{entry: slices.Index(m.entries, en), worker: rng.IntN(len(m.w)), plan: randomPlan(rng, en)}
 		}
-		m.check(false)
+		if bad := m.do(a); bad != "" {
+			return bad
+		}
 	}
+	return m.finish()
+}
+
+// replay does as on fresh keys: the first invariant broken, or "".
+func (m *model) replay(as []modelAction) string {
+	for _, a := range as {
+		if bad := m.do(a); bad != "" {
+			return bad
+		}
+	}
+	return m.finish()
+}
+
+func (m *model) do(a modelAction) string {
+	m.actions = append(m.actions, a)
+	if a.publish {
+		m.publish(a.issue, a.failing)
+	} else if a.entry < len(m.entries) && !m.entries[a.entry].acked {
+		m.deliver(m.entries[a.entry], m.w[a.worker], a.plan)
+	}
+	return m.check(false)
+}
+
+func (m *model) finish() string {
 	m.drain()
-	m.check(true)
+	return m.check(true)
+}
+
+// shrink drops steps of a failing sequence one at a time, keeping each drop after which
+// a replay on fresh keys still fails, until none can go (at most 300 replays).
+func shrink(t *testing.T, as []modelAction) []modelAction {
+	as = slices.Clone(as)
+	replays := 0
+	for shrunk := true; shrunk && replays < 300; {
+		shrunk = false
+		for i := len(as) - 1; i >= 0 && replays < 300; i-- {
+			try := slices.Delete(slices.Clone(as), i, i+1)
+			replays++
+			if newModel(t).replay(try) != "" {
+				as, shrunk = try, true
+			}
+		}
+	}
+	for i := range as {
+		as[i].plan = simpler(t, as, i)
+	}
+	return as
+}
+
+// simpler returns the plan of as[i] with each fault that the failure does not need
+// taken out.
+func simpler(t *testing.T, as []modelAction, i int) modelPlan {
+	for _, drop := range []func(*modelPlan){
+		func(p *modelPlan) { p.refuse = 0 }, func(p *modelPlan) { p.lose = "" },
+		func(p *modelPlan) { p.arrive = nil }, func(p *modelPlan) { p.ackFails = false },
+	} {
+		try := slices.Clone(as)
+		drop(&try[i].plan)
+		if !reflect.DeepEqual(try[i].plan, as[i].plan) && newModel(t).replay(try) != "" {
+			as = try
+		}
+	}
+	return as[i].plan
 }
 
 func (m *model) pending() []*modelEntry {
@@ -203,17 +305,13 @@ func (m *model) publish(issue string, failing bool) *modelEntry {
 	return en
 }
 
-// deliver runs one delivery of en on w, with faults when faults is set, and acks it
-// (or fails to) when the handler ended it.
-func (m *model) deliver(en *modelEntry, w *modelWorker, faults bool) {
-	plan := modelPlan{}
-	if faults {
-		plan = m.plan(en)
-	}
+// deliver runs one delivery of en on w meeting plan, and acks it (or fails to) when
+// the handler ended it.
+func (m *model) deliver(en *modelEntry, w *modelWorker, plan modelPlan) {
 	m.logf("deliver %s to %s: %s", en.id, w.name, plan)
 	w.fault.arm(plan.refuse)
-	if plan.lose != nil {
-		w.proxy.LoseReply(plan.lose, 1)
+	if plan.lose != "" {
+		w.proxy.LoseReply(redistest.Command(plan.lose), 1)
 	}
 	m.agent.set(plan)
 	msg := redelivery(en.msg)
@@ -241,38 +339,28 @@ func (m *model) deliver(en *modelEntry, w *modelWorker, faults bool) {
 
 // modelPlan is what one delivery meets.
 type modelPlan struct {
-	refuse   int              // record writes refused
-	lose     redistest.Match  // a command whose reply is lost once
-	loseName string           // its name, for the log
-	arrive   int              // follow-ups that arrive while the agent runs
-	ack      func(i int) bool // which of them the agent acknowledges
-	ackNames []bool
+	refuse   int    // record writes refused
+	lose     string // a command whose reply is lost once ("": none)
+	arrive   []bool // follow-ups that arrive while the agent runs: whether it acknowledges each
 	ackFails bool
 }
 
 func (p modelPlan) String() string {
 	return fmt.Sprintf("refuse %d record(s), lose reply of %q, %d follow-up(s) arrive (acked %v), ack fails %v",
-		p.refuse, p.loseName, p.arrive, p.ackNames, p.ackFails)
+		p.refuse, p.lose, len(p.arrive), p.arrive, p.ackFails)
 }
 
-func (m *model) plan(en *modelEntry) modelPlan {
-	p := modelPlan{arrive: m.rng.IntN(3), ackFails: m.rng.IntN(3) == 0}
+func randomPlan(rng *rand.Rand, en *modelEntry) modelPlan {
+	p := modelPlan{ackFails: rng.IntN(3) == 0}
 	if !en.failing {
 		// Refusals on an entry the agent fails would use up its attempts and
 		// redeliver it (rightly run again); the agent's own failures do that already.
-		p.refuse = m.rng.IntN(modelRetries)
+		p.refuse = rng.IntN(modelRetries)
 	}
-	for range p.arrive {
-		p.ackNames = append(p.ackNames, m.rng.IntN(2) == 0)
+	for range rng.IntN(3) {
+		p.arrive = append(p.arrive, rng.IntN(2) == 0)
 	}
-	acks := p.ackNames
-	p.ack = func(i int) bool { return i < len(acks) && acks[i] }
-	switch m.rng.IntN(4) {
-	case 1:
-		p.lose, p.loseName = redistest.Command("evalsha"), "a script"
-	case 2:
-		p.lose, p.loseName = redistest.Command("get"), "GET"
-	}
+	p.lose = []string{"", "evalsha", "get", ""}[rng.IntN(4)]
 	return p
 }
 
@@ -282,19 +370,24 @@ func (m *model) drain() {
 	m.logf("drain")
 	for range 10 {
 		for _, en := range m.pending() {
-			m.deliver(en, m.w[m.rng.IntN(len(m.w))], false)
+			m.deliver(en, m.nextWorker(), modelPlan{})
 		}
 		left := false
 		for _, issue := range modelIssues {
 			if m.mailboxLen(issue) > 0 {
 				left = true
-				m.deliver(m.publish(issue, false), m.w[m.rng.IntN(len(m.w))], false)
+				m.deliver(m.publish(issue, false), m.nextWorker(), modelPlan{})
 			}
 		}
 		if !left && len(m.pending()) == 0 {
 			return
 		}
 	}
+}
+
+func (m *model) nextWorker() *modelWorker {
+	m.turn++
+	return m.w[m.turn%len(m.w)]
 }
 
 func (m *model) mailboxKey(issue string) string {
@@ -305,8 +398,9 @@ func (m *model) mailboxLen(issue string) int64 {
 	return m.e.rdb.XLen(context.Background(), m.mailboxKey(issue)).Val()
 }
 
-// check verifies the invariants now; final: the drained end state.
-func (m *model) check(final bool) {
+// check verifies the invariants now (final: the drained end state) and returns those
+// broken, or "".
+func (m *model) check(final bool) string {
 	ctx := context.Background()
 	terminal := map[string]int{}
 	followup := map[string]int{}
@@ -344,10 +438,7 @@ func (m *model) check(final bool) {
 			bad = append(bad, fmt.Sprintf("modelFollowupKept: follow-up %s (in its mailbox %v) has %d records", id, inMailbox[id], n))
 		}
 	}
-	if len(bad) > 0 {
-		m.t.Fatalf("model seed %d (MODEL_SEEDS>=%d): %s\nafter the steps:\n  %s", m.seed, m.seed,
-			strings.Join(bad, "\n"), strings.Join(m.steps, "\n  "))
-	}
+	return strings.Join(bad, "\n")
 }
 
 // modelAgentRunner is the agent: it counts its runs per entry, lets the plan's
@@ -376,7 +467,7 @@ func (a *modelAgentRunner) Run(ctx context.Context, req runners.RunRequest) (run
 	a.mu.Lock()
 	a.runs[req.MessageID]++
 	plan := a.plan
-	a.plan.arrive = 0 // they arrive once, during the delivery's first run
+	a.plan.arrive = nil // they arrive once, during the delivery's first run
 	a.mu.Unlock()
 	m := a.m
 	for i := range plan.arrive {
@@ -389,14 +480,14 @@ func (a *modelAgentRunner) Run(ctx context.Context, req runners.RunRequest) (run
 		m.logf("  follow-up %s arrives for %s", id, req.IssueKey)
 	}
 	res := runners.Result{Success: true}
-	if plan.arrive > 0 && req.Mailbox != nil {
+	if len(plan.arrive) > 0 && req.Mailbox != nil {
 		fs, err := req.Mailbox.Next(ctx)
 		if err != nil {
 			return runners.Result{}, err
 		}
 		for i, f := range fs {
 			res.Delivered = append(res.Delivered, f.ID)
-			if plan.ack(i) {
+			if i < len(plan.arrive) && plan.arrive[i] {
 				res.FollowupsAcked = append(res.FollowupsAcked, f.ID)
 			}
 		}

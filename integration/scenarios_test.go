@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // issuesFor is the number of issues of a scenario: n in the short form, 200 with -long.
@@ -68,10 +70,17 @@ type recovery struct {
 	// chained: another worker of the group was SIGKILLed before the re-run started (it
 	// may have claimed the entry first): two recoveries in a row.
 	chained bool
-	// behind: the re-running worker was busy with another run until just before (one
-	// event in flight per subscription: the claimed entry waited for it).
-	behind bool
+	// busy is how long, between the lease's earliest expiry and the re-run, the re-running worker's
+	// subscription was running other entries (one event in flight per subscription: the
+	// claimed entry waited for them); ahead is how many.
+	busy  time.Duration
+	ahead int
 }
+
+// handoff is the allowance per event a subscription takes on: ack and release, the
+// read or the claim's delivery, the ownership check, the acquire, and the fork and exec
+// of the runner's shell, on a loaded two-core machine.
+const handoff = 250 * time.Millisecond
 
 // TestSIGKILLRandomWorkers: a random worker is SIGKILLed every 1-3 s while issues keep
 // coming; it is restarted under the same consumer name, under a new one, or left dead for
@@ -159,6 +168,12 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 
 	// Recovery: each run a SIGKILL interrupted, to the start of its re-run.
 	runs, _ := s.runs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	st, err := s.snapshot(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
 	var recs []recovery
 	for _, k := range kills {
 		for _, r := range runs {
@@ -180,24 +195,39 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 				}
 			}
 			for _, r3 := range runs {
-				if r3.workerPID == rerunBy && r3.branch == r.branch && !r3.end.After(rc.rerun) &&
-					rc.rerun.Sub(r3.end) < 100*time.Millisecond && r3.end.After(k.at.Add(s.o.tm.LockTTL/2)) {
-					rc.behind = true
+				if r3.workerPID != rerunBy || r3.agent != r.agent || r3.branch != r.branch || r3.msgID == r.msgID || r3.end.IsZero() {
+					continue
+				}
+				// Runs before the lease could have expired delay nothing: it was last
+				// extended at most TTL/3 before the kill (the heartbeat).
+				expiry := k.at.Add(s.o.tm.LockTTL - s.o.tm.LockTTL/3)
+				if from, to := later(r3.start, expiry), earlier(r3.end, rc.rerun); to.After(from) {
+					rc.busy += to.Sub(from)
+					rc.ahead++
 				}
 			}
 			if rc.rerun.IsZero() {
+				if how := busyOutcome(st, r, k.at); how != "" {
+					// Its redelivery met another run of the issue (a duplicate's) and
+					// was handled by its busy policy, as checkState allows.
+					t.Logf("the run of %s killed with %s was not re-run: its redelivery was %s", rc.issue, rc.worker, how)
+					continue
+				}
 				t.Errorf("the run of %s killed with %s at %s was never re-run", rc.issue, rc.worker, k.at.Format("15:04:05.000"))
 				continue
 			}
 			recs = append(recs, rc)
 		}
 	}
+	// The bound of one recovery, from the configured timings and what the ledger shows:
+	// the lease expires at most LOCK_TTL after the kill; a claim pass takes the entry
+	// within CLAIM_INTERVAL; the entry then waits behind the runs its new consumer has in
+	// hand (the run in flight, the read-ahead, and entries of the dead worker it claimed
+	// first: measured, not assumed, as a loaded machine stretches them); each event
+	// handed over costs a handoff.
 	bound := s.o.tm.LockTTL + s.o.tm.Claim
-	// A claimed entry waits behind what its new consumer already holds: the run in flight
-	// and the read-ahead entry (one in flight per subscription), so up to two runner
-	// sleeps, plus process and Redis slack.
-	slack := 2*time.Duration(s.o.runnerMax)*time.Millisecond + 500*time.Millisecond
 	var covered []time.Duration
+	within, maxAhead := 0, 0
 	for _, rc := range recs {
 		d := rc.rerun.Sub(rc.killed)
 		if !rc.covered || rc.chained {
@@ -209,25 +239,22 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 			continue
 		}
 		covered = append(covered, d)
-		note := ""
-		if rc.behind {
-			note = " (the re-running worker was busy with another run until just before)"
-		}
-		t.Logf("recovery %s after SIGKILL of %s: %s%s", rc.issue, rc.worker, d.Round(time.Millisecond), note)
-		if d > bound+slack {
-			t.Errorf("recovery of %s after SIGKILL of %s took %s, bound %s (+%s slack)", rc.issue, rc.worker, d, bound, slack)
-		}
-	}
-	within := 0
-	for _, d := range covered {
+		maxAhead = max(maxAhead, rc.ahead)
 		if d <= bound {
 			within++
 		}
+		limit := bound + rc.busy + time.Duration(rc.ahead+1)*handoff
+		t.Logf("recovery %s after SIGKILL of %s: %s; its new consumer ran %d other entries for %s meanwhile; bound %s",
+			rc.issue, rc.worker, d.Round(time.Millisecond), rc.ahead, rc.busy.Round(time.Millisecond), limit.Round(time.Millisecond))
+		if d > limit {
+			t.Errorf("recovery of %s after SIGKILL of %s took %s, bound %s: LOCK_TTL %s + CLAIM_INTERVAL %s + %s running %d other entries + %d handoffs of %s",
+				rc.issue, rc.worker, d, limit, s.o.tm.LockTTL, s.o.tm.Claim, rc.busy, rc.ahead, rc.ahead+1, handoff)
+		}
 	}
 	t.Logf("FIGURE sigkill: %d kills in %s, %d runs interrupted; recovery (SIGKILL → re-run start) over %d covered runs: %s; "+
-		"bound LOCK_TTL %s + CLAIM_INTERVAL %s = %s; %d/%d within the bound, all within bound + %s",
+		"LOCK_TTL %s + CLAIM_INTERVAL %s = %s; %d/%d within it, the rest behind the runs their new consumer had in hand (at most %d)",
 		len(kills), phase, len(recs), len(covered), durStats(covered), s.o.tm.LockTTL, s.o.tm.Claim, bound,
-		within, len(covered), slack)
+		within, len(covered), maxAhead)
 	t.Logf("sigkill: %s", rep)
 }
 
@@ -629,4 +656,40 @@ func duplicates(keys []string, n int) []string {
 		out = append(out, keys[i])
 	}
 	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// busyOutcome is the terminal record, written after killedAt, that a busy policy gave the
+// entry of the killed run r (dropped, coalesced, superseded, delayed or delivered: its
+// redelivery met another run of the issue), or "".
+func busyOutcome(st *state, r run, killedAt time.Time) string {
+	for _, e := range st.entries {
+		if e.id != r.msgID || e.issue != r.issue || e.route.Agent != r.agent {
+			continue
+		}
+		rs := st.resultsOf[e.key()]
+		if len(rs) == 0 {
+			return ""
+		}
+		last := rs[len(rs)-1]
+		et := str(last.Values["event_type"])
+		if et == event.StageDone || et == event.StageFailed || !slices.Contains(terminalTypes, et) || streamid.Time(last.ID).Before(killedAt) {
+			return ""
+		}
+		return et + " (" + last.ID + ")"
+	}
+	return ""
 }

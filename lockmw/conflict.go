@@ -93,7 +93,7 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	var delayed string // the delayed set's member, policy Delay
 	if hasEntry && rule.Policy == Delay && !locked.Queued && !locked.Delivered {
 		var err error
-		if delayed, err = m.delay(msg, entry, rule, &c); err != nil {
+		if delayed, err = m.delay(ctx, msg, entry, rule, &c); err != nil {
 			return err
 		}
 	}
@@ -207,9 +207,14 @@ func (m *Middleware) cancelled(ctx context.Context, msg *message.Message, entry 
 // appended again, with its delay count and origin, and when. The member is the same
 // for every handling of one entry (its jitter aside, the score), so a redelivery that
 // delays it again keeps one member.
-func (m *Middleware) delay(msg *message.Message, entry Entry, rule Rule, c *Conflict) (string, error) {
+func (m *Middleware) delay(ctx context.Context, msg *message.Message, entry Entry, rule Rule, c *Conflict) (string, error) {
 	n, _ := strconv.Atoi(msg.Metadata.Get(event.MetaDelays))
-	c.Delayed, c.Delays, c.Until = true, n+1, time.Now().Add(rule.wait(n))
+	// Due by the clock that promotes it (the server's), not the worker's.
+	now, err := event.DelayedNow(ctx, m.cfg.Locker.Client(), entry.Stream)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", redeliver.ErrTransient, err)
+	}
+	c.Delayed, c.Delays, c.Until = true, n+1, now.Add(rule.wait(n))
 	// The copy's metadata, not msg's: the message goes on to the router as it came.
 	cp := msg.Copy()
 	cp.Metadata.Set(event.MetaDelays, strconv.Itoa(n+1))

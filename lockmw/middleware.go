@@ -167,6 +167,11 @@ type Config struct {
 	// Logger for lease losses, conflicts and failed releases. Default: the zero
 	// Logger, which writes nothing.
 	Logger zerolog.Logger
+	// Now is the worker's clock, for what the middleware times on its own (the retries
+	// of a failed release). Times that Redis compares are taken from the server's clock,
+	// never from it: a worker whose clock is off delays nothing early or late. Default:
+	// time.Now.
+	Now func() time.Time
 }
 
 type leaseKey struct{}
@@ -255,6 +260,9 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	}
 	if cfg.IssueKey == nil {
 		cfg.IssueKey = metadataIssueKey
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
 		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared()}, nil
@@ -496,9 +504,9 @@ func (m *Middleware) policyOf(eventType string) Policy {
 // (the entry stays pending) only when ctx ends first, at shutdown.
 func (m *Middleware) releaseLater(ctx context.Context, le *lease.Lease, entry Entry, first error, log eventLog) error {
 	log.get().Warn().Err(first).Msg("release failed; retrying it before the entry is acked")
-	deadline := time.Now().Add(le.Locker().TTL())
+	deadline := m.cfg.Now().Add(le.Locker().TTL())
 	wait := 100 * time.Millisecond
-	for time.Now().Before(deadline) {
+	for m.cfg.Now().Before(deadline) {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -146,9 +146,9 @@ func TestDelaySurvivesRestartAndDoubles(t *testing.T) {
 }
 
 // Promoting is safe to repeat: the append's reply is lost once (go-redis sends it
-// again), then the removal's; the event is appended once, and a second promotion of a
-// member whose removal never happened (a crash between append and removal) appends
-// nothing either.
+// again; the append took the member in the same step); the event is appended once, and
+// the same member delayed again within the marker's TTL (a redelivery of its entry)
+// appends nothing either.
 func TestPromoteSafeToRepeat(t *testing.T) {
 	t.Parallel()
 	direct, ns := redistest.Client(t)
@@ -169,10 +169,10 @@ func TestPromoteSafeToRepeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	direct.ScriptLoad(ctx, string(once)) // the lost reply is the append's, not a NOSCRIPT
 	proxy.LoseReply(redistest.Script(string(once)), 1)
-	proxy.LoseReply(redistest.Command("zrem"), 1)
 	n, next, err := event.Promote(ctx, rdb, stream)
-	if err != nil || n != 1 || proxy.Cuts() != 2 {
+	if err != nil || n != 1 || proxy.Cuts() != 1 {
 		t.Fatalf("promote: moved %d, %v (cuts %d)", n, err, proxy.Cuts())
 	}
 	if got := direct.XLen(ctx, stream).Val(); got != 1 {
@@ -181,10 +181,10 @@ func TestPromoteSafeToRepeat(t *testing.T) {
 	if !next.IsZero() || direct.ZCard(ctx, key).Val() != 0 {
 		t.Errorf("left delayed: next %v", next)
 	}
-	// A crash between the append and the removal: the member is back; promoting it
-	// again appends nothing more.
+	// The member is back (its entry delayed again): promoting it again appends nothing
+	// more, and removes it.
 	direct.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: member})
-	if n, _, err := event.Promote(ctx, direct, stream); err != nil || n != 1 || direct.XLen(ctx, stream).Val() != 1 {
+	if n, _, err := event.Promote(ctx, direct, stream); err != nil || n != 1 || direct.XLen(ctx, stream).Val() != 1 || direct.ZCard(ctx, key).Val() != 0 {
 		t.Errorf("a second promotion of one member: moved %d, %v, %d entries", n, err, direct.XLen(ctx, stream).Val())
 	}
 	// Not due yet: not promoted.
@@ -195,5 +195,54 @@ func TestPromoteSafeToRepeat(t *testing.T) {
 	// The promoted entry is in the issue's index, like every append.
 	if ids := direct.ZRange(ctx, xonce.IndexKey(stream, "RHEL-1"), 0, -1).Val(); len(ids) != 1 {
 		t.Errorf("index of RHEL-1: %v", ids)
+	}
+}
+
+// A promoter that dies between a delayed event's append and its removal, and a
+// promotion that resumes after the append's marker has expired (xonce.DefaultTTL, an
+// hour: every worker of the stream down that long), still leaves one copy: the append
+// and the removal are one step, so no member outlives the append it made.
+func TestPromoteResumedAfterTheMarkerExpiredAppendsOnce(t *testing.T) {
+	t.Parallel()
+	direct, ns := redistest.Client(t)
+	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
+	opts := *direct.Options()
+	opts.Addr, opts.MaxRetries = proxy.Addr(), -1 // no retry: the promoter is gone
+	rdb := redis.NewClient(&opts)
+	defer rdb.Close()
+	ctx := context.Background()
+	stream := ns + "s"
+	member, err := event.DelayedMember("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := event.DelayedKey(stream)
+	direct.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: member})
+	once, err := os.ReadFile("../internal/xonce/xadd_once.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.ScriptLoad(ctx, string(once)) // the lost reply is the append's, not a NOSCRIPT
+	proxy.LoseReply(redistest.Script(string(once)), 1)
+	if _, _, err := event.Promote(ctx, rdb, stream); err == nil {
+		t.Fatal("promote survived its lost reply; the crash was not simulated")
+	}
+	if got := direct.XLen(ctx, stream).Val(); got != 1 {
+		t.Fatalf("%d entries after the append ran, want 1", got)
+	}
+	// An hour passes: the append's marker expires.
+	markers := direct.Keys(ctx, "{"+stream+"}:once:*").Val()
+	if len(markers) != 1 {
+		t.Fatalf("markers %v, want one", markers)
+	}
+	direct.Del(ctx, markers...)
+	if _, _, err := event.Promote(ctx, direct, stream); err != nil {
+		t.Fatal(err)
+	}
+	if got := direct.XLen(ctx, stream).Val(); got != 1 {
+		t.Errorf("%d copies of one delayed event after promotion resumed past the marker's TTL, want 1", got)
+	}
+	if n := direct.ZCard(ctx, key).Val(); n != 0 {
+		t.Errorf("%d members left delayed", n)
 	}
 }

@@ -144,6 +144,10 @@ func (s *Server) apiRequeue(r *http.Request) (any, error) {
 		return nil, err
 	}
 	done, err := s.in.Requeue(r.Context(), sel...)
+	if len(done) == 0 && allNotFound(err) {
+		// Nothing was there to requeue: the request names what is not, as a 404 says.
+		return nil, err
+	}
 	rep := inspect.RequeueReport{Requeued: done, Errors: []string{}}
 	if rep.Requeued == nil {
 		rep.Requeued = []inspect.Requeued{}
@@ -153,6 +157,17 @@ func (s *Server) apiRequeue(r *http.Request) (any, error) {
 	}
 	s.cfg.Logger.Info().Int("requeued", len(done)).Msg("api: dead letters requeued")
 	return rep, nil
+}
+
+// allNotFound reports a Requeue error made of ErrNotFound alone (every id unknown).
+func allNotFound(err error) bool {
+	errs := inspect.Errors(err)
+	for _, e := range errs {
+		if !errors.Is(e, inspect.ErrNotFound) {
+			return false
+		}
+	}
+	return len(errs) > 0
 }
 
 func (s *Server) apiPurge(r *http.Request) (any, error) {

@@ -93,7 +93,8 @@ func notice(q url.Values) string {
 	case "purged":
 		return fmt.Sprintf("Purged %d dead letter(s).", n)
 	case "released":
-		return "Lease force-released; its fence was bumped, so the old holder is fenced out."
+		return "Lease force-released; its fence was bumped, so the old holder is fenced out. " +
+			"Its run stops within a second, and its entry runs again right after under a new lease."
 	case "nothing":
 		return "Nothing to release: nobody holds that lease any more."
 	case "signedin":

@@ -98,6 +98,17 @@ func TestBadInputIsA4xxNeverA500(t *testing.T) {
 			t.Errorf("requeue %.30q: %d %s", body, code, out)
 		}
 	}
+	// Requeueing ids no dead letter has is a 404 naming them, not a 200 that requeued
+	// nothing (issue 35).
+	code, out, _ := e.do("POST", "/api/v1/dead-letters/requeue", `{"ids":["1-0","2-0"]}`, auth)
+	var apiErr struct {
+		Error  string `json:"error"`
+		Status int    `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &apiErr); err != nil || code != 404 || apiErr.Status != 404 ||
+		!strings.Contains(apiErr.Error, "dead letter 1-0: not found") || !strings.Contains(apiErr.Error, "dead letter 2-0: not found") {
+		t.Errorf("requeue of unknown ids: %d %s (%v)", code, out, err)
+	}
 }
 
 func TestWritesNeedTheTokenAndCSRF(t *testing.T) {

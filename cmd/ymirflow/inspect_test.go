@@ -255,8 +255,13 @@ func TestLocksCommand(t *testing.T) {
 		t.Fatal("lease released without confirmation")
 	}
 	withStdin(t, "y\n", true)
-	if out := o.ok("locks", "release", "triage", "RHEL-1"); !strings.Contains(out, "fenced out") {
+	// It says what comes of it: the entry runs again (issue 35).
+	if out := o.ok("locks", "release", "triage", "RHEL-1"); !strings.Contains(out, "fenced out") ||
+		!strings.Contains(out, "its run stops within a second, and entry ") || !strings.Contains(out, "runs again right after") {
 		t.Errorf("release output: %s", out)
+	}
+	if help, _, _ := o.run("locks", "--help"); !strings.Contains(help, "the entry runs again right after") {
+		t.Errorf("locks --help does not say the entry runs again:\n%s", help)
 	}
 	// The old holder is fenced out: its next publish is refused.
 	if _, err := old.XAdd(context.Background(), o.stream("rebase", "c9s"), 0, map[string]any{"x": "1"}); !errors.Is(err, lease.ErrLeaseLost) {

@@ -22,8 +22,10 @@ mailbox depth (follow-ups waiting, ON_CONFLICT=deliver), and the stream entry it
   locks release AGENT KEY [--yes]
       force-releases the lease of KEY for AGENT whoever holds it, and bumps its fence:
       the evicted holder's fenced writes are refused, its worker is told at once and
-      cancels the run (at its next heartbeat if it missed the announcement), and the
-      entry runs again under a new lease, on the same worker or another. Asks y/N on
+      cancels the run within a second (at its next heartbeat, LOCK_TTL/3, if it missed
+      the announcement), and the entry runs again right after (about a second later)
+      under a new lease, on the same worker or another: release a lease to rerun its
+      entry, not to stop it (dlq and ON_CONFLICT are for that). Asks y/N on
       the terminal unless --yes; without a terminal and
       without --yes it refuses (exit 2).
 
@@ -134,6 +136,8 @@ func releaseLock(ctx context.Context, s *session, cfg *config.Locks, agent, key 
 	}
 	fmt.Fprintf(stdout, "released %s %s (was %s, fence %d); fence is now %d: the old holder is fenced out\n",
 		agent, rel.Issue, orPlain(rel.Holder.Owner), rel.Holder.Fence, rel.Fence)
+	fmt.Fprintf(stdout, "its run stops within a second, and entry %s runs again right after (about a second later) under a new lease, on the same worker or another\n",
+		orDash(rel.Holder.MessageID))
 	return nil
 }
 

@@ -83,6 +83,9 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	e, agentEnv, token, red := s.env, p.agentEnv, p.token, p.red
 	log := e.log
 	pipeline.WarnOldServer(ctx, e.rdb, log) // README, "Requirements"
+	if _, err := pipeline.CheckPersistence(ctx, e.rdb, log, cfg.RequireAOF); err != nil {
+		return usagef("REQUIRE_AOF (--require-aof): %v", err)
+	}
 
 	// One process per consumer name: a second one would resume the first's pending
 	// entries while the first still runs them.

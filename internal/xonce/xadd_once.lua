@@ -3,26 +3,42 @@
 -- entry's id. Optionally checks a lease token first (a fenced write), records the new
 -- entry in its issue's index, and acks (and deletes) a source entry in the same step.
 --
--- KEYS: stream, marker, index, index-since[, lock][, ack stream]. The marker and the
--- index keys are in the stream's hash slot; the lock and the ack stream are passed only
--- on standalone Redis.
+-- With a take member, the append is made only while that member is in the take set (a
+-- sorted set in the stream's hash slot: a delayed event waiting to be promoted), and
+-- removes it in the same step, so no member outlives the append it made: a promoter that
+-- dies between the two can resume any time later, after the marker has expired too.
+--
+-- A fenced append checks every lock key of the lease: its own and its shared keys
+-- (scopes issue and group), each must hold the token.
+--
+-- KEYS: stream, marker, index, index-since[, lock...][, ack stream][, take set]. The
+-- marker, the index keys and the take set are in the stream's hash slot; the locks and
+-- the ack stream are passed only on standalone Redis.
 -- ARGV: maxlen (0 = no trim), marker_ttl_ms, token ('' = no check), ack_group ('' = no
 -- ack), ack_id, ack_delete ('1' or ''), issue ('' = no index), index_max, index_ttl_ms,
--- field, value, ...
--- Returns the entry's id, or the error LEASELOST.
-local k = 5
-if ARGV[3] ~= '' then k = 6 end
+-- take member ('' = none), number of lock keys, field, value, ...
+-- Returns the entry's id ('' when the take member was gone, appended by someone else:
+-- nothing is done), or the error LEASELOST.
+local locks = tonumber(ARGV[11])
+local k = 5 + locks
 local id = redis.call('GET', KEYS[2])
+if id and ARGV[10] ~= '' then
+  -- A repeat (the marker is there) still takes the member: the take set is the last key.
+  redis.call('ZREM', KEYS[#KEYS], ARGV[10])
+end
 if not id then
-  if ARGV[3] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[3] then
-    return redis.error_reply('LEASELOST lease is no longer held')
+  for i = 5, 4 + locks do
+    if redis.call('GET', KEYS[i]) ~= ARGV[3] then
+      return redis.error_reply('LEASELOST lease is no longer held')
+    end
   end
+  if ARGV[10] ~= '' and redis.call('ZREM', KEYS[#KEYS], ARGV[10]) == 0 then return '' end
   local args = {'XADD', KEYS[1]}
   if tonumber(ARGV[1]) > 0 then
     table.insert(args, 'MAXLEN'); table.insert(args, '~'); table.insert(args, ARGV[1])
   end
   table.insert(args, '*')
-  for i = 10, #ARGV do table.insert(args, ARGV[i]) end
+  for i = 12, #ARGV do table.insert(args, ARGV[i]) end
   id = redis.call(unpack(args))
   redis.call('SET', KEYS[2], id, 'PX', ARGV[2])
   if ARGV[7] ~= '' then

@@ -48,9 +48,12 @@ type Append struct {
 	// TTL is how long a repeat is recognised. Default DefaultTTL.
 	TTL time.Duration
 	// Lock and Token, when set, make the append fenced: it is refused with
-	// ErrLeaseLost unless Lock holds Token. The lock key must be on the stream's node
-	// (standalone Redis). Default: no check.
+	// ErrLeaseLost unless Lock, and each of Locks, holds Token. The lock keys must be
+	// on the stream's node (standalone Redis). Default: no check.
 	Lock, Token string
+	// Locks are further lock keys the append is fenced by, with Lock and Token (a
+	// lease's shared keys). Default: none.
+	Locks []string
 	// AckStream, AckGroup and AckID, when set, XACK that entry in the same atomic step
 	// (standalone Redis: the ack stream must be on the same node), and AckDelete also
 	// XDELs it. Default: no ack.
@@ -61,6 +64,13 @@ type Append struct {
 	// without scanning the stream. It is the canonical issue key. Default: the issue
 	// of ctx (WithIssue), else no index.
 	Issue string
+	// TakeSet and TakeMember, when set, make the append take that member of a sorted
+	// set in the stream's hash slot: it is made only while the member is there, and
+	// removes it in the same atomic step. Nothing can then stand between an append and
+	// the removal of what it appended, so a repeat long after the marker expired (a
+	// promoter that died in between and resumed hours later) appends nothing. Run
+	// returns "" when the member was gone (someone else appended it). Default: none.
+	TakeSet, TakeMember string
 }
 
 // Index bounds: an issue's index of one stream keeps its newest IndexMax entry ids,
@@ -124,11 +134,16 @@ func MarkerKey(stream, id string) string { return tag(stream) + ":once:" + id }
 
 func (a Append) keysArgs() ([]string, []any) {
 	keys := []string{a.Stream, MarkerKey(a.Stream, a.ID), IndexKey(a.Stream, a.Issue), IndexSinceKey(a.Stream)}
+	locks := 0
 	if a.Token != "" {
-		keys = append(keys, a.Lock)
+		keys = append(append(keys, a.Lock), a.Locks...)
+		locks = 1 + len(a.Locks)
 	}
 	if a.AckGroup != "" {
 		keys = append(keys, a.AckStream)
+	}
+	if a.TakeMember != "" {
+		keys = append(keys, a.TakeSet)
 	}
 	ttl := a.TTL
 	if ttl <= 0 {
@@ -138,9 +153,9 @@ func (a Append) keysArgs() ([]string, []any) {
 	if a.AckDelete {
 		del = "1"
 	}
-	args := make([]any, 0, 9+2*len(a.Values))
+	args := make([]any, 0, 11+2*len(a.Values))
 	args = append(args, a.MaxLen, ttl.Milliseconds(), a.Token, a.AckGroup, a.AckID, del,
-		a.Issue, IndexMax, IndexTTL.Milliseconds())
+		a.Issue, IndexMax, IndexTTL.Milliseconds(), a.TakeMember, locks)
 	for k, v := range a.Values {
 		args = append(args, k, v)
 	}

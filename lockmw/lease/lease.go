@@ -429,7 +429,8 @@ func (le *Lease) end(cause error) {
 
 // Release stops the heartbeat and deletes the lease if it is still ours. It is
 // idempotent. A failure (Redis down) is logged and returned; the key then expires by
-// its TTL. The returned bool says whether this call deleted the key.
+// its TTL. The returned bool says whether this call deleted the key, and each of its
+// shared keys still ours: false when another run held one of them meanwhile.
 func (le *Lease) Release(ctx context.Context) (bool, error) {
 	return le.ReleaseWith(ctx, nil)
 }
@@ -618,23 +619,18 @@ func (le *Lease) Requeued() string {
 	return s
 }
 
-// Check proves, in one round trip, that the lease is still ours: nil, or an error
-// wrapping ErrLeaseLost (also when the heartbeat already gave it up).
+// Check proves, in one round trip, that the lease is still ours (its key and each of
+// its shared keys): nil, or an error wrapping ErrLeaseLost (also when the heartbeat
+// already gave it up).
 func (le *Lease) Check(ctx context.Context) error {
 	if err := le.Err(); err != nil && !errors.Is(err, ErrReleased) {
 		return fmt.Errorf("%w: %v", ErrLeaseLost, err) //nolint:errorlint // callers see one kind, ErrLeaseLost, not the heartbeat's cause
 	}
-	v, err := le.l.rdb.Get(ctx, le.keys.Lock).Result()
-	if errors.Is(err, redis.Nil) || (err == nil && v != le.token) {
-		return fmt.Errorf("%w: %s is not ours", ErrLeaseLost, le.keys.Lock)
-	}
-	if err != nil {
-		return fmt.Errorf("lease: check %s: %w", le.keys.Lock, err)
-	}
-	return nil
+	return le.checkLocks(ctx)
 }
 
-// XAdd appends values to stream only while the lease is held: the check and the append
+// XAdd appends values to stream only while the lease is held (its key and each of its
+// shared keys): the check and the append
 // are one script, so a holder that lost its lease (expired, taken, force-released)
 // cannot publish. maxLen > 0 trims approximately. It returns the new entry's id, or an
 // error wrapping ErrLeaseLost. On Redis Cluster (KeysCluster) the stream lives in
@@ -660,7 +656,7 @@ func (le *Lease) XAddOnce(ctx context.Context, stream string, maxLen int64, once
 			return "", err
 		}
 	} else {
-		a.Lock, a.Token = le.keys.Lock, le.token
+		a.Lock, a.Locks, a.Token = le.keys.Lock, le.sharedLocks(), le.token
 	}
 	id, err := xonce.Run(ctx, le.l.rdb, a)
 	if errors.Is(err, xonce.ErrLeaseLost) {

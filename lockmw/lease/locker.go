@@ -280,6 +280,12 @@ type DeliverOptions struct {
 // DefaultMailboxDepth is DeliverOptions.MaxDepth's default.
 const DefaultMailboxDepth = 100
 
+// MailboxTTL is how long a mailbox (and its seen set) lives after its last append, at
+// least MaxHold+TTL: long after the lease, because the event a release republishes for
+// its follow-ups may wait that long in a backlog before its run reads them. A run that
+// accounts for every follow-up deletes it sooner.
+const MailboxTTL = 7 * 24 * time.Hour
+
 // QueuedEvent is a stream entry's fields, kept to be appended to Stream later.
 type QueuedEvent struct {
 	Stream string
@@ -407,7 +413,8 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 			group, id = d.Ack.Group, d.Ack.ID
 		}
 		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
-			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), d.Event.Stream, entryMS, depth, group, id, 2 * len(d.Followup)}
+			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), d.Event.Stream, entryMS, depth, group, id, 2 * len(d.Followup),
+			max(MailboxTTL, l.opts.MaxHold+l.opts.TTL).Milliseconds()}
 		for k, v := range d.Followup {
 			a.args = append(a.args, k, v)
 		}

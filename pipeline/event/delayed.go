@@ -19,8 +19,8 @@ import (
 
 // Delayed events (the busy policy delay): an event whose issue is busy is acked and
 // kept in its stream's delayed set, a sorted set scored by the time (ms) it is due;
-// Promote appends the due ones to the stream again, each once, and only then removes
-// it: nothing is lost between them, and nothing is appended twice. The set lives in the
+// Promote appends the due ones to the stream again, each once, removing it in the same
+// step: nothing is lost between them, and nothing is appended twice. The set lives in the
 // stream's hash slot.
 
 // Metadata the delay policy writes on the event it re-queues.
@@ -80,15 +80,32 @@ var dueLua string
 
 var dueScript = redis.NewScript(dueLua)
 
+//go:embed scripts/now.lua
+var nowLua string
+
+var nowScript = redis.NewScript(nowLua)
+
+// DelayedNow is the server's clock as the promoter of stream's delayed set reads it
+// (scripts/due.lua), read on the set's node: a delay's due time is this plus the wait,
+// so a worker whose clock is off makes nothing due early or late. One round trip.
+func DelayedNow(ctx context.Context, rdb redis.Scripter, stream string) (time.Time, error) {
+	ms, err := nowScript.Run(ctx, rdb, []string{DelayedKey(stream)}).Int64()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("event: read the server's clock for %s: %w", stream, err)
+	}
+	return time.UnixMilli(ms), nil
+}
+
 // PromoteBatch bounds the entries one Promote moves.
 const PromoteBatch = 100
 
 // Promote appends the due events of stream's delayed set to stream and removes them
-// from the set. Due is by the server's clock (scripts/due.lua). Each append is made once
-// (internal/xonce, by an id taken from the member, and filed in the issue's index like
-// every append), then the member is removed: a crash, a lost reply or a second worker
-// promoting the same member at once appends nothing twice, and a member is removed only
-// once its entry is in the stream, so nothing is lost. It returns how many it moved and
+// from the set. Due is by the server's clock (scripts/due.lua). Each append removes its
+// member in the same atomic step (internal/xonce, by an id taken from the member, and
+// filed in the issue's index like every append): a crash, a lost reply or a second
+// worker promoting the same member at once appends nothing twice, however late the
+// promotion resumes, and a member is removed only with its entry's append, so nothing
+// is lost. It returns how many it moved and
 // when the next one is due (the zero Time if none is waiting).
 func Promote(ctx context.Context, rdb redis.UniversalClient, stream string) (int, time.Time, error) {
 	key := DelayedKey(stream)
@@ -108,24 +125,35 @@ func Promote(ctx context.Context, rdb redis.UniversalClient, stream string) (int
 	moved := 0
 	for _, r := range res[1:] {
 		member, _ := r.(string)
-		var m delayedMember
-		if json.Unmarshal([]byte(member), &m) == nil && len(m.Fields) > 0 {
-			values := make(map[string]any, len(m.Fields))
-			for k, v := range m.Fields {
-				values[k] = v
-			}
-			sum := sha1.Sum([]byte(member))
-			if _, err := xonce.Run(ctx, rdb, xonce.Append{Stream: stream, ID: "delayed-" + hex.EncodeToString(sum[:]),
-				Values: values, Issue: IndexIssue(m.Fields[metaPrefix+MetaIssueKey])}); err != nil {
-				return moved, next, fmt.Errorf("event: promote a delayed event of %s: %w", stream, err)
-			}
-		}
-		if err := rdb.ZRem(ctx, key, member).Err(); err != nil {
-			return moved, next, fmt.Errorf("event: promote a delayed event of %s: %w", stream, err)
+		if err := promoteOne(ctx, rdb, stream, key, member); err != nil {
+			return moved, next, err
 		}
 		moved++
 	}
 	return moved, next, nil
+}
+
+// promoteOne appends member's event to stream, taking the member from the delayed set
+// key in the same step (xonce.Append.TakeSet), so no member outlives its append, however
+// long after a crash the promotion resumes. A member it cannot read is removed.
+func promoteOne(ctx context.Context, rdb redis.UniversalClient, stream, key, member string) error {
+	var m delayedMember
+	if json.Unmarshal([]byte(member), &m) != nil || len(m.Fields) == 0 {
+		if err := rdb.ZRem(ctx, key, member).Err(); err != nil {
+			return fmt.Errorf("event: drop an unreadable delayed member of %s: %w", stream, err)
+		}
+		return nil
+	}
+	values := make(map[string]any, len(m.Fields))
+	for k, v := range m.Fields {
+		values[k] = v
+	}
+	sum := sha1.Sum([]byte(member))
+	if _, err := xonce.Run(ctx, rdb, xonce.Append{Stream: stream, ID: "delayed-" + hex.EncodeToString(sum[:]),
+		Values: values, Issue: IndexIssue(m.Fields[metaPrefix+MetaIssueKey]), TakeSet: key, TakeMember: member}); err != nil {
+		return fmt.Errorf("event: promote a delayed event of %s: %w", stream, err)
+	}
+	return nil
 }
 
 // DelayedEvent is one event waiting in a delayed set, for the operators' views.

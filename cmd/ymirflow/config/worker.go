@@ -72,6 +72,7 @@ type Worker struct {
 	LockScope        string        // --lock-scope, LOCK_SCOPE: agent|issue|group:<paths>, comma-separated
 	LockWaitReplicas int           // --lock-wait-replicas, LOCK_WAIT_REPLICAS: replicas that must acknowledge each acquire and extend (0: none)
 	LockWaitAOF      bool          // --lock-wait-aof, LOCK_WAIT_AOF: WAITAOF instead of WAIT (Redis 7.2+, replicas with appendonly)
+	RequireAOF       bool          // --require-aof, REQUIRE_AOF: refuse to start unless Redis keeps an append-only file
 	BlockTime        time.Duration // --block-time, BLOCK_TIME: XREADGROUP BLOCK
 	MaxIdleTime      time.Duration // --max-idle-time, MAX_IDLE_TIME: pending entries idle this long are claimed
 	ClaimInterval    time.Duration // --claim-interval, CLAIM_INTERVAL: how often pending entries are checked
@@ -126,6 +127,8 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 		"Narrows what a failover can lose (see docs/architecture.md, Failover). 0 to 16; 0: no waiting (replication is asynchronous)")
 	fs.BoolVar(&w.LockWaitAOF, "lock-wait-aof", false, "with LOCK_WAIT_REPLICAS: WAITAOF 0 N instead of WAIT N, so each acknowledgement means the lease is in the replica's append-only file "+
 		"(Redis/Valkey 7.2 or later; replicas need appendonly yes). A server without WAITAOF is refused at start")
+	fs.BoolVar(&w.RequireAOF, "require-aof", false, "refuse to start unless Redis keeps an append-only file (appendonly yes; INFO must be allowed to the worker's Redis user): "+
+		"fences are counters in Redis, and a restart that loses writes hands the same fences out again. Unset: a warning at start when it keeps none")
 	fs.DurationVar(&w.BlockTime, "block-time", DefaultBlockTime, "how long one stream read blocks"+rangeHelp("block-time"))
 	fs.DurationVar(&w.MaxIdleTime, "max-idle-time", DefaultMaxIdleTime, "pending entries idle longer than this are claimed from their consumer; must exceed LOCK_TTL/3"+
 		rangeHelp("max-idle-time")+"; unset: the larger of "+fmtDur(DefaultMaxIdleTime)+" and LOCK_TTL/2")

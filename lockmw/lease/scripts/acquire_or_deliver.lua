@@ -20,9 +20,13 @@
 --
 -- KEYS: lock, info, fence, queue, done, mailbox, seen[, source stream].
 -- ARGV: token, ttl_ms, owner, acquired_at_ms, message_id, queue_ttl_ms, target_stream,
--- entry_ms or '', mailbox_max, group, entry_id, n (the number of ARGV after this one
--- that are the follow-up's fields and values), follow-up field, value, ..., then the
--- queued event's field, value, ...
+-- entry_ms or '', mailbox_max, group, entry_id, n (the number of ARGV after mailbox_ttl_ms
+-- that are the follow-up's fields and values), mailbox_ttl_ms, follow-up field, value,
+-- ..., then the queued event's field, value, ...
+--
+-- The mailbox and its seen set live mailbox_ttl_ms from the last append, not the queue's
+-- TTL: the event the release republishes for them may wait in a backlog long after the
+-- lease is gone, and its run must still find them.
 --
 -- Returns {1, fence}, {2, released_ms, released_message_id}, {3, depth, owner, fence,
 -- acquired_at, message_id, pttl} or {0, owner, fence, acquired_at, message_id, pttl,
@@ -65,15 +69,15 @@ else
     return {3, depth, h[1] or '', h[2] or '', h[3] or '', h[4] or '', pttl}
   end
   local add = {'XADD', KEYS[6], '*'}
-  for i = 13, 12 + n do table.insert(add, ARGV[i]) end
+  for i = 14, 13 + n do table.insert(add, ARGV[i]) end
   id = redis.call(unpack(add))
   depth = depth + 1
   redis.call('SADD', KEYS[7], ARGV[5])
-  redis.call('PEXPIRE', KEYS[6], ARGV[6])
-  redis.call('PEXPIRE', KEYS[7], ARGV[6])
+  redis.call('PEXPIRE', KEYS[6], ARGV[13])
+  redis.call('PEXPIRE', KEYS[7], ARGV[13])
   redis.call('DEL', KEYS[4])
   local q = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5], '_mbox', '1'}
-  for i = 13 + n, #ARGV do table.insert(q, ARGV[i]) end
+  for i = 14 + n, #ARGV do table.insert(q, ARGV[i]) end
   redis.call(unpack(q))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
 end

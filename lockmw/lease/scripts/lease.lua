@@ -196,11 +196,13 @@ end
 
 -- release_shared: compare-and-delete of the lease's shared keys, KEYS[from..] in pairs
 -- (lock, info): whatever became of the lease's own key, a shared key that still holds
--- token is ours and goes. A repeat finds them gone.
+-- token is ours and goes. A repeat finds them gone. Returns whether every one was ours.
 local function release_shared(token, from)
+  local all = true
   for i = from, #KEYS, 2 do
-    if redis.call('GET', KEYS[i]) == token then redis.call('DEL', KEYS[i], KEYS[i + 1]) end
+    if redis.call('GET', KEYS[i]) == token then redis.call('DEL', KEYS[i], KEYS[i + 1]) else all = false end
   end
+  return all
 end
 
 -- stopping: the number of runs superseded on this lease (policy supersede) that have not
