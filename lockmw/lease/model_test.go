@@ -179,6 +179,7 @@ type mRun struct {
 	keys     []string
 	policy   string
 	released bool
+	waited   bool // it took the key over, or waited for a superseded run: it had not started when it became stale
 }
 
 type mQueued struct {
@@ -433,12 +434,20 @@ func (m *modelRun) acquire(ev *mEvent) error {
 		return m.terminal(ev, "delivered")
 	}
 	r := &mRun{ev: ev, le: le, state: runRunning, policy: m.cfg.policy(ev.typ), keys: append([]string{ownKey(ev)}, m.sharedKeys(ev)...)}
+	if got == "granted" && middlewareWaits(le) {
+		r.state, r.waited = runWaiting, true
+		for _, p := range k.stopping {
+			if !p.released {
+				r.preds = append(r.preds, p)
+			}
+		}
+	}
 	if got == "takeover" {
 		old := k.holder
 		if old.state != runCrashed {
 			old.state, old.why = runStale, "superseded"
 		}
-		r.state = runWaiting
+		r.state, r.waited = runWaiting, true
 		k.stopping = append(k.stopping, old)
 		for _, p := range k.stopping {
 			if !p.released {
@@ -466,6 +475,12 @@ func (m *modelRun) acquire(ev *mEvent) error {
 	m.runs = append(m.runs, r)
 	return nil
 }
+
+// middlewareWaits mirrors lockmw's Handler: a run waits for the runs superseded on its
+// key (WaitStopped) only when its own acquire took a run over (Supersedes). A plain
+// grant of a key whose superseded run is still stopping (its take-over lease given
+// back) therefore starts at once: property Exclusive.
+func middlewareWaits(le *Lease) bool { return le.Supersedes() != "" }
 
 // followupOf says which event a published follow-up copies.
 func followupOf(ev *mEvent) string {
@@ -529,7 +544,7 @@ func (m *modelRun) start(s mStep) error {
 		return m.fail(propSupersWait, "event %d waits for %d run(s); only %d have not stopped", r.ev.n, n, live+crashed)
 	}
 	if n == 0 {
-		r.state = runRunning
+		r.state, r.waited = runRunning, false
 	}
 	return nil
 }
@@ -914,7 +929,7 @@ func evNums(evs []*mEvent) []int {
 func (m *modelRun) checkExclusive() error {
 	running := map[string][]*mRun{}
 	for _, r := range m.runs {
-		if r.state == runRunning || (r.state == runStale && r.why == "superseded") {
+		if r.state == runRunning || (r.state == runStale && r.why == "superseded" && !r.waited) {
 			for _, name := range r.keys {
 				running[name] = append(running[name], r)
 			}
