@@ -350,9 +350,12 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			// The run of an older event held the issue: it is being stopped; ours starts
 			// when it has (or its lease would have expired).
 			log.get().Info().Str("supersedes", by).Msg("took the issue over from an older event's run; waiting for it to stop")
-			if werr := le.WaitStopped(); werr != nil {
-				ran, err = false, werr
-			}
+		}
+		// Also when the key was free: a run superseded earlier (by a take-over that was
+		// then given back) may still be stopping, and must not overlap ours. It returns
+		// at once when the acquire found none.
+		if werr := le.WaitStopped(); werr != nil {
+			ran, err = false, werr
 		}
 		if ran {
 			stopWatch := m.watchWaiting(msg, le, entry, hasEntry)

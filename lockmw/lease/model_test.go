@@ -476,11 +476,12 @@ func (m *modelRun) acquire(ev *mEvent) error {
 	return nil
 }
 
-// middlewareWaits mirrors lockmw's Handler: a run waits for the runs superseded on its
-// key (WaitStopped) only when its own acquire took a run over (Supersedes). A plain
-// grant of a key whose superseded run is still stopping (its take-over lease given
-// back) therefore starts at once: property Exclusive.
-func middlewareWaits(le *Lease) bool { return le.Supersedes() != "" }
+// middlewareWaits mirrors lockmw's Handler: a run waits for every run superseded on its
+// key that has not stopped yet (WaitStopped), whether or not its own acquire took one
+// over. It once waited only after a take-over (Supersedes), so a grant of a key whose
+// superseded run was still stopping (its take-over lease given back) started at once:
+// property Exclusive, seed 34 (new deliver new deliver giveback deliver).
+func middlewareWaits(le *Lease) bool { return le.stopping > 0 }
 
 // followupOf says which event a published follow-up copies.
 func followupOf(ev *mEvent) string {
