@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -192,6 +193,34 @@ func TestRedisRefusalNamesTheCause(t *testing.T) {
 			if strings.Contains(errs, never) {
 				t.Errorf("%s: message says %q:\n%s", redisURL, never, errs)
 			}
+		}
+	}
+}
+
+// A listen address in use is one line naming its setting (variable and flag) and the
+// address once, not net's message with the address twice (issue 35).
+func TestPortClashNamesTheSetting(t *testing.T) {
+	// Not parallel: it sets REDIS_URL.
+	_, ns := redistest.Client(t)
+	t.Setenv("REDIS_URL", redistest.URL())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	for _, c := range []struct {
+		args    []string
+		setting string
+	}{
+		{[]string{"web", "--addr", addr, "--ymir-namespace", ns + "ymir"}, "WEB_ADDR (--addr) = "},
+		{[]string{"worker", "--agent", "triage", "--runner", "demo", "--metrics-addr", addr, "--ymir-namespace", ns + "ymir"}, "METRICS_ADDR (--metrics-addr) = "},
+		{[]string{"fakejira", "--addr", addr}, "ADDR (--addr) = "},
+	} {
+		_, errs, code := runArgs(c.args...)
+		want := "ymirflow " + c.args[0] + ": " + c.setting + addr + ": cannot listen: bind: address already in use (another process listens there"
+		if code != exitUsage || !strings.HasPrefix(errs, want) || strings.Count(errs, addr) != 1 || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("%v: exit %d, want %d and one line starting %q:\n%s", c.args, code, exitUsage, want, errs)
 		}
 	}
 }
