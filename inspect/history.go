@@ -71,7 +71,7 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 // scanned, in pages, and the report says so (Scanned); a stream whose entries are all
 // indexed costs no scan.
 func (in *Inspector) Timeline(ctx context.Context, issue string) (HistoryReport, error) {
-	key, err := in.locker.Canonicalize(issue)
+	key, err := in.canonicalKey(issue)
 	if err != nil {
 		return HistoryReport{Issue: issue}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
@@ -221,6 +222,20 @@ func TestPortClashNamesTheSetting(t *testing.T) {
 		want := "ymirflow " + c.args[0] + ": " + c.setting + addr + ": cannot listen: bind: address already in use (another process listens there"
 		if code != exitUsage || !strings.HasPrefix(errs, want) || strings.Count(errs, addr) != 1 || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
 			t.Errorf("%v: exit %d, want %d and one line starting %q:\n%s", c.args, code, exitUsage, want, errs)
+		}
+	}
+}
+
+// A bad issue key reads the same in the CLI as in the console: inspect.BadKey's
+// sentence (issue 35).
+func TestBadKeysReadAsInTheConsole(t *testing.T) {
+	o := newOpsEnv(t)
+	for _, key := range []string{"RHEL 1", "../x", strings.Repeat("A", 298) + "-1"} {
+		for _, args := range [][]string{{"history", key}, {"pending", "--issue", key}, {"dlq", "list", "--issue", key}, {"locks", "--issue", key}} {
+			errs := o.code(exitUsage, args...)
+			if !strings.HasSuffix(errs, inspect.BadKey(key)+"\n") || strings.Count(errs, "\n") != 1 {
+				t.Errorf("%q: %q, want one line ending %q", args, errs, inspect.BadKey(key))
+			}
 		}
 	}
 }
