@@ -310,7 +310,7 @@ func (s *Server) pending(_ http.ResponseWriter, r *http.Request) (*view, error) 
 	// the groups with nothing pending on one line: they are most of them at rest.
 	data := pendingData{Groups: []inspect.GroupPending{}}
 	for _, g := range groups {
-		if g.Count == 0 && len(g.Delayed) == 0 {
+		if g.Count == 0 && len(g.Delayed) == 0 && !g.NoGroup {
 			data.Empty = append(data.Empty, g.Stream)
 			continue
 		}

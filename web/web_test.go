@@ -82,6 +82,20 @@ func TestBadKeysReadAsInTheCLI(t *testing.T) {
 	}
 }
 
+// A stream nobody consumes says how many events wait for a worker, on the overview and
+// the pending page (issue 35).
+func TestStreamWithoutGroupSaysEventsWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, token)
+	e.publish("RHEL-3")
+	e.publish("RHEL-4")
+	for _, p := range []string{"/", "/pending"} {
+		if _, body := e.get(p); !strings.Contains(body, "2 events wait for a worker that does not exist") {
+			t.Errorf("GET %s:\n%.3000s", p, body)
+		}
+	}
+}
+
 func TestBadInputIsA4xxNeverA500(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, token)

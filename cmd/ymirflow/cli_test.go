@@ -240,6 +240,24 @@ func TestBadKeysReadAsInTheConsole(t *testing.T) {
 	}
 }
 
+// A stream nobody consumes (no group: no worker of its agent ever started) says how
+// many events wait for that worker, in pending as in streams (issue 35).
+func TestStreamWithoutGroupSaysEventsWait(t *testing.T) {
+	o := newOpsEnv(t)
+	o.publish(o.stream("backport", "c9s"), "RHEL-3")
+	o.publish(o.stream("backport", "c9s"), "RHEL-4")
+	for _, cmd := range []string{"pending", "streams"} {
+		if out := o.ok(cmd); !strings.Contains(out, o.stream("backport", "c9s")) || !strings.Contains(out, "2 events wait for a worker that does not exist") {
+			t.Errorf("%s:\n%s", cmd, out)
+		}
+	}
+	var rep inspect.PendingReport
+	o.json(&rep, "pending", "--agent", "backport")
+	if len(rep.Groups) != 1 || !rep.Groups[0].NoGroup || rep.Groups[0].Waiting != 2 {
+		t.Errorf("pending --json: %+v", rep)
+	}
+}
+
 // runArgs runs `ymirflow args...` in-process and returns its stdout, stderr and exit code.
 func runArgs(args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
