@@ -1,10 +1,15 @@
 package inspect
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,7 +76,7 @@ func (in *Inspector) History(ctx context.Context, issue string) ([]HistoryEvent,
 // scanned, in pages, and the report says so (Scanned); a stream whose entries are all
 // indexed costs no scan.
 func (in *Inspector) Timeline(ctx context.Context, issue string) (HistoryReport, error) {
-	key, err := in.locker.Canonicalize(issue)
+	key, err := in.canonicalKey(issue)
 	if err != nil {
 		return HistoryReport{Issue: issue}, err
 	}
@@ -370,4 +375,53 @@ func (in *Inspector) scanRange(ctx context.Context, n int, stream func(int) stri
 		}
 	}
 	return nil
+}
+
+// ShortDetail is a timeline entry's Detail for a table: each JSON object in it (a
+// record's detail, as a handler writes it) becomes key=value pairs in key order, a
+// string quoted only when it has spaces or quotes, a null left out, anything nested
+// kept as compact JSON. The rest of the text is kept as it is.
+func ShortDetail(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '{')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		dec := json.NewDecoder(strings.NewReader(s[i:]))
+		var obj map[string]json.RawMessage
+		if err := dec.Decode(&obj); err != nil {
+			b.WriteString(s[i:])
+			return b.String()
+		}
+		b.WriteString(keyValues(obj))
+		s = s[i+int(dec.InputOffset()):]
+	}
+}
+
+func keyValues(obj map[string]json.RawMessage) string {
+	parts := make([]string, 0, len(obj))
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		raw := obj[k]
+		var str string
+		switch {
+		case string(raw) == "null":
+			continue
+		case json.Unmarshal(raw, &str) == nil:
+			if str == "" || strings.ContainsAny(str, " \t\n\"=") {
+				str = strconv.Quote(str)
+			}
+			parts = append(parts, k+"="+str)
+		default:
+			var compact bytes.Buffer
+			if json.Compact(&compact, raw) != nil {
+				compact.Reset()
+				compact.Write(raw)
+			}
+			parts = append(parts, k+"="+compact.String())
+		}
+	}
+	return strings.Join(parts, " ")
 }

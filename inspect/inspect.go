@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -73,7 +74,42 @@ func (in *Inspector) issueFilter(raw string) (string, error) {
 	if raw == "" {
 		return "", nil
 	}
-	return in.locker.Canonicalize(raw)
+	return in.canonicalKey(raw)
+}
+
+// KeyForm says what an issue key looks like, for messages about one that is not.
+const KeyForm = "an issue key is a project key, a dash and a number, e.g. RHEL-123"
+
+// BadKeyError is an issue key an operator gave that is not one. It wraps the lease's
+// error (lease.ErrInvalidKey); its message is BadKey's, the same in the CLI and the
+// console.
+type BadKeyError struct {
+	Key string
+	Err error
+}
+
+func (e *BadKeyError) Error() string { return BadKey(e.Key) }
+func (e *BadKeyError) Unwrap() error { return e.Err }
+
+// BadKey says that key is not an issue key, in a plain sentence with an example rather
+// than the lease's pattern; a long key is quoted clipped.
+func BadKey(key string) string {
+	switch {
+	case strings.TrimSpace(key) == "":
+		return "the issue key is empty: " + KeyForm
+	case utf8.RuneCountInString(key) > 64:
+		return fmt.Sprintf("%q… (%d characters) is not an issue key: %s", string([]rune(key)[:40]), len(key), KeyForm)
+	}
+	return fmt.Sprintf("%q is not an issue key: %s", key, KeyForm)
+}
+
+// canonicalKey is the lease's canonical form of raw, or a *BadKeyError.
+func (in *Inspector) canonicalKey(raw string) (string, error) {
+	k, err := in.locker.Canonicalize(raw)
+	if err != nil {
+		return "", &BadKeyError{Key: raw, Err: err}
+	}
+	return k, nil
 }
 
 // ErrNotFound is returned for a stream entry or lease that does not exist.
@@ -187,7 +223,7 @@ func (in *Inspector) Locks(ctx context.Context, f LockFilter) ([]LeaseInfo, erro
 	}
 	var infos []lease.Info
 	if f.Issue != "" {
-		issue, err := in.locker.Canonicalize(f.Issue)
+		issue, err := in.canonicalKey(f.Issue)
 		if err != nil {
 			return nil, err
 		}
@@ -246,6 +282,9 @@ func (in *Inspector) Lease(ctx context.Context, agent, issue string) (LeaseInfo,
 		return LeaseInfo{}, fmt.Errorf("unknown agent %q (want one of %v)", agent, event.Agents)
 	}
 	info, ok, err := in.locker.Inspect(ctx, agent, issue)
+	if errors.Is(err, lease.ErrInvalidKey) {
+		return LeaseInfo{}, &BadKeyError{Key: issue, Err: err}
+	}
 	if err != nil {
 		return LeaseInfo{}, err
 	}

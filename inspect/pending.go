@@ -56,6 +56,19 @@ type GroupPending struct {
 	// Delayed are the events of the stream re-queued by the busy policy delay, soonest
 	// first (at most maxDelayedShown): acked, not pending, appended again when due.
 	Delayed []event.DelayedEvent `json:"delayed"`
+	// NoGroup: the stream has entries and no consumer group, so no worker of the
+	// agent has ever read it; Waiting is its length (NoWorker says it).
+	NoGroup bool  `json:"no_group,omitempty"`
+	Waiting int64 `json:"waiting,omitempty"`
+}
+
+// NoWorker says that n events of a stream with no consumer group wait for a worker:
+// the same words in pending, streams and the console.
+func NoWorker(n int64) string {
+	if n == 1 {
+		return "1 event waits for a worker that does not exist"
+	}
+	return fmt.Sprintf("%d events wait for a worker that does not exist", n)
 }
 
 // ConsumerPending is one consumer's share of a group's pending entries.
@@ -125,8 +138,10 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 	pipe := in.rdb.Pipeline()
 	sums := make([]*redis.XPendingCmd, len(routes))
 	delayed := make([]*redis.ZSliceCmd, len(routes))
+	lens := make([]*redis.IntCmd, len(routes))
 	for i, r := range routes {
 		sums[i] = pipe.XPending(ctx, r.Stream, r.Group)
+		lens[i] = pipe.XLen(ctx, r.Stream)
 		delayed[i] = event.QueueListDelayed(ctx, pipe, r.Stream, maxDelayedShown)
 	}
 	readPresence := in.queuePresence(ctx, pipe)
@@ -142,7 +157,14 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 	for i, r := range routes {
 		s, err := sums[i].Result()
 		if isNoGroupErr(err) {
-			continue // the stream or group does not exist (yet)
+			// No group: no worker ever read the stream. Its entries wait for one
+			// (when there are any, and the issue filter does not hide them).
+			if n := lens[i].Val(); n > 0 && issue == "" {
+				groups = append(groups, GroupPending{Stream: r.Stream, Group: r.Group, Agent: r.Agent, Branch: r.Branch, Todo: r.Todo,
+					Consumers: []ConsumerPending{}, Entries: []PendingEntry{}, Delayed: []event.DelayedEvent{}, NoGroup: true, Waiting: n})
+				live = append(live, r)
+			}
+			continue
 		}
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("xpending %s %s: %w", r.Stream, r.Group, err)

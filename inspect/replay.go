@@ -89,7 +89,7 @@ func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 	}
 	var issue string
 	if o.Issue != "" {
-		if issue, err = in.locker.Canonicalize(o.Issue); err != nil {
+		if issue, err = in.canonicalKey(o.Issue); err != nil {
 			return ReplayReport{}, err
 		}
 	}

@@ -223,6 +223,10 @@ func (s *Server) leases(_ http.ResponseWriter, r *http.Request) (*view, error) {
 	return &view{name: "leases", Title: "Leases", Active: "leases", Data: running}, nil
 }
 
+// badKey is the 400 for an issue key that is not one (too long to look up, or empty),
+// in the CLI's words (inspect.BadKey).
+func (s *Server) badKey(key string) error { return badRequest("%s", s.clean(inspect.BadKey(key))) }
+
 // leaseRef reads and checks agent and issue of a force release.
 func (s *Server) leaseRef(agent, issue string) (string, string, error) {
 	if !slices.Contains(event.Agents, agent) {
@@ -230,7 +234,7 @@ func (s *Server) leaseRef(agent, issue string) (string, string, error) {
 	}
 	issue = strings.TrimSpace(issue)
 	if issue == "" || len(issue) > maxKeyLen {
-		return "", "", badRequest("an issue key of 1 to %d characters is required", maxKeyLen)
+		return "", "", s.badKey(issue)
 	}
 	return agent, issue, nil
 }
@@ -278,7 +282,7 @@ func (s *Server) pendingFilter(q url.Values) (inspect.PendingFilter, error) {
 		return f, badRequest("unknown branch %q (one of %s)", s.clip(f.Branch, 40), strings.Join(s.branches(), ", "))
 	}
 	if len(f.Issue) > maxKeyLen {
-		return f, badRequest("an issue key has at most %d characters", maxKeyLen)
+		return f, s.badKey(f.Issue)
 	}
 	return f, nil
 }
@@ -306,7 +310,7 @@ func (s *Server) pending(_ http.ResponseWriter, r *http.Request) (*view, error) 
 	// the groups with nothing pending on one line: they are most of them at rest.
 	data := pendingData{Groups: []inspect.GroupPending{}}
 	for _, g := range groups {
-		if g.Count == 0 && len(g.Delayed) == 0 {
+		if g.Count == 0 && len(g.Delayed) == 0 && !g.NoGroup {
 			data.Empty = append(data.Empty, g.Stream)
 			continue
 		}
@@ -341,7 +345,7 @@ type issueData struct {
 func (s *Server) history(r *http.Request, raw string) (inspect.HistoryReport, error) {
 	raw = strings.TrimSpace(raw)
 	if len(raw) > maxKeyLen {
-		return inspect.HistoryReport{}, badRequest("an issue key has at most %d characters", maxKeyLen)
+		return inspect.HistoryReport{}, s.badKey(raw)
 	}
 	rep, err := s.in.Timeline(r.Context(), raw)
 	if err != nil {
@@ -382,7 +386,7 @@ func (s *Server) issue(_ http.ResponseWriter, r *http.Request) (*view, error) {
 func (s *Server) deadList(r *http.Request) ([]inspect.DeadLetter, error) {
 	issue := strings.TrimSpace(r.URL.Query().Get("issue"))
 	if len(issue) > maxKeyLen {
-		return nil, badRequest("an issue key has at most %d characters", maxKeyLen)
+		return nil, s.badKey(issue)
 	}
 	dls, err := s.in.DeadLetters(r.Context(), inspect.DeadFilter{Issue: issue})
 	if err != nil {

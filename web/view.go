@@ -17,6 +17,10 @@ func (s *Server) funcs() template.FuncMap {
 		"dur":  human,
 		"ms":   func(d time.Duration) int64 { return d.Milliseconds() },
 		"clip": func(v string) string { return s.clip(v, maxErrList) },
+		// noworker says that n events wait for a worker (inspect.NoWorker).
+		"noworker": inspect.NoWorker,
+		// short renders a record's JSON detail as key=value pairs (inspect.ShortDetail).
+		"short": inspect.ShortDetail,
 		// errclip is clip for a dead letter's error: its start and its end, where an
 		// agent's stderr says why it failed.
 		"errclip": func(v string) string { return inspect.ErrorBrief(s.clean(v), maxErrList) },

@@ -3,6 +3,7 @@ package web_test
 import (
 	"encoding/json"
 	"errors"
+	"html"
 	"net/url"
 	"regexp"
 	"strings"
@@ -61,6 +62,40 @@ func TestDeadLetterListShowsTheEndOfTheStderr(t *testing.T) {
 	}
 }
 
+// A bad issue key reads the same in the console as in the CLI: inspect.BadKey's
+// sentence, never the lease's pattern (issue 35).
+func TestBadKeysReadAsInTheCLI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, token)
+	for _, key := range []string{"RHEL 1", "../x", strings.Repeat("A", 298) + "-1"} {
+		for _, p := range []string{"/issue?key=" + url.QueryEscape(key), "/api/v1/issues/" + url.PathEscape(key),
+			"/pending?issue=" + url.QueryEscape(key), "/api/v1/dead-letters?issue=" + url.QueryEscape(key)} {
+			code, body, _ := e.do("GET", p, "", nil)
+			want := html.EscapeString(inspect.BadKey(key)) // a page
+			if strings.HasPrefix(p, "/api/") {
+				want = strings.ReplaceAll(inspect.BadKey(key), `"`, `\"`) // a JSON string
+			}
+			if code != 400 || !strings.Contains(body, want) || strings.Contains(body, "does not match") {
+				t.Errorf("GET %s: %d, want 400 saying %q:\n%.600s", p, code, want, body)
+			}
+		}
+	}
+}
+
+// A stream nobody consumes says how many events wait for a worker, on the overview and
+// the pending page (issue 35).
+func TestStreamWithoutGroupSaysEventsWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, token)
+	e.publish("RHEL-3")
+	e.publish("RHEL-4")
+	for _, p := range []string{"/", "/pending"} {
+		if _, body := e.get(p); !strings.Contains(body, "2 events wait for a worker that does not exist") {
+			t.Errorf("GET %s:\n%.3000s", p, body)
+		}
+	}
+}
+
 func TestBadInputIsA4xxNeverA500(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, token)
@@ -73,7 +108,7 @@ func TestBadInputIsA4xxNeverA500(t *testing.T) {
 		{"GET", "/issue?key=not%20a%20key", "", 400, "issue key"},
 		{"GET", "/issue?key=RHEL-404", "", 404, "no events of RHEL-404"},
 		{"GET", "/issue?key=" + long, "", 414, "longer than"},
-		{"GET", "/issue?key=" + strings.Repeat("A", 100), "", 400, "at most 64"},
+		{"GET", "/issue?key=" + strings.Repeat("A", 100), "", 400, "(100 characters) is not an issue key"},
 		{"GET", "/dead-letters/abc", "", 400, "not a stream id"},
 		{"GET", "/dead-letters/1-0", "", 404, "not found"},
 		{"GET", "/leases/release?agent=nobody&issue=RHEL-1", "", 400, "unknown agent"},

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
@@ -193,6 +195,66 @@ func TestRedisRefusalNamesTheCause(t *testing.T) {
 				t.Errorf("%s: message says %q:\n%s", redisURL, never, errs)
 			}
 		}
+	}
+}
+
+// A listen address in use is one line naming its setting (variable and flag) and the
+// address once, not net's message with the address twice (issue 35).
+func TestPortClashNamesTheSetting(t *testing.T) {
+	// Not parallel: it sets REDIS_URL.
+	_, ns := redistest.Client(t)
+	t.Setenv("REDIS_URL", redistest.URL())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	for _, c := range []struct {
+		args    []string
+		setting string
+	}{
+		{[]string{"web", "--addr", addr, "--ymir-namespace", ns + "ymir"}, "WEB_ADDR (--addr) = "},
+		{[]string{"worker", "--agent", "triage", "--runner", "demo", "--metrics-addr", addr, "--ymir-namespace", ns + "ymir"}, "METRICS_ADDR (--metrics-addr) = "},
+		{[]string{"fakejira", "--addr", addr}, "ADDR (--addr) = "},
+	} {
+		_, errs, code := runArgs(c.args...)
+		want := "ymirflow " + c.args[0] + ": " + c.setting + addr + ": cannot listen: bind: address already in use (another process listens there"
+		if code != exitUsage || !strings.HasPrefix(errs, want) || strings.Count(errs, addr) != 1 || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("%v: exit %d, want %d and one line starting %q:\n%s", c.args, code, exitUsage, want, errs)
+		}
+	}
+}
+
+// A bad issue key reads the same in the CLI as in the console: inspect.BadKey's
+// sentence (issue 35).
+func TestBadKeysReadAsInTheConsole(t *testing.T) {
+	o := newOpsEnv(t)
+	for _, key := range []string{"RHEL 1", "../x", strings.Repeat("A", 298) + "-1"} {
+		for _, args := range [][]string{{"history", key}, {"pending", "--issue", key}, {"dlq", "list", "--issue", key}, {"locks", "--issue", key}} {
+			errs := o.code(exitUsage, args...)
+			if !strings.HasSuffix(errs, inspect.BadKey(key)+"\n") || strings.Count(errs, "\n") != 1 {
+				t.Errorf("%q: %q, want one line ending %q", args, errs, inspect.BadKey(key))
+			}
+		}
+	}
+}
+
+// A stream nobody consumes (no group: no worker of its agent ever started) says how
+// many events wait for that worker, in pending as in streams (issue 35).
+func TestStreamWithoutGroupSaysEventsWait(t *testing.T) {
+	o := newOpsEnv(t)
+	o.publish(o.stream("backport", "c9s"), "RHEL-3")
+	o.publish(o.stream("backport", "c9s"), "RHEL-4")
+	for _, cmd := range []string{"pending", "streams"} {
+		if out := o.ok(cmd); !strings.Contains(out, o.stream("backport", "c9s")) || !strings.Contains(out, "2 events wait for a worker that does not exist") {
+			t.Errorf("%s:\n%s", cmd, out)
+		}
+	}
+	var rep inspect.PendingReport
+	o.json(&rep, "pending", "--agent", "backport")
+	if len(rep.Groups) != 1 || !rep.Groups[0].NoGroup || rep.Groups[0].Waiting != 2 {
+		t.Errorf("pending --json: %+v", rep)
 	}
 }
 

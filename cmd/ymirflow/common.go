@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -66,6 +68,22 @@ func connectError(err error) error {
 }
 
 func (e *env) Close() { _ = e.rdb.Close() }
+
+// listenError names the setting (env and flag) of a listen address that could not be
+// listened on, and the address once: net's message repeats it ("listen tcp ADDR:
+// bind: address already in use").
+func listenError(env, flagName, addr string, err error) error {
+	why := err.Error()
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		why = op.Err.Error()
+	}
+	msg := fmt.Sprintf("= %s: cannot listen: %s", addr, why)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		msg += " (another process listens there: stop it, or pick another port; port 0 takes a free one)"
+	}
+	return &config.SettingError{Env: env, Flag: flagName, Msg: msg}
+}
 
 // newLocker returns the process's lease handler with the key layout every command must
 // agree on: the namespace's scope, and hash-tagged keys on Redis Cluster.

@@ -40,7 +40,7 @@ type demoConsole struct {
 func startDemoConsole(addr string, log zerolog.Logger) (*demoConsole, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, usagef("DEMO_WEB (--web) %v", err)
+		return nil, usageError{listenError("DEMO_WEB", "web", addr, err)}
 	}
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)

@@ -62,7 +62,7 @@ func runFakeJira(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("fakejira: listen on %s: %w", cfg.Addr, err)
+		return listenError("ADDR", "addr", cfg.Addr, err)
 	}
 	host := ln.Addr().String()
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {

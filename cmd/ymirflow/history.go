@@ -66,7 +66,7 @@ func showHistory(ctx context.Context, s *session, cfg *config.Inspect) error {
 	t := newTable(stdout, "TIME", "STREAM", "ID", "EVENT", "AGENT", "FENCE", "CORRELATION ID", "REPLAY OF", "ABOUT", "DETAIL")
 	for _, ev := range events {
 		t.row(ev.Time.UTC().Format("2006-01-02 15:04:05.000Z"), ev.Stream, ev.ID, ev.EventType, ev.Agent, ev.Fence,
-			ev.CorrelationID, ev.ReplayOf, ev.About, clip(ev.Detail, 100))
+			ev.CorrelationID, ev.ReplayOf, ev.About, clip(inspect.ShortDetail(ev.Detail), 100))
 	}
 	return t.flush()
 }

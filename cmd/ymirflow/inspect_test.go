@@ -342,7 +342,8 @@ func TestHistoryCommand(t *testing.T) {
 	time.Sleep(2 * time.Millisecond) // distinct milliseconds: the history is in the ids' time order
 	o.publish(o.stream("triage", ""), "RHEL-8")
 	id, _ := o.rdb.XAdd(ctx, &redis.XAddArgs{Stream: o.topo.Results(), Values: map[string]any{
-		"event_type": "stage.done", "agent": "triage", "issue_key": "RHEL-7", "fence": "4", "correlation_id": "corr-1", "outcome": "rebase"}}).Result()
+		"event_type": "stage.done", "agent": "triage", "issue_key": "RHEL-7", "fence": "4", "correlation_id": "corr-1", "outcome": "rebase",
+		"detail": `{"target_branch":"c10s","package":"glibc","reason":"CVE fix needed","merge_request_url":null}`}}).Result()
 	want = append(want, id)
 	time.Sleep(2 * time.Millisecond) // distinct milliseconds, as above
 	want = append(want, o.publish(o.stream("rebase", "c9s"), "RHEL-7"))
@@ -373,6 +374,10 @@ func TestHistoryCommand(t *testing.T) {
 		t.Errorf("result = %+v", got.Events[1])
 	}
 	out := o.ok("history", "RHEL-7")
+	// DETAIL is key=value, not raw JSON (issue 35).
+	if !strings.Contains(out, `rebase; package=glibc reason="CVE fix needed" target_branch=c10s`) || strings.Contains(out, `{"`) {
+		t.Errorf("history DETAIL is not key=value:\n%s", out)
+	}
 	if !strings.Contains(out, "EVENT") || strings.Index(out, "triage.requested") > strings.Index(out, "rebase.requested") || !strings.Contains(out, "corr-1") {
 		t.Errorf("table:\n%s", out)
 	}

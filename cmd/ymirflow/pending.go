@@ -57,6 +57,10 @@ func listPending(ctx context.Context, s *session, cfg *config.Pending) error {
 	t := newTable(stdout, "STREAM", "GROUP", "PENDING", "OLDEST", "NEWEST", "CONSUMERS")
 	entries := 0
 	for _, g := range groups {
+		if g.NoGroup {
+			t.row(g.Stream, g.Group+" (no such group)", "0", "", "", inspect.NoWorker(g.Waiting))
+			continue
+		}
 		var cs []string
 		for _, c := range g.Consumers {
 			cs = append(cs, c.Name+"="+strconv.FormatInt(c.Pending, 10))

@@ -54,7 +54,11 @@ func listStreams(ctx context.Context, s *session, cfg *config.Inspect) error {
 	for _, s := range streams {
 		head := []string{s.Stream, s.Kind, strconv.FormatInt(s.Length, 10), s.FirstID, s.LastID}
 		if len(s.Groups) == 0 {
-			t.row(append(head, "", "", "", "", "")...)
+			note := ""
+			if s.Kind == "input" && s.Length > 0 {
+				note = inspect.NoWorker(s.Length) // nobody consumes it
+			}
+			t.row(append(head, "(none)", "", "", "", note)...)
 			continue
 		}
 		for i, g := range s.Groups {

@@ -125,13 +125,15 @@ func inspector(ctx context.Context, c *config.Common, stderr io.Writer) (*env, *
 // inputErr turns errors that come from what the operator typed (an invalid issue key,
 // a malformed stream id) into usage errors (exit 2).
 func inputErr(err error) error {
-	if errors.Is(err, lease.ErrInvalidKey) {
-		return usagef("an issue key given is invalid: %s", keyForm)
+	var bad *inspect.BadKeyError
+	switch {
+	case errors.As(err, &bad):
+		return usageError{err}
+	case errors.Is(err, lease.ErrInvalidKey):
+		return usagef("an issue key given is invalid: %s", inspect.KeyForm)
 	}
 	return inputKeyErr(err, "")
 }
-
-const keyForm = "an issue key is a project key, a dash and a number, e.g. RHEL-123"
 
 // inputKeyErr is inputErr where the operator typed the issue key key: an invalid one is
 // said in a plain sentence with an example, not with the lease library's pattern.
@@ -145,17 +147,9 @@ func inputKeyErr(err error, key string) error {
 	return err
 }
 
-// badKey is the usage error for key, which is not an issue key.
-func badKey(key string) error {
-	const form = keyForm
-	switch {
-	case key == "":
-		return usagef("the issue key is empty: %s", form)
-	case utf8.RuneCountInString(key) > 64:
-		return usagef("%q… (%d characters) is not an issue key: %s", string([]rune(key)[:40]), len(key), form)
-	}
-	return usagef("%q is not an issue key: %s", key, form)
-}
+// badKey is the usage error for key, which is not an issue key: the console's words
+// (inspect.BadKey).
+func badKey(key string) error { return usageError{errors.New(inspect.BadKey(key))} }
 
 // noteFilters says on stderr, under an empty result, what was looked at: the filters in
 // force (name, value pairs; empty values are not in force) and the pipeline read. An

@@ -60,7 +60,7 @@ func console(ctx context.Context, s *session, cfg *config.Web, token string) err
 func serveConsole(ctx context.Context, addr string, srv *web.Server, log zerolog.Logger, stdout io.Writer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return usagef("WEB_ADDR (--addr) %v", err)
+		return usageError{listenError("WEB_ADDR", "addr", addr, err)}
 	}
 	mode := "read-only"
 	if srv.Writable() {

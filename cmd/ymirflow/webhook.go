@@ -106,12 +106,12 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 	}
 	if cfg.MetricsAddr != "" {
 		if _, err := (pipeline.Health{Metrics: metrics, Redis: e.rdb}).Serve(ctx, cfg.MetricsAddr); err != nil {
-			return fmt.Errorf("METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+			return listenError("METRICS_ADDR", "metrics-addr", cfg.MetricsAddr, err)
 		}
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("ADDR %s: %w", cfg.Addr, err)
+		return listenError("ADDR", "addr", cfg.Addr, err)
 	}
 	hs := httpsrv.New(rcv, webhookLimits)
 	served := make(chan error, 1)

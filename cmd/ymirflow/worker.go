@@ -171,7 +171,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	if cfg.MetricsAddr != "" {
 		addr, err := pipeline.Health{Metrics: metrics, Redis: e.rdb, Ready: router.Healthy}.Serve(ctx, cfg.MetricsAddr)
 		if err != nil {
-			return fmt.Errorf("METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+			return listenError("METRICS_ADDR", "metrics-addr", cfg.MetricsAddr, err)
 		}
 		metricsAddr = addr.String()
 	}

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"regexp"
 	"strings"
+
+	"github.com/ymirflow/ymirflow/inspect"
 )
 
 // Inspect is the settings of the inspection commands (pending, locks,
@@ -45,6 +47,6 @@ func validateRangeID(p *problems, flagName, v string) {
 
 func validateIssueFilter(p *problems, v string) {
 	if v != "" && !issueKeyish.MatchString(strings.TrimSpace(v)) {
-		p.addFlag("issue", "= %q is not an issue key: a project key, a dash and a number, e.g. RHEL-123", v)
+		p.addFlag("issue", "= %s", inspect.BadKey(v)) // the console's words
 	}
 }
