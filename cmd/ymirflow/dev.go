@@ -192,11 +192,53 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fakeJira: fakeJira, issues: cfg.Issues, webhook: webhookOn, webhookAddr: webhookAddr, interval: cfg.Interval,
 		exec: cfg.Exec, demoDuration: cfg.DemoDuration, webAddr: webAddr, token: token, logDir: logDir})
 
+	watch, err := startDevWatch(dctx, redisURL, cfg.Namespace, stdout)
+	if err != nil {
+		return g.wait(dctx, err)
+	}
 	err = g.wait(dctx, nil)
+	watch.stop(context.WithoutCancel(ctx), stdout)
 	if ctx.Err() != nil && err == nil {
 		fmt.Fprintln(stdout, "ymirflow dev: stopped; every component shut down cleanly.")
 	}
 	return err
+}
+
+// devWatching is dev's display at work (devWatch), over its own connection.
+type devWatching struct {
+	watch  *devWatch
+	rdb    interface{ Close() error }
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startDevWatch starts dev's display on stdout: live counters on a terminal, plain
+// lines elsewhere.
+func startDevWatch(ctx context.Context, redisURL, ns string, stdout io.Writer) (*devWatching, error) {
+	rdb, err := pipeline.Connect(ctx, redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("dev's display: %w", err)
+	}
+	watch, err := newDevWatch(ctx, rdb, event.Topology{Namespace: ns}, stdout, demoIsTerminal(stdout))
+	if err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("dev's display: %w", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &devWatching{watch: watch, rdb: rdb, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		watch.run(wctx)
+	}()
+	return w, nil
+}
+
+// stop ends the display once the components have stopped, and prints the summary.
+func (w *devWatching) stop(ctx context.Context, stdout io.Writer) {
+	w.cancel()
+	<-w.done
+	w.watch.summary(ctx, stdout)
+	_ = w.rdb.Close()
 }
 
 // devGroup runs dev's components; the first that ends with an error stops the others.
