@@ -172,7 +172,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// its own pending entries; a second dev on the same namespace is refused.
 		consumer := "dev-" + group
 		consumers = append(consumers, group)
-		wargs := []string{"--agent", st[0], "--consumer-name", consumer, "--metrics-addr", "", "--block-time", "1s"}
+		wargs := []string{"--agent", st[0], "--consumer-name", consumer, "--metrics-addr", "", "--block-time", "1s",
+			"--on-conflict", cfg.StageOnConflict(st[0]), "--mailbox-depth", strconv.FormatInt(cfg.MailboxDepth, 10), "--lock-scope", cfg.LockScope}
 		if st[1] != "" {
 			wargs = append(wargs, "--branch", st[1])
 		}
