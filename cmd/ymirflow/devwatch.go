@@ -180,7 +180,7 @@ func devOutcomeLine(t *progress.Tally, stage string, rec event.Record, field fun
 	case event.StageDone:
 		switch {
 		case rec.Outcome == "skipped":
-			return fmt.Sprintf("%s skipped: %s", who, clip(ds("reason"), 100))
+			return fmt.Sprintf("%s skipped: %s%s", who, clip(ds("reason"), 100), unseenText(d["followups_unseen"]))
 		case stage != "triage":
 			return fmt.Sprintf("%s done%s", who, fence)
 		case ds("stream") != "":
@@ -207,4 +207,24 @@ func devOutcomeLine(t *progress.Tally, stage string, rec event.Record, field fun
 		return fmt.Sprintf("%s: %s met no live run: handed to this run in its Task JSON%s", who, comment(), fence)
 	}
 	return ""
+}
+
+// unseenText is "; comment 10023 by ann reached no agent" for each follow-up a skipped
+// run names in followups_unseen: a maintainer's comment whose run ended before it came.
+func unseenText(v any) string {
+	list, _ := v.([]any)
+	var b strings.Builder
+	for _, x := range list {
+		f, _ := x.(map[string]any)
+		id, _ := f["followup_comment_id"].(string)
+		if id == "" {
+			id, _ = f["followup_id"].(string)
+		}
+		b.WriteString("; comment " + id)
+		if a, _ := f["followup_author"].(string); a != "" {
+			b.WriteString(" by " + a)
+		}
+		b.WriteString(" reached no agent (its run had ended)")
+	}
+	return b.String()
 }
