@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/progress"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline/event"
@@ -160,6 +161,48 @@ func TestDevRefusesABadBusyPolicy(t *testing.T) {
 		setting := strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(tc.args[0], "--"), "-", "_")) + " (" + tc.args[0] + ")"
 		if code != exitUsage || !strings.Contains(errb.String(), setting) || out.Len() > 0 {
 			t.Errorf("dev %v: exit %d, stdout %q, stderr %q; want %d naming %s", tc.args, code, out.String(), errb.String(), exitUsage, setting)
+		}
+	}
+}
+
+// The lines dev prints for each kind of record: what happened to which issue at which
+// stage, a comment's fate included (acknowledged live, rolled into a run, reached none).
+func TestDevOutcomeLines(t *testing.T) {
+	t.Parallel()
+	topo := event.Topology{Namespace: "ymir"}
+	tally := progress.NewTally(nil, topo)
+	none := func(string) string { return "" }
+	fence := func(k string) string { return map[string]string{"holder_fence": "3"}[k] }
+	for _, tc := range []struct {
+		stage string
+		rec   event.Record
+		field func(string) string
+		want  string
+	}{
+		{"triage", event.Record{EventType: event.StageDone, IssueKey: "RHEL-1001", Outcome: "rebase",
+			Detail: `{"resolution":"rebase","stream":"ymir:rebase:c10s"}`}, none, "RHEL-1001 triaged → rebase c10s"},
+		{"triage", event.Record{EventType: event.StageDone, IssueKey: "RHEL-1002", Outcome: "not-affected", Detail: `{}`}, none,
+			"RHEL-1002 triaged: not-affected"},
+		{"rebase-c9s", event.Record{EventType: event.StageDone, IssueKey: "RHEL-1004", Fence: "3", Outcome: "ymir_rebased"}, none,
+			"RHEL-1004 rebase c9s done (fence 3)"},
+		{"backport-c9s", event.Record{EventType: event.StageFailed, IssueKey: "RHEL-1005", Detail: `{"error":"build failed"}`}, none,
+			"RHEL-1005 backport c9s failed: build failed"},
+		{"triage", event.Record{EventType: event.LockDropped, IssueKey: "RHEL-1006"}, fence,
+			"RHEL-1006 triage: dropped, the issue is held (fence 3)"},
+		{"triage", event.Record{EventType: event.LockDelivered, IssueKey: "RHEL-1001"}, fence,
+			"RHEL-1001 triage: a follow-up reached the running agent's mailbox (fence 3)"},
+		{"triage", event.Record{EventType: event.FollowupDelivered, IssueKey: "RHEL-1001", Fence: "3",
+			Detail: `{"followup_comment_id":"12","followup_author":"ann"}`}, none,
+			"RHEL-1001 triage: the running agent acknowledged comment 12 by ann (fence 3)"},
+		{"triage", event.Record{EventType: event.FollowupRolled, IssueKey: "RHEL-1001", Fence: "4",
+			Detail: `{"followup_comment_id":"12","followup_author":"ann"}`}, none,
+			"RHEL-1001 triage: comment 12 by ann met no live run: handed to this run in its Task JSON (fence 4)"},
+		{"triage", event.Record{EventType: event.StageDone, IssueKey: "RHEL-1001", Outcome: "skipped",
+			Detail: `{"reason":"already handled","followups_unseen":[{"followup_id":"9-0","followup_comment_id":"12","followup_author":"ann"}]}`}, none,
+			"RHEL-1001 triage skipped: already handled; comment 12 by ann reached no agent (its run had ended)"},
+	} {
+		if got := devOutcomeLine(tally, tc.stage, tc.rec, tc.field); got != tc.want {
+			t.Errorf("%s %s:\n got %q\nwant %q", tc.stage, tc.rec.EventType, got, tc.want)
 		}
 	}
 }
