@@ -38,7 +38,22 @@ REDIS_URL's. Each component is the same code as its own command (fakejira, fetch
 webhook, worker, web), with its log in its own file under --log-dir.
 
 It prints the console's URL and token, and the commands to try from another
-terminal (ymirflow locks, pending, history, ... with the REDIS_URL it prints).
+terminal (ymirflow locks, pending, history, ... with the REDIS_URL it prints). Then
+it shows what happens, read from the results and dead-letter streams (the records
+ymirflow history shows): one line per outcome ("RHEL-1001 triaged → rebase c10s",
+"RHEL-1001 rebase c10s done (fence 1)"; at most 4 a second, the rest counted), under
+live counters per stage on a terminal, as plain lines elsewhere; at Ctrl-C, the
+totals per stage and outcome and how long it ran.
+
+A maintainer's comment made in the fake Jira during a run reaches the running agent:
+unless --on-conflict (ON_CONFLICT) says otherwise, triage runs
+comment.created=deliver,*=drop and the other stages drop; the simulated agents read
+their mailbox and acknowledge what they read. --on-conflict, --mailbox-depth,
+--lock-scope and --concurrency go to every worker, as the worker's own settings. A
+comment travels on the twin stream of its run's and waits there while the
+subscriptions that read it are busy: dev's workers handle 8 events at once per
+stream, so that a backlog of sample issues rarely holds a comment until its run ends.
+
 The embedded Redis holds everything in memory: it is gone after Ctrl-C; with more
 than one worker per group, use a real Redis (miniredis's XCLAIM ignores min-idle).
 `
@@ -173,7 +188,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		consumer := "dev-" + group
 		consumers = append(consumers, group)
 		wargs := []string{"--agent", st[0], "--consumer-name", consumer, "--metrics-addr", "", "--block-time", "1s",
-			"--on-conflict", cfg.StageOnConflict(st[0]), "--mailbox-depth", strconv.FormatInt(cfg.MailboxDepth, 10), "--lock-scope", cfg.LockScope}
+			"--on-conflict", cfg.StageOnConflict(st[0]), "--mailbox-depth", strconv.FormatInt(cfg.MailboxDepth, 10), "--lock-scope", cfg.LockScope,
+			"--concurrency", strconv.Itoa(cfg.Concurrency)}
 		if st[1] != "" {
 			wargs = append(wargs, "--branch", st[1])
 		}

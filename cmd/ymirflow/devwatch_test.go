@@ -28,9 +28,12 @@ func TestDevShowsOutcomesAndDeliversAComment(t *testing.T) {
 	bin := buildBinary(t)
 	port := func() string { return "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) }
 	redisAddr, jiraAddr := port(), port()
-	// Runs of 3 to 9 s: a comment made once the run holds its lease meets it live.
+	// Runs of 3 to 9 s: a comment made once the run holds its lease meets it live. One
+	// issue: nothing else on the comment's stream holds it back (a subscription busy
+	// with another issue's long run may have read the comment ahead, and hold it until
+	// that run ends).
 	dev := startProc(t, bin, []string{"LOG_LEVEL=info"}, "dev", "--embedded-redis-addr", redisAddr, "--web-addr", port(),
-		"--fakejira-addr", jiraAddr, "--webhook-addr", port(), "--demo-duration", "6s", "--issues", "3", "--log-dir", t.TempDir())
+		"--fakejira-addr", jiraAddr, "--webhook-addr", port(), "--demo-duration", "6s", "--issues", "1", "--log-dir", t.TempDir())
 	dev.waitLine(false, 30*time.Second, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "console ") })
 
 	other := []string{"REDIS_URL=redis://" + redisAddr + "/0", "YMIR_NAMESPACE=ymir"}
@@ -154,6 +157,7 @@ func TestDevRefusesABadBusyPolicy(t *testing.T) {
 	for _, tc := range []struct{ args []string }{
 		{[]string{"--on-conflict", "bogus"}},
 		{[]string{"--mailbox-depth", "0"}},
+		{[]string{"--concurrency", "0"}},
 		{[]string{"--lock-scope", "issue"}}, // triage's default delivers comments: a shared key cannot
 	} {
 		var out, errb bytes.Buffer

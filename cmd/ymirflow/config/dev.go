@@ -16,6 +16,11 @@ const (
 	// set: a maintainer's comment made during a run reaches the running agent (as in
 	// the demo); any other busy event is dropped.
 	DefaultDevTriageOnConflict = "comment.created=deliver,*=drop"
+	// DefaultDevConcurrency is dev's workers' CONCURRENCY: a maintainer's comment is a
+	// follow-up on the twin stream of its run's, read by a subscription of that stream;
+	// with one per stream it waited behind the sample issues' runs until its own run
+	// had ended, and skipped.
+	DefaultDevConcurrency = 8
 )
 
 // Dev is the settings of `ymirflow dev`: a whole local pipeline until Ctrl-C.
@@ -40,6 +45,7 @@ type Dev struct {
 	OnConflict   string // --on-conflict, ON_CONFLICT (empty: StageOnConflict's defaults)
 	MailboxDepth int64  // --mailbox-depth, MAILBOX_DEPTH
 	LockScope    string // --lock-scope, LOCK_SCOPE
+	Concurrency  int    // --concurrency, CONCURRENCY: events each worker handles at once per input stream
 }
 
 // StageOnConflict is the ON_CONFLICT of dev's worker for agent: the one given, else
@@ -75,11 +81,12 @@ func (d *Dev) Register(fs *flag.FlagSet) {
 	fs.StringVar(&d.OnConflict, "on-conflict", "", "every worker's ON_CONFLICT: what happens to an event whose issue a run holds, per event type (see ymirflow worker --help); "+
 		"unset: "+DefaultDevTriageOnConflict+" on triage (a maintainer's comment reaches the running agent), "+DefaultOnConflict+" on the other stages")
 	fs.Int64Var(&d.MailboxDepth, "mailbox-depth", DefaultMailboxDepth, "every worker's MAILBOX_DEPTH: most follow-ups waiting in one lease's mailbox (deliver)")
+	fs.IntVar(&d.Concurrency, "concurrency", DefaultDevConcurrency, "every worker's CONCURRENCY: events handled at once per input stream (a comment waits for a free one to reach its run)")
 	fs.StringVar(&d.LockScope, "lock-scope", DefaultLockScope, "every worker's LOCK_SCOPE: what a run's lease guards: agent, issue, group:<paths> (see ymirflow worker --help)")
 }
 
 // busyFlags are the worker's settings that dev passes on: their problems are dev's.
-var busyFlags = map[string]bool{"on-conflict": true, "mailbox-depth": true, "lock-scope": true}
+var busyFlags = map[string]bool{"on-conflict": true, "mailbox-depth": true, "lock-scope": true, "concurrency": true}
 
 // validateBusy checks the busy-policy settings with the worker's own checks, for the
 // triage and the downstream workers (their ON_CONFLICT may differ), each problem once.
@@ -89,7 +96,7 @@ func (d *Dev) validateBusy(p *problems) {
 		w := Worker{Agent: agent, Branch: "c9s", Runner: "demo", ConsumerName: "dev", OnConflict: d.StageOnConflict(agent),
 			MailboxDepth: d.MailboxDepth, LockScope: d.LockScope, LockTTL: DefaultLockTTL, LockMaxHold: DefaultLockMaxHold,
 			BlockTime: DefaultBlockTime, MaxIdleTime: DefaultMaxIdleTime, ClaimInterval: DefaultClaimInterval,
-			MaxRetries: DefaultMaxRetries, Concurrency: 1, ReadBatch: DefaultReadBatch, KillGrace: DefaultKillGrace}
+			MaxRetries: DefaultMaxRetries, Concurrency: d.Concurrency, ReadBatch: DefaultReadBatch, KillGrace: DefaultKillGrace}
 		if agent == "triage" {
 			w.Branch = ""
 		}
