@@ -17,7 +17,8 @@ type Display struct {
 	live  bool
 	every time.Duration
 
-	drawn     int // lines of the live block on screen
+	drawn     int    // lines of the live block on screen
+	lastBlock string // the live block on screen, joined
 	lastPlain time.Time
 	lastText  string
 }
@@ -85,6 +86,11 @@ func (d *Display) Status(block []string, prefix, plain string, force bool) {
 		fmt.Fprintln(d.w, prefix+plain)
 		return
 	}
+	joined := strings.Join(block, "\n")
+	if d.drawn > 0 && joined == d.lastBlock {
+		return // unchanged: no redraw
+	}
+	d.lastBlock = joined
 	var out strings.Builder
 	if d.drawn > 0 {
 		fmt.Fprintf(&out, "\x1b[%dA", d.drawn) // back to the top of the block
