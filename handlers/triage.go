@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ymirflow/ymirflow/internal/labels"
+	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
@@ -164,11 +165,47 @@ func (h *handler) skipClosed(ctx context.Context, ev *job, issueLabels []string,
 }
 
 func (h *handler) skip(ctx context.Context, ev *job, reason string) error {
-	if err := h.record(ctx, ev, event.StageDone, "skipped", map[string]any{"reason": reason}); err != nil {
+	detail := map[string]any{"reason": reason}
+	if unseen := h.unseenFollowups(ctx, ev); len(unseen) > 0 {
+		// A maintainer's comment that started this run, or waits in its mailbox, reaches
+		// no agent when the run skips: the record says so.
+		detail["followups_unseen"] = unseen
+	}
+	if err := h.record(ctx, ev, event.StageDone, "skipped", detail); err != nil {
 		return err
 	}
 	ev.log.Info().Str("reason", reason).Msg("skipped")
 	return h.end(ev, nil)
+}
+
+// unseenFollowups lists the follow-ups a skipped run leaves unseen, as the followup
+// records name them: its own comment (a comment.created that met no live run) and,
+// under the deliver policy, those in its lease's mailbox (earlier runs left them).
+func (h *handler) unseenFollowups(ctx context.Context, ev *job) []map[string]string {
+	var fs []runners.Followup
+	if le, ok := lockmw.LeaseFrom(ctx); ok && h.cfg.Mailbox {
+		got, err := le.Mailbox(ctx, "", h.cfg.MailboxDepth)
+		if err != nil {
+			ev.log.Warn().Err(err).Msg("could not read the mailbox of a skipped run (its follow-ups go unrecorded)")
+		}
+		fs = toRunner(got)
+	}
+	if own, ok := ownComment(ev.msg); ok && !slices.ContainsFunc(fs, func(f runners.Followup) bool {
+		return f.Fields["comment_id"] == own.Fields["comment_id"]
+	}) {
+		fs = append(fs, own)
+	}
+	out := make([]map[string]string, 0, len(fs))
+	for _, f := range fs {
+		d := map[string]string{"followup_id": f.ID}
+		for _, k := range []string{"event_type", "author", "comment_id"} {
+			if v := f.Fields[k]; v != "" {
+				d["followup_"+k] = v
+			}
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 func (h *handler) triageFailed(ctx context.Context, ev *job, cause error) error {

@@ -38,7 +38,22 @@ REDIS_URL's. Each component is the same code as its own command (fakejira, fetch
 webhook, worker, web), with its log in its own file under --log-dir.
 
 It prints the console's URL and token, and the commands to try from another
-terminal (ymirflow locks, pending, history, ... with the REDIS_URL it prints).
+terminal (ymirflow locks, pending, history, ... with the REDIS_URL it prints). Then
+it shows what happens, read from the results and dead-letter streams (the records
+ymirflow history shows): one line per outcome ("RHEL-1001 triaged → rebase c10s",
+"RHEL-1001 rebase c10s done (fence 1)"; at most 4 a second, the rest counted), under
+live counters per stage on a terminal, as plain lines elsewhere; at Ctrl-C, the
+totals per stage and outcome and how long it ran.
+
+A maintainer's comment made in the fake Jira during a run reaches the running agent:
+unless --on-conflict (ON_CONFLICT) says otherwise, triage runs
+comment.created=deliver,*=drop and the other stages drop; the simulated agents read
+their mailbox and acknowledge what they read. --on-conflict, --mailbox-depth,
+--lock-scope and --concurrency go to every worker, as the worker's own settings. A
+comment travels on the twin stream of its run's and waits there while the
+subscriptions that read it are busy: dev's workers handle 8 events at once per
+stream, so that a backlog of sample issues rarely holds a comment until its run ends.
+
 The embedded Redis holds everything in memory: it is gone after Ctrl-C; with more
 than one worker per group, use a real Redis (miniredis's XCLAIM ignores min-idle).
 `
@@ -172,7 +187,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// its own pending entries; a second dev on the same namespace is refused.
 		consumer := "dev-" + group
 		consumers = append(consumers, group)
-		wargs := []string{"--agent", st[0], "--consumer-name", consumer, "--metrics-addr", "", "--block-time", "1s"}
+		wargs := []string{"--agent", st[0], "--consumer-name", consumer, "--metrics-addr", "", "--block-time", "1s",
+			"--on-conflict", cfg.StageOnConflict(st[0]), "--mailbox-depth", strconv.FormatInt(cfg.MailboxDepth, 10), "--lock-scope", cfg.LockScope,
+			"--concurrency", strconv.Itoa(cfg.Concurrency)}
 		if st[1] != "" {
 			wargs = append(wargs, "--branch", st[1])
 		}
@@ -192,11 +209,53 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fakeJira: fakeJira, issues: cfg.Issues, webhook: webhookOn, webhookAddr: webhookAddr, interval: cfg.Interval,
 		exec: cfg.Exec, demoDuration: cfg.DemoDuration, webAddr: webAddr, token: token, logDir: logDir})
 
+	watch, err := startDevWatch(dctx, redisURL, cfg.Namespace, stdout)
+	if err != nil {
+		return g.wait(dctx, err)
+	}
 	err = g.wait(dctx, nil)
+	watch.stop(context.WithoutCancel(ctx), stdout)
 	if ctx.Err() != nil && err == nil {
 		fmt.Fprintln(stdout, "ymirflow dev: stopped; every component shut down cleanly.")
 	}
 	return err
+}
+
+// devWatching is dev's display at work (devWatch), over its own connection.
+type devWatching struct {
+	watch  *devWatch
+	rdb    interface{ Close() error }
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startDevWatch starts dev's display on stdout: live counters on a terminal, plain
+// lines elsewhere.
+func startDevWatch(ctx context.Context, redisURL, ns string, stdout io.Writer) (*devWatching, error) {
+	rdb, err := pipeline.Connect(ctx, redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("dev's display: %w", err)
+	}
+	watch, err := newDevWatch(ctx, rdb, event.Topology{Namespace: ns}, stdout, demoIsTerminal(stdout))
+	if err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("dev's display: %w", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &devWatching{watch: watch, rdb: rdb, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		watch.run(wctx)
+	}()
+	return w, nil
+}
+
+// stop ends the display once the components have stopped, and prints the summary.
+func (w *devWatching) stop(ctx context.Context, stdout io.Writer) {
+	w.cancel()
+	<-w.done
+	w.watch.summary(ctx, stdout)
+	_ = w.rdb.Close()
 }
 
 // devGroup runs dev's components; the first that ends with an error stops the others.

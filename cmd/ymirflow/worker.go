@@ -140,7 +140,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	var runner runners.Runner
 	switch cfg.Runner {
 	case "demo":
-		runner = demorunner.Runner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed}
+		runner = demorunner.Runner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed, Followups: true}
 	default:
 		runner = runners.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Env: agentEnv.Env, Redactor: red, Logger: log}
 		if len(agentEnv.Credentials) > 0 {

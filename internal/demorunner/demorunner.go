@@ -49,6 +49,11 @@ type Runner struct {
 	// Branches a triage picks its target branch from; an empty string means "no target
 	// branch" (nothing is dispatched). Nil: DefaultBranches.
 	Branches []string
+	// Followups makes a run read its mailbox while it works (RunRequest.Mailbox, the
+	// deliver policy) and acknowledge every follow-up it reads, as an agent that acts on
+	// a maintainer's comment does: the handler records each followup.delivered. Without
+	// it follow-ups are never read (they start the issue's next run).
+	Followups bool
 }
 
 // Outcome returns the outcome, target branch and duration of a run, without running it.
@@ -79,18 +84,50 @@ func (d Runner) Outcome(agent, issueKey string, attempt int) (outcome, branch st
 // Run implements Runner.
 func (d Runner) Run(ctx context.Context, req runners.RunRequest) (runners.Result, error) {
 	outcome, branch, took := d.Outcome(req.Agent, req.IssueKey, req.Attempt)
-	if took > 0 {
+	var acked []string
+	if d.Followups && req.Mailbox != nil {
+		acked = readFollowups(ctx, req.Mailbox, time.Now().Add(took))
+	} else if took > 0 {
 		t := time.NewTimer(took)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return runners.Result{}, fmt.Errorf("demo runner: cancelled: %w", context.Cause(ctx))
 		}
 	}
 	if ctx.Err() != nil {
 		return runners.Result{}, fmt.Errorf("demo runner: cancelled: %w", context.Cause(ctx))
 	}
+	res, err := d.result(req, outcome, branch)
+	if err == nil && len(acked) > 0 {
+		res.Delivered, res.FollowupsAcked = acked, acked
+	}
+	return res, err
+}
+
+// readFollowups reads the mailbox until end (each read waits well under a second for
+// a follow-up) and returns the ids of the follow-ups read.
+func readFollowups(ctx context.Context, mb runners.Mailbox, end time.Time) []string {
+	var ids []string
+	for ctx.Err() == nil && time.Now().Before(end) {
+		start := time.Now()
+		fs, err := mb.Next(ctx)
+		for _, f := range fs {
+			ids = append(ids, f.ID)
+		}
+		if err != nil || time.Since(start) < 10*time.Millisecond {
+			// An error, or a Redis that does not block: a short pause, not a hot loop.
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(20*time.Millisecond, time.Until(end))):
+			}
+		}
+	}
+	return ids
+}
+
+// result is the outcome of a run as its agent would report it.
+func (d Runner) result(req runners.RunRequest, outcome, branch string) (runners.Result, error) {
 	n := d.hash("package", req.Agent, req.IssueKey, 0) % 1000
 	pkg := fmt.Sprintf("demo-pkg-%03d", n)
 	if req.Agent != "triage" {

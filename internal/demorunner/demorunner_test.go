@@ -95,3 +95,41 @@ func TestDemoRunnerMixDurationAndCancel(t *testing.T) {
 		t.Fatal("did not honour ctx")
 	}
 }
+
+// oneFollowup is a mailbox that has one follow-up for the first read, then none.
+type oneFollowup struct{ reads int }
+
+func (m *oneFollowup) Next(ctx context.Context) ([]runners.Followup, error) {
+	m.reads++
+	if m.reads == 1 {
+		return []runners.Followup{{ID: "1-0", Fields: map[string]string{"body": "also the tests"}}}, nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(5 * time.Millisecond):
+		return nil, nil
+	}
+}
+
+// With Followups, a run reads its mailbox while it works and acknowledges what it read
+// (the handler records followup.delivered); without, it never reads it.
+func TestDemoRunnerAcknowledgesFollowups(t *testing.T) {
+	t.Parallel()
+	req := runners.RunRequest{Agent: "rebase", IssueKey: "RHEL-7", Attempt: 1}
+	for _, on := range []bool{true, false} {
+		mb := &oneFollowup{}
+		req.Mailbox = mb
+		res, err := demorunner.Runner{Seed: 1, Duration: 40 * time.Millisecond, Mix: map[string]int{demorunner.Success: 1}, Followups: on}.Run(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if on {
+			want = 1
+		}
+		if len(res.FollowupsAcked) != want || len(res.Delivered) != want || (on && res.FollowupsAcked[0] != "1-0") || (!on && mb.reads != 0) {
+			t.Fatalf("Followups %v: acked %v, delivered %v, %d reads", on, res.FollowupsAcked, res.Delivered, mb.reads)
+		}
+	}
+}

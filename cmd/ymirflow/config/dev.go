@@ -12,6 +12,15 @@ const (
 	DefaultDevInterval     = 30 * time.Second
 	DefaultDevIssues       = 20
 	DefaultDevDemoDuration = 2 * time.Second
+	// DefaultDevTriageOnConflict is dev's triage workers' ON_CONFLICT when it is not
+	// set: a maintainer's comment made during a run reaches the running agent (as in
+	// the demo); any other busy event is dropped.
+	DefaultDevTriageOnConflict = "comment.created=deliver,*=drop"
+	// DefaultDevConcurrency is dev's workers' CONCURRENCY: a maintainer's comment is a
+	// follow-up on the twin stream of its run's, read by a subscription of that stream;
+	// with one per stream it waited behind the sample issues' runs until its own run
+	// had ended, and skipped.
+	DefaultDevConcurrency = 8
 )
 
 // Dev is the settings of `ymirflow dev`: a whole local pipeline until Ctrl-C.
@@ -32,6 +41,23 @@ type Dev struct {
 	Seed         int64         // --seed, SEED: seed of the sample issues and simulated outcomes
 	DemoDuration time.Duration // --demo-duration, DEMO_DURATION: typical simulated run (demo runner)
 	LogDir       string        // --log-dir, LOG_DIR: where each component's log goes (empty: a new temp dir)
+	// The busy-policy settings, passed to every worker dev starts, as the worker's.
+	OnConflict   string // --on-conflict, ON_CONFLICT (empty: StageOnConflict's defaults)
+	MailboxDepth int64  // --mailbox-depth, MAILBOX_DEPTH
+	LockScope    string // --lock-scope, LOCK_SCOPE
+	Concurrency  int    // --concurrency, CONCURRENCY: events each worker handles at once per input stream
+}
+
+// StageOnConflict is the ON_CONFLICT of dev's worker for agent: the one given, else
+// DefaultDevTriageOnConflict on triage and the worker's default elsewhere.
+func (d *Dev) StageOnConflict(agent string) string {
+	switch {
+	case d.OnConflict != "":
+		return d.OnConflict
+	case agent == "triage":
+		return DefaultDevTriageOnConflict
+	}
+	return DefaultOnConflict
 }
 
 // Register defines dev's flags on fs.
@@ -52,6 +78,35 @@ func (d *Dev) Register(fs *flag.FlagSet) {
 	fs.Int64Var(&d.Seed, "seed", 1, "seed of the sample issues and of the simulated agents' outcomes")
 	fs.DurationVar(&d.DemoDuration, "demo-duration", DefaultDevDemoDuration, "typical length of a simulated agent run (without --exec; each takes 0.5 to 1.5 times it)"+rangeHelp("demo-duration"))
 	fs.StringVar(&d.LogDir, "log-dir", "", "directory that receives one log file per component (empty: a new one in the temp dir)")
+	fs.StringVar(&d.OnConflict, "on-conflict", "", "every worker's ON_CONFLICT: what happens to an event whose issue a run holds, per event type (see ymirflow worker --help); "+
+		"unset: "+DefaultDevTriageOnConflict+" on triage (a maintainer's comment reaches the running agent), "+DefaultOnConflict+" on the other stages")
+	fs.Int64Var(&d.MailboxDepth, "mailbox-depth", DefaultMailboxDepth, "every worker's MAILBOX_DEPTH: most follow-ups waiting in one lease's mailbox (deliver)")
+	fs.IntVar(&d.Concurrency, "concurrency", DefaultDevConcurrency, "every worker's CONCURRENCY: events handled at once per input stream (a comment waits for a free one to reach its run)")
+	fs.StringVar(&d.LockScope, "lock-scope", DefaultLockScope, "every worker's LOCK_SCOPE: what a run's lease guards: agent, issue, group:<paths> (see ymirflow worker --help)")
+}
+
+// busyFlags are the worker's settings that dev passes on: their problems are dev's.
+var busyFlags = map[string]bool{"on-conflict": true, "mailbox-depth": true, "lock-scope": true, "concurrency": true}
+
+// validateBusy checks the busy-policy settings with the worker's own checks, for the
+// triage and the downstream workers (their ON_CONFLICT may differ), each problem once.
+func (d *Dev) validateBusy(p *problems) {
+	seen := map[string]bool{}
+	for _, agent := range []string{"triage", "rebase"} {
+		w := Worker{Agent: agent, Branch: "c9s", Runner: "demo", ConsumerName: "dev", OnConflict: d.StageOnConflict(agent),
+			MailboxDepth: d.MailboxDepth, LockScope: d.LockScope, LockTTL: DefaultLockTTL, LockMaxHold: DefaultLockMaxHold,
+			BlockTime: DefaultBlockTime, MaxIdleTime: DefaultMaxIdleTime, ClaimInterval: DefaultClaimInterval,
+			MaxRetries: DefaultMaxRetries, Concurrency: d.Concurrency, ReadBatch: DefaultReadBatch, KillGrace: DefaultKillGrace}
+		if agent == "triage" {
+			w.Branch = ""
+		}
+		for _, se := range SettingErrors(w.Validate()) {
+			if busyFlags[se.Flag] && !seen[se.Error()] {
+				seen[se.Error()] = true
+				*p = append(*p, se)
+			}
+		}
+	}
 }
 
 // Validate checks dev's settings.
@@ -71,6 +126,7 @@ func (d *Dev) Validate() error {
 	if d.Issues < 0 {
 		p.add("issues", "= %d must not be negative", d.Issues)
 	}
+	d.validateBusy(&p)
 	w := Worker{RunnerEnv: d.RunnerEnv}
 	if _, err := w.RunnerEnvPatterns(); err != nil {
 		p.add("runner-env", "= %q: %v", d.RunnerEnv, err)

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/progress"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/demorunner"
@@ -145,7 +146,7 @@ type run struct {
 	jc        *jira.Client
 	fetch     *fetcher.Fetcher
 	hc        *handlerCounts
-	tally     *tally
+	tally     *progress.Tally
 	disp      *display
 	sum       *Summary
 
@@ -236,7 +237,7 @@ func (r *run) main(ctx context.Context) error {
 	if err := r.startWebhook(ctx); err != nil {
 		return err
 	}
-	r.tally = newTally(r.rdb, r.topo)
+	r.tally = progress.NewTally(r.rdb, r.topo)
 	where := "embedded Redis (miniredis) at " + strings.TrimPrefix(r.redisURL, "redis://")
 	if r.embedded == nil {
 		where = "Redis " + redact.URL(r.redisURL) + ", namespace " + r.topo.Namespace
@@ -487,31 +488,31 @@ func (r *run) startWorkers(ctx context.Context) error {
 		defer r.workers.Done()
 		_ = r.hook.Run(wctx)
 	}()
-	for _, st := range stagesOf(r.topo) {
+	for _, st := range progress.Stages(r.topo) {
 		for i := 1; i <= WorkersPerStage; i++ {
-			consumer := fmt.Sprintf("%s-%d", st.name, i)
+			consumer := fmt.Sprintf("%s-%d", st.Name, i)
 			log := r.log.With().Str("worker", consumer).Logger()
 			locker, err := lease.New(r.rdb, lease.Options{TTL: lockTTL, Owner: consumer, Scope: r.topo.LockScope(), Logger: log})
 			if err != nil {
 				return err
 			}
-			h, err := handlers.New(handlers.Config{Agent: st.agent, Branch: st.branch, Runner: runner, Jira: r.jc,
+			h, err := handlers.New(handlers.Config{Agent: st.Agent, Branch: st.Branch, Runner: runner, Jira: r.jc,
 				Publisher: event.NewPublisher(r.rdb, event.DefaultMaxLen),
 				Results:   event.NewResults(r.rdb, r.topo.Results(), event.DefaultMaxLen),
-				Topology:  r.topo, MaxRetries: r.o.MaxRetries, Logger: log, Mailbox: st.agent == "triage"})
+				Topology:  r.topo, MaxRetries: r.o.MaxRetries, Logger: log, Mailbox: st.Agent == "triage"})
 			if err != nil {
 				return err
 			}
 			policies := lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop}}
-			if st.agent == "triage" {
+			if st.Agent == "triage" {
 				policies = triagePolicies
 			}
 			router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: r.rdb, ClientOptions: r.opts, Topology: r.topo,
-				Agent: st.agent, Branch: st.branch, Consumer: consumer, Concurrency: 1,
+				Agent: st.Agent, Branch: st.Branch, Consumer: consumer, Concurrency: 1,
 				BlockTime: 300 * time.Millisecond, MaxIdleTime: maxIdle, ClaimInterval: time.Second,
 				NackResendSleep: 100 * time.Millisecond, MaxRetries: r.o.MaxRetries, RetryInitial: retryInitial,
 				CloseTimeout: 10 * time.Second, MaxLen: event.DefaultMaxLen, Policies: policies, Locker: locker,
-				Logger: log, Handler: r.hc.wrap(st.name, h)})
+				Logger: log, Handler: r.hc.wrap(st.Name, h)})
 			if err != nil {
 				return err
 			}
@@ -544,12 +545,15 @@ func (r *run) wait(ctx context.Context) error {
 	deadline := time.NewTimer(r.o.Timeout)
 	defer deadline.Stop()
 	for {
-		snap, err := r.tally.take(ctx, r.hc)
+		snap, err := r.tally.Take(ctx, r.hc.fill)
 		if err != nil {
 			return err
 		}
-		r.disp.update(time.Since(r.start), snap)
-		if snap.drained() && snap.total.Published > 0 {
+		done := snap.Drained() && snap.Total.Published > 0
+		// The last snapshot is shown whatever the time since the one before: the last
+		// progress line agrees with the summary.
+		r.disp.update(time.Since(r.start), snap, done)
+		if done {
 			return nil
 		}
 		select {
@@ -557,7 +561,7 @@ func (r *run) wait(ctx context.Context) error {
 			return ctx.Err()
 		case <-deadline.C:
 			return fmt.Errorf("the pipeline did not drain within %s: %d of %d events have an outcome, %d pending",
-				r.o.Timeout, snap.total.Outcomes, snap.total.Published, snap.total.Pending)
+				r.o.Timeout, snap.Total.Outcomes, snap.Total.Published, snap.Total.Pending)
 		case <-tick.C:
 		}
 	}
@@ -706,19 +710,19 @@ func (r *run) close() {
 func (r *run) collect(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	snap, err := r.tally.take(cctx, r.hc)
+	snap, err := r.tally.Take(cctx, r.hc.fill)
 	if err != nil {
 		r.sum.Error = err.Error()
 		return
 	}
-	r.sum.Stages = snap.stages
+	r.sum.Stages = snap.Stages
 	for i := range r.sum.Stages {
 		r.sum.Stages[i].Running = 0
 	}
-	r.sum.Total = snap.total
+	r.sum.Total = snap.Total
 	r.sum.Total.Running = 0
-	r.sum.DropReasons = r.tally.dropReasons
-	r.sum.Repeats = r.tally.repeats
+	r.sum.DropReasons = r.tally.DropReasons
+	r.sum.Repeats = r.tally.Repeats
 	r.sum.OwnComments = int(r.hookMetrics.Count(http.StatusAccepted, "own_account"))
 	r.sum.Followups = nil
 	for _, sc := range r.scenarios {
@@ -726,9 +730,9 @@ func (r *run) collect(ctx context.Context) {
 			continue
 		}
 		f := FollowupResult{Key: sc.Key, Stage: "triage"}
-		for _, got := range r.tally.followups {
+		for _, got := range r.tally.Followups {
 			if got.Key == sc.Key {
-				f = got
+				f = FollowupResult{Key: got.Key, Stage: got.Stage, Fate: got.Fate, CommentID: got.CommentID, Author: got.Author}
 			}
 		}
 		r.heardMu.Lock()
@@ -736,7 +740,7 @@ func (r *run) collect(ctx context.Context) {
 		r.heardMu.Unlock()
 		r.sum.Followups = append(r.sum.Followups, f)
 	}
-	for _, st := range snap.stages {
+	for _, st := range snap.Stages {
 		if st.Outcomes < st.Published {
 			r.sum.Unaccounted += st.Published - st.Outcomes
 		}

@@ -1,0 +1,52 @@
+package handlers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ymirflow/ymirflow/handlers"
+	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/labels"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/pipeline/event"
+)
+
+// Issue 35 item 4: a maintainer's comment that met no live run, on an issue its run
+// triaged meanwhile, runs as a triage request that skips ("already handled"): no agent
+// sees the comment, and the skip's record says so (followups_unseen names it), instead
+// of nothing recording that the running agent never saw it.
+func TestSkippedCommentRunRecordsTheCommentUnseen(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fakejira.Issue{Key: "RHEL-32", Summary: "s", Labels: []string{labels.TriagedRebase}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &fixed{res: triageResult("not-affected", "")}
+	h := e.handler("triage", "", r, func(c *handlers.Config) { c.Mailbox = true })
+	cfg := e.Config("triage", "", "w1", e.locker(), h)
+	cfg.Policy, cfg.Logger = lockmw.Deliver, e.log
+	e.Start(ctx, cfg)
+
+	msg := triageMsg(t, "RHEL-32", false, "")
+	msg.Metadata.Set(event.MetaEventType, event.CommentCreated)
+	msg.Metadata.Set(event.MetaCommentID, "10078")
+	msg.Metadata.Set(event.MetaCommentAuthor, "ann")
+	msg.Metadata.Set(event.MetaCommentBody, "also update the tests")
+	id, err := e.pub.PublishID(ctx, e.topo.Stream("triage", "", true), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 20*time.Second, func() bool { return len(e.records(event.StageDone)) == 1 }, "the comment's run ends")
+	rec := e.records(event.StageDone)[0]
+	if rec["outcome"] != "skipped" || r.n() != 0 {
+		t.Fatalf("record %v after %d runs, want a skip without a run", rec, r.n())
+	}
+	unseen, _ := detail(t, rec)["followups_unseen"].([]any)
+	if len(unseen) != 1 {
+		t.Fatalf("skip detail %v: want the comment in followups_unseen", rec["detail"])
+	}
+	if f, _ := unseen[0].(map[string]any); f["followup_comment_id"] != "10078" || f["followup_author"] != "ann" || f["followup_id"] != id {
+		t.Fatalf("followups_unseen %v, want comment 10078 by ann, entry %s", unseen, id)
+	}
+}
