@@ -74,7 +74,9 @@ func (h *handler) openMailbox(ctx context.Context, ev *job, req *runners.RunRequ
 		return nil, h.redisErr(ctx, ev, "read the mailbox", err)
 	}
 	mr := &mailboxRun{le: le, earlier: toRunner(fs)}
-	if own, ok := ownComment(ev.msg); ok && !slices.ContainsFunc(mr.earlier, func(f runners.Followup) bool {
+	// A republished copy (lockmw.MetaMailboxWake) stands for the mailbox: its comment is
+	// there, or a run took it from there already.
+	if own, ok := ownComment(ev.msg); ok && !lockmw.IsMailboxWake(ev.msg) && !slices.ContainsFunc(mr.earlier, func(f runners.Followup) bool {
 		return f.Fields["comment_id"] == own.Fields["comment_id"]
 	}) {
 		// A maintainer's comment that met no live run (its run ended before a worker

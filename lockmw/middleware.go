@@ -558,18 +558,17 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 		// does (the key's own state decides).
 		ao.Supersede = true
 	}
-	if pol := m.rule(msg).Policy; hasEntry && (pol == Coalesce || pol == Deliver) {
+	if pol := m.rule(msg).Policy; hasEntry && pol == Deliver {
+		var err error
+		if ao.Deliver, err = m.deliverOptions(msg, entry); err != nil {
+			return nil, err
+		}
+	} else if hasEntry && pol == Coalesce {
 		fields, err := m.cfg.Source.Encode(msg)
 		if err != nil {
 			return nil, err
 		}
-		if pol == Deliver {
-			ao.Deliver = &lease.DeliverOptions{Followup: FollowupOf(msg, entry), MaxDepth: m.cfg.MailboxDepth,
-				Event: lease.QueuedEvent{Stream: entry.Stream, Fields: fields},
-				Ack:   &lease.Entry{Stream: entry.Stream, Group: entry.Group, ID: entry.ID}}
-		} else {
-			ao.Queue = &lease.QueuedEvent{Stream: entry.Stream, Fields: fields}
-		}
+		ao.Queue = &lease.QueuedEvent{Stream: entry.Stream, Fields: fields}
 	}
 	return m.cfg.Locker.Acquire(ctx, m.cfg.Agent, raw, ao)
 }

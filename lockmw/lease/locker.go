@@ -262,7 +262,12 @@ type AcquireOptions struct {
 
 // DeliverOptions are the deliver policy's part of an acquire.
 type DeliverOptions struct {
-	// Followup is the mailbox entry's fields (what the run is told). Required.
+	// Followup is the mailbox entry's fields (what the run is told). None for a
+	// wake-up: an event that stands for the mailbox's follow-ups (a release republished
+	// it for them). It is never appended: a busy lease keeps it as its queued event
+	// (the LockedError says Queued), and a free lease with an empty mailbox (a run
+	// accounted for them all since) is not taken (a LockedError naming the last
+	// released message, neither Queued nor Delivered: dropped). Default: none.
 	Followup map[string]any
 	// Event is the event itself, queued to start the issue's next run if the holder
 	// does not account for every follow-up. Required.
@@ -549,6 +554,11 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		if a.ao.MessageID != "" && holder.MessageID == a.ao.MessageID && holder.Scope == ScopeAgent {
 			// The holder's own entry: the scripts neither queue, deliver nor ack it.
 			return nil, &LockedError{Holder: holder, Issue: issue}
+		}
+		if a.ao.Deliver != nil && a.ao.Deliver.Followup == nil {
+			// A wake-up: kept as the queued event (dup 1), or nothing left to wake for.
+			acked := a.ao.Deliver.Ack != nil && l.opts.Format != KeysCluster
+			return nil, &LockedError{Holder: holder, Issue: issue, Queued: len(res) >= 9 && atoi(res[8]) == 1, Acked: acked}
 		}
 		if a.ao.Deliver != nil {
 			le := &LockedError{Holder: holder, Issue: issue, Delivered: true, Acked: a.ao.Deliver.Ack != nil && l.opts.Format != KeysCluster}

@@ -12,6 +12,8 @@
 -- The holder's own entry (claimed from its dead worker while the lease lives) is only
 -- reported busy: neither appended, queued nor acked.
 --
+-- A wake-up (n = 0: no follow-up fields) is never appended: see below.
+--
 -- Safe to repeat: a lock that already holds the token is the lease an earlier try made;
 -- an event whose message id is in the seen set (mailbox .. ':seen') was appended by an
 -- earlier try whose reply was lost: it is not appended again (dup = 1), only acked.
@@ -30,7 +32,8 @@
 --
 -- Returns {1, fence}, {2, released_ms, released_message_id}, {3, depth, owner, fence,
 -- acquired_at, message_id, pttl} or {0, owner, fence, acquired_at, message_id, pttl,
--- mailbox_id, depth, dup}.
+-- mailbox_id, depth, dup} (dup: 1 a repeat, or a wake-up queued; 2 a wake-up with
+-- nothing left to wake for).
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return {1, tonumber(redis.call('HGET', KEYS[2], 'fence') or redis.call('GET', KEYS[3]) or 0)}
 end
@@ -43,6 +46,15 @@ if ARGV[8] ~= '' then
       return {2, tonumber(rq), mid}
     end
   end
+end
+if tonumber(ARGV[12]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('XLEN', KEYS[6]) == 0 then
+  -- A wake-up that meets a free lease and an empty mailbox: a run took the lease since it
+  -- was published and accounted for every follow-up it stood for. Nothing to run: it is
+  -- only acked, reported as busy with the run that released last (the done record's
+  -- message id) and dup = 2: dropped.
+  if #KEYS >= 8 then redis.call('XACK', KEYS[8], ARGV[10], ARGV[11]) end
+  local last = string.match(redis.call('GET', KEYS[5]) or '', '^%d+ (%S+)') or ''
+  return {0, '', '', '', last, 0, '', 0, 2}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('INCR', KEYS[3])
@@ -62,7 +74,18 @@ if ARGV[5] ~= '' and h[4] == ARGV[5] then
   -- left pending, it runs once the lease has expired.
   return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', pttl, '', depth, 0}
 end
-if redis.call('SISMEMBER', KEYS[7], ARGV[5]) == 1 then
+if n == 0 then
+  -- A wake-up (no follow-up of its own: the event a release republished for the
+  -- mailbox's follow-ups). They are in the mailbox, or a run accounted for them since:
+  -- nothing is appended; it is only kept as the queued event, so the holder's release
+  -- starts a next run if follow-ups remain (the release step, lease.lua).
+  dup = 1
+  redis.call('DEL', KEYS[4])
+  local q = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5], '_mbox', '1'}
+  for i = 14, #ARGV do table.insert(q, ARGV[i]) end
+  redis.call(unpack(q))
+  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+elseif redis.call('SISMEMBER', KEYS[7], ARGV[5]) == 1 then
   dup = 1
 else
   if depth >= tonumber(ARGV[9]) then
