@@ -17,7 +17,9 @@ per consumer), then every pending entry: id, consumer, idle time, deliveries, is
 key, and the lease guarding it (holder, fence, TTL left). An entry is "guarded" when a
 live lease of its issue names it; otherwise it is "orphaned": no worker is on it, and
 it is claimed and re-run once idle for MAX_IDLE_TIME (or dropped, if its issue is
-locked for another entry by then).
+locked for another entry by then). An input stream with entries and no consumer group
+(no worker of its agent and branch ever started) says how many events wait for a
+worker that does not exist.
 
 Cost: 1 round trip for all summaries, 1 per 1000 entries of the longest group
 (extended XPENDING pages, all groups pipelined), 1 per 1000 entries for their issue
