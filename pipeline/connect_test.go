@@ -34,7 +34,7 @@ func (c connectCause) check(t *testing.T) {
 		t.Fatalf("%s: Connect succeeded", c.url)
 	}
 	for _, kind := range []error{pipeline.ErrRedisUnreachable, pipeline.ErrRedisAuth, pipeline.ErrRedisNoDB, pipeline.ErrRedisTLS} {
-		if got := errors.Is(err, kind); got != (kind == c.want) {
+		if got := errors.Is(err, kind); got != errors.Is(kind, c.want) {
 			t.Errorf("%s: errors.Is(%v) = %v: %v", c.url, kind, got, err)
 		}
 	}

@@ -300,7 +300,7 @@ func (g *devGroup) start(ctx context.Context, name string, run func(context.Cont
 // ("consumer name in use: pid N on host H ..."), without the worker's advice.
 func inUseDetail(err error) error {
 	for e := err; e != nil; e = errors.Unwrap(e) {
-		if errors.Unwrap(e) == pipeline.ErrConsumerInUse {
+		if errors.Unwrap(e) == pipeline.ErrConsumerInUse { //nolint:errorlint // the wrapper right around the sentinel, not any in the chain
 			return e
 		}
 	}

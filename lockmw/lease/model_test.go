@@ -635,7 +635,7 @@ func (m *modelRun) drain(k *mKey) {
 	if k.queue == nil {
 		return
 	}
-	if !(k.queue.mbox && k.mailbox == 0) {
+	if !k.queue.mbox || k.mailbox != 0 {
 		m.expPub = append(m.expPub, k.queue.ev)
 		k.lastPub = m.step
 	}
