@@ -19,7 +19,8 @@ import (
 )
 
 // holdRelease is a go-redis hook for a cluster's node clients that holds the lease's
-// release script (three keys, the first a lease key) until the context ends: the worker
+// release script (five keys: lock, info, done, queue, mailbox; the first a lease key)
+// until the context ends: the worker
 // freezes, then dies, between its release and its ack.
 type holdRelease struct {
 	once sync.Once
@@ -39,7 +40,7 @@ func isRelease(cmd redis.Cmder) bool {
 		return fmt.Sprint(a)
 	}
 	name := strings.ToLower(str(args[0]))
-	return (name == "eval" || name == "evalsha") && str(args[2]) == "3" && strings.HasPrefix(str(args[3]), "lock:")
+	return (name == "eval" || name == "evalsha") && str(args[2]) == "5" && strings.HasPrefix(str(args[3]), "lock:")
 }
 
 func (h *holdRelease) hold(ctx context.Context) error {

@@ -218,7 +218,16 @@ func TestPortClashNamesTheSetting(t *testing.T) {
 		{[]string{"worker", "--agent", "triage", "--runner", "demo", "--metrics-addr", addr, "--ymir-namespace", ns + "ymir"}, "METRICS_ADDR (--metrics-addr) = "},
 		{[]string{"fakejira", "--addr", addr}, "ADDR (--addr) = "},
 	} {
-		_, errs, code := runArgs(c.args...)
+		_, all, code := runArgs(c.args...)
+		// The message is one line; the worker's structured log lines before it (e.g.
+		// the warning that the test Redis persists nothing) are not part of it.
+		var lines []string
+		for _, l := range strings.Split(all, "\n") {
+			if !strings.HasPrefix(l, "{") {
+				lines = append(lines, l)
+			}
+		}
+		errs := strings.Join(lines, "\n")
 		want := "ymirflow " + c.args[0] + ": " + c.setting + addr + ": cannot listen: bind: address already in use (another process listens there"
 		if code != exitUsage || !strings.HasPrefix(errs, want) || strings.Count(errs, addr) != 1 || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
 			t.Errorf("%v: exit %d, want %d and one line starting %q:\n%s", c.args, code, exitUsage, want, errs)
