@@ -273,3 +273,20 @@ func runArgs(args ...string) (string, string, int) {
 	code := run(context.Background(), args, &out, &errb)
 	return out.String(), errb.String(), code
 }
+
+// Issue 35: a port clash in dev names dev's own setting (--web-addr), once, not the flag
+// of the component that would have failed to listen (web's --addr).
+func TestDevPortClashNamesDevsSetting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	free := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+	_, errs, code := runArgs("dev", "--embedded-redis-addr", free, "--web-addr", addr, "--log-dir", t.TempDir())
+	want := "ymirflow dev: WEB_ADDR (--web-addr) = " + addr + ": cannot listen: bind: address already in use"
+	if code != exitUsage || !strings.HasPrefix(errs, want) || strings.Count(errs, addr) != 1 {
+		t.Fatalf("dev with --web-addr taken: exit %d, want %d and %q:\n%s", code, exitUsage, want, errs)
+	}
+}

@@ -121,17 +121,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	// Addresses are resolved before anything starts: each component names the others'.
 	fakeJira := cfg.JiraURL == ""
-	webAddr, err := resolveAddr(cfg.WebAddr, "WEB_ADDR (--web-addr)")
+	webAddr, err := resolveAddr(cfg.WebAddr, "WEB_ADDR", "web-addr")
 	if err != nil {
 		return err
 	}
-	webhookAddr, err := resolveAddr(cfg.WebhookAddr, "WEBHOOK_ADDR (--webhook-addr)")
+	webhookAddr, err := resolveAddr(cfg.WebhookAddr, "WEBHOOK_ADDR", "webhook-addr")
 	if err != nil {
 		return err
 	}
 	jiraURL := cfg.JiraURL
 	if fakeJira {
-		a, err := resolveAddr(cfg.FakeJiraAddr, "FAKEJIRA_ADDR (--fakejira-addr)")
+		a, err := resolveAddr(cfg.FakeJiraAddr, "FAKEJIRA_ADDR", "fakejira-addr")
 		if err != nil {
 			return err
 		}
@@ -362,21 +362,21 @@ func (g *devGroup) wait(ctx context.Context, cause error) error {
 }
 
 // resolveAddr returns addr with a port of 0 replaced by a free one, so that the
-// components can be told each other's addresses before they listen.
-func resolveAddr(addr, setting string) (string, error) {
+// components can be told each other's addresses before they listen. An address
+// something already listens on is refused, naming dev's setting (env and flagName).
+func resolveAddr(addr, env, flagName string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", usagef("%s = %q must be host:port", setting, addr)
+		return "", usagef("%s (--%s) = %q must be host:port", env, flagName, addr)
 	}
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	if port != "0" {
-		return net.JoinHostPort(host, port), nil
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	// Tried here, where dev's own setting can be named: the component that fails to
+	// listen later would name its own flag (web's --addr), not the one the user set.
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
-		return "", usagef("%s %v", setting, err)
+		return "", usageError{listenError(env, flagName, addr, err)}
 	}
 	defer func() { _ = ln.Close() }()
 	return ln.Addr().String(), nil
