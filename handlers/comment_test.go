@@ -22,21 +22,7 @@ func TestCommentMeetingNoRunIsRolledIntoItsOwnRun(t *testing.T) {
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-31", Summary: "s"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &fixed{res: triageResult("not-affected", "")}
-	h := e.handler("triage", "", r, func(c *handlers.Config) { c.Mailbox = true })
-	cfg := e.Config("triage", "", "w1", e.locker(), h)
-	cfg.Policy, cfg.Logger = lockmw.Deliver, e.log
-	e.Start(ctx, cfg)
-
-	msg := triageMsg(t, "RHEL-31", false, "")
-	msg.Metadata.Set(event.MetaEventType, event.CommentCreated)
-	msg.Metadata.Set(event.MetaCommentID, "10077")
-	msg.Metadata.Set(event.MetaCommentAuthor, "ann")
-	msg.Metadata.Set(event.MetaCommentBody, "also update the tests")
-	id, err := e.pub.PublishID(ctx, e.topo.Stream("triage", "", true), msg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, id := commentToDeliveringTriage(ctx, t, e, "RHEL-31", "10077")
 	redistest.Eventually(t, 20*time.Second, func() bool {
 		return len(e.records(event.StageDone)) == 1 && len(e.records(event.FollowupRolled)) == 1
 	}, "the comment's run ends with the comment rolled into it")
@@ -57,4 +43,27 @@ func TestCommentMeetingNoRunIsRolledIntoItsOwnRun(t *testing.T) {
 	if d := detail(t, e.records(event.FollowupRolled)[0]); d["followup_comment_id"] != "10077" || d["followup_author"] != "ann" {
 		t.Fatalf("followup.rolled detail %v", d)
 	}
+}
+
+// commentToDeliveringTriage starts a triage worker under the deliver policy whose agent
+// answers not-affected, and publishes a maintainer's comment on issue (its todo
+// stream). It returns the agent and the comment's entry id.
+func commentToDeliveringTriage(ctx context.Context, t *testing.T, e *env, issue, commentID string) (*fixed, string) {
+	t.Helper()
+	r := &fixed{res: triageResult("not-affected", "")}
+	h := e.handler("triage", "", r, func(c *handlers.Config) { c.Mailbox = true })
+	cfg := e.Config("triage", "", "w1", e.locker(), h)
+	cfg.Policy, cfg.Logger = lockmw.Deliver, e.log
+	e.Start(ctx, cfg)
+
+	msg := triageMsg(t, issue, false, "")
+	msg.Metadata.Set(event.MetaEventType, event.CommentCreated)
+	msg.Metadata.Set(event.MetaCommentID, commentID)
+	msg.Metadata.Set(event.MetaCommentAuthor, "ann")
+	msg.Metadata.Set(event.MetaCommentBody, "also update the tests")
+	id, err := e.pub.PublishID(ctx, e.topo.Stream("triage", "", true), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, id
 }

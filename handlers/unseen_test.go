@@ -5,11 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -22,21 +20,7 @@ func TestSkippedCommentRunRecordsTheCommentUnseen(t *testing.T) {
 	e := newEnv(t, fakejira.Issue{Key: "RHEL-32", Summary: "s", Labels: []string{labels.TriagedRebase}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &fixed{res: triageResult("not-affected", "")}
-	h := e.handler("triage", "", r, func(c *handlers.Config) { c.Mailbox = true })
-	cfg := e.Config("triage", "", "w1", e.locker(), h)
-	cfg.Policy, cfg.Logger = lockmw.Deliver, e.log
-	e.Start(ctx, cfg)
-
-	msg := triageMsg(t, "RHEL-32", false, "")
-	msg.Metadata.Set(event.MetaEventType, event.CommentCreated)
-	msg.Metadata.Set(event.MetaCommentID, "10078")
-	msg.Metadata.Set(event.MetaCommentAuthor, "ann")
-	msg.Metadata.Set(event.MetaCommentBody, "also update the tests")
-	id, err := e.pub.PublishID(ctx, e.topo.Stream("triage", "", true), msg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, id := commentToDeliveringTriage(ctx, t, e, "RHEL-32", "10078")
 	redistest.Eventually(t, 20*time.Second, func() bool { return len(e.records(event.StageDone)) == 1 }, "the comment's run ends")
 	rec := e.records(event.StageDone)[0]
 	if rec["outcome"] != "skipped" || r.n() != 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
@@ -77,37 +75,23 @@ func TestSupersedeReadAheadMalformedEntryDoesNotSupersede(t *testing.T) {
 			e := newEnv(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			results := event.NewResults(e.rdb, e.topo.Results(), 0)
-			var mu sync.Mutex
-			var first string
-			e.start(ctx, routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second, Policy: lockmw.Supersede}, func(msg *message.Message) error {
-				mu.Lock()
-				isFirst := event.EntryID(msg) == first
-				mu.Unlock()
-				if isFirst {
-					// Hold the issue until the malformed entry waits in this subscription's
-					// read-ahead (delivered, not acked), then for a while longer: the watch
-					// looks every 50 ms and, before the fix, cancelled the run within one
-					// look. Nothing observable says the watch looked and passed, so the
-					// run gives it 500 ms (ten looks) before finishing.
-					deadline := time.Now().Add(10 * time.Second)
-					for e.pending(e.triage()) < 2 && msg.Context().Err() == nil && time.Now().Before(deadline) {
-						time.Sleep(10 * time.Millisecond)
-					}
-					select {
-					case <-msg.Context().Done():
-						return context.Cause(msg.Context())
-					case <-time.After(500 * time.Millisecond):
-					}
+			first := startFirstHeld(ctx, t, e, func(msg *message.Message) error {
+				// Hold the issue until the malformed entry waits in this subscription's
+				// read-ahead (delivered, not acked), then for a while longer: the watch
+				// looks every 50 ms and, before the fix, cancelled the run within one
+				// look. Nothing observable says the watch looked and passed, so the
+				// run gives it 500 ms (ten looks) before finishing.
+				deadline := time.Now().Add(10 * time.Second)
+				for e.pending(e.triage()) < 2 && msg.Context().Err() == nil && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
 				}
-				_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
-					IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
-				return err
+				select {
+				case <-msg.Context().Done():
+					return context.Cause(msg.Context())
+				case <-time.After(500 * time.Millisecond):
+					return nil
+				}
 			})
-			mu.Lock()
-			first = e.publishTriage("RHEL-5")
-			mu.Unlock()
-			redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 1 }, "the first event runs")
 			bad, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: vals}).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -137,25 +121,7 @@ func TestSupersedeReadAheadSkipsMalformedForTheNewerGoodEvent(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	results := event.NewResults(e.rdb, e.topo.Results(), 0)
-	var mu sync.Mutex
-	var first string
-	e.start(ctx, routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second, Policy: lockmw.Supersede}, func(msg *message.Message) error {
-		mu.Lock()
-		isFirst := event.EntryID(msg) == first
-		mu.Unlock()
-		if isFirst {
-			<-msg.Context().Done()
-			return context.Cause(msg.Context())
-		}
-		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
-			IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
-		return err
-	})
-	mu.Lock()
-	first = e.publishTriage("RHEL-5")
-	mu.Unlock()
-	redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 1 }, "the first event runs")
+	first := startFirstHeld(ctx, t, e, nil)
 	bad := malformedEntries(t)["unknown event type"]
 	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: bad}).Err(); err != nil {
 		t.Fatal(err)

@@ -314,25 +314,7 @@ func TestSupersedeFromTheHoldersOwnReadAhead(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	results := event.NewResults(e.rdb, e.topo.Results(), 0)
-	var mu sync.Mutex
-	var first string
-	e.start(ctx, routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second, Policy: lockmw.Supersede}, func(msg *message.Message) error {
-		mu.Lock()
-		isFirst := event.EntryID(msg) == first
-		mu.Unlock()
-		if isFirst {
-			<-msg.Context().Done()
-			return context.Cause(msg.Context())
-		}
-		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
-			IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
-		return err
-	})
-	mu.Lock()
-	first = e.publishTriage("RHEL-5")
-	mu.Unlock()
-	redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 1 }, "the first event runs")
+	first := startFirstHeld(ctx, t, e, nil)
 	second := e.publishTriage("RHEL-5")
 	redistest.Eventually(t, 10*time.Second, func() bool {
 		return len(e.results(event.StageDone)) == 1 && len(supersededRecords(e)) == 1 && e.pending(e.triage()) == 0
@@ -343,4 +325,39 @@ func TestSupersedeFromTheHoldersOwnReadAhead(t *testing.T) {
 	if done := e.results(event.StageDone)[0]; done.Values["message_id"] != second {
 		t.Fatalf("outcome of %v, want %s", done.Values["message_id"], second)
 	}
+}
+
+// startFirstHeld starts e's router under supersede with a handler that runs RHEL-5's
+// first event through hold and records stage.done for every other event (and for the
+// first when hold returns nil). hold nil holds the run until it is cancelled. It
+// publishes that first event and returns its id once it runs.
+func startFirstHeld(ctx context.Context, t *testing.T, e *env, hold func(msg *message.Message) error) string {
+	t.Helper()
+	if hold == nil {
+		hold = func(msg *message.Message) error {
+			<-msg.Context().Done()
+			return context.Cause(msg.Context())
+		}
+	}
+	results := event.NewResults(e.rdb, e.topo.Results(), 0)
+	var mu sync.Mutex
+	var first string
+	e.start(ctx, routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second, Policy: lockmw.Supersede}, func(msg *message.Message) error {
+		mu.Lock()
+		isFirst := event.EntryID(msg) == first
+		mu.Unlock()
+		if isFirst {
+			if err := hold(msg); err != nil {
+				return err
+			}
+		}
+		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
+			IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
+		return err
+	})
+	mu.Lock()
+	first = e.publishTriage("RHEL-5")
+	mu.Unlock()
+	redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 1 }, "the first event runs")
+	return first
 }
