@@ -344,11 +344,15 @@ type Snapshot struct {
 // total is made. The results are read before the stream lengths: a triage record is
 // written after its downstream publish, so a stage that looks complete here really is.
 func (t *Tally) Take(ctx context.Context, fill func(*StageStats)) (Snapshot, error) {
-	if err := t.Poll(ctx); err != nil {
-		return Snapshot{}, err
-	}
+	// The streams' state first, the records after: an entry no longer pending was acked
+	// after its records (stage.failed, then its dead letter) were written, so they are
+	// all read here. The other order could see the ack but not the dead letter before
+	// it, and call a snapshot drained that the summary then disagrees with.
 	published, pending, err := t.streamState(ctx)
 	if err != nil {
+		return Snapshot{}, err
+	}
+	if err := t.Poll(ctx); err != nil {
 		return Snapshot{}, err
 	}
 	var snap Snapshot
