@@ -13,11 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // roundTrips counts what a go-redis client sends: one per command outside a pipeline, one

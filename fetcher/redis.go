@@ -11,10 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // StageIssueScope is the Outcome.Stage of an issue skipped because its shared issue key

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // noSpan records nothing: the span of a fetcher without a tracer.

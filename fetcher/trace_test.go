@@ -6,8 +6,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A traced sweep is the root of each issue run's trace: its publish span is a child of

@@ -11,11 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // upCase is one port of a test of the Python fetcher's unit tests

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A maintainer's comment (comment.created, as the webhook publishes it for a run) that

@@ -7,8 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // errCleanFailure marks a runner's {"success": false}.

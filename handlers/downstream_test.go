@@ -10,13 +10,13 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
+	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
-	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 	"github.com/ymirflow/ymirflow/runners"
 )
 

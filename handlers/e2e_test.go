@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/handlers"
-	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
+	"github.com/ymirflow/ymirflow/runners/demorunner"
 )
 
 // publishTriage writes a triage request as `ymirflow enqueue` does.

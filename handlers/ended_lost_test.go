@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 

@@ -7,10 +7,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
-	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // retryLater marks an error that is not the event's fault (Jira or Redis unavailable)

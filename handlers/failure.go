@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/pipeline"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // FailureNotice returns the pipeline.RouterConfig.OnDead of cfg's agent: when a

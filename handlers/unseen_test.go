@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Issue 35 item 4: a maintainer's comment that met no live run, on an issue its run

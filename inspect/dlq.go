@@ -11,9 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/internal/xonce"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // DeadLetter is one entry of the dead-letter stream.

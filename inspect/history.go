@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/internal/xonce"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // HistoryEvent is one entry about an issue in one of the pipeline's streams.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/xonce"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // noise appends n entries about other issues to stream, indexed as the pipeline's

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // ReplayOptions select the events Replay re-publishes.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redisinfo"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Consumer states, from the workers' own presence beats (event.WorkerBeat).

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // The busy policies' part of the invariants. An event that meets a busy issue ends with

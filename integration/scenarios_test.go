@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/streamid"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // issuesFor is the number of issues of a scenario: n in the short form, 200 with -long.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // The lease scopes (LOCK_SCOPE) and the busy policies (ON_CONFLICT) of issue 23 and the

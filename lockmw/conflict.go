@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
-	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // Conflict is an event the middleware did not run because its issue was busy.

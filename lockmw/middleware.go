@@ -12,10 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
-	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // Metadata keys of the message the middleware reads (MetaIssueKey, by the default

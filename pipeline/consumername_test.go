@@ -12,9 +12,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Issue 29: one process per consumer name. A live process's claim is refused (at once on

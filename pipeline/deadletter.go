@@ -11,12 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
-	"github.com/ymirflow/ymirflow/pipeline/redeliver"
 )
 
 // maxDeadError bounds the error text of a dead letter (a runner's stderr tail is 2 KiB).

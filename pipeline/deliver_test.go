@@ -10,9 +10,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Issue 24 items 1 and 2: under the deliver policy, events for an issue whose lease is

@@ -1,6 +1,6 @@
 package pipeline
 
-import "github.com/ymirflow/ymirflow/pipeline/event"
+import "github.com/ymirflow/ymirflow/event"
 
 import "github.com/ThreeDotsLabs/watermill/message"
 

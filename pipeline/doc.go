@@ -3,7 +3,7 @@
 // stream, retries, metrics and health, worker presence, the consumer-name claim, and the
 // Redis client and version check the commands start with. The wire format it reads and
 // writes (envelope, marshal/decode, bounds, topology, publisher, results, trim) is the
-// leaf package pipeline/event.
+// leaf package event.
 //
 // The entry point is NewRouter: one router per worker process, one handler per input
 // stream of the agent (and per unit of RouterConfig.Concurrency), each wrapped,

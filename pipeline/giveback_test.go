@@ -8,8 +8,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A bad entry read ahead behind another issue's event takes no lease in that event's

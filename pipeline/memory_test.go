@@ -11,8 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // BenchmarkMemoryPerIssue runs 2 000 issues through a triage worker on a Redis server of

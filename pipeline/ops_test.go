@@ -13,10 +13,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 func TestClientOptionsFromURL(t *testing.T) {

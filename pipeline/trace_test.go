@@ -15,12 +15,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // workerTracing is the worker process's TracerProvider: with W_TRACE set, an SDK that

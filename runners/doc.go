@@ -12,5 +12,5 @@
 // The package knows nothing of Watermill, the lease or Jira: a handler (package
 // handlers) turns an event into a RunRequest and a Result into labels and requests.
 // The simulated agents of `ymirflow demo` and `worker --runner demo` are internal to the
-// module (internal/demorunner): their outcome mixes are knobs of the demo, not API.
+// module (runners/demorunner): their outcome mixes are knobs of the demo, not API.
 package runners

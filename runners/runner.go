@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // Runner does an agent's actual work for one event. It must honour ctx: the context is

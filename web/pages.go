@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // view is what a page handler renders: a template and its data.

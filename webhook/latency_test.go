@@ -11,10 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // latencyChanges is the number of label changes measured per path.

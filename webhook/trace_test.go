@@ -7,10 +7,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A traced webhook delivery is the root of the issue run's trace: the fetcher's batch

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/webhook"
 )
 

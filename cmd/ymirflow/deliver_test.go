@@ -14,11 +14,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
 	"github.com/ymirflow/ymirflow/lockmw"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // publishFollowup publishes a triage request for issue carrying a maintainer's comment

@@ -15,12 +15,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/web"
 )
 

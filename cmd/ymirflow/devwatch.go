@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/progress"
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // Pace of dev's display: how often it reads the results and dead-letter streams, how

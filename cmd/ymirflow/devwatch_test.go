@@ -12,9 +12,9 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/progress"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Issue 35 items 4 and 5: dev shows what happens after its banner, one plain line per

@@ -6,8 +6,8 @@ import (
 	"io"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const enqueueHelp = `

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // fetchEnv runs `ymirflow fetch` through run() against a fake Jira and the test Redis.

@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // opsEnv runs the inspection commands in-process against this test's namespace of the

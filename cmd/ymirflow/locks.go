@@ -9,8 +9,8 @@ import (
 	"strconv"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const locksHelp = `

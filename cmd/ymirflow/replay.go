@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 const replayHelp = `

@@ -15,10 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 func randHex(t *testing.T) string {

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // waitOut polls out until re matches it, and returns the first group.

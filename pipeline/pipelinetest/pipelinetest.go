@@ -30,11 +30,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // StartTimeout bounds how long Start waits for a router to read; generous, because CI

@@ -3,7 +3,7 @@ package config
 import (
 	"strings"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // Agents are the agent names, in pipeline order. Branches are the target

@@ -1,8 +1,8 @@
 package config
 
 import (
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/fetcher"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // Defaults shared by several commands and by the deployment manifests (each command's

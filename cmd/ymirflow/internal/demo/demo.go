@@ -24,17 +24,17 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/progress"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/handlers"
-	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
+	"github.com/ymirflow/ymirflow/runners/demorunner"
 	"github.com/ymirflow/ymirflow/webhook"
 )
 

@@ -16,10 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/demo"
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 	"github.com/ymirflow/ymirflow/runners"
 )
 

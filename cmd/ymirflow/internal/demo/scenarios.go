@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/handlers"
-	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/runners"
+	"github.com/ymirflow/ymirflow/runners/demorunner"
 )
 
 // Outcomes of a downstream run, per attempt (demorunner.Success, DemoFailure,

@@ -6,7 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/progress"
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // StageStats is what happened at one stage (a consumer group: triage, rebase-c9s, ...);

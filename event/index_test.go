@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // An issue index is named after a key only when the key is one: each invalid key of

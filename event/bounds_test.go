@@ -10,7 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // Publishing an event over MaxEventBytes or MaxEventFields is refused with an error

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // FuzzRunnableAgreesWithValidate: the subscription's Peek decides whether an entry

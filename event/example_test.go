@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // A triage request as `ymirflow enqueue --agent triage rhel-123` writes it: built,

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // fields decodes a fuzz input into stream fields: NUL-separated name, value pairs.

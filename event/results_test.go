@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
-	"github.com/ymirflow/ymirflow/pipeline/event"
 )
 
 // A record named by what it records (AddOnce) is appended once, whoever appends it

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/internal/demorunner"
 	"github.com/ymirflow/ymirflow/runners"
+	"github.com/ymirflow/ymirflow/runners/demorunner"
 )
 
 func TestDemoRunnerIsDeterministic(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ymirflow/ymirflow/pipeline/redeliver"
+	"github.com/ymirflow/ymirflow/internal/redeliver"
 )
 
 // A handler whose dependency is down marks its error transient: the pipeline then

@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ymirflow/ymirflow/pipeline/event"
+	"github.com/ymirflow/ymirflow/event"
 )
 
 // Without a span in the context, publishing and reading an entry touch no trace field
