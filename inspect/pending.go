@@ -133,9 +133,55 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 	if len(routes) == 0 {
 		return nil, fmt.Errorf("no input stream for agent %q and branch %q", f.Agent, f.Branch)
 	}
+	s := &pendingScan{in: in, issue: issue}
+	if err := s.summaries(ctx, routes); err != nil { // 1.
+		return nil, err
+	}
+	if err := s.entries(ctx); err != nil { // 2.
+		return nil, err
+	}
+	if err := s.issues(ctx); err != nil { // 3.
+		return nil, err
+	}
+	if err := s.leases(ctx); err != nil { // 4.
+		return nil, err
+	}
+	s.classify()
+	return s.groups, nil
+}
 
-	// 1. The summaries, all groups in one round trip.
-	pipe := in.rdb.Pipeline()
+// pendingRef names one pending entry: raw[g][e] of a pendingScan.
+type pendingRef struct{ g, e int }
+
+// consumerOf names one consumer of the group groups[g] of a pendingScan.
+type consumerOf struct {
+	g        int
+	consumer string
+}
+
+// pendingScan is one run of Pending, its numbered steps as methods: each step fills
+// the fields the next one reads.
+type pendingScan struct {
+	in    *Inspector
+	issue string // the canonical issue filter, "" for every issue
+
+	groups []GroupPending // step 1: one per existing group (or stream without one)
+	live   []event.Route  // step 1: the route of groups[i]
+	pres   presence       // step 1: the workers' presence
+
+	raw [][]redis.XPendingExt // step 2: the pending entries of groups[i]
+
+	refs    []pendingRef          // step 3: every entry of raw, in order
+	keys    map[pendingRef]string // step 3: the issue key an entry names
+	present map[pendingRef]bool   // step 3: the entry is still in its stream
+
+	held map[lease.Ref]lease.Info // step 4: the live leases of those issues
+}
+
+// summaries is step 1: the XPENDING summaries of all groups, their streams' lengths
+// and delayed events and the workers' presence, in one round trip.
+func (s *pendingScan) summaries(ctx context.Context, routes []event.Route) error {
+	pipe := s.in.rdb.Pipeline()
 	sums := make([]*redis.XPendingCmd, len(routes))
 	delayed := make([]*redis.ZSliceCmd, len(routes))
 	lens := make([]*redis.IntCmd, len(routes))
@@ -144,187 +190,222 @@ func (in *Inspector) Pending(ctx context.Context, f PendingFilter) ([]GroupPendi
 		lens[i] = pipe.XLen(ctx, r.Stream)
 		delayed[i] = event.QueueListDelayed(ctx, pipe, r.Stream, maxDelayedShown)
 	}
-	readPresence := in.queuePresence(ctx, pipe)
+	readPresence := s.in.queuePresence(ctx, pipe)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
-		return nil, fmt.Errorf("xpending: %w", err)
+		return fmt.Errorf("xpending: %w", err)
 	}
 	pres, err := readPresence()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var groups []GroupPending
-	var live []event.Route
+	s.pres = pres
 	for i, r := range routes {
-		s, err := sums[i].Result()
+		sum, err := sums[i].Result()
 		if isNoGroupErr(err) {
 			// No group: no worker ever read the stream. Its entries wait for one
 			// (when there are any, and the issue filter does not hide them).
-			if n := lens[i].Val(); n > 0 && issue == "" {
-				groups = append(groups, GroupPending{Stream: r.Stream, Group: r.Group, Agent: r.Agent, Branch: r.Branch, Todo: r.Todo,
-					Consumers: []ConsumerPending{}, Entries: []PendingEntry{}, Delayed: []event.DelayedEvent{}, NoGroup: true, Waiting: n})
-				live = append(live, r)
+			if n := lens[i].Val(); n > 0 && s.issue == "" {
+				g := newGroupPending(r)
+				g.NoGroup, g.Waiting = true, n
+				s.groups = append(s.groups, g)
+				s.live = append(s.live, r)
 			}
 			continue
 		}
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("xpending %s %s: %w", r.Stream, r.Group, err)
+			return fmt.Errorf("xpending %s %s: %w", r.Stream, r.Group, err)
 		}
-		g := GroupPending{Stream: r.Stream, Group: r.Group, Agent: r.Agent, Branch: r.Branch, Todo: r.Todo,
-			Consumers: []ConsumerPending{}, Entries: []PendingEntry{}, Delayed: []event.DelayedEvent{}}
+		g := newGroupPending(r)
 		for _, d := range event.DecodeDelayed(r.Stream, delayed[i].Val()) {
-			if issue == "" || d.IssueKey == issue {
+			if s.issue == "" || d.IssueKey == s.issue {
 				g.Delayed = append(g.Delayed, d)
 			}
 		}
-		if s != nil {
-			g.Count, g.Lowest, g.Highest = s.Count, s.Lower, s.Higher
-			for name, n := range s.Consumers {
+		if sum != nil {
+			g.Count, g.Lowest, g.Highest = sum.Count, sum.Lower, sum.Higher
+			for name, n := range sum.Consumers {
 				g.Consumers = append(g.Consumers, ConsumerPending{Name: name, Pending: n})
 			}
 			sort.Slice(g.Consumers, func(a, b int) bool { return g.Consumers[a].Name < g.Consumers[b].Name })
 		}
-		groups = append(groups, g)
-		live = append(live, r)
+		s.groups = append(s.groups, g)
+		s.live = append(s.live, r)
 	}
+	return nil
+}
 
-	// 2. The entries: extended XPENDING in pages, the pages of all groups pipelined.
-	raw := make([][]redis.XPendingExt, len(groups))
-	start := make([]string, len(groups))
+// newGroupPending is r's group with empty (not nil) lists, so JSON shows [].
+func newGroupPending(r event.Route) GroupPending {
+	return GroupPending{Stream: r.Stream, Group: r.Group, Agent: r.Agent, Branch: r.Branch, Todo: r.Todo,
+		Consumers: []ConsumerPending{}, Entries: []PendingEntry{}, Delayed: []event.DelayedEvent{}}
+}
+
+// entries is step 2: the entries, extended XPENDING in pages, the pages of all
+// groups pipelined.
+func (s *pendingScan) entries(ctx context.Context) error {
+	s.raw = make([][]redis.XPendingExt, len(s.groups))
+	start := make([]string, len(s.groups))
 	todo := map[int]bool{}
-	for i := range groups {
+	for i := range s.groups {
 		start[i] = "-"
-		if groups[i].Count > 0 {
+		if s.groups[i].Count > 0 {
 			todo[i] = true
 		}
 	}
 	for len(todo) > 0 {
-		pipe := in.rdb.Pipeline()
+		pipe := s.in.rdb.Pipeline()
 		cmds := map[int]*redis.XPendingExtCmd{}
 		for i := range todo {
-			cmds[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: live[i].Stream, Group: live[i].Group,
-				Start: start[i], End: "+", Count: in.page})
+			cmds[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.live[i].Stream, Group: s.live[i].Group,
+				Start: start[i], End: "+", Count: s.in.page})
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
-			return nil, fmt.Errorf("xpending: %w", err)
+			return fmt.Errorf("xpending: %w", err)
 		}
 		for i, c := range cmds {
 			page, err := c.Result()
 			if err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
-				return nil, fmt.Errorf("xpending %s %s: %w", live[i].Stream, live[i].Group, err)
+				return fmt.Errorf("xpending %s %s: %w", s.live[i].Stream, s.live[i].Group, err)
 			}
-			raw[i] = append(raw[i], page...)
-			if int64(len(page)) < in.page {
+			s.raw[i] = append(s.raw[i], page...)
+			if int64(len(page)) < s.in.page {
 				delete(todo, i)
 				continue
 			}
 			start[i] = "(" + page[len(page)-1].ID
 		}
 	}
+	return nil
+}
 
-	// 3. The entries' issue keys: XRANGE id id, pipelined in batches.
-	type ref struct{ g, e int }
-	var refs []ref
-	for g := range raw {
-		for e := range raw[g] {
-			refs = append(refs, ref{g, e})
+// issues is step 3: the entries' issue keys, XRANGE id id, pipelined in batches.
+func (s *pendingScan) issues(ctx context.Context) error {
+	for g := range s.raw {
+		for e := range s.raw[g] {
+			s.refs = append(s.refs, pendingRef{g, e})
 		}
 	}
-	issues := make(map[ref]string, len(refs))
-	present := make(map[ref]bool, len(refs))
+	s.keys = make(map[pendingRef]string, len(s.refs))
+	s.present = make(map[pendingRef]bool, len(s.refs))
 	const batch = 1000
-	for lo := 0; lo < len(refs); lo += batch {
-		hi := min(lo+batch, len(refs))
-		pipe := in.rdb.Pipeline()
+	for lo := 0; lo < len(s.refs); lo += batch {
+		hi := min(lo+batch, len(s.refs))
+		pipe := s.in.rdb.Pipeline()
 		cmds := make([]*redis.XMessageSliceCmd, hi-lo)
-		for k, rf := range refs[lo:hi] {
-			id := raw[rf.g][rf.e].ID
-			cmds[k] = pipe.XRangeN(ctx, live[rf.g].Stream, id, id, 1)
+		for k, rf := range s.refs[lo:hi] {
+			id := s.raw[rf.g][rf.e].ID
+			cmds[k] = pipe.XRangeN(ctx, s.live[rf.g].Stream, id, id, 1)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("read pending entries: %w", err)
+			return fmt.Errorf("read pending entries: %w", err)
 		}
-		for k, rf := range refs[lo:hi] {
+		for k, rf := range s.refs[lo:hi] {
 			msgs := cmds[k].Val()
 			if len(msgs) == 0 {
 				continue
 			}
-			present[rf] = true
-			issues[rf] = event.EntryIssue(live[rf.g].Stream, msgs[0].ID, msgs[0].Values)
+			s.present[rf] = true
+			s.keys[rf] = event.EntryIssue(s.live[rf.g].Stream, msgs[0].ID, msgs[0].Values)
 		}
 	}
+	return nil
+}
 
-	// 4. The leases of those issues, one pipelined batch.
-	var leaseRefs []lease.Ref
-	for _, rf := range refs {
-		if k, ok := in.canonical(issues[rf]); ok {
-			leaseRefs = append(leaseRefs, lease.Ref{Agent: live[rf.g].Agent, Issue: k})
+// leases is step 4: the leases of those issues, one pipelined batch.
+func (s *pendingScan) leases(ctx context.Context) error {
+	var refs []lease.Ref
+	for _, rf := range s.refs {
+		if k, ok := s.in.canonical(s.keys[rf]); ok {
+			refs = append(refs, lease.Ref{Agent: s.live[rf.g].Agent, Issue: k})
 		}
 	}
-	leases, err := in.locker.InspectMany(ctx, leaseRefs)
+	held, err := s.in.locker.InspectMany(ctx, refs)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	s.held = held
+	return nil
+}
 
-	// The entry each consumer runs now: the one its issue's live lease names.
-	type gc struct {
-		g        int
-		consumer string
-	}
-	running := map[gc]string{}
-	for _, rf := range refs {
-		x := raw[rf.g][rf.e]
-		if k, ok := in.canonical(issues[rf]); ok {
-			if info, ok := leases[lease.Ref{Agent: live[rf.g].Agent, Issue: k}]; ok && info.MessageID == x.ID {
-				running[gc{rf.g, x.Consumer}] = x.ID
-			}
-		}
-	}
-
-	for _, rf := range refs {
-		x := raw[rf.g][rf.e]
-		key, valid := in.canonical(issues[rf])
-		if issue != "" && key != issue {
+// classify is step 5: each entry's state and note, filed in its group.
+func (s *pendingScan) classify() {
+	running := s.running()
+	for _, rf := range s.refs {
+		x := s.raw[rf.g][rf.e]
+		key, valid := s.in.canonical(s.keys[rf])
+		if s.issue != "" && key != s.issue {
 			continue
 		}
-		e := PendingEntry{ID: x.ID, Consumer: x.Consumer, Idle: x.Idle, Deliveries: x.RetryCount, Issue: key,
-			State: StateOrphaned}
-		switch {
-		case !present[rf]:
-			e.Note = "entry no longer in the stream (trimmed or deleted); acked when claimed"
-		case key == "":
-			e.Note = "entry names no issue; dead-lettered when claimed"
-		case !valid:
-			e.Note = "invalid issue key; dead-lettered when claimed"
-		default:
-			if info, ok := leases[lease.Ref{Agent: live[rf.g].Agent, Issue: key}]; ok {
-				li := in.leaseInfo(info)
-				e.Lease = &li
-				if info.MessageID == x.ID {
-					e.State = StateGuarded
-				} else {
-					e.Note = "issue held for another entry (" + info.MessageID + "); dropped if still locked when claimed"
-					if info.MessageID == "" {
-						e.Note = "issue held by a lock without a message id; dropped if still locked when claimed"
-					}
-				}
-			}
+		e := s.guard(rf, key, valid)
+		if e.State == StateOrphaned && s.present[rf] && valid {
+			s.queue(&e, rf, running[consumerOf{rf.g, x.Consumer}])
 		}
-		if e.State == StateOrphaned && present[rf] && valid {
-			if w, ok := pres.of(live[rf.g].Stream, live[rf.g].Group, x.Consumer); ok && w.Alive {
-				e.State = StateQueued
-				why := e.Note
-				e.Note = "queued on a live worker (" + w.String() + "), next after its current entry"
-				if id := running[gc{rf.g, x.Consumer}]; id != "" {
-					e.Note = "queued behind " + id + " on a live worker (" + w.String() + ")"
-				}
-				if e.Lease != nil {
-					e.Note += "; its issue is held for entry " + e.Lease.MessageID + ": dropped if still held when its turn comes"
-				} else if why != "" {
-					e.Note += "; " + why
-				}
-			}
-		}
-		groups[rf.g].Entries = append(groups[rf.g].Entries, e)
+		s.groups[rf.g].Entries = append(s.groups[rf.g].Entries, e)
 	}
-	return groups, nil
+}
+
+// running is the entry each consumer runs now: the one its issue's live lease names.
+func (s *pendingScan) running() map[consumerOf]string {
+	running := map[consumerOf]string{}
+	for _, rf := range s.refs {
+		x := s.raw[rf.g][rf.e]
+		if k, ok := s.in.canonical(s.keys[rf]); ok {
+			if info, ok := s.held[lease.Ref{Agent: s.live[rf.g].Agent, Issue: k}]; ok && info.MessageID == x.ID {
+				running[consumerOf{rf.g, x.Consumer}] = x.ID
+			}
+		}
+	}
+	return running
+}
+
+// guard is the entry rf as the leases see it: StateGuarded when its issue's live
+// lease names it, else StateOrphaned with a note saying why no lease guards it.
+func (s *pendingScan) guard(rf pendingRef, key string, valid bool) PendingEntry {
+	x := s.raw[rf.g][rf.e]
+	e := PendingEntry{ID: x.ID, Consumer: x.Consumer, Idle: x.Idle, Deliveries: x.RetryCount, Issue: key,
+		State: StateOrphaned}
+	switch {
+	case !s.present[rf]:
+		e.Note = "entry no longer in the stream (trimmed or deleted); acked when claimed"
+	case key == "":
+		e.Note = "entry names no issue; dead-lettered when claimed"
+	case !valid:
+		e.Note = "invalid issue key; dead-lettered when claimed"
+	default:
+		info, ok := s.held[lease.Ref{Agent: s.live[rf.g].Agent, Issue: key}]
+		if !ok {
+			break
+		}
+		li := s.in.leaseInfo(info)
+		e.Lease = &li
+		switch {
+		case info.MessageID == x.ID:
+			e.State = StateGuarded
+		case info.MessageID == "":
+			e.Note = "issue held by a lock without a message id; dropped if still locked when claimed"
+		default:
+			e.Note = "issue held for another entry (" + info.MessageID + "); dropped if still locked when claimed"
+		}
+	}
+	return e
+}
+
+// queue turns an orphan e into StateQueued when its consumer's worker is alive: it
+// was read ahead and waits behind runningID (the entry that worker runs, if known).
+func (s *pendingScan) queue(e *PendingEntry, rf pendingRef, runningID string) {
+	w, ok := s.pres.of(s.live[rf.g].Stream, s.live[rf.g].Group, e.Consumer)
+	if !ok || !w.Alive {
+		return
+	}
+	e.State = StateQueued
+	why := e.Note
+	e.Note = "queued on a live worker (" + w.String() + "), next after its current entry"
+	if runningID != "" {
+		e.Note = "queued behind " + runningID + " on a live worker (" + w.String() + ")"
+	}
+	if e.Lease != nil {
+		e.Note += "; its issue is held for entry " + e.Lease.MessageID + ": dropped if still held when its turn comes"
+	} else if why != "" {
+		e.Note += "; " + why
+	}
 }
