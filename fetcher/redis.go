@@ -116,41 +116,8 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 	if len(keys) == 0 {
 		return res, nil
 	}
-	// slot says what one looked-up key is: a lease (stage != "") or a marker.
-	type slot struct {
-		issue, stage, marker string
-	}
-	per := len(f.stages) + 2
-	lookups := make([]string, 0, len(keys)*per)
-	slots := make([]slot, 0, len(keys)*per)
-	for _, k := range keys {
-		for _, a := range f.stages {
-			lookups = append(lookups, f.locker.LockKey(a, k))
-			slots = append(slots, slot{issue: k, stage: a})
-		}
-		// The issue's shared key (LOCK_SCOPE issue): held by a run of any agent that
-		// shares it, so the issue is locked for all of them.
-		lookups = append(lookups, f.locker.SharedKeys(lease.ScopeKey{Scope: lease.ScopeIssue, Key: k}).Lock)
-		slots = append(slots, slot{issue: k, stage: StageIssueScope})
-		if f.cluster {
-			// One marker beside each triage stream (markerKey): both are read.
-			for _, st := range f.triageStreams() {
-				lookups = append(lookups, f.markerKey(st, k))
-				slots = append(slots, slot{issue: k, marker: triageAgent})
-			}
-		} else {
-			lookups = append(lookups, f.topo.Queued(triageAgent, k))
-			slots = append(slots, slot{issue: k, marker: triageAgent})
-		}
-		if downstream[k] {
-			for _, a := range f.stages {
-				if a != triageAgent {
-					lookups = append(lookups, f.topo.Queued(a, k))
-					slots = append(slots, slot{issue: k, marker: a})
-				}
-			}
-		}
-	}
+	// 1. The keys to look up: every stage's lease, the shared key and the markers.
+	lookups, slots := f.precheckLookups(keys, downstream)
 	streams := f.triageStreams()
 	if len(downstream) > 0 {
 		for _, r := range f.topo.AllInputs() {
@@ -159,6 +126,94 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 			}
 		}
 	}
+	// 2. Round trip 1: their values and the streams' groups.
+	values, state, err := f.precheckRead(ctx, lookups, streams)
+	res.roundTrips = 1
+	if err != nil {
+		return res, err
+	}
+	// 3. The locked issues, and the markers found.
+	var markers []foundMarker
+	for i, v := range values {
+		sl := slots[i]
+		if v == nil {
+			continue
+		}
+		if sl.stage != "" {
+			if _, ok := res.locked[sl.issue]; !ok {
+				res.locked[sl.issue] = sl.stage
+			}
+			continue
+		}
+		str, _ := v.(string)
+		if m, ok := parseMarker(str); ok {
+			markers = append(markers, foundMarker{issue: sl.issue, key: lookups[i], m: m})
+		}
+	}
+	if len(markers) == 0 {
+		return res, nil
+	}
+	// 4. Round trip 2: renew the markers, read the entries they name.
+	f.precheckConfirm(ctx, markers, state, res.locked)
+	res.roundTrips = 2
+	// 5. The issues whose marker's entry still waits.
+	for _, c := range markers {
+		queued, err := c.waiting()
+		if err != nil {
+			return res, err
+		}
+		if queued {
+			res.queued[c.issue] = c.m.id
+		}
+	}
+	return res, nil
+}
+
+// precheckSlot says what one looked-up key of the pre-check is: a lease (stage != "")
+// or a marker.
+type precheckSlot struct {
+	issue, stage, marker string
+}
+
+// precheckLookups is step 1 of precheck: the keys to read for keys, and what each is.
+func (f *Fetcher) precheckLookups(keys []string, downstream map[string]bool) ([]string, []precheckSlot) {
+	per := len(f.stages) + 2
+	lookups := make([]string, 0, len(keys)*per)
+	slots := make([]precheckSlot, 0, len(keys)*per)
+	add := func(key string, sl precheckSlot) {
+		lookups = append(lookups, key)
+		slots = append(slots, sl)
+	}
+	for _, k := range keys {
+		for _, a := range f.stages {
+			add(f.locker.LockKey(a, k), precheckSlot{issue: k, stage: a})
+		}
+		// The issue's shared key (LOCK_SCOPE issue): held by a run of any agent that
+		// shares it, so the issue is locked for all of them.
+		add(f.locker.SharedKeys(lease.ScopeKey{Scope: lease.ScopeIssue, Key: k}).Lock, precheckSlot{issue: k, stage: StageIssueScope})
+		if f.cluster {
+			// One marker beside each triage stream (markerKey): both are read.
+			for _, st := range f.triageStreams() {
+				add(f.markerKey(st, k), precheckSlot{issue: k, marker: triageAgent})
+			}
+		} else {
+			add(f.topo.Queued(triageAgent, k), precheckSlot{issue: k, marker: triageAgent})
+		}
+		if !downstream[k] {
+			continue
+		}
+		for _, a := range f.stages {
+			if a != triageAgent {
+				add(f.topo.Queued(a, k), precheckSlot{issue: k, marker: a})
+			}
+		}
+	}
+	return lookups, slots
+}
+
+// precheckRead is step 2 of precheck, its round trip 1: the value of each lookup (nil
+// when absent) and the state of each stream.
+func (f *Fetcher) precheckRead(ctx context.Context, lookups, streams []string) ([]any, map[string]streamState, error) {
 	var mgets []*redis.SliceCmd
 	var gets []*redis.StringCmd
 	infos := make([]*redis.XInfoGroupsCmd, len(streams))
@@ -179,7 +234,6 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		}
 		return nil
 	})
-	res.roundTrips = 1
 	values := make([]any, 0, len(lookups))
 	for _, c := range gets {
 		v, err := c.Result()
@@ -187,7 +241,7 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		case errors.Is(err, redis.Nil):
 			values = append(values, nil)
 		case err != nil:
-			return res, fmt.Errorf("lock pre-check: %w", err)
+			return nil, nil, fmt.Errorf("lock pre-check: %w", err)
 		default:
 			values = append(values, v)
 		}
@@ -195,63 +249,58 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 	for _, c := range mgets {
 		v, err := c.Result()
 		if err != nil {
-			return res, fmt.Errorf("lock pre-check: %w", err)
+			return nil, nil, fmt.Errorf("lock pre-check: %w", err)
 		}
 		values = append(values, v...)
 	}
 	if len(values) != len(lookups) {
-		return res, fmt.Errorf("lock pre-check: %d values for %d keys", len(values), len(lookups))
+		return nil, nil, fmt.Errorf("lock pre-check: %d values for %d keys", len(values), len(lookups))
 	}
 	state := make(map[string]streamState, len(streams))
 	for i, s := range streams {
-		var st streamState
-		groups, err := infos[i].Result()
-		switch {
-		case isNoSuchKey(err):
-			state[s] = st // gone: nothing waits in it
-			continue
-		case err != nil:
-			return res, fmt.Errorf("queued pre-check: XINFO GROUPS %s: %w", s, err)
-		}
-		st.exists = true
-		group := f.groupOf(s)
-		for _, g := range groups {
-			if id, ok := streamid.ParseFull(g.LastDeliveredID); ok && g.Name == group {
-				st.last, st.hasGroup = id, true
-			}
+		st, err := f.streamStateOf(s, infos[i])
+		if err != nil {
+			return nil, nil, err
 		}
 		state[s] = st
 	}
+	return values, state, nil
+}
 
-	type found struct {
-		issue, key string
-		m          marker
-		unread     bool
-		entry      *redis.XMessageSliceCmd
-		pend       *redis.XPendingExtCmd
+// streamStateOf reads stream s's state from its XINFO GROUPS reply.
+func (f *Fetcher) streamStateOf(s string, info *redis.XInfoGroupsCmd) (streamState, error) {
+	var st streamState
+	groups, err := info.Result()
+	switch {
+	case isNoSuchKey(err):
+		return st, nil // gone: nothing waits in it
+	case err != nil:
+		return st, fmt.Errorf("queued pre-check: XINFO GROUPS %s: %w", s, err)
 	}
-	var markers []found
-	for i, v := range values {
-		sl := slots[i]
-		if v == nil {
-			continue
+	st.exists = true
+	group := f.groupOf(s)
+	for _, g := range groups {
+		if id, ok := streamid.ParseFull(g.LastDeliveredID); ok && g.Name == group {
+			st.last, st.hasGroup = id, true
 		}
-		if sl.stage != "" {
-			if _, ok := res.locked[sl.issue]; !ok {
-				res.locked[sl.issue] = sl.stage
-			}
-			continue
-		}
-		str, _ := v.(string)
-		m, ok := parseMarker(str)
-		if !ok {
-			continue
-		}
-		markers = append(markers, found{issue: sl.issue, key: lookups[i], m: m})
 	}
-	if len(markers) == 0 {
-		return res, nil
-	}
+	return st, nil
+}
+
+// foundMarker is a queued marker the pre-check found, and what round trip 2 read of
+// the entry it names.
+type foundMarker struct {
+	issue, key string
+	m          marker
+	unread     bool
+	entry      *redis.XMessageSliceCmd
+	pend       *redis.XPendingExtCmd
+}
+
+// precheckConfirm is step 4 of precheck, its round trip 2: it renews each marker's TTL
+// and queues the reads of the entry it names (and, for an entry already delivered, of
+// its pending state), unless the issue is locked anyway.
+func (f *Fetcher) precheckConfirm(ctx context.Context, markers []foundMarker, state map[string]streamState, locked map[string]string) {
 	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range markers {
 			c := &markers[i]
@@ -261,7 +310,7 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 				continue
 			}
 			c.unread = !st.hasGroup || mustID(c.m.id).After(st.last)
-			if !c.unread && res.locked[c.issue] != "" {
+			if !c.unread && locked[c.issue] != "" {
 				continue // skipped as locked whatever the entry's state
 			}
 			c.entry = p.XRangeN(ctx, c.m.stream, c.m.id, c.m.id, 1)
@@ -272,37 +321,35 @@ func (f *Fetcher) precheck(ctx context.Context, keys []string, downstream map[st
 		}
 		return nil
 	})
-	res.roundTrips = 2
-	for _, c := range markers {
-		if c.entry == nil {
-			continue
-		}
-		xs, err := c.entry.Result()
-		if err != nil && !isNoSuchKey(err) {
-			return res, fmt.Errorf("queued pre-check: XRANGE %s: %w", c.m.stream, err)
-		}
-		var entry *redis.XMessage
-		if len(xs) > 0 {
-			entry = &xs[0]
-		}
-		if c.unread {
-			if c.m.names(entry) {
-				res.queued[c.issue] = c.m.id
-			}
-			continue
-		}
-		pe, err := c.pend.Result()
-		switch {
-		case err != nil && (isNoSuchKey(err) || redis.HasErrorPrefix(err, "NOGROUP")):
-		case err != nil:
-			return res, fmt.Errorf("queued pre-check: XPENDING %s: %w", c.m.stream, err)
-		case len(pe) > 0 && (entry == nil || c.m.names(entry)):
-			// Pending: its worker has it, even if the entry was deleted since (then
-			// nothing tells whose it was, and it counts as the marker's).
-			res.queued[c.issue] = c.m.id
-		}
+}
+
+// waiting is step 5 of precheck for one marker: whether the entry it names still waits
+// (unread and the marker's own, or pending), from what precheckConfirm read.
+func (c foundMarker) waiting() (bool, error) {
+	if c.entry == nil {
+		return false, nil
 	}
-	return res, nil
+	xs, err := c.entry.Result()
+	if err != nil && !isNoSuchKey(err) {
+		return false, fmt.Errorf("queued pre-check: XRANGE %s: %w", c.m.stream, err)
+	}
+	var entry *redis.XMessage
+	if len(xs) > 0 {
+		entry = &xs[0]
+	}
+	if c.unread {
+		return c.m.names(entry), nil
+	}
+	pe, err := c.pend.Result()
+	switch {
+	case err != nil && (isNoSuchKey(err) || redis.HasErrorPrefix(err, "NOGROUP")):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("queued pre-check: XPENDING %s: %w", c.m.stream, err)
+	}
+	// Pending: its worker has it, even if the entry was deleted since (then nothing
+	// tells whose it was, and it counts as the marker's).
+	return len(pe) > 0 && (entry == nil || c.m.names(entry)), nil
 }
 
 func mustID(s string) streamid.ID {
