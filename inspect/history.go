@@ -80,46 +80,85 @@ func (in *Inspector) Timeline(ctx context.Context, issue string) (HistoryReport,
 	if err != nil {
 		return HistoryReport{Issue: issue}, err
 	}
-	type src struct {
-		stream, kind string
-		route        event.Route
-		ids          *redis.StringSliceCmd
-		since        *redis.StringCmd
-		first        *redis.XMessageSliceCmd
-		horizon      string // the stream's entries before it are scanned
-	}
-	var srcs []*src
+	t := &timeline{in: in, key: key, rep: HistoryReport{Issue: key}, seen: map[string]bool{}}
 	for _, r := range in.topo.AllInputs() {
-		srcs = append(srcs, &src{stream: r.Stream, kind: KindInput, route: r})
+		t.srcs = append(t.srcs, &historySource{stream: r.Stream, kind: KindInput, route: r})
 	}
-	srcs = append(srcs, &src{stream: in.topo.Results(), kind: KindResults}, &src{stream: in.topo.Dead(), kind: KindDead})
+	t.srcs = append(t.srcs, &historySource{stream: in.topo.Results(), kind: KindResults},
+		&historySource{stream: in.topo.Dead(), kind: KindDead})
 
+	// 1. Round trip 1: each stream's index of the issue, index start and first entry.
 	pipe := in.rdb.Pipeline()
-	for _, s := range srcs {
+	for _, s := range t.srcs {
 		s.ids = pipe.ZRange(ctx, xonce.IndexKey(s.stream, key), 0, -1)
 		s.since = pipe.Get(ctx, xonce.IndexSinceKey(s.stream))
 		s.first = pipe.XRangeN(ctx, s.stream, "-", "+", 1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return HistoryReport{Issue: key}, fmt.Errorf("history index: %w", err)
+		return t.rep, fmt.Errorf("history index: %w", err)
 	}
+	// 2. Round trip 2: the indexed entries, and each stream's horizon.
+	if err := t.readIndexed(ctx); err != nil {
+		return t.rep, err
+	}
+	t.rep.Indexed = len(t.rep.Events)
+	// 3. The fallback: each stream's part older than its index, scanned like before.
+	if err := t.scanOld(ctx); err != nil {
+		return t.rep, err
+	}
+	sort.SliceStable(t.rep.Events, func(a, b int) bool {
+		if c := streamid.Compare(t.rep.Events[a].ID, t.rep.Events[b].ID); c != 0 {
+			return c < 0
+		}
+		return t.rep.Events[a].Stream < t.rep.Events[b].Stream
+	})
+	return t.rep, nil
+}
+
+// historySource is one stream Timeline reads, and what it read of it.
+type historySource struct {
+	stream, kind string
+	route        event.Route
+	ids          *redis.StringSliceCmd
+	since        *redis.StringCmd
+	first        *redis.XMessageSliceCmd
+	horizon      string // the stream's entries before it are scanned
+}
+
+// timeline is one run of Timeline: its sources, the report it fills and the entries
+// already in it.
+type timeline struct {
+	in   *Inspector
+	key  string
+	srcs []*historySource
+	rep  HistoryReport
+	seen map[string]bool // stream + " " + id of the events in rep
+}
+
+// add files m of s in the report, once.
+func (t *timeline) add(s *historySource, m redis.XMessage) {
+	if t.seen[s.stream+" "+m.ID] {
+		return
+	}
+	t.seen[s.stream+" "+m.ID] = true
+	t.rep.Events = append(t.rep.Events, historyEvent(s.stream, s.kind, s.route, m, t.key))
+}
+
+// readIndexed is step 2 of Timeline: it reads the entries the indexes name (one
+// pipeline) and sets each source's horizon.
+func (t *timeline) readIndexed(ctx context.Context) error {
 	// An index id is at least its TTL old when it may have expired with its key.
-	expired := streamid.ID{MS: uint64(max(in.now().Add(-xonce.IndexTTL).UnixMilli(), 0))}
-	rep := HistoryReport{Issue: key}
-	pipe = in.rdb.Pipeline()
+	expired := streamid.ID{MS: uint64(max(t.in.now().Add(-xonce.IndexTTL).UnixMilli(), 0))}
+	pipe := t.in.rdb.Pipeline()
 	type fetch struct {
-		s   *src
+		s   *historySource
 		cmd *redis.XMessageSliceCmd
 	}
 	var fetches []fetch
-	for _, s := range srcs {
+	for _, s := range t.srcs {
 		ids, err := s.ids.Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return rep, fmt.Errorf("history index of %s: %w", s.stream, err)
-		}
-		first, err := s.first.Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return rep, fmt.Errorf("history: first entry of %s: %w", s.stream, err)
+			return fmt.Errorf("history index of %s: %w", s.stream, err)
 		}
 		for i, m := range ids {
 			ids[i] = xonce.IndexID(m)
@@ -127,99 +166,102 @@ func (in *Inspector) Timeline(ctx context.Context, issue string) (HistoryReport,
 		for _, id := range ids {
 			fetches = append(fetches, fetch{s, pipe.XRangeN(ctx, s.stream, id, id, 1)})
 		}
-		if len(first) == 0 {
-			continue // empty or gone: nothing older than the index either
-		}
-		// The horizon: entries before it may be missing from the index.
-		since, err := s.since.Result()
-		if errors.Is(err, redis.Nil) {
-			s.horizon = "+" // nothing was ever indexed here: all of it
-		} else if err != nil {
-			return rep, fmt.Errorf("history: index start of %s: %w", s.stream, err)
-		} else {
-			h, _ := streamid.ParseFull(since)
-			if expired.After(h) {
-				h = expired
-			}
-			if len(ids) >= xonce.IndexMax {
-				if o, ok := streamid.ParseFull(ids[0]); ok && o.After(h) {
-					h = o
-				}
-			}
-			if f, ok := streamid.ParseFull(first[0].ID); ok && h.After(f) {
-				s.horizon = h.String()
-			}
+		if err := s.setHorizon(ids, expired); err != nil {
+			return err
 		}
 	}
 	if len(fetches) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return rep, fmt.Errorf("history: read indexed entries: %w", err)
+			return fmt.Errorf("history: read indexed entries: %w", err)
 		}
-	}
-	seen := map[string]bool{}
-	add := func(s *src, m redis.XMessage) {
-		if seen[s.stream+" "+m.ID] {
-			return
-		}
-		seen[s.stream+" "+m.ID] = true
-		rep.Events = append(rep.Events, historyEvent(s.stream, s.kind, s.route, m, key))
 	}
 	for _, f := range fetches {
 		xs, err := f.cmd.Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return rep, fmt.Errorf("history: read %s: %w", f.s.stream, err)
+			return fmt.Errorf("history: read %s: %w", f.s.stream, err)
 		}
 		for _, m := range xs { // none when the stream trimmed it since
-			add(f.s, m)
+			t.add(f.s, m)
 		}
 	}
-	rep.Indexed = len(rep.Events)
+	return nil
+}
 
-	// The fallback: each stream's part older than its index, scanned like before.
-	var old []*src
-	for _, s := range srcs {
+// setHorizon sets the id before which s's entries may be missing from its index of
+// ids (none when the stream is empty or gone; "+" when nothing was ever indexed).
+func (s *historySource) setHorizon(ids []string, expired streamid.ID) error {
+	first, err := s.first.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("history: first entry of %s: %w", s.stream, err)
+	}
+	if len(first) == 0 {
+		return nil // empty or gone: nothing older than the index either
+	}
+	since, err := s.since.Result()
+	if errors.Is(err, redis.Nil) {
+		s.horizon = "+" // nothing was ever indexed here: all of it
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("history: index start of %s: %w", s.stream, err)
+	}
+	h, _ := streamid.ParseFull(since)
+	if expired.After(h) {
+		h = expired
+	}
+	if len(ids) >= xonce.IndexMax {
+		if o, ok := streamid.ParseFull(ids[0]); ok && o.After(h) {
+			h = o
+		}
+	}
+	if f, ok := streamid.ParseFull(first[0].ID); ok && h.After(f) {
+		s.horizon = h.String()
+	}
+	return nil
+}
+
+// scanOld is step 3 of Timeline: it scans each stream's part older than its index, in
+// pages, and says so in the report.
+func (t *timeline) scanOld(ctx context.Context) error {
+	var old []*historySource
+	for _, s := range t.srcs {
 		if s.horizon != "" {
 			old = append(old, s)
 		}
 	}
-	if len(old) > 0 {
-		sc := &HistoryScan{}
-		var ends []string
-		for _, s := range old {
-			sc.Streams = append(sc.Streams, s.stream)
-			end := s.horizon
-			if end != "+" {
-				end = "(" + end
-				if b := streamid.Time(s.horizon); sc.Before.IsZero() || b.After(sc.Before) {
-					sc.Before = b
-				}
-			} else {
-				sc.Whole = true
-			}
-			ends = append(ends, end)
-		}
-		err = in.scanTo(ctx, len(old), func(i int) string { return old[i].stream }, func(i int) string { return ends[i] },
-			func(i int, m redis.XMessage) {
-				sc.Entries++
-				s := old[i]
-				raw := event.EntryIssue(s.stream, m.ID, m.Values)
-				if k, _ := in.canonical(raw); k != key {
-					return
-				}
-				add(s, m)
-			})
-		if err != nil {
-			return rep, err
-		}
-		rep.Scanned = sc
+	if len(old) == 0 {
+		return nil
 	}
-	sort.SliceStable(rep.Events, func(a, b int) bool {
-		if c := streamid.Compare(rep.Events[a].ID, rep.Events[b].ID); c != 0 {
-			return c < 0
+	sc := &HistoryScan{}
+	var ends []string
+	for _, s := range old {
+		sc.Streams = append(sc.Streams, s.stream)
+		end := s.horizon
+		if end != "+" {
+			end = "(" + end
+			if b := streamid.Time(s.horizon); sc.Before.IsZero() || b.After(sc.Before) {
+				sc.Before = b
+			}
+		} else {
+			sc.Whole = true
 		}
-		return rep.Events[a].Stream < rep.Events[b].Stream
-	})
-	return rep, nil
+		ends = append(ends, end)
+	}
+	err := t.in.scanTo(ctx, len(old), func(i int) string { return old[i].stream }, func(i int) string { return ends[i] },
+		func(i int, m redis.XMessage) {
+			sc.Entries++
+			s := old[i]
+			raw := event.EntryIssue(s.stream, m.ID, m.Values)
+			if k, _ := t.in.canonical(raw); k != t.key {
+				return
+			}
+			t.add(s, m)
+		})
+	if err != nil {
+		return err
+	}
+	t.rep.Scanned = sc
+	return nil
 }
 
 // HistoryScan says which part of the streams Timeline had to scan: the entries older
