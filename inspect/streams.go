@@ -113,8 +113,7 @@ func (in *Inspector) Streams(ctx context.Context) ([]StreamInfo, error) {
 	}
 	embedded := in.server(ctx).Embedded()
 	var out []StreamInfo
-	type gref struct{ s, g int }
-	var grefs []gref
+	var grefs []groupRef
 	for i, s := range all {
 		info, err := infos[i].Result()
 		if isNoSuchKeyErr(err) {
@@ -136,44 +135,61 @@ func (in *Inspector) Streams(ctx context.Context) ([]StreamInfo, error) {
 			}
 			s.Groups = append(s.Groups, GroupInfo{Name: g.Name, Lag: g.Lag, Pending: g.Pending,
 				LastDeliveredID: g.LastDeliveredID, EntriesRead: g.EntriesRead, Consumers: []ConsumerInfo{}})
-			grefs = append(grefs, gref{len(out), len(s.Groups) - 1})
+			grefs = append(grefs, groupRef{len(out), len(s.Groups) - 1})
 		}
 		out = append(out, s)
 	}
 	if len(grefs) == 0 {
 		return out, nil
 	}
-	pipe = in.rdb.Pipeline()
-	cons := make([]*redis.XInfoConsumersCmd, len(grefs))
-	for k, r := range grefs {
+	if err := in.readConsumers(ctx, out, grefs, pres, embedded); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// groupRef names group out[s].Groups[g] of Streams' report.
+type groupRef struct{ s, g int }
+
+// readConsumers is Streams' second round trip: XINFO CONSUMERS of the groups refs
+// name, pipelined, filed in out with each consumer's state.
+func (in *Inspector) readConsumers(ctx context.Context, out []StreamInfo, refs []groupRef, pres presence, embedded bool) error {
+	pipe := in.rdb.Pipeline()
+	cons := make([]*redis.XInfoConsumersCmd, len(refs))
+	for k, r := range refs {
 		cons[k] = pipe.XInfoConsumers(ctx, out[r.s].Stream, out[r.s].Groups[r.g].Name)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKeyErr(err) && !isNoGroupErr(err) {
-		return nil, fmt.Errorf("xinfo consumers: %w", err)
+		return fmt.Errorf("xinfo consumers: %w", err)
 	}
-	for k, r := range grefs {
+	for k, r := range refs {
 		cs, err := cons[k].Result()
 		if err != nil && !isNoSuchKeyErr(err) && !isNoGroupErr(err) {
-			return nil, fmt.Errorf("xinfo consumers %s %s: %w", out[r.s].Stream, out[r.s].Groups[r.g].Name, err)
+			return fmt.Errorf("xinfo consumers %s %s: %w", out[r.s].Stream, out[r.s].Groups[r.g].Name, err)
 		}
-		g := &out[r.s].Groups[r.g]
-		seen := map[string]bool{}
-		for _, c := range cs {
-			if embedded || c.Idle < 0 {
-				c.Idle = -time.Millisecond
-			}
-			seen[c.Name] = true
-			g.Consumers = append(g.Consumers, consumerInfo(pres, out[r.s].Stream, g.Name, c.Name, c.Pending, c.Idle))
-		}
-		// A worker that reported its presence before its first read is shown at once.
-		for ref, w := range pres.workers {
-			if ref.stream == out[r.s].Stream && ref.group == g.Name && !seen[ref.consumer] && w.Alive {
-				g.Consumers = append(g.Consumers, consumerInfo(pres, ref.stream, ref.group, ref.consumer, 0, -time.Millisecond))
-			}
-		}
-		slices.SortFunc(g.Consumers, func(a, b ConsumerInfo) int { return cmp.Compare(a.Name, b.Name) })
+		fillConsumers(&out[r.s].Groups[r.g], out[r.s].Stream, cs, pres, embedded)
 	}
-	return out, nil
+	return nil
+}
+
+// fillConsumers lists g's consumers cs, and the live workers of g that reported their
+// presence before their first read, by name.
+func fillConsumers(g *GroupInfo, stream string, cs []redis.XInfoConsumer, pres presence, embedded bool) {
+	seen := map[string]bool{}
+	for _, c := range cs {
+		if embedded || c.Idle < 0 {
+			c.Idle = -time.Millisecond
+		}
+		seen[c.Name] = true
+		g.Consumers = append(g.Consumers, consumerInfo(pres, stream, g.Name, c.Name, c.Pending, c.Idle))
+	}
+	// A worker that reported its presence before its first read is shown at once.
+	for ref, w := range pres.workers {
+		if ref.stream == stream && ref.group == g.Name && !seen[ref.consumer] && w.Alive {
+			g.Consumers = append(g.Consumers, consumerInfo(pres, ref.stream, ref.group, ref.consumer, 0, -time.Millisecond))
+		}
+	}
+	slices.SortFunc(g.Consumers, func(a, b ConsumerInfo) int { return cmp.Compare(a.Name, b.Name) })
 }
 
 func consumerInfo(p presence, stream, group, name string, pending int64, idle time.Duration) ConsumerInfo {
