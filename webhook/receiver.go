@@ -152,21 +152,51 @@ type Receiver struct {
 
 // New validates cfg and returns a Receiver. It does no I/O.
 func New(cfg Config) (*Receiver, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Receiver{cfg: cfg, own: map[string]bool{}, fields: cfg.Fetcher.SearchFields(),
+		ns: cfg.Topology.Namespace, log: cfg.Logger.With().Str("component", "webhook").Logger(),
+		tracer: event.Tracer(cfg.TracerProvider), locker: cfg.Locker,
+		pub: event.NewPublisher(cfg.Redis, cfg.MaxLen).WithTracerProvider(cfg.TracerProvider)}
+	if r.ns == "" {
+		r.ns = event.DefaultNamespace
+	}
+	for _, a := range cfg.OwnAccounts {
+		if a = strings.TrimSpace(a); a != "" {
+			r.own[a] = true
+		}
+	}
+	return r, nil
+}
+
+// validate refuses a Config New cannot run with, naming the field.
+func (cfg Config) validate() error {
 	switch {
 	case cfg.Fetcher == nil:
-		return nil, errors.New("webhook: Config.Fetcher is required")
+		return errors.New("webhook: Config.Fetcher is required")
 	case cfg.Jira == nil:
-		return nil, errors.New("webhook: Config.Jira is required")
+		return errors.New("webhook: Config.Jira is required")
 	case cfg.Redis == nil:
-		return nil, errors.New("webhook: Config.Redis is required")
+		return errors.New("webhook: Config.Redis is required")
 	case len(cfg.Secret) == 0 && !cfg.InsecureNoSignature:
-		return nil, ErrNoSecret
+		return ErrNoSecret
 	case cfg.MaxBody < 0 || cfg.Deadline < 0 || cfg.MaxPayloadAge < 0 || cfg.DeliveryTTL < 0 ||
 		cfg.ProcessTimeout < 0 || cfg.RetryAfter < 0 || cfg.MaxAttempts < 0 || cfg.InboxMaxLen < 0 || cfg.MaxLen < 0:
-		return nil, errors.New("webhook: MaxBody, Deadline, MaxPayloadAge, DeliveryTTL, ProcessTimeout, RetryAfter, MaxAttempts, InboxMaxLen and MaxLen must not be negative")
+		return errors.New("webhook: MaxBody, Deadline, MaxPayloadAge, DeliveryTTL, ProcessTimeout, RetryAfter, MaxAttempts, InboxMaxLen and MaxLen must not be negative")
 	case cfg.CommentMaxBytes != 0 && cfg.CommentMaxBytes < MinCommentMaxBytes:
-		return nil, fmt.Errorf("webhook: CommentMaxBytes (%d) must be at least %d", cfg.CommentMaxBytes, MinCommentMaxBytes)
+		return fmt.Errorf("webhook: CommentMaxBytes (%d) must be at least %d", cfg.CommentMaxBytes, MinCommentMaxBytes)
 	}
+	return nil
+}
+
+// withDefaults is cfg with every zero field set to its default (and a Locker built
+// when there is none); it refuses a RetryAfter that does not exceed ProcessTimeout.
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.CommentMaxBytes == 0 {
 		cfg.CommentMaxBytes = DefaultCommentMaxBytes
 	}
@@ -180,7 +210,7 @@ func New(cfg Config) (*Receiver, error) {
 		}
 		l, err := lease.New(cfg.Redis, o)
 		if err != nil {
-			return nil, fmt.Errorf("webhook: %w", err)
+			return cfg, fmt.Errorf("webhook: %w", err)
 		}
 		cfg.Locker = l
 	}
@@ -191,7 +221,7 @@ func New(cfg Config) (*Receiver, error) {
 		cfg.RetryAfter = max(DefaultRetryAfter, 2*cfg.ProcessTimeout)
 	}
 	if cfg.RetryAfter <= cfg.ProcessTimeout {
-		return nil, fmt.Errorf("webhook: RetryAfter (%s) must exceed ProcessTimeout (%s): a delivery being classified could be taken again", cfg.RetryAfter, cfg.ProcessTimeout)
+		return cfg, fmt.Errorf("webhook: RetryAfter (%s) must exceed ProcessTimeout (%s): a delivery being classified could be taken again", cfg.RetryAfter, cfg.ProcessTimeout)
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
@@ -218,19 +248,7 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	r := &Receiver{cfg: cfg, own: map[string]bool{}, fields: cfg.Fetcher.SearchFields(),
-		ns: cfg.Topology.Namespace, log: cfg.Logger.With().Str("component", "webhook").Logger(),
-		tracer: event.Tracer(cfg.TracerProvider), locker: cfg.Locker,
-		pub: event.NewPublisher(cfg.Redis, cfg.MaxLen).WithTracerProvider(cfg.TracerProvider)}
-	if r.ns == "" {
-		r.ns = event.DefaultNamespace
-	}
-	for _, a := range cfg.OwnAccounts {
-		if a = strings.TrimSpace(a); a != "" {
-			r.own[a] = true
-		}
-	}
-	return r, nil
+	return cfg, nil
 }
 
 // Sign returns the X-Hub-Signature value Jira sends for body: "sha256=" and the hex
