@@ -223,6 +223,22 @@ func (w *Worker) Validate() error {
 	w.Jira.validate(&p)
 	w.Tracing.validate(&p)
 	validateAgentBranch(&p, w.Agent, w.Branch, false)
+	w.validateRunner(&p)
+	w.derive()
+	for name, d := range map[string]time.Duration{"lock-ttl": w.LockTTL, "lock-max-hold": w.LockMaxHold,
+		"block-time": w.BlockTime, "max-idle-time": w.MaxIdleTime, "claim-interval": w.ClaimInterval,
+		"kill-grace": w.KillGrace, "demo-duration": w.DemoDuration} {
+		checkRange(&p, name, d)
+	}
+	w.validateLease(&p)
+	w.validateConflict(&p)
+	w.validateLimits(&p)
+	w.validateProcess(&p)
+	return p.err()
+}
+
+// validateRunner checks RUNNER and what it needs.
+func (w *Worker) validateRunner(p *problems) {
 	switch w.Runner {
 	case "exec":
 		if strings.TrimSpace(w.Exec) == "" {
@@ -232,13 +248,10 @@ func (w *Worker) Validate() error {
 	default:
 		p.add("runner", "= %q must be exec or demo", w.Runner)
 	}
-	w.derive()
-	for name, d := range map[string]time.Duration{"lock-ttl": w.LockTTL, "lock-max-hold": w.LockMaxHold,
-		"block-time": w.BlockTime, "max-idle-time": w.MaxIdleTime, "claim-interval": w.ClaimInterval,
-		"kill-grace": w.KillGrace, "demo-duration": w.DemoDuration} {
-		checkRange(&p, name, d)
-	}
-	w.validateLease(&p)
+}
+
+// validateConflict checks ON_CONFLICT and LOCK_SCOPE, and that they go together.
+func (w *Worker) validateConflict(p *problems) {
 	policies, polErr := w.Policies()
 	if polErr != nil {
 		p.add("on-conflict", "= %q: %v", w.OnConflict, polErr)
@@ -251,6 +264,11 @@ func (w *Worker) Validate() error {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with supersede: "+
 			"the run holding a shared key may be another agent's or another issue's, which an event may not cancel; use drop or delay", w.LockScope, w.OnConflict)
 	}
+}
+
+// validateLimits checks the counts: replicas to wait for, mailbox depth, retries,
+// concurrency and read batch.
+func (w *Worker) validateLimits(p *problems) {
 	if w.LockWaitReplicas < 0 || w.LockWaitReplicas > 16 {
 		p.add("lock-wait-replicas", "= %d must be between 0 and 16", w.LockWaitReplicas)
 	}
@@ -269,6 +287,11 @@ func (w *Worker) Validate() error {
 	if w.ReadBatch < 1 || w.ReadBatch > pipeline.MaxReadBatch {
 		p.add("read-batch", "= %d must be between 1 and %d", w.ReadBatch, pipeline.MaxReadBatch)
 	}
+}
+
+// validateProcess checks what names and serves the process: its consumer name, its
+// metrics address and the environment its runner passes on.
+func (w *Worker) validateProcess(p *problems) {
 	switch {
 	case w.ConsumerName == "":
 		p.add("consumer-name", "is required (the hostname could not be read)")
@@ -285,5 +308,4 @@ func (w *Worker) Validate() error {
 	if _, err := w.RunnerEnvPatterns(); err != nil {
 		p.add("runner-env", "= %q: %v", w.RunnerEnv, err)
 	}
-	return p.err()
 }
