@@ -11,11 +11,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/stage"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/redact"
-	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/runners"
@@ -148,21 +148,19 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 				Msg("RUNNER_ENV names ymirflow's own Jira credentials: the agent gets them")
 		}
 	}
-	hcfg := handlers.Config{Agent: cfg.Agent, Branch: cfg.Branch, Runner: runner, Jira: jc,
-		Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp),
-		Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
-		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red, Fences: metrics,
-		TracerProvider: tp, Mailbox: policies.Uses(lockmw.Deliver), MailboxDepth: cfg.MailboxDepth}
-	h, err := handlers.New(hcfg)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topology,
-		Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency, ReadBatch: cfg.ReadBatch,
-		BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
-		MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policies: policies, Scopes: scopes,
-		MailboxDepth: cfg.MailboxDepth, Locker: locker, Logger: log, Metrics: metrics, Handler: h, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
-		OnDead: handlers.FailureNotice(hcfg), TracerProvider: tp})
+	router, err := stage.New(stage.Config{
+		Router: pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topology,
+			Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency, ReadBatch: cfg.ReadBatch,
+			BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
+			MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policies: policies, Scopes: scopes,
+			MailboxDepth: cfg.MailboxDepth, Locker: locker, Logger: log, Metrics: metrics, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
+			TracerProvider: tp},
+		Handler: handlers.Config{Runner: runner, Jira: jc,
+			Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp),
+			Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
+			DryRun:    cfg.DryRun || jc == nil, Redactor: red, Fences: metrics, TracerProvider: tp},
+		NoticeFailures: true,
+	})
 	if err != nil {
 		return usagef("%v", err)
 	}

@@ -18,12 +18,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/progress"
+	"github.com/ymirflow/ymirflow/cmd/ymirflow/internal/stage"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/handlers"
@@ -496,23 +498,23 @@ func (r *run) startWorkers(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			h, err := handlers.New(handlers.Config{Agent: st.Agent, Branch: st.Branch, Runner: runner, Jira: r.jc,
-				Publisher: event.NewPublisher(r.rdb, event.DefaultMaxLen),
-				Results:   event.NewResults(r.rdb, r.topo.Results(), event.DefaultMaxLen),
-				Topology:  r.topo, MaxRetries: r.o.MaxRetries, Logger: log, Mailbox: st.Agent == "triage"})
-			if err != nil {
-				return err
-			}
 			policies := lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop}}
 			if st.Agent == "triage" {
 				policies = triagePolicies
 			}
-			router, err := pipeline.NewRouter(pipeline.RouterConfig{Client: r.rdb, ClientOptions: r.opts, Topology: r.topo,
-				Agent: st.Agent, Branch: st.Branch, Consumer: consumer, Concurrency: 1,
-				BlockTime: 300 * time.Millisecond, MaxIdleTime: maxIdle, ClaimInterval: time.Second,
-				NackResendSleep: 100 * time.Millisecond, MaxRetries: r.o.MaxRetries, RetryInitial: retryInitial,
-				CloseTimeout: 10 * time.Second, MaxLen: event.DefaultMaxLen, Policies: policies, Locker: locker,
-				Logger: log, Handler: r.hc.wrap(st.Name, h)})
+			name := st.Name
+			router, err := stage.New(stage.Config{
+				Router: pipeline.RouterConfig{Client: r.rdb, ClientOptions: r.opts, Topology: r.topo,
+					Agent: st.Agent, Branch: st.Branch, Consumer: consumer, Concurrency: 1,
+					BlockTime: 300 * time.Millisecond, MaxIdleTime: maxIdle, ClaimInterval: time.Second,
+					NackResendSleep: 100 * time.Millisecond, MaxRetries: r.o.MaxRetries, RetryInitial: retryInitial,
+					CloseTimeout: 10 * time.Second, MaxLen: event.DefaultMaxLen, Policies: policies, Locker: locker,
+					Logger: log},
+				Handler: handlers.Config{Runner: runner, Jira: r.jc,
+					Publisher: event.NewPublisher(r.rdb, event.DefaultMaxLen),
+					Results:   event.NewResults(r.rdb, r.topo.Results(), event.DefaultMaxLen)},
+				Wrap: func(h message.NoPublishHandlerFunc) message.NoPublishHandlerFunc { return r.hc.wrap(name, h) },
+			})
 			if err != nil {
 				return err
 			}

@@ -196,12 +196,30 @@ func (s *Summary) WriteText(w io.Writer, keep bool) {
 		}
 		return
 	}
-	mark := func(ok bool) string {
-		if ok {
-			return "ok"
-		}
-		return "NOT OK"
+	s.writeChecks(w)
+	feat := s.featured(8)
+	writeFeatured(w, feat)
+	s.writeCloser(w, feat, keep)
+	// The demo is often the first thing run, with `go run`: say where the binary the
+	// lines above name comes from, and what keeps a pipeline up.
+	fmt.Fprintln(w, "(ymirflow is `go install ./cmd/ymirflow`; `ymirflow dev` keeps a whole pipeline running until Ctrl-C.)")
+	if s.LogFile != "" {
+		fmt.Fprintf(w, "Logs of every worker: %s\n", s.LogFile)
 	}
+}
+
+// mark is a check's verdict as WriteText prints it.
+func mark(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "NOT OK"
+}
+
+// writeChecks writes WriteText's checks of a run that ended: one line each, and the
+// issues or events that fail them.
+func (s *Summary) writeChecks(w io.Writer) {
+	t := s.Total
 	accounted := s.Unaccounted == 0 && len(s.Repeats) == 0 && t.Pending == 0
 	fmt.Fprintf(w, "  %-6s every published event has exactly one outcome: %d published = %d run + %d dropped + %d delivered; %d pending\n",
 		mark(accounted && t.Published == t.Run+t.Dropped+t.Delivered), t.Published, t.Run, t.Dropped, t.Delivered, t.Pending)
@@ -248,7 +266,10 @@ func (s *Summary) WriteText(w io.Writer, keep bool) {
 		fmt.Fprintf(w, "         more than one outcome: %s\n", rep)
 	}
 
-	feat := s.featured(8)
+}
+
+// writeFeatured writes a few issues, with their labels in the fake Jira.
+func writeFeatured(w io.Writer, feat []IssueResult) {
 	if len(feat) > 0 {
 		fmt.Fprintln(w, "\nA few issues, with their labels in the fake Jira at the end:")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -262,6 +283,11 @@ func (s *Summary) WriteText(w io.Writer, keep bool) {
 		_ = tw.Flush()
 	}
 
+}
+
+// writeCloser writes the commands to look closer at the run, about an example issue
+// of feat, as where the data is (embedded or not, kept or not) allows.
+func (s *Summary) writeCloser(w io.Writer, feat []IssueResult, keep bool) {
 	example := "RHEL-1001"
 	for i, ir := range feat {
 		if i == 0 || strings.Contains(ir.Path, "published twice") {
@@ -289,12 +315,6 @@ func (s *Summary) WriteText(w io.Writer, keep bool) {
 	default:
 		fmt.Fprintf(w, "Namespace %s was deleted; with --keep it stays, and then:\n", s.Namespace)
 		s.commands(w, example)
-	}
-	// The demo is often the first thing run, with `go run`: say where the binary the
-	// lines above name comes from, and what keeps a pipeline up.
-	fmt.Fprintln(w, "(ymirflow is `go install ./cmd/ymirflow`; `ymirflow dev` keeps a whole pipeline running until Ctrl-C.)")
-	if s.LogFile != "" {
-		fmt.Fprintf(w, "Logs of every worker: %s\n", s.LogFile)
 	}
 }
 
