@@ -88,73 +88,27 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 
-	logDir := cfg.LogDir
-	if logDir == "" {
-		if logDir, err = os.MkdirTemp("", "ymirflow-dev-*"); err != nil {
-			return fmt.Errorf("create the log directory: %w", err)
-		}
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return usagef("LOG_DIR (--log-dir) %v", err)
+	logDir, err := devLogDir(cfg.LogDir)
+	if err != nil {
+		return err
 	}
-
-	// The embedded Redis listens on a fixed address, for the commands of other terminals.
-	redisURL := cfg.RedisURL
-	embedded := redisURL == ""
-	if embedded {
-		m := miniredis.NewMiniRedis()
-		// miniredis leaves TTLs alone unless told to: without this, a lease whose holder
-		// died would never expire (see the demo package's comment).
-		m.ClockTTL(true)
-		if err := m.StartAddr(cfg.RedisAddr); err != nil {
-			return usagef("EMBEDDED_REDIS_ADDR (--embedded-redis-addr) %s: %v (set another address, or REDIS_URL for a real Redis)", cfg.RedisAddr, err)
-		}
-		defer m.Close()
-		redisURL = "redis://" + m.Addr() + "/0"
-	} else {
-		// Unreachable: one line now, not one per component.
-		rdb, err := pipeline.Connect(ctx, redisURL)
-		if err != nil {
-			return devRedisError(redisURL, cfg.RedisAddr, err)
-		}
-		_ = rdb.Close()
+	redisURL, embedded, closeRedis, err := devRedis(ctx, &cfg)
+	if err != nil {
+		return err
 	}
-
+	defer closeRedis()
 	// Addresses are resolved before anything starts: each component names the others'.
 	fakeJira := cfg.JiraURL == ""
-	webAddr, err := resolveAddr(cfg.WebAddr, "WEB_ADDR", "web-addr")
+	webAddr, webhookAddr, jiraURL, err := devAddrs(&cfg)
 	if err != nil {
 		return err
-	}
-	webhookAddr, err := resolveAddr(cfg.WebhookAddr, "WEBHOOK_ADDR", "webhook-addr")
-	if err != nil {
-		return err
-	}
-	jiraURL := cfg.JiraURL
-	if fakeJira {
-		a, err := resolveAddr(cfg.FakeJiraAddr, "FAKEJIRA_ADDR", "fakejira-addr")
-		if err != nil {
-			return err
-		}
-		jiraURL = "http://" + a
 	}
 	token, secret := devRandom(), devRandom()
 
 	common := []string{"--redis-url", redisURL, "--ymir-namespace", cfg.Namespace, "--log-level", cfg.LogLevel,
 		"--log-format", cfg.LogFormat, "--max-len", strconv.FormatInt(cfg.MaxLen, 10),
 		"--max-event-bytes", strconv.Itoa(cfg.MaxEventBytes)}
-	// The fake Jira takes any token and has no rate limit to respect; a real one gets the
-	// settings given to dev (the rest each component reads from the environment).
-	jiraArgs := []string{"--jira-url", jiraURL, "--jira-token", "dev", "--jira-api", "server", "--jira-rate-limit", "-1",
-		"--jira-trigger-group", fakejira.SampleTriggerGroup, "--jira-jql", "project = RHEL"}
-	if !fakeJira {
-		jiraArgs = []string{"--jira-url", jiraURL}
-		for _, name := range []string{"jira-email", "jira-token", "jira-token-file", "jira-jql", "jira-trigger-group", "jira-api",
-			"jira-comment-group", "jira-timeout", "jira-max-retries", "jira-rate-limit", "dry-run"} {
-			if given[name] {
-				jiraArgs = append(jiraArgs, "--"+name+"="+fs.Lookup(name).Value.String())
-			}
-		}
-	}
+	jiraArgs := devJiraArgs(fs, given, jiraURL, fakeJira)
 
 	dctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -176,25 +130,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		g.start(dctx, "webhook", runWebhook, wargs...)
 	}
-	runner := []string{"--runner", "demo", "--demo-duration", cfg.DemoDuration.String(), "--demo-seed", strconv.FormatInt(cfg.Seed, 10)}
-	if cfg.Exec != "" {
-		runner = []string{"--runner", "exec", "--exec", cfg.Exec, "--runner-env", cfg.RunnerEnv}
-	}
-	var consumers []string
-	for _, st := range devStages {
-		group := event.Topology{}.Group(st[0], st[1])
-		// A name per stage, stable across runs: on a real Redis a restarted dev resumes
-		// its own pending entries; a second dev on the same namespace is refused.
-		consumer := "dev-" + group
-		consumers = append(consumers, group)
-		wargs := []string{"--agent", st[0], "--consumer-name", consumer, "--metrics-addr", "", "--block-time", "1s",
-			"--on-conflict", cfg.StageOnConflict(st[0]), "--mailbox-depth", strconv.FormatInt(cfg.MailboxDepth, 10), "--lock-scope", cfg.LockScope,
-			"--concurrency", strconv.Itoa(cfg.Concurrency)}
-		if st[1] != "" {
-			wargs = append(wargs, "--branch", st[1])
-		}
-		g.start(dctx, "worker-"+group, runWorker, append(append(append(wargs, runner...), common...), jiraArgs...)...)
-	}
+	consumers := g.startWorkers(dctx, &cfg, append(common, jiraArgs...))
 	g.start(dctx, "fetch", runFetch, append(append([]string{"--interval", cfg.Interval.String()}, common...), jiraArgs...)...)
 	g.start(dctx, "web", runWeb, append([]string{"--addr", webAddr, "--web-token", token}, common...)...)
 
@@ -219,6 +155,106 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stdout, "ymirflow dev: stopped; every component shut down cleanly.")
 	}
 	return err
+}
+
+// devLogDir is LOG_DIR, created if need be, or a new temporary directory.
+func devLogDir(dir string) (string, error) {
+	if dir == "" {
+		dir, err := os.MkdirTemp("", "ymirflow-dev-*")
+		if err != nil {
+			return "", fmt.Errorf("create the log directory: %w", err)
+		}
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", usagef("LOG_DIR (--log-dir) %v", err)
+	}
+	return dir, nil
+}
+
+// devRedis is the URL of dev's Redis: REDIS_URL's, checked reachable, or an embedded
+// one listening on a fixed address, for the commands of other terminals. closeRedis
+// stops the embedded one.
+func devRedis(ctx context.Context, cfg *config.Dev) (url string, embedded bool, closeRedis func(), err error) {
+	if cfg.RedisURL != "" {
+		// Unreachable: one line now, not one per component.
+		rdb, err := pipeline.Connect(ctx, cfg.RedisURL)
+		if err != nil {
+			return "", false, nil, devRedisError(cfg.RedisURL, cfg.RedisAddr, err)
+		}
+		_ = rdb.Close()
+		return cfg.RedisURL, false, func() {}, nil
+	}
+	m := miniredis.NewMiniRedis()
+	// miniredis leaves TTLs alone unless told to: without this, a lease whose holder
+	// died would never expire (see the demo package's comment).
+	m.ClockTTL(true)
+	if err := m.StartAddr(cfg.RedisAddr); err != nil {
+		return "", false, nil, usagef("EMBEDDED_REDIS_ADDR (--embedded-redis-addr) %s: %v (set another address, or REDIS_URL for a real Redis)", cfg.RedisAddr, err)
+	}
+	return "redis://" + m.Addr() + "/0", true, m.Close, nil
+}
+
+// devAddrs resolves the console's and the webhook receiver's addresses and the Jira
+// URL (the fake Jira's address when JIRA_URL is unset).
+func devAddrs(cfg *config.Dev) (webAddr, webhookAddr, jiraURL string, err error) {
+	if webAddr, err = resolveAddr(cfg.WebAddr, "WEB_ADDR", "web-addr"); err != nil {
+		return "", "", "", err
+	}
+	if webhookAddr, err = resolveAddr(cfg.WebhookAddr, "WEBHOOK_ADDR", "webhook-addr"); err != nil {
+		return "", "", "", err
+	}
+	if cfg.JiraURL != "" {
+		return webAddr, webhookAddr, cfg.JiraURL, nil
+	}
+	a, err := resolveAddr(cfg.FakeJiraAddr, "FAKEJIRA_ADDR", "fakejira-addr")
+	if err != nil {
+		return "", "", "", err
+	}
+	return webAddr, webhookAddr, "http://" + a, nil
+}
+
+// devJiraArgs are the Jira arguments of every component. The fake Jira takes any token
+// and has no rate limit to respect; a real one gets the settings given to dev (the rest
+// each component reads from the environment).
+func devJiraArgs(fs *flag.FlagSet, given map[string]bool, jiraURL string, fakeJira bool) []string {
+	if fakeJira {
+		return []string{"--jira-url", jiraURL, "--jira-token", "dev", "--jira-api", "server", "--jira-rate-limit", "-1",
+			"--jira-trigger-group", fakejira.SampleTriggerGroup, "--jira-jql", "project = RHEL"}
+	}
+	args := []string{"--jira-url", jiraURL}
+	for _, name := range []string{"jira-email", "jira-token", "jira-token-file", "jira-jql", "jira-trigger-group", "jira-api",
+		"jira-comment-group", "jira-timeout", "jira-max-retries", "jira-rate-limit", "dry-run"} {
+		if given[name] {
+			args = append(args, "--"+name+"="+fs.Lookup(name).Value.String())
+		}
+	}
+	return args
+}
+
+// startWorkers starts one worker per stage and branch (devStages), each with rest
+// after its own arguments, and returns their consumer groups.
+func (g *devGroup) startWorkers(ctx context.Context, cfg *config.Dev, rest []string) []string {
+	runner := []string{"--runner", "demo", "--demo-duration", cfg.DemoDuration.String(), "--demo-seed", strconv.FormatInt(cfg.Seed, 10)}
+	if cfg.Exec != "" {
+		runner = []string{"--runner", "exec", "--exec", cfg.Exec, "--runner-env", cfg.RunnerEnv}
+	}
+	var consumers []string
+	for _, st := range devStages {
+		group := event.Topology{}.Group(st[0], st[1])
+		// A name per stage, stable across runs: on a real Redis a restarted dev resumes
+		// its own pending entries; a second dev on the same namespace is refused.
+		consumer := "dev-" + group
+		consumers = append(consumers, group)
+		wargs := []string{"--agent", st[0], "--consumer-name", consumer, "--metrics-addr", "", "--block-time", "1s",
+			"--on-conflict", cfg.StageOnConflict(st[0]), "--mailbox-depth", strconv.FormatInt(cfg.MailboxDepth, 10), "--lock-scope", cfg.LockScope,
+			"--concurrency", strconv.Itoa(cfg.Concurrency)}
+		if st[1] != "" {
+			wargs = append(wargs, "--branch", st[1])
+		}
+		g.start(ctx, "worker-"+group, runWorker, append(append(wargs, runner...), rest...)...)
+	}
+	return consumers
 }
 
 // devWatching is dev's display at work (devWatch), over its own connection.

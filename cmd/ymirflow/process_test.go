@@ -20,7 +20,7 @@ import (
 
 // buildBinary builds `ymirflow` into a temp dir of t and returns its path: the tests
 // that need real processes (separate pids, signals) run it.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "ymirflow")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
