@@ -98,6 +98,7 @@ func writeHelp(w io.Writer, cmd command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: ymirflow %s\n\n%s\n\n", cmd.usage, strings.TrimSpace(cmd.help))
 	fmt.Fprintln(w, "Flags, with the environment variable that sets each (the flag wins) or \"(flag only)\":")
 	config.WriteUsage(w, fs)
+	fmt.Fprintf(w, "\nEach setting in full: docs/configuration.md, \"ymirflow %s\".\n", cmd.name)
 }
 
 // inspector connects to Redis and returns the Inspector of the configured pipeline,

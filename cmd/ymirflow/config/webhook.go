@@ -89,7 +89,7 @@ func (w *Webhook) Register(fs *flag.FlagSet) {
 	w.WebhookSecret.register(fs, "the Jira webhook's secret: deliveries must carry X-Hub-Signature: sha256=<HMAC-SHA256 of the body>")
 	fs.StringVar(&w.Addr, "addr", DefaultWebhookAddr, "listen address of the webhook receiver")
 	required(fs, "jira-url", "required: the receiver reads issues and writes labels")
-	required(fs, "webhook-secret", "required, or --webhook-secret-file, unless --insecure-no-signature")
+	required(fs, "webhook-secret", "required (or its file) unless --insecure-no-signature")
 	fs.StringVar(&w.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "listen address of /metrics, /healthz and /readyz (empty: none); the default, a free port on loopback, is logged at start")
 	fs.BoolVar(&w.InsecureNoSignature, "insecure-no-signature", false, "accept unsigned deliveries when no secret is set (never in production)")
 	fs.StringVar(&w.JiraOwnAccount, "jira-own-account", "", "ymirflow's own Jira account ids or usernames, comma-separated: events they cause and comments they write are ignored, never delivered to an agent (empty: Jira's /myself at start)")
