@@ -37,14 +37,14 @@ const (
 	AttrStream   = attribute.Key("ymirflow.stream")
 	AttrAttempt  = attribute.Key("ymirflow.attempt")
 	AttrConsumer = attribute.Key("ymirflow.consumer")
-	AttrEvent    = attribute.Key("ymirflow.event_type")
+	attrEvent    = attribute.Key("ymirflow.event_type")
 	// AttrErrorType is the typed cause of a failure (e.g. "lease_lost", "bad_event").
 	AttrErrorType = attribute.Key("error.type")
 )
 
-// TracerName is the instrumentation scope of every tracer ymirflow takes from a
+// tracerName is the instrumentation scope of every tracer ymirflow takes from a
 // TracerProvider.
-const TracerName = "github.com/ymirflow/ymirflow"
+const tracerName = "github.com/ymirflow/ymirflow"
 
 // Tracer returns tp's ymirflow tracer, or nil for a nil tp (tracing off): callers test
 // for nil and skip all tracing work, so the off path costs nothing.
@@ -52,21 +52,21 @@ func Tracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		return nil
 	}
-	return tp.Tracer(TracerName)
+	return tp.Tracer(tracerName)
 }
 
-// MetadataCarrier lets the OpenTelemetry propagators read and write a message's
+// metadataCarrier lets the OpenTelemetry propagators read and write a message's
 // metadata.
-type MetadataCarrier message.Metadata
+type metadataCarrier message.Metadata
 
 // Get implements propagation.TextMapCarrier.
-func (c MetadataCarrier) Get(key string) string { return c[key] }
+func (c metadataCarrier) Get(key string) string { return c[key] }
 
 // Set implements propagation.TextMapCarrier.
-func (c MetadataCarrier) Set(key, value string) { c[key] = value }
+func (c metadataCarrier) Set(key, value string) { c[key] = value }
 
 // Keys implements propagation.TextMapCarrier.
-func (c MetadataCarrier) Keys() []string {
+func (c metadataCarrier) Keys() []string {
 	keys := make([]string, 0, len(c))
 	for k := range c {
 		keys = append(keys, k)
@@ -85,7 +85,7 @@ func InjectTrace(ctx context.Context, msg *message.Message) {
 	if msg.Metadata == nil {
 		msg.Metadata = message.Metadata{}
 	}
-	traceContext.Inject(ctx, MetadataCarrier(msg.Metadata))
+	traceContext.Inject(ctx, metadataCarrier(msg.Metadata))
 }
 
 // ExtractTrace returns ctx with msg's published trace context as its remote parent (ctx
@@ -94,7 +94,7 @@ func ExtractTrace(ctx context.Context, msg *message.Message) context.Context {
 	if msg.Metadata.Get(MetaTraceParent) == "" {
 		return ctx
 	}
-	return traceContext.Extract(ctx, MetadataCarrier(msg.Metadata))
+	return traceContext.Extract(ctx, metadataCarrier(msg.Metadata))
 }
 
 // ParseTraceParent returns the span context a W3C traceparent names.
@@ -177,7 +177,7 @@ func StartPublish(ctx context.Context, tracer trace.Tracer, stream string, msg *
 		attribute.String("messaging.destination.name", stream),
 		attribute.String("messaging.operation.type", "send"),
 		AttrIssueKey.String(msg.Metadata.Get(MetaIssueKey)),
-		AttrEvent.String(msg.Metadata.Get(MetaEventType)),
+		attrEvent.String(msg.Metadata.Get(MetaEventType)),
 	}
 	if f := msg.Metadata.Get(MetaFence); f != "" {
 		attrs = append(attrs, AttrFence.String(f))
