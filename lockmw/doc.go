@@ -1,15 +1,16 @@
 // Package lockmw is the Watermill middleware on ymirflow's per-issue lease (package
 // lease): each message runs under its issue's lease, and an event whose issue is busy
-// is dropped or coalesced (Policy).
+// goes where its event type's policy says: dropped, coalesced, delivered, delayed or
+// superseding the run (Policies).
 //
-// The Middleware knows nothing of the messages' format: the caller gives it the issue
-// key extractor (Config.IssueKey) and the conflict recorder (Config.OnConflict), and,
-// for messages read from a Redis stream, the Source that names each message's entry.
+// The Middleware reads of a message only what package event names (the event type and
+// the delay metadata, the delayed queue, the fencer of fenced writes): the caller gives
+// it the issue key extractor (Config.IssueKey) and the conflict recorder
+// (Config.OnConflict), and, for messages read from a Redis stream, the Source that
+// names each message's entry.
 // With a Source it acks the entry in the release's round trip and, when the Source
 // knows the entry it delivers next (Peeker), takes that entry's lease in the same
 // round trip (lease.Lease.Handoff).
 //
-// Files: middleware.go (Middleware, Config, LeaseFrom), conflict.go (events whose
-// issue is busy), handoff.go (the lease taken ahead for the next entry, given back if
-// that entry does not come), errors.go.
+// Files: the code map in docs/development.md names each concept's file.
 package lockmw

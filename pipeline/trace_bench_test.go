@@ -19,7 +19,7 @@ import (
 // in-memory exporter through a batch processor (the commands' setup, without the
 // network): a consumer span per event, its lease events, and the delivery record
 // (SET ... GET) that links a redelivery to the attempt before it. Run with the others
-// for the ratio the README reports:
+// for the ratio docs/development.md reports ("Measured here"):
 //
 //	go test -run '^$' -bench 'Router(Bare|Locked|LockedTraced)$' -benchtime 3000x -count 3 -benchmem ./pipeline/
 func BenchmarkRouterLockedTraced(b *testing.B) {

@@ -9,7 +9,7 @@ import (
 
 // AgentEnv is the environment the exec runner hands an agent, besides the YMIR_*
 // variables and JIRA_ISSUE it sets per event. Agents read untrusted issue text, so they
-// get only what they need (README, "Writing an agent").
+// get only what they need (docs/agents.md).
 type AgentEnv struct {
 	// Env is KEY=VALUE, in the order of the worker's environment.
 	Env []string

@@ -26,7 +26,7 @@ import (
 //
 // A follow-up meets the lease only when another subscription reads it while the run
 // goes on: the run's own subscription reads ahead, and an entry waiting there runs
-// after the run instead (README, "Follow-ups"). So the run here comes from the main
+// after the run instead (docs/architecture.md, "Comments as follow-ups"). So the run here comes from the main
 // stream and the comment from the :todo twin, as a maintainer's request does.
 func publishFollowup(t *testing.T, rdb *redis.Client, topo event.Topology, issue, author, body, commentID string) string {
 	t.Helper()

@@ -26,8 +26,8 @@ const workerHelp = `
 Runs one agent's router until SIGTERM or SIGINT: it reads the agent's input streams
 (and their :todo twins) through the consumer group of the agent and branch, takes
 the issue's lease for each event, and runs the agent: --runner exec runs --exec with
-/bin/sh -c per event (the task JSON on stdin, the result JSON on stdout; see the
-README, "Writing an agent"), --runner demo simulates one. A worker per agent and
+/bin/sh -c per event (the task JSON on stdin, the result JSON on stdout; see
+docs/agents.md), --runner demo simulates one. A worker per agent and
 branch: triage takes no --branch, rebase, backport and rebuild one of c9s, c10s.
 
 Each process needs its own CONSUMER_NAME: unset, it is the hostname in Kubernetes (the

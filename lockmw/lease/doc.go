@@ -27,11 +27,6 @@
 // trip; Handoff also takes the next stream entry's lease in it, so a stream of events
 // costs one round trip each.
 //
-// Files: errors.go (sentinels and typed errors), locker.go (Locker, Acquire), lease.go
-// (Lease: heartbeat, release, fenced writes), handoff.go (the next entry's lease taken
-// in the release's round trip), keys.go (key names and canonical issue keys),
-// inspect.go (the operators' view), evict.go (force releases end the evicted lease at
-// once), starter.go (heartbeats started when due), replicas.go (WAIT for replicas after
-// each acquire and extend, Options.WaitReplicas), and scripts/*.lua, the atomic
-// steps, embedded.
+// Files: the code map in docs/development.md names each concept's file; the atomic
+// steps are scripts/*.lua, embedded.
 package lease
