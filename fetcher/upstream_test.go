@@ -42,8 +42,170 @@ type upCase struct {
 func TestUpstreamFetcherCases(t *testing.T) {
 	// Not parallel: the cases are its subtests, and they run in parallel.
 	stale := 100 * time.Hour
+	cases := append(append(upstreamSearchCases(), upstreamQueueCases(stale)...), upstreamWorkflowCases(stale)...)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, c.issues, c.opts...)
+			if c.setup != nil {
+				c.setup(t, h)
+			}
+			mods := []func(*Config){}
+			if c.cfg != nil {
+				mods = append(mods, c.cfg)
+			}
+			s, err := h.fetcher(mods...).Sweep(h.ctx)
+			switch {
+			case c.wantErr != nil && (err == nil || !c.wantErr(err)):
+				t.Fatalf("sweep error %v, not the one wanted", err)
+			case c.wantErr == nil && err != nil:
+				t.Fatalf("sweep: %v\nlog:\n%s", err, h.logBuf)
+			}
+			if got := h.published(); !slices.Equal(got, c.want) {
+				t.Errorf("streams hold %v, want %v\nsummary: %s", got, c.want, s)
+			}
+			for _, is := range c.issues {
+				key := strings.ToUpper(is.Key)
+				if got, want := h.writes(key), c.writes[key]; !slices.Equal(got, want) {
+					t.Errorf("%s: Jira label writes %q, want %q", key, got, want)
+				}
+			}
+			for _, r := range summaryReasons {
+				if got, want := s.Skipped[r], c.skipped[r]; got != want {
+					t.Errorf("skipped %s = %d, want %d (%s)", r, got, want, s)
+				}
+			}
+			if c.check != nil {
+				c.check(t, h, s)
+			}
+			if t.Failed() {
+				t.Logf("log:\n%s", h.logBuf)
+			}
+		})
+	}
+}
+
+type checkFn = func(t *testing.T, h *harness, s Summary)
+
+func all(fs ...checkFn) checkFn {
+	return func(t *testing.T, h *harness, s Summary) {
+		for _, f := range fs {
+			f(t, h, s)
+		}
+	}
+}
+
+func wantUserTriggered(key string, want bool) checkFn {
+	return func(t *testing.T, h *harness, s Summary) {
+		for _, q := range h.streamEntries() {
+			if q.Key == key && (q.UserTriggered != want || q.Meta[event.MetaUserTriggered] != strings.ToLower(boolStr(want))) {
+				t.Errorf("%s: user_triggered %v / %q, want %v", key, q.UserTriggered, q.Meta[event.MetaUserTriggered], want)
+			}
+		}
+	}
+}
+
+func boolStr(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func wantLabels(key string, labels ...string) checkFn {
+	return func(t *testing.T, h *harness, s Summary) {
+		want := slices.Clone(labels)
+		slices.Sort(want)
+		if got := h.labels(key); !slices.Equal(got, want) {
+			t.Errorf("%s: labels %v, want %v", key, got, want)
+		}
+	}
+}
+
+func wantDryRunOutcome(key string) checkFn {
+	return func(t *testing.T, h *harness, s Summary) {
+		if !s.DryRun || s.LabelWrites != 0 {
+			t.Errorf("DryRun %v, LabelWrites %d", s.DryRun, s.LabelWrites)
+		}
+		if n := len(h.requests(http.MethodPut, "")); n != 0 {
+			t.Errorf("%d Jira writes in dry run", n)
+		}
+		if o, _ := s.Outcome(key); !o.Published || !slices.Contains(o.Added, labels.TriageInProgress) {
+			t.Errorf("outcome %+v: the flip it would make should be recorded", o)
+		}
+	}
+}
+
+func noAuthorCheck(t *testing.T, h *harness, s Summary) {
+	if n := len(h.changelogReads("")) + len(h.requests("", "/user")); n != 0 {
+		t.Errorf("%d author-check requests", n)
+	}
+}
+
+// flipFailedOnce checks a publish whose flip failed: the request is out once, the labels
+// are as before, and a second sweep does not publish it again.
+func flipFailedOnce(key string, labels []string) checkFn {
+	return func(t *testing.T, h *harness, s Summary) {
+		o, _ := s.Outcome(key)
+		if !o.Published || o.FlipErr == nil || s.FlipFailures != 1 {
+			t.Errorf("outcome %+v, FlipFailures %d", o, s.FlipFailures)
+		}
+		wantLabels(key, labels...)(t, h, s)
+		before := h.published()
+		s2 := h.sweep()
+		if got := h.published(); !slices.Equal(got, before) {
+			t.Errorf("second sweep published again: %v -> %v", before, got)
+		}
+		if s2.Skipped[ReasonQueued] != 1 {
+			t.Errorf("second sweep: %s", s2)
+		}
+	}
+}
+
+func lockIssue(agent, key string) func(t *testing.T, h *harness) {
+	return func(t *testing.T, h *harness) {
+		if _, err := h.locker.Acquire(h.ctx, agent, key, lease.AcquireOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// publishedAfterRelease releases the lease (as its holder would) and checks that the next
+// sweep publishes the issue and flips its trigger.
+func publishedAfterRelease(agent, key, want string, labels ...string) checkFn {
+	return func(t *testing.T, h *harness, s Summary) {
+		if o, _ := s.Outcome(key); o.Stage != agent {
+			t.Errorf("outcome %+v, want locked by %s", o, agent)
+		}
+		if _, err := h.locker.ForceRelease(h.ctx, agent, key); err != nil {
+			t.Fatal(err)
+		}
+		s2 := h.sweep()
+		if got := h.published(); !slices.Equal(got, []string{want}) {
+			t.Errorf("after release: %v, want %v (%s)", got, want, s2)
+		}
+		wantLabels(key, labels...)(t, h, s2)
+	}
+}
+
+// prePublish puts a triage request for key in a stream as an earlier sweep would have.
+func prePublish(t *testing.T, h *harness, key string, todo bool) {
+	t.Helper()
+	f := h.fetcher()
+	msg, err := event.New(event.TriageRequested, key, triageTask(key, todo), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, fresh, err := f.publish(h.ctx, key, h.topo.Stream("triage", "", todo), event.Encode(msg)); err != nil || !fresh {
+		t.Fatalf("prePublish %s: %v %v", key, fresh, err)
+	}
+}
+
+// upstreamSearchCases are the cases of the Jira client and search: authentication, rate
+// limit, retries, pages.
+func upstreamSearchCases() []upCase {
 	var rateLimitFrom time.Time // test_rate_limit: before its sweep's first request
-	cases := []upCase{
+	return []upCase{
 		{
 			name:   "test_init",
 			issues: []fakejira.Issue{iss("RHEL-1")},
@@ -187,6 +349,13 @@ func TestUpstreamFetcherCases(t *testing.T) {
 				}
 			},
 		},
+	}
+}
+
+// upstreamQueueCases are the cases of the publish: existing keys, skips, bounds, retries,
+// dry run; issues updated stale ago are stale.
+func upstreamQueueCases(stale time.Duration) []upCase {
+	return []upCase{
 		{
 			// No reproducer stage here; the downstream streams play that part: a stale
 			// ymir_triaged_backport whose backport request still waits is not re-triaged.
@@ -310,6 +479,13 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			want:   []string{"RHEL-1@triage"},
 			check:  all(wantUserTriggered("RHEL-1", false), wantLabels("RHEL-1", labels.RetryNeeded), wantDryRunOutcome("RHEL-1")),
 		},
+	}
+}
+
+// upstreamWorkflowCases are the cases of whole sweeps and of stale in-flight labels
+// (issues updated stale ago).
+func upstreamWorkflowCases(stale time.Duration) []upCase {
+	return []upCase{
 		{
 			name:    "test_run_full_workflow",
 			issues:  []fakejira.Issue{iss("RHEL-1"), iss("RHEL-2", "ymir_triaged")},
@@ -520,161 +696,5 @@ func TestUpstreamFetcherCases(t *testing.T) {
 			skipped: map[Reason]int{ReasonLocked: 1},
 			check:   all(wantLabels("RETRY-1", labels.RetryNeeded), publishedAfterRelease("triage", "RETRY-1", "RETRY-1@triage", labels.TriageInProgress)),
 		},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, c.issues, c.opts...)
-			if c.setup != nil {
-				c.setup(t, h)
-			}
-			mods := []func(*Config){}
-			if c.cfg != nil {
-				mods = append(mods, c.cfg)
-			}
-			s, err := h.fetcher(mods...).Sweep(h.ctx)
-			switch {
-			case c.wantErr != nil && (err == nil || !c.wantErr(err)):
-				t.Fatalf("sweep error %v, not the one wanted", err)
-			case c.wantErr == nil && err != nil:
-				t.Fatalf("sweep: %v\nlog:\n%s", err, h.logBuf)
-			}
-			if got := h.published(); !slices.Equal(got, c.want) {
-				t.Errorf("streams hold %v, want %v\nsummary: %s", got, c.want, s)
-			}
-			for _, is := range c.issues {
-				key := strings.ToUpper(is.Key)
-				if got, want := h.writes(key), c.writes[key]; !slices.Equal(got, want) {
-					t.Errorf("%s: Jira label writes %q, want %q", key, got, want)
-				}
-			}
-			for _, r := range summaryReasons {
-				if got, want := s.Skipped[r], c.skipped[r]; got != want {
-					t.Errorf("skipped %s = %d, want %d (%s)", r, got, want, s)
-				}
-			}
-			if c.check != nil {
-				c.check(t, h, s)
-			}
-			if t.Failed() {
-				t.Logf("log:\n%s", h.logBuf)
-			}
-		})
-	}
-}
-
-type checkFn = func(t *testing.T, h *harness, s Summary)
-
-func all(fs ...checkFn) checkFn {
-	return func(t *testing.T, h *harness, s Summary) {
-		for _, f := range fs {
-			f(t, h, s)
-		}
-	}
-}
-
-func wantUserTriggered(key string, want bool) checkFn {
-	return func(t *testing.T, h *harness, s Summary) {
-		for _, q := range h.streamEntries() {
-			if q.Key == key && (q.UserTriggered != want || q.Meta[event.MetaUserTriggered] != strings.ToLower(boolStr(want))) {
-				t.Errorf("%s: user_triggered %v / %q, want %v", key, q.UserTriggered, q.Meta[event.MetaUserTriggered], want)
-			}
-		}
-	}
-}
-
-func boolStr(b bool) string {
-	if b {
-		return "true"
-	}
-	return "false"
-}
-
-func wantLabels(key string, labels ...string) checkFn {
-	return func(t *testing.T, h *harness, s Summary) {
-		want := slices.Clone(labels)
-		slices.Sort(want)
-		if got := h.labels(key); !slices.Equal(got, want) {
-			t.Errorf("%s: labels %v, want %v", key, got, want)
-		}
-	}
-}
-
-func wantDryRunOutcome(key string) checkFn {
-	return func(t *testing.T, h *harness, s Summary) {
-		if !s.DryRun || s.LabelWrites != 0 {
-			t.Errorf("DryRun %v, LabelWrites %d", s.DryRun, s.LabelWrites)
-		}
-		if n := len(h.requests(http.MethodPut, "")); n != 0 {
-			t.Errorf("%d Jira writes in dry run", n)
-		}
-		if o, _ := s.Outcome(key); !o.Published || !slices.Contains(o.Added, labels.TriageInProgress) {
-			t.Errorf("outcome %+v: the flip it would make should be recorded", o)
-		}
-	}
-}
-
-func noAuthorCheck(t *testing.T, h *harness, s Summary) {
-	if n := len(h.changelogReads("")) + len(h.requests("", "/user")); n != 0 {
-		t.Errorf("%d author-check requests", n)
-	}
-}
-
-// flipFailedOnce checks a publish whose flip failed: the request is out once, the labels
-// are as before, and a second sweep does not publish it again.
-func flipFailedOnce(key string, labels []string) checkFn {
-	return func(t *testing.T, h *harness, s Summary) {
-		o, _ := s.Outcome(key)
-		if !o.Published || o.FlipErr == nil || s.FlipFailures != 1 {
-			t.Errorf("outcome %+v, FlipFailures %d", o, s.FlipFailures)
-		}
-		wantLabels(key, labels...)(t, h, s)
-		before := h.published()
-		s2 := h.sweep()
-		if got := h.published(); !slices.Equal(got, before) {
-			t.Errorf("second sweep published again: %v -> %v", before, got)
-		}
-		if s2.Skipped[ReasonQueued] != 1 {
-			t.Errorf("second sweep: %s", s2)
-		}
-	}
-}
-
-func lockIssue(agent, key string) func(t *testing.T, h *harness) {
-	return func(t *testing.T, h *harness) {
-		if _, err := h.locker.Acquire(h.ctx, agent, key, lease.AcquireOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// publishedAfterRelease releases the lease (as its holder would) and checks that the next
-// sweep publishes the issue and flips its trigger.
-func publishedAfterRelease(agent, key, want string, labels ...string) checkFn {
-	return func(t *testing.T, h *harness, s Summary) {
-		if o, _ := s.Outcome(key); o.Stage != agent {
-			t.Errorf("outcome %+v, want locked by %s", o, agent)
-		}
-		if _, err := h.locker.ForceRelease(h.ctx, agent, key); err != nil {
-			t.Fatal(err)
-		}
-		s2 := h.sweep()
-		if got := h.published(); !slices.Equal(got, []string{want}) {
-			t.Errorf("after release: %v, want %v (%s)", got, want, s2)
-		}
-		wantLabels(key, labels...)(t, h, s2)
-	}
-}
-
-// prePublish puts a triage request for key in a stream as an earlier sweep would have.
-func prePublish(t *testing.T, h *harness, key string, todo bool) {
-	t.Helper()
-	f := h.fetcher()
-	msg, err := event.New(event.TriageRequested, key, triageTask(key, todo), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, fresh, err := f.publish(h.ctx, key, h.topo.Stream("triage", "", todo), event.Encode(msg)); err != nil || !fresh {
-		t.Fatalf("prePublish %s: %v %v", key, fresh, err)
 	}
 }
