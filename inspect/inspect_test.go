@@ -90,8 +90,30 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 	if len(groups) != 1 {
 		t.Fatalf("got %d groups, want only the existing triage group: %+v", len(groups), groups)
 	}
-	g := groups[0]
-	if g.Stream != e.TriageStream() || g.Group != "triage" || g.Count != 4 || g.Lowest != ids[0] || g.Highest != ids[3] ||
+	checkGuardedAndOrphaned(t, groups[0], e.TriageStream(), ids, l1.Fence())
+
+	// The issue filter keeps the summary and lists only that issue's entries.
+	groups, err = in.Pending(ctx, inspect.PendingFilter{Agent: "triage", Issue: "rhel-3"})
+	if err != nil || len(groups) != 1 || groups[0].Count != 4 || len(groups[0].Entries) != 1 || groups[0].Entries[0].ID != ids[2] {
+		t.Fatalf("Pending(RHEL-3) = %+v, %v", groups, err)
+	}
+	// JSON carries idle_ms and the lease's ttl_ms.
+	b, _ := json.Marshal(groups[0].Entries[0])
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m["state"] != "orphaned" || m["idle_ms"] == nil || m["issue"] != "RHEL-3" {
+		t.Fatalf("JSON %s: %v", b, err)
+	}
+	// Groups that do not exist are not reported.
+	if groups, err := in.Pending(ctx, inspect.PendingFilter{Agent: "rebase", Branch: "c9s"}); err != nil || len(groups) != 0 {
+		t.Fatalf("Pending(rebase c9s) = %+v, %v", groups, err)
+	}
+}
+
+// checkGuardedAndOrphaned checks TestPendingShowsGuardedAndOrphanedEntries' triage group
+// g: its summary, and each entry's state, lease and note.
+func checkGuardedAndOrphaned(t *testing.T, g inspect.GroupPending, stream string, ids []string, fence int64) {
+	t.Helper()
+	if g.Stream != stream || g.Group != "triage" || g.Count != 4 || g.Lowest != ids[0] || g.Highest != ids[3] ||
 		len(g.Consumers) != 1 || g.Consumers[0] != (inspect.ConsumerPending{Name: "w1", Pending: 4}) || len(g.Entries) != 4 {
 		t.Fatalf("group = %+v", g)
 	}
@@ -109,27 +131,11 @@ func TestPendingShowsGuardedAndOrphanedEntries(t *testing.T) {
 			t.Errorf("entry %d = %+v (lease %+v), want %+v", i, got, got.Lease, w)
 		}
 	}
-	if g.Entries[0].Lease.Fence != l1.Fence() || g.Entries[0].Lease.TTL <= 0 || g.Entries[0].Lease.MessageID != ids[0] {
+	if g.Entries[0].Lease.Fence != fence || g.Entries[0].Lease.TTL <= 0 || g.Entries[0].Lease.MessageID != ids[0] {
 		t.Errorf("guarding lease = %+v", g.Entries[0].Lease)
 	}
 	if !strings.Contains(g.Entries[1].Note, "another entry") || !strings.Contains(g.Entries[3].Note, "no longer in the stream") {
 		t.Errorf("notes = %q, %q", g.Entries[1].Note, g.Entries[3].Note)
-	}
-
-	// The issue filter keeps the summary and lists only that issue's entries.
-	groups, err = in.Pending(ctx, inspect.PendingFilter{Agent: "triage", Issue: "rhel-3"})
-	if err != nil || len(groups) != 1 || groups[0].Count != 4 || len(groups[0].Entries) != 1 || groups[0].Entries[0].ID != ids[2] {
-		t.Fatalf("Pending(RHEL-3) = %+v, %v", groups, err)
-	}
-	// JSON carries idle_ms and the lease's ttl_ms.
-	b, _ := json.Marshal(groups[0].Entries[0])
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m["state"] != "orphaned" || m["idle_ms"] == nil || m["issue"] != "RHEL-3" {
-		t.Fatalf("JSON %s: %v", b, err)
-	}
-	// Groups that do not exist are not reported.
-	if groups, err := in.Pending(ctx, inspect.PendingFilter{Agent: "rebase", Branch: "c9s"}); err != nil || len(groups) != 0 {
-		t.Fatalf("Pending(rebase c9s) = %+v, %v", groups, err)
 	}
 }
 
