@@ -127,22 +127,7 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 			}
 		}
 	}
-	// The agent's environment: neither of the worker's secrets, nor REDIS_URL at all; the
-	// token RUNNER_ENV names is there.
-	for _, attempt := range []string{"1", "2"} {
-		env, err := os.ReadFile(filepath.Join(dir, "env."+attempt))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range []string{redisPW, jiraToken, "REDIS_URL=", "JIRA_TOKEN="} {
-			if strings.Contains(string(env), s) {
-				t.Errorf("agent environment of attempt %s holds %q:\n%s", attempt, s, env)
-			}
-		}
-		if !strings.Contains(string(env), "GITLAB_TOKEN="+gitlabToken) {
-			t.Errorf("GITLAB_TOKEN (RUNNER_ENV) not passed:\n%s", env)
-		}
-	}
+	checkAgentEnv(t, dir, redisPW, jiraToken, gitlabToken)
 	// Jira: the comment names the outcome, the attempts and the dead letter, never stderr.
 	comments := srv.Comments("RHEL-900")
 	for _, c := range comments {
@@ -156,17 +141,7 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 		!strings.Contains(last, "ymirflow dlq show "+deadID) {
 		t.Errorf("failure comment %q", last)
 	}
-	for _, stream := range []string{topo.Results(), topo.Dead()} {
-		entries, err := admin.XRange(context.Background(), stream, "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			for k, v := range e.Values {
-				check(stream+" field "+k, v.(string))
-			}
-		}
-	}
+	checkStreamsClean(t, admin, topo, check)
 	dead, _ := admin.XRange(context.Background(), topo.Dead(), deadID, deadID).Result()
 	if e := dead[0].Values[event.DeadFieldError].(string); !strings.Contains(e, "leaking redis=[redacted]") ||
 		!strings.Contains(e, "gitlab=[redacted]") {
@@ -203,5 +178,43 @@ func TestWorkerKeepsSecrets(t *testing.T) {
 	check("the CLI's output", cout.String()+cerr.String())
 	if !strings.Contains(cout.String(), "token [redacted] pw [redacted]") {
 		t.Errorf("CLI output:\n%s", cout.String())
+	}
+}
+
+// checkAgentEnv checks the environments TestWorkerKeepsSecrets' agent dumped in dir
+// (one per attempt): neither of the worker's secrets, nor REDIS_URL at all; the token
+// RUNNER_ENV names is there.
+func checkAgentEnv(t *testing.T, dir, redisPW, jiraToken, gitlabToken string) {
+	t.Helper()
+	for _, attempt := range []string{"1", "2"} {
+		env, err := os.ReadFile(filepath.Join(dir, "env."+attempt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{redisPW, jiraToken, "REDIS_URL=", "JIRA_TOKEN="} {
+			if strings.Contains(string(env), s) {
+				t.Errorf("agent environment of attempt %s holds %q:\n%s", attempt, s, env)
+			}
+		}
+		if !strings.Contains(string(env), "GITLAB_TOKEN="+gitlabToken) {
+			t.Errorf("GITLAB_TOKEN (RUNNER_ENV) not passed:\n%s", env)
+		}
+	}
+}
+
+// checkStreamsClean checks that no field of the results and dead-letter streams holds a
+// secret (check says which).
+func checkStreamsClean(t *testing.T, admin redis.UniversalClient, topo event.Topology, check func(where, text string)) {
+	t.Helper()
+	for _, stream := range []string{topo.Results(), topo.Dead()} {
+		entries, err := admin.XRange(context.Background(), stream, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			for k, v := range e.Values {
+				check(stream+" field "+k, v.(string))
+			}
+		}
 	}
 }

@@ -161,8 +161,17 @@ func checkRun(t *testing.T, s *demo.Summary, at streamsAtEnd, issues int, seed i
 		t.Errorf("summary not complete:\n%s", b.String())
 	}
 	scen := demo.Scenarios(issues, seed)
+	checkOutcomes(t, s, at)
+	checkDrops(t, s, at, scen)
+	checkStages(t, s, scen)
+	checkLabels(t, s, scen, issues)
+	checkFollowupsAndSweeps(t, s, scen)
+}
 
-	// Every published event has exactly one outcome; a failed one is also dead.
+// checkOutcomes is checkRun's first part: every published event has exactly one outcome;
+// a failed one is also dead.
+func checkOutcomes(t *testing.T, s *demo.Summary, at streamsAtEnd) {
+	t.Helper()
 	if len(at.entries) != s.Total.Published {
 		t.Errorf("%d entries in the input streams, summary says %d published", len(at.entries), s.Total.Published)
 	}
@@ -182,7 +191,12 @@ func checkRun(t *testing.T, s *demo.Summary, at streamsAtEnd, issues int, seed i
 		t.Errorf("pending entries left: streams %d, summary %d", at.pending, s.Total.Pending)
 	}
 
-	// Dropped events are exactly the deliberate duplicates, one per duplicated issue.
+}
+
+// checkDrops is checkRun's second part: dropped events are exactly the deliberate
+// duplicates, one per duplicated issue.
+func checkDrops(t *testing.T, s *demo.Summary, at streamsAtEnd, scen []demo.Scenario) {
+	t.Helper()
 	var dups []string
 	for _, sc := range scen {
 		if (sc.Duplicate && sc.Published()) || sc.Enqueue != "" {
@@ -204,7 +218,11 @@ func checkRun(t *testing.T, s *demo.Summary, at streamsAtEnd, issues int, seed i
 		t.Errorf("dropped: streams %d, summary %d, want the %d duplicates", total, s.Total.Dropped, len(dups))
 	}
 
-	// Each stage's numbers are what the plan says.
+}
+
+// checkStages is checkRun's third part: each stage's numbers are what the plan says.
+func checkStages(t *testing.T, s *demo.Summary, scen []demo.Scenario) {
+	t.Helper()
 	want := expectedStats(scen, s.MaxRetries)
 	for _, st := range s.Stages {
 		w := want[st.Stage]
@@ -222,7 +240,12 @@ func checkRun(t *testing.T, s *demo.Summary, at streamsAtEnd, issues int, seed i
 		}
 	}
 
-	// The fake Jira's labels at the end are the plan's, issue by issue.
+}
+
+// checkLabels is checkRun's fourth part: the fake Jira's labels at the end are the
+// plan's, issue by issue.
+func checkLabels(t *testing.T, s *demo.Summary, scen []demo.Scenario, issues int) {
+	t.Helper()
 	if len(s.IssueResults) != issues {
 		t.Fatalf("%d issue results, want %d", len(s.IssueResults), issues)
 	}
@@ -257,6 +280,13 @@ func checkRun(t *testing.T, s *demo.Summary, at streamsAtEnd, issues int, seed i
 		}
 	}
 
+}
+
+// checkFollowupsAndSweeps is checkRun's last part: each planned comment reached its
+// running agent, redacted, the account's own comments never did; the second sweep found
+// nothing new.
+func checkFollowupsAndSweeps(t *testing.T, s *demo.Summary, scen []demo.Scenario) {
+	t.Helper()
 	// Each planned comment reached its running agent, redacted; the account's own
 	// comments never did.
 	var commented []string
