@@ -378,10 +378,10 @@ func (s *pendingScan) guard(rf pendingRef, key string, valid bool) PendingEntry 
 		}
 		li := s.in.leaseInfo(info)
 		e.Lease = &li
-		switch {
-		case info.MessageID == x.ID:
+		switch info.MessageID {
+		case x.ID:
 			e.State = StateGuarded
-		case info.MessageID == "":
+		case "":
 			e.Note = "issue held by a lock without a message id; dropped if still locked when claimed"
 		default:
 			e.Note = "issue held for another entry (" + info.MessageID + "); dropped if still locked when claimed"
