@@ -137,43 +137,13 @@ func New(opts Options) (*Client, error) {
 		c.userAgent = "ymirflow"
 	}
 
-	var host string
-	if raw := strings.TrimSpace(opts.BaseURL); raw != "" {
-		u, err := url.Parse(raw)
-		if err != nil {
-			return nil, fmt.Errorf("jira: BaseURL: not a URL: %w", redactURLError(err))
-		}
-		switch {
-		case u.Scheme != "http" && u.Scheme != "https":
-			return nil, fmt.Errorf("jira: BaseURL: scheme must be http or https, got %q", u.Scheme)
-		case u.Host == "":
-			return nil, fmt.Errorf("jira: BaseURL: no host in %q", u.Redacted())
-		case u.User != nil:
-			return nil, fmt.Errorf("jira: BaseURL: must not carry credentials (%s); use Email and Token", u.Redacted())
-		case u.RawQuery != "" || u.Fragment != "":
-			return nil, fmt.Errorf("jira: BaseURL: must not have a query or fragment: %q", u.Redacted())
-		}
-		host = strings.ToLower(u.Hostname())
-		c.base = u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
-	} else {
-		c.dryRun = true
+	host, err := c.setBase(opts.BaseURL)
+	if err != nil {
+		return nil, err
 	}
-
-	switch strings.ToLower(strings.TrimSpace(opts.API)) {
-	case "":
-		if host == "atlassian.net" || strings.HasSuffix(host, ".atlassian.net") {
-			c.api = APICloud
-		} else {
-			c.api = APIServer
-		}
-	case APICloud:
-		c.api = APICloud
-	case APIServer, "dc", "datacenter":
-		c.api = APIServer
-	default:
-		return nil, fmt.Errorf("jira: API: must be %q, %q or empty (auto), got %q", APICloud, APIServer, opts.API)
+	if c.api, err = apiFlavour(opts.API, host); err != nil {
+		return nil, err
 	}
-
 	token := strings.TrimSpace(opts.Token)
 	if c.base != "" && token == "" {
 		return nil, ErrTokenRequired
@@ -184,9 +154,70 @@ func New(opts Options) (*Client, error) {
 		c.auth = "Bearer " + token
 	}
 
+	if err := c.setRetries(); err != nil {
+		return nil, err
+	}
+	if err := c.setLimits(opts); err != nil {
+		return nil, err
+	}
+	hc := &http.Client{}
+	if c.hc != nil {
+		copied := *c.hc
+		hc = &copied
+	}
+	hc.CheckRedirect = sameOriginOnly
+	c.hc = hc
+	return c, nil
+}
+
+// setBase sets c's base URL from raw (none, and dry run, when raw is blank) and returns
+// its lower-case host name.
+func (c *Client) setBase(raw string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		c.dryRun = true
+		return "", nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("jira: BaseURL: not a URL: %w", redactURLError(err))
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("jira: BaseURL: scheme must be http or https, got %q", u.Scheme)
+	case u.Host == "":
+		return "", fmt.Errorf("jira: BaseURL: no host in %q", u.Redacted())
+	case u.User != nil:
+		return "", fmt.Errorf("jira: BaseURL: must not carry credentials (%s); use Email and Token", u.Redacted())
+	case u.RawQuery != "" || u.Fragment != "":
+		return "", fmt.Errorf("jira: BaseURL: must not have a query or fragment: %q", u.Redacted())
+	}
+	c.base = u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
+	return strings.ToLower(u.Hostname()), nil
+}
+
+// apiFlavour is Options.API as a flavour; empty (auto) is APICloud on an
+// *.atlassian.net host, else APIServer.
+func apiFlavour(api, host string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(api)) {
+	case "":
+		if host == "atlassian.net" || strings.HasSuffix(host, ".atlassian.net") {
+			return APICloud, nil
+		}
+		return APIServer, nil
+	case APICloud:
+		return APICloud, nil
+	case APIServer, "dc", "datacenter":
+		return APIServer, nil
+	}
+	return "", fmt.Errorf("jira: API: must be %q, %q or empty (auto), got %q", APICloud, APIServer, api)
+}
+
+// setRetries checks the timeout and the retry settings, and sets their defaults.
+func (c *Client) setRetries() error {
 	switch {
 	case c.timeout < 0:
-		return nil, fmt.Errorf("jira: Timeout: must not be negative, got %s", c.timeout)
+		return fmt.Errorf("jira: Timeout: must not be negative, got %s", c.timeout)
 	case c.timeout == 0:
 		c.timeout = DefaultTimeout
 	}
@@ -206,7 +237,7 @@ func New(opts Options) (*Client, error) {
 		{"MaxRetryAfter", &c.maxRetryAfter, DefaultMaxRetryAfter},
 	} {
 		if *d.v < 0 {
-			return nil, fmt.Errorf("jira: %s: must not be negative, got %s", d.name, *d.v)
+			return fmt.Errorf("jira: %s: must not be negative, got %s", d.name, *d.v)
 		}
 		if *d.v == 0 {
 			*d.v = d.def
@@ -215,16 +246,21 @@ func New(opts Options) (*Client, error) {
 	if c.maxDelay < c.baseDelay {
 		c.maxDelay = c.baseDelay
 	}
+	return nil
+}
+
+// setLimits checks the rate limit and the page size, and sets their defaults.
+func (c *Client) setLimits(opts Options) error {
 	rate := opts.RateLimit
 	switch {
 	case math.IsNaN(rate) || math.IsInf(rate, 0):
-		return nil, fmt.Errorf("jira: RateLimit: must be a finite number, got %v", rate)
+		return fmt.Errorf("jira: RateLimit: must be a finite number, got %v", rate)
 	case rate == 0:
 		rate = DefaultRateLimit
 	}
 	switch {
 	case opts.RateBurst < 0:
-		return nil, fmt.Errorf("jira: RateBurst: must not be negative, got %d", opts.RateBurst)
+		return fmt.Errorf("jira: RateBurst: must not be negative, got %d", opts.RateBurst)
 	case rate > 0:
 		burst := opts.RateBurst
 		if burst == 0 {
@@ -234,18 +270,11 @@ func New(opts Options) (*Client, error) {
 	}
 	switch {
 	case c.pageSize < 0:
-		return nil, fmt.Errorf("jira: PageSize: must not be negative, got %d", c.pageSize)
+		return fmt.Errorf("jira: PageSize: must not be negative, got %d", c.pageSize)
 	case c.pageSize == 0:
 		c.pageSize = DefaultPageSize
 	}
-	hc := &http.Client{}
-	if c.hc != nil {
-		copied := *c.hc
-		hc = &copied
-	}
-	hc.CheckRedirect = sameOriginOnly
-	c.hc = hc
-	return c, nil
+	return nil
 }
 
 // API returns the API flavour in use: APICloud or APIServer.

@@ -76,16 +76,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // handle runs with s.mu held.
 func (s *Server) handle(r *http.Request, body []byte) reply {
-	if len(s.faults) > 0 {
-		f := &s.faults[0]
-		rep := errReply(f.status, fmt.Sprintf("fakejira: injected failure %d", f.status))
-		if f.retryAfter != "" {
-			rep.header = http.Header{"Retry-After": {f.retryAfter}}
-		}
-		f.n--
-		if f.n <= 0 {
-			s.faults = s.faults[1:]
-		}
+	if rep, ok := s.injectedFault(); ok {
 		return rep
 	}
 	if !s.authorized(r) {
@@ -104,7 +95,28 @@ func (s *Server) handle(r *http.Request, body []byte) reply {
 	if version == "" {
 		return errReply(http.StatusNotFound, "fakejira: no such endpoint "+r.URL.Path)
 	}
-	rest = strings.TrimSuffix(rest, "/")
+	return s.route(r, body, version, strings.TrimSuffix(rest, "/"))
+}
+
+// injectedFault is the next failure FailNext injected, if any is left.
+func (s *Server) injectedFault() (reply, bool) {
+	if len(s.faults) == 0 {
+		return reply{}, false
+	}
+	f := &s.faults[0]
+	rep := errReply(f.status, fmt.Sprintf("fakejira: injected failure %d", f.status))
+	if f.retryAfter != "" {
+		rep.header = http.Header{"Retry-After": {f.retryAfter}}
+	}
+	f.n--
+	if f.n <= 0 {
+		s.faults = s.faults[1:]
+	}
+	return rep, true
+}
+
+// route answers an authorized request for rest, the path after /rest/api/VERSION/.
+func (s *Server) route(r *http.Request, body []byte, version, rest string) reply {
 	parts := strings.Split(rest, "/")
 	method := r.Method
 
