@@ -27,32 +27,10 @@ func (h *handler) triage(msg *message.Message) error {
 	}
 	p := ev.p
 	if !p.claimed {
-		issueLabels, status, known, err := h.readIssue(ctx, ev.key)
-		if err != nil {
-			return h.jiraErr(ctx, ev, "read the issue's labels and status", err)
-		}
-		if known && isClosed(status) {
-			return h.skipClosed(ctx, ev, issueLabels, status)
-		}
-		if known && alreadyTriaged(issueLabels, ev.userTriggered) {
-			return h.skip(ctx, ev, fmt.Sprintf("already handled: labels %s and no trigger", strings.Join(labels.Ymir(issueLabels), ",")))
-		}
-		var remove []string
-		for _, l := range labels.Ymir(issueLabels) {
-			if l != labels.TriageInProgress {
-				remove = append(remove, l)
-			}
-		}
-		if err := h.setLabels(ctx, ev, []string{labels.TriageInProgress}, remove); err != nil {
-			return h.jiraErr(ctx, ev, "claim the issue ("+labels.TriageInProgress+")", err)
-		}
-		p.claimed = true
-		if ev.userTriggered && !p.acked {
-			h.comment(ctx, ev, "ymirflow picked up the triage request for "+ev.key+".")
-			p.acked = true
+		if done, err := h.triageClaim(ctx, ev); done {
+			return err
 		}
 	}
-
 	if p.result == nil {
 		res, accounting, err := h.run(ctx, ev)
 		if accounting {
@@ -70,6 +48,62 @@ func (h *handler) triage(msg *message.Message) error {
 
 	stream, dispatch := Dispatch(h.cfg.Topology, res.Resolution, res.TargetBranch, ev.userTriggered)
 	label := ResolutionLabel(res.Resolution)
+	if err := h.triageOutcome(ctx, ev, res, stream, label, dispatch); err != nil {
+		return err
+	}
+	detail := map[string]any{"resolution": res.Resolution, "label": label, "target_branch": res.TargetBranch,
+		"data": rawOrNull(res.Data)}
+	if p.published {
+		detail["stream"], detail["stream_id"] = p.stream, p.streamID
+	} else if runners.IsDispatched(res.Resolution) {
+		detail["dispatched"] = false
+		detail["reason"] = "no target branch"
+	}
+	if err := h.record(ctx, ev, event.StageDone, res.Resolution, detail); err != nil {
+		return err
+	}
+	ev.log.Info().Str("resolution", res.Resolution).Str("label", label).Bool("dispatched", p.published).Msg("triage done")
+	return h.end(ev, nil)
+}
+
+// triageClaim is triage's first step: read the issue, skip it when closed or already
+// handled, else claim it (labels.TriageInProgress) and, for a maintainer's request, say
+// so on the issue. done says triage ends here, with err.
+func (h *handler) triageClaim(ctx context.Context, ev *job) (done bool, err error) {
+	p := ev.p
+	issueLabels, status, known, err := h.readIssue(ctx, ev.key)
+	if err != nil {
+		return true, h.jiraErr(ctx, ev, "read the issue's labels and status", err)
+	}
+	if known && isClosed(status) {
+		return true, h.skipClosed(ctx, ev, issueLabels, status)
+	}
+	if known && alreadyTriaged(issueLabels, ev.userTriggered) {
+		return true, h.skip(ctx, ev, fmt.Sprintf("already handled: labels %s and no trigger", strings.Join(labels.Ymir(issueLabels), ",")))
+	}
+	var remove []string
+	for _, l := range labels.Ymir(issueLabels) {
+		if l != labels.TriageInProgress {
+			remove = append(remove, l)
+		}
+	}
+	if err := h.setLabels(ctx, ev, []string{labels.TriageInProgress}, remove); err != nil {
+		return true, h.jiraErr(ctx, ev, "claim the issue ("+labels.TriageInProgress+")", err)
+	}
+	p.claimed = true
+	if ev.userTriggered && !p.acked {
+		h.comment(ctx, ev, "ymirflow picked up the triage request for "+ev.key+".")
+		p.acked = true
+	}
+
+	return false, nil
+}
+
+// triageOutcome is triage's last step before its record: the resolution label, and for
+// a resolution that dispatches, the downstream request published to stream, then the
+// claim removed. Each part is done once (ev.p), so a retry resumes where it stopped.
+func (h *handler) triageOutcome(ctx context.Context, ev *job, res runners.Result, stream, label string, dispatch bool) error {
+	p := ev.p
 	if !dispatch {
 		if !p.labelled {
 			if err := h.setLabels(ctx, ev, []string{label}, otherState(label)); err != nil {
@@ -112,19 +146,7 @@ func (h *handler) triage(msg *message.Message) error {
 			p.unclaimed = true
 		}
 	}
-	detail := map[string]any{"resolution": res.Resolution, "label": label, "target_branch": res.TargetBranch,
-		"data": rawOrNull(res.Data)}
-	if p.published {
-		detail["stream"], detail["stream_id"] = p.stream, p.streamID
-	} else if runners.IsDispatched(res.Resolution) {
-		detail["dispatched"] = false
-		detail["reason"] = "no target branch"
-	}
-	if err := h.record(ctx, ev, event.StageDone, res.Resolution, detail); err != nil {
-		return err
-	}
-	ev.log.Info().Str("resolution", res.Resolution).Str("label", label).Bool("dispatched", p.published).Msg("triage done")
-	return h.end(ev, nil)
+	return nil
 }
 
 // alreadyTriaged is triage's agent-side dedup, as the Python triage agent's:
