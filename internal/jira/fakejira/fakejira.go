@@ -92,8 +92,8 @@ type RateLimit struct {
 	N     int
 	Per   time.Duration // default: a second
 	Burst int           // default: N
-	// StartEmpty starts the bucket empty, as after another client spent it: the first
-	// requests are answered 429.
+	// StartEmpty: the bucket is empty when the first request comes, as if another client
+	// had just spent it: the first request is answered 429.
 	StartEmpty bool
 }
 
@@ -206,10 +206,7 @@ func New(opts Options) *Server {
 		}
 	}
 	s := &Server{opts: opts, byKey: map[string]*Issue{}, groups: map[string][]string{}, nextID: 10000}
-	if !opts.RateLimit.StartEmpty {
-		s.tokens = float64(opts.RateLimit.Burst)
-	}
-	s.last = time.Now()
+	s.tokens = float64(opts.RateLimit.Burst)
 	s.hooks.client = &http.Client{Timeout: 5 * time.Second}
 	for u, g := range opts.Groups {
 		s.groups[u] = slices.Clone(g)

@@ -592,6 +592,12 @@ func (s *Server) rateLimited() (reply, bool) {
 		return reply{}, false
 	}
 	now := time.Now()
+	if s.last.IsZero() {
+		s.last = now
+		if rl.StartEmpty {
+			s.tokens = 0
+		}
+	}
 	perToken := rl.Per.Seconds() / float64(rl.N)
 	s.tokens = math.Min(float64(rl.Burst), s.tokens+now.Sub(s.last).Seconds()/perToken)
 	s.last = now
