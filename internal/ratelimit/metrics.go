@@ -14,7 +14,8 @@ type Metrics struct {
 	pauses  *prometheus.CounterVec
 }
 
-// NewMetrics registers the metrics on reg:
+// NewMetrics builds the metrics and registers them on reg, unless reg is nil (a
+// *Metrics is a prometheus.Collector, to register later):
 //
 //	ymirflow_ratelimit_permits_total{limit}             events permitted
 //	ymirflow_ratelimit_throttled_total{limit,reason}    refusals: reason rate (GCRA) or paused (a 429's pause)
@@ -33,8 +34,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "ratelimit_pauses_total",
 			Help: "Pauses set for every process after an upstream answered 429, by limit."}, []string{"limit"}),
 	}
-	reg.MustRegister(m.permits, m.refused, m.waits, m.pauses)
+	if reg != nil {
+		reg.MustRegister(m)
+	}
 	return m
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.permits.Describe(ch)
+	m.refused.Describe(ch)
+	m.waits.Describe(ch)
+	m.pauses.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.permits.Collect(ch)
+	m.refused.Collect(ch)
+	m.waits.Collect(ch)
+	m.pauses.Collect(ch)
 }
 
 func (m *Metrics) permitted(name string) {
