@@ -149,7 +149,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if !fakeJira {
 		jiraArgs = []string{"--jira-url", jiraURL}
 		for _, name := range []string{"jira-email", "jira-token", "jira-token-file", "jira-jql", "jira-trigger-group", "jira-api",
-			"jira-comment-group", "jira-timeout", "jira-max-retries", "jira-rate-limit", "dry-run"} {
+			"jira-comment-group", "jira-timeout", "jira-max-retries", "jira-rate-limit", "jira-rate", "jira-rate-burst", "dry-run"} {
 			if given[name] {
 				jiraArgs = append(jiraArgs, "--"+name+"="+fs.Lookup(name).Value.String())
 			}
