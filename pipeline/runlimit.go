@@ -59,10 +59,10 @@ func newRunLimiter(l *RunLimit, src lockmw.Source, rdb redis.UniversalClient, lo
 }
 
 // middleware runs the event if the budget permits its start now; otherwise it acks
-// the entry and puts the event into its stream's delayed set in one MULTI (the delay
+// the entry and puts the event into its stream's delayed set in one script (the delay
 // policy's set, in the stream's hash slot: scripts/due.lua and event.Promote bring it
 // back), due when the budget has room. The event is never dropped: a crash before the
-// MULTI leaves the entry pending, and a second handling of it adds the same member.
+// script leaves the entry pending, and a second handling of it adds the same member.
 func (r *runLimiter) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		entry, ok := r.src.Entry(msg)
@@ -101,12 +101,17 @@ func (r *runLimiter) requeue(msg *message.Message, entry lockmw.Entry, retryAfte
 	if err != nil {
 		return err
 	}
-	// NX: a second handling of the entry (a lost reply, a claim) keeps the first due time.
-	pipe := r.rdb.TxPipeline()
-	pipe.ZAddNX(ctx, event.DelayedKey(entry.Stream), redis.Z{Score: float64(until.UnixMilli()), Member: member})
-	pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
-	if _, err := pipe.Exec(ctx); err != nil {
+	mine, err := requeueScript.Run(ctx, r.rdb, []string{entry.Stream, event.DelayedKey(entry.Stream)},
+		entry.Group, entry.ID, entry.Consumer, until.UnixMilli(), member).Int()
+	if err != nil {
 		return fmt.Errorf("%w: re-queue an event over the run limit %s: %w", redeliver.ErrTransient, r.limit.Name, err)
+	}
+	if mine == 0 {
+		// Claimed by another consumer while it waited in this one's read-ahead (theirs
+		// now), or re-queued already by a try whose reply was lost.
+		r.src.Settle(entry)
+		r.log.Warn().Str("message_id", entry.ID).Msg("entry no longer pending for this consumer (claimed by another while it waited here, or re-queued already); not re-queueing it")
+		return nil
 	}
 	r.src.Settle(entry)
 	trace.SpanFromContext(ctx).AddEvent("run.throttled", trace.WithAttributes(
@@ -117,6 +122,22 @@ func (r *runLimiter) requeue(msg *message.Message, entry lockmw.Entry, retryAfte
 		Time("delayed_until", until).Int("throttled", n+1).Msg("over the run limit: event re-queued until the budget has room")
 	return nil
 }
+
+// requeueScript acks an entry and adds its event to the delayed set, if the entry is
+// still pending for this consumer: one that waited in the read-ahead buffer may have
+// been claimed by another consumer, which runs it; acking it then would lose that
+// run's crash recovery, and the delayed copy would run it twice. NX: a second handling
+// of the entry (a lost reply) keeps the first due time.
+//
+// KEYS: stream, delayed set (one slot). ARGV: group, id, consumer, due (ms), member.
+// Returns 1 when re-queued, 0 when the entry is not this consumer's.
+var requeueScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 0 or p[1][2] ~= ARGV[3] then return 0 end
+redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[5])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
 
 // unpeeked is a subscription as the lock middleware sees it under a run limit: without
 // Peek, so the lock takes no lease ahead for the next entry, which the run limit may

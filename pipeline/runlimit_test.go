@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/ratelimit"
@@ -55,6 +57,10 @@ func TestRunLimitRequeuesOverBudget(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg, runs := runLimited(t, e, ratelimit.Rate{N: 1, Per: time.Hour, Burst: 2})
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	cfg.TracerProvider = tp
 	e.Start(ctx, cfg)
 	for i := range 5 {
 		e.PublishTriage(fmt.Sprintf("RHEL-%d", 70+i))
@@ -82,6 +88,18 @@ func TestRunLimitRequeuesOverBudget(t *testing.T) {
 	if len(seen) != 5 {
 		t.Errorf("runs %v and waiting %+v do not account for the 5 events", runs(), waiting)
 	}
+	// Each re-queue is an event on its delivery's span.
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		n := 0
+		for _, sp := range exp.GetSpans() {
+			for _, ev := range sp.Events {
+				if ev.Name == "run.throttled" {
+					n++
+				}
+			}
+		}
+		return n == 3
+	}, "3 run.throttled span events")
 }
 
 // Re-queued events come back when the budget has room and each runs once.
