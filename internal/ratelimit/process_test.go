@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -38,6 +39,9 @@ const (
 	childNS    = "RATELIMIT_TEST_NS"
 	childStart = "RATELIMIT_TEST_START_MS"
 	childEnd   = "RATELIMIT_TEST_END_MS"
+	// childRedis, when set, is a Redis Cluster's nodes, comma-separated; else the
+	// shared test Redis.
+	childRedis = "RATELIMIT_TEST_REDIS"
 )
 
 // The shared budget of the children, and the fake Jira's own limit above it.
@@ -53,12 +57,17 @@ const childWorkers = 4
 func runChild() int {
 	start, _ := strconv.ParseInt(os.Getenv(childStart), 10, 64)
 	end, _ := strconv.ParseInt(os.Getenv(childEnd), 10, 64)
-	opts, err := redis.ParseURL(redistest.URL())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+	var rdb redis.UniversalClient
+	if nodes := os.Getenv(childRedis); nodes != "" {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(nodes, ","), DisableIdentity: true})
+	} else {
+		opts, err := redis.ParseURL(redistest.URL())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		rdb = redis.NewClient(opts)
 	}
-	rdb := redis.NewClient(opts)
 	defer func() { _ = rdb.Close() }()
 	l, err := ratelimit.New(ratelimit.Config{Client: rdb, Prefix: os.Getenv(childNS) + "ratelimit:",
 		Limits: map[string]ratelimit.Rate{"jira": childRate}})
@@ -108,12 +117,12 @@ type child struct {
 	out, errb lockedBuffer
 }
 
-func startChildren(t *testing.T, n int, jiraURL, ns string, start, end time.Time) []*child {
+func startChildren(t *testing.T, n int, jiraURL, ns string, start, end time.Time, extraEnv ...string) []*child {
 	t.Helper()
 	var out []*child
 	for range n {
 		c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$")}
-		c.cmd.Env = append(os.Environ(), childEnv+"=1", childJira+"="+jiraURL, childNS+"="+ns,
+		c.cmd.Env = append(append(os.Environ(), extraEnv...), childEnv+"=1", childJira+"="+jiraURL, childNS+"="+ns,
 			childStart+"="+strconv.FormatInt(start.UnixMilli(), 10), childEnd+"="+strconv.FormatInt(end.UnixMilli(), 10))
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.errb
 		if err := c.cmd.Start(); err != nil {
@@ -180,10 +189,29 @@ func jiraWithLimit(t *testing.T) *fakejira.Server {
 func TestThreeProcessesShareJiraBudget(t *testing.T) {
 	t.Parallel()
 	_, ns := redistest.Client(t)
+	threeProcesses(t, ns)
+}
+
+// The same on a 3-master Redis Cluster: GCRA's key and the pause key live on whichever
+// masters their slots say; each command touches one key.
+func TestThreeProcessesShareJiraBudgetOnCluster(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 3)
+	ns := redistest.Namespace()
+	threeProcesses(t, ns, childRedis+"="+strings.Join(nodes, ","))
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: nodes, DisableIdentity: true})
+	defer func() { _ = cc.Close() }()
+	if n := cc.Exists(context.Background(), "rate:"+ns+"ratelimit:jira").Val(); n != 1 {
+		t.Error("no GCRA state on the cluster: the children did not use it")
+	}
+}
+
+func threeProcesses(t *testing.T, ns string, extraEnv ...string) {
+	t.Helper()
 	srv := jiraWithLimit(t)
 	start := time.Now().Add(2 * time.Second) // every child started and waiting
 	const run = 4 * time.Second
-	kids := startChildren(t, 3, srv.URL(), ns, start, start.Add(run))
+	kids := startChildren(t, 3, srv.URL(), ns, start, start.Add(run), extraEnv...)
 	for i, c := range kids {
 		if err := c.cmd.Wait(); err != nil {
 			t.Fatalf("child %d: %v\n%s%s", i, err, c.out.String(), c.errb.String())
