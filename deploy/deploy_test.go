@@ -53,7 +53,7 @@ var workers = []struct {
 // prodSecrets are the Secrets that the prod overlay expects to exist in the
 // cluster (it does not ship them); README.md must say how to create them.
 var prodSecrets = map[string][]string{
-	"ymirflow-redis":   {"users.acl", "redis-url", "operator-url", "operator-password"},
+	"ymirflow-redis":   {"users.acl", "redis-url", "operator-url", "operator-password", "keda-username", "keda-password"},
 	"ymirflow-jira":    {"token"},
 	"ymirflow-webhook": {"secret"},
 }
@@ -73,6 +73,8 @@ type build struct {
 	netPols      map[string]*networkingv1.NetworkPolicy
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	accounts     map[string]*corev1.ServiceAccount
+	scaled       map[string]*scaledObject          // KEDA (keda_test.go)
+	triggerAuths map[string]*triggerAuthentication // KEDA
 }
 
 var (
@@ -113,6 +115,12 @@ func (b *build) add(t *testing.T, apiVersion, kind, name string, data []byte) er
 	case "policy/v1/PodDisruptionBudget":
 		o := &policyv1.PodDisruptionBudget{}
 		obj, put = o, func() { b.pdbs[name] = o }
+	case "keda.sh/v1alpha1/ScaledObject":
+		o := &scaledObject{}
+		obj, put = o, func() { b.scaled[name] = o }
+	case "keda.sh/v1alpha1/TriggerAuthentication":
+		o := &triggerAuthentication{}
+		obj, put = o, func() { b.triggerAuths[name] = o }
 	default:
 		return fmt.Errorf("unexpected object %s %s/%s", apiVersion, kind, name)
 	}
@@ -156,6 +164,8 @@ func get(t *testing.T, target string) *build {
 		netPols:      map[string]*networkingv1.NetworkPolicy{},
 		pdbs:         map[string]*policyv1.PodDisruptionBudget{},
 		accounts:     map[string]*corev1.ServiceAccount{},
+		scaled:       map[string]*scaledObject{},
+		triggerAuths: map[string]*triggerAuthentication{},
 	}
 	seen := map[string]bool{}
 	var raw bytes.Buffer

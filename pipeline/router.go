@@ -121,6 +121,11 @@ type RouterConfig struct {
 	// published the entry) and the lease's outcomes on it (docs/architecture.md,
 	// "Tracing"). Default: nil, no tracing, and nothing of it on the event's path.
 	TracerProvider trace.TracerProvider
+	// RunLimit, when set, bounds the run starts of the router's events by a budget
+	// every worker of the agent shares (RUN_RATE): an event over it is acked and
+	// re-queued in its stream's delayed set until the budget has room, never dropped.
+	// Default: nil, no limit.
+	RunLimit *RunLimit
 	// Handler does the stage's work. It finds its lease with lockmw.LeaseFrom.
 	// Required.
 	Handler message.NoPublishHandlerFunc
@@ -248,7 +253,15 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 				return nil, err
 			}
 			r.subs = append(r.subs, sub)
-			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: sub,
+			var src lockmw.Source = sub
+			var runLimit *runLimiter
+			if cfg.RunLimit != nil {
+				src = unpeeked{sub}
+				if runLimit, err = newRunLimiter(cfg.RunLimit, sub, cfg.Client, log); err != nil {
+					return nil, err
+				}
+			}
+			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: src,
 				Policy: cfg.Policy, Policies: cfg.Policies, EventTypes: event.WorkTypes(), Scopes: cfg.Scopes, MailboxDepth: cfg.MailboxDepth, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
 				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base})
 			if err != nil {
@@ -267,8 +280,11 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			if cfg.Metrics != nil {
 				stack = append(stack, cfg.Metrics.handlerMiddleware())
 			}
+			stack = append(stack, dead.middleware(sub))
+			if runLimit != nil {
+				stack = append(stack, runLimit.middleware)
+			}
 			stack = append(stack,
-				dead.middleware(sub),
 				lockMW.Handler,
 				newDelivery,
 				retry(cfg.MaxRetries, cfg.RetryInitial, log),
@@ -421,13 +437,13 @@ func (r *Router) trimLoop(ctx context.Context) {
 	}
 }
 
-// promoteLoop appends the due delayed events (policy delay) of the router's input
+// promoteLoop appends the due delayed events (policy delay, the run limit) of the router's input
 // streams to them again, until ctx ends. Every worker of a stream runs it; the promote
 // script moves each event once whoever runs it, and a restarted or replaced worker
 // picks up what a gone one delayed. It waits for the next due event, at most
 // promotePoll (events delayed meanwhile by another worker), never spinning.
 func (r *Router) promoteLoop(ctx context.Context) {
-	if !r.cfg.Policies.Uses(lockmw.Delay) {
+	if !r.cfg.Policies.Uses(lockmw.Delay) && r.cfg.RunLimit == nil {
 		return
 	}
 	var streams []string

@@ -6,7 +6,7 @@
 //
 // The entry point is New; a Receiver is an http.Handler, and Run classifies what it
 // stored. A delivery is made durable first and classified after, so that Jira's answer
-// never waits for Jira itself (JIRA_RATE_LIMIT, slow searches): ServeHTTP checks, in order,
+// never waits for Jira itself (JIRA_RATE_LIMIT, JIRA_RATE, slow searches): ServeHTTP checks, in order,
 //
 //   - only POST (405), Content-Type application/json (415), a body of at most
 //     Config.MaxBody, 1 MiB by default (413);
@@ -29,7 +29,8 @@
 //     duplicate;
 //   - events caused by ymirflow's own Jira account (its label flips) are ignored, counted;
 //   - jira:issue_created and jira:issue_updated. Each Jira call before the publish waits
-//     its turn under JIRA_RATE_LIMIT, so there are few: for a maintainer's ymir_todo,
+//     its turn under JIRA_RATE_LIMIT (and JIRA_RATE, shared with every process), so
+//     there are few: for a maintainer's ymir_todo,
 //     one (two the first time in a minute: the group read). A fresh payload
 //     (Config.MaxPayloadAge) with its labels is used as it is, and a changelog that adds
 //     ymir_todo names who added it (no changelog read). When the rules act on nothing in

@@ -15,6 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 )
@@ -25,6 +26,43 @@ type env struct {
 	rdb      redis.UniversalClient
 	opts     *redis.UniversalOptions
 	topology event.Topology
+	// rateMetrics are the shared rate limits' metrics (JIRA_RATE), when one is set: the
+	// commands with a metrics endpoint register them there.
+	rateMetrics *ratelimit.Metrics
+}
+
+// sharedLimiter builds the limiter of the budgets every process shares through Redis
+// (JIRA_RATE, RUN_RATE), in the namespace's keys, its metrics on e.rateMetrics.
+func (e *env) sharedLimiter(limits map[string]ratelimit.Rate) (*ratelimit.Limiter, error) {
+	ns := e.topology.Namespace
+	if ns == "" {
+		ns = event.DefaultNamespace
+	}
+	if e.rateMetrics == nil {
+		e.rateMetrics = ratelimit.NewMetrics(nil)
+	}
+	return ratelimit.New(ratelimit.Config{Client: e.rdb, Prefix: ns + ":ratelimit:", Limits: limits, Metrics: e.rateMetrics})
+}
+
+// LimitJira is the name of the shared budget of Jira requests (JIRA_RATE).
+const LimitJira = "jira"
+
+// jiraShared is the shared Jira budget of JIRA_RATE, or nil when it is unset.
+func (e *env) jiraShared(j *config.Jira) (jira.SharedLimit, error) {
+	r, ok := j.SharedRate()
+	if !ok {
+		return nil, nil
+	}
+	l, err := e.sharedLimiter(map[string]ratelimit.Rate{LimitJira: r})
+	if err != nil {
+		return nil, usagef("JIRA_RATE (--jira-rate): %v", err)
+	}
+	b, err := l.Budget(LimitJira)
+	if err != nil {
+		return nil, err
+	}
+	e.log.Info().Str("limit", LimitJira).Str("rate", r.String()).Msg("Jira requests share a budget with every ymirflow process through Redis")
+	return b, nil
 }
 
 // connect builds the logger and a Redis client that has answered PING. A Redis that
@@ -144,8 +182,13 @@ func connectJira(ctx context.Context, c *config.Common, j *config.Jira, stderr i
 	if err != nil {
 		return nil, nil, err
 	}
+	shared, err := e.jiraShared(j)
+	if err != nil {
+		e.Close()
+		return nil, nil, err
+	}
 	jc, err := jira.New(jira.Options{
-		BaseURL: j.JiraURL, Email: j.JiraEmail, Token: token, API: j.APIFlavour(),
+		BaseURL: j.JiraURL, Email: j.JiraEmail, Token: token, API: j.APIFlavour(), Shared: shared,
 		Timeout: j.JiraTimeout, MaxRetries: j.JiraMaxRetries, RateLimit: j.JiraRateLimit,
 		CommentGroup: j.JiraCommentGroup, DryRun: j.DryRun, Logger: e.log,
 	})

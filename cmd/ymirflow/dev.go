@@ -224,7 +224,7 @@ func devJiraArgs(fs *flag.FlagSet, given map[string]bool, jiraURL string, fakeJi
 	}
 	args := []string{"--jira-url", jiraURL}
 	for _, name := range []string{"jira-email", "jira-token", "jira-token-file", "jira-jql", "jira-trigger-group", "jira-api",
-		"jira-comment-group", "jira-timeout", "jira-max-retries", "jira-rate-limit", "dry-run"} {
+		"jira-comment-group", "jira-timeout", "jira-max-retries", "jira-rate-limit", "jira-rate", "jira-rate-burst", "dry-run"} {
 		if given[name] {
 			args = append(args, "--"+name+"="+fs.Lookup(name).Value.String())
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -126,9 +127,16 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		return usagef("LOCK_SCOPE (--lock-scope) = %q: %v", cfg.LockScope, strings.TrimPrefix(err.Error(), lease.ErrBadScope.Error()+": "))
 	}
 
+	shared, runLimit, err := workerLimits(e, cfg)
+	if err != nil {
+		return err
+	}
+	if e.rateMetrics != nil {
+		metrics.Registry.MustRegister(e.rateMetrics)
+	}
 	var jc handlers.JiraAPI
 	if cfg.JiraURL != "" {
-		c, err := jira.New(jira.Options{BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(),
+		c, err := jira.New(jira.Options{BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(), Shared: shared,
 			Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
 			CommentGroup: cfg.JiraCommentGroup, Logger: log, DryRun: cfg.DryRun})
 		if err != nil {
@@ -154,7 +162,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 			BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
 			MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policies: policies, Scopes: scopes,
 			MailboxDepth: cfg.MailboxDepth, Locker: locker, Logger: log, Metrics: metrics, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
-			TracerProvider: tp},
+			TracerProvider: tp, RunLimit: runLimit},
 		Handler: handlers.Config{Runner: runner, Jira: jc,
 			Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp),
 			Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
@@ -230,4 +238,42 @@ func envNames(env []string) []string {
 		out = append(out, name)
 	}
 	return out
+}
+
+// workerLimits builds the worker's shared budgets: Jira requests (JIRA_RATE), shared
+// with every process, and the agent's run starts (RUN_RATE, "run:<agent>"), shared with
+// every worker of the agent. Either is nil when unset.
+func workerLimits(e *env, cfg *config.Worker) (jira.SharedLimit, *pipeline.RunLimit, error) {
+	limits := map[string]ratelimit.Rate{}
+	jr, hasJira := cfg.SharedRate()
+	if hasJira {
+		limits[LimitJira] = jr
+	}
+	runName := "run:" + cfg.Agent
+	rr, hasRun := cfg.RunLimit()
+	if hasRun {
+		limits[runName] = rr
+	}
+	if len(limits) == 0 {
+		return nil, nil, nil
+	}
+	l, err := e.sharedLimiter(limits)
+	if err != nil {
+		return nil, nil, usagef("JIRA_RATE (--jira-rate), RUN_RATE (--run-rate): %v", err)
+	}
+	var shared jira.SharedLimit
+	if hasJira {
+		b, err := l.Budget(LimitJira)
+		if err != nil {
+			return nil, nil, err
+		}
+		shared = b
+	}
+	var run *pipeline.RunLimit
+	if hasRun {
+		run = &pipeline.RunLimit{Limiter: l, Name: runName}
+	}
+	e.log.Info().Str("jira_rate", jr.String()).Str("run_rate", rr.String()).Str("run_limit", runName).
+		Msg("shared rate limits: Jira requests with every ymirflow process, run starts with every worker of the agent")
+	return shared, run, nil
 }

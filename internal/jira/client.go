@@ -83,6 +83,11 @@ type Options struct {
 	// over any second stays within RateLimit plus the burst. Default (0): one second's
 	// worth, RateLimit rounded up, at least 1; negative is refused.
 	RateBurst int
+	// Shared is a rate limit shared with the other processes of the pipeline
+	// (internal/ratelimit's Budget, JIRA_RATE): every attempt waits for its permit
+	// after RateLimit's, and a 429 pauses it for everyone, for the answer's
+	// Retry-After (else for the backoff delay). Default: nil, none.
+	Shared SharedLimit
 	// PageSize is the maxResults SearchAll and Changelog ask for; default 100.
 	PageSize int
 	// CommentGroup, when set, restricts comments to that group (e.g. "Red Hat Employee").
@@ -96,6 +101,14 @@ type Options struct {
 	DryRun bool
 	// UserAgent defaults to "ymirflow".
 	UserAgent string
+}
+
+// SharedLimit is a rate limit that other processes share (internal/ratelimit's Budget).
+type SharedLimit interface {
+	// Wait blocks until a request may be sent, or ctx ends.
+	Wait(ctx context.Context) error
+	// Throttle pauses the limit for everyone for retryAfter.
+	Throttle(ctx context.Context, retryAfter time.Duration) error
 }
 
 // Client is a Jira REST client. Build it with New; it is safe for concurrent use.
@@ -115,6 +128,7 @@ type Client struct {
 	hc            *http.Client
 	log           zerolog.Logger
 	limit         *limiter
+	shared        SharedLimit
 }
 
 // New validates opts and returns a Client. Errors name the field at fault, e.g.
@@ -131,6 +145,7 @@ func New(opts Options) (*Client, error) {
 		commentGroup:  opts.CommentGroup,
 		dryRun:        opts.DryRun,
 		hc:            opts.HTTPClient,
+		shared:        opts.Shared,
 		log:           opts.Logger.With().Str("component", "jira").Logger(),
 	}
 	if c.userAgent == "" {
@@ -325,6 +340,11 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 		if err := c.limit.wait(ctx); err != nil {
 			return fmt.Errorf("jira: %s %s: waiting for the rate limiter: %w", r.method, r.path, err)
 		}
+		if c.shared != nil {
+			if err := c.shared.Wait(ctx); err != nil {
+				return fmt.Errorf("jira: %s %s: waiting for the shared rate limit: %w", r.method, r.path, err)
+			}
+		}
 		start := time.Now()
 		status, hdr, body, err := c.send(ctx, r.method, u, payload)
 		took := time.Since(start)
@@ -355,6 +375,9 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 			retry = status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
 				(r.idempotent && status >= 500)
 			retryAfter, hasRetryAfter = parseRetryAfter(hdr.Get("Retry-After"), time.Now())
+			if status == http.StatusTooManyRequests {
+				c.throttle(ctx, log, retryAfter, hasRetryAfter, attempt)
+			}
 			log.Debug().Int("status", status).Int("attempt", attempt).Dur("took", took).Msg("jira request")
 		}
 
@@ -372,6 +395,21 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 		if serr := sleepCtx(ctx, delay); serr != nil {
 			return fmt.Errorf("%w (retry abandoned: %w)", err, serr)
 		}
+	}
+}
+
+// throttle pauses the shared limit for every process after a 429: for its Retry-After,
+// else for this attempt's backoff delay. A failure to pause is logged: the request's own
+// retry still waits.
+func (c *Client) throttle(ctx context.Context, log zerolog.Logger, retryAfter time.Duration, hasRetryAfter bool, attempt int) {
+	if c.shared == nil {
+		return
+	}
+	if !hasRetryAfter {
+		retryAfter = c.backoff(attempt)
+	}
+	if err := c.shared.Throttle(ctx, retryAfter); err != nil {
+		log.Warn().Err(err).Dur("retry_after", retryAfter).Msg("jira answered 429; pausing the shared rate limit failed")
 	}
 }
 

@@ -8,7 +8,9 @@
 // one shared rate limiter (Options.RateLimit, 5 requests/s by default, an idle Client sending
 // Options.RateBurst of them at once, one second's worth by default), a per-attempt timeout, and
 // a retry loop with exponential backoff and jitter on 429 and 5xx that honours Retry-After and
-// never sleeps past the caller's context deadline.
+// never sleeps past the caller's context deadline. Options.Shared adds a limit shared with
+// other processes (internal/ratelimit's Budget): each attempt waits for it too, and a 429
+// pauses it for all of them.
 //
 // Failures carry the HTTP status in an *HTTPError, which wraps ErrUnauthorized (401),
 // ErrForbidden (403), ErrNotFound (404) or ErrRateLimited (429), so both errors.Is and errors.As

@@ -67,6 +67,7 @@ func TestDefaults(t *testing.T) {
 		LockTTL: 300 * time.Second, LockMaxHold: 6 * time.Hour, OnConflict: "drop", MailboxDepth: 100, LockScope: "agent",
 		BlockTime: 5 * time.Second, MaxIdleTime: 3 * time.Minute, ClaimInterval: 5 * time.Second,
 		MaxRetries: 3, Concurrency: 1, ReadBatch: 8, ConsumerName: host, MetricsAddr: "127.0.0.1:0", KillGrace: 10 * time.Second,
+		RunRateBurst: 1,
 	}
 	w.fs = nil
 	if w != want {
@@ -356,6 +357,15 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"jira timeout", "worker", w("--jira-timeout", "0s"), nil, "JIRA_TIMEOUT", "jira-timeout", "must be positive"},
 		{"jira rate", "worker", w(), map[string]string{"JIRA_RATE_LIMIT": "0"}, "JIRA_RATE_LIMIT", "jira-rate-limit", "block every request"},
 		{"jira rate nan", "worker", w("--jira-rate-limit", "NaN"), nil, "JIRA_RATE_LIMIT", "jira-rate-limit", "finite"},
+		{"shared jira rate 0", "fetch", []string{"--jira-url", "http://j"}, map[string]string{"JIRA_RATE": "0/s"}, "JIRA_RATE", "jira-rate", "at least 1"},
+		{"shared jira rate negative", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--jira-rate", "-5/s"}, nil, "JIRA_RATE", "jira-rate", "at least 1"},
+		{"shared jira rate unparsable", "worker", w("--jira-rate", "fast"), nil, "JIRA_RATE", "jira-rate", "not N/UNIT"},
+		{"shared jira rate unit", "worker", w("--jira-rate", "5/week"), nil, "JIRA_RATE", "jira-rate", "not s, m, h"},
+		{"shared jira burst", "worker", w("--jira-rate", "5/s", "--jira-rate-burst", "-1"), nil, "JIRA_RATE_BURST", "jira-rate-burst", "negative"},
+		{"run rate 0", "worker", w("--run-rate", "0/h"), nil, "RUN_RATE", "run-rate", "at least 1"},
+		{"run rate negative", "worker", w(), map[string]string{"RUN_RATE": "-30/h"}, "RUN_RATE", "run-rate", "at least 1"},
+		{"run rate unparsable", "worker", w("--run-rate", "30 per hour"), nil, "RUN_RATE", "run-rate", "not N/UNIT"},
+		{"run rate burst 0", "worker", w("--run-rate", "30/h", "--run-rate-burst", "0"), nil, "RUN_RATE_BURST", "run-rate-burst", "at least 1"},
 		{"jira url credentials", "worker", w("--jira-url", "https://bob:s3cret@jira.example.com"), nil, "JIRA_URL", "jira-url", "must not carry credentials"},
 		{"jira url query", "fetch", []string{"--jira-url", "https://jira.example.com/?x=1"}, nil, "JIRA_URL", "jira-url", "query or fragment"},
 		{"token and file", "worker", w("--jira-token", "t", "--jira-token-file", okTok), nil, "JIRA_TOKEN_FILE", "jira-token-file", "both set"},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/internal/redact"
 )
 
@@ -37,6 +38,8 @@ type Jira struct {
 	JiraTimeout      time.Duration // --jira-timeout, JIRA_TIMEOUT: bound of one HTTP attempt
 	JiraMaxRetries   int           // --jira-max-retries, JIRA_MAX_RETRIES: retries after a 429, 5xx or network error (negative: none)
 	JiraRateLimit    float64       // --jira-rate-limit, JIRA_RATE_LIMIT: requests per second (negative: no limit)
+	JiraRate         string        // --jira-rate, JIRA_RATE: requests per period shared by every process through Redis, e.g. 5/s (empty: none)
+	JiraRateBurst    int           // --jira-rate-burst, JIRA_RATE_BURST: requests JIRA_RATE lets go at once after a quiet spell (0: one second's worth)
 	DryRun           bool          // --dry-run, DRY_RUN: log Jira writes instead of sending them
 }
 
@@ -53,7 +56,26 @@ func (j *Jira) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&j.JiraTimeout, "jira-timeout", DefaultJiraTimeout, "bound of one Jira HTTP attempt"+rangeHelp("jira-timeout"))
 	fs.IntVar(&j.JiraMaxRetries, "jira-max-retries", DefaultJiraMaxRetries, "retries of a Jira request after a 429, a 5xx or a network error (negative: none)")
 	fs.Float64Var(&j.JiraRateLimit, "jira-rate-limit", DefaultJiraRateLimit, "Jira requests per second, all requests of the process together (negative: no limit)")
+	fs.StringVar(&j.JiraRate, "jira-rate", "", "Jira requests per period shared by every ymirflow process through Redis, e.g. 5/s or 300/m; a 429 pauses all (empty: none)")
+	fs.IntVar(&j.JiraRateBurst, "jira-rate-burst", 0, "requests JIRA_RATE lets go at once after a quiet spell (0: one second's worth, at least 1)")
 	fs.BoolVar(&j.DryRun, "dry-run", false, "log Jira writes instead of sending them")
+}
+
+// SharedRate is JIRA_RATE with its burst, and whether it is set. Validate has checked it.
+func (j *Jira) SharedRate() (ratelimit.Rate, bool) {
+	if strings.TrimSpace(j.JiraRate) == "" {
+		return ratelimit.Rate{}, false
+	}
+	r, err := ratelimit.ParseRate(j.JiraRate)
+	if err != nil {
+		return ratelimit.Rate{}, false
+	}
+	r.Burst = j.JiraRateBurst
+	if r.Burst == 0 {
+		// One second's worth, as the per-process limit's default burst.
+		r.Burst = max(1, int(math.Ceil(float64(r.N)*float64(time.Second)/float64(r.Per))))
+	}
+	return r, true
 }
 
 // APIFlavour is JiraAPI as internal/jira's Options.API takes it: "cloud",
@@ -90,6 +112,7 @@ func (j *Jira) validate(p *problems) {
 	case math.IsNaN(j.JiraRateLimit) || math.IsInf(j.JiraRateLimit, 0):
 		p.add("jira-rate-limit", "= %v must be a finite number of requests per second (negative: no limit)", j.JiraRateLimit)
 	}
+	checkSharedRate(p, "jira-rate", "jira-rate-burst", j.JiraRate, j.JiraRateBurst)
 	if j.JiraToken != "" && j.JiraTokenFile != "" {
 		p.add("jira-token-file", "and JIRA_TOKEN (--jira-token) are both set; set one")
 	}
@@ -108,6 +131,27 @@ func (j *Jira) validate(p *problems) {
 	}
 	if j.JiraAPI == "cloud" && hasToken && j.JiraEmail == "" {
 		p.add("jira-email", "is required with JIRA_API=cloud: Jira Cloud authenticates with e-mail and API token")
+	}
+}
+
+// checkSharedRate checks a shared rate setting (N/UNIT, empty: none) and its burst.
+func checkSharedRate(p *problems, rateFlag, burstFlag, rate string, burst int) {
+	if burst < 0 {
+		p.add(burstFlag, "= %d must not be negative (0: the default)", burst)
+	}
+	if strings.TrimSpace(rate) == "" {
+		return
+	}
+	r, err := ratelimit.ParseRate(rate)
+	if err != nil {
+		p.add(rateFlag, "= %q: %s (empty: no shared limit)", rate, strings.TrimPrefix(err.Error(), ratelimit.ErrBadRate.Error()+": "))
+		return
+	}
+	if burst > 0 {
+		r.Burst = burst
+		if err := r.Check(); err != nil {
+			p.add(burstFlag, "= %d: %s", burst, strings.TrimPrefix(err.Error(), ratelimit.ErrBadRate.Error()+": "))
+		}
 	}
 }
 

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/ratelimit"
 )
 
 // The Jira client takes the token, not its file: JIRA_TOKEN_FILE is read here alone, its
@@ -74,5 +76,27 @@ func TestJiraURLCredentialsRefusedRedacted(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("error leaks the password: %v", err)
+	}
+}
+
+// JIRA_RATE's burst defaults to one second's worth, at least 1; JIRA_RATE_BURST sets it.
+func TestSharedRateBurst(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		rate  string
+		burst int
+		want  ratelimit.Rate
+		set   bool
+	}{
+		{"", 0, ratelimit.Rate{}, false},
+		{"5/s", 0, ratelimit.Rate{N: 5, Per: time.Second, Burst: 5}, true},
+		{"300/m", 0, ratelimit.Rate{N: 300, Per: time.Minute, Burst: 5}, true},
+		{"30/h", 0, ratelimit.Rate{N: 30, Per: time.Hour, Burst: 1}, true},
+		{"5/s", 2, ratelimit.Rate{N: 5, Per: time.Second, Burst: 2}, true},
+	} {
+		j := Jira{JiraRate: c.rate, JiraRateBurst: c.burst}
+		if got, set := j.SharedRate(); got != c.want || set != c.set {
+			t.Errorf("JIRA_RATE=%q JIRA_RATE_BURST=%d: %v %v, want %v %v", c.rate, c.burst, got, set, c.want, c.set)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -84,6 +85,8 @@ type Worker struct {
 	KillGrace        time.Duration // --kill-grace, KILL_GRACE: runner SIGTERM → SIGKILL grace
 	DemoDuration     time.Duration // --demo-duration, DEMO_DURATION: typical length of a simulated run (runner demo)
 	DemoSeed         int64         // --demo-seed, DEMO_SEED: seed of the simulated outcomes (runner demo)
+	RunRate          string        // --run-rate, RUN_RATE: run starts of this agent per period, shared by all its workers, e.g. 30/h (empty: none)
+	RunRateBurst     int           // --run-rate-burst, RUN_RATE_BURST: run starts RUN_RATE lets go at once after a quiet spell
 
 	fs *flag.FlagSet // set by Register: tells which settings were given (derive)
 }
@@ -141,6 +144,8 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.KillGrace, "kill-grace", DefaultKillGrace, "grace between SIGTERM and SIGKILL of a runner's process group, at most LOCK_TTL/10 (the lease's safety margin)"+
 		rangeHelp("kill-grace")+"; unset: the smaller of "+fmtDur(DefaultKillGrace)+" and LOCK_TTL/10")
 	fs.DurationVar(&w.DemoDuration, "demo-duration", 0, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it; 0: instant)"+rangeHelp("demo-duration"))
+	fs.StringVar(&w.RunRate, "run-rate", "", "run starts of this agent per period, shared by all its workers through Redis, e.g. 30/h; an event over it is re-queued until its turn (empty: none)")
+	fs.IntVar(&w.RunRateBurst, "run-rate-burst", DefaultRunRateBurst, "run starts RUN_RATE lets go at once after a quiet spell")
 	w.fs = fs
 	fs.Int64Var(&w.DemoSeed, "demo-seed", 0, "seed of the simulated outcomes (runner demo)")
 }
@@ -179,6 +184,23 @@ func (w *Worker) AgentEnvPolicy() (runners.EnvPolicy, error) {
 	}
 	return runners.EnvPolicy{Pass: pass, Credentials: []string{"JIRA_TOKEN", "JIRA_TOKEN_FILE", "JIRA_EMAIL"},
 		Withheld: []string{"REDIS_URL", "REDISCLI_AUTH"}}, nil
+}
+
+// DefaultRunRateBurst is RUN_RATE_BURST's default: one at a time, so that over any
+// period at most RUN_RATE's count plus one start.
+const DefaultRunRateBurst = 1
+
+// RunLimit is RUN_RATE with its burst, and whether it is set. Validate has checked it.
+func (w *Worker) RunLimit() (ratelimit.Rate, bool) {
+	if strings.TrimSpace(w.RunRate) == "" {
+		return ratelimit.Rate{}, false
+	}
+	r, err := ratelimit.ParseRate(w.RunRate)
+	if err != nil {
+		return ratelimit.Rate{}, false
+	}
+	r.Burst = max(w.RunRateBurst, 1)
+	return r, true
 }
 
 // Policies is ON_CONFLICT, parsed.
@@ -223,6 +245,10 @@ func (w *Worker) Validate() error {
 	w.Jira.validate(&p)
 	w.Tracing.validate(&p)
 	validateAgentBranch(&p, w.Agent, w.Branch, false)
+	checkSharedRate(&p, "run-rate", "run-rate-burst", w.RunRate, w.RunRateBurst)
+	if w.RunRateBurst == 0 {
+		p.add("run-rate-burst", "= 0 must be at least 1")
+	}
 	w.validateRunner(&p)
 	w.derive()
 	for name, d := range map[string]time.Duration{"lock-ttl": w.LockTTL, "lock-max-hold": w.LockMaxHold,

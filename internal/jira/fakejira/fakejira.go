@@ -80,6 +80,21 @@ type Options struct {
 	Webhooks          []WebhookTarget
 	WebhookRetries    int
 	WebhookRetryDelay time.Duration
+	// RateLimit, when its N is set, makes the server answer 429 with Retry-After (whole
+	// seconds until the next request would pass) to requests beyond it, as Jira Cloud
+	// does: a token bucket of Burst requests refilled N per Per on the wall clock. Those
+	// answers change nothing and are logged in Requests with their status.
+	RateLimit RateLimit
+}
+
+// RateLimit is Options.RateLimit.
+type RateLimit struct {
+	N     int
+	Per   time.Duration // default: a second
+	Burst int           // default: N
+	// StartEmpty: the bucket is empty when the first request comes, as if another client
+	// had just spent it: the first request is answered 429.
+	StartEmpty bool
 }
 
 // Issue is the Go-side description of a seeded issue.
@@ -152,6 +167,9 @@ type Server struct {
 	nextID   int
 
 	hooks hookState
+	// The RateLimit's bucket: tokens left at last.
+	tokens float64
+	last   time.Time
 
 	lnMu sync.Mutex
 	hs   *http.Server
@@ -179,7 +197,16 @@ func New(opts Options) *Server {
 	if opts.WebhookRetryDelay <= 0 {
 		opts.WebhookRetryDelay = DefaultWebhookRetryDelay
 	}
+	if opts.RateLimit.N > 0 {
+		if opts.RateLimit.Per <= 0 {
+			opts.RateLimit.Per = time.Second
+		}
+		if opts.RateLimit.Burst <= 0 {
+			opts.RateLimit.Burst = opts.RateLimit.N
+		}
+	}
 	s := &Server{opts: opts, byKey: map[string]*Issue{}, groups: map[string][]string{}, nextID: 10000}
+	s.tokens = float64(opts.RateLimit.Burst)
 	s.hooks.client = &http.Client{Timeout: 5 * time.Second}
 	for u, g := range opts.Groups {
 		s.groups[u] = slices.Clone(g)

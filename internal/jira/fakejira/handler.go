@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -77,6 +78,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handle runs with s.mu held.
 func (s *Server) handle(r *http.Request, body []byte) reply {
 	if rep, ok := s.injectedFault(); ok {
+		return rep
+	}
+	if rep, limited := s.rateLimited(); limited {
 		return rep
 	}
 	if !s.authorized(r) {
@@ -591,3 +595,30 @@ func (s *Server) user(r *http.Request) reply {
 
 // Now returns the server clock's time (handy for seeding relative timestamps).
 func (s *Server) Now() time.Time { return s.opts.Clock() }
+
+// rateLimited takes a token of Options.RateLimit's bucket, or answers 429 with the
+// whole seconds until one is there in Retry-After. Runs with s.mu held.
+func (s *Server) rateLimited() (reply, bool) {
+	rl := s.opts.RateLimit
+	if rl.N <= 0 {
+		return reply{}, false
+	}
+	now := time.Now()
+	if s.last.IsZero() {
+		s.last = now
+		if rl.StartEmpty {
+			s.tokens = 0
+		}
+	}
+	perToken := rl.Per.Seconds() / float64(rl.N)
+	s.tokens = math.Min(float64(rl.Burst), s.tokens+now.Sub(s.last).Seconds()/perToken)
+	s.last = now
+	if s.tokens >= 1 {
+		s.tokens--
+		return reply{}, false
+	}
+	wait := int(math.Ceil((1 - s.tokens) * perToken))
+	rep := errReply(http.StatusTooManyRequests, "Rate limit exceeded.")
+	rep.header = http.Header{"Retry-After": {strconv.Itoa(max(wait, 1))}}
+	return rep, true
+}
