@@ -53,7 +53,10 @@ func TestEveryWriteIsAudited(t *testing.T) {
 	var before, deadBefore int64
 	mark := func() { before, deadBefore = triageN(), deadN() }
 	writes := []writeCall{
-		{"ForceRelease", func(c context.Context, in *inspect.Inspector) error { _, err := in.ForceRelease(c, "triage", "RHEL-1"); return err }, func() bool { return !held() }},
+		{"ForceRelease", func(c context.Context, in *inspect.Inspector) error {
+			_, err := in.ForceRelease(c, "triage", "RHEL-1")
+			return err
+		}, func() bool { return !held() }},
 		{"Replay", func(c context.Context, in *inspect.Inspector) error {
 			_, err := in.Replay(c, inspect.ReplayOptions{Stream: "triage", Issue: "RHEL-1"})
 			return err

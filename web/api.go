@@ -167,10 +167,10 @@ func isPartial(err error) bool {
 	if err == nil {
 		return true
 	}
-	errs := inspect.Errors(err)
-	if len(errs) < 2 && (errors.Is(err, audit.ErrNoReason) || errors.Is(err, audit.ErrNotRecorded) || errors.Is(err, audit.ErrNoActor)) {
+	if errors.Is(err, audit.ErrNoReason) || errors.Is(err, audit.ErrNotRecorded) || errors.Is(err, audit.ErrNoActor) {
 		return false
 	}
+	errs := inspect.Errors(err)
 	all := true
 	for _, e := range errs {
 		if !errors.Is(e, inspect.ErrNotFound) {
