@@ -49,7 +49,9 @@ func writeCases() map[string][]writeCase {
 		}
 	}
 	ids := func(e *env, reason string) string { return `{"ids":["` + e.deadID + `"],"reason":"` + reason + `"}` }
-	release := func(e *env, reason string) string { return `{"agent":"triage","issue":"RHEL-20","reason":"` + reason + `"}` }
+	release := func(e *env, reason string) string {
+		return `{"agent":"triage","issue":"RHEL-20","reason":"` + reason + `"}`
+	}
 	return map[string][]writeCase{
 		"POST /leases/release": {{"release", web.RoleOperator, formType, func(e *env, reason string) string {
 			return url.Values{"agent": {"triage"}, "issue": {"RHEL-20"}, "reason": {reason}}.Encode()
