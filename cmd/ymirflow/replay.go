@@ -47,7 +47,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 			return cfg.NeedReason("replay (or --dry-run)")
 		},
-		work: func(ctx context.Context, s *session) error { return replay(asOperator(ctx, &cfg.Writer), s, &cfg, route) },
+		work: func(ctx context.Context, s *session) error {
+			return replay(asOperator(ctx, &cfg.Writer), s, &cfg, route)
+		},
 	}.run(ctx, args, stdout, stderr)
 }
 
