@@ -125,12 +125,18 @@ type Overview struct {
 	PresenceTTL time.Duration `json:"-"`
 }
 
-// RunningRow counts the running leases of one agent and branch.
+// RunningRow is the work of one agent and branch: running (leases held), pending
+// (delivered to a worker, not acknowledged), waiting (in its streams, not yet read by
+// its group: the groups' lag, -1 when Redis cannot tell) and paused (0 until pausing
+// exists).
 type RunningRow struct {
 	Agent   string `json:"agent"`
 	Branch  string `json:"branch,omitempty"`
 	Running int    `json:"running"`
 	Issues  string `json:"issues"` // the issues held, comma separated
+	Pending int64  `json:"pending"`
+	Waiting int64  `json:"waiting"`
+	Paused  int64  `json:"paused"`
 }
 
 // ConsumerRow is one consumer of one group and whether it is alive.
@@ -183,7 +189,9 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 			continue
 		}
 		seen[k] = true
-		ov.Running = append(ov.Running, RunningRow{Agent: rt.Agent, Branch: rt.Branch, Running: len(held[k]), Issues: strings.Join(held[k], ", ")})
+		row := RunningRow{Agent: rt.Agent, Branch: rt.Branch, Running: len(held[k]), Issues: strings.Join(held[k], ", ")}
+		row.Pending, row.Waiting = queued(streams, rt.Agent, rt.Branch)
+		ov.Running = append(ov.Running, row)
 	}
 	for k, issues := range held {
 		if !seen[k] { // the guarded entry is in none of the agent's streams
@@ -205,6 +213,28 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 	}
 	ov.Chart = newChart(outcomes)
 	return ov, nil
+}
+
+// queued sums the pending entries and the lag of agent's and branch's input groups
+// (waiting -1 when a lag is unknown).
+func queued(streams []inspect.StreamInfo, agent, branch string) (pending, waiting int64) {
+	for _, st := range streams {
+		if st.Kind != inspect.KindInput || st.Agent != agent || st.Branch != branch {
+			continue
+		}
+		for _, g := range st.Groups {
+			pending += g.Pending
+			if g.Lag < 0 || waiting < 0 {
+				waiting = -1
+				continue
+			}
+			waiting += g.Lag
+		}
+		if len(st.Groups) == 0 && waiting >= 0 {
+			waiting += st.Length // no group yet: every entry waits for one
+		}
+	}
+	return pending, waiting
 }
 
 func (s *Server) overview(_ http.ResponseWriter, r *http.Request) (*view, error) {
@@ -338,6 +368,8 @@ type issueData struct {
 	// Scanned says which older entries were scanned (the per-issue index did not
 	// cover them); nil when the index answered alone.
 	Scanned *inspect.HistoryScan
+	// Story draws the events over time, one lane per agent and branch.
+	Story story
 }
 
 // history reads an issue's timeline; any key form is accepted (" rhel-123 ").
@@ -376,7 +408,7 @@ func (s *Server) issue(_ http.ResponseWriter, r *http.Request) (*view, error) {
 		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("no events of %s in any stream (the streams keep only their latest entries)", s.clip(q, maxKeyLen))}
 	}
 	v.Title = rep.Issue
-	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events, Indexed: rep.Indexed, Scanned: rep.Scanned}
+	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events, Indexed: rep.Indexed, Scanned: rep.Scanned, Story: s.newStory(rep.Events)}
 	return v, nil
 }
 

@@ -94,6 +94,7 @@ const (
 	maxIDs     = 1000     // dead-letter ids in one requeue or purge
 	maxKeyLen  = 64       // an issue key as typed
 	maxErrList = 240      // characters of an error in a list
+	maxDetail  = 1200     // characters of a timeline detail (it wraps)
 	maxShown   = 64 << 10 // characters of one value on a detail page
 	maxRows    = 500      // rows of one list on a page (the API has them all)
 )
