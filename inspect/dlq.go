@@ -153,7 +153,7 @@ const requeueBatch = 100
 // Cost: per 100 ids, one round trip to read them and one MULTI/EXEC round trip,
 // repeated when another writer touched the dead-letter stream in between.
 func (in *Inspector) Requeue(ctx context.Context, ids ...string) (out []Requeued, err error) {
-	aerr := in.write(ctx, ActionRequeue, idsScope(ids), in.deadIssues(ctx, ids), func(ctx context.Context) error {
+	aerr := in.write(ctx, ActionRequeue, idsScope(ids), in.DeadIssues(ctx, ids), func(ctx context.Context) error {
 		out, err = in.requeueIDs(ctx, ids)
 		return err
 	})
@@ -164,11 +164,14 @@ func (in *Inspector) Requeue(ctx context.Context, ids ...string) (out []Requeued
 }
 
 // idsScope is the audit scope of a write on dead letters ids: all of them, however many.
-func idsScope(ids []string) string { return "ids=" + strings.Join(ids, ",") }
+func idsScope(ids []string) string { return IDsScope(ids) }
 
-// deadIssues returns the issues of the dead letters ids, for the audit record (one round
+// IDsScope is the audit scope of a write on the dead letters ids.
+func IDsScope(ids []string) string { return "ids=" + strings.Join(ids, ",") }
+
+// DeadIssues returns the issues of the dead letters ids, for the audit record (one round
 // trip; ids that are not there or not ids are left out: the write reports them).
-func (in *Inspector) deadIssues(ctx context.Context, ids []string) []string {
+func (in *Inspector) DeadIssues(ctx context.Context, ids []string) []string {
 	pipe := in.rdb.Pipeline()
 	var cmds []*redis.XMessageSliceCmd
 	for _, id := range ids {
@@ -421,7 +424,7 @@ func (in *Inspector) Delete(ctx context.Context, ids ...string) (n int64, err er
 			return 0, err
 		}
 	}
-	err = in.write(ctx, ActionPurge, idsScope(ids), in.deadIssues(ctx, ids), func(ctx context.Context) error {
+	err = in.write(ctx, ActionPurge, idsScope(ids), in.DeadIssues(ctx, ids), func(ctx context.Context) error {
 		n, err = in.delete(ctx, ids)
 		return err
 	})

@@ -145,6 +145,10 @@ func BadKey(key string) string {
 	return fmt.Sprintf("%q is not an issue key: %s", key, KeyForm)
 }
 
+// CanonicalKey is the lease's canonical form of raw ("rhel-1 " is "RHEL-1"), or a
+// *BadKeyError.
+func (in *Inspector) CanonicalKey(raw string) (string, error) { return in.canonicalKey(raw) }
+
 // canonicalKey is the lease's canonical form of raw, or a *BadKeyError.
 func (in *Inspector) canonicalKey(raw string) (string, error) {
 	k, err := in.locker.Canonicalize(raw)

@@ -1,16 +1,20 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
 
+	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/audit"
 )
 
@@ -151,7 +155,8 @@ func (s *Server) authenticate(r *http.Request) (identity, error) {
 
 // write guards a write route: pick names the request's action and the least role that
 // may do it. A sender without that role is refused with 403, and the refusal is
-// recorded in the audit trail; the others reach h with their operator in the context.
+// recorded in the audit trail with the scope and reason the request gave; the others
+// reach h with their operator in the context.
 func (s *Server) write(pick func(*http.Request) (action, role string, err error), h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.authenticate(r)
@@ -167,7 +172,8 @@ func (s *Server) write(pick func(*http.Request) (action, role string, err error)
 		op := audit.Operator{Who: id.Name, From: s.from(r), Role: id.Role}
 		if rank(id.Role) < rank(role) {
 			why := fmt.Sprintf("role %s may not %s: it needs the role %s", id.Role, action, role)
-			if err := s.in.AuditLog().Refused(r.Context(), op.Entry(action, r.Method+" "+r.URL.Path), why); err != nil {
+			e := s.asked(r, op.Entry(action, r.Method+" "+r.URL.Path))
+			if err := s.in.AuditLog().Refused(r.Context(), e, why); err != nil {
 				s.cfg.Logger.Warn().Err(err).Str("operator", id.Name).Msg("console: a refused write could not be recorded")
 			}
 			s.cfg.Logger.Warn().Str("operator", id.Name).Str("role", id.Role).Str("action", action).Msg("console: write refused for its role")
@@ -176,6 +182,44 @@ func (s *Server) write(pick func(*http.Request) (action, role string, err error)
 		}
 		h.ServeHTTP(w, r.WithContext(audit.WithOperator(r.Context(), op)))
 	})
+}
+
+// writeFields are the fields of a write's form or JSON body that say what it asked for.
+type writeFields struct {
+	Agent  string   `json:"agent"`
+	Issue  string   `json:"issue"`
+	IDs    []string `json:"ids"`
+	Reason string   `json:"reason"`
+}
+
+// asked fills e with the scope, issues and reason r asked for, for the record of a
+// refusal; a JSON body is read and put back for the handler.
+func (s *Server) asked(r *http.Request, e audit.Entry) audit.Entry {
+	var f writeFields
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		b, err := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		if err != nil || json.Unmarshal(b, &f) != nil {
+			return e
+		}
+	} else {
+		f = writeFields{Agent: r.PostFormValue("agent"), Issue: r.PostFormValue("issue"), IDs: r.PostForm["id"], Reason: r.PostFormValue("reason")}
+	}
+	e.Reason = strings.TrimSpace(f.Reason)
+	switch {
+	case f.Agent != "" || f.Issue != "":
+		key, err := s.in.CanonicalKey(strings.TrimSpace(f.Issue))
+		if err != nil {
+			key = s.clip(f.Issue, maxKeyLen)
+		} else {
+			e.Issues = []string{key}
+		}
+		e.Scope = "agent=" + s.clip(f.Agent, 40) + " issue=" + key
+	case len(f.IDs) > 0 && len(f.IDs) <= maxIDs:
+		e.Scope = inspect.IDsScope(f.IDs)
+		e.Issues = s.in.DeadIssues(r.Context(), f.IDs)
+	}
+	return e
 }
 
 // fixed is the pick of a route with one action.

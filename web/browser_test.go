@@ -198,7 +198,8 @@ func TestBrowserEndToEnd(t *testing.T) {
 	// 5. A write without the token is refused: the form, and the API from the page.
 	row := `tr[data-id="` + deadID + `"] input[type=checkbox]`
 	do("requeue without signing in", chromedp.Navigate(base+"/dead-letters"), chromedp.WaitVisible(chromedp.CSS(row)),
-		chromedp.Click(chromedp.CSS(row)), chromedp.Click(chromedp.CSS("#requeue")), chromedp.WaitVisible(chromedp.CSS("#error")))
+		chromedp.Click(chromedp.CSS(row)), chromedp.SendKeys(chromedp.CSS("#reason"), "agent fixed"),
+		chromedp.Click(chromedp.CSS("#requeue")), chromedp.WaitVisible(chromedp.CSS("#error")))
 	if refused := text("#error"); !strings.Contains(refused, "refused") {
 		t.Fatalf("requeue without the token: %q", refused)
 	}
@@ -225,7 +226,7 @@ func TestBrowserEndToEnd(t *testing.T) {
 	if kept, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector('`+row+`').checked`)); err != nil || !kept {
 		t.Fatalf("the selection was lost on refresh (%v)", err)
 	}
-	do("requeue", chromedp.Click(chromedp.CSS("#requeue")))
+	do("requeue", chromedp.SendKeys(chromedp.CSS("#reason"), "agent fixed"), chromedp.Click(chromedp.CSS("#requeue")))
 	waitFor("requeued", `location.search.includes("done=requeued") && document.querySelector("#notice")`)
 	if notice := text("#notice"); !strings.Contains(notice, "Requeued 1") {
 		t.Fatalf("after requeue: %q", notice)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/audit"
 )
 
 // story is an issue's timeline drawn as Temporal's web UI draws a workflow's: one lane
@@ -39,7 +40,8 @@ type runBar struct {
 	Class      string // done or failed
 	Label      string
 	LabelX     int
-	LabelIn    bool // the label fits inside the bar
+	LabelY     int
+	LabelIn    bool // the label fits inside the bar, else it is above it
 	Title      string
 }
 
@@ -58,7 +60,7 @@ const (
 	storyWidth  = 1100
 	storyLeft   = 150
 	storyRight  = 24
-	laneH       = 66
+	laneH       = 80
 	storyTop    = 8
 	storyAxisH  = 26
 	markerSize  = 6
@@ -148,9 +150,18 @@ func (s *Server) newStory(events []inspect.HistoryEvent) story {
 
 	queuedAt := map[string]time.Time{} // "stream id" of an input entry: when it was queued
 	lastEnd := map[string]time.Time{}  // a lane's last run's end
+	ended := map[string]string{}       // an operator's write: how it ended, by its started record
+	for _, ev := range events {
+		if ref, ok := strings.CutPrefix(ev.About, "audit "); ok && ev.Kind == inspect.KindAudit {
+			ended[ref] = ev.Reason
+		}
+	}
 	for _, ev := range events {
 		ln := st.Lanes[laneIdx[s.laneOf(ev)]]
 		k := markKind(ev)
+		if k == "operator" && strings.HasPrefix(ev.About, "audit ") {
+			continue // the end of a write: one marker per write, at its start
+		}
 		if ev.Kind == inspect.KindInput {
 			queuedAt[ev.Stream+" "+ev.ID] = ev.Time
 		}
@@ -158,7 +169,11 @@ func (s *Server) newStory(events []inspect.HistoryEvent) story {
 			st.Runs = append(st.Runs, s.runBar(ev, ln, queuedAt, lastEnd, x))
 			continue
 		}
-		st.Marks = append(st.Marks, s.mark(ev, k, ln, x))
+		m := s.mark(ev, k, ln, x)
+		if e := ended[ev.ID]; k == "operator" && e != "" && e != audit.OutcomeDone {
+			m.Label += " " + e
+		}
+		st.Marks = append(st.Marks, m)
 	}
 	spreadLabels(st.Marks)
 	return st
@@ -177,16 +192,19 @@ func (s *Server) runBar(ev inspect.HistoryEvent, ln lane, queuedAt, lastEnd map[
 	if ev.EventType == event.StageFailed {
 		outcome = "failed"
 	}
-	b := runBar{X: x(start), Y: ln.Y + 6, H: 18, Class: outcome}
+	b := runBar{X: x(start), Y: ln.Y + 22, H: 18, Class: outcome}
 	b.W = max(x(ev.Time)-b.X, minBarWidth)
 	b.Label = outcome
 	if ev.Fence != "" {
 		b.Label = "fence " + ev.Fence + " · " + outcome
 	}
-	b.LabelIn = len(b.Label)*7+8 <= b.W
-	b.LabelX = b.X + 4
+	// 11px text is about 6.5px a character; a label that does not fit inside the bar
+	// goes above it (not after it, where the lane's next run may start), clear of the
+	// queued marker at the bar's start.
+	b.LabelIn = len(b.Label)*13/2+8 <= b.W
+	b.LabelX, b.LabelY = b.X+4, b.Y+13
 	if !b.LabelIn {
-		b.LabelX = b.X + b.W + 4
+		b.LabelX, b.LabelY = b.X+10, b.Y-5
 	}
 	b.Title = fmt.Sprintf("run of entry %s, fence %s: %s at %s after %s (its start is when its entry was queued or the lane's previous run ended: the lease is not recorded when taken)\n%s",
 		or(ev.About, "?"), or(ev.Fence, "?"), outcome, ev.Time.UTC().Format("15:04:05.000"), human(ev.Time.Sub(start)), s.clip(inspect.ShortDetail(ev.Detail), 300))
@@ -201,12 +219,14 @@ func or(v, def string) string {
 }
 
 func (s *Server) mark(ev inspect.HistoryEvent, kind string, ln lane, x func(time.Time) int) mark {
-	m := mark{X: x(ev.Time), Y: ln.Y + 36, Kind: kind, Label: kind}
+	m := mark{X: x(ev.Time), Y: ln.Y + 54, Kind: kind, Label: kind}
 	switch kind {
+	case "queued": // on the bar's row, pointing down at where its run's bar starts
+		m.Y, m.Label = ln.Y+15, ""
 	case "operator":
 		m.Label = strings.TrimPrefix(ev.EventType, inspect.EventOperatorPrefix)
-		if ev.Reason != "" && ev.Reason != "done" {
-			m.Label += " " + ev.Reason
+		if ev.Reason != audit.OutcomeStarted {
+			m.Label += " " + ev.Reason // refused; a failed end is added by newStory
 		}
 	case "followup":
 		m.Label = "follow-up"
@@ -248,6 +268,9 @@ func spreadLabels(ms []mark) {
 		m := &ms[i]
 		m.Label = clipLabel(m.Label)
 		m.LabelY = m.Y + 16
+		if m.Label == "" {
+			continue
+		}
 		if px, ok := lastX[m.Y]; ok && m.X-px < 80 && !lastLow[m.Y] {
 			m.LabelY += 10
 			lastLow[m.Y] = true
