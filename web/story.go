@@ -48,9 +48,9 @@ type runBar struct {
 // mark is one event that is not a run's end: a request queued, a busy decision, a
 // follow-up, an operator's action, a dead letter.
 type mark struct {
-	X, Y  int
-	Kind  string // queued, dropped, coalesced, waited, delayed, delivered, superseded, followup, operator, dead, other
-	Glyph string // the shape's path, around (X, Y)
+	X, Y   int
+	Kind   string // queued, dropped, coalesced, waited, delayed, delivered, superseded, followup, operator, dead, other
+	Glyph  string // the shape's path, around (X, Y)
 	Label  string // a short word under the marker, at LabelY
 	LabelY int
 	Title  string
