@@ -44,14 +44,12 @@ type Operator struct {
 }
 
 // HashToken is the form a token is stored in (Operator.TokenHash). Tokens are random and
-// long (at least MinTokenLen characters), so a plain SHA-256 cannot be reversed.
+// long (`ymirflow web --new-token` makes 48 hex digits), so a plain SHA-256 cannot be reversed.
 func HashToken(token string) string {
 	h := sha256.Sum256([]byte(token))
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
-// MinTokenLen is the shortest accepted operator token.
-const MinTokenLen = 16
 
 var operatorName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$`)
 var tokenHash = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
