@@ -50,7 +50,6 @@ func HashToken(token string) string {
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
-
 var operatorName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$`)
 var tokenHash = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
