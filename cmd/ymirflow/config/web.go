@@ -140,7 +140,7 @@ func (w *Web) Operators() ([]web.Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	return web.ParseOperators(io.LimitReader(f, 1<<20))
 }
 
