@@ -15,6 +15,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -178,6 +179,9 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	}
 	_, err = in.Streams(ctx)
 	noperm("streams", err)
+	// The operators' writes are audited: they run as an operator, with a reason.
+	octx := ctx
+	ctx = audit.WithOperator(ctx, audit.Operator{Who: "alice@laptop", From: "cli laptop", Reason: "acl test"})
 	_, err = in.History(ctx, "RHEL-1")
 	noperm("history", err)
 	_, err = in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", Issue: "RHEL-1"})
@@ -193,6 +197,15 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	noperm("locks release", err)
 	_, err = in.Purge(ctx, inspect.TimeID(time.Now()))
 	noperm("dlq purge", err)
+	recs, err := in.Audit(ctx, audit.Filter{})
+	if err != nil || len(recs) != 4 {
+		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release and purge", len(recs), err)
+	}
+	if rep, err := in.Timeline(ctx, "RHEL-9"); err != nil || rep.Events[len(rep.Events)-1].Kind != inspect.KindAudit {
+		t.Fatalf("operator user: history with the audit trail: %v", err)
+	}
+	ctx = octx
+	auditACL(t, worker, operator, topo)
 
 	// Nothing else.
 	for name, c := range map[string]redis.UniversalClient{"worker": worker, "operator": operator} {
@@ -251,4 +264,50 @@ func aclClient(t *testing.T, srv *redistest.Server, sec *corev1.Secret, key stri
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// auditACL: the workers' user cannot read, append to or delete the audit trail, so an
+// Inspector on its client writes nothing (audit.ErrNotRecorded: the fault of a user
+// that cannot XADD to the trail); the operators' user appends to it but cannot delete,
+// trim, overwrite or expire it.
+func auditACL(t *testing.T, worker, operator redis.UniversalClient, topo event.Topology) {
+	t.Helper()
+	ctx := context.Background()
+	trail := topo.Audit()
+	wlocker, err := lease.New(worker, lease.Options{Scope: topo.LockScope(), TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	win, err := inspect.New(inspect.Config{Client: worker, Topology: topo, Locker: wlocker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	le, err := wlocker.Acquire(ctx, "rebase", "RHEL-5", lease.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(ctx)
+	opctx := audit.WithOperator(ctx, audit.Operator{Who: "mallory", From: "a worker pod", Reason: "hide my tracks"})
+	if _, err := win.ForceRelease(opctx, "rebase", "RHEL-5"); !errors.Is(err, audit.ErrNotRecorded) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("a write on the workers' user: %v, want audit.ErrNotRecorded (NOPERM)", err)
+	}
+	if _, err := win.Lease(ctx, "rebase", "RHEL-5"); err != nil {
+		t.Errorf("the unrecorded release happened: %v", err)
+	}
+	for _, cmd := range [][]any{{"XADD", trail, "*", "who", "mallory"}, {"XRANGE", trail, "-", "+"}, {"DEL", trail},
+		{"ZADD", "{" + trail + "}:issue:RHEL-5", "1", "x"}} {
+		if err := worker.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("workers' user: %v: %v, want NOPERM", cmd, err)
+		}
+	}
+	for _, cmd := range [][]any{{"DEL", trail}, {"XTRIM", trail, "MAXLEN", "0"}, {"XDEL", trail, "1-0"}, {"SET", trail, "x"},
+		{"PEXPIRE", trail, "1"}, {"EVAL", "return redis.call('DEL', KEYS[1])", "1", trail},
+		{"EVAL", "return redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)", "1", trail}} {
+		if err := operator.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "can't access") {
+			t.Errorf("operators' user: %v: %v, want NOPERM", cmd, err)
+		}
+	}
+	if n := operator.XLen(ctx, trail).Val(); n < 4 {
+		t.Errorf("the trail holds %d records after the attempts to delete it", n)
+	}
 }

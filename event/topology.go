@@ -101,6 +101,12 @@ func (t Topology) Results() string { return t.ns() + ":results" }
 // Dead is the dead-letter stream.
 func (t Topology) Dead() string { return t.ns() + ":dead" }
 
+// Audit is the operators' audit trail (internal/audit): who wrote what, why and when.
+// It is "<namespace>-audit", outside "<namespace>:*", so that a Redis ACL that lets the
+// workers write every pipeline key does not let them write or delete the trail
+// (deploy/base/secrets.yaml).
+func (t Topology) Audit() string { return t.ns() + "-audit" }
+
 // Queued is the key of an issue's queued marker for agent:
 // "<namespace>:queued:<agent>:<KEY>" (issue canonical). It holds "<entry id> <stream>
 // <message UUID>" of the last request published for the issue to that agent's streams; the

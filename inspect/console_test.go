@@ -98,14 +98,14 @@ func TestNewestDeadLettersAndDelete(t *testing.T) {
 	if err != nil || n != 5 || len(newest) != 2 || newest[0].ID != ids[4] || newest[1].ID != ids[3] {
 		t.Fatalf("NewestDeadLetters(2) = %+v, %d, %v", newest, n, err)
 	}
-	if got, err := in.Delete(ctx, ids[1], ids[3], "1-1"); err != nil || got != 2 {
+	if got, err := in.Delete(asOperator(ctx), ids[1], ids[3], "1-1"); err != nil || got != 2 {
 		t.Fatalf("Delete = %d, %v", got, err)
 	}
 	left, _ := in.DeadLetters(ctx, inspect.DeadFilter{})
 	if len(left) != 3 || left[0].ID != ids[0] || left[1].ID != ids[2] || left[2].ID != ids[4] {
 		t.Fatalf("left after Delete: %+v", left)
 	}
-	if _, err := in.Delete(ctx, "nope"); err == nil {
+	if _, err := in.Delete(asOperator(ctx), "nope"); err == nil {
 		t.Fatal("Delete of a malformed id")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -151,7 +152,49 @@ const requeueBatch = 100
 // (ErrNotFound for an id not in the dead-letter stream, e.g. requeued already).
 // Cost: per 100 ids, one round trip to read them and one MULTI/EXEC round trip,
 // repeated when another writer touched the dead-letter stream in between.
-func (in *Inspector) Requeue(ctx context.Context, ids ...string) ([]Requeued, error) {
+func (in *Inspector) Requeue(ctx context.Context, ids ...string) (out []Requeued, err error) {
+	aerr := in.write(ctx, ActionRequeue, idsScope(ids), in.DeadIssues(ctx, ids), func(ctx context.Context) error {
+		out, err = in.requeueIDs(ctx, ids)
+		return err
+	})
+	if out == nil && err == nil {
+		return nil, aerr
+	}
+	return out, err
+}
+
+// idsScope is the audit scope of a write on dead letters ids: all of them, however many.
+func idsScope(ids []string) string { return IDsScope(ids) }
+
+// IDsScope is the audit scope of a write on the dead letters ids.
+func IDsScope(ids []string) string { return "ids=" + strings.Join(ids, ",") }
+
+// DeadIssues returns the issues of the dead letters ids, for the audit record (one round
+// trip; ids that are not there or not ids are left out: the write reports them).
+func (in *Inspector) DeadIssues(ctx context.Context, ids []string) []string {
+	pipe := in.rdb.Pipeline()
+	var cmds []*redis.XMessageSliceCmd
+	for _, id := range ids {
+		if CheckID(id) == nil {
+			cmds = append(cmds, pipe.XRangeN(ctx, in.topo.Dead(), fullID(id), fullID(id), 1))
+		}
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	_, _ = pipe.Exec(ctx)
+	var out []string
+	for _, c := range cmds {
+		for _, m := range c.Val() {
+			if d := in.deadLetter(m); d.Issue != "" && !slices.Contains(out, d.Issue) {
+				out = append(out, d.Issue)
+			}
+		}
+	}
+	return out
+}
+
+func (in *Inspector) requeueIDs(ctx context.Context, ids []string) ([]Requeued, error) {
 	var errs []error
 	var good []string
 	seen := map[string]bool{}
@@ -193,16 +236,31 @@ func Errors(err error) []error {
 }
 
 // RequeueAll requeues every dead letter (of issue, when not "").
-func (in *Inspector) RequeueAll(ctx context.Context, issue string) ([]Requeued, error) {
-	dls, err := in.DeadLetters(ctx, DeadFilter{Issue: issue})
-	if err != nil {
-		return nil, err
+func (in *Inspector) RequeueAll(ctx context.Context, issue string) (out []Requeued, err error) {
+	scope, issues := "all", []string(nil)
+	if issue != "" {
+		key, kerr := in.canonicalKey(issue)
+		if kerr != nil {
+			return nil, kerr
+		}
+		scope, issues = "all of issue="+key, []string{key}
 	}
-	ids := make([]string, len(dls))
-	for i, d := range dls {
-		ids[i] = d.ID
+	aerr := in.write(ctx, ActionRequeue, scope, issues, func(ctx context.Context) error {
+		dls, err := in.DeadLetters(ctx, DeadFilter{Issue: issue})
+		if err != nil {
+			return err
+		}
+		ids := make([]string, len(dls))
+		for i, d := range dls {
+			ids[i] = d.ID
+		}
+		out, err = in.requeueIDs(ctx, ids)
+		return err
+	})
+	if out == nil && err == nil {
+		return nil, aerr
 	}
-	return in.Requeue(ctx, ids...)
+	return out, err
 }
 
 // trim keeps the streams requeued to near MaxLen with event.Trim (best effort), which never
@@ -339,19 +397,41 @@ func (in *Inspector) requeueCluster(ctx context.Context, ids []string) ([]Requeu
 
 // Purge deletes the dead letters with an id below before ("" for all of them) and
 // returns how many went. One round trip (XTRIM MINID, or MAXLEN 0, exact).
-func (in *Inspector) Purge(ctx context.Context, before string) (int64, error) {
-	if before == "" {
-		return in.rdb.XTrimMaxLen(ctx, in.topo.Dead(), 0).Result()
+func (in *Inspector) Purge(ctx context.Context, before string) (n int64, err error) {
+	scope := "all"
+	if before != "" {
+		if err := CheckID(before); err != nil {
+			return 0, err
+		}
+		scope = "before=" + before
 	}
-	if err := CheckID(before); err != nil {
-		return 0, err
-	}
-	return in.rdb.XTrimMinID(ctx, in.topo.Dead(), fullID(before)).Result()
+	err = in.write(ctx, ActionPurge, scope, nil, func(ctx context.Context) error {
+		if before == "" {
+			n, err = in.rdb.XTrimMaxLen(ctx, in.topo.Dead(), 0).Result()
+		} else {
+			n, err = in.rdb.XTrimMinID(ctx, in.topo.Dead(), fullID(before)).Result()
+		}
+		return err
+	})
+	return n, err
 }
 
 // Delete deletes the dead letters ids (an operator's purge of selected entries) and
 // returns how many existed. One round trip (XDEL).
-func (in *Inspector) Delete(ctx context.Context, ids ...string) (int64, error) {
+func (in *Inspector) Delete(ctx context.Context, ids ...string) (n int64, err error) {
+	for _, id := range ids {
+		if err := CheckID(id); err != nil {
+			return 0, err
+		}
+	}
+	err = in.write(ctx, ActionPurge, idsScope(ids), in.DeadIssues(ctx, ids), func(ctx context.Context) error {
+		n, err = in.delete(ctx, ids)
+		return err
+	})
+	return n, err
+}
+
+func (in *Inspector) delete(ctx context.Context, ids []string) (int64, error) {
 	var full []string
 	for _, id := range ids {
 		if err := CheckID(id); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -57,7 +58,9 @@ func ExampleInspector() {
 	for _, ev := range history {
 		fmt.Println("history:", ev.EventType, strings.TrimPrefix(ev.Stream, ns))
 	}
-	rep, _ := in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", Issue: "RHEL-2"})
+	// A write names its operator and why: the audit trail records it before it runs.
+	op := audit.WithOperator(ctx, audit.Operator{Who: "alice@laptop", From: "cli laptop", Reason: "agent fixed"})
+	rep, _ := in.Replay(op, inspect.ReplayOptions{Stream: "triage", Issue: "RHEL-2"})
 	fmt.Println("replayed:", len(rep.Events), rep.Events[0].ReplayOf == ids["RHEL-2"])
 	// Output:
 	// ymir:triage group triage pending 2

@@ -1,12 +1,14 @@
 package inspect_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
 )
 
@@ -22,3 +24,9 @@ func newEnv(t testing.TB) *env { return &env{Env: pipelinetest.New(t), t: t} }
 func issueOf(msg *message.Message) string { return msg.Metadata.Get(event.MetaIssueKey) }
 
 var errBoom = errors.New("boom")
+
+// asOperator is ctx carrying an operator, as the CLI and the console give the
+// Inspector's writes (they refuse to run without one: audit.ErrNoActor).
+func asOperator(ctx context.Context) context.Context {
+	return audit.WithOperator(ctx, audit.Operator{Who: "tester@host", From: "test", Reason: "a test"})
+}

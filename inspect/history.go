@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 )
@@ -85,7 +86,8 @@ func (in *Inspector) Timeline(ctx context.Context, issue string) (HistoryReport,
 		t.srcs = append(t.srcs, &historySource{stream: r.Stream, kind: KindInput, route: r})
 	}
 	t.srcs = append(t.srcs, &historySource{stream: in.topo.Results(), kind: KindResults},
-		&historySource{stream: in.topo.Dead(), kind: KindDead})
+		&historySource{stream: in.topo.Dead(), kind: KindDead},
+		&historySource{stream: in.audit.Stream(), kind: KindAudit})
 
 	// 1. Round trip 1: each stream's index of the issue, index start and first entry.
 	pipe := in.rdb.Pipeline()
@@ -289,6 +291,9 @@ func (sc *HistoryScan) String() string {
 func historyEvent(stream, kind string, route event.Route, m redis.XMessage, key string) HistoryEvent {
 	v := func(k string) string { return fieldStr(m.Values[k]) }
 	ev := HistoryEvent{Time: streamid.Time(m.ID), Stream: stream, ID: m.ID, Kind: kind, Issue: key}
+	if kind == KindAudit {
+		return auditEvent(ev, audit.FromMessage(m))
+	}
 	_, hasPayload := m.Values[event.FieldPayload]
 	_, hasUUID := m.Values[event.FieldUUID]
 	if !hasPayload && !hasUUID {
@@ -329,6 +334,29 @@ func historyEvent(stream, kind string, route event.Route, m redis.XMessage, key 
 		ev.Agent = v(event.DeadFieldAgent)
 		ev.About = strings.TrimSpace(v(event.DeadFieldStream) + " " + v(event.DeadFieldID))
 		ev.Detail = fmt.Sprintf("%s after %s attempt(s): %s", orig, v(event.DeadFieldAttempts), v(event.DeadFieldError))
+	}
+	return ev
+}
+
+// EventOperatorPrefix starts the event type of an operator's write in a history
+// ("operator.release"); its outcome, who, from where and why are its Detail.
+const EventOperatorPrefix = "operator."
+
+func auditEvent(ev HistoryEvent, r audit.Record) HistoryEvent {
+	ev.EventType = EventOperatorPrefix + r.Action
+	ev.Reason = r.Outcome
+	if r.Ref != "" {
+		ev.About = "audit " + r.Ref
+	}
+	d := fmt.Sprintf("%s by %s from %s: %s; why: %s", r.Outcome, r.Who, r.From, r.Scope, r.Reason)
+	if r.Detail != "" {
+		d += "; " + r.Detail
+	}
+	ev.Detail = d
+	for _, f := range strings.Fields(r.Scope) {
+		if a, ok := strings.CutPrefix(f, "agent="); ok {
+			ev.Agent = a
+		}
 	}
 	return ev
 }

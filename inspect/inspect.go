@@ -14,7 +14,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// The actions of the Inspector's writes, as the audit trail names them.
+const (
+	ActionRelease = "release"
+	ActionReplay  = "replay"
+	ActionRequeue = "requeue"
+	ActionPurge   = "purge"
 )
 
 // DefaultPageSize is the COUNT of each XPENDING and XRANGE page the Inspector reads.
@@ -37,6 +46,10 @@ type Config struct {
 	PageSize int64
 	// Now is the clock for ages (default time.Now).
 	Now func() time.Time
+	// Audit records every write (ForceRelease, Replay, Requeue, RequeueAll, Purge,
+	// Delete) before it runs, with the operator of its context (audit.WithOperator).
+	// Default: the trail on Client at Topology.Audit().
+	Audit *audit.Log
 }
 
 // Inspector answers an operator's questions about one pipeline: pending entries and
@@ -52,6 +65,7 @@ type Inspector struct {
 	page     int64
 	now      func() time.Time
 	srv      serverCache
+	audit    *audit.Log
 }
 
 // New returns an Inspector. It does no I/O.
@@ -65,8 +79,36 @@ func New(cfg Config) (*Inspector, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Audit == nil {
+		var err error
+		if cfg.Audit, err = audit.New(audit.Config{Client: cfg.Client, Stream: cfg.Topology.Audit()}); err != nil {
+			return nil, err
+		}
+	}
 	return &Inspector{rdb: cfg.Client, topo: cfg.Topology, locker: cfg.Locker, maxLen: cfg.MaxLen,
-		maxBytes: cfg.MaxEventBytes, page: cfg.PageSize, now: cfg.Now}, nil
+		maxBytes: cfg.MaxEventBytes, page: cfg.PageSize, now: cfg.Now, audit: cfg.Audit}, nil
+}
+
+// write is the one path of the Inspector's writes: fn runs only once the audit trail
+// has recorded the operator of ctx asking for action on scope (audit.Log.Do).
+func (in *Inspector) write(ctx context.Context, action, scope string, issues []string, fn func(context.Context) error) error {
+	return in.audit.Do(ctx, audit.OperatorFrom(ctx).Entry(action, scope, issues...), fn)
+}
+
+// AuditLog is the trail the Inspector records its writes in: for a refusal
+// (audit.Log.Refused) and for the writes of other packages (pause, resume, drain).
+func (in *Inspector) AuditLog() *audit.Log { return in.audit }
+
+// Audit lists the trail (audit.Log.List).
+func (in *Inspector) Audit(ctx context.Context, f audit.Filter) ([]audit.Record, error) {
+	if f.Issue != "" {
+		k, err := in.canonicalKey(f.Issue)
+		if err != nil {
+			return nil, err
+		}
+		f.Issue = k
+	}
+	return in.audit.List(ctx, f)
 }
 
 // issueFilter canonicalises an optional issue filter ("" for none).
@@ -102,6 +144,10 @@ func BadKey(key string) string {
 	}
 	return fmt.Sprintf("%q is not an issue key: %s", key, KeyForm)
 }
+
+// CanonicalKey is the lease's canonical form of raw ("rhel-1 " is "RHEL-1"), or a
+// *BadKeyError.
+func (in *Inspector) CanonicalKey(raw string) (string, error) { return in.canonicalKey(raw) }
 
 // canonicalKey is the lease's canonical form of raw, or a *BadKeyError.
 func (in *Inspector) canonicalKey(raw string) (string, error) {
@@ -297,7 +343,19 @@ func (in *Inspector) Lease(ctx context.Context, agent, issue string) (LeaseInfo,
 // ForceRelease deletes the lease (agent, issue) whoever holds it and bumps its fence
 // so the old holder is fenced out (its next fenced publish is refused and its next
 // heartbeat cancels its work). An issue nobody holds is left alone. Two round trips.
-func (in *Inspector) ForceRelease(ctx context.Context, agent, issue string) (Released, error) {
+func (in *Inspector) ForceRelease(ctx context.Context, agent, issue string) (rel Released, err error) {
+	key, err := in.canonicalKey(issue)
+	if err != nil {
+		return Released{}, err
+	}
+	err = in.write(ctx, ActionRelease, "agent="+agent+" issue="+key, []string{key}, func(ctx context.Context) error {
+		rel, err = in.forceRelease(ctx, agent, key)
+		return err
+	})
+	return rel, err
+}
+
+func (in *Inspector) forceRelease(ctx context.Context, agent, issue string) (Released, error) {
 	li, err := in.Lease(ctx, agent, issue)
 	if errors.Is(err, ErrNotFound) {
 		key, _ := in.locker.Canonicalize(issue)

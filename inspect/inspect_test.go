@@ -171,7 +171,7 @@ func TestLocksAndForceRelease(t *testing.T) {
 	}
 
 	old := held["triage RHEL-1"]
-	rel, err := in.ForceRelease(ctx, "triage", "rhel-1")
+	rel, err := in.ForceRelease(asOperator(ctx), "triage", "rhel-1")
 	if err != nil || rel.Holder == nil || rel.Holder.Owner != "pod-triage" || rel.Fence <= old.Fence() {
 		t.Fatalf("ForceRelease = %+v, %v", rel, err)
 	}
@@ -182,7 +182,7 @@ func TestLocksAndForceRelease(t *testing.T) {
 	if _, err := in.Lease(ctx, "triage", "RHEL-1"); !errors.Is(err, inspect.ErrNotFound) {
 		t.Fatalf("Lease after release = %v", err)
 	}
-	again, err := in.ForceRelease(ctx, "triage", "RHEL-1")
+	again, err := in.ForceRelease(asOperator(ctx), "triage", "RHEL-1")
 	if err != nil || again.Holder != nil {
 		t.Fatalf("second ForceRelease = %+v, %v", again, err)
 	}
@@ -291,11 +291,11 @@ func TestReplayOfARangeYieldsThatManyNewEvents(t *testing.T) {
 	}
 	originals, _ := e.Client.XRange(ctx, e.TriageStream(), "-", "+").Result()
 
-	dry, err := in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", From: ids[1], To: ids[3], DryRun: true})
+	dry, err := in.Replay(asOperator(ctx), inspect.ReplayOptions{Stream: "triage", From: ids[1], To: ids[3], DryRun: true})
 	if err != nil || len(dry.Events) != 3 || dry.Events[0].ID != "" || e.Client.XLen(ctx, e.TriageStream()).Val() != 5 {
 		t.Fatalf("dry run = %+v, %v", dry, err)
 	}
-	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: e.TriageStream(), From: ids[1], To: ids[3]})
+	rep, err := in.Replay(asOperator(ctx), inspect.ReplayOptions{Stream: e.TriageStream(), From: ids[1], To: ids[3]})
 	if err != nil || len(rep.Events) != 3 {
 		t.Fatalf("Replay = %+v, %v", rep, err)
 	}
@@ -317,14 +317,14 @@ func TestReplayOfARangeYieldsThatManyNewEvents(t *testing.T) {
 		}
 	}
 	// The whole stream, one issue: the replays appended meanwhile are not replayed again.
-	rep, err = in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", Issue: "rhel-1"})
+	rep, err = in.Replay(asOperator(ctx), inspect.ReplayOptions{Stream: "triage", Issue: "rhel-1"})
 	if err != nil || len(rep.Events) != 4 { // 3 originals + the replay of ids[2]
 		t.Fatalf("Replay(RHEL-1) = %+v, %v", rep, err)
 	}
 	if n := e.Client.XLen(ctx, e.TriageStream()).Val(); n != 12 {
 		t.Fatalf("stream has %d entries, want 12", n)
 	}
-	if _, err := in.Replay(ctx, inspect.ReplayOptions{Stream: "results"}); err == nil {
+	if _, err := in.Replay(asOperator(ctx), inspect.ReplayOptions{Stream: "results"}); err == nil {
 		t.Fatal("replay of the results stream accepted")
 	}
 }
@@ -349,7 +349,7 @@ func TestReplayOfALockedIssueIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer le.Release(context.Background())
-	rep, err := e.inspector(other, 0).Replay(ctx, inspect.ReplayOptions{Stream: "triage"})
+	rep, err := e.inspector(other, 0).Replay(asOperator(ctx), inspect.ReplayOptions{Stream: "triage"})
 	if err != nil || len(rep.Events) != 1 {
 		t.Fatalf("Replay = %+v, %v", rep, err)
 	}
@@ -399,7 +399,7 @@ func TestRequeueMovesAnEntryBackExactlyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			done, err := in.Requeue(ctx, dead)
+			done, err := in.Requeue(asOperator(ctx), dead)
 			moved.Add(int32(len(done)))
 			if errors.Is(err, inspect.ErrNotFound) {
 				notFound.Add(1)
@@ -447,22 +447,22 @@ func TestRequeueAllPurgeAndList(t *testing.T) {
 	if list, err := in.DeadLetters(ctx, inspect.DeadFilter{Before: dead[2]}); err != nil || len(list) != 2 {
 		t.Fatalf("DeadLetters(before) = %d, %v", len(list), err)
 	}
-	done, err := in.RequeueAll(ctx, "rhel-1")
+	done, err := in.RequeueAll(asOperator(ctx), "rhel-1")
 	if err != nil || len(done) != 2 || done[0].DeadID != dead[0] || done[1].DeadID != dead[2] || done[0].Stream != e.TriageStream() {
 		t.Fatalf("RequeueAll(RHEL-1) = %+v, %v", done, err)
 	}
 	if n := e.Client.XLen(ctx, e.TriageStream()).Val(); n != 6 {
 		t.Fatalf("triage has %d entries, want 4 + 2", n)
 	}
-	n, err := in.Purge(ctx, dead[3])
+	n, err := in.Purge(asOperator(ctx), dead[3])
 	if err != nil || n != 1 {
 		t.Fatalf("Purge(before) = %d, %v", n, err)
 	}
-	n, err = in.Purge(ctx, "")
+	n, err = in.Purge(asOperator(ctx), "")
 	if err != nil || n != 1 || e.Client.XLen(ctx, e.Topology.Dead()).Val() != 0 {
 		t.Fatalf("Purge(all) = %d, %v", n, err)
 	}
-	if _, err := in.Requeue(ctx, "nope"); !errors.Is(err, inspect.ErrBadID) {
+	if _, err := in.Requeue(asOperator(ctx), "nope"); !errors.Is(err, inspect.ErrBadID) {
 		t.Fatalf("Requeue(nope) = %v", err)
 	}
 }
@@ -489,7 +489,7 @@ func TestDeadLetterRequeueRerunsOnce(t *testing.T) {
 	runsBefore := r.Get("RHEL-6")
 	broken.Store(false)
 	in := e.inspector(nil, 0)
-	done, err := in.Requeue(ctx, e.Dead()[0].ID)
+	done, err := in.Requeue(asOperator(ctx), e.Dead()[0].ID)
 	if err != nil || len(done) != 1 {
 		t.Fatalf("Requeue = %+v, %v", done, err)
 	}
@@ -516,10 +516,10 @@ func TestRequeueAndReplayNeverTrimPendingEntries(t *testing.T) {
 	}
 	e.readAs(e.TriageStream(), "triage", "w1", 5)
 	dead := e.bury(e.TriageStream(), ids[0], "RHEL-1", "boom")
-	if _, err := in.Requeue(ctx, dead); err != nil {
+	if _, err := in.Requeue(asOperator(ctx), dead); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", From: ids[0], To: ids[1]}); err != nil {
+	if _, err := in.Replay(asOperator(ctx), inspect.ReplayOptions{Stream: "triage", From: ids[0], To: ids[1]}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {

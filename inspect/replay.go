@@ -70,7 +70,41 @@ type SkippedEntry struct {
 // Events are published one by one through Publisher, the pipeline's normal publish
 // path. Cost: one round trip for the stream's last id, one per page of PageSize
 // entries read, and one per event replayed.
-func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (ReplayReport, error) {
+//
+// A replay that publishes (not DryRun) is an operator's write: it runs once the audit
+// trail has recorded it (Config.Audit).
+func (in *Inspector) Replay(ctx context.Context, o ReplayOptions) (rep ReplayReport, err error) {
+	if o.DryRun {
+		return in.replay(ctx, o)
+	}
+	route, err := ResolveStream(in.topo, o.Stream)
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	scope := fmt.Sprintf("stream=%s from=%s to=%s", route.Stream, or(o.From, "-"), or(o.To, "+"))
+	var issues []string
+	if o.Issue != "" {
+		key, err := in.canonicalKey(o.Issue)
+		if err != nil {
+			return ReplayReport{}, err
+		}
+		scope, issues = scope+" issue="+key, []string{key}
+	}
+	err = in.write(ctx, ActionReplay, scope, issues, func(ctx context.Context) error {
+		rep, err = in.replay(ctx, o)
+		return err
+	})
+	return rep, err
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func (in *Inspector) replay(ctx context.Context, o ReplayOptions) (ReplayReport, error) {
 	route, err := ResolveStream(in.topo, o.Stream)
 	if err != nil {
 		return ReplayReport{}, err

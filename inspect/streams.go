@@ -17,6 +17,8 @@ const (
 	KindInput   = "input"
 	KindResults = "results"
 	KindDead    = "dead"
+	// KindAudit is an operator's write on the issue, from the audit trail.
+	KindAudit = "audit"
 )
 
 // StreamInfo describes one stream of the pipeline.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
@@ -116,7 +117,8 @@ func TestOversizedEntryDeadLetteredWhileNextRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := in.Requeue(ctx, d.ID); !errors.Is(err, event.ErrEventTooLarge) {
+	op := audit.WithOperator(ctx, audit.Operator{Who: "tester", Reason: "bounds test"}) // writes are audited
+	if _, err := in.Requeue(op, d.ID); !errors.Is(err, event.ErrEventTooLarge) {
 		t.Fatalf("requeue of a truncated copy: %v", err)
 	}
 }

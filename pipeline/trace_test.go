@@ -17,6 +17,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -166,7 +167,8 @@ func TestReplayStartsANewTraceLinkedToTheOld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := in.Replay(ctx, inspect.ReplayOptions{Stream: e.triage(), Issue: "RHEL-71", TracerProvider: tp})
+	op := audit.WithOperator(ctx, audit.Operator{Who: "tester", Reason: "trace test"}) // writes are audited
+	rep, err := in.Replay(op, inspect.ReplayOptions{Stream: e.triage(), Issue: "RHEL-71", TracerProvider: tp})
 	if err != nil || len(rep.Events) != 1 {
 		t.Fatalf("replay: %v, %+v", err, rep)
 	}

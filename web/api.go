@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/audit"
 )
 
 // The JSON API: the documents of the CLI's --json (inspect's report structs), plus
@@ -123,29 +125,28 @@ func readJSON(r *http.Request, v any) error {
 }
 
 type idsBody struct {
-	IDs []string `json:"ids"`
+	IDs    []string `json:"ids"`
+	Reason string   `json:"reason"`
 }
 
-// selectedIDs authorizes a write and reads the dead-letter ids it acts on.
-func (s *Server) selectedIDs(r *http.Request) ([]string, error) {
-	if err := s.authorizeAPI(r); err != nil {
-		return nil, err
-	}
+// selectedIDs reads the dead-letter ids a write acts on, and the context carrying the
+// operator's reason.
+func (s *Server) selectedIDs(r *http.Request) (context.Context, []string, error) {
 	var b idsBody
 	if err := readJSON(r, &b); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ids(b.IDs)
+	sel, err := ids(b.IDs)
+	return because(r.Context(), b.Reason), sel, err
 }
 
 func (s *Server) apiRequeue(r *http.Request) (any, error) {
-	sel, err := s.selectedIDs(r)
+	ctx, sel, err := s.selectedIDs(r)
 	if err != nil {
 		return nil, err
 	}
-	done, err := s.in.Requeue(r.Context(), sel...)
-	if len(done) == 0 && allNotFound(err) {
-		// Nothing was there to requeue: the request names what is not, as a 404 says.
+	done, err := s.in.Requeue(ctx, sel...)
+	if len(done) == 0 && !isPartial(err) {
 		return nil, err
 	}
 	rep := inspect.RequeueReport{Requeued: done, Errors: []string{}}
@@ -159,23 +160,32 @@ func (s *Server) apiRequeue(r *http.Request) (any, error) {
 	return rep, nil
 }
 
-// allNotFound reports a Requeue error made of ErrNotFound alone (every id unknown).
-func allNotFound(err error) bool {
+// isPartial reports a Requeue error that is a list of per-entry errors only (some ids
+// unknown or bad), not a refusal or a failure of the whole: the report says which. When
+// nothing moved and every id was unknown, the request is answered with a 404 instead.
+func isPartial(err error) bool {
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, audit.ErrNoReason) || errors.Is(err, audit.ErrNotRecorded) || errors.Is(err, audit.ErrNoActor) {
+		return false
+	}
 	errs := inspect.Errors(err)
+	all := true
 	for _, e := range errs {
 		if !errors.Is(e, inspect.ErrNotFound) {
-			return false
+			all = false
 		}
 	}
-	return len(errs) > 0
+	return !all
 }
 
 func (s *Server) apiPurge(r *http.Request) (any, error) {
-	sel, err := s.selectedIDs(r)
+	ctx, sel, err := s.selectedIDs(r)
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.in.Delete(r.Context(), sel...)
+	n, err := s.in.Delete(ctx, sel...)
 	if err != nil {
 		return nil, err
 	}
@@ -184,14 +194,12 @@ func (s *Server) apiPurge(r *http.Request) (any, error) {
 }
 
 type releaseBody struct {
-	Agent string `json:"agent"`
-	Issue string `json:"issue"`
+	Agent  string `json:"agent"`
+	Issue  string `json:"issue"`
+	Reason string `json:"reason"`
 }
 
 func (s *Server) apiRelease(r *http.Request) (any, error) {
-	if err := s.authorizeAPI(r); err != nil {
-		return nil, err
-	}
 	var b releaseBody
 	if err := readJSON(r, &b); err != nil {
 		return nil, err
@@ -200,10 +208,22 @@ func (s *Server) apiRelease(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	rel, err := s.in.ForceRelease(r.Context(), agent, issue)
+	rel, err := s.in.ForceRelease(because(r.Context(), b.Reason), agent, issue)
 	if err != nil {
 		return nil, err
 	}
 	s.cfg.Logger.Info().Str("agent", agent).Str("issue_key", rel.Issue).Int64("fence", rel.Fence).Msg("api: lease force-released")
 	return rel, nil
+}
+
+func (s *Server) apiAudit(r *http.Request) (any, error) {
+	f, err := s.auditFilter(r)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := s.in.Audit(r.Context(), f)
+	if err != nil {
+		return nil, err
+	}
+	return AuditReport{Records: s.scrubAudit(recs)}, nil
 }

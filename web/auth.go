@@ -1,24 +1,35 @@
 package web
 
 import (
+	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/audit"
 )
 
-// Write actions are authorized by the bearer token: an API client sends it in
-// Authorization; a browser signs in once with it and gets a session cookie
-// (HttpOnly, SameSite=Strict) signed with a key that lives as long as the process,
-// and every form carries a CSRF token bound to that session.
+// Write actions are authorized by who sends them and their role (operators.go): an API
+// client sends its operator token in Authorization; a browser signs in once with it and
+// gets a session cookie naming the operator (HttpOnly, SameSite=Strict) signed with a
+// key that lives as long as the process, and every form carries a CSRF token bound to
+// that session; behind a trusted proxy the proxy's identity header names the operator.
+// Every write that gets past the role check runs with its operator in the context
+// (audit.WithOperator), so the Inspector records it in the audit trail before it acts;
+// a write refused for its role is recorded as refused.
 
 const sessionCookie = "ymirflow_session"
 
-// readOnlyMsg is why writes are refused when no token is configured.
+// readOnlyMsg is why writes are refused when no operator is configured.
 func (s *Server) readOnlyMsg() string {
 	return "this console is read-only: start it with " + s.cfg.TokenHint + " to allow write actions"
 }
@@ -32,15 +43,6 @@ func (s *Server) mac(parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// tokenOK compares t with the configured token in constant time.
-func (s *Server) tokenOK(t string) bool {
-	if s.cfg.Token == "" || t == "" {
-		return false
-	}
-	a, b := sha256.Sum256([]byte(t)), sha256.Sum256([]byte(s.cfg.Token))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
-}
-
 // bearer returns the token of an Authorization: Bearer header ("" when none).
 func bearer(r *http.Request) string {
 	h := r.Header.Get("Authorization")
@@ -50,30 +52,51 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-// session returns the nonce of a valid session cookie.
-func (s *Server) session(r *http.Request) (string, bool) {
-	if s.cfg.Token == "" {
-		return "", false
+// session returns the nonce and operator name of a valid session cookie
+// ("<nonce>.<name>.<mac>").
+func (s *Server) session(r *http.Request) (nonce, name string, ok bool) {
+	if !s.Writable() {
+		return "", "", false
 	}
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
-	nonce, sig, ok := strings.Cut(c.Value, ".")
-	if !ok || len(nonce) != 32 || !hmac.Equal([]byte(sig), []byte(s.mac("session", nonce))) {
-		return "", false
+	nonce, rest, ok := strings.Cut(c.Value, ".")
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i < 0 || len(nonce) != 32 {
+		return "", "", false
 	}
-	return nonce, true
+	name, sig := rest[:i], rest[i+1:]
+	if !hmac.Equal([]byte(sig), []byte(s.mac("session", nonce, name))) {
+		return "", "", false
+	}
+	return nonce, name, true
 }
 
-// csrf is the token a form of session nonce must carry.
+// csrf is the token a form of session nonce must carry; a proxy user's is bound to its
+// name (the proxy, not a cookie of ours, keeps its session).
 func (s *Server) csrf(nonce string) string { return s.mac("csrf", nonce)[:32] }
 
-func (s *Server) newSession(w http.ResponseWriter, r *http.Request) {
+func (s *Server) proxyCSRF(name string) string { return s.mac("csrf-proxy", name)[:32] }
+
+// formCSRF is the CSRF token the pages put in r's forms ("" when r has no identity that
+// needs one).
+func (s *Server) formCSRF(r *http.Request) string {
+	if nonce, _, ok := s.session(r); ok {
+		return s.csrf(nonce)
+	}
+	if id, ok := s.proxyUser(r); ok {
+		return s.proxyCSRF(id.Name)
+	}
+	return ""
+}
+
+func (s *Server) newSession(w http.ResponseWriter, r *http.Request, name string) {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	nonce := hex.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: nonce + "." + s.mac("session", nonce), Path: "/",
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: nonce + "." + name + "." + s.mac("session", nonce, name), Path: "/",
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 }
 
@@ -95,37 +118,121 @@ func sameOrigin(r *http.Request) error {
 	return nil
 }
 
-// authorizeAPI checks an API write: the bearer token.
-func (s *Server) authorizeAPI(r *http.Request) error {
-	if s.cfg.Token == "" {
-		return &httpError{http.StatusForbidden, s.readOnlyMsg()}
-	}
-	if !s.tokenOK(bearer(r)) {
-		return &httpError{http.StatusUnauthorized, "refused: write actions need Authorization: Bearer <console token>"}
-	}
-	return sameOrigin(r)
-}
-
-// authorizeForm checks a form post of the pages: same origin, then the bearer token,
-// or a signed-in session and its CSRF token.
-func (s *Server) authorizeForm(r *http.Request) error {
-	if s.cfg.Token == "" {
-		return &httpError{http.StatusForbidden, s.readOnlyMsg()}
+// authenticate says who sent the write r: a bearer token (the API and forms), a
+// signed-in session with its form's CSRF token, or the trusted proxy's user (forms
+// with its CSRF token).
+func (s *Server) authenticate(r *http.Request) (identity, error) {
+	if !s.Writable() {
+		return identity{}, &httpError{http.StatusForbidden, s.readOnlyMsg()}
 	}
 	if err := sameOrigin(r); err != nil {
-		return err
+		return identity{}, err
 	}
-	if s.tokenOK(bearer(r)) {
-		return nil
-	}
-	nonce, ok := s.session(r)
+	id, ok := s.who(r)
 	if !ok {
-		return &httpError{http.StatusUnauthorized, "refused: sign in with the console token to use write actions"}
+		if bearer(r) != "" {
+			return identity{}, &httpError{http.StatusUnauthorized, "refused: that is not an operator's token"}
+		}
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			return identity{}, &httpError{http.StatusUnauthorized, "refused: write actions need Authorization: Bearer <operator token>"}
+		}
+		return identity{}, &httpError{http.StatusUnauthorized, "refused: sign in with an operator token to use write actions"}
 	}
-	if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf(nonce))) {
-		return &httpError{http.StatusForbidden, "refused: the form's CSRF token is missing or stale; reload the page and try again"}
+	if id.Via == "bearer" || strings.HasPrefix(r.URL.Path, "/api/") {
+		return id, nil
 	}
-	return nil
+	want := ""
+	if nonce, _, ok := s.session(r); ok && id.Via == "session" {
+		want = s.csrf(nonce)
+	} else {
+		want = s.proxyCSRF(id.Name)
+	}
+	if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(want)) {
+		return identity{}, &httpError{http.StatusForbidden, "refused: the form's CSRF token is missing or stale; reload the page and try again"}
+	}
+	return id, nil
+}
+
+// write guards a write route: pick names the request's action and the least role that
+// may do it. A sender without that role is refused with 403, and the refusal is
+// recorded in the audit trail with the scope and reason the request gave; the others
+// reach h with their operator in the context.
+func (s *Server) write(pick func(*http.Request) (action, role string, err error), h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := s.authenticate(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		action, role, err := pick(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		op := audit.Operator{Who: id.Name, From: s.from(r), Role: id.Role}
+		if rank(id.Role) < rank(role) {
+			why := fmt.Sprintf("role %s may not %s: it needs the role %s", id.Role, action, role)
+			e := s.asked(r, op.Entry(action, r.Method+" "+r.URL.Path))
+			if err := s.in.AuditLog().Refused(r.Context(), e, why); err != nil {
+				s.cfg.Logger.Warn().Err(err).Str("operator", id.Name).Msg("console: a refused write could not be recorded")
+			}
+			s.cfg.Logger.Warn().Str("operator", id.Name).Str("role", id.Role).Str("action", action).Msg("console: write refused for its role")
+			s.fail(w, r, &httpError{http.StatusForbidden, "refused: " + why})
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(audit.WithOperator(r.Context(), op)))
+	})
+}
+
+// writeFields are the fields of a write's form or JSON body that say what it asked for.
+type writeFields struct {
+	Agent  string   `json:"agent"`
+	Issue  string   `json:"issue"`
+	IDs    []string `json:"ids"`
+	Reason string   `json:"reason"`
+}
+
+// asked fills e with the scope, issues and reason r asked for, for the record of a
+// refusal; a JSON body is read and put back for the handler.
+func (s *Server) asked(r *http.Request, e audit.Entry) audit.Entry {
+	var f writeFields
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		b, err := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		if err != nil || json.Unmarshal(b, &f) != nil {
+			return e
+		}
+	} else {
+		f = writeFields{Agent: r.PostFormValue("agent"), Issue: r.PostFormValue("issue"), IDs: r.PostForm["id"], Reason: r.PostFormValue("reason")}
+	}
+	e.Reason = strings.TrimSpace(f.Reason)
+	switch {
+	case f.Agent != "" || f.Issue != "":
+		key, err := s.in.CanonicalKey(strings.TrimSpace(f.Issue))
+		if err != nil {
+			key = s.clip(f.Issue, maxKeyLen)
+		} else {
+			e.Issues = []string{key}
+		}
+		e.Scope = "agent=" + s.clip(f.Agent, 40) + " issue=" + key
+	case len(f.IDs) > 0 && len(f.IDs) <= maxIDs:
+		e.Scope = inspect.IDsScope(f.IDs)
+		e.Issues = s.in.DeadIssues(r.Context(), f.IDs)
+	}
+	return e
+}
+
+// fixed is the pick of a route with one action.
+func fixed(action, role string) func(*http.Request) (string, string, error) {
+	return func(*http.Request) (string, string, error) { return action, role, nil }
+}
+
+// because returns ctx with the operator's reason for the write ("" is refused by the
+// audit trail: audit.ErrNoReason).
+func because(ctx context.Context, reason string) context.Context {
+	op := audit.OperatorFrom(ctx)
+	op.Reason = strings.TrimSpace(reason)
+	return audit.WithOperator(ctx, op)
 }
 
 // localPath returns next when it is a path of this site, else "/".

@@ -232,7 +232,8 @@ func browseWrites(ctx context.Context, b *browser, e *env, base, deadID string) 
 	// 5. A write without the token is refused: the form, and the API from the page.
 	row := `tr[data-id="` + deadID + `"] input[type=checkbox]`
 	b.do("requeue without signing in", chromedp.Navigate(base+"/dead-letters"), chromedp.WaitVisible(chromedp.CSS(row)),
-		chromedp.Click(chromedp.CSS(row)), chromedp.Click(chromedp.CSS("#requeue")), chromedp.WaitVisible(chromedp.CSS("#error")))
+		chromedp.Click(chromedp.CSS(row)), chromedp.SendKeys(chromedp.CSS("#reason"), "agent fixed"),
+		chromedp.Click(chromedp.CSS("#requeue")), chromedp.WaitVisible(chromedp.CSS("#error")))
 	if refused := b.text("#error"); !strings.Contains(refused, "refused") {
 		t.Fatalf("requeue without the token: %q", refused)
 	}
@@ -259,7 +260,7 @@ func browseWrites(ctx context.Context, b *browser, e *env, base, deadID string) 
 	if kept, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('`+row+`').checked`)); err != nil || !kept {
 		t.Fatalf("the selection was lost on refresh (%v)", err)
 	}
-	b.do("requeue", chromedp.Click(chromedp.CSS("#requeue")))
+	b.do("requeue", chromedp.SendKeys(chromedp.CSS("#reason"), "agent fixed"), chromedp.Click(chromedp.CSS("#requeue")))
 	b.waitFor("requeued", `location.search.includes("done=requeued") && document.querySelector("#notice")`)
 	if notice := b.text("#notice"); !strings.Contains(notice, "Requeued 1") {
 		t.Fatalf("after requeue: %q", notice)

@@ -36,9 +36,13 @@ type env struct {
 	in     *inspect.Inspector
 	srv    *web.Server
 	ts     *httptest.Server
+	deadID string // the dead letter a write case acts on
 }
 
-func newEnv(t testing.TB, tok string) *env {
+func newEnv(t testing.TB, tok string) *env { t.Helper(); return newEnvWith(t, web.Config{Token: tok}) }
+
+// newEnvWith is newEnv with the console's operators and proxy settings of cfg.
+func newEnvWith(t testing.TB, cfg web.Config) *env {
 	t.Helper()
 	rdb, ns := redistest.Client(t)
 	e := &env{t: t, rdb: rdb, ns: ns, topo: event.Topology{Namespace: ns + "ymir"}, pub: event.NewPublisher(rdb, 0)}
@@ -49,8 +53,8 @@ func newEnv(t testing.TB, tok string) *env {
 	if e.in, err = inspect.New(inspect.Config{Client: rdb, Topology: e.topo, Locker: e.locker}); err != nil {
 		t.Fatal(err)
 	}
-	if e.srv, err = web.New(web.Config{Inspector: e.in, Topology: e.topo, Token: tok, Redactor: redact.New(secret),
-		Refresh: 500 * time.Millisecond}); err != nil {
+	cfg.Inspector, cfg.Topology, cfg.Redactor, cfg.Refresh = e.in, e.topo, redact.New(secret), 500*time.Millisecond
+	if e.srv, err = web.New(cfg); err != nil {
 		t.Fatal(err)
 	}
 	e.ts = httptest.NewServer(e.srv)

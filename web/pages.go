@@ -21,9 +21,12 @@ type view struct {
 	Active string // navigation tab
 	Data   any
 	// Set by page() for the layout.
-	Writable bool   // a token is configured
-	SignedIn bool   // this browser has a session
-	CSRF     string // the session's CSRF token
+	Writable bool   // some operator can be identified
+	SignedIn bool   // this browser has a session, or the trusted proxy names its user
+	Who      string // the operator signed in
+	Role     string // and its role
+	CanWrite bool   // the operator may write (operator or admin)
+	CSRF     string // the CSRF token of the operator's forms
 	Refresh  int64  // ms; 0: the page does not refresh itself
 	Notice   string
 	Code     int // status code of an error page
@@ -59,10 +62,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, v *view, code int) {
 	v.Writable = s.Writable()
-	nonce, ok := s.session(r)
-	v.SignedIn = ok
-	if ok {
-		v.CSRF = s.csrf(nonce)
+	if id, ok := s.who(r); ok && id.Via != "bearer" {
+		v.SignedIn, v.Who, v.Role, v.CanWrite = true, id.Name, id.Role, rank(id.Role) >= rank(RoleOperator)
+		v.CSRF = s.formCSRF(r)
 	}
 	if v.Refresh == 0 && v.name != "error" && v.name != "login" && v.name != "release" && v.name != "deadletter" {
 		v.Refresh = s.cfg.Refresh.Milliseconds()
@@ -96,7 +98,7 @@ func notice(q url.Values) string {
 		return "Lease force-released; its fence was bumped, so the old holder is fenced out. " +
 			"Its run stops within a second, and its entry runs again right after under a new lease."
 	case "nothing":
-		return "Nothing to release: nobody holds that lease any more."
+		return "Nothing to release: nobody holds that lease any more (the request is in the audit trail all the same)."
 	case "signedin":
 		return "Signed in: write actions are on for this browser."
 	case "signedout":
@@ -123,12 +125,18 @@ type Overview struct {
 	PresenceTTL time.Duration `json:"-"`
 }
 
-// RunningRow counts the running leases of one agent and branch.
+// RunningRow is the work of one agent and branch: running (leases held), pending
+// (delivered to a worker, not acknowledged), waiting (in its streams, not yet read by
+// its group: the groups' lag, -1 when Redis cannot tell) and paused (0 until pausing
+// exists).
 type RunningRow struct {
 	Agent   string `json:"agent"`
 	Branch  string `json:"branch,omitempty"`
 	Running int    `json:"running"`
 	Issues  string `json:"issues"` // the issues held, comma separated
+	Pending int64  `json:"pending"`
+	Waiting int64  `json:"waiting"`
+	Paused  int64  `json:"paused"`
 }
 
 // ConsumerRow is one consumer of one group and whether it is alive.
@@ -181,7 +189,9 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 			continue
 		}
 		seen[k] = true
-		ov.Running = append(ov.Running, RunningRow{Agent: rt.Agent, Branch: rt.Branch, Running: len(held[k]), Issues: strings.Join(held[k], ", ")})
+		row := RunningRow{Agent: rt.Agent, Branch: rt.Branch, Running: len(held[k]), Issues: strings.Join(held[k], ", ")}
+		row.Pending, row.Waiting = queued(streams, rt.Agent, rt.Branch)
+		ov.Running = append(ov.Running, row)
 	}
 	for k, issues := range held {
 		if !seen[k] { // the guarded entry is in none of the agent's streams
@@ -203,6 +213,28 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 	}
 	ov.Chart = newChart(outcomes)
 	return ov, nil
+}
+
+// queued sums the pending entries and the lag of agent's and branch's input groups
+// (waiting -1 when a lag is unknown).
+func queued(streams []inspect.StreamInfo, agent, branch string) (pending, waiting int64) {
+	for _, st := range streams {
+		if st.Kind != inspect.KindInput || st.Agent != agent || st.Branch != branch {
+			continue
+		}
+		for _, g := range st.Groups {
+			pending += g.Pending
+			if g.Lag < 0 || waiting < 0 {
+				waiting = -1
+				continue
+			}
+			waiting += g.Lag
+		}
+		if len(st.Groups) == 0 && waiting >= 0 {
+			waiting += st.Length // no group yet: every entry waits for one
+		}
+	}
+	return pending, waiting
 }
 
 func (s *Server) overview(_ http.ResponseWriter, r *http.Request) (*view, error) {
@@ -252,14 +284,11 @@ func (s *Server) releaseConfirm(_ http.ResponseWriter, r *http.Request) (*view, 
 }
 
 func (s *Server) releasePost(w http.ResponseWriter, r *http.Request) (*view, error) {
-	if err := s.authorizeForm(r); err != nil {
-		return nil, err
-	}
 	agent, issue, err := s.leaseRef(r.PostFormValue("agent"), r.PostFormValue("issue"))
 	if err != nil {
 		return nil, err
 	}
-	rel, err := s.in.ForceRelease(r.Context(), agent, issue)
+	rel, err := s.in.ForceRelease(because(r.Context(), r.PostFormValue("reason")), agent, issue)
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +368,8 @@ type issueData struct {
 	// Scanned says which older entries were scanned (the per-issue index did not
 	// cover them); nil when the index answered alone.
 	Scanned *inspect.HistoryScan
+	// Story draws the events over time, one lane per agent and branch.
+	Story story
 }
 
 // history reads an issue's timeline; any key form is accepted (" rhel-123 ").
@@ -377,7 +408,7 @@ func (s *Server) issue(_ http.ResponseWriter, r *http.Request) (*view, error) {
 		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("no events of %s in any stream (the streams keep only their latest entries)", s.clip(q, maxKeyLen))}
 	}
 	v.Title = rep.Issue
-	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events, Indexed: rep.Indexed, Scanned: rep.Scanned}
+	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events, Indexed: rep.Indexed, Scanned: rep.Scanned, Story: s.newStory(rep.Events)}
 	return v, nil
 }
 
@@ -463,23 +494,21 @@ func ids(vals []string) ([]string, error) {
 }
 
 func (s *Server) deadLettersPost(w http.ResponseWriter, r *http.Request) (*view, error) {
-	if err := s.authorizeForm(r); err != nil {
-		return nil, err
-	}
 	sel, err := ids(r.PostForm["id"])
 	if err != nil {
 		return nil, err
 	}
+	ctx := because(r.Context(), r.PostFormValue("reason"))
 	switch r.PostFormValue("op") {
 	case "requeue":
-		done, err := s.in.Requeue(r.Context(), sel...)
+		done, err := s.in.Requeue(ctx, sel...)
 		if err != nil && len(done) == 0 {
 			return nil, err
 		}
 		s.cfg.Logger.Info().Int("requeued", len(done)).Msg("console: dead letters requeued")
 		return redirect(w, r, fmt.Sprintf("/dead-letters?done=requeued&n=%d", len(done)))
 	case "purge":
-		n, err := s.in.Delete(r.Context(), sel...)
+		n, err := s.in.Delete(ctx, sel...)
 		if err != nil {
 			return nil, err
 		}
@@ -496,17 +525,19 @@ func (s *Server) loginPage(_ http.ResponseWriter, r *http.Request) (*view, error
 }
 
 func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) (*view, error) {
-	if s.cfg.Token == "" {
+	if !s.Writable() {
 		return nil, &httpError{http.StatusForbidden, s.readOnlyMsg()}
 	}
 	if err := sameOrigin(r); err != nil {
 		return nil, err
 	}
-	if !s.tokenOK(r.PostFormValue("token")) {
+	op, ok := s.byToken(r.PostFormValue("token"))
+	if !ok {
 		s.cfg.Logger.Warn().Str("remote", r.RemoteAddr).Msg("console: sign-in with a wrong token")
-		return nil, &httpError{http.StatusUnauthorized, "refused: that is not the console token"}
+		return nil, &httpError{http.StatusUnauthorized, "refused: that is not an operator's token"}
 	}
-	s.newSession(w, r)
+	s.cfg.Logger.Info().Str("operator", op.Name).Str("role", op.Role).Str("remote", r.RemoteAddr).Msg("console: signed in")
+	s.newSession(w, r, op.Name)
 	next := localPath(r.PostFormValue("next"))
 	sep := "?"
 	if strings.Contains(next, "?") {

@@ -17,6 +17,8 @@ func (s *Server) funcs() template.FuncMap {
 		"dur":  human,
 		"ms":   func(d time.Duration) int64 { return d.Milliseconds() },
 		"clip": func(v string) string { return s.clip(v, maxErrList) },
+		// long is clip for a detail cell that wraps: readable in full up to maxDetail.
+		"long": func(v string) string { return s.clip(v, maxDetail) },
 		// noworker says that n events wait for a worker (inspect.NoWorker).
 		"noworker": inspect.NoWorker,
 		// short renders a record's JSON detail as key=value pairs (inspect.ShortDetail).

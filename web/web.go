@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -33,8 +35,20 @@ type Config struct {
 	// Inspector reads and repairs the pipeline; Topology names its streams.
 	Inspector *inspect.Inspector
 	Topology  event.Topology
-	// Token is the bearer token write actions need; "" makes the console read-only.
+	// Token is a bearer token of the operator named "admin", role admin (the console's
+	// single token before named operators); "" for none.
 	Token string
+	// Operators are the named operators, each with a role and the hash of its token
+	// (ParseOperators reads them from a file). With neither Token, Operators nor
+	// ProxyUserHeader the console is read-only.
+	Operators []Operator
+	// ProxyUserHeader, when set, names the header in which a trusted proxy in front of
+	// the console (OpenShift's oauth-proxy: X-Forwarded-User) names the signed-in user;
+	// it is believed only from TrustedProxies. The user's role is the one Operators
+	// gives that name, else ProxyDefaultRole (default viewer).
+	ProxyUserHeader  string
+	TrustedProxies   []netip.Prefix
+	ProxyDefaultRole string
 	// TokenHint says how an operator gives the console its Token, in the refusal of a
 	// write on a read-only console. Default: "a console token".
 	TokenHint string
@@ -80,6 +94,7 @@ const (
 	maxIDs     = 1000     // dead-letter ids in one requeue or purge
 	maxKeyLen  = 64       // an issue key as typed
 	maxErrList = 240      // characters of an error in a list
+	maxDetail  = 1200     // characters of a timeline detail (it wraps)
 	maxShown   = 64 << 10 // characters of one value on a detail page
 	maxRows    = 500      // rows of one list on a page (the API has them all)
 )
@@ -91,6 +106,8 @@ type Server struct {
 	pages  map[string]*template.Template
 	mux    *http.ServeMux
 	secret []byte // signs session cookies and CSRF tokens; new at every start
+	ops    []Operator
+	table  []Route
 
 	chartMu sync.Mutex // the overview's outcomes, reused for outcomesTTL
 	chart   inspect.Outcomes
@@ -126,11 +143,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Token != "" {
 		cfg.Redactor.Add(cfg.Token)
 	}
-	s := &Server{cfg: cfg, in: cfg.Inspector, secret: make([]byte, 32), pages: map[string]*template.Template{}}
+	if cfg.ProxyDefaultRole == "" {
+		cfg.ProxyDefaultRole = RoleViewer
+	}
+	if rank(cfg.ProxyDefaultRole) < 0 {
+		return nil, fmt.Errorf("web: Config.ProxyDefaultRole %q is not one of %s", cfg.ProxyDefaultRole, strings.Join(Roles, ", "))
+	}
+	ops, err := operators(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, in: cfg.Inspector, secret: make([]byte, 32), pages: map[string]*template.Template{}, ops: ops}
 	if _, err := rand.Read(s.secret); err != nil {
 		return nil, fmt.Errorf("web: session key: %w", err)
 	}
-	for _, name := range []string{"overview", "leases", "release", "pending", "issue", "dead", "deadletter", "login", "error"} {
+	for _, name := range []string{"overview", "leases", "release", "pending", "issue", "dead", "deadletter", "login", "error", "audit"} {
 		t, err := template.New("layout.html").Funcs(s.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: template %s: %w", name, err)
@@ -141,46 +168,103 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Writable reports whether write actions are on (a token is configured).
-func (s *Server) Writable() bool { return s.cfg.Token != "" }
+// Writable reports whether write actions are on: some operator can be identified (a
+// token, named operators, or a trusted proxy's header).
+func (s *Server) Writable() bool { return len(s.ops) > 0 || s.cfg.ProxyUserHeader != "" }
+
+// operators are cfg's named operators, and Token's as the admin "admin".
+func operators(cfg Config) ([]Operator, error) {
+	ops := append([]Operator(nil), cfg.Operators...)
+	if cfg.Token != "" {
+		ops = append(ops, Operator{Name: "admin", Role: RoleAdmin, TokenHash: HashToken(cfg.Token)})
+	}
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if err := op.check(); err != nil {
+			return nil, fmt.Errorf("web: %w", err)
+		}
+		if seen[op.Name] {
+			return nil, fmt.Errorf("web: operator %q is named twice (Token is the operator \"admin\")", op.Name)
+		}
+		seen[op.Name] = true
+	}
+	return ops, nil
+}
+
+// Route is one route of the console: its pattern, and for a write the audit action it
+// records (one of several when the request picks it) and the least role allowed.
+type Route struct {
+	Pattern string
+	// Actions of a write route: what it can record in the audit trail. None for a read,
+	// and for sign-in and sign-out, which change no state of the pipeline.
+	Actions []string
+	h       http.Handler
+}
+
+// Routes lists every route the console serves: a test walks them, so that a write that
+// is not guarded (Server.write) is found.
+func (s *Server) Routes() []Route { return s.table }
 
 func (s *Server) routes() {
-	m := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
-	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	read := func(p string, h http.Handler) Route { return Route{Pattern: p, h: h} }
+	s.table = []Route{
+		read("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static))),
+		read("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })),
+		read("GET /{$}", s.page(s.overview)),
+		read("GET /leases", s.page(s.leases)),
+		read("GET /leases/release", s.page(s.releaseConfirm)),
+		{Pattern: "POST /leases/release", Actions: []string{inspect.ActionRelease},
+			h: s.write(fixed(inspect.ActionRelease, RoleOperator), s.page(s.releasePost))},
+		read("GET /pending", s.page(s.pending)),
+		read("GET /issue", s.page(s.issue)),
+		read("GET /audit", s.page(s.auditPage)),
+		read("GET /dead-letters", s.page(s.deadLetters)),
+		read("GET /dead-letters/{id}", s.page(s.deadLetter)),
+		{Pattern: "POST /dead-letters", Actions: []string{inspect.ActionRequeue, inspect.ActionPurge},
+			h: s.write(deadOp, s.page(s.deadLettersPost))},
+		read("GET /login", s.page(s.loginPage)),
+		read("POST /login", s.page(s.loginPost)),
+		read("POST /logout", s.page(s.logoutPost)),
 
-	m.Handle("GET /{$}", s.page(s.overview))
-	m.Handle("GET /leases", s.page(s.leases))
-	m.Handle("GET /leases/release", s.page(s.releaseConfirm))
-	m.Handle("POST /leases/release", s.page(s.releasePost))
-	m.Handle("GET /pending", s.page(s.pending))
-	m.Handle("GET /issue", s.page(s.issue))
-	m.Handle("GET /dead-letters", s.page(s.deadLetters))
-	m.Handle("GET /dead-letters/{id}", s.page(s.deadLetter))
-	m.Handle("POST /dead-letters", s.page(s.deadLettersPost))
-	m.Handle("GET /login", s.page(s.loginPage))
-	m.Handle("POST /login", s.page(s.loginPost))
-	m.Handle("POST /logout", s.page(s.logoutPost))
-
-	m.Handle("GET /api/v1/overview", s.api(s.apiOverview))
-	m.Handle("GET /api/v1/streams", s.api(s.apiStreams))
-	m.Handle("GET /api/v1/pending", s.api(s.apiPending))
-	m.Handle("GET /api/v1/leases", s.api(s.apiLeases))
-	m.Handle("GET /api/v1/outcomes", s.api(s.apiOutcomes))
-	m.Handle("GET /api/v1/issues/{key}", s.api(s.apiIssue))
-	m.Handle("GET /api/v1/dead-letters", s.api(s.apiDeadLetters))
-	m.Handle("GET /api/v1/dead-letters/{id}", s.api(s.apiDeadLetter))
-	m.Handle("POST /api/v1/dead-letters/requeue", s.api(s.apiRequeue))
-	m.Handle("POST /api/v1/dead-letters/purge", s.api(s.apiPurge))
-	m.Handle("POST /api/v1/leases/release", s.api(s.apiRelease))
-	m.Handle("/api/", s.api(func(*http.Request) (any, error) {
-		return nil, &httpError{http.StatusNotFound, "no such API endpoint (see /api/v1/)"}
-	}))
-	m.Handle("/", s.page(func(http.ResponseWriter, *http.Request) (*view, error) {
-		return nil, &httpError{http.StatusNotFound, "no such page"}
-	}))
+		read("GET /api/v1/overview", s.api(s.apiOverview)),
+		read("GET /api/v1/streams", s.api(s.apiStreams)),
+		read("GET /api/v1/pending", s.api(s.apiPending)),
+		read("GET /api/v1/leases", s.api(s.apiLeases)),
+		read("GET /api/v1/outcomes", s.api(s.apiOutcomes)),
+		read("GET /api/v1/issues/{key}", s.api(s.apiIssue)),
+		read("GET /api/v1/audit", s.api(s.apiAudit)),
+		read("GET /api/v1/dead-letters", s.api(s.apiDeadLetters)),
+		read("GET /api/v1/dead-letters/{id}", s.api(s.apiDeadLetter)),
+		{Pattern: "POST /api/v1/dead-letters/requeue", Actions: []string{inspect.ActionRequeue},
+			h: s.write(fixed(inspect.ActionRequeue, RoleOperator), s.api(s.apiRequeue))},
+		{Pattern: "POST /api/v1/dead-letters/purge", Actions: []string{inspect.ActionPurge},
+			h: s.write(fixed(inspect.ActionPurge, RoleAdmin), s.api(s.apiPurge))},
+		{Pattern: "POST /api/v1/leases/release", Actions: []string{inspect.ActionRelease},
+			h: s.write(fixed(inspect.ActionRelease, RoleOperator), s.api(s.apiRelease))},
+		read("/api/", s.api(func(*http.Request) (any, error) {
+			return nil, &httpError{http.StatusNotFound, "no such API endpoint (see /api/v1/)"}
+		})),
+		read("/", s.page(func(http.ResponseWriter, *http.Request) (*view, error) {
+			return nil, &httpError{http.StatusNotFound, "no such page"}
+		})),
+	}
+	m := http.NewServeMux()
+	for _, rt := range s.table {
+		m.Handle(rt.Pattern, rt.h)
+	}
 	s.mux = m
+}
+
+// deadOp picks the action of a dead-letter form: requeue (operator) or purge (admin).
+func deadOp(r *http.Request) (string, string, error) {
+	switch r.PostFormValue("op") {
+	case "requeue":
+		return inspect.ActionRequeue, RoleOperator, nil
+	case "purge":
+		return inspect.ActionPurge, RoleAdmin, nil
+	}
+	return "", "", badRequest("op must be requeue or purge")
 }
 
 // csp allows the console's own script, style and fetches, and nothing else: no
@@ -241,6 +325,13 @@ func (s *Server) status(r *http.Request, err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit)
 	case errors.Is(err, lease.ErrInvalidKey), errors.Is(err, inspect.ErrBadID):
 		return http.StatusBadRequest, s.clean(err.Error())
+	case errors.Is(err, audit.ErrNoReason):
+		return http.StatusBadRequest, "refused: say why: every write needs a reason (the form's reason field; the API's \"reason\"), recorded in the audit trail"
+	case errors.Is(err, audit.ErrNoActor):
+		return http.StatusUnauthorized, "refused: write actions need an operator"
+	case errors.Is(err, audit.ErrNotRecorded):
+		s.cfg.Logger.Error().Err(errors.New(s.clean(err.Error()))).Str("path", r.URL.Path).Msg("console write not recorded, not done")
+		return http.StatusServiceUnavailable, "not done: the audit trail could not record this action, and a write that cannot be recorded does not happen (" + s.clean(err.Error()) + ")"
 	case errors.Is(err, inspect.ErrNotFound):
 		return http.StatusNotFound, s.clean(err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -135,7 +135,7 @@ func TestBadInputIsA4xxNeverA500(t *testing.T) {
 	}
 	// Requeueing ids no dead letter has is a 404 naming them, not a 200 that requeued
 	// nothing (issue 35).
-	code, out, _ := e.do("POST", "/api/v1/dead-letters/requeue", `{"ids":["1-0","2-0"]}`, auth)
+	code, out, _ := e.do("POST", "/api/v1/dead-letters/requeue", `{"ids":["1-0","2-0"],"reason":"retry"}`, auth)
 	var apiErr struct {
 		Error  string `json:"error"`
 		Status int    `json:"status"`
@@ -159,7 +159,7 @@ func TestWritesNeedTheTokenAndCSRF(t *testing.T) {
 		}
 	}
 	// A form without a session, and with a session but no CSRF token.
-	vals := url.Values{"op": {"requeue"}, "id": {id}}
+	vals := url.Values{"op": {"requeue"}, "id": {id}, "reason": {"the agent is fixed"}}
 	if code, body, _ := e.do("POST", "/dead-letters", vals.Encode(), map[string]string{"Content-Type": form}); code != 401 || !strings.Contains(body, "sign in") {
 		t.Fatalf("form without a session: %d %s", code, body)
 	}
@@ -190,7 +190,7 @@ func TestWritesNeedTheTokenAndCSRF(t *testing.T) {
 	}
 	// The API with the token: purge of selected ids.
 	id2, id3 := e.bury("RHEL-7", "x"), e.bury("RHEL-8", "y")
-	code, body, _ := e.do("POST", "/api/v1/dead-letters/purge", `{"ids":["`+id2+`"]}`, map[string]string{"Authorization": "Bearer " + token})
+	code, body, _ := e.do("POST", "/api/v1/dead-letters/purge", `{"ids":["`+id2+`"],"reason":"noise"}`, map[string]string{"Authorization": "Bearer " + token})
 	var rep inspect.PurgeReport
 	if code != 200 || json.Unmarshal([]byte(body), &rep) != nil || rep.Purged != 1 {
 		t.Fatalf("API purge: %d %s", code, body)
@@ -265,7 +265,7 @@ func TestForceReleaseBehindAConfirmation(t *testing.T) {
 		t.Fatalf("the confirmation page released the lease: %v", err)
 	}
 	// Confirmed through the API with the token: released, fence bumped.
-	code, body, _ := e.do("POST", "/api/v1/leases/release", `{"agent":"triage","issue":" rhel-11 "}`, map[string]string{"Authorization": "Bearer " + token})
+	code, body, _ := e.do("POST", "/api/v1/leases/release", `{"agent":"triage","issue":" rhel-11 ","reason":"stuck run"}`, map[string]string{"Authorization": "Bearer " + token})
 	var rel inspect.Released
 	if code != 200 || json.Unmarshal([]byte(body), &rel) != nil || rel.Holder == nil || rel.Holder.Owner != "pod-a" || rel.Fence <= le.Fence() {
 		t.Fatalf("release: %d %s", code, body)

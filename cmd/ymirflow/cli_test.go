@@ -36,7 +36,7 @@ func TestFiltersAreFlagsNotEnvironment(t *testing.T) {
 	}
 	// ASSUME_YES does not answer a question.
 	withStdin(t, "", false)
-	if errs := o.code(exitUsage, "locks", "release", "backport", "RHEL-7"); !strings.Contains(errs, "--yes") || strings.Contains(errs, "ASSUME_YES") {
+	if errs := o.code(exitUsage, "locks", "release", "backport", "RHEL-7", "--reason", "a test"); !strings.Contains(errs, "--yes") || strings.Contains(errs, "ASSUME_YES") {
 		t.Fatalf("locks release with ASSUME_YES=true: %s", errs)
 	}
 

@@ -21,16 +21,20 @@ unknown schema or event type) or failed every retry.
       id, age, original stream and id, issue, event type, agent, attempts, error.
   dlq show ID
       one dead letter whole: metadata and payload.
-  dlq requeue ID...
-  dlq requeue --all [--issue KEY]
+  dlq requeue ID... --reason WHY
+  dlq requeue --all [--issue KEY] --reason WHY
       publishes each dead letter's original fields (uuid, payload, metadata; not the
       dead_* fields) back to the stream it was read from and deletes it from the
       dead-letter stream, both in one MULTI/EXEC under WATCH: a crash cannot lose or
       duplicate it, and requeueing the same id twice moves it once.
-  dlq purge [--before ID|AGE] [--yes]
+  dlq purge [--before ID|AGE] --reason WHY [--yes]
       deletes dead letters older than --before (a stream id, or an age such as 72h),
       or all of them. Asks y/N unless --yes; without a terminal and without --yes it
       refuses (exit 2).
+
+Requeue and purge are operator writes: each is recorded in the audit trail (ymirflow
+audit) with --reason, who (YMIR_OPERATOR, default user@host) and when before it runs,
+and is not done when it cannot be recorded.
 
 Cost: list and requeue --all read the dead-letter stream in pages of 1000 (1 round
 trip each; --issue is matched on the client); show 1 round trip; requeue 2 round
@@ -42,8 +46,16 @@ the count for the question).
 func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.DLQ
 	return operator{name: "dlq", settings: &cfg, common: &cfg.Common, inspect: true,
-		check: func(s *session) error { return checkDLQArgs(&cfg, s.pos) },
-		work:  func(ctx context.Context, s *session) error { return dlq(ctx, s, &cfg) },
+		check: func(s *session) error {
+			if err := checkDLQArgs(&cfg, s.pos); err != nil {
+				return err
+			}
+			if sub := s.pos[0]; sub == "requeue" || sub == "purge" {
+				return cfg.NeedReason("dlq " + sub)
+			}
+			return nil
+		},
+		work: func(ctx context.Context, s *session) error { return dlq(asOperator(ctx, &cfg.Writer), s, &cfg) },
 	}.run(ctx, args, stdout, stderr)
 }
 

@@ -246,17 +246,17 @@ func TestLocksCommand(t *testing.T) {
 
 	// Release: refused without a terminal and without --yes; declined at the prompt.
 	withStdin(t, "", false)
-	if errs := o.code(exitUsage, "locks", "release", "triage", "RHEL-1"); !strings.Contains(errs, "--yes") {
+	if errs := o.code(exitUsage, "locks", "release", "triage", "RHEL-1", "--reason", "a test"); !strings.Contains(errs, "--yes") {
 		t.Errorf("stderr: %s", errs)
 	}
 	withStdin(t, "n\n", true)
-	o.code(exitRuntime, "locks", "release", "triage", "RHEL-1")
+	o.code(exitRuntime, "locks", "release", "triage", "RHEL-1", "--reason", "a test")
 	if old.Check(context.Background()) != nil {
 		t.Fatal("lease released without confirmation")
 	}
 	withStdin(t, "y\n", true)
 	// It says what comes of it: the entry runs again (issue 35).
-	if out := o.ok("locks", "release", "triage", "RHEL-1"); !strings.Contains(out, "fenced out") ||
+	if out := o.ok("locks", "release", "triage", "RHEL-1", "--reason", "a test"); !strings.Contains(out, "fenced out") ||
 		!strings.Contains(out, "its run stops within a second, and entry ") || !strings.Contains(out, "runs again right after") {
 		t.Errorf("release output: %s", out)
 	}
@@ -277,11 +277,11 @@ func TestLocksCommand(t *testing.T) {
 		Fence int64 `json:"fence"`
 	}
 	withStdin(t, "", false)
-	o.json(&rel, "locks", "release", "rebase", "rhel-1", "--yes")
+	o.json(&rel, "locks", "release", "rebase", "rhel-1", "--yes", "--reason", "a test")
 	if rel.Holder == nil || rel.Holder.Owner != "pod-b-0" || rel.Fence <= rel.Holder.Fence || rel.Issue != "RHEL-1" {
 		t.Fatalf("release JSON = %+v", rel)
 	}
-	o.json(&rel, "locks", "release", "rebase", "RHEL-1", "--yes")
+	o.json(&rel, "locks", "release", "rebase", "RHEL-1", "--yes", "--reason", "a test")
 	if rel.Holder != nil {
 		t.Fatalf("second release JSON = %+v", rel)
 	}
@@ -413,7 +413,7 @@ func TestReplayCommand(t *testing.T) {
 			CorrelationID string `json:"correlation_id"`
 		} `json:"events"`
 	}
-	o.json(&rep, "replay", "--stream", triage, "--from", ids[0], "--to", ids[1])
+	o.json(&rep, "replay", "--stream", triage, "--from", ids[0], "--to", ids[1], "--reason", "a test")
 	if rep.Stream != triage || rep.DryRun || len(rep.Events) != 2 || rep.Events[0].ReplayOf != ids[0] || rep.Events[1].ReplayOf != ids[1] ||
 		rep.Events[0].ID == "" || rep.Events[0].CorrelationID == "" {
 		t.Fatalf("JSON = %+v", rep)
@@ -422,13 +422,13 @@ func TestReplayCommand(t *testing.T) {
 	if len(all) != 5 || all[3].Values["m:replay_of"] != ids[0] || all[4].Values["m:replay_of"] != ids[1] {
 		t.Fatalf("stream after replay: %d entries", len(all))
 	}
-	out = o.ok("replay", "--stream", "triage", "--issue", "RHEL-3")
+	out = o.ok("replay", "--stream", "triage", "--issue", "RHEL-3", "--reason", "a test")
 	if !strings.Contains(out, "replayed 1 event(s)") || !strings.Contains(out, ids[2]) {
 		t.Fatalf("table:\n%s", out)
 	}
 	// A whole stream needs a confirmation.
 	withStdin(t, "", false)
-	o.code(exitUsage, "replay", "--stream", "triage")
+	o.code(exitUsage, "replay", "--stream", "triage", "--reason", "a test")
 	if n := o.rdb.XLen(ctx, triage).Val(); n != 6 {
 		t.Fatalf("stream has %d entries, want 6", n)
 	}
@@ -509,10 +509,10 @@ func TestDLQCommand(t *testing.T) {
 	}
 
 	// Requeue moves the entry back exactly once.
-	if out := o.ok("dlq", "requeue", d1); !strings.Contains(out, "requeued 1 dead letter(s)") {
+	if out := o.ok("dlq", "requeue", d1, "--reason", "a test"); !strings.Contains(out, "requeued 1 dead letter(s)") {
 		t.Errorf("requeue:\n%s", out)
 	}
-	if errs := o.code(exitRuntime, "dlq", "requeue", d1); !strings.Contains(errs, "not found") {
+	if errs := o.code(exitRuntime, "dlq", "requeue", d1, "--reason", "a test"); !strings.Contains(errs, "not found") {
 		t.Errorf("second requeue stderr: %s", errs)
 	}
 	if n := o.rdb.XLen(ctx, triage).Val(); n != 4 {
@@ -527,7 +527,7 @@ func TestDLQCommand(t *testing.T) {
 		} `json:"requeued"`
 		Errors []string `json:"errors"`
 	}
-	o.json(&req, "dlq", "requeue", "--all", "--issue", "RHEL-2")
+	o.json(&req, "dlq", "requeue", "--all", "--issue", "RHEL-2", "--reason", "a test")
 	if len(req.Requeued) != 2 || req.Requeued[0].DeadID != d2 || req.Requeued[1].DeadID != d3 || req.Requeued[0].Stream != triage || len(req.Errors) != 0 {
 		t.Fatalf("requeue --all JSON = %+v", req)
 	}
@@ -535,16 +535,16 @@ func TestDLQCommand(t *testing.T) {
 	d4 := o.bury(triage, "RHEL-4", "boom")
 	o.bury(triage, "RHEL-5", "boom")
 	withStdin(t, "", false)
-	o.code(exitUsage, "dlq", "purge")
+	o.code(exitUsage, "dlq", "purge", "--reason", "a test")
 	var purged struct {
 		Purged int `json:"purged"`
 	}
-	o.json(&purged, "dlq", "purge", "--before", d4, "--yes")
+	o.json(&purged, "dlq", "purge", "--before", d4, "--yes", "--reason", "a test")
 	if purged.Purged != 0 {
 		t.Fatalf("purge before the first = %+v", purged)
 	}
 	withStdin(t, "yes\n", true)
-	if out := o.ok("dlq", "purge"); !strings.Contains(out, "purged 2") || o.rdb.XLen(ctx, o.topo.Dead()).Val() != 0 {
+	if out := o.ok("dlq", "purge", "--reason", "a test"); !strings.Contains(out, "purged 2") || o.rdb.XLen(ctx, o.topo.Dead()).Val() != 0 {
 		t.Fatalf("purge:\n%s", out)
 	}
 

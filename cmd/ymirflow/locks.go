@@ -19,7 +19,7 @@ lease on the issue; issue or group: a shared key of LOCK_SCOPE, held by that age
 run on that issue), holder (owner), fence, how long it has been held, TTL left, its
 mailbox depth (follow-ups waiting, ON_CONFLICT=deliver), and the stream entry it guards.
 
-  locks release AGENT KEY [--yes]
+  locks release AGENT KEY --reason WHY [--yes]
       force-releases the lease of KEY for AGENT whoever holds it, and bumps its fence:
       the evicted holder's fenced writes are refused, its worker is told at once and
       cancels the run within a second (at its next heartbeat, LOCK_TTL/3, if it missed
@@ -42,10 +42,15 @@ locks release: 2 round trips.
 func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Locks
 	return operator{name: "locks", settings: &cfg, common: &cfg.Common, inspect: true,
-		check: checkLocksArgs,
+		check: func(s *session) error {
+			if err := checkLocksArgs(s); err != nil || len(s.pos) == 0 {
+				return err
+			}
+			return cfg.NeedReason("locks release")
+		},
 		work: func(ctx context.Context, s *session) error {
 			if len(s.pos) > 0 {
-				return releaseLock(ctx, s, &cfg, s.pos[1], s.pos[2])
+				return releaseLock(asOperator(ctx, &cfg.Writer), s, &cfg, s.pos[1], s.pos[2])
 			}
 			return listLocks(ctx, s, &cfg)
 		},

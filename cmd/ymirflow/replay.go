@@ -42,9 +42,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if err != nil {
 				return usagef("--stream: %v", err)
 			}
-			return nil
+			if cfg.DryRun {
+				return nil
+			}
+			return cfg.NeedReason("replay (or --dry-run)")
 		},
-		work: func(ctx context.Context, s *session) error { return replay(ctx, s, &cfg, route) },
+		work: func(ctx context.Context, s *session) error {
+			return replay(asOperator(ctx, &cfg.Writer), s, &cfg, route)
+		},
 	}.run(ctx, args, stdout, stderr)
 }
 

@@ -56,6 +56,7 @@ func Commands() map[string]Command {
 		"history":  &Inspect{},
 		"replay":   &Replay{},
 		"dlq":      &DLQ{},
+		"audit":    &Audit{},
 		"fakejira": &FakeJira{},
 		"webhook":  &Webhook{},
 		"web":      &Web{},

@@ -9,6 +9,7 @@ import (
 // DLQ is the settings of `ymirflow dlq`.
 type DLQ struct {
 	Inspect
+	Writer
 	Issue  string // --issue (flag only): only this issue's dead letters (list, requeue --all)
 	Before string // --before (flag only): only dead letters older than a stream id or a duration (list, purge)
 	All    bool   // --all (flag only): requeue every dead letter (of --issue)
@@ -18,6 +19,7 @@ type DLQ struct {
 // Register defines dlq's flags on fs.
 func (c *DLQ) Register(fs *flag.FlagSet) {
 	c.Inspect.Register(fs)
+	c.Writer.register(fs)
 	fs.StringVar(&c.Issue, "issue", "", "only this issue's dead letters (list, requeue --all)")
 	fs.StringVar(&c.Before, "before", "", "only dead letters older than this: a stream id (1700000000000-0) or an age (72h) (list, purge)")
 	fs.BoolVar(&c.All, "all", false, "requeue every dead letter (only --issue's with --issue)")

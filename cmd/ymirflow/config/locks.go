@@ -8,6 +8,7 @@ import (
 // Locks is the settings of `ymirflow locks` and `ymirflow locks release`.
 type Locks struct {
 	Inspect
+	Writer
 	Agent string // --agent (flag only): only this agent's leases
 	Issue string // --issue (flag only): only this issue's leases (direct lookups, no SCAN)
 	Yes   bool   // --yes (flag only): release without asking
@@ -16,6 +17,7 @@ type Locks struct {
 // Register defines locks' flags on fs.
 func (c *Locks) Register(fs *flag.FlagSet) {
 	c.Inspect.Register(fs)
+	c.Writer.register(fs)
 	fs.StringVar(&c.Agent, "agent", "", "only this agent's leases: "+strings.Join(Agents, "|")+" (empty: every agent)")
 	fs.StringVar(&c.Issue, "issue", "", "only this issue's leases, looked up directly instead of scanning")
 	registerYes(fs, &c.Yes, "force-releasing a lease (locks release)")

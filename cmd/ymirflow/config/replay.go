@@ -8,6 +8,7 @@ import (
 // Replay is the settings of `ymirflow replay`.
 type Replay struct {
 	Inspect
+	Writer
 	Tracing
 	Stream string // --stream (flag only): input stream, e.g. triage, rebase:c9s, ymir:rebase:c9s:todo
 	From   string // --from (flag only): first stream id (default -)
@@ -20,6 +21,7 @@ type Replay struct {
 // Register defines replay's flags on fs.
 func (c *Replay) Register(fs *flag.FlagSet) {
 	c.Inspect.Register(fs)
+	c.Writer.register(fs)
 	c.Tracing.register(fs)
 	fs.StringVar(&c.Stream, "stream", "", "input stream to replay, in full (ymir:rebase:c9s) or without the namespace (rebase:c9s, triage:todo)")
 	fs.StringVar(&c.From, "from", "-", "first stream id of the range (inclusive; ( before it: exclusive)")

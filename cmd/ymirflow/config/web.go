@@ -3,9 +3,15 @@ package config
 import (
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
+	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/ymirflow/ymirflow/web"
 )
 
 // Defaults of `ymirflow web`.
@@ -30,7 +36,26 @@ type Web struct {
 	// TraceURLTemplate (--trace-url-template, TRACE_URL_TEMPLATE) links the issue
 	// timeline's traced entries to a trace viewer; {trace_id} stands for the trace id.
 	TraceURLTemplate string
+	// OperatorsFile (--operators-file, WEB_OPERATORS_FILE) names the console's operators,
+	// one a line: NAME ROLE [sha256:HEX] (web.ParseOperators); ymirflow web --new-token
+	// NAME ROLE prints a token and its line.
+	OperatorsFile string
+	// ProxyUserHeader (--proxy-user-header, WEB_PROXY_USER_HEADER) is the header a trusted
+	// proxy names the signed-in user in (oauth-proxy: X-Forwarded-User); believed only
+	// from TrustedProxies (--trusted-proxies, WEB_TRUSTED_PROXIES: CIDRs, comma
+	// separated); such a user not in the operators file has ProxyDefaultRole
+	// (--proxy-default-role, WEB_PROXY_DEFAULT_ROLE).
+	ProxyUserHeader  string
+	TrustedProxies   string
+	ProxyDefaultRole string
+	// NewToken (--new-token NAME:ROLE, flag only) prints a fresh operator token and its
+	// operators-file line, and exits.
+	NewToken string
 }
+
+// DefaultTrustedProxies is where a proxy's identity header is believed by default: a
+// sidecar on the pod's loopback, as oauth-proxy runs.
+const DefaultTrustedProxies = "127.0.0.1/32,::1/128"
 
 // Register defines the console's flags on fs.
 func (w *Web) Register(fs *flag.FlagSet) {
@@ -41,6 +66,12 @@ func (w *Web) Register(fs *flag.FlagSet) {
 	boolVarEnv(fs, &w.ReadOnly, "read-only", "WEB_READ_ONLY", false, "refuse every write action, even with a token (the default when no token is set)")
 	durationVarEnv(fs, &w.Refresh, "refresh", "WEB_REFRESH", DefaultWebRefresh, "how often pages refresh themselves")
 	durationVarEnv(fs, &w.ConsumerIdle, "consumer-idle", "WEB_CONSUMER_IDLE", DefaultConsumerIdle, "a consumer idle for longer is shown as not alive")
+	stringVarEnv(fs, &w.OperatorsFile, "operators-file", "WEB_OPERATORS_FILE", "", "file naming the console's operators, one a line: NAME ROLE [sha256:HEX] (roles viewer, operator, admin; --new-token prints a line)")
+	stringVarEnv(fs, &w.ProxyUserHeader, "proxy-user-header", "WEB_PROXY_USER_HEADER", "", "header in which a trusted proxy names the signed-in user, e.g. X-Forwarded-User (oauth-proxy); empty: none")
+	stringVarEnv(fs, &w.TrustedProxies, "trusted-proxies", "WEB_TRUSTED_PROXIES", DefaultTrustedProxies, "CIDRs (comma separated) whose requests may carry --proxy-user-header")
+	stringVarEnv(fs, &w.ProxyDefaultRole, "proxy-default-role", "WEB_PROXY_DEFAULT_ROLE", "viewer", "role of a proxy user the operators file does not name: viewer, operator or admin")
+	fs.StringVar(&w.NewToken, "new-token", "", "print a fresh operator token for NAME:ROLE and its operators-file line, then exit")
+	flagOnly(fs, "new-token")
 	fs.StringVar(&w.TraceURLTemplate, "trace-url-template", "", "link the issue timeline's traced entries to a trace viewer: an http(s) URL where {trace_id} stands for the trace id, e.g. https://jaeger.example.com/trace/{trace_id} (empty: no links)")
 }
 
@@ -76,7 +107,57 @@ func (w *Web) Validate() error {
 	if w.ConsumerIdle <= 0 {
 		p.add("consumer-idle", "= %s must be positive", fmtDur(w.ConsumerIdle))
 	}
+	w.validateOperators(&p)
 	return p.err()
+}
+
+func (w *Web) validateOperators(p *problems) {
+	if w.OperatorsFile != "" {
+		if _, err := w.Operators(); err != nil {
+			p.add("operators-file", "= %q: %v", w.OperatorsFile, err)
+		}
+	}
+	if _, err := w.Proxies(); err != nil {
+		p.add("trusted-proxies", "= %q: %v", w.TrustedProxies, err)
+	}
+	if !slices.Contains(web.Roles, w.ProxyDefaultRole) {
+		p.add("proxy-default-role", "= %q is not one of %s", w.ProxyDefaultRole, strings.Join(web.Roles, ", "))
+	}
+	if w.NewToken != "" {
+		name, role, ok := strings.Cut(w.NewToken, ":")
+		if _, err := web.ParseOperators(strings.NewReader(name + " " + role)); !ok || err != nil {
+			p.addFlag("new-token", "= %q must be NAME:ROLE, e.g. alice:operator (roles %s)", w.NewToken, strings.Join(web.Roles, ", "))
+		}
+	}
+}
+
+// Operators reads OperatorsFile (none when unset or ReadOnly).
+func (w *Web) Operators() ([]web.Operator, error) {
+	if w.OperatorsFile == "" || w.ReadOnly {
+		return nil, nil
+	}
+	f, err := os.Open(w.OperatorsFile)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	return web.ParseOperators(io.LimitReader(f, 1<<20))
+}
+
+// Proxies parses TrustedProxies.
+func (w *Web) Proxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, c := range strings.Split(w.TrustedProxies, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		pr, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR such as 127.0.0.1/32", c)
+		}
+		out = append(out, pr)
+	}
+	return out, nil
 }
 
 // MinWebToken is the shortest accepted console token: a guessable token is no
@@ -102,4 +183,4 @@ func (w *Web) WriteToken() (string, error) {
 
 // WebTokenHint tells an operator how to give the console its token: the console says
 // it when it refuses a write because it is read-only.
-const WebTokenHint = "WEB_TOKEN or WEB_TOKEN_FILE (and without --read-only)"
+const WebTokenHint = "WEB_OPERATORS_FILE, WEB_PROXY_USER_HEADER, WEB_TOKEN or WEB_TOKEN_FILE (and without --read-only)"
