@@ -153,6 +153,9 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
 		Topology:  e.topology, MaxRetries: cfg.MaxRetries, Logger: log, DryRun: cfg.DryRun || jc == nil, Redactor: red, Fences: metrics,
 		TracerProvider: tp, Mailbox: policies.Uses(lockmw.Deliver), MailboxDepth: cfg.MailboxDepth}
+	if hcfg.Ledger, hcfg.Control, err = controlChannel(e, cfg, locker, metrics, log); err != nil {
+		return err
+	}
 	h, err := handlers.New(hcfg)
 	if err != nil {
 		return usagef("%v", err)
