@@ -190,3 +190,34 @@ func RunOf(le *lease.Lease) Run {
 	k := le.Keys()
 	return Run{Issue: le.Issue(), Agent: le.Agent(), Fence: le.Fence(), Token: le.Token(), LockKey: k.Lock, InfoKey: k.Info}
 }
+
+// Costs is an issue's ledger: what was reported, counted once each.
+type Costs struct {
+	Issue     string           `json:"issue"`
+	Micro     int64            `json:"-"`
+	USD       float64          `json:"cost_usd"`
+	ByAgent   map[string]int64 `json:"-"`
+	TokensIn  int64            `json:"tokens_in"`
+	TokensOut int64            `json:"tokens_out"`
+	ToolCalls int64            `json:"tool_calls"`
+	Reports   int64            `json:"reports"`
+	RaisedUSD float64          `json:"budget_raised_usd"`
+}
+
+// Costs reads issue's ledger.
+func (l *Ledger) Costs(ctx context.Context, issue string) (Costs, error) {
+	h, err := l.rdb.HGetAll(ctx, l.key(issue, "ledger")).Result()
+	if err != nil {
+		return Costs{}, fmt.Errorf("agentctl: read the ledger of %s: %w", issue, err)
+	}
+	n := func(k string) int64 { v, _ := strconv.ParseInt(h[k], 10, 64); return v }
+	c := Costs{Issue: issue, Micro: n("spent"), TokensIn: n("tokens_in"), TokensOut: n("tokens_out"), ToolCalls: n("tool_calls"),
+		Reports: n("reports"), RaisedUSD: USD(n("raised")), ByAgent: map[string]int64{}}
+	c.USD = USD(c.Micro)
+	for k := range h {
+		if agent, ok := strings.CutPrefix(k, "spent:"); ok {
+			c.ByAgent[agent] = n(k)
+		}
+	}
+	return c, nil
+}
