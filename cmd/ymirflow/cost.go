@@ -36,7 +36,7 @@ type costRow struct {
 
 // costReport is cost's --json output.
 type costReport struct {
-	Rows   []costRow         `json:"rows"`
+	Rows   []costRow        `json:"rows"`
 	Issues []agentctl.Costs `json:"issues"`
 }
 
