@@ -36,6 +36,7 @@ type Server struct {
 	started   int64
 	fail      int
 	failAfter string
+	inFlight  map[string]int
 }
 
 // Answer is a call's reply.
@@ -57,7 +58,7 @@ func New(o Options) *Server {
 	if o.TokensOut == 0 {
 		o.TokensOut = 200
 	}
-	return &Server{opts: o}
+	return &Server{opts: o, inFlight: map[string]int{}}
 }
 
 // Start listens on a free loopback port and returns the base URL.
@@ -101,6 +102,13 @@ func (s *Server) Calls() int64 {
 	return s.calls
 }
 
+// InFlight is the number of calls for model started and not answered yet.
+func (s *Server) InFlight(model string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight[model]
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/complete" {
@@ -125,7 +133,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.calls++
 	s.spent += s.opts.CostUSD
+	s.inFlight[req.Model]++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight[req.Model]--
+		s.mu.Unlock()
+	}()
 	select {
 	case <-time.After(s.opts.Delay):
 	case <-r.Context().Done():
