@@ -136,3 +136,85 @@ func TestCheckpointResumeAfterSIGKILL(t *testing.T) {
 		t.Fatalf("ledger %+v (%v): want every counted call, counted once (LLM charged %.2f)", costs, err, w.llm.Spent())
 	}
 }
+
+// Issue 39, done when: two agents on one issue against the fake LLM spend at most the
+// budget plus one reservation, with a worker SIGKILLed mid-call and its run retried: no
+// usage counted twice, only the killed call's lost; the Jira comment asking for more is
+// posted once; an approval resumes both agents from their checkpoints and they complete.
+func TestBudgetTwoAgentsSIGKILLAndApproval(t *testing.T) {
+	// Not parallel: it runs its own processes and times a lease's expiry.
+	const issue, step, budget = "RHEL-961", 0.10, 0.55
+	w := newControlWorld(t, issue, fakellm.Options{CostUSD: step, Delay: 300 * time.Millisecond})
+	budgetArgs := []string{"--budget-issue-usd", "0.55"}
+	triageEnv := []string{"AGENT_STEPS=5", "AGENT_STEP_USD=0.10", "AGENT_MODEL=t"}
+	rebaseEnv := []string{"AGENT_STEPS=5", "AGENT_STEP_USD=0.10", "AGENT_MODEL=r"}
+	tw := w.worker("triage", "", "wt", triageEnv, budgetArgs...)
+	rw := w.worker("rebase", "c9s", "wr", rebaseEnv, budgetArgs...)
+	w.enqueue("triage", "", issue)
+	w.enqueue("rebase", "c9s", issue)
+
+	// SIGKILL the triage worker while its agent's call is in flight.
+	redistest.Eventually(t, 60*time.Second, func() bool { return w.completed("triage", issue) >= 1 && w.llm.InFlight("t") > 0 },
+		"the triage agent is mid-call after a step (worker log: %s)", tw.stderr())
+	if err := tw.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	tw.exit(10 * time.Second)
+	tw = w.worker("triage", "", "wt", triageEnv, budgetArgs...)
+
+	exhausted := func(agent string) bool {
+		for _, r := range records(context.Background(), w.admin, w.topo, "budget.exhausted", issue) {
+			if r.Values["agent"] == agent {
+				return true
+			}
+		}
+		return false
+	}
+	redistest.Eventually(t, 90*time.Second, func() bool { return exhausted("triage") && exhausted("rebase") },
+		"both agents end with budget.exhausted (triage log: %s\nrebase log: %s)", tw.stderr(), rw.stderr())
+	costs, err := w.ledger.Costs(context.Background(), issue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the LLM charged %.2f USD in %d calls; the ledger counted %.2f in %d reports (budget %.2f, one reservation %.2f)",
+		w.llm.Spent(), w.llm.Calls(), costs.USD, costs.Reports, budget, step)
+	if w.llm.Spent() > budget+step+1e-9 {
+		t.Errorf("spent %.2f USD, over the budget %.2f plus one reservation %.2f", w.llm.Spent(), budget, step)
+	}
+	if costs.USD > budget+1e-9 || w.llm.Spent()-costs.USD > step+1e-9 || costs.Micro != agentctl.Micro(float64(costs.Reports)*step) {
+		t.Errorf("ledger %+v: want every report counted once, at most the killed call lost (LLM %.2f)", costs, w.llm.Spent())
+	}
+	asks := 0
+	for _, c := range w.jira.Comments(issue) {
+		if strings.Contains(c.Body, "budget") {
+			asks++
+		}
+	}
+	if asks != 1 {
+		t.Errorf("%d comments asking for more budget, want 1: %+v", asks, w.jira.Comments(issue))
+	}
+	if labels := strings.Join(w.jira.Labels(issue), ","); !strings.Contains(labels, "ymir_budget_exhausted") {
+		t.Errorf("labels %s: want the issue parked", labels)
+	}
+
+	// The approval: the budget is raised and both parked requests resume.
+	p := startProc(t, w.bin, []string{"REDIS_URL=" + redistest.URL()}, "budget", "approve", issue, "--usd", "1",
+		"--once", "jira-comment-1", "--ymir-namespace", w.topo.Namespace)
+	if code := p.exit(30 * time.Second); code != 0 || strings.Count(p.stdout(), "resumed") != 2 {
+		t.Fatalf("budget approve: exit %d\n%s\n%s", code, p.stdout(), p.stderr())
+	}
+	redistest.Eventually(t, 90*time.Second, func() bool {
+		return len(records(context.Background(), w.admin, w.topo, event.StageDone, issue)) == 2
+	}, "both agents complete after the approval (triage log: %s\nrebase log: %s)", tw.stderr(), rw.stderr())
+	if w.completed("triage", issue) != 5 || w.completed("rebase", issue) != 5 {
+		t.Errorf("checkpoints list %d and %d steps, want 5 each", w.completed("triage", issue), w.completed("rebase", issue))
+	}
+	if w.llm.Spent() > budget+1+step+1e-9 {
+		t.Errorf("spent %.2f USD, over the raised budget %.2f plus one reservation", w.llm.Spent(), budget+1)
+	}
+	for _, wk := range []*proc{tw, rw} {
+		if code, _ := wk.stop(20 * time.Second); code != 0 {
+			t.Errorf("worker exit %d: %s", code, wk.stderr())
+		}
+	}
+}
