@@ -35,6 +35,11 @@ const (
 //     YMIR_MESSAGE_ID, YMIR_STREAM, YMIR_USER_TRIGGERED and JIRA_ISSUE (the issue key),
 //     and, when ctx carries a trace, TRACEPARENT (and TRACESTATE): the W3C context of
 //     the runner's span, so an agent that uses OpenTelemetry continues the trace;
+//   - with RunRequest.Mailbox, YMIR_MAILBOX=/dev/fd/3 (the follow-ups); with
+//     RunRequest.Control, YMIR_CONTROL_FD: one end of a stream socket pair (the next
+//     descriptor), on which the agent sends its control requests and reads the answers;
+//     a run that stops after a reservation was denied for its budget returns
+//     ErrBudgetExhausted;
 //   - stdout: the JSON result (see ParseResult); at most MaxStdout bytes are kept;
 //   - a non-zero exit status or output that is not a result is an error (the event is
 //     retried); the tail of stderr (at most MaxStderr bytes in the log, 2 KiB in the
