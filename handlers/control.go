@@ -18,8 +18,9 @@ import (
 // a reservation was denied for its budget; the issue is parked until a raise.
 const BudgetExhausted = "budget.exhausted"
 
-// LabelBudgetExhausted parks an issue whose budget is exhausted: added, never a state
-// label, so the issue's state stands for the run that resumes after a raise.
+// LabelBudgetExhausted parks an issue whose budget is exhausted: added beside the
+// issue's state labels, and removed by the next state a run asserts (a resumed run's
+// outcome, a claim).
 const LabelBudgetExhausted = "ymir_budget_exhausted"
 
 // openControl gives a run under a lease its control channel and puts the last

@@ -133,6 +133,7 @@ func TestBudgetExhaustedParksAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, 20*time.Second, func() bool { return contains(e.labels(key), labels.Rebased) }, "rebased after the raise")
+	e.wantLabels(key, labels.Rebased) // the park label went with the resumed run's outcome
 	agent.mu.Lock()
 	defer agent.mu.Unlock()
 	// Runs: 2 steps then denied; denied at once (resumed at 2); after the raise resumed at 2.
