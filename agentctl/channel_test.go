@@ -113,7 +113,9 @@ func TestChannelSupersededRefusedAndVoidAtEnd(t *testing.T) {
 		t.Fatal(a)
 	}
 	_ = c.Close() // the run ends: its channel voids the reservation
-	<-done
+	if err := <-done; err != nil {
+		t.Fatalf("the channel ended with %v", err)
+	}
 	_, other := w.acquire(t, "triage", "RHEL-22")
 	if g, _ := w.ledger.Reserve(ctx, other, 1, 900_000); g.Status != agentctl.StatusGranted {
 		t.Fatalf("after the run's end: %+v, want its reservation void", g)

@@ -2,6 +2,7 @@ package agentctl_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func (w *world) acquire(t *testing.T, agent, issue string) (*lease.Lease, agentc
 func (w *world) spent(t *testing.T, issue string) int64 {
 	t.Helper()
 	v, err := w.rdb.HGet(context.Background(), w.ns+"ctl:{"+issue+"}:ledger", "spent").Int64()
-	if err != nil && err != redis.Nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
 	}
 	return v

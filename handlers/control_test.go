@@ -48,7 +48,7 @@ func (a *scriptedAgent) Run(ctx context.Context, req runners.RunRequest) (runner
 	served := make(chan error, 1)
 	go func() { served <- req.Control.Serve(ctx, ours); _ = ours.Close() }()
 	var once sync.Once
-	end := func() { once.Do(func() { _ = theirs.Close(); <-served }) }
+	end := func() { once.Do(func() { _ = theirs.Close(); _ = <-served }) }
 	defer end()
 	r := bufio.NewReader(theirs)
 	seq := int64(0)

@@ -80,7 +80,7 @@ func TestExecRunnerBudgetExhausted(t *testing.T) {
 		req := runReq(t, "rebase")
 		req.Control = &echoControl{exhausted: true}
 		_, err := runners.ExecRunner{Command: tc.cmd}.Run(context.Background(), req)
-		if !errors.Is(err, tc.want) && !(tc.want == nil && err == nil) {
+		if !errors.Is(err, tc.want) && (tc.want != nil || err != nil) {
 			t.Errorf("%s: %v, want %v", tc.cmd, err, tc.want)
 		}
 	}

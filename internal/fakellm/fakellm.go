@@ -33,7 +33,6 @@ type Server struct {
 	mu        sync.Mutex
 	calls     int64
 	spent     float64
-	started   int64
 	fail      int
 	failAfter string
 	inFlight  map[string]int

@@ -399,8 +399,11 @@ func (a *agent) callLLM(ctx context.Context, ctl *ymirctl.Control, model string,
 		var u ymirctl.Usage
 		err = json.NewDecoder(resp.Body).Decode(&u)
 		_ = resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return ymirctl.Usage{}, fmt.Errorf("llm call: status %d: %v", resp.StatusCode, err)
+		if err != nil {
+			return ymirctl.Usage{}, fmt.Errorf("llm call: status %d: %w", resp.StatusCode, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return ymirctl.Usage{}, fmt.Errorf("llm call: status %d", resp.StatusCode)
 		}
 		u.Model, u.ToolCalls = model, 1
 		return u, nil
