@@ -10,12 +10,16 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/tracing"
 	"github.com/ymirflow/ymirflow/runners"
 )
 
@@ -143,5 +147,36 @@ func TestBudgetExhaustedParksAndResumes(t *testing.T) {
 	costs, _ := ledger.Costs(ctx, key)
 	if costs.Micro != agentctl.Micro(1.2) {
 		t.Fatalf("ledger %+v, want 3 steps of 0.4 counted", costs)
+	}
+}
+
+// The runner's span carries what the run reported on its channel, counted.
+func TestRunnerSpanCarriesCost(t *testing.T) {
+	t.Parallel()
+	const key = "RHEL-391"
+	e := newEnv(t, fakejira.Issue{Key: key})
+	ledger, err := agentctl.NewLedger(e.rdb, e.ns, agentctl.Budgets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := tracetest.NewInMemoryExporter()
+	tp := tracing.NewProvider(tracing.Config{Command: "test"}, sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := e.Config("rebase", "c9s", "w-span", e.locker(), e.handler("rebase", "c9s", &scriptedAgent{},
+		func(c *handlers.Config) { c.Ledger, c.TracerProvider = ledger, tp }))
+	cfg.Logger, cfg.TracerProvider = e.log, tp
+	e.Start(ctx, cfg)
+	if _, err := e.pub.PublishID(ctx, e.topo.Stream("rebase", "c9s", false), downstreamMsg(t, "rebase", key, "c9s", false)); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 20*time.Second, func() bool { return spanIndex(exp.GetSpans()).has("runner rebase") }, "the runner's span ended")
+	sp := spanIndex(exp.GetSpans()).named(t, "runner rebase")
+	if got := attrOf(sp, "ymirflow.cost_usd"); got != "1.2" {
+		t.Errorf("ymirflow.cost_usd = %q, want 1.2 (three steps of 0.4)", got)
+	}
+	if got := attrOf(sp, "ymirflow.tokens_in"); got != "30" {
+		t.Errorf("ymirflow.tokens_in = %q, want 30", got)
 	}
 }
