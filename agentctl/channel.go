@@ -165,10 +165,11 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	if err != nil && (!errors.Is(err, io.EOF) || len(line) == 0) {
 		return nil, err
 	}
+	line = trimEOL(line)
 	if len(line) > MaxLine {
 		return nil, errLineTooLong
 	}
-	return trimEOL(line), nil
+	return line, nil
 }
 
 func trimEOL(b []byte) []byte {
