@@ -16,7 +16,8 @@ import (
 // triggers (ymir_todo, ymir_retry_needed) and the labels of other tools are not among
 // them, so asserting a state never touches them.
 func stateLabels() []string {
-	out := []string{labels.TriageInProgress, labels.TriageErrored}
+	// The park label of an exhausted budget too: the resumed run's state replaces it.
+	out := []string{labels.TriageInProgress, labels.TriageErrored, LabelBudgetExhausted}
 	for _, r := range runners.Resolutions {
 		if l := ResolutionLabel(r); l != "" {
 			out = append(out, l)

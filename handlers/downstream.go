@@ -37,6 +37,9 @@ func (h *handler) downstream(msg *message.Message) error {
 			}
 			err = fmt.Errorf("%s of %s: %w: %s", agent, ev.key, errCleanFailure, reason)
 		}
+		if isBudgetExhausted(err) {
+			return h.budgetExhausted(ctx, ev, err)
+		}
 		if err != nil {
 			return h.downstreamFailed(ctx, ev, err)
 		}

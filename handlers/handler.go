@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -65,6 +66,14 @@ type Config struct {
 	// record in Redis at every delivery, so a redelivery settles on any worker.
 	// Default: 1024.
 	EndedCache int
+	// Ledger, when set, gives each run under a lease its control channel (usage,
+	// reserve, checkpoint, permit: package agentctl, YMIR_CONTROL_FD) and the issue
+	// agent's last checkpoint in its Task JSON ("checkpoint"); a run that stops for its
+	// budget ends with the outcome budget.exhausted. Default: nil, no channel.
+	Ledger *agentctl.Ledger
+	// Control configures each run's channel (permits, limits, metrics); its Logger is
+	// the event's.
+	Control agentctl.ChannelOptions
 }
 
 // FenceObserver counts fenced Jira writes made for an event (target: labels, comment).

@@ -45,9 +45,14 @@ func (h *handler) runAgent(ctx context.Context, ev *job) (*ranRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	ch, err := h.openControl(ctx, ev, &req)
+	if err != nil {
+		return nil, err
+	}
 	start := h.now()
 	rctx, span := h.span(ctx, ev, "runner "+h.cfg.Agent)
 	res, err := h.cfg.Runner.Run(rctx, req)
+	controlAttributes(span, ch)
 	h.endSpan(span, err)
 	if err != nil {
 		return nil, err

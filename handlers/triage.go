@@ -39,6 +39,9 @@ func (h *handler) triage(msg *message.Message) error {
 		if err == nil && res.Resolution == runners.ResolutionError {
 			err = fmt.Errorf("triage resolved to error: %s", errorDetails(res.Data))
 		}
+		if isBudgetExhausted(err) {
+			return h.budgetExhausted(ctx, ev, err)
+		}
 		if err != nil {
 			return h.triageFailed(ctx, ev, err)
 		}

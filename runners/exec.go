@@ -35,6 +35,11 @@ const (
 //     YMIR_MESSAGE_ID, YMIR_STREAM, YMIR_USER_TRIGGERED and JIRA_ISSUE (the issue key),
 //     and, when ctx carries a trace, TRACEPARENT (and TRACESTATE): the W3C context of
 //     the runner's span, so an agent that uses OpenTelemetry continues the trace;
+//   - with RunRequest.Mailbox, YMIR_MAILBOX=/dev/fd/3 (the follow-ups); with
+//     RunRequest.Control, YMIR_CONTROL_FD: one end of a stream socket pair (the next
+//     descriptor), on which the agent sends its control requests and reads the answers;
+//     a run that stops after a reservation was denied for its budget returns
+//     ErrBudgetExhausted;
 //   - stdout: the JSON result (see ParseResult); at most MaxStdout bytes are kept;
 //   - a non-zero exit status or output that is not a result is an error (the event is
 //     retried); the tail of stderr (at most MaxStderr bytes in the log, 2 KiB in the
@@ -106,6 +111,11 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 		cmd.Env = append(cmd.Env, "YMIR_MAILBOX=/dev/fd/3")
 		mb = &mailboxFeed{w: pw, r: pr}
 	}
+	ctl, err := r.openControl(cmd, req.Control)
+	if err != nil {
+		mb.close()
+		return Result{}, err
+	}
 	cmd.Stdin = bytes.NewReader(req.Payload)
 	stdout := &headBuffer{max: orDefault(r.MaxStdout, DefaultMaxStdout)}
 	stderr := &tailBuffer{max: orDefault(r.MaxStderr, DefaultMaxStderr)}
@@ -116,12 +126,14 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		mb.close()
+		ctl.close()
 		return Result{}, fmt.Errorf("exec runner: start: %w", err)
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	mb.start(ctx, req.Mailbox, log)
+	ctl.start(ctx, req.Control, log)
 
 	var waitErr error
 	var termAt time.Time
@@ -156,6 +168,7 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	}
 	took := time.Since(start)
 	delivered := mb.stop()
+	ctl.stop()
 
 	// The configured secrets, and anything shaped like a credential (a token the agent
 	// printed that nobody configured), as a Jira comment's text is masked.
@@ -166,6 +179,22 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	if ctx.Err() != nil {
 		return Result{}, fmt.Errorf("exec runner: cancelled after %s: %w", took.Round(time.Millisecond), context.Cause(ctx))
 	}
+	res, err := r.result(req, waitErr, stdout, errTail)
+	if exhausted(req, res, err) {
+		return Result{}, fmt.Errorf("exec runner: the agent stopped after its budget was exhausted: %w", ErrBudgetExhausted)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res.Delivered = delivered
+	// An acknowledgement counts only for a follow-up this run was given.
+	res.FollowupsAcked = slices.DeleteFunc(res.FollowupsAcked, func(id string) bool { return !slices.Contains(delivered, id) })
+	log.Debug().Dur("took", took).Int("followups_delivered", len(delivered)).Msg("runner finished")
+	return res, nil
+}
+
+// result is the run's result from its exit and stdout.
+func (r ExecRunner) result(req RunRequest, waitErr error, stdout *headBuffer, errTail []byte) (Result, error) {
 	if waitErr != nil && !errors.Is(waitErr, exec.ErrWaitDelay) {
 		var ee *exec.ExitError
 		if errors.As(waitErr, &ee) {
@@ -180,11 +209,37 @@ func (r ExecRunner) Run(ctx context.Context, req RunRequest) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("exec runner: %w%s", err, stderrNote(errTail))
 	}
-	res.Delivered = delivered
-	// An acknowledgement counts only for a follow-up this run was given.
-	res.FollowupsAcked = slices.DeleteFunc(res.FollowupsAcked, func(id string) bool { return !slices.Contains(delivered, id) })
-	log.Debug().Dur("took", took).Int("followups_delivered", len(delivered)).Msg("runner finished")
 	return res, nil
+}
+
+// exhausted reports whether a run ended for its budget: a reservation was denied and
+// the run then failed or reported no success.
+func exhausted(req RunRequest, res Result, err error) bool {
+	if req.Control == nil || !req.Control.Exhausted() {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	if req.Agent == "triage" {
+		return res.Resolution == ResolutionError
+	}
+	return !res.Success
+}
+
+// openControl gives the agent its control channel: one end of a socket pair, as the
+// next descriptor after the mailbox's, named by YMIR_CONTROL_FD. Nil without a Control.
+func (r ExecRunner) openControl(cmd *exec.Cmd, c Control) (*controlFeed, error) {
+	if c == nil {
+		return nil, nil
+	}
+	f, err := newControlFeed()
+	if err != nil {
+		return nil, fmt.Errorf("exec runner: %w", err)
+	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, f.theirs)
+	cmd.Env = append(cmd.Env, "YMIR_CONTROL_FD="+strconv.Itoa(2+len(cmd.ExtraFiles)))
+	return f, nil
 }
 
 // mailboxFeed writes a run's follow-ups to the agent's YMIR_MAILBOX pipe, one JSON

@@ -44,6 +44,9 @@ type RunRequest struct {
 	// Mailbox, when set, feeds the agent the follow-ups while it runs (the
 	// exec runner: YMIR_MAILBOX). Default: nil, none.
 	Mailbox Mailbox
+	// Control, when set, serves the agent's control channel while it runs (the exec
+	// runner: YMIR_CONTROL_FD). Default: nil, none.
+	Control Control
 }
 
 // Result is what a runner reports. Triage runners fill Resolution, TargetBranch and

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/fakellm"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
@@ -177,6 +180,8 @@ func TestExampleAgentsThroughWorker(t *testing.T) {
 		t.Run(a.name, func(t *testing.T) {
 			// Not parallel: the worker reads its settings from the environment (t.Setenv).
 			admin, topo, dir := kitWorld(t, "100")
+			llm := startFakeLLM(t, fakellm.Options{CostUSD: 0.02})
+			t.Setenv("AGENT_STEPS", "3")
 			srv := fakejira.New(fakejira.Options{Token: "kit-token", Issues: []fakejira.Issue{{Key: "RHEL-901", Summary: "s"}}})
 			ts := httptest.NewServer(srv)
 			t.Cleanup(ts.Close)
@@ -245,6 +250,21 @@ func TestExampleAgentsThroughWorker(t *testing.T) {
 			if err != nil || strings.TrimSpace(string(trailer)) != "triage/RHEL-901/"+fence {
 				t.Errorf("commit trailer %q (%v), want triage/RHEL-901/%s", trailer, err, fence)
 			}
+			// The control channel: three metered calls, counted once each, and the last
+			// checkpoint saved under the run's fence.
+			ledger, err := agentctl.NewLedger(admin, topo.Namespace+":", agentctl.Budgets{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			costs, err := ledger.Costs(context.Background(), "RHEL-901")
+			if err != nil || llm.Calls() != 3 || costs.Micro != agentctl.Micro(3*0.02) || costs.Reports != 3 || costs.TokensIn != 3000 {
+				t.Errorf("ledger %+v (%v) after %d calls, want 3 reports of 0.02 USD", costs, err, llm.Calls())
+			}
+			ck, ok, err := ledger.LastCheckpoint(context.Background(), "triage", "RHEL-901")
+			if err != nil || !ok || !strings.Contains(string(ck.Data), `"completed": ["step-1", "step-2", "step-3"]`) &&
+				!strings.Contains(string(ck.Data), `"completed":["step-1","step-2","step-3"]`) || strconv.FormatInt(ck.Fence, 10) != fence {
+				t.Errorf("checkpoint %s fence %d (%v %v), want three steps under fence %s", ck.Data, ck.Fence, ok, err, fence)
+			}
 			sc := bufio.NewScanner(strings.NewReader(errb.String()))
 			for sc.Scan() {
 				if strings.Contains(sc.Text(), `"level":"error"`) {
@@ -253,4 +273,18 @@ func TestExampleAgentsThroughWorker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startFakeLLM starts the fake LLM endpoint and points the example agents at it
+// (AGENT_LLM_URL).
+func startFakeLLM(t *testing.T, o fakellm.Options) *fakellm.Server {
+	t.Helper()
+	llm := fakellm.New(o)
+	url, err := llm.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(llm.Close)
+	t.Setenv("AGENT_LLM_URL", url)
+	return llm
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
+
+	"github.com/ymirflow/ymirflow/agentctl"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
@@ -68,5 +72,29 @@ func showHistory(ctx context.Context, s *session, cfg *config.Inspect) error {
 		t.row(ev.Time.UTC().Format("2006-01-02 15:04:05.000Z"), ev.Stream, ev.ID, ev.EventType, ev.Agent, ev.Fence,
 			ev.CorrelationID, ev.ReplayOf, ev.About, clip(inspect.ShortDetail(ev.Detail), 100))
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return historyCost(ctx, s, rep.Issue)
+}
+
+// historyCost ends the history with the issue's ledger, when its agents reported any
+// usage through their control channel.
+func historyCost(ctx context.Context, s *session, issue string) error {
+	ledger, err := agentctl.NewLedger(s.rdb, s.topology.Namespace+":", agentctl.Budgets{})
+	if err != nil {
+		return err
+	}
+	c, err := ledger.Costs(ctx, issue)
+	if err != nil || c.Reports == 0 {
+		return err
+	}
+	agents := make([]string, 0, len(c.ByAgent))
+	for a, m := range c.ByAgent {
+		agents = append(agents, a+" "+usd(agentctl.USD(m)))
+	}
+	sort.Strings(agents)
+	fmt.Fprintf(s.stdout, "cost: %s USD in %d reports (%s), %d tokens in, %d out, %d tool calls; `ymirflow cost %s` per day\n",
+		usd(c.USD), c.Reports, strings.Join(agents, ", "), c.TokensIn, c.TokensOut, c.ToolCalls, issue)
+	return nil
 }

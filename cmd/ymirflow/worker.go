@@ -156,6 +156,10 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 				Msg("RUNNER_ENV names ymirflow's own Jira credentials: the agent gets them")
 		}
 	}
+	ledger, control, err := controlChannel(e, cfg, locker, metrics, log)
+	if err != nil {
+		return err
+	}
 	router, err := stage.New(stage.Config{
 		Router: pipeline.RouterConfig{Client: e.rdb, ClientOptions: e.opts, Topology: e.topology,
 			Agent: cfg.Agent, Branch: cfg.Branch, Consumer: cfg.ConsumerName, Concurrency: cfg.Concurrency, ReadBatch: cfg.ReadBatch,
@@ -166,7 +170,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		Handler: handlers.Config{Runner: runner, Jira: jc,
 			Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp),
 			Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
-			DryRun:    cfg.DryRun || jc == nil, Redactor: red, Fences: metrics, TracerProvider: tp},
+			DryRun:    cfg.DryRun || jc == nil, Redactor: red, Fences: metrics, TracerProvider: tp, Ledger: ledger, Control: control},
 		NoticeFailures: true,
 	})
 	if err != nil {

@@ -54,6 +54,8 @@ func Commands() map[string]Command {
 		"locks":    &Locks{},
 		"streams":  &Inspect{},
 		"history":  &Inspect{},
+		"cost":     &Inspect{},
+		"budget":   &Budget{},
 		"replay":   &Replay{},
 		"dlq":      &DLQ{},
 		"audit":    &Audit{},

@@ -117,6 +117,9 @@ func firstClause(u string) string {
 // one line, by "--flag", or by "COMMAND --flag" where commands mean different things;
 // the whole text is in docs/configuration.md.
 var shortUsage = map[string]string{
+	"--budget-issue-usd":          "spend limit of one issue in USD, every run and agent (0: off)",
+	"--permits":                   "upstream rate limits shared by every worker, e.g. llm:claude=5/s,jira=10/s",
+	"--operators-file":            "the console's operators, one a line: NAME ROLE sha256:HEX",
 	"--before":                    "only dead letters older than a stream id or an age (72h) (list, purge)",
 	"--branch":                    "target branch: c9s|c10s",
 	"--consumer-name":             "the worker's name in its consumer group, one per live process",

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -87,6 +88,9 @@ type Worker struct {
 	DemoSeed         int64         // --demo-seed, DEMO_SEED: seed of the simulated outcomes (runner demo)
 	RunRate          string        // --run-rate, RUN_RATE: run starts of this agent per period, shared by all its workers, e.g. 30/h (empty: none)
 	RunRateBurst     int           // --run-rate-burst, RUN_RATE_BURST: run starts RUN_RATE lets go at once after a quiet spell
+	BudgetIssueUSD   float64       // --budget-issue-usd, BUDGET_ISSUE_USD: spend limit of one issue, every agent and run (0: off)
+	BudgetAgentUSD   float64       // --budget-agent-usd, BUDGET_AGENT_USD: spend limit of one agent on one issue (0: off)
+	Permits          string        // --permits, PERMITS: upstream rate limits shared by every pod, e.g. llm:claude=5/s,jira=10/s
 
 	fs *flag.FlagSet // set by Register: tells which settings were given (derive)
 }
@@ -148,6 +152,32 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.IntVar(&w.RunRateBurst, "run-rate-burst", DefaultRunRateBurst, "run starts RUN_RATE lets go at once after a quiet spell")
 	w.fs = fs
 	fs.Int64Var(&w.DemoSeed, "demo-seed", 0, "seed of the simulated outcomes (runner demo)")
+	fs.Float64Var(&w.BudgetIssueUSD, "budget-issue-usd", 0, "spend limit of one issue in USD, over every run of every agent, enforced on the agents' reservations (YMIR_CONTROL_FD); "+
+		"an exhausted budget parks the issue until a maintainer raises it (`ymirflow budget approve`). 0: no limit")
+	fs.Float64Var(&w.BudgetAgentUSD, "budget-agent-usd", 0, "spend limit of one agent on one issue in USD, over all its runs. 0: no limit")
+	fs.StringVar(&w.Permits, "permits", "", "rate limits of the upstreams agents ask permits for, shared by every worker through Redis (GCRA): comma-separated "+
+		"<upstream>=<n>/s, the upstreams jira, gitlab and llm:<model>; e.g. llm:claude=5/s,jira=10/s. A reported 429 pauses everyone for its Retry-After, then halves the rate for a minute. Unset: none limited")
+}
+
+// PermitRates is PERMITS, parsed.
+func (w *Worker) PermitRates() (map[string]agentctl.Rate, error) {
+	out := map[string]agentctl.Rate{}
+	for _, f := range strings.Split(w.Permits, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		name, rate, ok := strings.Cut(f, "=")
+		n, err := strconv.Atoi(strings.TrimSuffix(rate, "/s"))
+		if !ok || err != nil || n < 1 || !strings.HasSuffix(rate, "/s") {
+			return nil, fmt.Errorf("%q is not <upstream>=<n>/s with n at least 1", f)
+		}
+		out[name] = agentctl.Rate{PerSecond: n, Burst: 1}
+	}
+	if _, err := agentctl.NewRedisPermits(nil, "", out); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "agentctl: "))
+	}
+	return out, nil
 }
 
 // envName is a variable name RUNNER_ENV may list; a glob is such a prefix then '*'.
@@ -295,6 +325,15 @@ func (w *Worker) validateConflict(p *problems) {
 // validateLimits checks the counts: replicas to wait for, mailbox depth, retries,
 // concurrency and read batch.
 func (w *Worker) validateLimits(p *problems) {
+	if w.BudgetIssueUSD < 0 || w.BudgetIssueUSD > 1e6 {
+		p.add("budget-issue-usd", "= %g must be between 0 (off) and 1000000", w.BudgetIssueUSD)
+	}
+	if w.BudgetAgentUSD < 0 || w.BudgetAgentUSD > 1e6 {
+		p.add("budget-agent-usd", "= %g must be between 0 (off) and 1000000", w.BudgetAgentUSD)
+	}
+	if _, err := w.PermitRates(); err != nil {
+		p.add("permits", "= %q: %v", w.Permits, err)
+	}
 	if w.LockWaitReplicas < 0 || w.LockWaitReplicas > 16 {
 		p.add("lock-wait-replicas", "= %d must be between 0 and 16", w.LockWaitReplicas)
 	}

@@ -12,6 +12,14 @@
 //     more, exit 143;
 //   - the result JSON on stdout, everything else on stderr.
 //
+// With a control channel (YMIR_CONTROL_FD, package ymirctl) it also works in AGENT_STEPS
+// steps (default 1), each an LLM call: a permit for llm:<AGENT_MODEL>, a reservation of
+// AGENT_STEP_USD (default 0.01), the call (POST AGENT_LLM_URL/v1/complete, or simulated at
+// that cost without AGENT_LLM_URL), the usage report, and a checkpoint of the steps done.
+// A run that finds a checkpoint in its Task JSON ("checkpoint") skips the steps it lists.
+// A denied reservation ends the run (exit 2: ymirflow records budget.exhausted and parks
+// the issue); a 429 is reported (the permits of every worker shrink) and the call retried.
+//
 // Its "work" is simulated: it waits AGENT_WORK_MS milliseconds (default 300), then
 // commits a note into a git repository and writes a comment file under AGENT_WORKDIR
 // (default $TMPDIR/ymir-agent-kit), one per issue. Triage answers AGENT_RESOLUTION
@@ -28,16 +36,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ymirflow/ymirflow/examples/agents/go/ymirctl"
 )
 
 const trailer = "Ymir-Fence"
@@ -56,8 +68,16 @@ type Followup struct {
 
 // task is the part of the Task JSON this agent reads; a real agent reads metadata too.
 type task struct {
-	Metadata  map[string]any `json:"metadata"`
-	Followups []Followup     `json:"followups"`
+	Metadata   map[string]any `json:"metadata"`
+	Followups  []Followup     `json:"followups"`
+	Checkpoint *checkpoint    `json:"checkpoint"`
+}
+
+// checkpoint is the progress this agent saves (and finds in the next run's Task JSON).
+type checkpoint struct {
+	Plan      []string `json:"plan"`
+	Completed []string `json:"completed"`
+	BranchSHA string   `json:"branch_sha"`
 }
 
 func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, "agent: "+format+"\n", a...) }
@@ -94,8 +114,25 @@ func run() int {
 	if p := os.Getenv("YMIR_MAILBOX"); p != "" {
 		go a.readMailbox(p)
 	}
-	res, err := a.work(ctx, t)
+	ctl, err := ymirctl.FromEnv()
+	if err != nil {
+		logf("control channel: %v", err)
+		return 1
+	}
+	if ctl != nil {
+		err = a.llmSteps(ctx, ctl, t)
+	}
+	var res map[string]any
+	if err == nil {
+		res, err = a.work(ctx, t)
+	}
 	switch {
+	case errors.Is(err, ymirctl.ErrBudgetExhaust):
+		logf("budget exhausted: %v", err)
+		return 2
+	case errors.Is(err, ymirctl.ErrStaleFence), errors.Is(err, ymirctl.ErrClosed):
+		logf("the run is over (%v): stopping, nothing more written", err)
+		return 143
 	case ctx.Err() != nil:
 		logf("SIGTERM: stopping, nothing more written")
 		return 143
@@ -285,4 +322,90 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// llmSteps works in AGENT_STEPS metered, checkpointed LLM calls, skipping those the
+// Task's checkpoint lists as done.
+func (a *agent) llmSteps(ctx context.Context, ctl *ymirctl.Control, t task) error {
+	steps, _ := strconv.Atoi(or(os.Getenv("AGENT_STEPS"), "1"))
+	model := or(os.Getenv("AGENT_MODEL"), "fake")
+	cost, _ := strconv.ParseFloat(or(os.Getenv("AGENT_STEP_USD"), "0.01"), 64)
+	ck := checkpoint{Completed: []string{}}
+	if t.Checkpoint != nil {
+		ck.Completed = append(ck.Completed, t.Checkpoint.Completed...)
+		logf("resuming from a checkpoint: %d of %d steps done", len(ck.Completed), steps)
+	}
+	for i := 1; i <= steps; i++ {
+		ck.Plan = append(ck.Plan, fmt.Sprintf("step-%d", i))
+	}
+	for _, step := range ck.Plan {
+		if slices.Contains(ck.Completed, step) {
+			continue
+		}
+		if err := ctl.Permit(ctx, "llm:"+model); err != nil {
+			return err
+		}
+		ok, err := ctl.Reserve(cost)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: reservation of %.4f USD denied", ymirctl.ErrBudgetExhaust, cost)
+		}
+		u, err := a.callLLM(ctx, ctl, model, cost)
+		if err != nil {
+			return err
+		}
+		if err := ctl.Usage(u); err != nil {
+			return err
+		}
+		ck.Completed = append(ck.Completed, step)
+		if err := ctl.Checkpoint(ck); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// callLLM makes one call to AGENT_LLM_URL (simulated at cost without it); a 429 is
+// reported on the channel and the call retried once a permit allows.
+func (a *agent) callLLM(ctx context.Context, ctl *ymirctl.Control, model string, cost float64) (ymirctl.Usage, error) {
+	url := os.Getenv("AGENT_LLM_URL")
+	if url == "" {
+		return ymirctl.Usage{Model: model, TokensIn: 100, TokensOut: 20, CostUSD: cost, ToolCalls: 1}, nil
+	}
+	for {
+		body := strings.NewReader(`{"model":"` + model + `"}`)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/complete", body)
+		if err != nil {
+			return ymirctl.Usage{}, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return ymirctl.Usage{}, err
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			after, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			_ = resp.Body.Close()
+			if err := ctl.Throttled("llm:"+model, time.Duration(max(after, 1))*time.Second); err != nil {
+				return ymirctl.Usage{}, err
+			}
+			if err := ctl.Permit(ctx, "llm:"+model); err != nil {
+				return ymirctl.Usage{}, err
+			}
+			continue
+		}
+		var u ymirctl.Usage
+		err = json.NewDecoder(resp.Body).Decode(&u)
+		_ = resp.Body.Close()
+		if err != nil {
+			return ymirctl.Usage{}, fmt.Errorf("llm call: status %d: %w", resp.StatusCode, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return ymirctl.Usage{}, fmt.Errorf("llm call: status %d", resp.StatusCode)
+		}
+		u.Model, u.ToolCalls = model, 1
+		return u, nil
+	}
 }

@@ -14,6 +14,14 @@ It shows the whole contract (examples/agents/README.md):
     more, exit 143;
   * the result JSON on stdout, everything else on stderr.
 
+With a control channel (YMIR_CONTROL_FD, module ymirctl) it also works in AGENT_STEPS steps
+(default 1), each an LLM call: a permit for llm:<AGENT_MODEL>, a reservation of
+AGENT_STEP_USD (default 0.01), the call (POST AGENT_LLM_URL/v1/complete, or simulated at
+that cost without AGENT_LLM_URL), the usage report, and a checkpoint of the steps done. A
+run that finds a checkpoint in its Task JSON ("checkpoint") skips the steps it lists. A
+denied reservation ends the run (exit 2: ymirflow records budget.exhausted and parks the
+issue); a 429 is reported (the permits of every worker shrink) and the call retried.
+
 Its "work" is simulated: it waits AGENT_WORK_MS milliseconds (default 300), then
 commits a note into a git repository and writes a comment file under AGENT_WORKDIR
 (default $TMPDIR/ymir-agent-kit), one per issue. Triage answers AGENT_RESOLUTION
@@ -29,6 +37,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ymirctl  # noqa: E402  (beside this file: the kit's client of the control channel)
 
 TRAILER = "Ymir-Fence"
 MARKER = re.compile(r"<!-- ymir-fence: (\S+) (\S+) (\d+) -->")
@@ -137,6 +150,45 @@ class Agent:
         os.replace(tmp, path)
         return True
 
+    # --- the control channel: fenced, metered LLM calls that resume from a checkpoint.
+    def llm_steps(self, ctl, task):
+        steps = int(os.environ.get("AGENT_STEPS") or "1")
+        model = os.environ.get("AGENT_MODEL") or "fake"
+        cost = float(os.environ.get("AGENT_STEP_USD") or "0.01")
+        plan = ["step-%d" % i for i in range(1, steps + 1)]
+        done = list(((task.get("checkpoint") or {}).get("completed")) or [])
+        if done:
+            log("resuming from a checkpoint: %d of %d steps done" % (len(done), len(plan)))
+        for step in plan:
+            if step in done:
+                continue
+            self.check()
+            ctl.permit("llm:" + model, self.stopping)
+            if not ctl.reserve(cost):
+                raise ymirctl.BudgetExhausted("reservation of %.4f USD denied" % cost)
+            ans = self.call_llm(ctl, model, cost)
+            ctl.usage(model, ans["tokens_in"], ans["tokens_out"], ans["cost_usd"], tool_calls=1)
+            done.append(step)
+            ctl.checkpoint({"plan": plan, "completed": done, "branch_sha": ""})
+        return len(done)
+
+    def call_llm(self, ctl, model, cost):
+        url = os.environ.get("AGENT_LLM_URL")
+        if not url:
+            return {"tokens_in": 100, "tokens_out": 20, "cost_usd": cost}
+        while True:
+            req = urllib.request.Request(url + "/v1/complete", data=json.dumps({"model": model}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    return json.load(resp)
+            except urllib.error.HTTPError as e:
+                if e.code != 429:
+                    raise
+                after = int(e.headers.get("Retry-After") or "1")
+                ctl.throttled("llm:" + model, after * 1000)
+                ctl.permit("llm:" + model, self.stopping)
+
     def run(self, task):
         signal.signal(signal.SIGTERM, self.on_term)
         log("started: %s %s, fence %d" % (self.agent, self.issue, self.fence))  # the handler is in place
@@ -146,6 +198,10 @@ class Agent:
         earlier = task.get("followups") or []  # unacknowledged follow-ups of earlier runs
         for fu in earlier:
             log("follow-up %s (from an earlier run) from %s" % (fu.get("id"), fu.get("author") or "?"))
+
+        ctl = ymirctl.Control.from_env()
+        if ctl is not None:
+            self.llm_steps(ctl, task)
 
         # The work: in short steps, so SIGTERM is seen within 50 ms.
         deadline = time.monotonic() + int(os.environ.get("AGENT_WORK_MS") or "300") / 1000.0
@@ -182,6 +238,12 @@ def main():
     except Stop:
         log("SIGTERM: stopping, nothing more written")
         return 143
+    except (ymirctl.StaleFence, ymirctl.ChannelClosed) as e:
+        log("the run is over (%s): stopping, nothing more written" % e)
+        return 143
+    except ymirctl.BudgetExhausted as e:
+        log("budget exhausted: %s" % e)
+        return 2
     except Exception as e:  # a failed attempt: the worker retries, then dead-letters
         log("failed: %s" % e)
         return 1

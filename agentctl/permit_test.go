@@ -1,0 +1,92 @@
+package agentctl_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/agentctl"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+)
+
+// hammer asks for permits of upstream from every limiter at once for d and returns
+// the grants and the time it took.
+func hammer(ctx context.Context, ps []*agentctl.RedisPermits, upstream string, d time.Duration) (int64, time.Duration) {
+	var grants atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < d {
+				wait, err := p.Allow(ctx, upstream)
+				if err != nil {
+					return
+				}
+				if wait == 0 {
+					grants.Add(1)
+					continue
+				}
+				time.Sleep(min(wait, 20*time.Millisecond))
+			}
+		}()
+	}
+	wg.Wait()
+	return grants.Load(), time.Since(start)
+}
+
+// Limiters of three workers (each its own Redis connection) asking for llm:x limited to
+// 5/s stay within it combined; a 429 reported through one pauses all of them, then
+// halves their rate.
+func TestPermitsSharedAndShrinkOn429(t *testing.T) {
+	ctx := context.Background()
+	_, ns := redistest.Client(t)
+	var ps []*agentctl.RedisPermits
+	for range 3 {
+		opts, _ := redis.ParseURL(redistest.URL())
+		c := redis.NewClient(opts)
+		t.Cleanup(func() { _ = c.Close() })
+		p, err := agentctl.NewRedisPermits(c, ns, map[string]agentctl.Rate{"llm:x": {PerSecond: 5, Burst: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	grants, took := hammer(ctx, ps, "llm:x", 1500*time.Millisecond)
+	if limit := int64(5*took.Seconds()) + 2; grants > limit || grants < 3 {
+		t.Fatalf("%d permits in %s from three limiters, want at most %d (5/s combined) and some", grants, took, limit)
+	}
+	if wait, _ := ps[0].Allow(ctx, "jira"); wait != 0 {
+		t.Fatal("an upstream without a rate was limited")
+	}
+
+	if err := ps[1].Throttle(ctx, "llm:x", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range ps {
+		if wait, err := p.Allow(ctx, "llm:x"); err != nil || wait <= 0 {
+			t.Fatalf("limiter %d right after a 429: wait %s (%v), want a pause", i, wait, err)
+		}
+	}
+	redistest.Eventually(t, 10*time.Second, func() bool { w, _ := ps[0].Allow(ctx, "llm:x"); return w == 0 }, "the pause ends")
+	grants, took = hammer(ctx, ps, "llm:x", 2*time.Second)
+	if limit := int64(2.5*took.Seconds()) + 2; grants > limit {
+		t.Fatalf("%d permits in %s after a 429, want at most %d (half the rate)", grants, took, limit)
+	}
+}
+
+func TestPermitsRefuseBadNames(t *testing.T) {
+	for _, name := range []string{"redis", "llm:", "llm:a b", ""} {
+		if _, err := agentctl.NewRedisPermits(nil, "", map[string]agentctl.Rate{name: {PerSecond: 1}}); err == nil {
+			t.Errorf("%q accepted", name)
+		}
+	}
+	if _, err := agentctl.NewRedisPermits(nil, "", map[string]agentctl.Rate{"jira": {PerSecond: 0}}); err == nil {
+		t.Error("a rate of 0 accepted")
+	}
+}

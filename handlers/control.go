@@ -1,0 +1,111 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ymirflow/ymirflow/agentctl"
+	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/runners"
+)
+
+// BudgetExhausted is the typed outcome (record event type) of a run that ended because
+// a reservation was denied for its budget; the issue is parked until a raise.
+const BudgetExhausted = "budget.exhausted"
+
+// LabelBudgetExhausted parks an issue whose budget is exhausted: added beside the
+// issue's state labels, and removed by the next state a run asserts (a resumed run's
+// outcome, a claim).
+const LabelBudgetExhausted = "ymir_budget_exhausted"
+
+// openControl gives a run under a lease its control channel and puts the last
+// checkpoint of the issue's agent into its Task JSON. Nil without Config.Ledger or a
+// lease.
+func (h *handler) openControl(ctx context.Context, ev *job, req *runners.RunRequest) (*agentctl.Channel, error) {
+	if h.cfg.Ledger == nil {
+		return nil, nil
+	}
+	le, ok := lockmw.LeaseFrom(ctx)
+	if !ok {
+		return nil, nil
+	}
+	ck, found, err := h.cfg.Ledger.LastCheckpoint(ctx, h.cfg.Agent, ev.key)
+	if err != nil {
+		return nil, h.redisErr(ctx, ev, "read the checkpoint", err)
+	}
+	if found {
+		payload, err := runners.WithCheckpoint(req.Payload, ck.Data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", event.ErrBadEvent, err)
+		}
+		req.Payload = payload
+		ev.log.Info().Int64("checkpoint_fence", ck.Fence).Msg("run resumes from the issue's last checkpoint")
+	}
+	opts := h.cfg.Control
+	opts.Logger = ev.log
+	ch := h.cfg.Ledger.Open(agentctl.RunOf(le), opts)
+	req.Control = ch
+	return ch, nil
+}
+
+// controlAttributes puts what the run reported, counted, on its span.
+func controlAttributes(span trace.Span, ch *agentctl.Channel) {
+	if ch == nil {
+		return
+	}
+	t := ch.Totals()
+	span.SetAttributes(attribute.Float64("ymirflow.cost_usd", agentctl.USD(t.Micro)),
+		attribute.Int64("ymirflow.tokens_in", t.TokensIn), attribute.Int64("ymirflow.tokens_out", t.TokensOut),
+		attribute.Int64("ymirflow.tool_calls", t.ToolCalls), attribute.Int64("ymirflow.usage_reports", t.Reports),
+		attribute.Bool("ymirflow.budget_exhausted", ch.Exhausted()))
+}
+
+// budgetExhausted ends a run that stopped for its budget: the issue gets the park
+// label and, once per budget level, a comment asking for more; the request is kept to
+// be published again when the budget is raised; the outcome is recorded as
+// budget.exhausted and the event is acknowledged (never retried: a retry would be
+// denied again).
+func (h *handler) budgetExhausted(ctx context.Context, ev *job, cause error) error {
+	if a := aborted(ctx); a != nil {
+		return fmt.Errorf("%s of %s interrupted: %w: %w", h.cfg.Agent, ev.key, a, cause)
+	}
+	if !ev.p.labelled {
+		if err := h.setLabels(ctx, ev, []string{LabelBudgetExhausted}, nil); err != nil {
+			return h.jiraErr(ctx, ev, "write "+LabelBudgetExhausted, err)
+		}
+		ev.p.labelled = true
+	}
+	l := h.cfg.Ledger
+	err := l.Park(ctx, ev.key, agentctl.Parked{Agent: h.cfg.Agent, Stream: event.EntryStream(ev.msg),
+		EventType: ev.msg.Metadata.Get(event.MetaEventType), Payload: ev.msg.Payload})
+	if err != nil {
+		return h.redisErr(ctx, ev, "park the request", err)
+	}
+	first, err := l.AskOnce(ctx, ev.key)
+	if err != nil {
+		return h.redisErr(ctx, ev, "mark the budget request", err)
+	}
+	if first {
+		h.comment(ctx, ev, budgetComment(ev.key, l.Budgets()))
+	}
+	detail := map[string]any{"label": LabelBudgetExhausted, "error": cause.Error(), "asked": first}
+	if err := h.record(ctx, ev, BudgetExhausted, LabelBudgetExhausted, detail); err != nil {
+		return err
+	}
+	ev.log.Warn().Bool("asked", first).Msg("budget exhausted: the issue is parked until a maintainer raises it")
+	return h.end(ev, nil)
+}
+
+func budgetComment(key string, b agentctl.Budgets) string {
+	return fmt.Sprintf("ymirflow: the agents' budget for %s is exhausted (issue budget %.2f USD, per agent %.2f USD; 0 is none), "+
+		"so the work is paused where it stood. A maintainer can approve more with a comment `/ymir budget +AMOUNT` "+
+		"(USD) and the work resumes from its last checkpoint.", key, b.Issue, b.Agent)
+}
+
+// isBudgetExhausted reports whether a run's error is its budget's end.
+func isBudgetExhausted(err error) bool { return errors.Is(err, runners.ErrBudgetExhausted) }
