@@ -258,6 +258,11 @@ type AcquireOptions struct {
 	// agent's shared key would have nobody to publish it). On Redis Cluster at most one
 	// (CheckScopes). Default: none (scope agent alone).
 	Shared []ScopeKey
+	// Wait, when set, selects the wait policy (line.go): if the key is busy, the event
+	// joins its FIFO line (acked in the same script on standalone Redis) and the
+	// LockedError says Waited; the release that frees the key hands it to the head of
+	// the line. Cannot be combined with Queue, Deliver, Supersede or Shared. Default: nil.
+	Wait *WaitOptions
 }
 
 // DeliverOptions are the deliver policy's part of an acquire.
@@ -307,6 +312,9 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	a, err := l.prepare(agent, rawKey, ao)
 	if err != nil {
 		return nil, err
+	}
+	if ao.Wait != nil {
+		return l.acquireWait(ctx, a)
 	}
 	var res []any
 	switch {
