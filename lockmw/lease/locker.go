@@ -263,6 +263,11 @@ type AcquireOptions struct {
 	// LockedError says Waited; the release that frees the key hands it to the head of
 	// the line. Cannot be combined with Queue, Deliver, Supersede or Shared. Default: nil.
 	Wait *WaitOptions
+	// LineHold, when above 0, says the key may have a line (a wait rule is in use beside
+	// this lease's own policy): the lease's release hands the key to the line's head, as
+	// a wait lease's does, so no release of the key misses it (WaitOptions.Hold).
+	// Default: 0.
+	LineHold time.Duration
 }
 
 // DeliverOptions are the deliver policy's part of an acquire.
@@ -608,6 +613,9 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 				le.shared[i].Fence = atoi(res[2+i])
 			}
 		}
+	}
+	if a.ao.LineHold > 0 {
+		le.line = &lineLease{lid: a.ao.MessageID, hold: l.holdOf(&WaitOptions{Hold: a.ao.LineHold}), keys: a.keys.Line()}
 	}
 	if a.ao.Supersede && len(res) >= 5 {
 		le.stopping = atoi(res[2])

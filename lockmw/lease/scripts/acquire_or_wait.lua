@@ -16,7 +16,8 @@
 --      whose wake-up was lost (a crash between a release and its publish on Cluster):
 --      the reply says so (stranded) and the caller wakes it (line_wake.lua).
 -- The holder's own entry (claimed from its dead worker while the lease lives) is only
--- reported busy (state 0), as in acquire_or_queue.lua.
+-- reported busy (state 0), as in acquire_or_queue.lua. An event whose turn it is but
+-- whose free key an event of another policy (drop, delay) took goes first in line.
 --
 -- KEYS: lock, info, fence, line, seen, turn[, source stream]
 -- ARGV: token, ttl_ms, owner, acquired_at_ms, message_id, lid, hold_ms, max, seen_ttl_ms,
@@ -60,6 +61,23 @@ end
 if cur and o.mid ~= '' and redis.call('HGET', k.info, 'message_id') == o.mid then
   return busy(0, 0)
 end
+local function join(push)
+  local e = {o.lid, line_now(), '_stream', ARGV[10]}
+  for i = 13, #ARGV do e[#e + 1] = ARGV[i] end
+  redis.call(push, k.line, cjson.encode(e))
+  redis.call('PEXPIRE', k.line, o.seen_ttl)
+  redis.call('HSET', k.seen, o.lid, 'w')
+  redis.call('PEXPIRE', k.seen, o.seen_ttl)
+  ack()
+end
+if state == 'h' and turn == o.lid and redis.call('HGET', k.info, 'lid') ~= o.lid then
+  -- Its turn, but an event of another policy (drop, delay) took the free key meanwhile:
+  -- it goes first in line and gives the turn up, so that holder's release hands it
+  -- the key.
+  join('LPUSH')
+  redis.call('DEL', k.turn)
+  return busy(1, 1)
+end
 if state == 'w' or (state == 'h' and turn == o.lid) then
   ack()
   local st = 2
@@ -71,11 +89,5 @@ if n >= tonumber(ARGV[8]) then
   local h = redis.call('HMGET', k.info, 'owner', 'fence', 'acquired_at', 'message_id')
   return {3, n, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', k.lock)}
 end
-local e = {o.lid, line_now(), '_stream', ARGV[10]}
-for i = 13, #ARGV do e[#e + 1] = ARGV[i] end
-redis.call('RPUSH', k.line, cjson.encode(e))
-redis.call('PEXPIRE', k.line, o.seen_ttl)
-redis.call('HSET', k.seen, o.lid, 'w')
-redis.call('PEXPIRE', k.seen, o.seen_ttl)
-ack()
+join('RPUSH')
 return busy(1, n + 1)
