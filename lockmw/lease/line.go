@@ -205,21 +205,23 @@ func (a *acquisition) lineBusy(res []any, w *WaitOptions) error {
 	return le
 }
 
+// How a wait lease's release ends its event's turn (release_line.lua's done).
+const (
+	turnKeep = "0" // no run happened (a give-back): the event keeps its turn
+	turnRan  = "1" // the run finished: it ran, its turn ends
+	turnPass = "2" // the run failed: its turn ends; its retry joins the line again
+)
+
 // lineRelease ends a wait lease: release_line.lua, and on Redis Cluster its rounds (a
-// coalesced follow-up or the line's head to append first, each once by its id). done:
-// the event's run finished (it is acked here on standalone Redis, e set): its turn ends
-// and the line moves on; otherwise its turn stays for its retry. It reports whether the
-// lease was deleted.
-func (le *Lease) lineRelease(ctx context.Context, outcome string, done bool, e *Entry) (bool, error) {
+// coalesced follow-up or the line's head to append first, each once by its id). turn
+// says how the event's turn ends (turnRan: e is acked here on standalone Redis). It
+// reports whether the lease was deleted.
+func (le *Lease) lineRelease(ctx context.Context, outcome, turn string, e *Entry) (bool, error) {
 	ln := le.line
 	lk := ln.keys
 	mode := modeStandalone
 	if le.l.opts.Format == KeysCluster {
 		mode = modeCluster
-	}
-	doneArg := "0"
-	if done {
-		doneArg = "1"
 	}
 	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Done, le.keys.Queue, le.keys.Mailbox, le.keys.Fence, lk.Line, lk.Seen, lk.Turn}
 	group, id := "", ""
@@ -231,7 +233,7 @@ func (le *Lease) lineRelease(ctx context.Context, outcome string, done bool, e *
 	released := int64(-1)
 	for range maxDrainRounds {
 		res, err := releaseLineScript.Run(ctx, le.l.rdb, keys, le.token, outcome, le.messageID, mode, le.maxLen, pubQid,
-			le.issue, indexMax, indexTTLms, pubMS, ln.lid, doneArg, ln.hold.Milliseconds(), lineSeenTTL.Milliseconds(),
+			le.issue, indexMax, indexTTLms, pubMS, ln.lid, turn, ln.hold.Milliseconds(), lineSeenTTL.Milliseconds(),
 			pubLid, group, id).Slice()
 		if err != nil {
 			return false, err
@@ -271,8 +273,9 @@ func (le *Lease) lineRelease(ctx context.Context, outcome string, done bool, e *
 	return false, fmt.Errorf("lease: release %s: the line kept changing", le.keys.Lock)
 }
 
-// publishHead appends the line's head (lid, field, value, ...) to its stream, once by
-// its lid (Redis Cluster: the stream is in another slot), and returns the lid.
+// publishHead appends the line's head (lid@joined_ms, field, value, ...) to its stream,
+// once per joining (Redis Cluster: the stream is in another slot), and returns its
+// lid@joined_ms.
 func (l *Locker) publishHead(ctx context.Context, keys Keys, issue string, maxLen int64, h []any) (string, error) {
 	if len(h) < 1 {
 		return "", fmt.Errorf("lease: line head reply %v", h)
@@ -342,18 +345,22 @@ func (le *Lease) Woke() string {
 	return s
 }
 
-// releaseLineLease is release for a wait lease: its event is not done (a failed run, a
-// give-back), so its turn stays.
+// releaseLineLease is release for a wait lease whose event is not done: a failed run
+// passes its turn on (its retry joins the line again), a give-back keeps it.
 func (le *Lease) releaseLineLease(ctx context.Context, then func(pipe redis.Pipeliner), outcome string) (bool, error) {
-	return le.endLine(ctx, then, outcome, false, nil)
+	turn := turnPass
+	if outcome == outcomeGivenBack {
+		turn = turnKeep
+	}
+	return le.endLine(ctx, then, outcome, turn, nil)
 }
 
 // endLine stops the heartbeat and runs lineRelease, then then's commands.
-func (le *Lease) endLine(ctx context.Context, then func(pipe redis.Pipeliner), outcome string, done bool, e *Entry) (bool, error) {
+func (le *Lease) endLine(ctx context.Context, then func(pipe redis.Pipeliner), outcome, turn string, e *Entry) (bool, error) {
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
-	deleted, err := le.lineRelease(ctx, outcome, done, e)
+	deleted, err := le.lineRelease(ctx, outcome, turn, e)
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
 	}
@@ -373,7 +380,7 @@ func (le *Lease) endLine(ctx context.Context, then func(pipe redis.Pipeliner), o
 // head of the line, and ack e, in one script on standalone Redis (the ack after it on
 // Cluster). Handoff calls it for a wait lease.
 func (le *Lease) finishLine(ctx context.Context, e Entry) error {
-	_, err := le.endLine(ctx, nil, outcomeRan, true, &e)
+	_, err := le.endLine(ctx, nil, outcomeRan, turnRan, &e)
 	return err
 }
 

@@ -7,7 +7,7 @@ package lease
 // expires, their entry is redelivered), replies are lost (go-redis sends the script
 // again), on both key formats. After every step: one run at a time, each event runs
 // to its end at most once, and the events that waited run in the order they joined
-// the line. Once settled: every event ran exactly once (or was refused with the line
+// the line (a failed run's retry joins it again; a crashed run keeps its turn). Once settled: every event ran exactly once (or was refused with the line
 // full) and nothing is left waiting or pending. TestModelLeaseLinePlantedLostWakeup
 // shows that a release that does not hand the key over is caught.
 
@@ -142,6 +142,9 @@ func (m *lineModel) end(i int, how string) error {
 		if _, err := r.le.Release(m.ctx); err != nil {
 			return err
 		}
+		// A failed run passes its turn on: its retry joins the line again, at the tail
+		// (a failure that ends in the dead-letter queue strands nobody).
+		m.joined = slices.DeleteFunc(m.joined, func(l string) bool { return l == r.lid })
 		m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid}})
 	case "crash":
 		r.le.stopHeartbeat()
@@ -246,7 +249,9 @@ func (m *lineModel) settled() error {
 			}
 		}
 		if n != 1 && !m.full[lid] {
-			return m.fail(propLineOnce, "event %s ran to its end %d times once settled (waiting: %v)", lid, n, m.waiting())
+			k := m.l.Keys("a", "P-1")
+			return m.fail(propLineOnce, "event %s ran to its end %d times once settled (waiting: %v; lock %q, turn %q, seen %v)", lid, n, m.waiting(),
+				m.direct.Get(m.ctx, k.Lock).Val(), m.direct.Get(m.ctx, k.Line().Turn).Val(), m.direct.HGetAll(m.ctx, k.Line().Seen).Val())
 		}
 	}
 	if w := m.waiting(); len(w) > 0 {

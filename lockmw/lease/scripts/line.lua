@@ -39,9 +39,9 @@ end
 -- (standalone Redis, here; publish_queued). Nothing to do while the key is held, while
 -- it is somebody's turn, or when the line is empty. On Redis Cluster the stream is in
 -- another slot: the head is returned untouched ({5, lid, field, value, ...}) for the
--- caller to append (once, by its lid) and to call again with published = lid; a crash in
--- between leaves it at the head, not lost. Returns nil, {5, lid, field, value, ...} or
--- {6, lid, new id}.
+-- caller to append (once, by lid@joined_ms) and to call again with published = that; a
+-- crash in between leaves it at the head, not lost. Returns nil, {5, lid@joined_ms,
+-- field, value, ...} or {6, lid, new id}.
 local function line_promote(k, o)
   if redis.call('EXISTS', k.lock) == 1 or redis.call('EXISTS', k.turn) == 1 then return nil end
   local head = redis.call('LINDEX', k.line, 0)
@@ -50,7 +50,10 @@ local function line_promote(k, o)
   local lid = e[1]
   local q = {}
   for i = 3, #e do q[#q + 1] = e[i] end
-  if o.mode ~= '1' and o.published ~= lid then return {5, lid, unpack(q)} end
+  -- Published once per joining (lid and joined_ms: an event whose failed run joins the
+  -- line again is published again).
+  local pub = lid .. '@' .. e[2]
+  if o.mode ~= '1' and o.published ~= pub then return {5, pub, unpack(q)} end
   redis.call('LPOP', k.line)
   local res = 'line:' .. lid
   redis.call('SET', k.lock, res, 'PX', o.hold_ms)

@@ -5,7 +5,7 @@
 -- worker, as often as wanted.
 --
 -- KEYS: lock, info, fence, line, seen, turn
--- ARGV: mode, published_lid, hold_ms, seen_ttl_ms, maxlen, issue, index max, index TTL.
+-- ARGV: mode, published (lid@joined_ms of the head published), hold_ms, seen_ttl_ms, maxlen, issue, index max, index TTL.
 -- Returns {0, '', promoted lid or '', its new id or ''} or {5, 0, lid, field, value, ...}.
 local k = line_keys(KEYS[1], KEYS[2], KEYS[3], 4)
 local p = line_promote(k, {mode = ARGV[1], published = ARGV[2], hold_ms = ARGV[3], seen_ttl = ARGV[4],
