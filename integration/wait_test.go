@@ -20,10 +20,10 @@ import (
 // one at a time, in stream order, while workers are SIGKILLed at random: none lost,
 // none twice, none out of order.
 //
-// The line orders events by their arrival at the key (FIFO); one worker reads the 20
-// (in stream order) until they have all joined the line, then two more start, and for
-// the rest of the run a random worker is SIGKILLed (and a new one started) every
-// 0.3-1.2 s, six times. The ledger (runner processes) and the stream (each copy names
+// Three workers read the stream; the first event is enqueued alone and, once its run
+// has started, the 19 others: they meet the held key and join its line, which keeps
+// them in stream order whatever order the workers hand them over in. Then a random
+// worker is SIGKILLed (and a new one started) every 0.3-1.2 s, six times. The ledger (runner processes) and the stream (each copy names
 // the event it stands for, m:waited_from) are checked once every entry is settled.
 func TestWaitLineRunsInOrderUnderKills(t *testing.T) {
 	o := defaultOptions()
@@ -35,19 +35,20 @@ func TestWaitLineRunsInOrderUnderKills(t *testing.T) {
 	g := group{agent: "rebase", branch: "c9s"}
 	stream := topo.Stream(g.agent, g.branch, false)
 	const n = 20
-	s.startWorker(g, workerName(g, 0))
-	keys := make([]string, n)
+	for i := range 3 {
+		s.startWorker(g, workerName(g, i))
+	}
+	ctx := context.Background()
+	s.enqueueTo(g, "RHEL-1")
+	waitFor(t, 60*time.Second, "the first event's run", func() (bool, string) {
+		runs, _ := s.runs()
+		return len(runs) > 0, "no run yet"
+	})
+	keys := make([]string, n-1)
 	for i := range keys {
 		keys[i] = "RHEL-1"
 	}
 	s.enqueueTo(g, keys...)
-	ctx := context.Background()
-	waitFor(t, 60*time.Second, "the 19 events behind the first to join the line", func() (bool, string) {
-		w := lineLength(ctx, s.rdb)
-		return w == n-1, fmt.Sprintf("%d waiting", w)
-	})
-	s.startWorker(g, workerName(g, 1))
-	s.startWorker(g, workerName(g, 2))
 	next := 3
 	for range 6 {
 		time.Sleep(randDur(300*time.Millisecond, 1200*time.Millisecond))
@@ -89,7 +90,7 @@ func lineLength(ctx context.Context, rdb redis.UniversalClient) int64 {
 	keys, _ := rdb.Keys(ctx, "lockline:*").Result()
 	var total int64
 	for _, k := range keys {
-		total += rdb.LLen(ctx, k).Val()
+		total += rdb.ZCard(ctx, k).Val()
 	}
 	return total
 }

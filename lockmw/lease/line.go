@@ -84,7 +84,7 @@ type WaitOptions struct {
 
 // LineKeys are the Redis keys of a lease's line, in its hash slot.
 type LineKeys struct {
-	Line string // list: the waiting events, FIFO
+	Line string // sorted set: the waiting events, in stream order
 	Seen string // hash: lid -> w (waiting), h (its turn), r (ran)
 	Turn string // string: the lid whose turn it is
 }
@@ -395,7 +395,7 @@ type Waiting struct {
 func (l *Locker) Lines(ctx context.Context, agent, issue string) ([]Waiting, error) {
 	lk := l.Keys(agent, issue).Line()
 	pipe := l.rdb.Pipeline()
-	cmd := pipe.LRange(ctx, lk.Line, 0, -1)
+	cmd := pipe.ZRange(ctx, lk.Line, 0, -1)
 	_, _ = pipe.Exec(ctx)
 	raw, err := cmd.Result()
 	if err != nil {
@@ -412,8 +412,13 @@ func (l *Locker) Lines(ctx context.Context, agent, issue string) ([]Waiting, err
 	return out, nil
 }
 
-// parseWaiting reads one element of a line: {lid, joined_ms, '_stream', stream, ...}.
+// parseWaiting reads one member of a line: its sequence, 12 digits, a space, then
+// {lid, joined_ms, '_stream', stream, ...} (scripts/line.lua).
 func parseWaiting(s string) (Waiting, error) {
+	if len(s) < 13 {
+		return Waiting{}, fmt.Errorf("bad line member %q", s)
+	}
+	s = s[13:]
 	var e []any
 	if err := json.Unmarshal([]byte(s), &e); err != nil || len(e) < 4 {
 		return Waiting{}, fmt.Errorf("bad line element %q", s)

@@ -6,8 +6,9 @@ package lease
 // of the workers, runs finish, fail (their entry is redelivered) or crash (their lease
 // expires, their entry is redelivered), replies are lost (go-redis sends the script
 // again), on both key formats. After every step: one run at a time, each event runs
-// to its end at most once, and the events that waited run in the order they joined
-// the line (a failed run's retry joins it again; a crashed run keeps its turn). Once settled: every event ran exactly once (or was refused with the line
+// to its end at most once, and a hand-over gives the key to the event earliest in the
+// stream among those waiting (a crashed run keeps its turn; a failed run's retry joins
+// the line again). Once settled: every event ran exactly once (or was refused with the line
 // full) and nothing is left waiting or pending. TestModelLeaseLinePlantedLostWakeup
 // shows that a release that does not hand the key over is caught.
 
@@ -25,12 +26,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
 // Properties of the line.
 const (
 	propLineOnce  = "LineRunsOnce"  // an event runs to its end at most once, and exactly once when settled
-	propLineOrder = "LineOrder"     // the events that waited run in the order they joined
+	propLineOrder = "LineOrder"     // the key goes to the event earliest in the stream among those waiting
 	propLineExcl  = "LineExclusive" // one run at a time
 )
 
@@ -49,10 +51,12 @@ type lineModel struct {
 	inbox   []redis.XMessage // entries to deliver (read, or redelivered)
 	runs    []*lineRun       // live runs
 	crashed []*lineRun       // abandoned leases, keys not yet expired
-	joined  []string         // lids in the order they joined the line (first time)
-	ran     []string         // lids in the order their runs ended done
-	full    map[string]bool  // lids refused with the line full (dead-lettered)
-	known   map[string]bool  // every lid
+	waiting map[string]int   // lids in the line -> the step they joined at
+	handed  int              // the step of the last release or wake (a hand-over)
+	step    int
+	ran     []string        // lids in the order their runs ended done
+	full    map[string]bool // lids refused with the line full (dead-lettered)
+	known   map[string]bool // every lid
 }
 
 func (m *lineModel) lidOf(msg redis.XMessage) string {
@@ -97,12 +101,20 @@ func (m *lineModel) deliver(i int) error {
 			return m.fail(propLineExcl, "%s (event %s) runs while %s does", msg.ID, lid, m.runs[0].lid)
 		}
 		m.runs = append(m.runs, &lineRun{le: le, id: msg.ID, lid: lid})
+		if _, waited := m.waiting[lid]; waited {
+			delete(m.waiting, lid)
+			for w, at := range m.waiting {
+				if at < m.handed && streamid.Compare(w, lid) < 0 {
+					return m.fail(propLineOrder, "%s runs while %s, earlier in the stream, waits since before the hand-over", lid, w)
+				}
+			}
+		}
 	case errors.As(err, &full):
 		m.full[lid] = true
 		m.ack(msg.ID) // dead-lettered
 	case errors.As(err, &locked) && (locked.Waited || locked.Duplicate || locked.Ran):
-		if locked.Waited && !locked.Duplicate && !slices.Contains(m.joined, lid) {
-			m.joined = append(m.joined, lid)
+		if locked.Waited && !locked.Duplicate {
+			m.waiting[lid] = m.step
 		}
 		if m.l.opts.Format == KeysCluster {
 			m.ack(msg.ID)
@@ -111,6 +123,7 @@ func (m *lineModel) deliver(i int) error {
 			if _, err := m.l.WakeLine(m.ctx, "a", "P-1", 0, time.Hour); err != nil {
 				return err
 			}
+			m.handed = m.step
 		}
 	case errors.As(err, &locked):
 		// The live (or crashed, not yet expired) holder's own entry: redelivered later.
@@ -129,6 +142,9 @@ func (m *lineModel) end(i int, how string) error {
 	}
 	r := m.runs[i%len(m.runs)]
 	m.runs = slices.DeleteFunc(m.runs, func(x *lineRun) bool { return x == r })
+	if how != "crash" {
+		m.handed = m.step
+	}
 	switch how {
 	case "finish":
 		if slices.Contains(m.ran, r.lid) {
@@ -142,9 +158,8 @@ func (m *lineModel) end(i int, how string) error {
 		if _, err := r.le.Release(m.ctx); err != nil {
 			return err
 		}
-		// A failed run passes its turn on: its retry joins the line again, at the tail
-		// (a failure that ends in the dead-letter queue strands nobody).
-		m.joined = slices.DeleteFunc(m.joined, func(l string) bool { return l == r.lid })
+		// A failed run passes its turn on: its retry joins the line again (a failure
+		// that ends in the dead-letter queue strands nobody).
 		m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid}})
 	case "crash":
 		r.le.stopHeartbeat()
@@ -174,23 +189,8 @@ func (m *lineModel) newEvent() error {
 	return err
 }
 
-// check: the events that waited ran in the order they joined.
-func (m *lineModel) check() error {
-	var order []string
-	for _, lid := range m.ran {
-		if slices.Contains(m.joined, lid) {
-			order = append(order, lid)
-		}
-	}
-	for i, lid := range order {
-		if m.joined[i] != lid {
-			return m.fail(propLineOrder, "the events that waited joined as %v but ran as %v", m.joined, order)
-		}
-	}
-	return nil
-}
-
 func (m *lineModel) do(kind string, a int) error {
+	m.step++
 	var err error
 	switch kind {
 	case "new":
@@ -211,9 +211,6 @@ func (m *lineModel) do(kind string, a int) error {
 	}
 	if err == nil {
 		err = m.read()
-	}
-	if err == nil {
-		err = m.check()
 	}
 	return err
 }
@@ -250,11 +247,11 @@ func (m *lineModel) settled() error {
 		}
 		if n != 1 && !m.full[lid] {
 			k := m.l.Keys("a", "P-1")
-			return m.fail(propLineOnce, "event %s ran to its end %d times once settled (waiting: %v; lock %q, turn %q, seen %v)", lid, n, m.waiting(),
+			return m.fail(propLineOnce, "event %s ran to its end %d times once settled (waiting: %v; lock %q, turn %q, seen %v)", lid, n, m.inLine(),
 				m.direct.Get(m.ctx, k.Lock).Val(), m.direct.Get(m.ctx, k.Line().Turn).Val(), m.direct.HGetAll(m.ctx, k.Line().Seen).Val())
 		}
 	}
-	if w := m.waiting(); len(w) > 0 {
+	if w := m.inLine(); len(w) > 0 {
 		return m.fail(propStranded, "events left waiting in the line: %v", w)
 	}
 	if p, err := m.direct.XPending(m.ctx, m.stream, "g").Result(); err != nil || p.Count > 0 {
@@ -263,7 +260,7 @@ func (m *lineModel) settled() error {
 	return nil
 }
 
-func (m *lineModel) waiting() []string {
+func (m *lineModel) inLine() []string {
 	ws, _ := m.l.Lines(m.ctx, "a", "P-1")
 	var out []string
 	for _, w := range ws {
@@ -304,7 +301,7 @@ func (e *modelEnv) runLine(format KeyFormat, steps []mStep) error {
 		return err
 	}
 	m := &lineModel{t: e.t, ctx: context.Background(), direct: e.direct, proxy: e.proxy, l: l, stream: "{" + ns + "s}",
-		full: map[string]bool{}, known: map[string]bool{}}
+		full: map[string]bool{}, known: map[string]bool{}, waiting: map[string]int{}}
 	if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream, "g", "0").Err(); err != nil {
 		return err
 	}

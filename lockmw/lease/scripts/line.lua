@@ -1,8 +1,11 @@
 -- line.lua (after lease.lua): the wait policy's line, put before the scripts that use it
 -- (acquire_or_wait.lua, release_line.lua, line_wake.lua). Every key is in the lease's
 -- hash slot:
---   line  a list, FIFO: the events waiting for the key, each a JSON array
---         {lid, joined_ms, '_stream', stream, field, value, ...};
+--   line  a sorted set: the events waiting for the key, in the order of their streams
+--         (score: the ms part of the lid; member: its sequence part, zero-padded to
+--         12 digits, a space, then a JSON array {lid, joined_ms, '_stream', stream,
+--         field, value, ...}): several consumers reading one stream hand its entries
+--         to the script in any order, and the line still runs them in stream order;
 --   seen  a hash lid -> 'w' (waiting in the line), 'h' (handed the key: its run holds or
 --         held it and has not finished), 'r' (ran to its end): a repeat of any of them is
 --         acked and not run, not queued twice;
@@ -12,6 +15,13 @@
 --         moves on); nobody else takes it, and no release hands it on.
 -- A lid is the id of the stream entry an event first had: its copies carry it (the
 -- caller's waited_from), so every copy of one event is one member of the line.
+
+-- line_head is the line's first member and its decoded element, or nil.
+local function line_head(line)
+  local h = redis.call('ZRANGE', line, 0, 0)[1]
+  if not h then return nil, nil end
+  return h, cjson.decode(string.sub(h, 14))
+end
 
 -- line_now is the server's time in ms.
 local function line_now()
@@ -44,9 +54,8 @@ end
 -- field, value, ...} or {6, lid, new id}.
 local function line_promote(k, o)
   if redis.call('EXISTS', k.lock) == 1 or redis.call('EXISTS', k.turn) == 1 then return nil end
-  local head = redis.call('LINDEX', k.line, 0)
+  local head, e = line_head(k.line)
   if not head then return nil end
-  local e = cjson.decode(head)
   local lid = e[1]
   local q = {}
   for i = 3, #e do q[#q + 1] = e[i] end
@@ -54,7 +63,7 @@ local function line_promote(k, o)
   -- line again is published again).
   local pub = lid .. '@' .. e[2]
   if o.mode ~= '1' and o.published ~= pub then return {5, pub, unpack(q)} end
-  redis.call('LPOP', k.line)
+  redis.call('ZREM', k.line, head)
   local res = 'line:' .. lid
   redis.call('SET', k.lock, res, 'PX', o.hold_ms)
   redis.call('HSET', k.info, 'token', res, 'owner', 'line', 'fence', redis.call('GET', k.fence) or 0,
