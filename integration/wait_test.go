@@ -27,7 +27,13 @@ import (
 // one started, every 0.3-1.2 s, six times. The ledger (runner processes) and the stream (each copy names
 // the event it stands for, m:waited_from) are checked once every entry is settled.
 func TestWaitLineRunsInOrderUnderKills(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) { waitLineUnderKills(t, false) })
+	t.Run("cluster", func(t *testing.T) { waitLineUnderKills(t, true) })
+}
+
+func waitLineUnderKills(t *testing.T, cluster bool) {
 	o := defaultOptions()
+	o.cluster = cluster
 	o.noFail, o.fetcher = true, false
 	o.runnerMin, o.runnerMax = 150, 400
 	o.workerArgs = func(group) []string { return []string{"--on-conflict", "*=wait"} }
@@ -99,11 +105,19 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool,
 
 // lineLength is the number of events waiting in every line of the server.
 func lineLength(ctx context.Context, rdb redis.UniversalClient) int64 {
-	keys, _ := rdb.Keys(ctx, "lockline:*").Result()
 	var total int64
-	for _, k := range keys {
-		total += rdb.ZCard(ctx, k).Val()
+	count := func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, "lockline:*").Result()
+		for _, k := range keys {
+			total += c.ZCard(ctx, k).Val()
+		}
+		return err
 	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, count)
+		return total
+	}
+	_ = count(ctx, rdb.(*redis.Client))
 	return total
 }
 
