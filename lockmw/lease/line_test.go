@@ -126,6 +126,12 @@ func TestWaitLineHandsOverInOrder(t *testing.T) {
 			if _, err := w.acquire(ids[4], ids[4]); !errors.As(err, &full) || full.Waiting != 3 {
 				t.Fatalf("full line: %v", err)
 			}
+			if info, ok, err := w.l.Inspect(w.ctx, "rebase", "RHEL-1"); err != nil || !ok || info.Waiting != 3 || info.OldestWaiting.IsZero() {
+				t.Fatalf("inspect shows the line: %+v %v %v", info, ok, err)
+			}
+			if all, err := w.l.List(w.ctx, "rebase"); err != nil || len(all) != 1 || all[0].Waiting != 3 {
+				t.Fatalf("list shows the line: %+v %v", all, err)
+			}
 			lines, err := w.l.Lines(w.ctx, "rebase", "RHEL-1")
 			if err != nil || len(lines) != 3 || lines[0].LineID != ids[1] {
 				t.Fatalf("line: %v %v", lines, err)
