@@ -87,3 +87,31 @@ func (m *Middleware) wake(ctx context.Context, issue string, log eventLog) {
 		log.get().Warn().Str("woke", lid).Msg("the key's line had lost its wake-up (a run that never finished); its head was handed the key")
 	}
 }
+
+// Waits reports whether a rule of the middleware is Wait: its agent's keys may have
+// lines, which RunLineWaker keeps moving.
+func (m *Middleware) Waits() bool { return m.lines }
+
+// RunLineWaker wakes, every interval until ctx ends, the lines of the agent that lost
+// their wake-up (a run that never finished and never came back: its turn expired with
+// events waiting and no further event for the key). Any worker may run it; a wake is
+// safe from anyone at any time (lease.Locker.WakeLine). Errors are logged.
+func (m *Middleware) RunLineWaker(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		woken, err := m.cfg.Locker.WakeLines(ctx, m.cfg.Agent, m.waitHold())
+		if err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn().Err(err).Str("agent", m.cfg.Agent).Msg("line waker: sweep failed; the next one tries again")
+		}
+		if len(woken) > 0 {
+			m.cfg.Logger.Warn().Strs("woke", woken).Str("agent", m.cfg.Agent).
+				Msg("line waker: woke lines whose turn expired (a run that never finished)")
+		}
+	}
+}

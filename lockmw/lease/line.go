@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -428,4 +429,50 @@ func parseWaiting(s string) (Waiting, error) {
 		w.JoinedAt = time.UnixMilli(int64(ms))
 	}
 	return w, nil
+}
+
+// WakeLines wakes every stranded line of agent (WakeLine on each key that has a line):
+// the sweep that moves a line whose turn expired while no further event came for its
+// key. It finds the lines by SCAN (every master's on Cluster) and returns the lids it
+// woke.
+func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration) ([]string, error) {
+	open, end := "", ""
+	if l.opts.Format == KeysCluster {
+		open, end = "{", "}"
+	}
+	prefix := "lockline:" + open + l.opts.Scope + agent + ":"
+	var mu sync.Mutex
+	var issues []string
+	scan := func(ctx context.Context, c Client) error {
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			issue := strings.TrimSuffix(strings.TrimPrefix(iter.Val(), prefix), end)
+			if _, err := l.Canonicalize(issue); err == nil {
+				mu.Lock()
+				issues = append(issues, issue)
+				mu.Unlock()
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, l.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: scan %s*: %w", prefix, err)
+	}
+	var woken []string
+	for _, issue := range issues {
+		lid, err := l.WakeLine(ctx, agent, issue, 0, hold)
+		if err != nil {
+			return woken, err
+		}
+		if lid != "" {
+			woken = append(woken, lid)
+		}
+	}
+	return woken, nil
 }
