@@ -105,13 +105,24 @@ func (m *Middleware) RunLineWaker(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		woken, err := m.cfg.Locker.WakeLines(ctx, m.cfg.Agent, m.waitHold())
+		sw, err := m.cfg.Locker.WakeLines(ctx, m.cfg.Agent, m.waitHold())
 		if err != nil && ctx.Err() == nil {
 			m.cfg.Logger.Warn().Err(err).Str("agent", m.cfg.Agent).Msg("line waker: sweep failed; the next one tries again")
+			continue
 		}
-		if len(woken) > 0 {
-			m.cfg.Logger.Warn().Strs("woke", woken).Str("agent", m.cfg.Agent).
+		if lo, ok := m.cfg.Locker.Observer().(LineObserver); ok {
+			lo.Lines(m.cfg.Agent, sw.Lines, sw.Waiting, sw.Longest)
+		}
+		if len(sw.Woken) > 0 {
+			m.cfg.Logger.Warn().Strs("woke", sw.Woken).Str("agent", m.cfg.Agent).
 				Msg("line waker: woke lines whose turn expired (a run that never finished)")
 		}
 	}
+}
+
+// LineObserver is implemented by a lease.Observer that also wants the agent's lines, as
+// each sweep of RunLineWaker finds them: how many keys have a line, how many events
+// wait in them, and the longest line's length.
+type LineObserver interface {
+	Lines(agent string, lines int, waiting, longest int64)
 }

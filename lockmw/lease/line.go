@@ -431,11 +431,18 @@ func parseWaiting(s string) (Waiting, error) {
 	return w, nil
 }
 
+// LineSweep is what WakeLines found: the lids it woke, and the lines of the agent (how
+// many, how many events wait in them, the longest's length).
+type LineSweep struct {
+	Woken            []string
+	Lines            int
+	Waiting, Longest int64
+}
+
 // WakeLines wakes every stranded line of agent (WakeLine on each key that has a line):
 // the sweep that moves a line whose turn expired while no further event came for its
-// key. It finds the lines by SCAN (every master's on Cluster) and returns the lids it
-// woke.
-func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration) ([]string, error) {
+// key. It finds the lines by SCAN (every master's on Cluster).
+func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration) (LineSweep, error) {
 	open, end := "", ""
 	if l.opts.Format == KeysCluster {
 		open, end = "{", "}"
@@ -461,18 +468,35 @@ func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration
 	} else {
 		err = scan(ctx, l.rdb)
 	}
+	var sw LineSweep
 	if err != nil {
-		return nil, fmt.Errorf("lease: scan %s*: %w", prefix, err)
+		return sw, fmt.Errorf("lease: scan %s*: %w", prefix, err)
 	}
-	var woken []string
 	for _, issue := range issues {
 		lid, err := l.WakeLine(ctx, agent, issue, 0, hold)
 		if err != nil {
-			return woken, err
+			return sw, err
 		}
 		if lid != "" {
-			woken = append(woken, lid)
+			sw.Woken = append(sw.Woken, lid)
 		}
 	}
-	return woken, nil
+	pipe := l.rdb.Pipeline()
+	counts := make([]*redis.IntCmd, len(issues))
+	for i, issue := range issues {
+		counts[i] = pipe.ZCard(ctx, l.Keys(agent, issue).Line().Line)
+	}
+	if len(issues) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return sw, fmt.Errorf("lease: count %d lines: %w", len(issues), err)
+		}
+	}
+	for _, c := range counts {
+		if n := c.Val(); n > 0 {
+			sw.Lines++
+			sw.Waiting += n
+			sw.Longest = max(sw.Longest, n)
+		}
+	}
+	return sw, nil
 }

@@ -212,9 +212,9 @@ func TestWaitTurnSurvivesCrash(t *testing.T) {
 	if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Waited || !le.Stranded || le.Position != 2 {
 		t.Fatalf("stranded line: %v", err)
 	}
-	woken, err := w.l.WakeLines(w.ctx, "rebase", 400*time.Millisecond)
-	if err != nil || len(woken) != 1 || woken[0] != ids[1] {
-		t.Fatalf("wake: %q %v", woken, err)
+	sw, err := w.l.WakeLines(w.ctx, "rebase", 400*time.Millisecond)
+	if err != nil || len(sw.Woken) != 1 || sw.Woken[0] != ids[1] || sw.Lines != 1 || sw.Waiting != 1 || sw.Longest != 1 {
+		t.Fatalf("wake: %+v %v", sw, err)
 	}
 	if lid, _ := w.l.WakeLine(w.ctx, "rebase", "RHEL-1", 0, 0); lid != "" {
 		t.Fatalf("a second wake woke %s", lid)
