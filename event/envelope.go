@@ -46,7 +46,12 @@ const (
 	// its run, or its wait to run, was cancelled when the newer event took the lease
 	// over (cancelled true), or it met the newer event's run (cancelled false). It
 	// names the newer entry (holder_message_id) and its fence.
-	LockSuperseded    = "lock.superseded"
+	LockSuperseded = "lock.superseded"
+	// LockWaited: the event met a held lease and joined its key's line (policy wait):
+	// acked, it runs as a copy (metadata waited_from names it) when a release hands the
+	// key to it. It names its place in the line (position) and when the line's head
+	// joined (oldest_waiting_since).
+	LockWaited        = "lock.waited"
 	FollowupDelivered = "followup.delivered"
 	FollowupRolled    = "followup.rolled"
 	Dead              = "dead"

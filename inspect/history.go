@@ -386,6 +386,9 @@ func conflictDetail(v func(string) string) string {
 		d = "superseded by entry " + entry + ", whose run of the issue ended after this one was queued"
 	case v("event_type") == event.LockDelivered:
 		d = fmt.Sprintf("delivered as follow-up %s to the run of entry %s, held by %s (fence %s)", v("mailbox_id"), entry, holder, fence)
+	case v("event_type") == event.LockWaited:
+		d = fmt.Sprintf("waits in the key's line (place %s) behind entry %s, held by %s (fence %s); runs as a copy naming it (waited_from) when its turn comes",
+			v("position"), entry, holder, fence)
 	case v("event_type") == event.LockCoalesced:
 		d = fmt.Sprintf("queued behind entry %s, held by %s (fence %s); runs once it is released", entry, holder, fence)
 	default:

@@ -222,6 +222,24 @@ type LeaseInfo struct {
 	Mailbox int64 `json:"mailbox"`
 	// Supersedes is the entry whose run this lease took over (ON_CONFLICT=supersede).
 	Supersedes string `json:"supersedes,omitempty"`
+	// Waiting is the number of events in the key's line (ON_CONFLICT=wait), the oldest
+	// waiting since OldestWaiting; Reserved: the key is handed to the line's head,
+	// whose copy has not started yet.
+	Waiting       int64     `json:"waiting"`
+	OldestWaiting time.Time `json:"oldest_waiting,omitzero"`
+	Reserved      bool      `json:"reserved,omitempty"`
+}
+
+// Line is the lease's line in words: "3 waiting, oldest 40s", or "" when none waits.
+func (l LeaseInfo) Line(now time.Time) string {
+	if l.Waiting == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("%d waiting", l.Waiting)
+	if !l.OldestWaiting.IsZero() {
+		s += ", oldest " + max(now.Sub(l.OldestWaiting), 0).Round(time.Second).String()
+	}
+	return s
 }
 
 // MarshalJSON adds held_ms and ttl_ms.
@@ -237,7 +255,7 @@ func (l LeaseInfo) MarshalJSON() ([]byte, error) {
 func (in *Inspector) leaseInfo(i lease.Info) LeaseInfo {
 	li := LeaseInfo{Agent: i.Agent, Issue: i.Issue, Owner: i.Owner, Fence: i.Fence, AcquiredAt: i.AcquiredAt,
 		TTL: i.TTL, MessageID: i.MessageID, Scope: string(i.Scope), Key: i.Key,
-		Mailbox: i.Mailbox, Supersedes: i.Supersedes}
+		Mailbox: i.Mailbox, Supersedes: i.Supersedes, Waiting: i.Waiting, OldestWaiting: i.OldestWaiting, Reserved: i.Reserved}
 	if li.Scope == "" {
 		li.Scope, li.Key = string(lease.ScopeAgent), i.Issue
 	}

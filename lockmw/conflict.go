@@ -42,6 +42,11 @@ type Conflict struct {
 	// MailboxID (empty for a repeat whose first try appended it).
 	Delivered bool
 	MailboxID string
+	// Waited: the event joined its key's line (policy Wait) at Position (1 the head;
+	// OldestAt, when the head joined); it runs when a release hands the key to it.
+	Waited   bool
+	Position int64
+	OldestAt time.Time
 	// Policy is the event's busy policy. Under Supersede, a Superseded event lost to a
 	// newer one: Holder names it (MessageID, and Fence when known). Cancelled: the
 	// event held the lease and was taken over by the newer event (its run, Ran, or its
@@ -87,7 +92,8 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		superseded = true
 	}
 	c := Conflict{Agent: m.cfg.Agent, Issue: issue, Message: msg, Entry: entry, Holder: holder, Superseded: superseded,
-		Queued: locked.Queued, Replaced: locked.Replaced, Delivered: locked.Delivered, MailboxID: locked.MailboxID, Policy: rule.Policy}
+		Queued: locked.Queued, Replaced: locked.Replaced, Delivered: locked.Delivered, MailboxID: locked.MailboxID, Policy: rule.Policy,
+		Waited: locked.Waited || (locked.Duplicate && rule.Policy == Wait), Position: locked.Position, OldestAt: locked.OldestAt}
 	// The deliver script acked the entry with the append (standalone Redis).
 	acked := locked.Acked
 	var delayed string // the delayed set's member, policy Delay
@@ -135,6 +141,8 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	}
 	outcome, reason := "dropped", "locked"
 	switch {
+	case c.Waited:
+		outcome = "waited"
 	case c.Delivered:
 		outcome = "delivered"
 	case c.Queued:
@@ -150,6 +158,9 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, outcome, reason)
 	leaseConflict(ctx, outcome, reason, holder)
 	switch {
+	case c.Waited:
+		log().Info().Int64("position", c.Position).Time("oldest_waiting_since", c.OldestAt).
+			Msg("issue is locked; event waits in the key's line")
 	case c.Delivered:
 		log().Info().Str("mailbox_id", c.MailboxID).Int64("mailbox_depth", locked.Depth).
 			Msg("issue is locked; event delivered to the holder's mailbox")

@@ -58,9 +58,11 @@ const (
 var ErrSuperseded = lease.ErrSuperseded
 
 // ParsePolicy parses a policy name: "drop" (or "", the default), "coalesce",
-// "deliver" or "supersede".
+// "deliver", "supersede" or "wait".
 func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
+	case Wait:
+		return Wait, nil
 	case Drop, "":
 		return Drop, nil
 	case Coalesce:
@@ -70,7 +72,7 @@ func ParsePolicy(s string) (Policy, error) {
 	case Supersede:
 		return Supersede, nil
 	}
-	return "", fmt.Errorf("lockmw: Config.Policy must be %q, %q, %q or %q, got %q", Drop, Coalesce, Deliver, Supersede, s)
+	return "", fmt.Errorf("lockmw: Config.Policy must be %q, %q, %q, %q or %q, got %q", Drop, Coalesce, Deliver, Supersede, Wait, s)
 }
 
 // Entry identifies the stream entry a message was read from.
@@ -204,6 +206,9 @@ type Middleware struct {
 	// taken ahead (Drop, Delay) and no shared scope is held, so the hand-off may take
 	// the next entry's lease.
 	drain, takeAhead bool
+	// lines: some rule is Wait, so a key may have a line: every lease's release hands
+	// the key to its head (lease.AcquireOptions.LineHold).
+	lines bool
 }
 
 // rule is the busy policy of msg's event type.
@@ -246,6 +251,17 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 		return nil, fmt.Errorf("lockmw: Config.Policy %q cannot be combined with Config.Scopes %s: "+
 			"a follow-up queued behind another agent's shared key would have nobody to publish it", cfg.Policy, cfg.Scopes)
 	}
+	if cfg.Policies.Uses(Wait) && cfg.Source == nil {
+		return nil, fmt.Errorf("lockmw: Config.Policies %s: policy wait needs Config.Source (a stream to put the waiting event back into)", cfg.Policies)
+	}
+	if cfg.Policies.Uses(Wait) && !cfg.Policies.only(Wait, Drop, Delay) {
+		return nil, fmt.Errorf("lockmw: Config.Policies %s: wait can be combined with drop and delay only: "+
+			"coalesce and deliver would queue behind a key handed to the line's head, and supersede would take it over", cfg.Policies)
+	}
+	if cfg.Scopes.Shared() && cfg.Policies.Uses(Wait) {
+		return nil, fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s yet: "+
+			"the line is kept on the agent's own key, and a busy shared key's release would not wake it", cfg.Policies, cfg.Scopes)
+	}
 	if cfg.Scopes.Shared() && cfg.Policies.Uses(Supersede) {
 		return nil, fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s: "+
 			"supersede replaces the run holding the agent's own lease, and a shared key may be held by another agent's or another issue's run, "+
@@ -265,7 +281,8 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 		cfg.Now = time.Now
 	}
 	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
-		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared()}, nil
+		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared(),
+		lines: cfg.Policies.Uses(Wait)}, nil
 }
 
 // Close gives back a lease taken ahead for an entry that was not delivered. Call it
@@ -285,6 +302,9 @@ func metadataIssueKey(msg *message.Message) (string, error) {
 func (m *Middleware) acquireOptions(entry Entry) lease.AcquireOptions {
 	ao := lease.AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.drain,
 		EntryTime: streamid.Time(entry.ID)}
+	if m.lines {
+		ao.LineHold = m.waitHold()
+	}
 	ao.OnHeartbeat = func(ctx context.Context, pipe redis.Pipeliner) {
 		// Keep our pending entry young so no claim loop takes it while we work.
 		pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: entry.Stream, Group: entry.Group,
@@ -389,7 +409,13 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 				// handler's last write and its return is the common case; re-running
 				// the entry would record a second outcome. The ack is sent here, after
 				// the release, because the subscriber's own is not sent once it closes.
-				if hasEntry {
+				if hasEntry && le.Waits() {
+					// Its release gave the key back already; this records that it ran,
+					// ends its turn, wakes the line's head and acks.
+					if m.finishWaiting(cleanup, le, entry) == nil {
+						m.cfg.Source.Settle(entry)
+					}
+				} else if hasEntry {
 					pipe := m.cfg.Locker.Client().Pipeline()
 					m.ack(cleanup, entry)(pipe)
 					if _, ackErr := pipe.Exec(cleanup); ackErr == nil {
@@ -520,7 +546,12 @@ func (m *Middleware) releaseLater(ctx context.Context, le *lease.Lease, entry En
 		}
 		wait = min(2*wait, time.Second)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, err := le.ReleaseWith(rctx, m.ack(rctx, entry))
+		var err error
+		if le.Waits() {
+			err = m.finishWaiting(rctx, le, entry)
+		} else {
+			_, err = le.ReleaseWith(rctx, m.ack(rctx, entry))
+		}
 		cancel()
 		switch {
 		case err == nil:
@@ -558,7 +589,12 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 		// does (the key's own state decides).
 		ao.Supersede = true
 	}
-	if pol := m.rule(msg).Policy; hasEntry && pol == Deliver {
+	if pol := m.rule(msg).Policy; hasEntry && pol == Wait {
+		var err error
+		if ao.Wait, err = m.waitOptions(msg, entry); err != nil {
+			return nil, err
+		}
+	} else if hasEntry && pol == Deliver {
 		var err error
 		if ao.Deliver, err = m.deliverOptions(msg, entry); err != nil {
 			return nil, err
@@ -581,7 +617,12 @@ func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entr
 	var locked *lease.LockedError
 	var superseded *lease.SupersededError
 	switch {
+	case errors.As(err, &locked) && locked.Ran:
+		return m.ranAlready(ctx, entry, locked, log)
 	case errors.As(err, &locked):
+		if locked.Stranded {
+			m.wake(ctx, locked.Issue, log)
+		}
 		return m.conflict(ctx, msg, entry, hasEntry, locked, false, log)
 	case errors.As(err, &superseded):
 		// It waited in this consumer's read-ahead while another event's run of the
@@ -590,6 +631,9 @@ func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entr
 			Issue: superseded.Issue, MessageID: superseded.ByMessageID}}, true, log)
 	case errors.Is(err, lease.ErrInvalidKey):
 		return err
+	case errors.Is(err, lease.ErrLineFull):
+		// Beyond the rule's MAX: dead-lettered, the reason in the error.
+		return fmt.Errorf("%w: not put in the key's line: %w", event.ErrBadEvent, err)
 	case errors.Is(err, lease.ErrMailboxFull):
 		// Never retried into a full mailbox: the dead letter accounts for it.
 		return fmt.Errorf("%w: follow-up not delivered: %w", event.ErrBadEvent, err)

@@ -85,7 +85,7 @@ var mwTypes = []string{"a.x", "b.x", "c.x"}
 
 // genMWConfig draws a configuration the middleware accepts.
 func genMWConfig(r *rand.Rand) mwConfig {
-	pols := []string{"drop", "coalesce", "deliver", "supersede", "delay:10s"}
+	pols := []string{"drop", "coalesce", "deliver", "supersede", "delay:10s", "wait", "wait:2"}
 	for {
 		c := mwConfig{cluster: r.IntN(2) == 1, scope: []string{"agent", "issue", "group:m:grp"}[r.IntN(3)]}
 		parts := []string{}
@@ -100,7 +100,10 @@ func genMWConfig(r *rand.Rand) mwConfig {
 		if c.scopes, err = lease.ParseScopes(c.scope); err != nil {
 			panic(err)
 		}
-		if c.scopes.Shared() && (c.policies.Uses(lockmw.Coalesce, lockmw.Deliver, lockmw.Supersede)) {
+		if c.scopes.Shared() && (c.policies.Uses(lockmw.Coalesce, lockmw.Deliver, lockmw.Supersede, lockmw.Wait)) {
+			continue // refused by NewMiddleware
+		}
+		if c.policies.Uses(lockmw.Wait) && c.policies.Uses(lockmw.Coalesce, lockmw.Deliver, lockmw.Supersede) {
 			continue // refused by NewMiddleware
 		}
 		return c
@@ -158,7 +161,11 @@ type mwModel struct {
 	runs  []*mwRun
 	seen  map[string]bool // entries read from the streams
 	ran   map[string]int  // entry id -> successful runs
-	tries map[string]int
+	// ranOrder are the entries that ran, in the order they ran; lidOf the wait
+	// policy's line id of each entry read (its waited_from, else itself).
+	ranOrder []string
+	lidOf    map[string]string
+	tries    map[string]int
 }
 
 func (m *mwModel) stream(agent string) string { return "{" + m.ns + agent + "}:s" }
@@ -250,7 +257,12 @@ func (m *mwModel) read() error {
 					m.t.Logf("step %d: read %s %v", m.step, msg.ID, msg.Values)
 				}
 				m.seen[s.Stream+"/"+msg.ID] = true
-				m.inbox = append(m.inbox, mwMessage(s.Stream, msg))
+				mm := mwMessage(s.Stream, msg)
+				m.lidOf[s.Stream+"/"+msg.ID] = s.Stream + "/" + msg.ID
+				if from := mm.Metadata.Get(lockmw.MetaWaitedFrom); from != "" {
+					m.lidOf[s.Stream+"/"+msg.ID] = s.Stream + "/" + from
+				}
+				m.inbox = append(m.inbox, mm)
 			}
 		}
 	}
@@ -328,6 +340,7 @@ func (m *mwModel) finish(run *mwRun) {
 	}
 	if run.err == nil && run.ran {
 		m.ran[run.id]++
+		m.ranOrder = append(m.ranOrder, run.id)
 		return
 	}
 	if run.err == nil && !m.pending(run.msg) {
@@ -463,6 +476,9 @@ func (m *mwModel) checkSettled() error {
 			return fmt.Errorf("property OneTerminalRecord: entry %s ended with records %v", id, count[id])
 		}
 	}
+	if err := m.checkLines(recs); err != nil {
+		return err
+	}
 	qs, err := m.direct.Keys(m.ctx, "lockqueue:*"+m.ns+"*").Result()
 	if err != nil {
 		return err
@@ -485,10 +501,13 @@ func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Con
 		outcome = "coalesced"
 	case c.Delayed:
 		outcome = "delayed"
+	case c.Waited:
+		outcome = "waited"
 	case c.Superseded:
 		outcome = "superseded"
 	}
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.results, Values: map[string]any{"id": c.Entry.Stream + "/" + c.Entry.ID, "outcome": outcome}})
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.results, Values: map[string]any{"id": c.Entry.Stream + "/" + c.Entry.ID, "outcome": outcome,
+		"key": c.Agent + "/" + c.Issue}})
 }
 
 type mwEnv struct {
@@ -507,7 +526,7 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 	}
 	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, ns: ns, ctx: context.Background(),
 		workers: map[string][]message.HandlerFunc{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
-		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}}
+		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}, lidOf: map[string]string{}}
 	for _, agent := range []string{"ag1", "ag2"} {
 		if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream(agent), "g", "0").Err(); err != nil {
 			return err
@@ -610,4 +629,39 @@ func TestModelMiddleware(t *testing.T) {
 			seed, cfg, err, len(short), len(steps), short, serr)
 	}
 	t.Logf("%d seeds of 40 steps in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// checkLines checks the wait policy's lines once settled (recs: the conflict records):
+// every event that waited ran exactly once, as one of its copies (WaitedRunsOnce:
+// nothing lost, nothing twice), and no line is left with events in it
+// (NothingStranded). The order of a line is the lease model's (TestModelLeaseLine,
+// LineOrder).
+func (m *mwModel) checkLines(recs []redis.XMessage) error {
+	runsOf := map[string]int{}
+	for _, id := range m.ranOrder {
+		runsOf[m.lidOf[id]]++
+	}
+	seenLid := map[string]bool{}
+	for _, r := range recs {
+		if fmt.Sprint(r.Values["outcome"]) != "waited" {
+			continue
+		}
+		id := fmt.Sprint(r.Values["id"])
+		lid := m.lidOf[id]
+		if seenLid[lid] {
+			continue
+		}
+		seenLid[lid] = true
+		if runsOf[lid] != 1 {
+			return fmt.Errorf("property WaitedRunsOnce: event %s waited in line and ran %d times", lid, runsOf[lid])
+		}
+	}
+	lines, err := m.direct.Keys(m.ctx, "lockline:*"+m.ns+"*").Result()
+	if err != nil {
+		return err
+	}
+	if len(lines) > 0 {
+		return fmt.Errorf("property NothingStranded: events left waiting in lines: %v", lines)
+	}
+	return nil
 }

@@ -6,8 +6,11 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // Delay re-queues the event to run after a while: it is acked and kept in its
@@ -23,16 +26,32 @@ const (
 	MaxDelayCap = 24 * time.Hour
 )
 
+// Wait puts the event in the key's line: it waits, FIFO, acked, and runs when the
+// holder's release hands the key to it (lease.WaitOptions). With more than MaxWaiting
+// in the line it is dead-lettered.
+const Wait Policy = "wait"
+
+// MaxWaitingCap bounds a wait rule's MAX.
+const MaxWaitingCap = 100000
+
 // Rule is the busy policy of one event type.
 type Rule struct {
 	Policy Policy
 	// Delay is the first wait of policy Delay; MaxDelay caps its doubling (default 8
 	// times Delay, at most MaxDelayCap).
 	Delay, MaxDelay time.Duration
+	// MaxWaiting bounds the line of policy Wait (default lease.DefaultLineMax).
+	MaxWaiting int64
 }
 
 // String is the rule as ParsePolicies reads it.
 func (r Rule) String() string {
+	if r.Policy == Wait {
+		if r.MaxWaiting == 0 || r.MaxWaiting == lease.DefaultLineMax {
+			return string(Wait)
+		}
+		return fmt.Sprintf("wait:%d", r.MaxWaiting)
+	}
 	if r.Policy != Delay {
 		return string(r.Policy)
 	}
@@ -128,6 +147,13 @@ var eventTypeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 // and gives a delay without a cap its default one.
 func (p *Policies) check() error {
 	fix := func(r *Rule) error {
+		if r.Policy == Wait {
+			if r.MaxWaiting == 0 {
+				r.MaxWaiting = lease.DefaultLineMax
+			}
+			_, err := ParseRule(fmt.Sprintf("wait:%d", r.MaxWaiting))
+			return err
+		}
 		if r.Policy != Delay {
 			_, err := ParsePolicy(string(r.Policy))
 			return err
@@ -167,8 +193,9 @@ func (p Policies) CheckTypes(known []string) error {
 
 // ParsePolicies parses a busy-policy table: comma-separated entries
 // "<event type>=<rule>" and "*=<rule>" (every other type), where a rule is a policy
-// ParsePolicy knows ("drop", "coalesce", ...) or "delay:D" / "delay:D:MAX" (a Go
-// duration, doubling up to MAX, by default 8×D). A bare rule is the default, so "drop"
+// ParsePolicy knows ("drop", "coalesce", ...), "delay:D" / "delay:D:MAX" (a Go
+// duration, doubling up to MAX, by default 8×D) or "wait" / "wait:MAX" (at most MAX
+// events wait in one key's line, by default lease.DefaultLineMax). A bare rule is the default, so "drop"
 // and "coalesce" alone mean what they always meant; "" is drop. Example:
 // "triage.requested=drop,rebase.requested=coalesce,*=delay:2m".
 //
@@ -215,9 +242,12 @@ func ParsePolicies(s string) (Policies, error) {
 	return p, nil
 }
 
-// ParseRule parses one rule of the table: "delay:D[:MAX]", or a policy name
-// (ParsePolicy).
+// ParseRule parses one rule of the table: "delay:D[:MAX]", "wait[:MAX]", or a policy
+// name (ParsePolicy).
 func ParseRule(s string) (Rule, error) {
+	if rest, ok := strings.CutPrefix(s, string(Wait)); ok && (rest == "" || rest[0] == ':') {
+		return parseWait(strings.TrimPrefix(rest, ":"), rest != "")
+	}
 	if rest, ok := strings.CutPrefix(s, string(Delay)+":"); ok || s == string(Delay) {
 		if !ok || rest == "" {
 			return Rule{}, fmt.Errorf("delay needs a duration: delay:D or delay:D:MAX, e.g. delay:2m")
@@ -247,4 +277,18 @@ func ParseRule(s string) (Rule, error) {
 		return Rule{}, fmt.Errorf("policy %s, or delay:D[:MAX]", strings.TrimPrefix(err.Error(), "lockmw: Config.Policy "))
 	}
 	return Rule{Policy: pol}, nil
+}
+
+// parseWait parses the MAX of "wait[:MAX]" (given: there was a ':').
+func parseWait(maxs string, given bool) (Rule, error) {
+	r := Rule{Policy: Wait, MaxWaiting: lease.DefaultLineMax}
+	if !given {
+		return r, nil
+	}
+	n, err := strconv.ParseInt(maxs, 10, 64)
+	if err != nil || n < 1 || n > MaxWaitingCap {
+		return Rule{}, fmt.Errorf("wait MAX %q must be a whole number from 1 to %d (the events that may wait for one key), e.g. wait:50", maxs, MaxWaitingCap)
+	}
+	r.MaxWaiting = n
+	return r, nil
 }

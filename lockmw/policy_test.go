@@ -18,6 +18,9 @@ func TestParsePolicies(t *testing.T) {
 		" coalesce , backport.requested = drop ":                     "backport.requested=drop,*=coalesce",
 		"rebase.requested=supersede,*=delay:1s":                      "rebase.requested=supersede,*=delay:1s",
 		"supersede":                                                  "supersede",
+		"wait":                                                       "wait",
+		"wait:100":                                                   "wait",
+		"rebase.requested=wait:5,*=delay:1s":                         "rebase.requested=wait:5,*=delay:1s",
 	}
 	for in, want := range good {
 		p, err := ParsePolicies(in)
@@ -38,7 +41,10 @@ func TestParsePolicies(t *testing.T) {
 		t.Errorf("For: %+v", p)
 	}
 	bad := map[string]string{
-		"queue":                                 `policy must be "drop", "coalesce", "deliver" or "supersede", got "queue"`,
+		"queue":                                 `policy must be "drop", "coalesce", "deliver", "supersede" or "wait", got "queue"`,
+		"wait:0":                                "wait MAX \"0\" must be a whole number from 1",
+		"wait:x":                                "wait MAX \"x\"",
+		"wait:100001":                           "wait MAX \"100001\"",
 		"delay":                                 "delay needs a duration",
 		"delay:":                                "delay needs a duration",
 		"delay:x":                               `delay "x"`,

@@ -42,6 +42,8 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 	return func(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
 		eventType, reason := event.LockDropped, "locked"
 		switch {
+		case c.Waited:
+			eventType = event.LockWaited
 		case c.Delivered:
 			eventType = event.LockDelivered
 		case c.Queued:
@@ -82,6 +84,12 @@ func conflictRecorder(stream string, maxLen int64) lockmw.ConflictRecorder {
 		}
 		if eventType == event.LockSuperseded {
 			values["cancelled"], values["ran"] = strconv.FormatBool(c.Cancelled), strconv.FormatBool(c.Ran)
+		}
+		if c.Waited {
+			values["position"] = strconv.FormatInt(c.Position, 10)
+			if !c.OldestAt.IsZero() {
+				values["oldest_waiting_since"] = c.OldestAt.UTC().Format(time.RFC3339Nano)
+			}
 		}
 		if c.Delayed {
 			values["delayed_until"] = c.Until.UTC().Format(time.RFC3339Nano)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/httpsrv"
+	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -31,9 +32,14 @@ type Metrics struct {
 	hold     *prometheus.HistogramVec
 	dead     *prometheus.CounterVec
 	fenced   *prometheus.CounterVec
+	// The wait policy's lines, per agent, as its line waker last found them.
+	lines, waiting, longest *prometheus.GaugeVec
 }
 
-var _ lease.Observer = (*Metrics)(nil)
+var (
+	_ lease.Observer      = (*Metrics)(nil)
+	_ lockmw.LineObserver = (*Metrics)(nil)
+)
 
 // NewMetrics registers the metrics on a fresh registry.
 func NewMetrics() *Metrics {
@@ -47,7 +53,7 @@ func NewMetrics() *Metrics {
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_busy_total",
 			Help: "Events whose issue was locked by another holder (dropped or coalesced)."}, []string{"agent"}),
 		conflict: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lock_conflicts_total",
-			Help: "Events for a busy issue, by outcome (dropped, coalesced, delivered, delayed, superseded) and reason (locked, superseded, cancelled: a run taken over by a newer event)."},
+			Help: "Events for a busy issue, by outcome (dropped, coalesced, delivered, delayed, superseded, waited) and reason (locked, superseded, cancelled: a run taken over by a newer event)."},
 			[]string{"agent", "outcome", "reason"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "lease_lost_total",
 			Help: "Leases lost while held, by cause (lost, unproven, max_hold, superseded: taken over by a newer event under the supersede busy policy)."}, []string{"agent", "cause"}),
@@ -59,7 +65,13 @@ func NewMetrics() *Metrics {
 			Help: "Jira writes made for an event whose lease was lost: refused before sending, or raced " +
 				"(lost while in flight, labels converged), by target (labels, comment)."}, []string{"agent", "target", "outcome"}),
 	}
-	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead, m.fenced)
+	m.lines = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "lock_lines",
+		Help: "Keys with events waiting in their line (ON_CONFLICT wait), as the agent's line waker last found them."}, []string{"agent"})
+	m.waiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "lock_waiting",
+		Help: "Events waiting in the agent's lines (ON_CONFLICT wait)."}, []string{"agent"})
+	m.longest = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "lock_line_longest",
+		Help: "Events waiting in the agent's longest line (ON_CONFLICT wait): the most waiting for one key."}, []string{"agent"})
+	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead, m.fenced, m.lines, m.waiting, m.longest)
 	return m
 }
 
@@ -76,6 +88,13 @@ func (m *Metrics) Busy(agent string) { m.busy.WithLabelValues(agent).Inc() }
 // Conflict implements lease.Observer.
 func (m *Metrics) Conflict(agent, outcome, reason string) {
 	m.conflict.WithLabelValues(agent, outcome, reason).Inc()
+}
+
+// Lines implements lockmw.LineObserver.
+func (m *Metrics) Lines(agent string, lines int, waiting, longest int64) {
+	m.lines.WithLabelValues(agent).Set(float64(lines))
+	m.waiting.WithLabelValues(agent).Set(float64(waiting))
+	m.longest.WithLabelValues(agent).Set(float64(longest))
 }
 
 // Lost implements lease.Observer.

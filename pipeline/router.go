@@ -325,6 +325,12 @@ func (r *Router) Run(ctx context.Context) error {
 	promoted := make(chan struct{})
 	go func() { defer close(promoted); r.promoteLoop(pctx) }()
 	defer func() { stopPromote(); <-promoted }()
+	if len(r.locks) > 0 && r.locks[0].Waits() {
+		// ON_CONFLICT wait: move lines whose wake-up was lost (lockmw.RunLineWaker).
+		waker := make(chan struct{})
+		go func() { defer close(waker); r.locks[0].RunLineWaker(pctx, r.cfg.MaxIdleTime) }()
+		defer func() { stopPromote(); <-waker }()
+	}
 	defer r.startPresence(ctx)() // presence.go: the console's alive / dead
 	// A force release stops its holder here at once, not at the holder's next heartbeat.
 	wctx, stopWatch := context.WithCancel(ctx)

@@ -197,6 +197,8 @@ func devOutcomeLine(t *progress.Tally, stage string, rec event.Record, field fun
 		return fmt.Sprintf("%s: queued behind the run holding the issue (fence %s)", who, field("holder_fence"))
 	case event.LockDelayed:
 		return fmt.Sprintf("%s: delayed, the issue is held (fence %s)", who, field("holder_fence"))
+	case event.LockWaited:
+		return fmt.Sprintf("%s: waits in line for the issue (place %s, fence %s holds it)", who, field("position"), field("holder_fence"))
 	case event.LockSuperseded:
 		return fmt.Sprintf("%s: superseded by a newer event", who)
 	case event.LockDelivered:

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/event"
@@ -17,7 +18,10 @@ const locksHelp = `
 Lists the live per-issue leases: agent, issue, scope and key (agent: the agent's own
 lease on the issue; issue or group: a shared key of LOCK_SCOPE, held by that agent's
 run on that issue), holder (owner), fence, how long it has been held, TTL left, its
-mailbox depth (follow-ups waiting, ON_CONFLICT=deliver), and the stream entry it guards.
+mailbox depth (follow-ups waiting, ON_CONFLICT=deliver), its line (events waiting for
+the key, ON_CONFLICT=wait: "3 waiting, oldest 40s"; a key handed to the line's head
+whose copy has not started yet shows the owner "(line's head)"), and the stream entry
+it guards.
 
   locks release AGENT KEY --reason WHY [--yes]
       force-releases the lease of KEY for AGENT whoever holds it, and bumps its fence:
@@ -93,7 +97,7 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 		noteFilters(stderr, &cfg.Common, "agent", cfg.Agent, "issue", cfg.Issue)
 		return nil
 	}
-	t := newTable(stdout, "AGENT", "ISSUE", "SCOPE", "KEY", "OWNER", "FENCE", "HELD FOR", "SINCE", "TTL", "MAILBOX", "MESSAGE ID")
+	t := newTable(stdout, "AGENT", "ISSUE", "SCOPE", "KEY", "OWNER", "FENCE", "HELD FOR", "SINCE", "TTL", "MAILBOX", "LINE", "MESSAGE ID")
 	for _, l := range leases {
 		owner, held := l.Owner, human(l.Held)
 		if owner == "" {
@@ -103,8 +107,15 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 		if l.Supersedes != "" {
 			entry += " (supersedes " + l.Supersedes + ")"
 		}
+		if l.Reserved {
+			owner, entry = "(line's head)", l.MessageID+" (its copy has not started yet)"
+		}
+		line := l.Line(time.Now())
+		if line == "" {
+			line = "-"
+		}
 		t.row(l.Agent, l.Issue, l.Scope, l.Key, owner, strconv.FormatInt(l.Fence, 10), held, stamp(l.AcquiredAt), ttl(l.TTL),
-			strconv.FormatInt(l.Mailbox, 10), entry)
+			strconv.FormatInt(l.Mailbox, 10), line, entry)
 	}
 	return t.flush()
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/inspect"
@@ -54,6 +55,9 @@ func listPending(ctx context.Context, s *session, cfg *config.Pending) error {
 		return nil
 	}
 	if err := listDelayed(stdout, groups); err != nil {
+		return err
+	}
+	if err := listLines(ctx, s, cfg); err != nil {
 		return err
 	}
 	t := newTable(stdout, "STREAM", "GROUP", "PENDING", "OLDEST", "NEWEST", "CONSUMERS")
@@ -116,5 +120,37 @@ func listDelayed(stdout io.Writer, groups []inspect.GroupPending) error {
 		return err
 	}
 	fmt.Fprintln(stdout)
+	return nil
+}
+
+// listLines prints the keys whose line holds events (ON_CONFLICT=wait), if any: they are
+// acked, so they are not pending entries, but they wait all the same.
+func listLines(ctx context.Context, s *session, cfg *config.Pending) error {
+	leases, err := s.in.Locks(ctx, inspect.LockFilter{Agent: cfg.Agent, Issue: cfg.Issue})
+	if err != nil {
+		return inputKeyErr(err, cfg.Issue)
+	}
+	var t *table
+	now := time.Now()
+	for _, l := range leases {
+		if l.Waiting == 0 {
+			continue
+		}
+		if t == nil {
+			t = newTable(s.stdout, "WAITING FOR", "ISSUE", "LINE", "HELD BY", "FENCE")
+		}
+		holder := l.Owner
+		if l.Reserved {
+			holder = "(handed to the line's head)"
+		}
+		t.row(l.Agent, l.Issue, l.Line(now), holder, strconv.FormatInt(l.Fence, 10))
+	}
+	if t == nil {
+		return nil
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(s.stdout)
 	return nil
 }

@@ -105,6 +105,14 @@ type LockedError struct {
 	Newer     bool
 	MailboxID string
 	Depth     int64
+	// Wait policy (AcquireOptions.Wait): Waited, the event waits in the key's line
+	// (Position, 1 the head; OldestAt, when the head joined), Duplicate when it did
+	// already; Ran, it ran to its end already (a redelivered copy: acked, not run);
+	// Stranded, the key is free and nobody's turn while events wait (a lost wake-up:
+	// Locker.WakeLine).
+	Waited, Ran, Stranded bool
+	Position              int64
+	OldestAt              time.Time
 }
 
 func (e *LockedError) Error() string {

@@ -87,6 +87,10 @@ func (p *Pending) GiveBack(ctx context.Context) {
 // wait for a queued follow-up to be published (Cluster): its entry acquires when it
 // comes. Otherwise it holds next's lease or why it was not taken.
 func (le *Lease) Handoff(ctx context.Context, e Entry, next *Next) (*Pending, error) {
+	if le.line != nil {
+		// Policy wait: its own release script hands the key to the line's head.
+		return nil, le.finishLine(ctx, e)
+	}
 	if le.drain || len(le.shared) > 0 {
 		// A lease with shared keys releases them in its own script (release.lua): the
 		// middleware takes nothing ahead for scoped handlers, nor for draining ones.

@@ -33,6 +33,12 @@ type Info struct {
 	// Supersedes is the entry whose run this lease took over (supersede policy): its
 	// own run starts once that one has stopped.
 	Supersedes string
+	// Waiting is the number of events in the key's line (wait policy); OldestWaiting
+	// when the line's head joined it. Reserved: the key is handed to the line's head,
+	// whose copy has not started yet (Owner "line", MessageID its first entry).
+	Waiting       int64
+	OldestWaiting time.Time
+	Reserved      bool
 }
 
 // Inspect returns the live lease (agent, rawKey), or ok=false when nobody holds it.
@@ -46,6 +52,7 @@ func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, 
 	ttl := pipe.PTTL(ctx, keys.Lock)
 	h := pipe.HGetAll(ctx, keys.Info)
 	mail := pipe.XLen(ctx, keys.Mailbox)
+	ln := queueLine(ctx, pipe, keys.Line().Line)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Info{}, false, fmt.Errorf("lease: inspect %s: %w", keys.Lock, err)
 	}
@@ -57,6 +64,7 @@ func (l *Locker) Inspect(ctx context.Context, agent, rawKey string) (info Info, 
 		info.TTL = ttl.Val()
 	}
 	info.Mailbox = mail.Val()
+	ln.fill(&info)
 	return info, true, nil
 }
 
@@ -142,11 +150,13 @@ func (l *Locker) lookup(ctx context.Context, refs []Ref, out map[Ref]Info) error
 	ttls := make([]*redis.DurationCmd, len(refs))
 	recs := make([]*redis.MapStringStringCmd, len(refs))
 	mails := make([]*redis.IntCmd, len(refs))
+	lines := make([]lineCmds, len(refs))
 	for i, r := range refs {
 		keys := l.Keys(r.Agent, r.Issue)
 		ttls[i] = pipe.PTTL(ctx, keys.Lock)
 		recs[i] = pipe.HGetAll(ctx, keys.Info)
 		mails[i] = pipe.XLen(ctx, keys.Mailbox)
+		lines[i] = queueLine(ctx, pipe, keys.Line().Line)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("lease: look up %d leases: %w", len(refs), err)
@@ -161,6 +171,7 @@ func (l *Locker) lookup(ctx context.Context, refs []Ref, out map[Ref]Info) error
 			info.TTL = ttl
 		}
 		info.Mailbox = mails[i].Val()
+		lines[i].fill(&info)
 		out[r] = info
 	}
 	return nil
@@ -262,13 +273,15 @@ func (l *Locker) lookupListed(ctx context.Context, found []listed) ([]Info, erro
 	ttls := make([]*redis.DurationCmd, len(found))
 	recs := make([]*redis.MapStringStringCmd, len(found))
 	mails := make([]*redis.IntCmd, len(found))
+	lines := make([]lineCmds, len(found))
 	for i, f := range found {
 		ttls[i] = pipe.PTTL(ctx, f.lock)
 		recs[i] = pipe.HGetAll(ctx, f.info)
 		if f.scope == "" {
-			// The mailbox's name is the record's with the other prefix (keysFor).
+			// The mailbox's and line's names are the record's with other prefixes (keysFor, Keys.Line).
 			if rest, ok := strings.CutPrefix(f.info, "lockinfo:"); ok {
 				mails[i] = pipe.XLen(ctx, "lockmail:"+rest)
+				lines[i] = queueLine(ctx, pipe, "lockline:"+rest)
 			}
 		}
 	}
@@ -295,6 +308,7 @@ func (l *Locker) lookupListed(ctx context.Context, found []listed) ([]Info, erro
 		if mails[i] != nil {
 			info.Mailbox = mails[i].Val()
 		}
+		lines[i].fill(&info)
 		out = append(out, info)
 	}
 	return out, nil
@@ -308,4 +322,28 @@ func scopeOrder(s Scope) int {
 		return 2
 	}
 	return 0
+}
+
+// lineCmds are the queued reads of a key's line: its length and its head.
+type lineCmds struct {
+	n    *redis.IntCmd
+	head *redis.StringSliceCmd
+}
+
+func queueLine(ctx context.Context, pipe redis.Pipeliner, line string) lineCmds {
+	return lineCmds{n: pipe.ZCard(ctx, line), head: pipe.ZRange(ctx, line, 0, 0)}
+}
+
+// fill sets info's Waiting, OldestWaiting and Reserved.
+func (c lineCmds) fill(info *Info) {
+	info.Reserved = info.Owner == "line"
+	if c.n == nil {
+		return
+	}
+	info.Waiting = c.n.Val()
+	if h := c.head.Val(); len(h) == 1 {
+		if w, err := parseWaiting(h[0]); err == nil {
+			info.OldestWaiting = w.JoinedAt
+		}
+	}
 }

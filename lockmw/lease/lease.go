@@ -39,6 +39,8 @@ type Lease struct {
 	// for, WaitStopped) and the message whose run it took over, if any.
 	stopping   int64
 	supersedes string
+	// line is the wait policy's part (line.go); nil for any other lease.
+	line *lineLease
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -470,6 +472,9 @@ func (le *Lease) ReleaseWith(ctx context.Context, then func(pipe redis.Pipeliner
 // the lease's message (the superseded checks), outcomeGivenBack records nothing.
 // Every path publishes the lease's queued follow-up, if it has one (releaseScripted).
 func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), outcome string) (bool, error) {
+	if le.line != nil {
+		return le.releaseLineLease(ctx, then, outcome)
+	}
 	le.stopHeartbeat()
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)

@@ -258,6 +258,16 @@ type AcquireOptions struct {
 	// agent's shared key would have nobody to publish it). On Redis Cluster at most one
 	// (CheckScopes). Default: none (scope agent alone).
 	Shared []ScopeKey
+	// Wait, when set, selects the wait policy (line.go): if the key is busy, the event
+	// joins its FIFO line (acked in the same script on standalone Redis) and the
+	// LockedError says Waited; the release that frees the key hands it to the head of
+	// the line. Cannot be combined with Queue, Deliver, Supersede or Shared. Default: nil.
+	Wait *WaitOptions
+	// LineHold, when above 0, says the key may have a line (a wait rule is in use beside
+	// this lease's own policy): the lease's release hands the key to the line's head, as
+	// a wait lease's does, so no release of the key misses it (WaitOptions.Hold).
+	// Default: 0.
+	LineHold time.Duration
 }
 
 // DeliverOptions are the deliver policy's part of an acquire.
@@ -307,6 +317,9 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	a, err := l.prepare(agent, rawKey, ao)
 	if err != nil {
 		return nil, err
+	}
+	if ao.Wait != nil {
+		return l.acquireWait(ctx, a)
 	}
 	var res []any
 	switch {
@@ -600,6 +613,9 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 				le.shared[i].Fence = atoi(res[2+i])
 			}
 		}
+	}
+	if a.ao.LineHold > 0 {
+		le.line = &lineLease{lid: a.ao.MessageID, hold: l.holdOf(&WaitOptions{Hold: a.ao.LineHold}), keys: a.keys.Line()}
 	}
 	if a.ao.Supersede && len(res) >= 5 {
 		le.stopping = atoi(res[2])

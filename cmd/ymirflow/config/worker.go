@@ -123,7 +123,11 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 		"supersede (the newer event replaces the running one, in any worker process: it takes the lease over with a higher fence, so the old run's writes are refused at once, "+
 		"the old run is cancelled within a second (at worst one heartbeat, LOCK_TTL/3), its agent gets SIGTERM then SIGKILL after KILL_GRACE, "+
 		"its event is recorded as lock.superseded naming the newer entry and acked, and the newer event runs once the old run has stopped, "+
-		"or after the old lease's TTL if its worker died; an event older than the running one is recorded as lock.superseded instead)")
+		"or after the old lease's TTL if its worker died; an event older than the running one is recorded as lock.superseded instead), "+
+		"wait[:MAX] (joins the key's line, FIFO, in the script that finds the key busy, acked, recorded as lock.waited with its position; the release hands the key "+
+		"to the head of the line and appends its copy, which runs next: one at a time, in stream order, nothing lost or run twice across worker crashes; "+
+		"a run that did not finish keeps its turn for its redelivery; beyond MAX waiting (default 100) the event is dead-lettered with the reason; "+
+		"agent scope only for now)")
 	fs.Int64Var(&w.MailboxDepth, "mailbox-depth", DefaultMailboxDepth, "most follow-ups waiting in one lease's mailbox (ON_CONFLICT deliver); one more is dead-lettered with the reason. 1 to 100000")
 	fs.StringVar(&w.LockScope, "lock-scope", DefaultLockScope, "what a run's lease guards, comma-separated: agent (this agent on the issue: lock:<agent>:<ISSUE>, always held), "+
 		"issue (the issue across every agent that sets it: a rebase and a backport of one issue never run at once), "+
@@ -316,6 +320,9 @@ func (w *Worker) validateConflict(p *problems) {
 		p.add("lock-scope", "= %q: %v", w.LockScope, err)
 	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Coalesce, lockmw.Deliver) {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with coalesce or deliver: use drop or delay", w.LockScope, w.OnConflict)
+	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Wait) {
+		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with wait yet: "+
+			"the line is kept on the agent's own key; use drop or delay", w.LockScope, w.OnConflict)
 	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Supersede) {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with supersede: "+
 			"the run holding a shared key may be another agent's or another issue's, which an event may not cancel; use drop or delay", w.LockScope, w.OnConflict)

@@ -1,0 +1,225 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/lockmw"
+)
+
+// Issue 37 item 1, done when: 20 events of one issue under ON_CONFLICT *=wait all run,
+// one at a time, in stream order, while workers are SIGKILLed at random: none lost,
+// none twice, none out of order.
+//
+// Three workers read the stream; the first event is enqueued alone and, once its run
+// has started, the 19 others: they meet the held key and join its line, which keeps
+// them in stream order whatever order the workers hand them over in. Then a random
+// worker (two times in three the one whose run is under way) is SIGKILLed, and a new
+// one started, every 0.3-1.2 s, six times. The ledger (runner processes) and the stream (each copy names
+// the event it stands for, m:waited_from) are checked once every entry is settled.
+func TestWaitLineRunsInOrderUnderKills(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) { waitLineUnderKills(t, false) })
+	t.Run("cluster", func(t *testing.T) { waitLineUnderKills(t, true) })
+}
+
+func waitLineUnderKills(t *testing.T, cluster bool) {
+	o := defaultOptions()
+	o.cluster = cluster
+	o.noFail, o.fetcher = true, false
+	o.runnerMin, o.runnerMax = 150, 400
+	o.workerArgs = func(group) []string { return []string{"--on-conflict", "*=wait"} }
+	s := newScenario(t, o)
+	s.fj.AddIssues(fakejiraIssue("RHEL-1"))
+	g := group{agent: "rebase", branch: "c9s"}
+	stream := topo.Stream(g.agent, g.branch, false)
+	const n = 20
+	for i := range 3 {
+		s.startWorker(g, workerName(g, i))
+	}
+	ctx := context.Background()
+	s.enqueueTo(g, "RHEL-1")
+	waitFor(t, 60*time.Second, "the first event's run", func() (bool, string) {
+		runs, _ := s.runs()
+		return len(runs) > 0, "no run yet"
+	})
+	keys := make([]string, n-1)
+	for i := range keys {
+		keys[i] = "RHEL-1"
+	}
+	s.enqueueTo(g, keys...)
+	next := 3
+	for range 6 {
+		time.Sleep(randDur(300*time.Millisecond, 1200*time.Millisecond))
+		alive := s.alive()
+		if len(alive) == 0 {
+			break
+		}
+		victim := alive[rand.IntN(len(alive))]
+		if rand.IntN(3) > 0 { // mostly the worker whose run is under way
+			runs, _ := s.runs()
+			for _, w := range alive {
+				for _, r := range runs {
+					if r.how == "open" && r.workerPID == w.pid {
+						victim = w
+					}
+				}
+			}
+		}
+		s.kill(victim)
+		s.startWorker(g, workerName(g, next))
+		next++
+	}
+	var copies map[string]string
+	waitFor(t, 120*time.Second, "every event to have run", func() (bool, string) {
+		var why string
+		copies, why = waitSettled(ctx, s.rdb, stream, n)
+		return why == "", why
+	})
+	checkWaitLedger(t, s, copies, n)
+}
+
+// waitFor polls cond every 100 ms until it holds, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s: %s", within, what, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// lineLength is the number of events waiting in every line of the server.
+func lineLength(ctx context.Context, rdb redis.UniversalClient) int64 {
+	var total int64
+	count := func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, "lockline:*").Result()
+		for _, k := range keys {
+			total += c.ZCard(ctx, k).Val()
+		}
+		return err
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, count)
+		return total
+	}
+	_ = count(ctx, rdb.(*redis.Client))
+	return total
+}
+
+// waitSettled reports why the run is not over yet ("" once it is): every entry of
+// stream acked, nothing waiting, and n events (originals) with a stage.done record. It
+// returns each entry's event: the original's id, for a copy its waited_from.
+func waitSettled(ctx context.Context, rdb redis.UniversalClient, stream string, n int) (map[string]string, string) {
+	entries, err := rdb.XRange(ctx, stream, "-", "+").Result()
+	if err != nil {
+		return nil, err.Error()
+	}
+	eventOf := map[string]string{}
+	originals := 0
+	for _, e := range entries {
+		eventOf[e.ID] = e.ID
+		if from := str(e.Values["m:"+lockmw.MetaWaitedFrom]); from != "" {
+			eventOf[e.ID] = from
+		} else {
+			originals++
+		}
+	}
+	if originals != n {
+		return nil, fmt.Sprintf("%d events in %s, want %d", originals, stream, n)
+	}
+	if w := lineLength(ctx, rdb); w > 0 {
+		return nil, fmt.Sprintf("%d events still waiting", w)
+	}
+	for _, gr := range mustGroups(ctx, rdb, stream) {
+		if gr.Pending > 0 {
+			return nil, fmt.Sprintf("%d entries pending in %s", gr.Pending, gr.Name)
+		}
+		if gr.Lag > 0 {
+			return nil, fmt.Sprintf("%d entries not read yet in %s", gr.Lag, gr.Name)
+		}
+	}
+	done := map[string]bool{}
+	res, _ := rdb.XRange(ctx, topo.Results(), "-", "+").Result()
+	for _, r := range res {
+		if str(r.Values["event_type"]) == event.StageDone {
+			done[eventOf[str(r.Values["message_id"])]] = true
+		}
+	}
+	if len(done) != n {
+		return nil, fmt.Sprintf("%d of %d events have a stage.done record", len(done), n)
+	}
+	return eventOf, ""
+}
+
+func mustGroups(ctx context.Context, rdb redis.UniversalClient, stream string) []redis.XInfoGroup {
+	gs, _ := rdb.XInfoGroups(ctx, stream).Result()
+	return gs
+}
+
+// checkWaitLedger checks the runs of the ledger: one at a time; each event ran to its
+// end ("ok") exactly once; the events started, and ended, in stream order.
+func checkWaitLedger(t *testing.T, s *scenario, eventOf map[string]string, n int) {
+	runs, bad := s.runs()
+	for _, b := range bad {
+		t.Error(b)
+	}
+	slices.SortFunc(runs, func(a, b run) int { return a.start.Compare(b.start) })
+	okOf := map[string]int{}
+	var order []string // events in the order of their first start
+	var summary []string
+	for i, r := range runs {
+		ev, known := eventOf[r.msgID]
+		if !known {
+			t.Errorf("run of an entry not in the stream: %s", r)
+			continue
+		}
+		if r.how == "ok" {
+			okOf[ev]++
+		}
+		if !slices.Contains(order, ev) {
+			order = append(order, ev)
+		}
+		if i > 0 && r.start.Before(runs[i-1].end) {
+			t.Errorf("two runs at once:\n  %s\n  %s", runs[i-1], r)
+		}
+		summary = append(summary, fmt.Sprintf("%s:%s", ev, r.how))
+	}
+	events := make([]string, 0, n)
+	for _, ev := range eventOf {
+		if !slices.Contains(events, ev) {
+			events = append(events, ev)
+		}
+	}
+	slices.SortFunc(events, streamid.Compare)
+	for _, ev := range events {
+		if okOf[ev] != 1 {
+			t.Errorf("event %s ran to its end %d times", ev, okOf[ev])
+		}
+	}
+	if !slices.Equal(order, events) {
+		t.Errorf("events started out of stream order:\n  stream %v\n  ran    %v", events, order)
+	}
+	killed := 0
+	for _, r := range runs {
+		if r.how == "killed" {
+			killed++
+		}
+	}
+	t.Logf("%d events, %d runs (%d killed by a SIGKILL of their worker, then run again): %s", len(events), len(runs), killed,
+		strings.Join(summary, " "))
+}

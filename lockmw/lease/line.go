@@ -1,0 +1,502 @@
+package lease
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/xonce"
+)
+
+// The wait policy's line (scripts/line.lua): an event that finds its key busy joins the
+// key's FIFO line and is acked in the same script; the release that frees the key hands
+// it to the head of the line in its own script and appends the head's copy to its
+// stream; the copy's acquire takes the key reserved for it. See docs/architecture.md.
+
+var (
+	//go:embed scripts/line.lua
+	lineLua string
+	//go:embed scripts/acquire_or_wait.lua
+	acquireOrWaitLua string
+	//go:embed scripts/release_line.lua
+	releaseLineLua string
+	//go:embed scripts/line_wake.lua
+	lineWakeLua string
+
+	acquireOrWaitScript = newScript(leaseLua + lineLua + acquireOrWaitLua)
+	releaseLineScript   = newScript(leaseLua + lineLua + releaseLineLua)
+	lineWakeScript      = newScript(leaseLua + lineLua + lineWakeLua)
+)
+
+// ErrLineFull is wrapped by *LineFullError: WaitOptions.Max events wait for the key
+// already; the event was not put in the line (nor acked).
+var ErrLineFull = errors.New("lease: the key's line is full")
+
+// LineFullError names the lease whose line refused an event.
+type LineFullError struct {
+	Holder  Info
+	Waiting int64
+}
+
+func (e *LineFullError) Error() string {
+	return fmt.Sprintf("%v: %d events wait for %s:%s already", ErrLineFull, e.Waiting, e.Holder.Agent, e.Holder.Issue)
+}
+
+func (e *LineFullError) Unwrap() error { return ErrLineFull }
+
+// DefaultLineMax is WaitOptions.Max's default.
+const DefaultLineMax = 100
+
+// lineSeenTTL is how long a line, and the record of which events joined and ran, live
+// after their last write: long after any redelivery of a copy.
+const lineSeenTTL = 7 * 24 * time.Hour
+
+// WaitOptions select the wait policy (AcquireOptions.Wait).
+type WaitOptions struct {
+	// Event is the event itself: its copy is appended to Event.Stream when its turn
+	// comes. It must carry LineID (the caller's waited_from metadata), so that the
+	// copy's acquire names the same member of the line. Required.
+	Event QueuedEvent
+	// LineID names the event in the line: the id of the stream entry it first had (its
+	// copies keep it). Required.
+	LineID string
+	// Max bounds the line: an event that finds Max waiting is refused with a
+	// *LineFullError. Default: DefaultLineMax.
+	Max int64
+	// Hold is how long a turn outlives its run's last heartbeat: a run that did not
+	// finish (a crash, a failure) keeps the key for its redelivery that long, and a key
+	// handed to the head waits that long for the head's copy. It must exceed the
+	// redelivery delay (the claim threshold, with room for a crash of the claimer).
+	// Default: 2×TTL.
+	Hold time.Duration
+	// Ack, when set on standalone Redis, is the event's stream entry: acked in the script
+	// that puts it in the line, and in the script that ends its run. On Redis Cluster
+	// the caller acks. Default: nil.
+	Ack *Entry
+}
+
+// LineKeys are the Redis keys of a lease's line, in its hash slot.
+type LineKeys struct {
+	Line string // sorted set: the waiting events, in stream order
+	Seen string // hash: lid -> w (waiting), h (its turn), r (ran)
+	Turn string // string: the lid whose turn it is
+}
+
+// Line returns the keys of the lease's line (policy wait).
+func (k Keys) Line() LineKeys {
+	rest := strings.TrimPrefix(k.Lock, "lock:")
+	return LineKeys{Line: "lockline:" + rest, Seen: "lockseen:" + rest, Turn: "lockturn:" + rest}
+}
+
+// lineLease is a wait policy lease's part: its event's lid and its line's settings.
+type lineLease struct {
+	lid   string
+	hold  time.Duration
+	keys  LineKeys
+	ack   *Entry
+	moved atomic.Value // string: the lid its release handed the key to
+}
+
+// holdOf is WaitOptions.Hold or its default.
+func (l *Locker) holdOf(w *WaitOptions) time.Duration {
+	if w.Hold > 0 {
+		return max(w.Hold, l.opts.TTL)
+	}
+	return 2 * l.opts.TTL
+}
+
+// acquireWait is Acquire under the wait policy: acquire_or_wait.lua.
+func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error) {
+	w := a.ao.Wait
+	if w.LineID == "" || w.Event.Stream == "" {
+		return nil, errors.New("lease: AcquireOptions.Wait needs LineID and Event.Stream")
+	}
+	if len(a.shared) > 0 || a.ao.Queue != nil || a.ao.Deliver != nil || a.ao.Supersede {
+		return nil, errors.New("lease: AcquireOptions.Wait cannot be combined with Shared, Queue, Deliver or Supersede")
+	}
+	lk := a.keys.Line()
+	maxN := w.Max
+	if maxN <= 0 {
+		maxN = DefaultLineMax
+	}
+	hold := l.holdOf(w)
+	keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn}
+	group, id := "", ""
+	if w.Ack != nil && l.opts.Format != KeysCluster {
+		keys = append(keys, w.Ack.Stream)
+		group, id = w.Ack.Group, w.Ack.ID
+	}
+	args := []any{a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, w.LineID, hold.Milliseconds(), maxN,
+		lineSeenTTL.Milliseconds(), w.Event.Stream, group, id}
+	for k, v := range w.Event.Fields {
+		args = append(args, k, v)
+	}
+	res, err := acquireOrWaitScript.Run(ctx, l.rdb, keys, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("lease: acquire %s: %w", a.keys.Lock, err)
+	}
+	if len(res) > 0 && atoi(res[0]) != 1 {
+		l.opts.Observer.Busy(a.agent)
+		return nil, a.lineBusy(res, w)
+	}
+	le, err := a.finish(ctx, res, nil)
+	if err != nil {
+		return nil, err
+	}
+	le.line = &lineLease{lid: w.LineID, hold: hold, keys: lk, ack: w.Ack}
+	onBeat, turn := le.onBeat, lk.Turn
+	le.onBeat = func(ctx context.Context, pipe redis.Pipeliner) {
+		if onBeat != nil {
+			onBeat(ctx, pipe)
+		}
+		// The turn outlives the run's last heartbeat by Hold: its redelivery after a
+		// crash finds the key its own.
+		pipe.PExpire(ctx, turn, hold)
+	}
+	if err := le.replicated(ctx); err != nil {
+		return nil, err
+	}
+	return le, nil
+}
+
+// lineBusy turns acquire_or_wait's busy reply into a *LockedError (Waited, with the
+// event's place in the line) or a *LineFullError.
+func (a *acquisition) lineBusy(res []any, w *WaitOptions) error {
+	holder := Info{Agent: a.agent, Issue: a.issue, Scope: ScopeAgent, Key: a.issue}
+	full := atoi(res[0]) == 3
+	if full && len(res) >= 7 {
+		res = res[1:] // depth first, then the holder
+	}
+	if len(res) >= 6 {
+		holder.Owner, _ = res[1].(string)
+		holder.Fence = atoi(res[2])
+		if ms := atoi(res[3]); ms > 0 {
+			holder.AcquiredAt = time.UnixMilli(ms)
+		}
+		holder.MessageID, _ = res[4].(string)
+		if ttl := atoi(res[5]); ttl > 0 {
+			holder.TTL = time.Duration(ttl) * time.Millisecond
+		}
+	}
+	if full {
+		return &LineFullError{Holder: holder, Waiting: atoi(res[0])}
+	}
+	le := &LockedError{Holder: holder, Issue: a.issue}
+	if len(res) < 10 {
+		return le
+	}
+	st := atoi(res[6])
+	le.Acked = st != 0 && w.Ack != nil && a.l.opts.Format != KeysCluster
+	le.Waited = st == 1 || st == 2
+	le.Duplicate = st == 2 || st == 4
+	le.Ran = st == 3
+	le.Position = atoi(res[7])
+	if ms := atoi(res[8]); ms > 0 {
+		le.OldestAt = time.UnixMilli(ms)
+	}
+	le.Stranded = atoi(res[9]) == 1
+	return le
+}
+
+// How a wait lease's release ends its event's turn (release_line.lua's done).
+const (
+	turnKeep = "0" // no run happened (a give-back): the event keeps its turn
+	turnRan  = "1" // the run finished: it ran, its turn ends
+	turnPass = "2" // the run failed: its turn ends; its retry joins the line again
+)
+
+// lineRelease ends a wait lease: release_line.lua, and on Redis Cluster its rounds (a
+// coalesced follow-up or the line's head to append first, each once by its id). turn
+// says how the event's turn ends (turnRan: e is acked here on standalone Redis). It
+// reports whether the lease was deleted.
+func (le *Lease) lineRelease(ctx context.Context, outcome, turn string, e *Entry) (bool, error) {
+	ln := le.line
+	lk := ln.keys
+	mode := modeStandalone
+	if le.l.opts.Format == KeysCluster {
+		mode = modeCluster
+	}
+	keys := []string{le.keys.Lock, le.keys.Info, le.keys.Done, le.keys.Queue, le.keys.Mailbox, le.keys.Fence, lk.Line, lk.Seen, lk.Turn}
+	group, id := "", ""
+	if e != nil && mode == modeStandalone {
+		keys = append(keys, e.Stream)
+		group, id = e.Group, e.ID
+	}
+	pubQid, pubLid, pubMS := "", "", ""
+	released := int64(-1)
+	for range maxDrainRounds {
+		res, err := releaseLineScript.Run(ctx, le.l.rdb, keys, le.token, outcome, le.messageID, mode, le.maxLen, pubQid,
+			le.issue, indexMax, indexTTLms, pubMS, ln.lid, turn, ln.hold.Milliseconds(), lineSeenTTL.Milliseconds(),
+			pubLid, group, id).Slice()
+		if err != nil {
+			return false, err
+		}
+		if len(res) < 2 {
+			return false, fmt.Errorf("unexpected reply %v", res)
+		}
+		switch atoi(res[0]) {
+		case 3:
+			if pubQid, err = le.publishQueued(ctx, res[1:]); err != nil {
+				return false, err
+			}
+			pubMS, _, _ = strings.Cut(le.Requeued(), "-")
+			continue
+		case 5:
+			if released < 0 {
+				released = atoi(res[1])
+			}
+			if pubLid, err = le.l.publishHead(ctx, le.keys, le.issue, le.maxLen, res[2:]); err != nil {
+				return false, err
+			}
+			continue
+		}
+		if released < 0 {
+			released = atoi(res[0])
+		}
+		if len(res) >= 4 {
+			if qid, _ := res[1].(string); qid != "" {
+				le.requeued.Store(qid)
+			}
+			if next, _ := res[3].(string); next != "" {
+				ln.moved.Store(next)
+			}
+		}
+		return released == 1, nil
+	}
+	return false, fmt.Errorf("lease: release %s: the line kept changing", le.keys.Lock)
+}
+
+// publishHead appends the line's head (lid@joined_ms, field, value, ...) to its stream,
+// once per joining (Redis Cluster: the stream is in another slot), and returns its
+// lid@joined_ms.
+func (l *Locker) publishHead(ctx context.Context, keys Keys, issue string, maxLen int64, h []any) (string, error) {
+	if len(h) < 1 {
+		return "", fmt.Errorf("lease: line head reply %v", h)
+	}
+	lid := fmt.Sprint(h[0])
+	values := map[string]any{}
+	stream := ""
+	for i := 1; i+1 < len(h); i += 2 {
+		if k := fmt.Sprint(h[i]); k == "_stream" {
+			stream = fmt.Sprint(h[i+1])
+		} else {
+			values[k] = h[i+1]
+		}
+	}
+	if _, err := xonce.Run(ctx, l.rdb, xonce.Append{Stream: stream, ID: "line-" + keys.Lock + "-" + lid,
+		Issue: issue, Values: values, MaxLen: maxLen, TTL: l.opts.MaxHold + l.opts.TTL}); err != nil {
+		return "", fmt.Errorf("lease: publish the head of %s's line to %s: %w", keys.Lock, stream, err)
+	}
+	return lid, nil
+}
+
+// WakeLine hands the free key (agent, issue) to the head of its line when the line's
+// wake-up was lost (nobody holds the key, it is nobody's turn, events wait:
+// LockedError.Stranded) and does nothing otherwise: safe from any worker at any time. It
+// returns the lid of the event woken, or "".
+func (l *Locker) WakeLine(ctx context.Context, agent, issue string, maxLen int64, hold time.Duration) (string, error) {
+	k := l.Keys(agent, issue)
+	lk := k.Line()
+	mode := modeStandalone
+	if l.opts.Format == KeysCluster {
+		mode = modeCluster
+	}
+	hold = l.holdOf(&WaitOptions{Hold: hold})
+	keys := []string{k.Lock, k.Info, k.Fence, lk.Line, lk.Seen, lk.Turn}
+	pub := ""
+	for range maxDrainRounds {
+		res, err := lineWakeScript.Run(ctx, l.rdb, keys, mode, pub, hold.Milliseconds(), lineSeenTTL.Milliseconds(),
+			maxLen, issue, indexMax, indexTTLms).Slice()
+		if err != nil {
+			return "", fmt.Errorf("lease: wake %s: %w", lk.Line, err)
+		}
+		if len(res) >= 3 && atoi(res[0]) == 5 {
+			if pub, err = l.publishHead(ctx, k, issue, maxLen, res[2:]); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if len(res) >= 3 {
+			lid, _ := res[2].(string)
+			return lid, nil
+		}
+		return "", fmt.Errorf("lease: wake %s: unexpected reply %v", lk.Line, res)
+	}
+	return "", fmt.Errorf("lease: wake %s: the line kept changing", lk.Line)
+}
+
+// Waits reports whether the lease was taken under the wait policy (AcquireOptions.Wait).
+func (le *Lease) Waits() bool { return le.line != nil }
+
+// Woke is the line id of the event this lease's release handed the key to (policy
+// wait), or "".
+func (le *Lease) Woke() string {
+	if le.line == nil {
+		return ""
+	}
+	s, _ := le.line.moved.Load().(string)
+	return s
+}
+
+// releaseLineLease is release for a wait lease whose event is not done: a failed run
+// passes its turn on (its retry joins the line again), a give-back keeps it.
+func (le *Lease) releaseLineLease(ctx context.Context, then func(pipe redis.Pipeliner), outcome string) (bool, error) {
+	turn := turnPass
+	if outcome == outcomeGivenBack {
+		turn = turnKeep
+	}
+	return le.endLine(ctx, then, outcome, turn, nil)
+}
+
+// endLine stops the heartbeat and runs lineRelease, then then's commands.
+func (le *Lease) endLine(ctx context.Context, then func(pipe redis.Pipeliner), outcome, turn string, e *Entry) (bool, error) {
+	le.stopHeartbeat()
+	first := le.ctx.Err() == nil
+	le.cancel(ErrReleased)
+	deleted, err := le.lineRelease(ctx, outcome, turn, e)
+	if first {
+		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
+	}
+	if err != nil {
+		le.log().Warn().Err(err).Dur("expires_within", le.l.opts.TTL).
+			Msg("lease release failed; the key will expire by its TTL")
+		return false, fmt.Errorf("lease: release %s: %w", le.keys.Lock, err)
+	}
+	if e != nil && le.l.opts.Format == KeysCluster {
+		then = ack(ctx, *e)
+	}
+	return deleted, le.afterRelease(ctx, then)
+}
+
+// finishLine ends a wait lease whose event is done: release, record that it ran (a
+// redelivered copy is then acked, not run again), end its turn, hand the key to the
+// head of the line, and ack e, in one script on standalone Redis (the ack after it on
+// Cluster). Handoff calls it for a wait lease.
+func (le *Lease) finishLine(ctx context.Context, e Entry) error {
+	_, err := le.endLine(ctx, nil, outcomeRan, turnRan, &e)
+	return err
+}
+
+// Waiting is one event in a key's line (Locker.Lines).
+type Waiting struct {
+	LineID   string    // the id of the stream entry it first had
+	Stream   string    // where its copy goes when its turn comes
+	JoinedAt time.Time // server time
+}
+
+// Lines returns the events waiting for (agent, issue), the head first.
+func (l *Locker) Lines(ctx context.Context, agent, issue string) ([]Waiting, error) {
+	lk := l.Keys(agent, issue).Line()
+	pipe := l.rdb.Pipeline()
+	cmd := pipe.ZRange(ctx, lk.Line, 0, -1)
+	_, _ = pipe.Exec(ctx)
+	raw, err := cmd.Result()
+	if err != nil {
+		return nil, fmt.Errorf("lease: read %s: %w", lk.Line, err)
+	}
+	out := make([]Waiting, 0, len(raw))
+	for _, r := range raw {
+		w, err := parseWaiting(r)
+		if err != nil {
+			return nil, fmt.Errorf("lease: %s: %w", lk.Line, err)
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// parseWaiting reads one member of a line: its sequence, 12 digits, a space, then
+// {lid, joined_ms, '_stream', stream, ...} (scripts/line.lua).
+func parseWaiting(s string) (Waiting, error) {
+	if len(s) < 13 {
+		return Waiting{}, fmt.Errorf("bad line member %q", s)
+	}
+	s = s[13:]
+	var e []any
+	if err := json.Unmarshal([]byte(s), &e); err != nil || len(e) < 4 {
+		return Waiting{}, fmt.Errorf("bad line element %q", s)
+	}
+	w := Waiting{LineID: fmt.Sprint(e[0]), Stream: fmt.Sprint(e[3])}
+	if ms, ok := e[1].(float64); ok {
+		w.JoinedAt = time.UnixMilli(int64(ms))
+	}
+	return w, nil
+}
+
+// LineSweep is what WakeLines found: the lids it woke, and the lines of the agent (how
+// many, how many events wait in them, the longest's length).
+type LineSweep struct {
+	Woken            []string
+	Lines            int
+	Waiting, Longest int64
+}
+
+// WakeLines wakes every stranded line of agent (WakeLine on each key that has a line):
+// the sweep that moves a line whose turn expired while no further event came for its
+// key. It finds the lines by SCAN (every master's on Cluster).
+func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration) (LineSweep, error) {
+	open, end := "", ""
+	if l.opts.Format == KeysCluster {
+		open, end = "{", "}"
+	}
+	prefix := "lockline:" + open + l.opts.Scope + agent + ":"
+	var mu sync.Mutex
+	var issues []string
+	scan := func(ctx context.Context, c Client) error {
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			issue := strings.TrimSuffix(strings.TrimPrefix(iter.Val(), prefix), end)
+			if _, err := l.Canonicalize(issue); err == nil {
+				mu.Lock()
+				issues = append(issues, issue)
+				mu.Unlock()
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, l.rdb)
+	}
+	var sw LineSweep
+	if err != nil {
+		return sw, fmt.Errorf("lease: scan %s*: %w", prefix, err)
+	}
+	for _, issue := range issues {
+		lid, err := l.WakeLine(ctx, agent, issue, 0, hold)
+		if err != nil {
+			return sw, err
+		}
+		if lid != "" {
+			sw.Woken = append(sw.Woken, lid)
+		}
+	}
+	pipe := l.rdb.Pipeline()
+	counts := make([]*redis.IntCmd, len(issues))
+	for i, issue := range issues {
+		counts[i] = pipe.ZCard(ctx, l.Keys(agent, issue).Line().Line)
+	}
+	if len(issues) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return sw, fmt.Errorf("lease: count %d lines: %w", len(issues), err)
+		}
+	}
+	for _, c := range counts {
+		if n := c.Val(); n > 0 {
+			sw.Lines++
+			sw.Waiting += n
+			sw.Longest = max(sw.Longest, n)
+		}
+	}
+	return sw, nil
+}

@@ -1,0 +1,97 @@
+-- acquire_or_wait.lua (after lease.lua and line.lua): acquire for the wait policy. The
+-- event takes the key when it is its turn; when the key is busy it joins the key's line
+-- and, on standalone Redis, its stream entry is acked, in this same script: no release
+-- can come between "busy" and "in the line" (the lost wake-up of a separate park step).
+--
+-- Its turn, in this order:
+--   1. the lock holds token: the lease an earlier try made (a lost reply);
+--   2. seen says it ran to its end ('r'): a repeat, acked, not run ({0, ..., state 3});
+--   3. the key is reserved for it ('line:<lid>', a release handed it over), or free and
+--      the turn is its own (its run did not finish: a crash, a failure), or free with
+--      no turn and it heads the line (its copy came before the release's second call on
+--      Cluster), or free with no turn and an empty line: it takes the key;
+--   4. otherwise it waits: joins the line at its stream position (unless seen says it waits, or holds the turn:
+--      a repeat, only acked; one that held a turn that expired joins again), or, with max events waiting, is refused ({3, depth, ...}:
+--      the caller dead-letters it). A free key with nobody's turn and a line is a line
+--      whose wake-up was lost (a crash between a release and its publish on Cluster):
+--      the reply says so (stranded) and the caller wakes it (line_wake.lua).
+-- The holder's own entry (claimed from its dead worker while the lease lives) is only
+-- reported busy (state 0), as in acquire_or_queue.lua. An event whose turn it is but
+-- whose free key an event of another policy (drop, delay) took joins the line.
+--
+-- KEYS: lock, info, fence, line, seen, turn[, source stream]
+-- ARGV: token, ttl_ms, owner, acquired_at_ms, message_id, lid, hold_ms, max, seen_ttl_ms,
+-- target_stream, group, entry_id, field, value, ...
+-- Returns {1, fence}, {3, depth, owner, fence, acquired_at, message_id, pttl} or
+-- {0, owner, fence, acquired_at, message_id, pttl, state, position, oldest_ms, stranded}:
+-- state 0 the holder's own entry (nothing done), 1 joined, 2 waiting already, 3 ran
+-- already, 4 holding already (a copy of the running event); position is its place in
+-- the line (1 the head), oldest_ms when the head joined.
+local o = {token = ARGV[1], ttl_ms = ARGV[2], owner = ARGV[3], acquired_at = ARGV[4], mid = ARGV[5],
+  lid = ARGV[6], hold_ms = ARGV[7], seen_ttl = ARGV[9]}
+local k = line_keys(KEYS[1], KEYS[2], KEYS[3], 4)
+local cur = redis.call('GET', k.lock)
+if cur == o.token then
+  return {1, tonumber(redis.call('HGET', k.info, 'fence') or redis.call('GET', k.fence) or 0)}
+end
+local state = redis.call('HGET', k.seen, o.lid)
+local function ack()
+  if #KEYS >= 7 then redis.call('XACK', KEYS[7], ARGV[11], ARGV[12]) end
+end
+local function busy(st, pos)
+  local h = redis.call('HMGET', k.info, 'owner', 'fence', 'acquired_at', 'message_id')
+  local oldest = 0
+  local head, he = line_head(k.line)
+  if head then oldest = he[2] end
+  local stranded = 0
+  if not cur and redis.call('EXISTS', k.turn) == 0 and head then stranded = 1 end
+  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', k.lock), st, pos, oldest, stranded}
+end
+if state == 'r' then
+  ack()
+  return busy(3, 0)
+end
+local turn = redis.call('GET', k.turn)
+local head, he = line_head(k.line)
+local headlid = he and he[1]
+if cur == 'line:' .. o.lid or (not cur and (turn == o.lid or (not turn and (not head or headlid == o.lid)))) then
+  if headlid == o.lid then redis.call('ZREM', k.line, head) end
+  return {1, line_take(k, o)}
+end
+if cur and o.mid ~= '' and redis.call('HGET', k.info, 'message_id') == o.mid then
+  return busy(0, 0)
+end
+-- join puts the event in the line at its stream position and returns its place (1 the
+-- head).
+local function join()
+  local e = {o.lid, line_now(), '_stream', ARGV[10]}
+  for i = 13, #ARGV do e[#e + 1] = ARGV[i] end
+  local ms, seq = string.match(o.lid, '^(%d+)-(%d+)$')
+  if not ms then ms, seq = line_now(), 0 end
+  local member = string.format('%012d', tonumber(seq)) .. ' ' .. cjson.encode(e)
+  redis.call('ZADD', k.line, ms, member)
+  redis.call('PEXPIRE', k.line, o.seen_ttl)
+  redis.call('HSET', k.seen, o.lid, 'w')
+  redis.call('PEXPIRE', k.seen, o.seen_ttl)
+  ack()
+  return redis.call('ZRANK', k.line, member) + 1
+end
+if state == 'h' and turn == o.lid and redis.call('HGET', k.info, 'lid') ~= o.lid then
+  -- Its turn, but an event of another policy (drop, delay) took the free key meanwhile:
+  -- it joins the line (at its stream position) and gives the turn up, so that holder's
+  -- release hands the key to the line.
+  redis.call('DEL', k.turn)
+  return busy(1, join())
+end
+if state == 'w' or (state == 'h' and turn == o.lid) then
+  ack()
+  local st = 2
+  if state == 'h' then st = 4 end
+  return busy(st, 0)
+end
+local n = redis.call('ZCARD', k.line)
+if n >= tonumber(ARGV[8]) then
+  local h = redis.call('HMGET', k.info, 'owner', 'fence', 'acquired_at', 'message_id')
+  return {3, n, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', k.lock)}
+end
+return busy(1, join())

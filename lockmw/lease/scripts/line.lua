@@ -1,0 +1,83 @@
+-- line.lua (after lease.lua): the wait policy's line, put before the scripts that use it
+-- (acquire_or_wait.lua, release_line.lua, line_wake.lua). Every key is in the lease's
+-- hash slot:
+--   line  a sorted set: the events waiting for the key, in the order of their streams
+--         (score: the ms part of the lid; member: its sequence part, zero-padded to
+--         12 digits, a space, then a JSON array {lid, joined_ms, '_stream', stream,
+--         field, value, ...}): several consumers reading one stream hand its entries
+--         to the script in any order, and the line still runs them in stream order;
+--   seen  a hash lid -> 'w' (waiting in the line), 'h' (handed the key: its run holds or
+--         held it and has not finished), 'r' (ran to its end): a repeat of any of them is
+--         acked and not run, not queued twice;
+--   turn  a string: the lid whose turn it is (handed the key, its run not finished),
+--         expiring hold_ms after its last heartbeat. While it lives, a free key is that
+--         event's alone (its redelivery after a crash or failure runs before the line
+--         moves on); nobody else takes it, and no release hands it on.
+-- A lid is the id of the stream entry an event first had: its copies carry it (the
+-- caller's waited_from), so every copy of one event is one member of the line.
+
+-- line_head is the line's first member and its decoded element, or nil.
+local function line_head(line)
+  local h = redis.call('ZRANGE', line, 0, 0)[1]
+  if not h then return nil, nil end
+  return h, cjson.decode(string.sub(h, 14))
+end
+
+-- line_now is the server's time in ms.
+local function line_now()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- line_take gives the key to lid with token: a new fence, the operator record, the turn.
+-- k: lock, info, fence, line, seen, turn. o: token, ttl_ms, owner, acquired_at, mid,
+-- lid, hold_ms, seen_ttl.
+local function line_take(k, o)
+  redis.call('SET', k.lock, o.token, 'PX', o.ttl_ms)
+  local f = redis.call('INCR', k.fence)
+  redis.call('HSET', k.info, 'token', o.token, 'owner', o.owner, 'fence', f,
+    'acquired_at', o.acquired_at, 'message_id', o.mid, 'lid', o.lid)
+  redis.call('PEXPIRE', k.info, o.ttl_ms)
+  redis.call('SET', k.turn, o.lid, 'PX', o.hold_ms)
+  redis.call('HSET', k.seen, o.lid, 'h')
+  redis.call('PEXPIRE', k.seen, o.seen_ttl)
+  return f
+end
+
+-- line_promote hands the free key to the head of the line: it pops the head, reserves
+-- the key for it (lock 'line:<lid>', its turn) and appends its copy to its stream
+-- (standalone Redis, here; publish_queued). Nothing to do while the key is held, while
+-- it is somebody's turn, or when the line is empty. On Redis Cluster the stream is in
+-- another slot: the head is returned untouched ({5, lid, field, value, ...}) for the
+-- caller to append (once, by lid@joined_ms) and to call again with published = that; a
+-- crash in between leaves it at the head, not lost. Returns nil, {5, lid@joined_ms,
+-- field, value, ...} or {6, lid, new id}.
+local function line_promote(k, o)
+  if redis.call('EXISTS', k.lock) == 1 or redis.call('EXISTS', k.turn) == 1 then return nil end
+  local head, e = line_head(k.line)
+  if not head then return nil end
+  local lid = e[1]
+  local q = {}
+  for i = 3, #e do q[#q + 1] = e[i] end
+  -- Published once per joining (lid and joined_ms: an event whose failed run joins the
+  -- line again is published again).
+  local pub = lid .. '@' .. e[2]
+  if o.mode ~= '1' and o.published ~= pub then return {5, pub, unpack(q)} end
+  redis.call('ZREM', k.line, head)
+  local res = 'line:' .. lid
+  redis.call('SET', k.lock, res, 'PX', o.hold_ms)
+  redis.call('HSET', k.info, 'token', res, 'owner', 'line', 'fence', redis.call('GET', k.fence) or 0,
+    'acquired_at', line_now(), 'message_id', lid, 'lid', lid)
+  redis.call('PEXPIRE', k.info, o.hold_ms)
+  redis.call('SET', k.turn, lid, 'PX', o.hold_ms)
+  redis.call('HSET', k.seen, lid, 'h')
+  redis.call('PEXPIRE', k.seen, o.seen_ttl)
+  local id = ''
+  if o.mode == '1' then id = publish_queued(q, o) end
+  return {6, lid, id}
+end
+
+-- line_keys names the line's keys from KEYS[from..]: line, seen, turn.
+local function line_keys(lock, info, fence, from)
+  return {lock = lock, info = info, fence = fence, line = KEYS[from], seen = KEYS[from + 1], turn = KEYS[from + 2]}
+end

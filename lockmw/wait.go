@@ -1,0 +1,128 @@
+package lockmw
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/ymirflow/ymirflow/internal/redeliver"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// MetaWaitedFrom names, on the copy of an event that waited in its key's line (policy
+// Wait), the stream entry the event first had: every copy of one event is one member
+// of the line (lease.WaitOptions.LineID).
+const MetaWaitedFrom = "waited_from"
+
+// lineID is the event's member of the line: the entry it first had.
+func lineID(msg *message.Message, entry Entry) string {
+	if from := msg.Metadata.Get(MetaWaitedFrom); from != "" {
+		return from
+	}
+	return entry.ID
+}
+
+// waitHold is how long a turn outlives its run (lease.WaitOptions.Hold): a crashed
+// run's entry is claimed after MaxIdleTime and takes the key once its lease has
+// expired (TTL); twice each, so that a claimer that crashes too keeps the turn.
+func (m *Middleware) waitHold() time.Duration {
+	return 2*m.cfg.Locker.TTL() + 4*m.cfg.MaxIdleTime
+}
+
+// waitOptions are the wait policy's acquire options for msg (entry): its copy, as it
+// will be appended again when its turn comes, names its line id.
+func (m *Middleware) waitOptions(msg *message.Message, entry Entry) (*lease.WaitOptions, error) {
+	lid := lineID(msg, entry)
+	cp := msg.Copy()
+	cp.Metadata.Set(MetaWaitedFrom, lid)
+	fields, err := m.cfg.Source.Encode(cp)
+	if err != nil {
+		return nil, err
+	}
+	return &lease.WaitOptions{Event: lease.QueuedEvent{Stream: entry.Stream, Fields: fields}, LineID: lid,
+		Max: m.rule(msg).MaxWaiting, Hold: m.waitHold(),
+		Ack: &lease.Entry{Stream: entry.Stream, Group: entry.Group, ID: entry.ID}}, nil
+}
+
+// finishWaiting ends a wait lease whose event is done (lease.Lease.Handoff: it records
+// that the event ran, hands the key to the line's head, and acks entry).
+func (m *Middleware) finishWaiting(ctx context.Context, le *lease.Lease, entry Entry) error {
+	_, err := le.Handoff(ctx, lease.Entry{Stream: entry.Stream, Group: entry.Group, ID: entry.ID}, nil)
+	return err
+}
+
+// ranAlready settles a copy of an event that ran to its end under the wait policy (a
+// redelivery after its worker died between the release and the ack): acked, not run
+// again, and not recorded again (its run recorded its outcome).
+func (m *Middleware) ranAlready(ctx context.Context, entry Entry, locked *lease.LockedError, log eventLog) error {
+	if entry.ID == "" {
+		return nil
+	}
+	if !locked.Acked {
+		pipe := m.cfg.Locker.Client().Pipeline()
+		m.ack(ctx, entry)(pipe)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("%w: ack %s, which ran already: %w", redeliver.ErrTransient, entry.ID, err)
+		}
+	}
+	m.cfg.Source.Settle(entry)
+	log.issue = locked.Issue
+	log.get().Info().Msg("event ran already (a redelivered copy); acked, not run again")
+	return nil
+}
+
+// wake hands a stranded line's key to its head (lease.LockedError.Stranded: the turn of
+// a run that never finished expired while events waited). A failure is only logged:
+// the next event for the key finds it stranded again.
+func (m *Middleware) wake(ctx context.Context, issue string, log eventLog) {
+	lid, err := m.cfg.Locker.WakeLine(ctx, m.cfg.Agent, issue, 0, m.waitHold())
+	log.issue = issue
+	if err != nil {
+		log.get().Warn().Err(err).Msg("could not wake the key's line; the next event for the key tries again")
+		return
+	}
+	if lid != "" {
+		log.get().Warn().Str("woke", lid).Msg("the key's line had lost its wake-up (a run that never finished); its head was handed the key")
+	}
+}
+
+// Waits reports whether a rule of the middleware is Wait: its agent's keys may have
+// lines, which RunLineWaker keeps moving.
+func (m *Middleware) Waits() bool { return m.lines }
+
+// RunLineWaker wakes, every interval until ctx ends, the lines of the agent that lost
+// their wake-up (a run that never finished and never came back: its turn expired with
+// events waiting and no further event for the key). Any worker may run it; a wake is
+// safe from anyone at any time (lease.Locker.WakeLine). Errors are logged.
+func (m *Middleware) RunLineWaker(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sw, err := m.cfg.Locker.WakeLines(ctx, m.cfg.Agent, m.waitHold())
+		if err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn().Err(err).Str("agent", m.cfg.Agent).Msg("line waker: sweep failed; the next one tries again")
+			continue
+		}
+		if lo, ok := m.cfg.Locker.Observer().(LineObserver); ok {
+			lo.Lines(m.cfg.Agent, sw.Lines, sw.Waiting, sw.Longest)
+		}
+		if len(sw.Woken) > 0 {
+			m.cfg.Logger.Warn().Strs("woke", sw.Woken).Str("agent", m.cfg.Agent).
+				Msg("line waker: woke lines whose turn expired (a run that never finished)")
+		}
+	}
+}
+
+// LineObserver is implemented by a lease.Observer that also wants the agent's lines, as
+// each sweep of RunLineWaker finds them: how many keys have a line, how many events
+// wait in them, and the longest line's length.
+type LineObserver interface {
+	Lines(agent string, lines int, waiting, longest int64)
+}

@@ -1,0 +1,119 @@
+package lockmw_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// The wait policy is refused where its line could be missed: beside coalesce, deliver
+// or supersede, with a shared scope, and without a stream to put the copies into; each
+// refusal names the setting.
+func TestNewMiddlewareRefusesWaitWhereALineCouldBeMissed(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := locker(t, rdb, ns)
+	src := &streamSource{}
+	for _, c := range []struct {
+		policies, scope string
+		source          bool
+		want            string
+	}{
+		{"rebase.requested=wait,*=coalesce", "agent", true, "wait can be combined with drop and delay only"},
+		{"rebase.requested=wait,*=supersede", "agent", true, "wait can be combined with drop and delay only"},
+		{"wait", "issue", true, "cannot be combined with Config.Scopes"},
+		{"wait", "agent", false, "policy wait needs Config.Source"},
+	} {
+		pol, err := lockmw.ParsePolicies(c.policies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := lease.ParseScopes(c.scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := lockmw.Config{Locker: l, Agent: "rebase", Policies: pol, Scopes: sc, MaxIdleTime: time.Hour}
+		if c.source {
+			cfg.Source = src
+		}
+		if _, err := lockmw.NewMiddleware(cfg); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "Config.") {
+			t.Errorf("%s with scope %s: %v, want %q", c.policies, c.scope, err, c.want)
+		}
+	}
+	pol, _ := lockmw.ParsePolicies("rebase.requested=wait:3,*=delay:1s")
+	if _, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour}); err != nil {
+		t.Fatalf("wait beside delay: %v", err)
+	}
+}
+
+// lineObs is a lease.Observer that keeps the last lines RunLineWaker reported.
+type lineObs struct {
+	mu      sync.Mutex
+	waiting int64
+	seen    bool
+}
+
+func (*lineObs) Acquired(string)                 {}
+func (*lineObs) Busy(string)                     {}
+func (*lineObs) Conflict(string, string, string) {}
+func (*lineObs) Lost(string, error)              {}
+func (*lineObs) Released(string, time.Duration)  {}
+func (o *lineObs) Lines(_ string, _ int, waiting, _ int64) {
+	o.mu.Lock()
+	o.waiting, o.seen = waiting, true
+	o.mu.Unlock()
+}
+
+// The line waker reports the agent's lines to an observer that wants them (the
+// metrics' ymirflow_lock_waiting).
+func TestLineWakerReportsTheLines(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	obs := &lineObs{}
+	l, err := lease.New(rdb, lease.Options{Scope: ns, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream := ns + "s"
+	wait := func(id string) lease.AcquireOptions {
+		return lease.AcquireOptions{MessageID: id, Wait: &lease.WaitOptions{LineID: id, Event: lease.QueuedEvent{Stream: stream}}}
+	}
+	holder, err := l.Acquire(ctx, "rebase", "RHEL-7", wait("1-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = holder.Release(ctx) }()
+	if _, err := l.Acquire(ctx, "rebase", "RHEL-7", wait("2-1")); !errors.Is(err, lease.ErrLocked) {
+		t.Fatalf("second event: %v", err)
+	}
+	pol, _ := lockmw.ParsePolicies("wait")
+	m, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policies: pol, Source: &streamSource{}, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.RunLineWaker(wctx, 10*time.Millisecond) }()
+	defer func() { stop(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		obs.mu.Lock()
+		seen, n := obs.seen, obs.waiting
+		obs.mu.Unlock()
+		if seen && n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waker reported %v %d, want 1 waiting", seen, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
