@@ -332,8 +332,8 @@ func (r *Router) Run(ctx context.Context) error {
 		s.stopOffers()
 		// Watermill closes its subscribers only when the router is closed, not when
 		// Run's context ends: without this, each subscription's own Redis client (and
-		// its reader goroutines) would outlive the router. Close is idempotent.
-		if cerr := s.sub.Close(); cerr != nil {
+		// its read loop) would outlive the router. close is idempotent.
+		if cerr := s.close(); cerr != nil {
 			r.log.Warn().Err(cerr).Str("stream", s.route.Stream).Msg("closing a subscription")
 		}
 	}
@@ -392,7 +392,7 @@ func (r *Router) Close() error {
 	}
 	var errs []error
 	for _, s := range r.subs {
-		errs = append(errs, s.sub.Close())
+		errs = append(errs, s.close())
 	}
 	return errors.Join(errs...)
 }

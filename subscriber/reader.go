@@ -1,0 +1,202 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// reader is the loop of one Subscribe: one stream, one entry in flight.
+type reader struct {
+	s      *Subscriber
+	stream string
+	out    chan<- *message.Message
+	log    zerolog.Logger
+
+	nextClaim time.Time // zero: a claim pass is due now
+	claimFrom string    // where the next claim pass starts listing ("-": the start)
+}
+
+// retryWait is how long the loop waits after a Redis error before it tries again.
+const retryWait = 500 * time.Millisecond
+
+func (r *reader) run(ctx context.Context) {
+	for {
+		m, ok := r.next(ctx)
+		if !ok || !r.deliver(ctx, m) {
+			return
+		}
+	}
+}
+
+// next returns the entry to hand over next: one read ahead, else one a claim pass
+// takes, else one read. It returns false once ctx ends.
+func (r *reader) next(ctx context.Context) (redis.XMessage, bool) {
+	for {
+		if m, ok := r.s.pop(r.stream); ok {
+			return m, true
+		}
+		if ctx.Err() != nil {
+			return redis.XMessage{}, false
+		}
+		var err error
+		if !time.Now().Before(r.nextClaim) {
+			err = r.claim(ctx)
+		} else {
+			err = r.read(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn().Err(err).Msg("reading the stream failed; retrying")
+			r.pause(ctx, retryWait)
+		}
+	}
+}
+
+// read sends one XREADGROUP for new entries, with the acks queued so far in front of
+// it in the same round trip (then without BLOCK: a read that finds nothing is sent
+// again alone, blocking).
+func (r *reader) read(ctx context.Context) error {
+	count := int64(1)
+	if cfg := r.s.cfg; cfg.ReadBatch > 1 && (cfg.BatchNow == nil || cfg.BatchNow()) {
+		count = int64(cfg.ReadBatch)
+	}
+	block := max(min(r.s.cfg.BlockTime, time.Until(r.nextClaim)), time.Millisecond)
+	args := &redis.XReadGroupArgs{Group: r.s.cfg.Group, Consumer: r.s.cfg.Consumer,
+		Streams: []string{r.stream, ">"}, Count: count, Block: block}
+	if obs := r.s.cfg.Observer; obs != nil {
+		defer obs.Reading()()
+	}
+	if acks := r.s.acks.take(); len(acks) > 0 {
+		pipe := r.s.cfg.Client.Pipeline()
+		ackCmds := r.s.acks.queue(ctx, pipe, acks)
+		args.Block = -1
+		rd := pipe.XReadGroup(ctx, args)
+		_, err := pipe.Exec(ctx)
+		r.s.acks.settle(acks, ackCmds)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return r.readFailed(ctx, err)
+		}
+		if res := rd.Val(); len(res) > 0 && len(res[0].Messages) > 0 {
+			r.s.keep(r.stream, res[0].Messages)
+			return nil
+		}
+		args.Block = block
+	}
+	res, err := r.s.cfg.Client.XReadGroup(ctx, args).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return r.readFailed(ctx, err)
+	}
+	if len(res) > 0 {
+		r.s.keep(r.stream, res[0].Messages)
+	}
+	return nil
+}
+
+// readFailed recreates the group when it is gone (the stream was deleted), and
+// returns err otherwise.
+func (r *reader) readFailed(ctx context.Context, err error) error {
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		if cerr := createGroup(ctx, r.s.cfg.Client, r.stream, r.s.cfg.Group); cerr == nil {
+			r.log.Warn().Msg("the consumer group was gone: created it again")
+			return nil
+		}
+	}
+	return err
+}
+
+// claim runs one claim pass: the entries idle past MaxIdleTime (from claimFrom),
+// those the veto allows claimed in one XCLAIM. XCLAIM's MIN-IDLE-TIME makes two
+// consumers' passes take an entry once; an entry deleted from the stream meanwhile
+// leaves the pending list without being returned.
+func (r *reader) claim(ctx context.Context) error {
+	cfg := r.s.cfg
+	r.s.acks.flush(ctx) // an entry acked here must not look idle to our own pass
+	pend, err := cfg.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.stream, Group: cfg.Group,
+		Idle: cfg.MaxIdleTime, Start: r.claimFrom, End: "+", Count: int64(cfg.ClaimBatch)}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		r.nextClaim = time.Now().Add(cfg.ClaimInterval)
+		return r.readFailed(ctx, err)
+	}
+	// A full page: the next pass goes on from its end right after this batch is
+	// handled. Otherwise the next pass starts over after ClaimInterval.
+	if len(pend) == cfg.ClaimBatch {
+		r.claimFrom, r.nextClaim = "("+pend[len(pend)-1].ID, time.Time{}
+	} else {
+		r.claimFrom, r.nextClaim = "-", time.Now().Add(cfg.ClaimInterval)
+	}
+	ids := make([]string, 0, len(pend))
+	for _, p := range pend {
+		if cfg.ShouldClaim == nil || cfg.ShouldClaim(ctx, p) {
+			ids = append(ids, p.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	msgs, err := cfg.Client.XClaim(ctx, &redis.XClaimArgs{Stream: r.stream, Group: cfg.Group, Consumer: cfg.Consumer,
+		MinIdle: cfg.MaxIdleTime, Messages: ids}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	if len(msgs) > 0 {
+		r.log.Debug().Int("entries", len(msgs)).Msg("claimed entries idle past MaxIdleTime")
+	}
+	r.s.keep(r.stream, msgs)
+	return nil
+}
+
+// deliver hands the message of m over and waits for its Ack (true) or the end of ctx
+// (false: it stays pending). A Nack hands it over again after NackResendSleep. An entry
+// that does not unmarshal is logged and left pending (a claim pass retries it).
+func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
+	msg, err := r.s.cfg.Unmarshaller.Unmarshal(m.Values)
+	if err != nil {
+		r.log.Error().Err(err).Str("message_id", m.ID).Msg("entry does not unmarshal; left pending")
+		return true
+	}
+	for {
+		mctx, cancel := context.WithCancel(ctx)
+		msg.SetContext(mctx)
+		select {
+		case r.out <- msg:
+		case <-ctx.Done():
+			cancel()
+			return false
+		}
+		select {
+		case <-msg.Acked():
+			cancel()
+			r.s.acked(r.stream, m.ID)
+			return true
+		case <-msg.Nacked():
+			cancel()
+			msg = msg.Copy()
+			if !r.pause(ctx, r.s.cfg.NackResendSleep) {
+				return false
+			}
+		case <-ctx.Done():
+			cancel()
+			return false
+		}
+	}
+}
+
+// pause waits d, or until ctx ends (false).
+func (r *reader) pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
