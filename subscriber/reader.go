@@ -11,12 +11,19 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// reader is the loop of one Subscribe: one stream, one entry in flight.
+// reader is one Subscribe: one stream, two loops. fill reads ahead (a batch, or one
+// entry) whenever nothing read waits, so the next entry is known while one is handled
+// (Peek, Waiting); run hands the entries over one at a time.
 type reader struct {
 	s      *Subscriber
 	stream string
 	out    chan<- *message.Message
 	log    zerolog.Logger
+
+	ahead   []redis.XMessage // read, not yet handed over, in read order; guarded by s.mu
+	held    bool             // HandBack took them: read no more until the message handled now is acked; guarded by s.mu
+	filled  chan struct{}    // fill → run: entries were read
+	drained chan struct{}    // run → fill: ahead was emptied, or a message acked
 
 	nextClaim time.Time // zero: a claim pass is due now
 	claimFrom string    // where the next claim pass starts listing ("-": the start)
@@ -25,6 +32,7 @@ type reader struct {
 // retryWait is how long the loop waits after a Redis error before it tries again.
 const retryWait = 500 * time.Millisecond
 
+// run hands the entries over, one at a time, until ctx ends.
 func (r *reader) run(ctx context.Context) {
 	for {
 		m, ok := r.next(ctx)
@@ -34,15 +42,43 @@ func (r *reader) run(ctx context.Context) {
 	}
 }
 
-// next returns the entry to hand over next: one read ahead, else one a claim pass
-// takes, else one read. It returns false once ctx ends.
+// next waits for the next entry read ahead; false once ctx ends.
 func (r *reader) next(ctx context.Context) (redis.XMessage, bool) {
 	for {
-		if m, ok := r.s.pop(r.stream); ok {
+		if m, ok := r.pop(); ok {
 			return m, true
 		}
-		if ctx.Err() != nil {
+		select {
+		case <-r.filled:
+		case <-ctx.Done():
 			return redis.XMessage{}, false
+		}
+	}
+}
+
+// pop takes the next entry read ahead.
+func (r *reader) pop() (redis.XMessage, bool) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	if len(r.ahead) == 0 {
+		return redis.XMessage{}, false
+	}
+	m := r.ahead[0]
+	r.ahead[0] = redis.XMessage{}
+	r.ahead = r.ahead[1:]
+	if len(r.ahead) == 0 {
+		r.ahead = nil
+		signal(r.drained)
+	}
+	return m, true
+}
+
+// fill reads ahead until ctx ends: whenever nothing read waits (and HandBack did not
+// just take what did), a claim pass when one is due, else a read.
+func (r *reader) fill(ctx context.Context) {
+	for {
+		if !r.waitDrained(ctx) {
+			return
 		}
 		var err error
 		if !time.Now().Before(r.nextClaim) {
@@ -50,11 +86,50 @@ func (r *reader) next(ctx context.Context) (redis.XMessage, bool) {
 		} else {
 			err = r.read(ctx)
 		}
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, redis.ErrClosed):
+			r.log.Error().Msg("the client was closed under the subscriber: it reads no more")
+			return
+		default:
 			r.log.Warn().Err(err).Msg("reading the stream failed; retrying")
 			r.pause(ctx, retryWait)
 		}
 	}
+}
+
+// waitDrained waits until nothing read waits and reading is not held; false once ctx
+// ends.
+func (r *reader) waitDrained(ctx context.Context) bool {
+	for {
+		r.s.mu.Lock()
+		need := len(r.ahead) == 0 && !r.held
+		r.s.mu.Unlock()
+		if need {
+			return ctx.Err() == nil
+		}
+		select {
+		case <-r.drained:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// keep stamps msgs, appends them to what was read ahead, and tells the observer, then
+// run.
+func (r *reader) keep(msgs []redis.XMessage) {
+	if len(msgs) == 0 {
+		return
+	}
+	stamp(r.stream, msgs, time.Now())
+	r.s.mu.Lock()
+	r.ahead = append(r.ahead, msgs...)
+	r.s.mu.Unlock()
+	if obs := r.s.cfg.Observer; obs != nil {
+		obs.Read(r.stream, msgs)
+	}
+	signal(r.filled)
 }
 
 // read sends one XREADGROUP for new entries, with the acks queued so far in front of
@@ -82,7 +157,7 @@ func (r *reader) read(ctx context.Context) error {
 			return r.readFailed(ctx, err)
 		}
 		if res := rd.Val(); len(res) > 0 && len(res[0].Messages) > 0 {
-			r.s.keep(r.stream, res[0].Messages)
+			r.keep(res[0].Messages)
 			return nil
 		}
 		args.Block = block
@@ -92,7 +167,7 @@ func (r *reader) read(ctx context.Context) error {
 		return r.readFailed(ctx, err)
 	}
 	if len(res) > 0 {
-		r.s.keep(r.stream, res[0].Messages)
+		r.keep(res[0].Messages)
 	}
 	return nil
 }
@@ -146,7 +221,7 @@ func (r *reader) claim(ctx context.Context) error {
 	if len(msgs) > 0 {
 		r.log.Debug().Int("entries", len(msgs)).Msg("claimed entries idle past MaxIdleTime")
 	}
-	r.s.keep(r.stream, msgs)
+	r.keep(msgs)
 	return nil
 }
 
@@ -171,7 +246,7 @@ func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
 		select {
 		case <-msg.Acked():
 			cancel()
-			r.s.acked(r.stream, m.ID)
+			r.s.acked(r, m.ID)
 			return true
 		case <-msg.Nacked():
 			cancel()

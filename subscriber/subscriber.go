@@ -140,10 +140,13 @@ type Subscriber struct {
 	loops   sync.WaitGroup
 	acks    *acker
 
-	mu      sync.Mutex
+	closeOnce sync.Once
+	closeErr  error
+
+	mu      sync.Mutex // guards the fields below and every reader's ahead and held
 	closed  bool
 	settled map[entryRef]struct{}
-	ahead   map[string][]redis.XMessage // stream: entries read, not yet handed over, in read order
+	readers []*reader
 }
 
 // entryRef names one stream entry.
@@ -154,8 +157,7 @@ func New(cfg Config) (*Subscriber, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	s := &Subscriber{cfg: cfg, closing: make(chan struct{}), settled: map[entryRef]struct{}{},
-		ahead: map[string][]redis.XMessage{}}
+	s := &Subscriber{cfg: cfg, closing: make(chan struct{}), settled: map[entryRef]struct{}{}}
 	s.acks = newAcker(cfg.Client, cfg.Group, cfg.AckDelay, cfg.Logger)
 	return s, nil
 }
@@ -185,14 +187,39 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}()
 	out := make(chan *message.Message)
 	r := &reader{s: s, stream: topic, out: out, claimFrom: "-",
+		filled: make(chan struct{}, 1), drained: make(chan struct{}, 1),
 		log: s.cfg.Logger.With().Str("stream", topic).Str("consumer", s.cfg.Consumer).Logger()}
+	s.mu.Lock()
+	s.readers = append(s.readers, r)
+	s.mu.Unlock()
+	var both sync.WaitGroup
+	both.Add(2)
+	go func() {
+		defer both.Done()
+		defer cancel() // fill stops only when reading cannot go on: so does run
+		r.fill(rctx)
+	}()
+	go func() { defer both.Done(); r.run(rctx) }()
 	go func() {
 		defer s.loops.Done()
-		defer cancel()
-		defer close(out)
-		r.run(rctx)
+		both.Wait()
+		cancel()
+		close(out)
+		s.drop(r)
 	}()
 	return out, nil
+}
+
+// drop forgets a reader whose loops have ended.
+func (s *Subscriber) drop(r *reader) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, x := range s.readers {
+		if x == r {
+			s.readers = append(s.readers[:i], s.readers[i+1:]...)
+			return
+		}
+	}
 }
 
 // createGroup creates group on stream from its start, and the stream if missing.
@@ -206,20 +233,19 @@ func createGroup(ctx context.Context, rdb redis.UniversalClient, stream, group s
 
 // Close stops every read loop (a read in flight returns within BlockTime; a message
 // handed over and not acked stays pending), then sends the acks still queued. The
-// client stays open. Close is idempotent.
+// client stays open. Every call returns once the first is done, with its error.
 func (s *Subscriber) Close() error {
-	s.mu.Lock()
-	if s.closed {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.closing)
 		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.closing)
-	s.mu.Unlock()
-	s.loops.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return s.acks.stop(ctx)
+		s.loops.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.closeErr = s.acks.stop(ctx)
+	})
+	return s.closeErr
 }
 
 // Settle tells the subscriber that the entry's XACK was sent by whoever ended its
@@ -235,71 +261,57 @@ func (s *Subscriber) Settle(stream, id string) {
 func (s *Subscriber) ReadAhead(stream string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.ahead[stream])
+	n := 0
+	for _, r := range s.readers {
+		if r.stream == stream {
+			n += len(r.ahead)
+		}
+	}
+	return n
 }
 
 // HandBack forgets the entries of stream read and not yet handed over and returns
 // their ids: they stay pending for this consumer, and the caller hands them to the
-// group (marks them idle, say, for any consumer's claim pass).
+// group (marks them idle, say, for any consumer's claim pass). The reader reads no
+// more until the message it handles now is acked.
 func (s *Subscriber) HandBack(stream string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	msgs := s.ahead[stream]
-	if len(msgs) == 0 {
-		return nil
+	var ids []string
+	for _, r := range s.readers {
+		if r.stream != stream || len(r.ahead) == 0 {
+			continue
+		}
+		for _, m := range r.ahead {
+			ids = append(ids, m.ID)
+		}
+		r.ahead, r.held = nil, true
 	}
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	delete(s.ahead, stream)
 	return ids
 }
 
 // acked queues the XACK of a message its handler acked, unless it is settled.
-func (s *Subscriber) acked(stream, id string) {
-	ref := entryRef{stream, id}
+func (s *Subscriber) acked(r *reader, id string) {
+	ref := entryRef{r.stream, id}
 	s.mu.Lock()
 	_, settled := s.settled[ref]
 	delete(s.settled, ref)
+	r.held = false
 	s.mu.Unlock()
+	signal(r.drained)
 	if !settled {
-		s.acks.add(stream, id)
+		s.acks.add(r.stream, id)
 	}
 	if s.cfg.Observer != nil {
-		s.cfg.Observer.Ended(stream, id)
+		s.cfg.Observer.Ended(r.stream, id)
 	}
 }
 
-// pop takes the next entry of stream read ahead.
-func (s *Subscriber) pop(stream string) (redis.XMessage, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	msgs := s.ahead[stream]
-	if len(msgs) == 0 {
-		return redis.XMessage{}, false
-	}
-	m := msgs[0]
-	msgs[0] = redis.XMessage{}
-	if len(msgs) == 1 {
-		delete(s.ahead, stream)
-	} else {
-		s.ahead[stream] = msgs[1:]
-	}
-	return m, true
-}
-
-// keep stamps msgs, appends them to what stream read ahead, and tells the observer.
-func (s *Subscriber) keep(stream string, msgs []redis.XMessage) {
-	if len(msgs) == 0 {
-		return
-	}
-	stamp(stream, msgs, time.Now())
-	s.mu.Lock()
-	s.ahead[stream] = append(s.ahead[stream], msgs...)
-	s.mu.Unlock()
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.Read(stream, msgs)
+// signal wakes the loop waiting on c, if any; c has room for one.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }
 
