@@ -12,7 +12,7 @@ import (
 )
 
 // reader is one Subscribe: one stream, two loops. fill reads ahead (a batch, or one
-// entry) whenever nothing read waits, so the next entry is known while one is handled
+// entry) whenever fewer than KeepAhead entries wait, so the next entry is known while one is handled
 // (Peek, Waiting); run hands the entries over one at a time.
 type reader struct {
 	s      *Subscriber
@@ -68,13 +68,15 @@ func (r *reader) pop() (redis.XMessage, bool) {
 	r.ahead = r.ahead[1:]
 	if len(r.ahead) == 0 {
 		r.ahead = nil
+	}
+	if len(r.ahead) < r.s.cfg.KeepAhead {
 		signal(r.drained)
 	}
 	return m, true
 }
 
-// fill reads ahead until ctx ends: whenever nothing read waits (and HandBack did not
-// just take what did), a claim pass when one is due, else a read.
+// fill reads ahead until ctx ends: whenever fewer than KeepAhead entries wait (and
+// HandBack did not just take them), a claim pass when one is due, else a read.
 func (r *reader) fill(ctx context.Context) {
 	for {
 		if !r.waitDrained(ctx) {
@@ -98,12 +100,12 @@ func (r *reader) fill(ctx context.Context) {
 	}
 }
 
-// waitDrained waits until nothing read waits and reading is not held; false once ctx
-// ends.
+// waitDrained waits until fewer than KeepAhead entries wait and reading is not held;
+// false once ctx ends.
 func (r *reader) waitDrained(ctx context.Context) bool {
 	for {
 		r.s.mu.Lock()
-		need := len(r.ahead) == 0 && !r.held
+		need := len(r.ahead) < r.s.cfg.KeepAhead && !r.held
 		r.s.mu.Unlock()
 		if need {
 			return ctx.Err() == nil

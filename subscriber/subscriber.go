@@ -23,6 +23,7 @@ const (
 	DefaultMaxIdleTime   = time.Minute
 	DefaultClaimBatch    = 100
 	DefaultAckDelay      = 5 * time.Millisecond
+	DefaultKeepAhead     = 2
 )
 
 // Unmarshaller turns a stream entry's fields into a message. event.Marshaller is one
@@ -69,6 +70,11 @@ type Config struct {
 	ClaimBatch int
 	// ReadBatch is the most entries one XREADGROUP takes. Default: 1.
 	ReadBatch int
+	// KeepAhead is how many entries the loop keeps read ahead while a message is
+	// handled: it reads again (up to ReadBatch) while fewer wait. The next entries are
+	// then known before they are handed over (a lease taken ahead, the supersede
+	// policy). Default: 2.
+	KeepAhead int
 	// BatchNow, when set, is asked before each read whether to take up to ReadBatch
 	// entries (true) or one. Default: nil, always ReadBatch.
 	BatchNow func() bool
@@ -119,13 +125,17 @@ func (c *Config) defaults() error {
 	}
 	// BLOCK 0 would wait for ever: a read must return for Close and the claim passes.
 	c.BlockTime = max(c.BlockTime, time.Millisecond)
-	if c.ClaimBatch < 0 || c.ReadBatch < 0 {
-		return fmt.Errorf("subscriber: Config.ClaimBatch and ReadBatch must not be negative, got %d and %d", c.ClaimBatch, c.ReadBatch)
+	if c.ClaimBatch < 0 || c.ReadBatch < 0 || c.KeepAhead < 0 {
+		return fmt.Errorf("subscriber: Config.ClaimBatch, ReadBatch and KeepAhead must not be negative, got %d, %d and %d",
+			c.ClaimBatch, c.ReadBatch, c.KeepAhead)
 	}
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = DefaultClaimBatch
 	}
 	c.ReadBatch = max(c.ReadBatch, 1)
+	if c.KeepAhead <= 0 {
+		c.KeepAhead = DefaultKeepAhead
+	}
 	if c.Unmarshaller == nil {
 		c.Unmarshaller = event.Marshaller{}
 	}
