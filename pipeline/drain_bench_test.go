@@ -91,7 +91,7 @@ func (c *drainCost) total() float64 {
 	return float64(n)
 }
 
-func (c *drainCost) rate() float64               { return float64(c.events) / c.elapsed.Seconds() }
+func (c *drainCost) rate() float64              { return float64(c.events) / c.elapsed.Seconds() }
 func (c *drainCost) perEvent(v float64) float64 { return v / float64(c.events) }
 
 // measureDrain publishes drainEvents triage events under the namespace ns, then times
