@@ -54,8 +54,9 @@ type RouterConfig struct {
 	// Concurrency is the number of subscriptions per input stream, so of events
 	// handled at once per stream. Default: 1.
 	Concurrency int
-	// BlockTime is how long one XREADGROUP waits for an entry; a shutdown waits for the
-	// read in flight. Default: 5s (DefaultBlockTime).
+	// BlockTime is how long one XREADGROUP waits for an entry (a shutdown does not wait
+	// for it: the subscription's client is closed under it). Default: 5s
+	// (DefaultBlockTime).
 	BlockTime time.Duration
 	// MaxIdleTime is how long an entry stays pending before another consumer may claim
 	// it; it must exceed the lease's heartbeat interval (Locker.HeartbeatInterval).
@@ -286,7 +287,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 // Run prepares the consumer groups, re-marks this worker's own pending entries for
 // immediate pickup, and runs until ctx is cancelled; it then stops reading, cancels the
 // in-flight handlers (their leases are released and their entries stay pending) and
-// returns within BlockTime + 1 s + the handlers' own wind-down.
+// returns within 1 s + the handlers' own wind-down (a read in flight is not waited for).
 func (r *Router) Run(ctx context.Context) error {
 	for _, s := range r.subs {
 		n, err := s.prepare(ctx)

@@ -19,6 +19,8 @@ type acker struct {
 	delay time.Duration
 	log   zerolog.Logger
 
+	sending sync.Mutex // held while acks taken from pending are on their way: flush waits for them
+
 	mu      sync.Mutex
 	pending []entryRef
 	timer   *time.Timer
@@ -89,8 +91,11 @@ func (a *acker) settle(refs []entryRef, cmds []*redis.IntCmd) {
 	}
 }
 
-// flush sends the queued acks now, in one round trip.
+// flush sends the queued acks now, in one round trip, once the acks on their way with
+// a read have arrived.
 func (a *acker) flush(ctx context.Context) {
+	a.sending.Lock()
+	defer a.sending.Unlock()
 	refs := a.take()
 	if len(refs) == 0 {
 		return

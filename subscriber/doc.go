@@ -25,6 +25,7 @@
 // read ahead (the lease taken ahead, the supersede policy) without a hook on the
 // client. HandBack gives the entries read ahead back to the group.
 //
-// Close stops the loops (a read in flight returns within BlockTime), sends the queued
-// acks, and leaves the client open: the caller owns it.
+// Close stops handing messages over and sends the queued acks without waiting for a
+// blocking read in flight (it ends within BlockTime, or at once when the client is
+// closed); the client stays open: the caller owns it.
 package subscriber

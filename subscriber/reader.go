@@ -26,6 +26,7 @@ type reader struct {
 	drained chan struct{}    // run → fill: ahead was emptied, or a message acked
 
 	nextClaim time.Time // zero: a claim pass is due now
+	nextCheck time.Time // when idle consumers are looked for next
 	claimFrom string    // where the next claim pass starts listing ("-": the start)
 }
 
@@ -83,6 +84,12 @@ func (r *reader) fill(ctx context.Context) {
 			return
 		}
 		var err error
+		if r.nextCheck.IsZero() {
+			r.nextCheck = time.Now().Add(r.s.cfg.ConsumerTimeout / 2)
+		} else if time.Now().After(r.nextCheck) {
+			r.nextCheck = time.Now().Add(r.s.cfg.ConsumerTimeout / 2)
+			r.dropIdleConsumers(ctx)
+		}
 		if !time.Now().Before(r.nextClaim) {
 			err = r.claim(ctx)
 		} else {
@@ -148,21 +155,8 @@ func (r *reader) read(ctx context.Context) error {
 	if obs := r.s.cfg.Observer; obs != nil {
 		defer obs.Reading()()
 	}
-	if acks := r.s.acks.take(); len(acks) > 0 {
-		pipe := r.s.cfg.Client.Pipeline()
-		ackCmds := r.s.acks.queue(ctx, pipe, acks)
-		args.Block = -1
-		rd := pipe.XReadGroup(ctx, args)
-		_, err := pipe.Exec(ctx)
-		r.s.acks.settle(acks, ackCmds)
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return r.readFailed(ctx, err)
-		}
-		if res := rd.Val(); len(res) > 0 && len(res[0].Messages) > 0 {
-			r.keep(res[0].Messages)
-			return nil
-		}
-		args.Block = block
+	if done, err := r.readWithAcks(ctx, args); done || err != nil {
+		return err
 	}
 	res, err := r.s.cfg.Client.XReadGroup(ctx, args).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -172,6 +166,36 @@ func (r *reader) read(ctx context.Context) error {
 		r.keep(res[0].Messages)
 	}
 	return nil
+}
+
+// readWithAcks sends the acks queued so far and, behind them in the same round trip, a
+// read without BLOCK; done is false when there were no acks or the read found nothing.
+// The round trip is not cut short by Close (its acks would be lost): it is quick.
+func (r *reader) readWithAcks(ctx context.Context, args *redis.XReadGroupArgs) (done bool, err error) {
+	a := r.s.acks
+	a.sending.Lock()
+	defer a.sending.Unlock()
+	acks := a.take()
+	if len(acks) == 0 {
+		return false, nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	pipe := r.s.cfg.Client.Pipeline()
+	ackCmds := a.queue(sctx, pipe, acks)
+	nonBlocking := *args
+	nonBlocking.Block = -1
+	rd := pipe.XReadGroup(sctx, &nonBlocking)
+	_, err = pipe.Exec(sctx)
+	a.settle(acks, ackCmds)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, r.readFailed(ctx, err)
+	}
+	if res := rd.Val(); len(res) > 0 && len(res[0].Messages) > 0 {
+		r.keep(res[0].Messages)
+		return true, nil
+	}
+	return false, nil
 }
 
 // readFailed recreates the group when it is gone (the stream was deleted), and
@@ -225,6 +249,26 @@ func (r *reader) claim(ctx context.Context) error {
 	}
 	r.keep(msgs)
 	return nil
+}
+
+// dropIdleConsumers deletes the group's consumers idle past ConsumerTimeout with no
+// pending entry (XGROUP DELCONSUMER of one with none loses nothing). Errors are logged:
+// the next check tries again.
+func (r *reader) dropIdleConsumers(ctx context.Context) {
+	cfg := r.s.cfg
+	consumers, err := cfg.Client.XInfoConsumers(ctx, r.stream, cfg.Group).Result()
+	if err != nil {
+		r.log.Warn().Err(err).Msg("listing the group's consumers failed")
+		return
+	}
+	for _, c := range consumers {
+		if c.Pending > 0 || c.Idle < cfg.ConsumerTimeout || c.Name == cfg.Consumer {
+			continue
+		}
+		if err := cfg.Client.XGroupDelConsumer(ctx, r.stream, cfg.Group, c.Name).Err(); err != nil {
+			r.log.Warn().Err(err).Str("idle_consumer", c.Name).Msg("deleting an idle consumer failed")
+		}
+	}
 }
 
 // deliver hands the message of m over and waits for its Ack (true) or the end of ctx

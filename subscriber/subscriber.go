@@ -24,6 +24,10 @@ const (
 	DefaultClaimBatch    = 100
 	DefaultAckDelay      = 5 * time.Millisecond
 	DefaultKeepAhead     = 2
+	// DefaultConsumerTimeout: as watermill-redisstream's subscriber did, consumers of the
+	// group idle this long with nothing pending are deleted (checked every half of it),
+	// so the names of gone pods do not pile up in the group.
+	DefaultConsumerTimeout = 10 * time.Minute
 )
 
 // Unmarshaller turns a stream entry's fields into a message. event.Marshaller is one
@@ -87,6 +91,9 @@ type Config struct {
 	// AckDelay bounds how long an XACK waits for the next read to ride with. Default:
 	// 5ms.
 	AckDelay time.Duration
+	// ConsumerTimeout: consumers of the group idle this long with no pending entry are
+	// deleted, checked every half of it. Default: 10m.
+	ConsumerTimeout time.Duration
 	// Observer hears of reads, claims and acks. Default: nil.
 	Observer Observer
 	// Logger receives the subscriber's lines. Default: the zero Logger, nothing.
@@ -115,7 +122,7 @@ func (c *Config) defaults() error {
 		def  time.Duration
 	}{{"BlockTime", &c.BlockTime, DefaultBlockTime}, {"ClaimInterval", &c.ClaimInterval, DefaultClaimInterval},
 		{"MaxIdleTime", &c.MaxIdleTime, DefaultMaxIdleTime}, {"AckDelay", &c.AckDelay, DefaultAckDelay},
-		{"NackResendSleep", &c.NackResendSleep, 0}} {
+		{"NackResendSleep", &c.NackResendSleep, 0}, {"ConsumerTimeout", &c.ConsumerTimeout, DefaultConsumerTimeout}} {
 		if *d.d < 0 {
 			return fmt.Errorf("subscriber: Config.%s must not be negative, got %s", d.name, *d.d)
 		}
@@ -147,7 +154,7 @@ func (c *Config) defaults() error {
 type Subscriber struct {
 	cfg     Config
 	closing chan struct{}
-	loops   sync.WaitGroup
+	loops   sync.WaitGroup // the handing-over loops
 	acks    *acker
 
 	closeOnce sync.Once
@@ -202,19 +209,21 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	s.readers = append(s.readers, r)
 	s.mu.Unlock()
-	var both sync.WaitGroup
-	both.Add(2)
+	filled := make(chan struct{})
 	go func() {
-		defer both.Done()
+		defer close(filled)
 		defer cancel() // fill stops only when reading cannot go on: so does run
 		r.fill(rctx)
 	}()
-	go func() { defer both.Done(); r.run(rctx) }()
 	go func() {
 		defer s.loops.Done()
-		both.Wait()
-		cancel()
-		close(out)
+		defer close(out)
+		defer cancel()
+		r.run(rctx)
+	}()
+	go func() {
+		<-rctx.Done()
+		<-filled
 		s.drop(r)
 	}()
 	return out, nil
@@ -241,9 +250,12 @@ func createGroup(ctx context.Context, rdb redis.UniversalClient, stream, group s
 	return nil
 }
 
-// Close stops every read loop (a read in flight returns within BlockTime; a message
-// handed over and not acked stays pending), then sends the acks still queued. The
-// client stays open. Every call returns once the first is done, with its error.
+// Close stops handing messages over (one handed over and not acked stays pending) and
+// sends the acks still queued. It does not wait for a blocking read in flight (a
+// cancelled context does not end one): that read returns within BlockTime, or at once
+// when the client is closed, and what it read stays pending for this consumer, for the
+// next start-up or claim pass. The client stays open. Every call returns once the
+// first is done, with its error.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()

@@ -296,3 +296,36 @@ func TestClaimPassAsksTheVeto(t *testing.T) {
 		t.Fatalf("pending %v, want only %s, still the dead consumer's", pend, ids[0])
 	}
 }
+
+// Consumers of the group idle past ConsumerTimeout with nothing pending are deleted;
+// one with a pending entry stays.
+func TestIdleConsumersAreDeleted(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	stream := ns + "s"
+	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"gone", "holding"} {
+		if err := rdb.XGroupCreateConsumer(ctx, stream, "g", c).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := message.NewMessage(watermill.NewShortUUID(), nil)
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)})
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "holding", Streams: []string{stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sub := newSub(t, rdb, subscriber.Config{Consumer: "live", ConsumerTimeout: 100 * time.Millisecond, MaxIdleTime: time.Hour})
+	if _, err := sub.Subscribe(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		names := map[string]bool{}
+		for _, c := range rdb.XInfoConsumers(ctx, stream, "g").Val() {
+			names[c.Name] = true
+		}
+		return !names["gone"] && names["holding"] && names["live"]
+	}, "the idle consumer without pending entries is deleted, the others stay")
+}
