@@ -34,7 +34,7 @@ func TestPeekWaitsForTheReadInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.close()
+	defer func() { _ = s.close() }()
 	s.peekWait = 10 * time.Second // the test decides when the read returns, not a timer
 
 	// The subscriber's first read blocks (BlockTime) on the empty stream.
