@@ -39,9 +39,8 @@ const (
 )
 
 // Marshaller writes readable entries and reads both forms. Unmarshal never fails: a
-// malformed entry becomes a message marked bad, because an unmarshal error would stop
-// watermill-redisstream's subscription for good (docs/architecture.md, "Living with
-// watermill-redisstream"). So does an entry larger
+// malformed entry becomes a message marked bad, which the dead-letter path takes
+// (docs/architecture.md, "The read path"). So does an entry larger
 // than MaxEventBytes (0: DefaultMaxEventBytes) or with more than MaxEventFields fields:
 // its message holds a truncated copy of at most MaxDeadCopyBytes, never the whole.
 type Marshaller struct {

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
+	"github.com/ymirflow/ymirflow/subscriber"
 )
 
 // The router benchmarks consume b.N triage events with distinct issue keys through one
@@ -30,7 +30,8 @@ import (
 //
 //	go test -run '^$' -bench 'Router(Bare|Locked)$' -benchtime 3000x -count 3 -benchmem ./pipeline/
 
-// BenchmarkRouterBare: a stock Watermill router on watermill-redisstream, no lease.
+// BenchmarkRouterBare: a stock Watermill router on the same subscriber as NewRouter's
+// (subscriber.Subscriber, ReadBatch DefaultReadBatch), no middleware, no lease.
 func BenchmarkRouterBare(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
@@ -38,13 +39,7 @@ func BenchmarkRouterBare(b *testing.B) {
 	stream := topo.Stream("triage", "", false)
 	var n atomic.Int64
 	done, gate := make(chan struct{}), make(chan struct{})
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client: redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true}), Unmarshaller: event.Marshaller{}, Consumer: "bench-0", ConsumerGroup: "triage",
-		BlockTime: 100 * time.Millisecond, DisableIndefiniteInitialBlock: true,
-	}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	sub := benchSubscriber(b, srv.Addr(), 100*time.Millisecond)
 	r, err := message.NewRouter(message.RouterConfig{}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -76,6 +71,20 @@ func BenchmarkRouterLocked(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchConsume(b, rdb, stream, r, gate, done)
+}
+
+// benchSubscriber is the subscriber NewRouter gives each subscription, on a client of
+// its own, without the pipeline's view (no lease, no veto).
+func benchSubscriber(b *testing.B, addr string, block time.Duration) *subscriber.Subscriber {
+	client := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	b.Cleanup(func() { _ = client.Close() })
+	sub, err := subscriber.New(subscriber.Config{Client: client, Group: "triage", Consumer: "bench-0",
+		Unmarshaller: event.Marshaller{}, BlockTime: block, ClaimInterval: DefaultClaimInterval,
+		MaxIdleTime: DefaultMaxIdleTime, ReadBatch: DefaultReadBatch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sub
 }
 
 type runner interface {
@@ -239,19 +248,13 @@ func commandCalls(ctx context.Context, b *testing.B, rdb *redis.Client) map[stri
 //
 //	go test -run '^$' -bench 'RouterLatency' -benchtime 1000x ./pipeline/
 
-// BenchmarkRouterLatencyBare: a stock Watermill router on watermill-redisstream.
+// BenchmarkRouterLatencyBare: a stock Watermill router on NewRouter's subscriber.
 func BenchmarkRouterLatencyBare(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
 	stream := event.Topology{Namespace: "ymir"}.Stream("triage", "", false)
 	started := make(chan time.Time, 1)
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client: redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true}), Unmarshaller: event.Marshaller{},
-		Consumer: "bench-0", ConsumerGroup: "triage", BlockTime: DefaultBlockTime, DisableIndefiniteInitialBlock: true,
-	}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	sub := benchSubscriber(b, srv.Addr(), DefaultBlockTime)
 	r, err := message.NewRouter(message.RouterConfig{}, nil)
 	if err != nil {
 		b.Fatal(err)

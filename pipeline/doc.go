@@ -10,11 +10,13 @@
 // outermost first, in recoverer → correlation → metrics → dead letters → lockmw → retry
 // → timeout → handler.
 //
-// watermill-redisstream is used as it is, with three fixes around it (docs/architecture.md,
-// "Living with watermill-redisstream"): a
-// go-redis hook on each subscriber's own client stamps every entry with its stream id,
-// so the lease can guard and refresh it, and skips the subscriber's XACK when the lock
-// middleware already acked the entry in its release round trip; a claim veto refuses
-// entries whose lease is alive; and a start-up pass re-marks this consumer's own pending
-// entries idle so a restarted worker resumes them at once.
+// Each subscription reads with a subscriber.Subscriber (the package subscriber: our
+// read loop on go-redis, no hook on any client) and keeps the pipeline's view of what it
+// read ahead (docs/architecture.md, "The read path"): a claim veto that refuses entries
+// whose lease is alive, the next entry's issue for the lease taken in the release's
+// round trip (Peek), the newer events that may supersede the run under way (Waiting),
+// the batching rule and the hand-back of a batch waiting behind a long event, and a
+// start-up pass that re-marks this consumer's own pending entries idle so a restarted
+// worker resumes them at once. The lock middleware acks each entry it ends in its
+// release's round trip and settles it; the subscriber acks only the others.
 package pipeline

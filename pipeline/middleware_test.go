@@ -128,7 +128,7 @@ func TestLongHandlerEntryIsNeverStolen(t *testing.T) {
 
 // Entries that wait in a busy consumer's read-ahead buffer age and are claimed by an
 // idle consumer; the busy one must then not run them a second time (read-ahead, in
-// docs/architecture.md, "Living with watermill-redisstream").
+// docs/architecture.md, "The read path").
 func TestReadAheadEntryClaimedAwayRunsOnce(t *testing.T) {
 	// Not parallel: it waits out claim idle times (timing against MaxIdleTime).
 	e := newEnv(t)

@@ -54,8 +54,9 @@ type RouterConfig struct {
 	// Concurrency is the number of subscriptions per input stream, so of events
 	// handled at once per stream. Default: 1.
 	Concurrency int
-	// BlockTime is how long one XREADGROUP waits for an entry; a shutdown waits for the
-	// read in flight. Default: 5s (DefaultBlockTime).
+	// BlockTime is how long one XREADGROUP waits for an entry (a shutdown does not wait
+	// for it: the subscription's client is closed under it). Default: 5s
+	// (DefaultBlockTime).
 	BlockTime time.Duration
 	// MaxIdleTime is how long an entry stays pending before another consumer may claim
 	// it; it must exceed the lease's heartbeat interval (Locker.HeartbeatInterval).
@@ -302,7 +303,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 // Run prepares the consumer groups, re-marks this worker's own pending entries for
 // immediate pickup, and runs until ctx is cancelled; it then stops reading, cancels the
 // in-flight handlers (their leases are released and their entries stay pending) and
-// returns within BlockTime + 1 s + the handlers' own wind-down.
+// returns within 1 s + the handlers' own wind-down (a read in flight is not waited for).
 func (r *Router) Run(ctx context.Context) error {
 	for _, s := range r.subs {
 		n, err := s.prepare(ctx)
@@ -354,8 +355,8 @@ func (r *Router) Run(ctx context.Context) error {
 		s.stopOffers()
 		// Watermill closes its subscribers only when the router is closed, not when
 		// Run's context ends: without this, each subscription's own Redis client (and
-		// its reader goroutines) would outlive the router. Close is idempotent.
-		if cerr := s.sub.Close(); cerr != nil {
+		// its read loop) would outlive the router. close is idempotent.
+		if cerr := s.close(); cerr != nil {
 			r.log.Warn().Err(cerr).Str("stream", s.route.Stream).Msg("closing a subscription")
 		}
 	}
@@ -414,7 +415,7 @@ func (r *Router) Close() error {
 	}
 	var errs []error
 	for _, s := range r.subs {
-		errs = append(errs, s.sub.Close())
+		errs = append(errs, s.close())
 	}
 	return errors.Join(errs...)
 }

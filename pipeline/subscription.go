@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -17,31 +15,32 @@ import (
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
+	"github.com/ymirflow/ymirflow/subscriber"
 )
 
-// subscription is one watermill-redisstream Subscriber reading one stream as one
-// consumer, with the fixes of docs/architecture.md, "Living with watermill-redisstream",
-// around it. It implements lockmw.Source.
+// subscription is one subscriber.Subscriber reading one stream as one consumer, with
+// the pipeline's view of what it read ahead (docs/architecture.md, "The read path"):
+// the claim veto, the lease taken ahead (Peek), the supersede policy (Waiting) and the
+// hand-back of a batch waiting behind a long event. It implements lockmw.Source and
+// subscriber.Observer.
 type subscription struct {
 	route    event.Route
 	consumer string
-	client   redis.UniversalClient // its own: Subscriber.Close closes it
+	client   redis.UniversalClient // its own, for the blocking reads: closed by close
 	shared   redis.UniversalClient // locks, claim checks
 	locker   *lease.Locker
-	sub      *redisstream.Subscriber
+	sub      *subscriber.Subscriber
 	log      zerolog.Logger
 
 	runnable  func(values map[string]any) bool // see subscriptionConfig.Runnable
-	readBatch int64                            // most entries one XREADGROUP takes (1: as Watermill asks)
+	readBatch int64                            // most entries one XREADGROUP takes (1: no batching)
 	peekWait  time.Duration                    // see defaultPeekWait
 	maxIdle   time.Duration                    // RouterConfig.MaxIdleTime: an entry idle this long may be claimed
 	offerTime time.Duration                    // see defaultOfferAfter
 
 	mu       sync.Mutex
-	inflight map[string]struct{}  // delivered to this process, not yet acked
-	settled  map[string]struct{}  // acked by the middleware, or not ours: skip the XACK
+	inflight map[string]struct{}  // read by this process, not yet ended
 	queue    []queued             // read, not yet handed to the middleware, in read order
-	ready    []redis.XStream      // read by a batched XREADGROUP, not yet given to the reader
 	reading  chan struct{}        // closed when the XREADGROUP in flight returns; nil if none
 	readFrom time.Time            // when it was sent
 	offered  map[string]time.Time // batch entries handed back: the long event's start
@@ -52,14 +51,13 @@ type subscription struct {
 	finished time.Time            // when it finished
 }
 
-// Read batching. Watermill's reader asks for one entry per XREADGROUP, so a backlog
-// costs a round trip per event for the read alone. While this subscription gets through
-// its entries quickly (the last one finished less than fastHandling after it started,
-// and less than a second ago), the read hook asks Redis for up to ReadBatch entries and
-// answers the reader's next calls from them, with no round trip. A slow handler, or
-// the first event after a quiet spell, keeps reads at one entry, so a batch does not
-// sit here behind a long run while other consumers are free; entries that do wait
-// long are covered like the read-ahead ones (ownership check before running).
+// Read batching. While this subscription gets through its entries quickly (the last
+// one finished less than fastHandling after it started, and less than a second ago),
+// its subscriber reads up to ReadBatch entries per XREADGROUP and hands them over one
+// by one with no round trip (BatchNow). A slow handler, or the first event after a
+// quiet spell, keeps reads at one entry, so a batch does not sit here behind a long run
+// while other consumers are free; entries that do wait long are covered like the
+// read-ahead ones (ownership check before running).
 const fastHandling = 20 * time.Millisecond
 
 // defaultOfferAfter: when the event being handled has run this long and entries of a
@@ -77,9 +75,6 @@ type queued struct {
 	values                  map[string]any
 	checked                 bool
 }
-
-// The event format's Marshaller is the subscribers' unmarshaller.
-var _ redisstream.MarshallerUnmarshaller = event.Marshaller{}
 
 type subscriptionConfig struct {
 	Route         event.Route
@@ -109,7 +104,6 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 		locker:    cfg.Locker,
 		log:       cfg.Logger.With().Str("stream", cfg.Route.Stream).Str("consumer", cfg.Consumer).Logger(),
 		inflight:  map[string]struct{}{},
-		settled:   map[string]struct{}{},
 		runnable:  cfg.Runnable,
 		readBatch: int64(max(cfg.ReadBatch, 1)),
 		peekWait:  defaultPeekWait,
@@ -117,30 +111,37 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 		offerTime: defaultOfferAfter,
 		offered:   map[string]time.Time{},
 	}
-	s.client.AddHook(s)
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client:                        s.client,
-		Unmarshaller:                  event.Marshaller{MaxEventBytes: cfg.MaxEventBytes},
-		Consumer:                      cfg.Consumer,
-		ConsumerGroup:                 cfg.Route.Group,
-		NackResendSleep:               cfg.NackSleep,
-		BlockTime:                     cfg.BlockTime,
-		ClaimInterval:                 cfg.ClaimInterval,
-		MaxIdleTime:                   cfg.MaxIdleTime,
-		ShouldClaimPendingMessage:     s.shouldClaim,
-		DisableIndefiniteInitialBlock: true,
-		// A read error (Redis restarting) must not end the subscription: retry. Only
-		// our own shutdown ends it, at once.
-		ShouldStopOnReadErrors: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed)
-		},
-	}, newWatermillLogger(s.log))
+	sub, err := subscriber.New(subscriber.Config{
+		Client:          s.client,
+		Group:           cfg.Route.Group,
+		Consumer:        cfg.Consumer,
+		Unmarshaller:    event.Marshaller{MaxEventBytes: cfg.MaxEventBytes},
+		BlockTime:       cfg.BlockTime,
+		ClaimInterval:   cfg.ClaimInterval,
+		MaxIdleTime:     cfg.MaxIdleTime,
+		ReadBatch:       int(s.readBatch),
+		BatchNow:        s.batchNow,
+		ShouldClaim:     s.shouldClaim,
+		NackResendSleep: cfg.NackSleep,
+		Observer:        s,
+		Logger:          s.log,
+	})
 	if err != nil {
 		_ = s.client.Close()
 		return nil, err
 	}
 	s.sub = sub
 	return s, nil
+}
+
+// close stops the subscriber (it sends the acks it still holds) and closes its client.
+// It is idempotent.
+func (s *subscription) close() error {
+	err := s.sub.Close()
+	if cerr := s.client.Close(); cerr != nil && !errors.Is(cerr, redis.ErrClosed) {
+		err = errors.Join(err, cerr)
+	}
+	return err
 }
 
 // prepare creates the group and re-marks this consumer's own pending entries (left by
@@ -192,11 +193,11 @@ func (s *subscription) markIdle(ctx context.Context, ids []string) error {
 // shouldClaim is the claim veto: an idle entry is claimed only when no live lease
 // guards it. Entries this process holds (in flight or in the read-ahead buffer) are
 // never claimed back from ourselves.
-func (s *subscription) shouldClaim(xp redis.XPendingExt) bool {
+func (s *subscription) shouldClaim(ctx context.Context, xp redis.XPendingExt) bool {
 	if xp.Consumer == s.consumer && (s.isInflight(xp.ID) || s.keepOffered(xp.ID)) {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	msgs, err := s.shared.XRangeN(ctx, s.route.Stream, xp.ID, xp.ID, 1).Result()
 	if err != nil {
@@ -204,7 +205,7 @@ func (s *subscription) shouldClaim(xp redis.XPendingExt) bool {
 		return false
 	}
 	if len(msgs) == 0 {
-		return true // trimmed: the subscriber acks it away
+		return true // trimmed: XCLAIM drops it from the pending list
 	}
 	msg := event.DecodeEntry(s.route.Stream, xp.ID, msgs[0].Values)
 	key, err := issueKeyOf(msg)
@@ -248,7 +249,7 @@ func (s *subscription) keepOffered(id string) bool {
 // armOffer arms the timer for when the event handled now will have run offerTime, if
 // entries of a batch wait behind it. Called with s.mu held.
 func (s *subscription) armOffer() {
-	if len(s.ready) == 0 || s.started.IsZero() || s.maxIdle <= 0 {
+	if s.started.IsZero() || s.maxIdle <= 0 || s.sub.ReadAhead(s.route.Stream) == 0 {
 		return
 	}
 	due := s.started.Add(s.offerTime)
@@ -269,7 +270,7 @@ func (s *subscription) armOffer() {
 func (s *subscription) offerBack() {
 	s.mu.Lock()
 	s.offerAt = time.Time{}
-	if s.started.IsZero() || len(s.ready) == 0 {
+	if s.started.IsZero() || s.sub.ReadAhead(s.route.Stream) == 0 {
 		s.mu.Unlock()
 		return
 	}
@@ -283,18 +284,16 @@ func (s *subscription) offerBack() {
 			delete(s.offered, id)
 		}
 	}
-	ids := make([]string, 0, len(s.ready))
-	for _, x := range s.ready {
-		for _, m := range x.Messages {
-			ids = append(ids, m.ID)
-			s.offered[m.ID] = s.started
-			delete(s.inflight, m.ID)
-			s.dequeue(m.ID)
-		}
+	ids := s.sub.HandBack(s.route.Stream)
+	for _, id := range ids {
+		s.offered[id] = s.started
+		delete(s.inflight, id)
+		s.dequeue(id)
 	}
-	clear(s.ready)
-	s.ready = s.ready[:0]
 	s.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -342,11 +341,13 @@ func (s *subscription) Entry(msg *message.Message) (lockmw.Entry, bool) {
 	return e, true
 }
 
-// Settle implements lockmw.Source.
+// Settle implements lockmw.Source: the middleware ended the entry's event and sent its
+// XACK (in the release's round trip), or the entry is not ours; the subscriber sends
+// none.
 func (s *subscription) Settle(e lockmw.Entry) {
+	s.sub.Settle(e.Stream, e.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.settled[e.ID] = struct{}{}
 	delete(s.inflight, e.ID)
 	s.dequeue(e.ID)
 	s.finish()
@@ -366,126 +367,49 @@ func (s *subscription) Encode(msg *message.Message) (map[string]any, error) {
 	return event.Encode(msg), nil
 }
 
-// DialHook implements redis.Hook.
-func (s *subscription) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessPipelineHook implements redis.Hook.
-func (s *subscription) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-// ProcessHook stamps read entries with their id and read time, and skips the XACK of
-// entries already settled by the lock middleware.
-func (s *subscription) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if c, ok := cmd.(*redis.IntCmd); ok && cmd.Name() == "xack" {
-			if n, skip := s.skipAck(cmd.Args()); skip {
-				c.SetVal(n)
-				return nil
-			}
-			err := next(ctx, cmd)
-			if err == nil {
-				s.forget(cmd.Args())
-			}
-			return err
-		}
-		if c, ok := cmd.(*redis.XStreamSliceCmd); ok && cmd.Name() == "xreadgroup" {
-			return s.read(ctx, next, c)
-		}
-		err := next(ctx, cmd)
-		if err != nil {
-			return err
-		}
-		now := strconv.FormatInt(time.Now().UnixNano(), 10)
-		switch c := cmd.(type) {
-		case *redis.XStreamSliceCmd:
-			for _, st := range c.Val() {
-				s.stamp(st.Stream, st.Messages, now)
-			}
-		case *redis.XMessageSliceCmd:
-			if cmd.Name() == "xclaim" && len(cmd.Args()) > 1 {
-				s.stamp(fmt.Sprint(cmd.Args()[1]), c.Val(), now)
-			}
-		}
-		return nil
-	}
-}
-
-// read answers the Watermill reader's XREADGROUP (one entry asked for): with an entry
-// an earlier batched read took, else from Redis, asking for up to readBatch entries
-// while this subscription keeps up (see fastHandling). Every entry read is stamped and
-// counted in flight at once, so Peek sees it and the claim veto spares it.
-func (s *subscription) read(ctx context.Context, next redis.ProcessHook, c *redis.XStreamSliceCmd) error {
+// batchNow tells the subscriber whether to read a batch now (see fastHandling).
+func (s *subscription) batchNow() bool {
 	s.mu.Lock()
-	if len(s.ready) > 0 {
-		x := s.ready[0]
-		s.ready[0] = redis.XStream{}
-		s.ready = s.ready[1:]
-		s.mu.Unlock()
-		c.SetVal([]redis.XStream{x})
-		return nil
-	}
-	batch := s.readBatch > 1 && s.handled > 0 && s.handled < fastHandling && time.Since(s.finished) < time.Second
+	defer s.mu.Unlock()
+	return s.readBatch > 1 && s.handled > 0 && s.handled < fastHandling && time.Since(s.finished) < time.Second
+}
+
+// Reading implements subscriber.Observer: Peek may wait for the read in flight.
+func (s *subscription) Reading() func() {
 	reading := make(chan struct{})
+	s.mu.Lock()
 	s.reading, s.readFrom = reading, time.Now()
 	s.mu.Unlock()
-	defer func() {
+	return func() {
 		s.mu.Lock()
 		s.reading = nil
 		s.mu.Unlock()
 		close(reading)
-	}()
-	if batch {
-		setCount(c.Args(), s.readBatch)
-	}
-	if err := next(ctx, c); err != nil {
-		return err
-	}
-	val := c.Val()
-	now := strconv.FormatInt(time.Now().UnixNano(), 10)
-	for _, st := range val {
-		s.stamp(st.Stream, st.Messages, now)
-	}
-	if len(val) != 1 || len(val[0].Messages) < 2 {
-		return nil
-	}
-	st := val[0]
-	s.mu.Lock()
-	for _, m := range st.Messages[1:] {
-		s.ready = append(s.ready, redis.XStream{Stream: st.Stream, Messages: []redis.XMessage{m}})
-	}
-	s.armOffer()
-	s.mu.Unlock()
-	c.SetVal([]redis.XStream{{Stream: st.Stream, Messages: st.Messages[:1]}})
-	return nil
-}
-
-// setCount sets the COUNT of an XREADGROUP's arguments (as go-redis builds them:
-// ... "count", n, ...) to n.
-func setCount(args []any, n int64) {
-	for i := 0; i+1 < len(args); i++ {
-		if a, ok := args[i].(string); ok && strings.EqualFold(a, "count") {
-			args[i+1] = n
-			return
-		}
 	}
 }
 
-func (s *subscription) stamp(stream string, msgs []redis.XMessage, now string) {
+// Read implements subscriber.Observer: every entry read (or claimed) counts in flight
+// at once, so the claim veto spares it, and waits in the queue Peek and Waiting look
+// at.
+func (s *subscription) Read(_ string, msgs []redis.XMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range msgs {
-		if msgs[i].Values == nil {
-			msgs[i].Values = map[string]any{}
-		}
-		msgs[i].Values[event.FieldEntryID] = msgs[i].ID
-		msgs[i].Values[event.FieldEntryStream] = stream
-		msgs[i].Values[event.FieldReadAt] = now
 		s.inflight[msgs[i].ID] = struct{}{}
 		key, _ := msgs[i].Values[event.MetaPrefix+event.MetaIssueKey].(string)
 		et, _ := msgs[i].Values[event.MetaPrefix+event.MetaEventType].(string)
 		s.queue = append(s.queue, queued{id: msgs[i].ID, issueKey: key, eventType: et, values: msgs[i].Values})
 	}
+	s.armOffer()
+}
+
+// Ended implements subscriber.Observer: the entry's message was acked.
+func (s *subscription) Ended(_, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inflight, id)
+	s.dequeue(id)
+	s.finish()
 }
 
 // Waiting lists the entries read ahead and not yet handed over, without waiting (the
@@ -569,42 +493,4 @@ func (s *subscription) dequeue(id string) {
 			return
 		}
 	}
-}
-
-// skipAck reports whether every id of an XACK (args: xack stream group id...) was
-// settled already, and forgets them.
-func (s *subscription) skipAck(args []any) (int64, bool) {
-	if len(args) < 4 {
-		return 0, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, a := range args[3:] {
-		if _, ok := s.settled[idArg(a)]; !ok {
-			return 0, false
-		}
-	}
-	for _, a := range args[3:] {
-		delete(s.settled, idArg(a))
-		delete(s.inflight, idArg(a))
-	}
-	return int64(len(args) - 3), true
-}
-
-func (s *subscription) forget(args []any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, a := range args[min(3, len(args)):] {
-		delete(s.inflight, idArg(a))
-		s.dequeue(idArg(a))
-	}
-	s.finish()
-}
-
-// idArg is an entry id passed to a command (a string, as go-redis keeps it).
-func idArg(a any) string {
-	if s, ok := a.(string); ok {
-		return s
-	}
-	return fmt.Sprint(a)
 }

@@ -30,18 +30,18 @@ func TestPeekWaitsForTheReadInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := newSubscription(subscriptionConfig{Route: route, Consumer: "c", ClientOptions: opts, Shared: rdb,
-		BlockTime: time.Second, MaxIdleTime: time.Minute, ClaimInterval: time.Minute, NackSleep: time.Second})
+		BlockTime: 3 * time.Second, MaxIdleTime: time.Minute, ClaimInterval: time.Minute, NackSleep: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.client.Close()
+	defer func() { _ = s.close() }()
 	s.peekWait = 10 * time.Second // the test decides when the read returns, not a timer
 
-	read := make(chan error, 1)
-	go func() {
-		read <- s.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"s", ">"},
-			Count: 1, Block: 10 * time.Second}).Err()
-	}()
+	// The subscriber's first read blocks (BlockTime) on the empty stream.
+	msgs, err := s.sub.Subscribe(ctx, route.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
 	redistest.Eventually(t, 5*time.Second, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -73,8 +73,11 @@ func TestPeekWaitsForTheReadInFlight(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Peek did not answer once the read returned")
 	}
-	if err := <-read; err != nil {
-		t.Fatal(err)
+	select {
+	case m := <-msgs:
+		m.Ack()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the entry read was not handed over")
 	}
 }
 

@@ -1,0 +1,323 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// reader is one Subscribe: one stream, two loops. fill reads ahead (a batch, or one
+// entry) whenever fewer than KeepAhead entries wait, so the next entry is known while one is handled
+// (Peek, Waiting); run hands the entries over one at a time.
+type reader struct {
+	s      *Subscriber
+	stream string
+	out    chan<- *message.Message
+	log    zerolog.Logger
+
+	ahead   []redis.XMessage // read, not yet handed over, in read order; guarded by s.mu
+	held    bool             // HandBack took them: read no more until the message handled now is acked; guarded by s.mu
+	filled  chan struct{}    // fill → run: entries were read
+	drained chan struct{}    // run → fill: ahead was emptied, or a message acked
+
+	nextClaim time.Time // zero: a claim pass is due now
+	nextCheck time.Time // when idle consumers are looked for next
+	claimFrom string    // where the next claim pass starts listing ("-": the start)
+}
+
+// retryWait is how long the loop waits after a Redis error before it tries again.
+const retryWait = 500 * time.Millisecond
+
+// run hands the entries over, one at a time, until ctx ends.
+func (r *reader) run(ctx context.Context) {
+	for {
+		m, ok := r.next(ctx)
+		if !ok || !r.deliver(ctx, m) {
+			return
+		}
+	}
+}
+
+// next waits for the next entry read ahead; false once ctx ends.
+func (r *reader) next(ctx context.Context) (redis.XMessage, bool) {
+	for {
+		if m, ok := r.pop(); ok {
+			return m, true
+		}
+		select {
+		case <-r.filled:
+		case <-ctx.Done():
+			return redis.XMessage{}, false
+		}
+	}
+}
+
+// pop takes the next entry read ahead.
+func (r *reader) pop() (redis.XMessage, bool) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	if len(r.ahead) == 0 {
+		return redis.XMessage{}, false
+	}
+	m := r.ahead[0]
+	r.ahead[0] = redis.XMessage{}
+	r.ahead = r.ahead[1:]
+	if len(r.ahead) == 0 {
+		r.ahead = nil
+	}
+	if len(r.ahead) < r.s.cfg.KeepAhead {
+		signal(r.drained)
+	}
+	return m, true
+}
+
+// fill reads ahead until ctx ends: whenever fewer than KeepAhead entries wait (and
+// HandBack did not just take them), a claim pass when one is due, else a read.
+func (r *reader) fill(ctx context.Context) {
+	for {
+		if !r.waitDrained(ctx) {
+			return
+		}
+		var err error
+		if r.nextCheck.IsZero() {
+			r.nextCheck = time.Now().Add(r.s.cfg.ConsumerTimeout / 2)
+		} else if time.Now().After(r.nextCheck) {
+			r.nextCheck = time.Now().Add(r.s.cfg.ConsumerTimeout / 2)
+			r.dropIdleConsumers(ctx)
+		}
+		if !time.Now().Before(r.nextClaim) {
+			err = r.claim(ctx)
+		} else {
+			err = r.read(ctx)
+		}
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, redis.ErrClosed):
+			r.log.Error().Msg("the client was closed under the subscriber: it reads no more")
+			return
+		default:
+			r.log.Warn().Err(err).Msg("reading the stream failed; retrying")
+			r.pause(ctx, retryWait)
+		}
+	}
+}
+
+// waitDrained waits until fewer than KeepAhead entries wait and reading is not held;
+// false once ctx ends.
+func (r *reader) waitDrained(ctx context.Context) bool {
+	for {
+		r.s.mu.Lock()
+		need := len(r.ahead) < r.s.cfg.KeepAhead && !r.held
+		r.s.mu.Unlock()
+		if need {
+			return ctx.Err() == nil
+		}
+		select {
+		case <-r.drained:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// keep stamps msgs, appends them to what was read ahead, and tells the observer, then
+// run.
+func (r *reader) keep(msgs []redis.XMessage) {
+	if len(msgs) == 0 {
+		return
+	}
+	stamp(r.stream, msgs, time.Now())
+	r.s.mu.Lock()
+	r.ahead = append(r.ahead, msgs...)
+	r.s.mu.Unlock()
+	if obs := r.s.cfg.Observer; obs != nil {
+		obs.Read(r.stream, msgs)
+	}
+	signal(r.filled)
+}
+
+// read sends one XREADGROUP for new entries, with the acks queued so far in front of
+// it in the same round trip (then without BLOCK: a read that finds nothing is sent
+// again alone, blocking).
+func (r *reader) read(ctx context.Context) error {
+	count := int64(1)
+	if cfg := r.s.cfg; cfg.ReadBatch > 1 && (cfg.BatchNow == nil || cfg.BatchNow()) {
+		count = int64(cfg.ReadBatch)
+	}
+	block := max(min(r.s.cfg.BlockTime, time.Until(r.nextClaim)), time.Millisecond)
+	args := &redis.XReadGroupArgs{Group: r.s.cfg.Group, Consumer: r.s.cfg.Consumer,
+		Streams: []string{r.stream, ">"}, Count: count, Block: block}
+	if obs := r.s.cfg.Observer; obs != nil {
+		defer obs.Reading()()
+	}
+	if done, err := r.readWithAcks(ctx, args); done || err != nil {
+		return err
+	}
+	res, err := r.s.cfg.Client.XReadGroup(ctx, args).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return r.readFailed(ctx, err)
+	}
+	if len(res) > 0 {
+		r.keep(res[0].Messages)
+	}
+	return nil
+}
+
+// readWithAcks sends the acks queued so far and, behind them in the same round trip, a
+// read without BLOCK; done is false when there were no acks or the read found nothing.
+// The round trip is not cut short by Close (its acks would be lost): it is quick.
+func (r *reader) readWithAcks(ctx context.Context, args *redis.XReadGroupArgs) (done bool, err error) {
+	a := r.s.acks
+	a.sending.Lock()
+	defer a.sending.Unlock()
+	acks := a.take()
+	if len(acks) == 0 {
+		return false, nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	pipe := r.s.cfg.Client.Pipeline()
+	ackCmds := a.queue(sctx, pipe, acks)
+	nonBlocking := *args
+	nonBlocking.Block = -1
+	rd := pipe.XReadGroup(sctx, &nonBlocking)
+	_, err = pipe.Exec(sctx)
+	a.settle(acks, ackCmds)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, r.readFailed(ctx, err)
+	}
+	if res := rd.Val(); len(res) > 0 && len(res[0].Messages) > 0 {
+		r.keep(res[0].Messages)
+		return true, nil
+	}
+	return false, nil
+}
+
+// readFailed recreates the group when it is gone (the stream was deleted), and
+// returns err otherwise.
+func (r *reader) readFailed(ctx context.Context, err error) error {
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		if cerr := createGroup(ctx, r.s.cfg.Client, r.stream, r.s.cfg.Group); cerr == nil {
+			r.log.Warn().Msg("the consumer group was gone: created it again")
+			return nil
+		}
+	}
+	return err
+}
+
+// claim runs one claim pass: the entries idle past MaxIdleTime (from claimFrom),
+// those the veto allows claimed in one XCLAIM. XCLAIM's MIN-IDLE-TIME makes two
+// consumers' passes take an entry once; an entry deleted from the stream meanwhile
+// leaves the pending list without being returned.
+func (r *reader) claim(ctx context.Context) error {
+	cfg := r.s.cfg
+	r.s.acks.flush(ctx) // an entry acked here must not look idle to our own pass
+	pend, err := cfg.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.stream, Group: cfg.Group,
+		Idle: cfg.MaxIdleTime, Start: r.claimFrom, End: "+", Count: int64(cfg.ClaimBatch)}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		r.nextClaim = time.Now().Add(cfg.ClaimInterval)
+		return r.readFailed(ctx, err)
+	}
+	// A full page: the next pass goes on from its end right after this batch is
+	// handled. Otherwise the next pass starts over after ClaimInterval.
+	if len(pend) == cfg.ClaimBatch {
+		r.claimFrom, r.nextClaim = "("+pend[len(pend)-1].ID, time.Time{}
+	} else {
+		r.claimFrom, r.nextClaim = "-", time.Now().Add(cfg.ClaimInterval)
+	}
+	ids := make([]string, 0, len(pend))
+	for _, p := range pend {
+		if cfg.ShouldClaim == nil || cfg.ShouldClaim(ctx, p) {
+			ids = append(ids, p.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	msgs, err := cfg.Client.XClaim(ctx, &redis.XClaimArgs{Stream: r.stream, Group: cfg.Group, Consumer: cfg.Consumer,
+		MinIdle: cfg.MaxIdleTime, Messages: ids}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	if len(msgs) > 0 {
+		r.log.Debug().Int("entries", len(msgs)).Msg("claimed entries idle past MaxIdleTime")
+	}
+	r.keep(msgs)
+	return nil
+}
+
+// dropIdleConsumers deletes the group's consumers idle past ConsumerTimeout with no
+// pending entry (XGROUP DELCONSUMER of one with none loses nothing). Errors are logged:
+// the next check tries again.
+func (r *reader) dropIdleConsumers(ctx context.Context) {
+	cfg := r.s.cfg
+	consumers, err := cfg.Client.XInfoConsumers(ctx, r.stream, cfg.Group).Result()
+	if err != nil {
+		r.log.Warn().Err(err).Msg("listing the group's consumers failed")
+		return
+	}
+	for _, c := range consumers {
+		if c.Pending > 0 || c.Idle < cfg.ConsumerTimeout || c.Name == cfg.Consumer {
+			continue
+		}
+		if err := cfg.Client.XGroupDelConsumer(ctx, r.stream, cfg.Group, c.Name).Err(); err != nil {
+			r.log.Warn().Err(err).Str("idle_consumer", c.Name).Msg("deleting an idle consumer failed")
+		}
+	}
+}
+
+// deliver hands the message of m over and waits for its Ack (true) or the end of ctx
+// (false: it stays pending). A Nack hands it over again after NackResendSleep. An entry
+// that does not unmarshal is logged and left pending (a claim pass retries it).
+func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
+	msg, err := r.s.cfg.Unmarshaller.Unmarshal(m.Values)
+	if err != nil {
+		r.log.Error().Err(err).Str("message_id", m.ID).Msg("entry does not unmarshal; left pending")
+		return true
+	}
+	for {
+		mctx, cancel := context.WithCancel(ctx)
+		msg.SetContext(mctx)
+		select {
+		case r.out <- msg:
+		case <-ctx.Done():
+			cancel()
+			return false
+		}
+		select {
+		case <-msg.Acked():
+			cancel()
+			r.s.acked(r, m.ID)
+			return true
+		case <-msg.Nacked():
+			cancel()
+			msg = msg.Copy()
+			if !r.pause(ctx, r.s.cfg.NackResendSleep) {
+				return false
+			}
+		case <-ctx.Done():
+			cancel()
+			return false
+		}
+	}
+}
+
+// pause waits d, or until ctx ends (false).
+func (r *reader) pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
