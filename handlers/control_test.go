@@ -49,10 +49,10 @@ func (a *scriptedAgent) Run(ctx context.Context, req runners.RunRequest) (runner
 		return runners.Result{}, nil
 	}
 	ours, theirs := net.Pipe()
-	served := make(chan error, 1)
-	go func() { served <- req.Control.Serve(ctx, ours); _ = ours.Close() }()
+	served := make(chan struct{})
+	go func() { _ = req.Control.Serve(ctx, ours); _ = ours.Close(); close(served) }()
 	var once sync.Once
-	end := func() { once.Do(func() { _ = theirs.Close(); _ = <-served }) }
+	end := func() { once.Do(func() { _ = theirs.Close(); <-served }) }
 	defer end()
 	r := bufio.NewReader(theirs)
 	seq := int64(0)
@@ -106,6 +106,10 @@ func TestBudgetExhaustedParksAndResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		redistest.Eventually(t, 20*time.Second, func() bool { return exhausted() == n }, "budget.exhausted recorded %d times", n)
+		// The record is written under the lease: the next request must find it released
+		// (not dropped as busy).
+		lock := e.locker().LockKey("rebase", key)
+		redistest.Eventually(t, 20*time.Second, func() bool { return e.rdb.Exists(ctx, lock).Val() == 0 }, "the lease released")
 	}
 	e.wantLabels(key, handlers.LabelBudgetExhausted)
 	asks := 0

@@ -197,6 +197,14 @@ func TestBudgetTwoAgentsSIGKILLAndApproval(t *testing.T) {
 		t.Errorf("labels %s: want the issue parked", labels)
 	}
 
+	// The records are written under the leases: the resumed requests must find them
+	// released (not dropped as busy).
+	for _, agent := range []string{"triage", "rebase"} {
+		lock := "lock:" + w.topo.LockScope() + agent + ":" + issue
+		redistest.Eventually(t, 20*time.Second, func() bool { return w.admin.Exists(context.Background(), lock).Val() == 0 },
+			"the %s lease released", agent)
+	}
+
 	// The approval: the budget is raised and both parked requests resume.
 	p := startProc(t, w.bin, []string{"REDIS_URL=" + redistest.URL()}, "budget", "approve", issue, "--usd", "1",
 		"--once", "jira-comment-1", "--ymir-namespace", w.topo.Namespace)
