@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/ymirflow/ymirflow/agentctl"
 	"strings"
 	"testing"
 
@@ -17,7 +18,7 @@ var cliNotWrites = map[string]string{
 	"fetch": "a pipeline process", "webhook": "a pipeline process", "fakejira": "a fake Jira",
 	"web":     "the console: its writes are audited by the web package (TestEveryConsoleWriteIsAudited)",
 	"enqueue": "publishes new requests as the fetcher does; it changes or removes nothing",
-	"pending": "reads", "streams": "reads", "history": "reads", "audit": "reads",
+	"pending": "reads", "streams": "reads", "history": "reads", "audit": "reads", "cost": "reads",
 }
 
 // cliWrite is one invocation of an operator write: setup makes it have an effect, and
@@ -47,7 +48,16 @@ func cliWrites() map[string][]cliWrite {
 		before++
 	}
 	replayed := func(o *opsEnv) bool { return o.rdb.XLen(ctx, o.stream("triage", "")).Val() > before }
+	raised := func(o *opsEnv) bool {
+		l, err := agentctl.NewLedger(o.rdb, o.topo.Namespace+":", agentctl.Budgets{})
+		if err != nil {
+			o.t.Fatal(err)
+		}
+		c, err := l.Costs(ctx, "RHEL-30")
+		return err == nil && c.RaisedUSD > 0
+	}
 	return map[string][]cliWrite{
+		"budget": {{[]string{"budget", "approve", "RHEL-30", "--usd", "1", "--once", "approval-1"}, func(*opsEnv) {}, raised}},
 		"locks":  {{[]string{"locks", "release", "triage", "RHEL-30", "--yes"}, held, released}},
 		"replay": {{[]string{"replay", "--stream", "triage", "--issue", "RHEL-30"}, queued, replayed}},
 		"dlq": {
@@ -119,8 +129,8 @@ func TestEveryCLIWriteIsAudited(t *testing.T) {
 			n++
 		}
 	}
-	if n != 5 {
-		t.Fatalf("%d writes run, want 5", n)
+	if n != 6 {
+		t.Fatalf("%d writes run, want 6", n)
 	}
 	// history shows an operator action beside the issue's events; audit filters and
 	// prints a table.

@@ -10,11 +10,12 @@ import (
 	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 const budgetHelp = `
-budget approve KEY --usd N raises the budget of issue KEY (and of each of its agents) by
+budget approve KEY --usd N --reason WHY raises the budget of issue KEY (and of each of its agents) by
 N USD, as a maintainer's approval does, and publishes again the requests whose runs
 ended with budget.exhausted, so the work resumes from its last checkpoint. --once NAME
 names the approval: given twice, it adds once.
@@ -23,7 +24,7 @@ names the approval: given twice, it adds once.
 func runBudget(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config.Budget
 	var key string
-	return operator{name: "budget", settings: &cfg, common: &cfg.Common,
+	return operator{name: "budget", settings: &cfg, common: &cfg.Common, inspect: true,
 		check: func(s *session) error {
 			if len(s.pos) != 2 || s.pos[0] != "approve" {
 				return usagef("budget approve KEY --usd N (got %q)", s.pos)
@@ -33,9 +34,13 @@ func runBudget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return badKey(s.pos[1])
 			}
 			key = k
-			return nil
+			return cfg.NeedReason("budget approve")
 		},
-		work: func(ctx context.Context, s *session) error { return approveBudget(ctx, s, &cfg, key) },
+		work: func(ctx context.Context, s *session) error {
+			ctx = asOperator(ctx, &cfg.Writer)
+			e := audit.OperatorFrom(ctx).Entry("budget approve", fmt.Sprintf("%s +%s USD", key, usd(cfg.USD)), key)
+			return s.in.AuditLog().Do(ctx, e, func(ctx context.Context) error { return approveBudget(ctx, s, &cfg, key) })
+		},
 	}.run(ctx, args, stdout, stderr)
 }
 

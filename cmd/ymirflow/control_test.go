@@ -207,7 +207,7 @@ func TestBudgetTwoAgentsSIGKILLAndApproval(t *testing.T) {
 
 	// The approval: the budget is raised and both parked requests resume.
 	p := startProc(t, w.bin, []string{"REDIS_URL=" + redistest.URL()}, "budget", "approve", issue, "--usd", "1",
-		"--once", "jira-comment-1", "--ymir-namespace", w.topo.Namespace)
+		"--once", "jira-comment-1", "--reason", "maintainer approved", "--ymir-namespace", w.topo.Namespace)
 	if code := p.exit(30 * time.Second); code != 0 || strings.Count(p.stdout(), "resumed") != 2 {
 		t.Fatalf("budget approve: exit %d\n%s\n%s", code, p.stdout(), p.stderr())
 	}

@@ -73,12 +73,12 @@ func TestCostHistoryAndBudgetCommands(t *testing.T) {
 		t.Fatalf("history:\n%s", out)
 	}
 	for range 2 {
-		if out := cli("budget", "approve", "RHEL-77", "--usd", "2.5", "--once", "c-1"); !strings.Contains(out, "budget raised by 2.5000 USD in total") {
+		if out := cli("budget", "approve", "RHEL-77", "--usd", "2.5", "--once", "c-1", "--reason", "maintainer approved"); !strings.Contains(out, "budget raised by 2.5000 USD in total") {
 			t.Fatalf("budget approve:\n%s", out)
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run(ctx, []string{"budget", "approve", "RHEL-77", "--usd", "-1"}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "--usd") {
+	if code := run(ctx, []string{"budget", "approve", "RHEL-77", "--usd", "-1", "--reason", "x"}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "--usd") {
 		t.Fatalf("a negative approval: exit %d\n%s", code, errb.String())
 	}
 }
