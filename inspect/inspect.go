@@ -96,7 +96,7 @@ func (in *Inspector) write(ctx context.Context, action, scope string, issues []s
 }
 
 // AuditLog is the trail the Inspector records its writes in: for a refusal
-// (audit.Log.Refused) and for the writes of other packages (pause, resume, drain).
+// (audit.Log.Refused) and for the writes of other packages (budget approve).
 func (in *Inspector) AuditLog() *audit.Log { return in.audit }
 
 // Audit lists the trail (audit.Log.List).

@@ -18,7 +18,7 @@ import (
 // Roles of the console's operators, each allowed what the one before it is, and more.
 const (
 	RoleViewer   = "viewer"   // reads
-	RoleOperator = "operator" // and release, replay, requeue (pause, resume)
+	RoleOperator = "operator" // and release, replay, requeue
 	RoleAdmin    = "admin"    // and purge (drain all)
 )
 

@@ -53,7 +53,7 @@ type Entry struct {
 	From string `json:"from"`
 	// Role is the operator's role in the console ("" from the CLI).
 	Role string `json:"role,omitempty"`
-	// Action names the command: release, replay, requeue, purge, pause, resume, drain.
+	// Action names the command: release, replay, requeue, purge, budget approve.
 	Action string `json:"action"`
 	// Scope is the action's exact scope, as the operator gave it ("agent=triage
 	// issue=RHEL-7", "ids=1-0,2-0", "stream=ymir:triage from=- to=+").

@@ -1,5 +1,5 @@
 // Package audit is the operators' trail: every write an operator makes to the pipeline
-// (force release, replay, requeue, purge, pause, resume, drain, and any later one) goes
+// (force release, replay, requeue, purge, budget approve, and any later one) goes
 // through Log.Do, which appends who, what (the action and its exact scope), why, when and
 // from where to the audit stream before the action runs. A write whose record cannot be
 // appended does not run (ErrNotRecorded). A refused write (a viewer's, say) is recorded

@@ -10,7 +10,7 @@ import (
 )
 
 // Writer is the settings every operator write (locks release, replay, dlq requeue, dlq
-// purge, and pause, resume, drain) shares: who the operator is and why they write,
+// purge, budget approve) shares: who the operator is and why they write,
 // recorded in the audit trail before the write runs.
 type Writer struct {
 	// Reason (--reason, flag only) is why; a write without one is refused.
@@ -72,7 +72,7 @@ type Audit struct {
 func (c *Audit) Register(fs *flag.FlagSet) {
 	c.Inspect.Register(fs)
 	fs.StringVar(&c.Who, "who", "", "only this operator's writes (as recorded: user@host, or the console operator's name)")
-	fs.StringVar(&c.Action, "action", "", "only this action: release, replay, requeue, purge, pause, resume, drain")
+	fs.StringVar(&c.Action, "action", "", "only this action: release, replay, requeue, purge, budget approve")
 	fs.StringVar(&c.Issue, "issue", "", "only the writes on this issue")
 	fs.DurationVar(&c.Since, "since", 0, "only the writes of this last while, e.g. 24h (0: all)")
 	fs.IntVar(&c.Limit, "limit", 100, "at most this many writes, newest first")
