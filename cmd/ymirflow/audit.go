@@ -14,7 +14,8 @@ import (
 
 const auditHelp = `
 The operators' audit trail, newest first: every write an operator made (locks release,
-replay, dlq requeue, dlq purge, budget approve, the console's force release, requeue and purge), with when, who (the CLI's YMIR_OPERATOR or user@host, the console's
+replay, dlq requeue, dlq purge, budget approve, the console's force release, requeue and
+purge), with when, who (the CLI's YMIR_OPERATOR or user@host, the console's
 signed-in operator), the role, where from (the CLI's host, the console's client
 address), the action and its exact scope, the reason, and how it ended (done, failed,
 refused, or started while it runs). A write is recorded before it runs and is not done
