@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
@@ -148,6 +149,9 @@ type Receiver struct {
 	tracer    trace.Tracer
 	locker    *lease.Locker
 	pub       *event.Publisher
+	// ledger is the agents' budget ledger (package agentctl), under the topology's
+	// namespace: a maintainer's approval raises it.
+	ledger *agentctl.Ledger
 }
 
 // New validates cfg and returns a Receiver. It does no I/O.
@@ -165,6 +169,9 @@ func New(cfg Config) (*Receiver, error) {
 		pub: event.NewPublisher(cfg.Redis, cfg.MaxLen).WithTracerProvider(cfg.TracerProvider)}
 	if r.ns == "" {
 		r.ns = event.DefaultNamespace
+	}
+	if r.ledger, err = agentctl.NewLedger(cfg.Redis, r.ns+":", agentctl.Budgets{}); err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	for _, a := range cfg.OwnAccounts {
 		if a = strings.TrimSpace(a); a != "" {
