@@ -51,6 +51,11 @@ const (
 	ConsolidateNext   = "ymir_consolidate_next"
 )
 
+// BudgetExhausted parks an issue whose agents' budget is exhausted (not in the upstream
+// enum): the handlers add it, the fetcher re-runs nothing that carries it, and a
+// maintainer's approval through the webhook resumes the parked requests.
+const BudgetExhausted = "ymir_budget_exhausted"
+
 // Families of labels, by their form.
 const (
 	// Prefix marks every ymir label, including legacy ones outside the enum.
