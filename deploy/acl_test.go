@@ -204,6 +204,8 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if rep, err := in.Timeline(ctx, "RHEL-9"); err != nil || rep.Events[len(rep.Events)-1].Kind != inspect.KindAudit {
 		t.Fatalf("operator user: history with the audit trail: %v", err)
 	}
+	_, err = in.Cost(ctx, "RHEL-9") // the console's issue page: the agents' ledger
+	noperm("cost", err)
 	ctx = octx
 	auditACL(t, worker, operator, topo)
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
@@ -150,4 +151,24 @@ func TestACLWebhookAndFetcherOnRealRedis(t *testing.T) {
 	if n := admin.XLen(ctx, todo).Val(); n != 1 {
 		t.Errorf("%d entries on the todo stream", n)
 	}
+
+	// A maintainer's budget approval (issue 39): the raise, the parked request taken
+	// and published again, as the pods' user.
+	ledger, err := agentctl.NewLedger(rdb, event.DefaultNamespace+":", agentctl.Budgets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebase := topo.Stream("rebase", "c10s", false)
+	if err := ledger.Park(ctx, "RHEL-1", agentctl.Parked{Agent: "rebase", Stream: rebase, EventType: event.RequestedEvent("rebase"),
+		Payload: []byte(`{"metadata":{"jira_issue":"RHEL-1","target_branch":"c10s"}}`)}); err != nil {
+		t.Fatalf("park as the pods' user: %v", err)
+	}
+	approval := []byte(`{"timestamp":1,"webhookEvent":"comment_created","comment":{"id":"2","author":{"accountId":"maint"},"body":"/ymir budget +5"},"issue":{"key":"RHEL-1"}}`)
+	if st, out := post(approval, "d3"); st != 202 || !strings.HasPrefix(out, "queued") {
+		t.Fatalf("approval as the pods' user: %d %s", st, out)
+	}
+	classified("the approval", func() bool {
+		c, err := ledger.Costs(ctx, "RHEL-1")
+		return err == nil && c.RaisedUSD == 5 && admin.XLen(ctx, rebase).Val() == 1 && admin.XLen(ctx, webhook.InboxStream(topo)).Val() == 0
+	})
 }

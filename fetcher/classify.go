@@ -163,6 +163,10 @@ func classify(is jira.Issue, now time.Time, threshold time.Duration, componentFi
 
 	var d decision
 	switch {
+	case slices.Contains(ymir, labels.BudgetExhausted):
+		// Parked for its budget: re-running it would be denied again and spend on the
+		// way; only a maintainer's approval (the webhook) resumes its parked requests.
+		return decision{skip: ReasonLabelled, why: labels.BudgetExhausted + ": parked until a maintainer approves more budget"}
 	case len(ymir) == 0:
 		d = decision{trigger: TriggerFresh, why: "no ymir_* label"}
 	case hasTodo && !inProgress: // A

@@ -123,6 +123,11 @@ func TestClassify(t *testing.T) {
 		{"modular component list", mk(fresh, []any{"nodejs:18/nodejs"}, labels.RetryNeeded), triggerNone, ReasonModular},
 		{"modular but labelled counts as labelled", mk(fresh, "perl:5.32/perl", "ymir_triaged"), triggerNone, ReasonLabelled},
 		{"not modular: no slash", mk(fresh, "perl:5.32"), TriggerFresh, ""},
+		// Parked for its budget: no trigger re-runs it; only an approval resumes it.
+		{"parked with retry", mk(fresh, nil, labels.BudgetExhausted, labels.RetryNeeded), triggerNone, ReasonLabelled},
+		{"parked with todo", mk(fresh, nil, labels.BudgetExhausted, labels.Todo), triggerNone, ReasonLabelled},
+		{"parked stale reproducer", mk(stale, nil, labels.BudgetExhausted, labels.ReproducerInProgress), triggerNone, ReasonLabelled},
+		{"parked stale in progress", mk(stale, nil, labels.BudgetExhausted, labels.TriageInProgress, labels.RetryNeeded), triggerNone, ReasonLabelled},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

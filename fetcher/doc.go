@@ -20,7 +20,9 @@
 //     Jira's +0000 offsets and naive timestamps, read as UTC) → recovered (B); other ymir_*
 //     labels → skipped (C); ymir_retry_needed without an in-progress label → retried (D). A
 //     modular package (component like perl:5.32/perl) is skipped, and its ymir_todo removed
-//     rather than re-checked every sweep.
+//     rather than re-checked every sweep. Before the rules, an issue parked for its
+//     agents' budget (ymir_budget_exhausted) is skipped as labelled whatever trigger it
+//     carries: only a maintainer's budget approval (package webhook) resumes it.
 //  2. Pre-check the whole batch in ONE pipelined round trip, never a SCAN (upstream SCANned
 //     the keyspace for triage leases only, from a snapshot taken before the sweep): the lease key of every stage
 //     (triage, rebase, backport, rebuild; names from lease.Locker.LockKey(agent, issue))

@@ -601,6 +601,16 @@ func (f *Fetcher) addedByMember(ctx context.Context, key string, known *jira.Use
 	return m, who, nil
 }
 
+// InTriggerGroup reports whether u is a member of Config.TriggerGroup, and who u is, as
+// the ymir_todo check judges (members cached for MemberTTL). With no TriggerGroup it is
+// false: a source that lets only the group act (a budget approval) lets nobody act.
+func (f *Fetcher) InTriggerGroup(ctx context.Context, u jira.User) (bool, string, error) {
+	if f.triggerGroup == "" {
+		return false, u.ID(), nil
+	}
+	return f.addedByMember(ctx, "", &u, map[string]bool{})
+}
+
 // memberCache remembers the users found in the trigger group, each for ttl, across
 // sweeps and deliveries (which may run concurrently).
 type memberCache struct {

@@ -493,3 +493,27 @@ func TestSharedIssueKeyLocksIssue(t *testing.T) {
 		t.Errorf("after the release: %v", got)
 	}
 }
+
+// TestParkedForBudgetIsNotRerun: an issue parked for its budget (ymir_budget_exhausted)
+// is published by no sweep, whatever trigger it also carries (ymir_retry_needed, a
+// maintainer's ymir_todo, a stale reproducer label), and its labels are left alone:
+// only a budget approval (the webhook) resumes it. The same issues without the park
+// label are published.
+func TestParkedForBudgetIsNotRerun(t *testing.T) {
+	t.Parallel()
+	parked := []fakejira.Issue{
+		iss("RHEL-1", labels.BudgetExhausted, labels.RetryNeeded),
+		todoBy(iss("RHEL-2", labels.BudgetExhausted), member),
+		updated(iss("RHEL-3", labels.BudgetExhausted, labels.ReproducerInProgress), 100*time.Hour),
+	}
+	h := newHarness(t, append(parked, iss("RHEL-4", labels.RetryNeeded)))
+	s := h.sweep()
+	if s.Published != 1 || s.Skipped[ReasonLabelled] != 3 || !slices.Equal(h.published(), []string{"RHEL-4@triage"}) {
+		t.Fatalf("sweep: %s, published %v; want RHEL-4 only", s, h.published())
+	}
+	for _, k := range []string{"RHEL-1", "RHEL-2", "RHEL-3"} {
+		if w := h.writes(k); len(w) != 0 {
+			t.Errorf("%s: label writes %v, want none", k, w)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/labels"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/runners"
 )
@@ -21,7 +22,7 @@ const BudgetExhausted = "budget.exhausted"
 // LabelBudgetExhausted parks an issue whose budget is exhausted: added beside the
 // issue's state labels, and removed by the next state a run asserts (a resumed run's
 // outcome, a claim).
-const LabelBudgetExhausted = "ymir_budget_exhausted"
+const LabelBudgetExhausted = labels.BudgetExhausted
 
 // openControl gives a run under a lease its control channel and puts the last
 // checkpoint of the issue's agent into its Task JSON. Nil without Config.Ledger or a

@@ -16,7 +16,7 @@ import (
 // inspectorReads are the Inspector's methods that only read; inspectorWrites those that
 // write, with a call of each. A method in neither list fails TestEveryWriteIsAudited: a
 // new method must be put in one, and a write gets the audited path.
-var inspectorReads = []string{"Audit", "AuditLog", "CanonicalKey", "DeadIssues", "DeadLetter", "DeadLetters", "History", "Lease", "Locks",
+var inspectorReads = []string{"Audit", "AuditLog", "CanonicalKey", "Cost", "DeadIssues", "DeadLetter", "DeadLetters", "History", "Lease", "Locks",
 	"NewestDeadLetters", "Outcomes", "Pending", "Running", "Streams", "Timeline", "Workers"}
 
 type writeCall struct {

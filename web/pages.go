@@ -370,6 +370,9 @@ type issueData struct {
 	Scanned *inspect.HistoryScan
 	// Story draws the events over time, one lane per agent and branch.
 	Story story
+	// Cost is the issue's spend from the agents' ledger (shown when any was reported
+	// or a budget raised).
+	Cost inspect.IssueCost
 }
 
 // history reads an issue's timeline; any key form is accepted (" rhel-123 ").
@@ -407,8 +410,13 @@ func (s *Server) issue(_ http.ResponseWriter, r *http.Request) (*view, error) {
 	if len(rep.Events) == 0 {
 		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("no events of %s in any stream (the streams keep only their latest entries)", s.clip(q, maxKeyLen))}
 	}
+	cost, err := s.in.Cost(r.Context(), rep.Issue)
+	if err != nil {
+		return nil, err
+	}
 	v.Title = rep.Issue
-	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events, Indexed: rep.Indexed, Scanned: rep.Scanned, Story: s.newStory(rep.Events)}
+	v.Data = issueData{Query: q, Issue: rep.Issue, Events: rep.Events, Indexed: rep.Indexed, Scanned: rep.Scanned,
+		Story: s.newStory(rep.Events), Cost: cost}
 	return v, nil
 }
 

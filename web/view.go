@@ -46,6 +46,9 @@ func (s *Server) funcs() template.FuncMap {
 			}
 			return human(s.cfg.Now().Sub(t)) + " ago"
 		},
+		// line is a lease's wait line in words ("3 waiting, oldest 40s"; "" for none).
+		"line":     func(l inspect.LeaseInfo) string { return l.Line(s.cfg.Now()) },
+		"usd":      func(v float64) string { return fmt.Sprintf("%.4f", v) },
 		"issueURL": func(key string) string { return "/issue?key=" + url.QueryEscape(key) },
 		"deadURL":  func(id string) string { return "/dead-letters/" + url.PathEscape(id) },
 		"releaseURL": func(agent, issue string) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/redact"
@@ -108,6 +109,9 @@ func (r *Receiver) handleComment(ctx context.Context, e Event) result {
 	key, err := r.locker.Canonicalize(e.Issue.Key)
 	if err != nil {
 		return accepted("skipped_"+string(fetcher.ReasonInvalidKey), err.Error())
+	}
+	if usd, ok := agentctl.ParseApproval(e.Comment.Text()); ok {
+		return r.handleApproval(ctx, key, e, usd)
 	}
 	refs := make([]lease.Ref, 0, len(event.Agents))
 	for _, a := range event.Agents {

@@ -57,7 +57,14 @@
 //     decides its fate: deliver puts it in the run's mailbox, which the agent reads on
 //     YMIR_MAILBOX. A comment on an issue no run holds starts nothing (comment_no_run);
 //     comments by Config.OwnAccounts (the agents' own reports) are never published.
-//     A comment_created without comment.id is malformed (400).
+//     A comment_created without comment.id is malformed (400). A comment approving more
+//     budget ("/ymir budget +N", agentctl.ParseApproval) is not a follow-up
+//     (handleApproval): from a member of the fetcher's trigger group (none set: nobody),
+//     it raises the issue's budget by N USD once per comment id and publishes again the
+//     requests parked for the budget (budget_raised); from anyone else it does nothing
+//     (approval_untrusted). With Config.ApprovalLabelUSD set, ymir_budget_approved
+//     added to an issue is an approval of that amount, once per changelog id, by the
+//     same rule; the receiver then removes the label, for the next approval.
 //
 // A classified delivery is counted, logged, then acked and deleted from the inbox (an empty
 // inbox means every delivery is accounted for) and its id remembered; one

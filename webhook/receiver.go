@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
@@ -91,6 +92,11 @@ type Config struct {
 	// DefaultCommentMaxBytes, at least MinCommentMaxBytes): a longer one is cut and
 	// ends with "[truncated]".
 	CommentMaxBytes int
+	// ApprovalLabelUSD is what a maintainer's budget approval by label
+	// (ymir_budget_approved, added by a member of the fetcher's trigger group) adds to
+	// the issue's budget, in USD. 0 (the default): approvals by label are off (approvals
+	// by comment, "/ymir budget +N", state their amount).
+	ApprovalLabelUSD float64
 	// Redactor masks ymirflow's own secrets in a comment's text before it is published
 	// (credential-shaped text is masked whatever it holds: redact.Tokens). Nil: only
 	// the shapes.
@@ -148,6 +154,9 @@ type Receiver struct {
 	tracer    trace.Tracer
 	locker    *lease.Locker
 	pub       *event.Publisher
+	// ledger is the agents' budget ledger (package agentctl), under the topology's
+	// namespace: a maintainer's approval raises it.
+	ledger *agentctl.Ledger
 }
 
 // New validates cfg and returns a Receiver. It does no I/O.
@@ -165,6 +174,9 @@ func New(cfg Config) (*Receiver, error) {
 		pub: event.NewPublisher(cfg.Redis, cfg.MaxLen).WithTracerProvider(cfg.TracerProvider)}
 	if r.ns == "" {
 		r.ns = event.DefaultNamespace
+	}
+	if r.ledger, err = agentctl.NewLedger(cfg.Redis, r.ns+":", agentctl.Budgets{}); err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	for _, a := range cfg.OwnAccounts {
 		if a = strings.TrimSpace(a); a != "" {
@@ -188,6 +200,8 @@ func (cfg Config) validate() error {
 	case cfg.MaxBody < 0 || cfg.Deadline < 0 || cfg.MaxPayloadAge < 0 || cfg.DeliveryTTL < 0 ||
 		cfg.ProcessTimeout < 0 || cfg.RetryAfter < 0 || cfg.MaxAttempts < 0 || cfg.InboxMaxLen < 0 || cfg.MaxLen < 0:
 		return errors.New("webhook: MaxBody, Deadline, MaxPayloadAge, DeliveryTTL, ProcessTimeout, RetryAfter, MaxAttempts, InboxMaxLen and MaxLen must not be negative")
+	case cfg.ApprovalLabelUSD < 0 || cfg.ApprovalLabelUSD > agentctl.MaxCostUSD:
+		return fmt.Errorf("webhook: ApprovalLabelUSD (%v) must be 0 (off) to %d USD", cfg.ApprovalLabelUSD, agentctl.MaxCostUSD)
 	case cfg.CommentMaxBytes != 0 && cfg.CommentMaxBytes < MinCommentMaxBytes:
 		return fmt.Errorf("webhook: CommentMaxBytes (%d) must be at least %d", cfg.CommentMaxBytes, MinCommentMaxBytes)
 	}
@@ -453,6 +467,9 @@ func (r *Receiver) handleIssue(ctx context.Context, e Event) result {
 	key, err := lease.Canonicalize(e.Issue.Key, nil)
 	if err != nil {
 		return accepted("skipped_"+string(fetcher.ReasonInvalidKey), err.Error())
+	}
+	if r.cfg.ApprovalLabelUSD > 0 && e.User != nil && e.Changelog != nil && e.Changelog.ID != "" && e.addedLabel(labels.BudgetApproved) {
+		return r.handleLabelApproval(ctx, key, e)
 	}
 	item, res := r.itemOf(ctx, key, e)
 	if res != nil {

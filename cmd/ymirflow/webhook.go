@@ -97,8 +97,9 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 		InsecureNoSignature: cfg.InsecureNoSignature, OwnAccounts: own, MaxBody: cfg.WebhookMaxBody,
 		Deadline: cfg.WebhookDeadline, MaxPayloadAge: cfg.WebhookPayloadAge, DeliveryTTL: cfg.WebhookDeliveryTTL,
 		Locker: locker, MaxLen: cfg.MaxLen, CommentMaxBytes: cfg.WebhookCommentMax,
-		Redactor: redact.New(append(ownSecrets(&cfg.Common, token), secret)...),
-		Metrics:  webhook.NewMetrics(metrics.Registry), Logger: e.log, TracerProvider: tp,
+		ApprovalLabelUSD: cfg.WebhookApprovalUSD,
+		Redactor:         redact.New(append(ownSecrets(&cfg.Common, token), secret)...),
+		Metrics:          webhook.NewMetrics(metrics.Registry), Logger: e.log, TracerProvider: tp,
 	}
 	if cfg.WebhookCheckScope {
 		wc.JQL = cfg.JiraJQL

@@ -51,6 +51,16 @@ const (
 	ConsolidateNext   = "ymir_consolidate_next"
 )
 
+// BudgetExhausted parks an issue whose agents' budget is exhausted (not in the upstream
+// enum): the handlers add it, the fetcher re-runs nothing that carries it, and a
+// maintainer's approval through the webhook resumes the parked requests.
+const BudgetExhausted = "ymir_budget_exhausted"
+
+// BudgetApproved is a maintainer's budget approval by label (not in the upstream enum):
+// the webhook raises the issue's budget by its configured amount, resumes the parked
+// requests and removes the label, so that it can be added again for the next approval.
+const BudgetApproved = "ymir_budget_approved"
+
 // Families of labels, by their form.
 const (
 	// Prefix marks every ymir label, including legacy ones outside the enum.

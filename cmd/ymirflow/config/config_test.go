@@ -394,6 +394,7 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"webhook deadline", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature"}, map[string]string{"WEBHOOK_DEADLINE": "30s"}, "WEBHOOK_DEADLINE", "webhook-deadline", "at most 10s"},
 		{"webhook body", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--webhook-max-body", "0"}, nil, "WEBHOOK_MAX_BODY", "webhook-max-body", "positive"},
 		{"webhook comment bound", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature"}, map[string]string{"WEBHOOK_COMMENT_MAX_BYTES": "10"}, "WEBHOOK_COMMENT_MAX_BYTES", "webhook-comment-max-bytes", "at least 64"},
+		{"webhook approval amount", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature"}, map[string]string{"WEBHOOK_APPROVAL_USD": "-1"}, "WEBHOOK_APPROVAL_USD", "webhook-approval-usd", "0 (off) to 10000 USD"},
 		{"webhook scope", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--jira-jql", ""}, nil, "JIRA_JQL", "jira-jql", "WEBHOOK_CHECK_SCOPE"},
 		{"webhook jql unscoped", "webhook", []string{"--jira-url", "http://j", "--insecure-no-signature", "--webhook-check-scope=false", "--jira-jql", ""}, nil, "JIRA_JQL", "jira-jql", "is required"},
 	}

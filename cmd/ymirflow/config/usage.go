@@ -171,6 +171,7 @@ var shortUsage = map[string]string{
 	"--trace-url-template":        "trace viewer URL of a trace, {trace_id} standing for its id",
 	"--traces-exporter":           "where spans go: otlp or none (empty: otlp with --otlp-endpoint)",
 	"fakejira --webhook":          "URLs (comma-separated) that get a signed delivery on every change",
+	"--webhook-approval-usd":      "USD a maintainer's ymir_budget_approved label adds to the budget (0: off)",
 	"--webhook-comment-max-bytes": "bytes of a maintainer's comment published to its run (at least 64)",
 	"--webhook-deadline":          "bound of the answer to one delivery",
 	"--webhook-delivery-ttl":      "how long delivery ids are remembered, to drop Jira's retries",

@@ -18,6 +18,8 @@ const (
 	// library it need not): the bound of a comment's text handed to an agent.
 	DefaultWebhookCommentMaxBytes = 4096
 	minWebhookCommentMaxBytes     = 64
+	// maxApprovalUSD is agentctl.MaxCostUSD: the largest raise one approval makes.
+	maxApprovalUSD = 10_000
 )
 
 // WebhookSecret is the shared secret of a Jira webhook, from a flag or a file; embedded by
@@ -78,6 +80,7 @@ type Webhook struct {
 	WebhookPayloadAge   time.Duration // --webhook-payload-max-age, WEBHOOK_PAYLOAD_MAX_AGE: older deliveries (retries) are not trusted to describe the issue
 	WebhookDeliveryTTL  time.Duration // --webhook-delivery-ttl, WEBHOOK_DELIVERY_TTL: how long delivery ids are remembered
 	WebhookCommentMax   int           // --webhook-comment-max-bytes, WEBHOOK_COMMENT_MAX_BYTES: bound of a comment's text delivered as a follow-up
+	WebhookApprovalUSD  float64       // --webhook-approval-usd, WEBHOOK_APPROVAL_USD: what a maintainer's ymir_budget_approved label adds to the budget (0: off)
 	StaleLabelThreshold time.Duration // --stale-label-threshold, STALE_LABEL_THRESHOLD: as the fetcher's
 }
 
@@ -99,6 +102,7 @@ func (w *Webhook) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.WebhookPayloadAge, "webhook-payload-max-age", DefaultWebhookPayloadMaxAge, "a delivery older than this (a retry) is not trusted to describe the issue: it is read from Jira")
 	fs.DurationVar(&w.WebhookDeliveryTTL, "webhook-delivery-ttl", DefaultWebhookDeliveryTTL, "how long delivery ids are remembered, to drop Jira's retries of a delivery already handled")
 	fs.IntVar(&w.WebhookCommentMax, "webhook-comment-max-bytes", DefaultWebhookCommentMaxBytes, "a maintainer's comment on an issue a run holds is published to that run as a follow-up (comment.created), its text redacted and cut to this many bytes (at least 64)")
+	fs.Float64Var(&w.WebhookApprovalUSD, "webhook-approval-usd", 0, "a maintainer (a member of JIRA_TRIGGER_GROUP) who adds the label ymir_budget_approved to an issue parked for its budget raises the budget by this many USD and resumes the work; the label is then removed, to be added again for the next approval (0: approvals by label are off; a comment \"/ymir budget +N\" approves N USD either way)")
 	fs.DurationVar(&w.StaleLabelThreshold, "stale-label-threshold", DefaultStaleThreshold, "an in-flight label on an issue not updated for this long is recovered")
 }
 
@@ -154,6 +158,9 @@ func (w *Webhook) Validate() error {
 	}
 	if w.WebhookCommentMax < minWebhookCommentMaxBytes {
 		p.add("webhook-comment-max-bytes", "= %d must be at least %d", w.WebhookCommentMax, minWebhookCommentMaxBytes)
+	}
+	if w.WebhookApprovalUSD < 0 || w.WebhookApprovalUSD > maxApprovalUSD {
+		p.add("webhook-approval-usd", "= %v must be 0 (off) to %d USD", w.WebhookApprovalUSD, maxApprovalUSD)
 	}
 	if w.StaleLabelThreshold <= 0 {
 		p.add("stale-label-threshold", "= %s must be positive", fmtDur(w.StaleLabelThreshold))
