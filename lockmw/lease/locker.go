@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,6 +119,9 @@ type Locker struct {
 	starter starter
 	// evict ends leases at once when a force release evicts them (WatchEvictions).
 	evict evictions
+	// lagging: the last confirmation of an acquire found too few replicas (Options.
+	// WaitReplicas); acquires probe them first (probeReplicas).
+	lagging atomic.Bool
 }
 
 // New returns a Locker on rdb. It does no I/O.
@@ -307,6 +311,11 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	a, err := l.prepare(agent, rawKey, ao)
 	if err != nil {
 		return nil, err
+	}
+	if l.opts.WaitReplicas > 0 && l.lagging.Load() {
+		if err := l.probeReplicas(ctx, a.keys); err != nil {
+			return nil, err
+		}
 	}
 	var res []any
 	switch {
