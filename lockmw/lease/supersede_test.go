@@ -282,3 +282,32 @@ func TestSupersedeByOrderOfEvents(t *testing.T) {
 		t.Fatalf("an event older than the released run: %v, want superseded by 2000-0", err)
 	}
 }
+
+// A take-over announced while the old holder's Locker was not subscribed yet (its
+// watch starts beside the first events, and a loaded machine runs it late; or it was
+// reconnecting) ends the old lease as soon as the watch subscribes, not at its next
+// heartbeat (TTL/3, ten seconds here): the watch checks every live lease's key on each
+// (re)subscription (pipeline TestSupersedeCancelsTheRunningEvent failed "not
+// cancelled within 5s" this way under load).
+func TestTakeOverAnnouncedBeforeTheWatchEndsTheLeaseOnSubscribe(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	old := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second, Owner: "w1"})
+	newer := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second, Owner: "w2"})
+	e1, err := supersedeAcquire(t, old, "1000-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := supersedeAcquire(t, newer, "1000-1"); err != nil {
+		t.Fatal(err)
+	}
+	if e1.Err() != nil {
+		t.Fatalf("ended before anyone watched: %v", e1.Err())
+	}
+	watch(t, rdb, old)
+	redistest.Eventually(t, 5*time.Second, func() bool { return e1.Err() != nil }, "the old lease ends once the watch subscribed")
+	var by *lease.SupersededByError
+	if !errors.As(e1.Err(), &by) || by.ByMessageID != "1000-1" {
+		t.Fatalf("cause %v, want a SupersededByError naming 1000-1", e1.Err())
+	}
+}
