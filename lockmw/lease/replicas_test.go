@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -158,7 +159,7 @@ func TestWaitReplicasAfterLostReply(t *testing.T) {
 		}
 		return s
 	}
-	acquire, extend := lua("lease.lua", "acquire.lua"), lua("extend.lua")
+	acquire, extend := xonce.IndexLua+lua("lease.lua", "acquire.lua"), lua("extend.lua")
 
 	replica.Pause()
 	proxy.LoseReply(redistest.Script(acquire, "RHEL-11"), 1)

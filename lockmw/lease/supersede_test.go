@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -214,7 +215,7 @@ func TestSupersedeRepeatIsTheSameTakeOver(t *testing.T) {
 	}
 	k := l.Keys("rebase", "RHEL-1")
 	// The script again, with e2's token, as go-redis would send it.
-	src := mustRead(t, "scripts/lease.lua") + mustRead(t, "scripts/acquire_or_supersede.lua")
+	src := xonce.IndexLua + mustRead(t, "scripts/lease.lua") + mustRead(t, "scripts/acquire_or_supersede.lua")
 	res, err := rdb.Eval(context.Background(), src, []string{k.Lock, k.Info, k.Fence, k.Done, k.Stop},
 		e2.Token(), 30000, "x", time.Now().UnixMilli(), "2-0", "").Slice()
 	if err != nil {
