@@ -237,21 +237,13 @@ func (m *Middleware) delay(ctx context.Context, msg *message.Message, entry Entr
 	cp := msg.Copy()
 	cp.Metadata.Set(event.MetaDelays, strconv.Itoa(n+1))
 	cp.Metadata.Set(event.MetaDelayedFrom, entry.ID)
-	cp.Metadata.Set(MetaIssueKey, c.Issue)
+	cp.Metadata.Set(event.MetaIssueKey, c.Issue)
 	fields, err := m.cfg.Source.Encode(cp)
 	if err != nil {
 		return "", err
 	}
 	return event.DelayedMember(entry.ID, fields)
 }
-
-// Metadata keys a follow-up event may carry about a Jira comment (the webhook's
-// comment.created events set them; FollowupOf copies them).
-const (
-	MetaCommentAuthor = "comment_author"
-	MetaCommentBody   = "comment_body"
-	MetaCommentID     = "comment_id"
-)
 
 // FollowupOf is the mailbox record of msg, read from entry: what the holder's run is
 // told (event_type, message_id, stream, correlation_id, at, and author, body and
@@ -261,10 +253,10 @@ func FollowupOf(msg *message.Message, entry Entry) map[string]any {
 		"event_type":     msg.Metadata.Get(event.MetaEventType),
 		"message_id":     entry.ID,
 		"stream":         entry.Stream,
-		"correlation_id": msg.Metadata.Get(metaCorrelationID),
+		"correlation_id": msg.Metadata.Get(event.MetaCorrelationID),
 		"at":             time.Now().UTC().Format(time.RFC3339Nano),
 	}
-	for k, name := range map[string]string{MetaCommentAuthor: "author", MetaCommentBody: "body", MetaCommentID: "comment_id"} {
+	for k, name := range map[string]string{event.MetaCommentAuthor: "author", event.MetaCommentBody: "body", event.MetaCommentID: "comment_id"} {
 		if v := msg.Metadata.Get(k); v != "" {
 			f[name] = v
 		}

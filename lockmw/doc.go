@@ -1,15 +1,22 @@
 // Package lockmw is the Watermill middleware on ymirflow's per-issue lease (package
 // lease): each message runs under its issue's lease, and an event whose issue is busy
-// is dropped or coalesced (Policy).
+// is dropped, coalesced, delayed, delivered to the holder's run or supersedes it, by
+// its event type's busy policy (Policies).
 //
-// The Middleware knows nothing of the messages' format: the caller gives it the issue
-// key extractor (Config.IssueKey) and the conflict recorder (Config.OnConflict), and,
-// for messages read from a Redis stream, the Source that names each message's entry.
-// With a Source it acks the entry in the release's round trip and, when the Source
-// knows the entry it delivers next (Peeker), takes that entry's lease in the same
-// round trip (lease.Lease.Handoff).
+// It speaks the event format (package event) where a message's metadata or a stream
+// entry is concerned, by that package's names: the issue key it reads by default and
+// the fence it writes (event.MetaIssueKey, event.MetaFence), the comment fields of a
+// follow-up, the delayed set of policy Delay (event.DelayedKey) and the fencer that
+// event's writers find in the handler's context (event.WithFencer). The caller gives it
+// the conflict recorder (Config.OnConflict) and, for messages read from a Redis stream,
+// the Source that names each message's entry. With a Source it acks the entry in the
+// release's round trip and, when the Source knows the entry it delivers next (Peeker),
+// takes that entry's lease in the same round trip (lease.Lease.Handoff).
 //
-// Files: middleware.go (Middleware, Config, LeaseFrom), conflict.go (events whose
-// issue is busy), handoff.go (the lease taken ahead for the next entry, given back if
-// that entry does not come), errors.go.
+// Files: middleware.go (Middleware, Config, LeaseFrom, and Handler's steps), runend.go
+// (how a run under a lease ends, and the writes each end makes), conflict.go (events
+// whose issue is busy, and runs a newer event cancelled), policy.go (the busy-policy
+// table), handoff.go (the lease taken ahead for the next entry, given back if that
+// entry does not come), wakeup.go (the deliver policy's follow-ups and wake-ups),
+// trace.go (span events), errors.go.
 package lockmw

@@ -18,18 +18,6 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
-// Metadata keys of the message the middleware reads (MetaIssueKey, by the default
-// Config.IssueKey) and writes (both) before the handler runs.
-const (
-	// MetaIssueKey holds the canonical issue key under which the handler runs.
-	MetaIssueKey = "issue_key"
-	// MetaFence holds the lease's fence (decimal), for writes that carry it.
-	MetaFence = "fence"
-)
-
-// metaCorrelationID is logged with the middleware's messages when a message has it.
-const metaCorrelationID = "correlation_id"
-
 // Policy says what happens to an event whose issue is locked by another holder.
 type Policy string
 
@@ -159,7 +147,7 @@ type Config struct {
 	// (required with a Source; unused without).
 	MaxIdleTime time.Duration
 	// IssueKey extracts the raw issue key of a message; its errors go back to the
-	// router unchanged. Default: metadata MetaIssueKey, else ErrNoIssueKey.
+	// router unchanged. Default: metadata event.MetaIssueKey, else ErrNoIssueKey.
 	IssueKey func(msg *message.Message) (string, error)
 	// OnConflict records an event that was not run because its issue was busy.
 	// Default: nil, which records nothing (the Observer still counts it).
@@ -275,7 +263,7 @@ func (m *Middleware) Close(ctx context.Context) {
 }
 
 func metadataIssueKey(msg *message.Message) (string, error) {
-	if k := msg.Metadata.Get(MetaIssueKey); k != "" {
+	if k := msg.Metadata.Get(event.MetaIssueKey); k != "" {
 		return k, nil
 	}
 	return "", ErrNoIssueKey
@@ -381,8 +369,8 @@ func (m *Middleware) take(d *delivery, pre *lease.Pending, raw string) (*lease.L
 	}
 	d.log.issue, d.log.fence = le.Issue(), le.Fence()
 	leaseAcquired(d.ctx, le, pre != nil)
-	d.msg.Metadata.Set(MetaIssueKey, le.Issue())
-	d.msg.Metadata.Set(MetaFence, strconv.FormatInt(le.Fence(), 10))
+	d.msg.Metadata.Set(event.MetaIssueKey, le.Issue())
+	d.msg.Metadata.Set(event.MetaFence, strconv.FormatInt(le.Fence(), 10))
 	return le, nil
 }
 
@@ -604,7 +592,7 @@ type eventLog struct {
 
 func (e eventLog) get() *zerolog.Logger {
 	c := e.base.With().Str("agent", e.agent).Str("message_id", e.messageID).
-		Str("correlation_id", e.msg.Metadata.Get(metaCorrelationID))
+		Str("correlation_id", e.msg.Metadata.Get(event.MetaCorrelationID))
 	if e.issue != "" {
 		c = c.Str("issue_key", e.issue)
 	}

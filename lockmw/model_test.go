@@ -26,6 +26,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -44,7 +45,7 @@ func (s *mwSource) Settle(lockmw.Entry) {}
 func (s *mwSource) Encode(msg *message.Message) (map[string]any, error) {
 	md := map[string]string{}
 	for k, v := range msg.Metadata {
-		if !strings.HasPrefix(k, "_") && k != lockmw.MetaFence {
+		if !strings.HasPrefix(k, "_") && k != event.MetaFence {
 			md[k] = v
 		}
 	}
@@ -173,7 +174,7 @@ func (m *mwModel) violate(prop, format string, args ...any) {
 
 // guarded are the keys a run of msg holds, by name: the agent's own, the issue's, the group's.
 func (m *mwModel) guarded(agent string, msg *message.Message) []string {
-	issue := msg.Metadata.Get(lockmw.MetaIssueKey)
+	issue := msg.Metadata.Get(event.MetaIssueKey)
 	keys := []string{agent + ":" + issue}
 	if m.cfg.scopes.Issue {
 		keys = append(keys, "@issue:"+issue)
@@ -193,7 +194,7 @@ func (m *mwModel) handler(agent string) message.HandlerFunc {
 		run := m.byID[id]
 		m.mu.Unlock()
 		keys := m.guarded(agent, msg)
-		fence, _ := strconv.ParseInt(msg.Metadata.Get(lockmw.MetaFence), 10, 64)
+		fence, _ := strconv.ParseInt(msg.Metadata.Get(event.MetaFence), 10, 64)
 		m.mu.Lock()
 		for _, k := range keys {
 			if other, busy := m.running[k]; busy {
@@ -259,7 +260,7 @@ func (m *mwModel) read() error {
 
 func (m *mwModel) newEvent(s mwStep) error {
 	agent := []string{"ag1", "ag2"}[s.A%2]
-	md := map[string]string{lockmw.MetaIssueKey: []string{"P-1", "P-2"}[s.B%2], "grp": []string{"G1", "G2"}[s.C%2],
+	md := map[string]string{event.MetaIssueKey: []string{"P-1", "P-2"}[s.B%2], "grp": []string{"G1", "G2"}[s.C%2],
 		"event_type": mwTypes[(s.A/2)%3]}
 	b, _ := json.Marshal(md)
 	return m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream(agent), Values: map[string]any{"md": string(b), "payload": "{}"}}).Err()

@@ -29,9 +29,12 @@
 //
 // Files: errors.go (sentinels and typed errors), locker.go (Locker, Acquire), lease.go
 // (Lease: heartbeat, release, fenced writes), handoff.go (the next entry's lease taken
-// in the release's round trip), keys.go (key names and canonical issue keys),
-// inspect.go (the operators' view), evict.go (force releases end the evicted lease at
-// once), starter.go (heartbeats started when due), replicas.go (WAIT for replicas after
-// each acquire and extend, Options.WaitReplicas), and scripts/*.lua, the atomic
-// steps, embedded.
+// in the release's round trip), keys.go (key names and canonical issue keys), scope.go
+// (shared keys: scopes issue and group), fenced.go (checks of every lock key of a
+// lease), mailbox.go (the deliver policy's follow-ups), inspect.go (the operators'
+// view), evict.go (force releases and take-overs end the lease at once, also when
+// announced while nobody listened), starter.go (heartbeats started when due),
+// replicas.go (WAIT for replicas after each acquire and extend, Options.WaitReplicas;
+// no key taken while they lag), scripts.go and scripts/*.lua (the atomic steps,
+// embedded, after xonce's issue-index step).
 package lease
