@@ -3,11 +3,13 @@ package lockmw_test
 // The middleware's model checker (issue 34): seeded random sequences of events of
 // random types, issues and group values, under a random ON_CONFLICT table, LOCK_SCOPE
 // and key format, run through lockmw's Handler on two workers per agent against the
-// real Redis, with lost replies (go-redis sends again). Runs end, fail or are
-// superseded; each step is followed by the checks, and the end of a sequence by the
-// settle checks. The lease's own model (lockmw/lease/model_test.go) covers crashes,
-// clock offsets and force releases. MODEL_SEEDS=N runs N seeds (default 48),
-// MODEL_SEED=S from seed S.
+// real Redis, with lost replies (go-redis sends again) and worker crashes (a worker's
+// client and messages cut off between any two of its Redis calls: its leases are
+// abandoned and expire, its entries stay pending, and a new worker takes its place).
+// Runs end, fail or are superseded; each step is followed by the checks, and the end
+// of a sequence by the settle checks. The lease's own model (lockmw/lease/model_test.go)
+// covers clock offsets and force releases too. MODEL_SEEDS=N runs N seeds (default
+// 48), MODEL_SEED=S from seed S.
 
 import (
 	"context"
@@ -28,6 +30,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -116,7 +119,7 @@ type mwStep struct {
 func (s mwStep) String() string { return fmt.Sprintf("%s(%d,%d,%d)", s.Kind, s.A, s.B, s.C) }
 
 func genMWSteps(r *rand.Rand, n int) []mwStep {
-	kinds := []string{"new", "new", "new", "deliver", "deliver", "deliver", "deliver", "end", "end", "end", "fail", "lose"}
+	kinds := []string{"new", "new", "new", "deliver", "deliver", "deliver", "deliver", "end", "end", "end", "fail", "lose", "crash"}
 	out := make([]mwStep, n)
 	for i := range out {
 		out[i] = mwStep{Kind: kinds[r.IntN(len(kinds))], A: r.IntN(64), B: r.IntN(64), C: r.IntN(64)}
@@ -135,6 +138,7 @@ type mwRun struct {
 	ran      bool // the handler's function ran to success
 	isStart  bool
 	finished bool
+	worker   *mwWorker // the worker handling it
 }
 
 type mwModel struct {
@@ -145,8 +149,10 @@ type mwModel struct {
 	proxy   *redistest.LossyProxy
 	ns      string
 	ctx     context.Context
-	workers map[string][]message.HandlerFunc // agent -> its two workers' handlers
+	workers map[string][]*mwWorker // agent -> its two workers
 	results string
+	// newWorker starts the worker of agent in slot w (generation gen: its Owner).
+	newWorker func(agent string, w, gen int) (*mwWorker, error)
 
 	mu       sync.Mutex
 	byID     map[string]*mwRun // entry id -> its handling under way
@@ -233,6 +239,78 @@ func (m *mwModel) handler(agent string) message.HandlerFunc {
 	}
 }
 
+// mwWorker is one worker: its own client (so a crash cuts off its calls alone), and the
+// context its messages carry (a crash ends them, as the process's death would).
+type mwWorker struct {
+	client  *redis.Client
+	owner   string
+	gen     int
+	handler message.HandlerFunc
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// crash kills a worker between two of its Redis calls: after a short random moment
+// (A: 0 to 7 ms) its client is closed and its messages' context cancelled, whatever
+// it was doing (acquiring, waiting, running, releasing, acking). Its handlers return
+// (their entries stay pending: the inbox gets them again), its leases are abandoned
+// and expire (made to expire at once here, the TTL passing: no call of the dead
+// worker can reach Redis any more), and a new worker takes its slot.
+func (m *mwModel) crash(s mwStep) error {
+	agent := []string{"ag1", "ag2"}[s.B%2]
+	slot := s.C % 2
+	wk := m.workers[agent][slot]
+	time.Sleep(time.Duration(s.A%8) * time.Millisecond)
+	_ = wk.client.Close()
+	wk.cancel()
+	if os.Getenv("MODEL_TRACE") != "" {
+		m.t.Logf("step %d: crash %s", m.step, wk.owner)
+	}
+	// Its handlers return at once: their context is the dead process's.
+	for _, r := range append([]*mwRun{}, m.runs...) {
+		if r.worker == wk {
+			select {
+			case <-r.done:
+			case <-time.After(5 * time.Second):
+				return fmt.Errorf("a crashed worker's handler of %s did not return", r.id)
+			}
+			m.finish(r)
+		}
+	}
+	if err := m.expireLeasesOf(wk.owner); err != nil {
+		return err
+	}
+	next, err := m.newWorker(agent, slot, wk.gen+1)
+	if err != nil {
+		return err
+	}
+	m.workers[agent][slot] = next
+	return nil
+}
+
+// expireLeasesOf makes the server expire every lease key (own or shared) whose record
+// names owner and whose lock still holds that record's token.
+func (m *mwModel) expireLeasesOf(owner string) error {
+	infos, err := m.direct.Keys(m.ctx, "lockinfo:*"+m.ns+"*").Result()
+	if err != nil {
+		return err
+	}
+	for _, info := range infos {
+		h, err := m.direct.HMGet(m.ctx, info, "owner", "token").Result()
+		if err != nil || len(h) < 2 || h[0] != owner {
+			continue
+		}
+		lock := "lock:" + strings.TrimPrefix(info, "lockinfo:")
+		if m.direct.Get(m.ctx, lock).Val() != h[1] {
+			continue
+		}
+		if err := m.direct.Del(m.ctx, lock, info).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // read takes the new entries of every agent's stream (events and published
 // follow-ups) into the inbox.
 func (m *mwModel) read() error {
@@ -291,13 +369,16 @@ func (m *mwModel) deliver(s mwStep) {
 	if os.Getenv("MODEL_TRACE") != "" {
 		m.t.Logf("step %d: deliver %s (%s %s %s) to worker %d", m.step, id, agentOf(msg), msg.Metadata.Get("issue_key"), msg.Metadata.Get("event_type"), s.B%2)
 	}
-	run := &mwRun{id: id, msg: msg, started: make(chan struct{}), done: make(chan struct{}), ctl: make(chan bool, 1)}
+	run := &mwRun{id: id, msg: msg, started: make(chan struct{}), done: make(chan struct{}), ctl: make(chan bool, 1),
+		worker: m.workers[agentOf(msg)][s.B%2]}
 	m.runs = append(m.runs, run)
 	m.mu.Lock()
 	m.byID[id] = run
 	m.mu.Unlock()
-	h := m.workers[agentOf(msg)][s.B%2]
+	wk := m.workers[agentOf(msg)][s.B%2]
+	h := wk.handler
 	cp := msg.Copy()
+	cp.SetContext(wk.ctx)
 	go func() {
 		defer close(run.done)
 		_, run.err = h(cp)
@@ -395,6 +476,10 @@ func (m *mwModel) do(s mwStep) error {
 		m.end(s, false)
 	case "lose":
 		m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", m.ns), redistest.Command("eval", m.ns)), 1)
+	case "crash":
+		if err := m.crash(s); err != nil {
+			return err
+		}
 	}
 	m.poll()
 	if err := m.read(); err != nil {
@@ -474,7 +559,9 @@ func (m *mwModel) checkSettled() error {
 	return nil
 }
 
-// record is the conflict recorder: one record per entry that did not run.
+// record is the conflict recorder: one record per entry that did not run, idempotent
+// per entry as the pipeline's is (a record whose ack was lost with a crashed worker
+// is written again by the entry's redelivery, and must not count twice).
 func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
 	outcome := "dropped"
 	switch {
@@ -489,7 +576,8 @@ func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Con
 	case c.Superseded:
 		outcome = "superseded"
 	}
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.results, Values: map[string]any{"id": c.Entry.Stream + "/" + c.Entry.ID, "outcome": outcome}})
+	xonce.Queue(ctx, pipe, xonce.Append{Stream: m.results, ID: "rec-" + c.Entry.Stream + "/" + c.Entry.ID,
+		Values: map[string]any{"id": c.Entry.Stream + "/" + c.Entry.ID, "outcome": outcome}})
 }
 
 type mwEnv struct {
@@ -507,25 +595,47 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 		format = lease.KeysCluster
 	}
 	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, ns: ns, ctx: context.Background(),
-		workers: map[string][]message.HandlerFunc{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
+		workers: map[string][]*mwWorker{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
 		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}}
+	m.newWorker = func(agent string, w, gen int) (*mwWorker, error) {
+		opts := *e.client.Options()
+		client := redis.NewClient(&opts)
+		owner := fmt.Sprintf("%s-w%d-g%d", agent, w, gen)
+		l, err := lease.New(client, lease.Options{Scope: ns, TTL: 3 * time.Second, Format: format, Owner: owner})
+		if err != nil {
+			return nil, err
+		}
+		// The consumer names the worker in its leases' records (the middleware's Owner):
+		// a crash finds its leases by it.
+		mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: &mwSource{consumer: owner}, MaxIdleTime: time.Hour,
+			Policies: cfg.policies, Scopes: cfg.scopes, OnConflict: m.record})
+		if err != nil {
+			return nil, err
+		}
+		wk := &mwWorker{client: client, owner: owner, gen: gen, handler: mw.Handler(m.handler(agent))}
+		wk.ctx, wk.cancel = context.WithCancel(context.Background())
+		return wk, nil
+	}
 	for _, agent := range []string{"ag1", "ag2"} {
 		if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream(agent), "g", "0").Err(); err != nil {
 			return err
 		}
 		for w := range 2 {
-			l, err := lease.New(e.client, lease.Options{Scope: ns, TTL: 3 * time.Second, Format: format, Owner: fmt.Sprintf("%s-w%d", agent, w)})
+			wk, err := m.newWorker(agent, w, 0)
 			if err != nil {
 				return err
 			}
-			mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: &mwSource{consumer: "c"}, MaxIdleTime: time.Hour,
-				Policies: cfg.policies, Scopes: cfg.scopes, OnConflict: m.record})
-			if err != nil {
-				return err
-			}
-			m.workers[agent] = append(m.workers[agent], mw.Handler(m.handler(agent)))
+			m.workers[agent] = append(m.workers[agent], wk)
 		}
 	}
+	defer func() {
+		for _, ws := range m.workers {
+			for _, wk := range ws {
+				wk.cancel()
+				_ = wk.client.Close()
+			}
+		}
+	}()
 	defer func() { // nothing may outlive the sequence
 		for _, r := range m.runs {
 			select {
@@ -593,9 +703,10 @@ func TestModelMiddleware(t *testing.T) {
 		r := rand.New(rand.NewPCG(uint64(seed), 3434))
 		cfg := genMWConfig(r)
 		steps := genMWSteps(r, 40)
+		t0 := time.Now()
 		err := e.run(cfg, steps)
 		if testing.Verbose() {
-			t.Logf("seed %d (%s): %v", seed, cfg, err)
+			t.Logf("seed %d (%s) in %s: %v", seed, cfg, time.Since(t0).Round(time.Millisecond), err)
 		}
 		if err == nil {
 			continue
