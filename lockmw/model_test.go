@@ -148,6 +148,8 @@ type mwModel struct {
 	client  *redis.Client
 	proxy   *redistest.LossyProxy
 	srv     *redistest.Server
+	replica *redistest.Server
+	lagging bool
 	ns      string
 	ctx     context.Context
 	workers map[string][]*mwWorker // agent -> its two workers
@@ -481,6 +483,19 @@ func (m *mwModel) do(s mwStep) error {
 		if err := m.crash(s); err != nil {
 			return err
 		}
+	case "lag":
+		// The replica stops acknowledging (SIGSTOP): acquires are refused and given back
+		// (or not taken at all), extends do not count; a lease left unconfirmed for its
+		// TTL minus the margin ends under its run.
+		if m.replica != nil && !m.lagging {
+			m.replica.Pause()
+			m.lagging = true
+		}
+	case "catchup":
+		if m.replica != nil && m.lagging {
+			m.replica.Resume()
+			m.lagging = false
+		}
 	case "restart":
 		// The server dies (SIGKILL) and comes back from its AOF (appendfsync always, as
 		// REQUIRE_AOF asks of a deployment) while the workers go on: whatever they send
@@ -501,6 +516,9 @@ func (m *mwModel) do(s mwStep) error {
 // settle ends every run and delivers every entry until nothing is left, then checks
 // that every entry has exactly one record and nothing is queued or pending.
 func (m *mwModel) settle() error {
+	if err := m.do(mwStep{Kind: "catchup"}); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var s mwStep
@@ -594,6 +612,9 @@ type mwEnv struct {
 	proxy  *redistest.LossyProxy
 	client *redis.Client
 	srv    *redistest.Server // a private server, for the restart step; nil on the shared one
+	// replica of srv, for the lag and catchup steps; workers then wait for it
+	// (lease.Options.WaitReplicas 1). Nil: no replica.
+	replica *redistest.Server
 }
 
 func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
@@ -603,14 +624,18 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 	if cfg.cluster {
 		format = lease.KeysCluster
 	}
-	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, srv: e.srv, ns: ns, ctx: context.Background(),
+	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, srv: e.srv, replica: e.replica, ns: ns, ctx: context.Background(),
 		workers: map[string][]*mwWorker{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
 		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}}
 	m.newWorker = func(agent string, w, gen int) (*mwWorker, error) {
 		o := e.client.Options()
 		client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, MaxRetries: o.MaxRetries, Protocol: o.Protocol, DisableIdentity: true})
 		owner := fmt.Sprintf("%s-w%d-g%d", agent, w, gen)
-		l, err := lease.New(client, lease.Options{Scope: ns, TTL: 3 * time.Second, Format: format, Owner: owner})
+		lo := lease.Options{Scope: ns, TTL: 3 * time.Second, Format: format, Owner: owner}
+		if e.replica != nil {
+			lo.WaitReplicas, lo.WaitTimeout = 1, 100*time.Millisecond
+		}
+		l, err := lease.New(client, lo)
 		if err != nil {
 			return nil, err
 		}
@@ -762,4 +787,49 @@ func TestModelMiddlewareRedisRestart(t *testing.T) {
 		}
 	}
 	t.Logf("%d seeds of 31 steps, one a Redis restart, in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// TestModelMiddlewareLaggingReplica runs sequences on a private primary whose one
+// replica the workers wait for (lease.Options.WaitReplicas 1), with steps that pause
+// the replica (lag: it acknowledges nothing) and resume it (catchup) between the
+// others: acquires refused and given back, leases not taken while it lags, extends that
+// do not count. The same properties hold (MODEL_SEEDS=N, default 8).
+func TestModelMiddlewareLaggingReplica(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	replica := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(srv.Port())}})
+	direct := srv.Client()
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		pipe := direct.Pipeline()
+		pipe.Set(context.Background(), "replica-ready", "1", time.Minute)
+		wait := pipe.Do(context.Background(), "wait", 1, 100)
+		_, err := pipe.Exec(context.Background())
+		return err == nil && wait.Val() == int64(1)
+	}, "the replica to come online")
+	proxy := redistest.NewLossyProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3, DisableIdentity: true})
+	t.Cleanup(func() { _ = client.Close() })
+	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client, srv: srv, replica: replica}
+	t.Cleanup(replica.Resume)
+	from, n := 1, 8
+	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
+		from, n = s, 1
+	}
+	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
+		n = v
+	}
+	start := time.Now()
+	for seed := from; seed < from+n; seed++ {
+		r := rand.New(rand.NewPCG(uint64(seed), 3636))
+		cfg := genMWConfig(r)
+		steps := genMWSteps(r, 30)
+		for i := range steps {
+			if r.IntN(6) == 0 {
+				steps[i].Kind = []string{"lag", "catchup"}[r.IntN(2)]
+			}
+		}
+		if err := e.run(cfg, steps); err != nil {
+			t.Errorf("model checker with a lagging replica: seed %d (%s) fails\n  %v\n  sequence: %v", seed, cfg, err, steps)
+		}
+	}
+	t.Logf("%d seeds of 30 steps with a lagging replica in %s", n, time.Since(start).Round(time.Millisecond))
 }
