@@ -289,16 +289,16 @@ func (m *Middleware) acquireOptions(entry Entry) lease.AcquireOptions {
 func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		d := m.delivery(msg)
-		pre, raw, settled, err := m.prepare(d)
+		pre, raw, settled, err := m.prepare(&d)
 		if err != nil || settled {
 			return nil, err
 		}
-		le, err := m.take(d, pre, raw)
+		le, err := m.take(&d, pre, raw)
 		if err != nil {
 			return nil, m.notAcquired(d.ctx, msg, d.entry, d.hasEntry, err, d.log)
 		}
-		out, ran, err := m.runUnder(h, d, le)
-		return m.finish(d, le, ended(d, le, ran, out, err))
+		out, ran, err := m.runUnder(h, &d, le)
+		return m.finish(&d, le, ended(&d, le, ran, out, err))
 	}
 }
 
@@ -312,8 +312,8 @@ type delivery struct {
 	log      eventLog
 }
 
-func (m *Middleware) delivery(msg *message.Message) *delivery {
-	d := &delivery{msg: msg, ctx: msg.Context()}
+func (m *Middleware) delivery(msg *message.Message) delivery {
+	d := delivery{msg: msg, ctx: msg.Context()}
 	if m.cfg.Source != nil {
 		d.entry, d.hasEntry = m.cfg.Source.Entry(msg)
 	}

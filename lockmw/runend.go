@@ -58,22 +58,30 @@ type runEnd struct {
 // ended is Handler's step 6: how the run under le ended, given whether it ran and the
 // handler's (or the wait's) result.
 func ended(d *delivery, le *lease.Lease, ran bool, out []*message.Message, err error) runEnd {
-	e := runEnd{ran: ran, out: out, err: err}
-	var by *lease.SupersededByError
-	switch lost := le.Err(); {
-	case errors.As(lost, &by) && d.hasEntry:
-		e.kind, e.by = endCancelled, by
-		if ran && err == nil {
-			e.kind = endStands
-		}
-	case lost != nil && !errors.Is(lost, lease.ErrReleased):
-		e.kind = endLost
-	case err != nil:
+	e := runEnd{ran: ran, out: out, err: err, kind: endRan}
+	if err != nil {
 		e.kind = endFailed
-	default:
-		e.kind = endRan
+	}
+	if lost := le.Err(); lost != nil {
+		endedLost(&e, d, lost)
 	}
 	return e
+}
+
+// endedLost is ended for a lease that ended before its release: superseded, or lost.
+// It is out of ended's line so that the errors.As target costs the runs whose lease
+// held no allocation.
+func endedLost(e *runEnd, d *delivery, lost error) {
+	var by *lease.SupersededByError
+	switch {
+	case errors.As(lost, &by) && d.hasEntry:
+		e.kind, e.by = endCancelled, by
+		if e.ran && e.err == nil {
+			e.kind = endStands
+		}
+	case !errors.Is(lost, lease.ErrReleased):
+		e.kind = endLost
+	}
 }
 
 // finish is Handler's step 7: it ends the run as e says (the lease's release or
