@@ -304,8 +304,10 @@ func (m *Middleware) acquireOptions(entry Entry) lease.AcquireOptions {
 // Handler is the message.HandlerMiddleware: it runs h under the issue's lease, in
 // these steps: (1) the lease taken ahead for this entry, if any; (2) the issue key and,
 // for an entry that waited long, its ownership; (3) the acquire, or the conflict when
-// the issue is busy; (4) the wait for runs this lease superseded; (5) the run; (6) how
-// it ended, one value (runEnd), which (7) finish turns into Redis writes.
+// the issue is busy (under policy Wait the event joins the key's line); (4) the wait
+// for runs this lease superseded; (5) the run; (6) how it ended, one value (runEnd),
+// which (7) finish turns into Redis writes (a wait lease's also hand the key to the
+// line's head).
 func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		d := m.delivery(msg)
