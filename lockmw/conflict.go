@@ -61,28 +61,23 @@ type Conflict struct {
 type ConflictRecorder func(ctx context.Context, pipe redis.Pipeliner, c Conflict)
 
 // conflict handles an event whose issue is held by someone else (superseded: whose
-// issue was worked on while it waited; locked then names that run).
+// issue was worked on while it waited; locked then names that run), in steps: (1) a
+// copy of the live holder's own entry is left alone; (2) the Conflict, the event's
+// end, is made; (3) under policy Delay its re-queue is prepared; (4) its record and
+// the ack are written, record first (recordAndAck); (5) it is counted and logged.
 func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry Entry, hasEntry bool, locked *lease.LockedError, superseded bool, ev eventLog) error {
 	holder := locked.Holder
 	issue := locked.Issue
 	if issue == "" {
 		issue = holder.Issue
 	}
-	log := func() *zerolog.Logger {
-		ev.issue = issue
-		c := ev.get().With().Str("holder", holder.Owner).Int64("holder_fence", holder.Fence)
-		if holder.Scope != "" && holder.Scope != lease.ScopeAgent {
-			c = c.Str("holder_agent", holder.Agent).Str("scope", string(holder.Scope)).Str("lock_key", holder.Key)
-		}
-		l := c.Logger()
-		return &l
-	}
+	ev.issue = issue
 	if hasEntry && holder.MessageID == entry.ID && !superseded && (holder.Scope == "" || holder.Scope == lease.ScopeAgent) {
 		// A redelivered copy of the entry a live holder is working on (claimed while the
 		// holder's heartbeat could not refresh it). Acking it would lose the holder's
 		// crash recovery; running it would run it twice. The holder's next heartbeat
 		// takes the entry back.
-		log().Warn().Msg("entry is the live holder's in-flight entry; neither running nor acking it")
+		conflictLog(ev, holder).Warn().Msg("entry is the live holder's in-flight entry; neither running nor acking it")
 		m.cfg.Source.Settle(entry)
 		return nil
 	}
@@ -94,8 +89,6 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	c := Conflict{Agent: m.cfg.Agent, Issue: issue, Message: msg, Entry: entry, Holder: holder, Superseded: superseded,
 		Queued: locked.Queued, Replaced: locked.Replaced, Delivered: locked.Delivered, MailboxID: locked.MailboxID, Policy: rule.Policy,
 		Waited: locked.Waited || (locked.Duplicate && rule.Policy == Wait), Position: locked.Position, OldestAt: locked.OldestAt}
-	// The deliver script acked the entry with the append (standalone Redis).
-	acked := locked.Acked
 	var delayed string // the delayed set's member, policy Delay
 	if hasEntry && rule.Policy == Delay && !locked.Queued && !locked.Delivered {
 		var err error
@@ -103,44 +96,67 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 			return err
 		}
 	}
-	// The record goes before the ack. On standalone Redis one pipeline keeps that order
-	// (one connection, run in order); a Cluster pipeline sends each node its commands
-	// concurrently, so there the ack is a second round trip after the record succeeded.
-	// A crash in between leaves the entry pending; its redelivery records nothing twice
-	// if the recorder is idempotent per entry (the pipeline's is).
-	cluster := m.cfg.Locker.Format() == lease.KeysCluster
 	if m.cfg.OnConflict != nil || hasEntry {
-		pipe := m.cfg.Locker.Client().Pipeline()
-		if delayed != "" {
-			// Kept before the ack: a crash between them leaves the entry pending, and its
-			// redelivery adds the same member again (one member per event). NX: a second
-			// delay of the entry (a redelivery, a consumer that claimed it meanwhile)
-			// keeps the first one's time, the one its record (written once) gives.
-			pipe.ZAddNX(ctx, event.DelayedKey(entry.Stream), redis.Z{Score: float64(c.Until.UnixMilli()), Member: delayed})
-		}
-		if m.cfg.OnConflict != nil {
-			m.cfg.OnConflict(ctx, pipe, c)
-		}
-		ackLater := hasEntry && !acked && cluster && pipe.Len() > 0
-		if hasEntry && !acked && !ackLater {
-			pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("%w: record the conflict on %s: %w", redeliver.ErrTransient, issue, err)
-		}
-		if ackLater {
-			pipe = m.cfg.Locker.Client().Pipeline()
-			m.ack(ctx, entry)(pipe)
-			if _, err := pipe.Exec(ctx); err != nil {
-				return fmt.Errorf("%w: ack the conflict on %s: %w", redeliver.ErrTransient, issue, err)
+		// The deliver script acked the entry with the append, the wait script with its
+		// joining of the line (standalone Redis).
+		err := m.recordAndAck(ctx, c, hasEntry && !locked.Acked, func(pipe redis.Pipeliner) {
+			if delayed != "" {
+				// Kept before the ack: a crash between them leaves the entry pending, and its
+				// redelivery adds the same member again (one member per event). NX: a second
+				// delay of the entry (a redelivery, a consumer that claimed it meanwhile)
+				// keeps the first one's time, the one its record (written once) gives.
+				pipe.ZAddNX(ctx, event.DelayedKey(entry.Stream), redis.Z{Score: float64(c.Until.UnixMilli()), Member: delayed})
 			}
+		})
+		if err != nil {
+			return fmt.Errorf("%w: record the conflict on %s: %w", redeliver.ErrTransient, issue, err)
 		}
 	}
 	if hasEntry {
 		m.cfg.Source.Settle(entry)
 	}
-	outcome, reason := "dropped", "locked"
+	m.conflicted(ctx, c, locked.Depth, ev)
+	return nil
+}
+
+// recordAndAck writes c's record (Config.OnConflict, after first's commands) and, when
+// ack is set, the XACK of its entry, the record first. On standalone Redis one
+// pipeline keeps that order (one connection, run in order); a Cluster pipeline sends
+// each node its commands concurrently, so there the ack is a second round trip after
+// the record succeeded. A crash in between leaves the entry pending; its redelivery
+// records nothing twice if the recorder is idempotent per entry (the pipeline's is).
+func (m *Middleware) recordAndAck(ctx context.Context, c Conflict, ack bool, first func(redis.Pipeliner)) error {
+	pipe := m.cfg.Locker.Client().Pipeline()
+	first(pipe)
+	if m.cfg.OnConflict != nil {
+		m.cfg.OnConflict(ctx, pipe, c)
+	}
+	ackLater := ack && m.cfg.Locker.Format() == lease.KeysCluster && pipe.Len() > 0
+	if ack && !ackLater {
+		pipe.XAck(ctx, c.Entry.Stream, c.Entry.Group, c.Entry.ID)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	if ackLater {
+		pipe = m.cfg.Locker.Client().Pipeline()
+		m.ack(ctx, c.Entry)(pipe)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+	}
+	return nil
+}
+
+// outcome is how the event of a Conflict ended, and why: outcome "dropped",
+// "coalesced", "delayed", "delivered", "waited" or "superseded"; reason "locked",
+// "superseded" or, for a run a newer event took over, "cancelled". It is what the
+// Observer counts and the trace records.
+func (c Conflict) outcome() (outcome, reason string) {
+	outcome, reason = "dropped", "locked"
 	switch {
+	case c.Cancelled:
+		return "superseded", "cancelled"
 	case c.Waited:
 		outcome = "waited"
 	case c.Delivered:
@@ -155,24 +171,46 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 	if c.Superseded {
 		reason = "superseded"
 	}
+	return outcome, reason
+}
+
+// conflicted counts, traces and logs the end of c's event (depth: the mailbox's, for a
+// delivered follow-up; a waiting event is logged with its position and the line's
+// oldest).
+func (m *Middleware) conflicted(ctx context.Context, c Conflict, depth int64, ev eventLog) {
+	outcome, reason := c.outcome()
 	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, outcome, reason)
-	leaseConflict(ctx, outcome, reason, holder)
+	leaseConflict(ctx, outcome, reason, c.Holder)
+	log := conflictLog(ev, c.Holder)
 	switch {
+	case c.Cancelled:
+		ev.get().Info().Str("superseded_by", c.Holder.MessageID).Int64("new_fence", c.Holder.Fence).Bool("ran", c.Ran).
+			Msg("a newer event took the issue over; this run was cancelled, recorded and acked")
 	case c.Waited:
-		log().Info().Int64("position", c.Position).Time("oldest_waiting_since", c.OldestAt).
+		log.Info().Int64("position", c.Position).Time("oldest_waiting_since", c.OldestAt).
 			Msg("issue is locked; event waits in the key's line")
 	case c.Delivered:
-		log().Info().Str("mailbox_id", c.MailboxID).Int64("mailbox_depth", locked.Depth).
+		log.Info().Str("mailbox_id", c.MailboxID).Int64("mailbox_depth", depth).
 			Msg("issue is locked; event delivered to the holder's mailbox")
 	case c.Queued:
-		log().Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
+		log.Info().Bool("replaced", c.Replaced).Msg("issue is locked; event queued as its follow-up")
 	case c.Delayed:
-		log().Info().Str("reason", reason).Time("delayed_until", c.Until).Int("delays", c.Delays).
+		log.Info().Str("reason", reason).Time("delayed_until", c.Until).Int("delays", c.Delays).
 			Msg("issue is locked; event re-queued to run after a delay")
 	default:
-		log().Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
+		log.Info().Str("reason", reason).Msg("issue is locked by another holder; event acked and dropped")
 	}
-	return nil
+}
+
+// conflictLog is ev's logger with the holder named (and, for a shared key, its scope,
+// agent and key).
+func conflictLog(ev eventLog, holder lease.Info) *zerolog.Logger {
+	c := ev.get().With().Str("holder", holder.Owner).Int64("holder_fence", holder.Fence)
+	if holder.Scope != "" && holder.Scope != lease.ScopeAgent {
+		c = c.Str("holder_agent", holder.Agent).Str("scope", string(holder.Scope)).Str("lock_key", holder.Key)
+	}
+	l := c.Logger()
+	return &l
 }
 
 // cancelled ends an event whose lease a newer event took over (policy Supersede):
@@ -187,30 +225,12 @@ func (m *Middleware) cancelled(ctx context.Context, msg *message.Message, entry 
 	holder := lease.Info{Agent: m.cfg.Agent, Issue: le.Issue(), MessageID: by.ByMessageID, Fence: by.Fence, Scope: lease.ScopeAgent, Key: le.Issue()}
 	c := Conflict{Agent: m.cfg.Agent, Issue: le.Issue(), Message: msg, Entry: entry, Holder: holder,
 		Superseded: true, Policy: Supersede, Cancelled: true, Ran: ran}
-	pipe := m.cfg.Locker.Client().Pipeline()
-	if m.cfg.OnConflict != nil {
-		m.cfg.OnConflict(ctx, pipe, c)
-	}
-	cluster := m.cfg.Locker.Format() == lease.KeysCluster
-	if !cluster || pipe.Len() == 0 {
-		pipe.XAck(ctx, entry.Stream, entry.Group, entry.ID)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := m.recordAndAck(ctx, c, true, func(redis.Pipeliner) {}); err != nil {
 		ev.get().Warn().Err(err).Msg("superseded, but its record or ack failed; entry left pending")
 		return fmt.Errorf("%w: record the superseded event on %s: %w", redeliver.ErrTransient, le.Issue(), err)
 	}
-	if cluster && m.cfg.OnConflict != nil {
-		pipe = m.cfg.Locker.Client().Pipeline()
-		m.ack(ctx, entry)(pipe)
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("%w: ack the superseded event on %s: %w", redeliver.ErrTransient, le.Issue(), err)
-		}
-	}
 	m.cfg.Source.Settle(entry)
-	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, "superseded", "cancelled")
-	leaseConflict(ctx, "superseded", "cancelled", holder)
-	ev.get().Info().Str("superseded_by", by.ByMessageID).Int64("new_fence", by.Fence).Bool("ran", ran).
-		Msg("a newer event took the issue over; this run was cancelled, recorded and acked")
+	m.conflicted(ctx, c, 0, ev)
 	return nil
 }
 
@@ -230,21 +250,13 @@ func (m *Middleware) delay(ctx context.Context, msg *message.Message, entry Entr
 	cp := msg.Copy()
 	cp.Metadata.Set(event.MetaDelays, strconv.Itoa(n+1))
 	cp.Metadata.Set(event.MetaDelayedFrom, entry.ID)
-	cp.Metadata.Set(MetaIssueKey, c.Issue)
+	cp.Metadata.Set(event.MetaIssueKey, c.Issue)
 	fields, err := m.cfg.Source.Encode(cp)
 	if err != nil {
 		return "", err
 	}
 	return event.DelayedMember(entry.ID, fields)
 }
-
-// Metadata keys a follow-up event may carry about a Jira comment (the webhook's
-// comment.created events set them; FollowupOf copies them).
-const (
-	MetaCommentAuthor = "comment_author"
-	MetaCommentBody   = "comment_body"
-	MetaCommentID     = "comment_id"
-)
 
 // FollowupOf is the mailbox record of msg, read from entry: what the holder's run is
 // told (event_type, message_id, stream, correlation_id, at, and author, body and
@@ -254,10 +266,10 @@ func FollowupOf(msg *message.Message, entry Entry) map[string]any {
 		"event_type":     msg.Metadata.Get(event.MetaEventType),
 		"message_id":     entry.ID,
 		"stream":         entry.Stream,
-		"correlation_id": msg.Metadata.Get(metaCorrelationID),
+		"correlation_id": msg.Metadata.Get(event.MetaCorrelationID),
 		"at":             time.Now().UTC().Format(time.RFC3339Nano),
 	}
-	for k, name := range map[string]string{MetaCommentAuthor: "author", MetaCommentBody: "body", MetaCommentID: "comment_id"} {
+	for k, name := range map[string]string{event.MetaCommentAuthor: "author", event.MetaCommentBody: "body", event.MetaCommentID: "comment_id"} {
 		if v := msg.Metadata.Get(k); v != "" {
 			f[name] = v
 		}

@@ -1,16 +1,24 @@
 // Package lockmw is the Watermill middleware on ymirflow's per-issue lease (package
 // lease): each message runs under its issue's lease, and an event whose issue is busy
-// goes where its event type's policy says: dropped, coalesced, delivered, delayed or
-// superseding the run (Policies).
+// is dropped, coalesced, delayed, delivered to the holder's run, supersedes it, or
+// waits in the key's line for its turn, by its event type's busy policy (Policies).
 //
-// The Middleware reads of a message only what package event names (the event type and
-// the delay metadata, the delayed queue, the fencer of fenced writes): the caller gives
-// it the issue key extractor (Config.IssueKey) and the conflict recorder
-// (Config.OnConflict), and, for messages read from a Redis stream, the Source that
-// names each message's entry.
-// With a Source it acks the entry in the release's round trip and, when the Source
-// knows the entry it delivers next (Peeker), takes that entry's lease in the same
-// round trip (lease.Lease.Handoff).
+// It speaks the event format (package event) where a message's metadata or a stream
+// entry is concerned, by that package's names: the issue key it reads by default and
+// the fence it writes (event.MetaIssueKey, event.MetaFence), the comment fields of a
+// follow-up, the delayed set of policy Delay (event.DelayedKey) and the fencer that
+// event's writers find in the handler's context (event.WithFencer). The caller gives it
+// the conflict recorder (Config.OnConflict) and, for messages read from a Redis stream,
+// the Source that names each message's entry. With a Source it acks the entry in the
+// release's round trip and, when the Source knows the entry it delivers next (Peeker),
+// takes that entry's lease in the same round trip (lease.Lease.Handoff).
 //
-// Files: the code map in docs/development.md names each concept's file.
+// Files: doc.go (this overview), middleware.go (Middleware, Config, LeaseFrom, and
+// Handler's steps), runend.go (how a run under a lease ends, and the writes each end
+// makes), conflict.go (events whose issue is busy, and runs a newer event cancelled),
+// policy.go (the busy-policy table), wait.go (the wait policy: the waiting event's
+// copy, the end of its turn, the line waker), handoff.go (the lease taken ahead for
+// the next entry, given back if that entry does not come), wakeup.go (the deliver
+// policy's follow-ups and wake-ups), trace.go (span events), errors.go. The code map
+// in docs/development.md names each concept's file.
 package lockmw

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -55,7 +56,7 @@ func ExampleNewMiddleware() {
 	h := router.AddConsumerHandler("triage", stream, sub, func(msg *message.Message) error {
 		le, _ := lockmw.LeaseFrom(msg.Context())
 		// Do the work with le.Context(): it is cancelled if the lease is lost.
-		fmt.Println("working on", msg.Metadata.Get(lockmw.MetaIssueKey), "with fence", le.Fence())
+		fmt.Println("working on", msg.Metadata.Get(event.MetaIssueKey), "with fence", le.Fence())
 		close(done)
 		return nil
 	})
@@ -68,7 +69,7 @@ func ExampleNewMiddleware() {
 		panic(err)
 	}
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
-	msg.Metadata.Set(lockmw.MetaIssueKey, " rhel-123 ")
+	msg.Metadata.Set(event.MetaIssueKey, " rhel-123 ")
 	if err := pub.Publish(stream, msg); err != nil {
 		panic(err)
 	}

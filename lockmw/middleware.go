@@ -18,18 +18,6 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
-// Metadata keys of the message the middleware reads (MetaIssueKey, by the default
-// Config.IssueKey) and writes (both) before the handler runs.
-const (
-	// MetaIssueKey holds the canonical issue key under which the handler runs.
-	MetaIssueKey = "issue_key"
-	// MetaFence holds the lease's fence (decimal), for writes that carry it.
-	MetaFence = "fence"
-)
-
-// metaCorrelationID is logged with the middleware's messages when a message has it.
-const metaCorrelationID = "correlation_id"
-
 // Policy says what happens to an event whose issue is locked by another holder.
 type Policy string
 
@@ -161,7 +149,7 @@ type Config struct {
 	// (required with a Source; unused without).
 	MaxIdleTime time.Duration
 	// IssueKey extracts the raw issue key of a message; its errors go back to the
-	// router unchanged. Default: metadata MetaIssueKey, else ErrNoIssueKey.
+	// router unchanged. Default: metadata event.MetaIssueKey, else ErrNoIssueKey.
 	IssueKey func(msg *message.Message) (string, error)
 	// OnConflict records an event that was not run because its issue was busy.
 	// Default: nil, which records nothing (the Observer still counts it).
@@ -292,7 +280,7 @@ func (m *Middleware) Close(ctx context.Context) {
 }
 
 func metadataIssueKey(msg *message.Message) (string, error) {
-	if k := msg.Metadata.Get(MetaIssueKey); k != "" {
+	if k := msg.Metadata.Get(event.MetaIssueKey); k != "" {
 		return k, nil
 	}
 	return "", ErrNoIssueKey
@@ -313,172 +301,119 @@ func (m *Middleware) acquireOptions(entry Entry) lease.AcquireOptions {
 	return ao
 }
 
-// Handler is the message.HandlerMiddleware: it runs h under the issue's lease.
+// Handler is the message.HandlerMiddleware: it runs h under the issue's lease, in
+// these steps: (1) the lease taken ahead for this entry, if any; (2) the issue key and,
+// for an entry that waited long, its ownership; (3) the acquire, or the conflict when
+// the issue is busy (under policy Wait the event joins the key's line); (4) the wait
+// for runs this lease superseded; (5) the run; (6) how it ended, one value (runEnd),
+// which (7) finish turns into Redis writes (a wait lease's also hand the key to the
+// line's head).
 func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) (out []*message.Message, err error) {
-		ctx := msg.Context()
-		var entry Entry
-		var hasEntry bool
-		if m.cfg.Source != nil {
-			entry, hasEntry = m.cfg.Source.Entry(msg)
-		}
-		log := eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent, messageID: entry.ID, msg: msg}
-
-		pre := m.handoffs.takePre()
-		if pre != nil && (!hasEntry || pre.MessageID() != entry.ID) {
-			// The subscription handed over another entry than announced: give it back.
-			pre.GiveBack(context.WithoutCancel(ctx))
-			pre = nil
-		}
-		raw, err := m.cfg.IssueKey(msg)
-		if err != nil {
-			pre.GiveBack(context.WithoutCancel(ctx))
+	return func(msg *message.Message) ([]*message.Message, error) {
+		d := m.delivery(msg)
+		pre, raw, settled, err := m.prepare(&d)
+		if err != nil || settled {
 			return nil, err
 		}
-		if hasEntry && time.Since(entry.ReadAt) > m.staleAfter {
-			mine, err := m.ownAndRefresh(ctx, entry)
-			if err != nil || !mine {
-				pre.GiveBack(context.WithoutCancel(ctx))
-			}
-			if err != nil {
-				return nil, err
-			}
-			if !mine {
-				log.issue = raw
-				log.get().Warn().Msg("entry was claimed by another consumer while it waited here; not running it")
-				m.cfg.Source.Settle(entry)
-				return nil, nil
-			}
-		}
-
-		var le *lease.Lease
-		if pre != nil {
-			le, err = pre.Take(ctx)
-		} else {
-			le, err = m.acquire(ctx, msg, raw, entry, hasEntry)
-		}
+		le, err := m.take(&d, pre, raw)
 		if err != nil {
-			return nil, m.notAcquired(ctx, msg, entry, hasEntry, err, log)
+			return nil, m.notAcquired(d.ctx, msg, d.entry, d.hasEntry, err, d.log)
 		}
-		log.issue, log.fence = le.Issue(), le.Fence()
-		leaseAcquired(ctx, le, pre != nil)
-		msg.Metadata.Set(MetaIssueKey, le.Issue())
-		msg.Metadata.Set(MetaFence, strconv.FormatInt(le.Fence(), 10))
-
-		ran := true
-		if by := le.Supersedes(); by != "" {
-			// The run of an older event held the issue: it is being stopped; ours starts
-			// when it has (or its lease would have expired).
-			log.get().Info().Str("supersedes", by).Msg("took the issue over from an older event's run; waiting for it to stop")
-		}
-		// Also when the key was free: a run superseded earlier (by a take-over that was
-		// then given back) may still be stopping, and must not overlap ours. It returns
-		// at once when the acquire found none.
-		if werr := le.WaitStopped(); werr != nil {
-			ran, err = false, werr
-		}
-		if ran {
-			stopWatch := m.watchWaiting(msg, le, entry, hasEntry)
-			out, err = m.run(h, msg, le)
-			stopWatch()
-		}
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		var by *lease.SupersededByError
-		if errors.As(le.Err(), &by) && hasEntry {
-			if ran && err == nil {
-				// The run finished before it heard of the take-over: every fenced write it
-				// made landed before it (one after it is refused, and the handler fails),
-				// so its outcome stands. Release (telling the newer run this one stopped)
-				// and ack; no superseded record.
-				if _, relErr := le.ReleaseWith(cleanup, m.ack(cleanup, entry)); relErr == nil {
-					m.cfg.Source.Settle(entry)
-				}
-				log.get().Info().Str("superseded_by", by.ByMessageID).Msg("run finished as a newer event took the issue over; its outcome stands")
-				return out, nil
-			}
-			return nil, m.cancelled(cleanup, msg, entry, le, by, ran, log)
-		}
-		if lost := le.Err(); lost != nil && !errors.Is(lost, lease.ErrReleased) {
-			leaseEnded(ctx, lost)
-			deleted, relErr := end(cleanup, le, ran)
-			if err == nil && relErr == nil && deleted {
-				// The handler finished, and the key still held this lease's token when it
-				// was deleted: nobody else held the issue meanwhile, so the run was
-				// exclusive and its outcome stands. A shutdown that lands between the
-				// handler's last write and its return is the common case; re-running
-				// the entry would record a second outcome. The ack is sent here, after
-				// the release, because the subscriber's own is not sent once it closes.
-				if hasEntry && le.Waits() {
-					// Its release gave the key back already; this records that it ran,
-					// ends its turn, wakes the line's head and acks.
-					if m.finishWaiting(cleanup, le, entry) == nil {
-						m.cfg.Source.Settle(entry)
-					}
-				} else if hasEntry {
-					pipe := m.cfg.Locker.Client().Pipeline()
-					m.ack(cleanup, entry)(pipe)
-					if _, ackErr := pipe.Exec(cleanup); ackErr == nil {
-						m.cfg.Source.Settle(entry)
-					}
-				}
-				log.get().Info().Err(lost).Msg("handler finished as its lease ended; the lease was still held, so the entry is acked")
-				return out, nil
-			}
-			// The lease ended under the handler: whatever it did is unproven. Leave the
-			// entry pending; it is redelivered (to the new holder's veto, or re-run once
-			// the lease is free).
-			if errors.Is(lost, context.Canceled) && ctx.Err() != nil {
-				log.get().Info().Msg("shutting down: lease released, entry left pending for immediate pickup")
-			} else {
-				log.get().Error().Err(lost).Msg("lease ended while the handler ran; entry left pending for redelivery")
-			}
-			return nil, fmt.Errorf("lockmw: %s %s: %w", m.cfg.Agent, le.Issue(), lost)
-		}
-		if err != nil {
-			// Release before the nack, so the retry is not dropped as "locked".
-			_, _ = le.Release(cleanup)
-			return nil, err
-		}
-		if !hasEntry {
-			_, relErr := le.Release(cleanup)
-			if relErr != nil {
-				log.get().Warn().Err(relErr).Msg("release failed; lease expires by its TTL")
-			}
-			return out, nil
-		}
-		// Release, then ack, in one round trip; the subscriber's own XACK is skipped.
-		// When the next entry is known, its lease is taken in the same round trip.
-		switch relErr := m.releaseHandingOff(cleanup, le, entry); {
-		case relErr == nil:
-			m.cfg.Source.Settle(entry)
-		case errors.Is(relErr, lease.ErrAfterRelease):
-			log.get().Warn().Err(relErr).Msg("lease released, its ack failed; the subscriber retries the ack")
-		default:
-			// The work is done and recorded, but the lease may still be held: acking now
-			// would leave a live lease that no pending entry covers (events for the
-			// issue dropped as locked, none of them run), and re-running would do the
-			// work twice. Release and ack are safe to repeat, so they are tried again
-			// until they succeed or the lease has expired by itself.
-			if err := m.releaseLater(ctx, le, entry, relErr, log); err != nil {
-				return nil, err
-			}
-		}
-		if id := le.Requeued(); id != "" {
-			log.get().Info().Str("requeued_id", id).Msg("published the issue's queued follow-up")
-		}
-		return out, nil
+		out, ran, err := m.runUnder(h, &d, le)
+		return m.finish(&d, le, ended(&d, le, ran, out, err))
 	}
 }
 
-// end releases le, or gives it back when no run happened under it (its wait for a
-// superseded run to stop ended first): a give-back records no release, so no event
-// counts as superseded by a run that did not happen.
-func end(ctx context.Context, le *lease.Lease, ran bool) (bool, error) {
-	if !ran {
-		return false, le.GiveBack(ctx)
+// delivery is one message on its way through Handler: its stream entry (if the Source
+// knows it) and its logger.
+type delivery struct {
+	msg      *message.Message
+	ctx      context.Context
+	entry    Entry
+	hasEntry bool
+	log      eventLog
+}
+
+func (m *Middleware) delivery(msg *message.Message) delivery {
+	d := delivery{msg: msg, ctx: msg.Context()}
+	if m.cfg.Source != nil {
+		d.entry, d.hasEntry = m.cfg.Source.Entry(msg)
 	}
-	return le.Release(ctx)
+	d.log = eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent, messageID: d.entry.ID, msg: msg}
+	return d
+}
+
+// prepare is Handler's steps 1 and 2: it returns the lease taken ahead for this entry
+// (nil if none: one taken for another entry is given back) and the raw issue key, or
+// the error to return. An entry claimed away while it waited here is settled, not run.
+func (m *Middleware) prepare(d *delivery) (pre *lease.Pending, raw string, settled bool, err error) {
+	pre = m.handoffs.takePre()
+	if pre != nil && (!d.hasEntry || pre.MessageID() != d.entry.ID) {
+		// The subscription handed over another entry than announced: give it back.
+		pre.GiveBack(context.WithoutCancel(d.ctx))
+		pre = nil
+	}
+	if raw, err = m.cfg.IssueKey(d.msg); err != nil {
+		pre.GiveBack(context.WithoutCancel(d.ctx))
+		return nil, "", false, err
+	}
+	if !d.hasEntry || time.Since(d.entry.ReadAt) <= m.staleAfter {
+		return pre, raw, false, nil
+	}
+	mine, err := m.ownAndRefresh(d.ctx, d.entry)
+	if err != nil || !mine {
+		pre.GiveBack(context.WithoutCancel(d.ctx))
+	}
+	if err != nil {
+		return nil, "", false, err
+	}
+	if !mine {
+		d.log.issue = raw
+		d.log.get().Warn().Msg("entry was claimed by another consumer while it waited here; not running it")
+		m.cfg.Source.Settle(d.entry)
+		return nil, "", true, nil
+	}
+	return pre, raw, false, nil
+}
+
+// take is Handler's step 3: the lease taken ahead, bound to the message, or one
+// acquired now; the message's metadata then names its issue and fence.
+func (m *Middleware) take(d *delivery, pre *lease.Pending, raw string) (*lease.Lease, error) {
+	var le *lease.Lease
+	var err error
+	if pre != nil {
+		le, err = pre.Take(d.ctx)
+	} else {
+		le, err = m.acquire(d.ctx, d.msg, raw, d.entry, d.hasEntry)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.log.issue, d.log.fence = le.Issue(), le.Fence()
+	leaseAcquired(d.ctx, le, pre != nil)
+	d.msg.Metadata.Set(event.MetaIssueKey, le.Issue())
+	d.msg.Metadata.Set(event.MetaFence, strconv.FormatInt(le.Fence(), 10))
+	return le, nil
+}
+
+// runUnder is Handler's steps 4 and 5: it waits for every run this lease superseded,
+// or that a take-over given back left stopping on its key, then runs h (ran: it did).
+func (m *Middleware) runUnder(h message.HandlerFunc, d *delivery, le *lease.Lease) ([]*message.Message, bool, error) {
+	if by := le.Supersedes(); by != "" {
+		// The run of an older event held the issue: it is being stopped; ours starts
+		// when it has (or its lease would have expired).
+		d.log.get().Info().Str("supersedes", by).Msg("took the issue over from an older event's run; waiting for it to stop")
+	}
+	// Also when the key was free: a run superseded earlier (by a take-over that was
+	// then given back) may still be stopping, and must not overlap ours. It returns
+	// at once when the acquire found none.
+	if err := le.WaitStopped(); err != nil {
+		return nil, false, err
+	}
+	stopWatch := m.watchWaiting(d.msg, le, d.entry, d.hasEntry)
+	out, err := m.run(h, d.msg, le)
+	stopWatch()
+	return out, true, err
 }
 
 // watchWaiting, under policy Supersede, looks every 50 ms while the run goes on at the
@@ -697,7 +632,7 @@ type eventLog struct {
 
 func (e eventLog) get() *zerolog.Logger {
 	c := e.base.With().Str("agent", e.agent).Str("message_id", e.messageID).
-		Str("correlation_id", e.msg.Metadata.Get(metaCorrelationID))
+		Str("correlation_id", e.msg.Metadata.Get(event.MetaCorrelationID))
 	if e.issue != "" {
 		c = c.Str("issue_key", e.issue)
 	}

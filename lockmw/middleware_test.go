@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -319,11 +320,11 @@ func TestDefaultIssueKeyIsMetadataOnly(t *testing.T) {
 	if _, err := h(msg); !errors.Is(err, lockmw.ErrNoIssueKey) || held != "" {
 		t.Fatalf("payload-only key: err = %v, ran under %q", err, held)
 	}
-	msg.Metadata.Set(lockmw.MetaIssueKey, " rhel-8 ")
+	msg.Metadata.Set(event.MetaIssueKey, " rhel-8 ")
 	if _, err := h(msg); err != nil || held != "RHEL-8" {
 		t.Fatalf("metadata key: err = %v, ran under %q", err, held)
 	}
-	if msg.Metadata.Get(lockmw.MetaIssueKey) != "RHEL-8" || msg.Metadata.Get(lockmw.MetaFence) != "1" {
+	if msg.Metadata.Get(event.MetaIssueKey) != "RHEL-8" || msg.Metadata.Get(event.MetaFence) != "1" {
 		t.Fatalf("metadata after the run: %v", msg.Metadata)
 	}
 }

@@ -3,11 +3,13 @@ package lockmw_test
 // The middleware's model checker (issue 34): seeded random sequences of events of
 // random types, issues and group values, under a random ON_CONFLICT table, LOCK_SCOPE
 // and key format, run through lockmw's Handler on two workers per agent against the
-// real Redis, with lost replies (go-redis sends again). Runs end, fail or are
-// superseded; each step is followed by the checks, and the end of a sequence by the
-// settle checks. The lease's own model (lockmw/lease/model_test.go) covers crashes,
-// clock offsets and force releases. MODEL_SEEDS=N runs N seeds (default 48),
-// MODEL_SEED=S from seed S.
+// real Redis, with lost replies (go-redis sends again) and worker crashes (a worker's
+// client and messages cut off between any two of its Redis calls: its leases are
+// abandoned and expire, its entries stay pending, and a new worker takes its place).
+// Runs end, fail or are superseded; each step is followed by the checks, and the end
+// of a sequence by the settle checks. The lease's own model (lockmw/lease/model_test.go)
+// covers clock offsets and force releases too. MODEL_SEEDS=N runs N seeds (default
+// 48), MODEL_SEED=S from seed S.
 
 import (
 	"context"
@@ -26,7 +28,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -44,7 +48,7 @@ func (s *mwSource) Settle(lockmw.Entry) {}
 func (s *mwSource) Encode(msg *message.Message) (map[string]any, error) {
 	md := map[string]string{}
 	for k, v := range msg.Metadata {
-		if !strings.HasPrefix(k, "_") && k != lockmw.MetaFence {
+		if !strings.HasPrefix(k, "_") && k != event.MetaFence {
 			md[k] = v
 		}
 	}
@@ -118,7 +122,7 @@ type mwStep struct {
 func (s mwStep) String() string { return fmt.Sprintf("%s(%d,%d,%d)", s.Kind, s.A, s.B, s.C) }
 
 func genMWSteps(r *rand.Rand, n int) []mwStep {
-	kinds := []string{"new", "new", "new", "deliver", "deliver", "deliver", "deliver", "end", "end", "end", "fail", "lose"}
+	kinds := []string{"new", "new", "new", "deliver", "deliver", "deliver", "deliver", "end", "end", "end", "fail", "lose", "crash"}
 	out := make([]mwStep, n)
 	for i := range out {
 		out[i] = mwStep{Kind: kinds[r.IntN(len(kinds))], A: r.IntN(64), B: r.IntN(64), C: r.IntN(64)}
@@ -137,6 +141,7 @@ type mwRun struct {
 	ran      bool // the handler's function ran to success
 	isStart  bool
 	finished bool
+	worker   *mwWorker // the worker handling it
 }
 
 type mwModel struct {
@@ -145,10 +150,15 @@ type mwModel struct {
 	direct  *redis.Client
 	client  *redis.Client
 	proxy   *redistest.LossyProxy
+	srv     *redistest.Server
+	replica *redistest.Server
+	lagging bool
 	ns      string
 	ctx     context.Context
-	workers map[string][]message.HandlerFunc // agent -> its two workers' handlers
+	workers map[string][]*mwWorker // agent -> its two workers
 	results string
+	// newWorker starts the worker of agent in slot w (generation gen: its Owner).
+	newWorker func(agent string, w, gen int) (*mwWorker, error)
 
 	mu       sync.Mutex
 	byID     map[string]*mwRun // entry id -> its handling under way
@@ -180,7 +190,7 @@ func (m *mwModel) violate(prop, format string, args ...any) {
 
 // guarded are the keys a run of msg holds, by name: the agent's own, the issue's, the group's.
 func (m *mwModel) guarded(agent string, msg *message.Message) []string {
-	issue := msg.Metadata.Get(lockmw.MetaIssueKey)
+	issue := msg.Metadata.Get(event.MetaIssueKey)
 	keys := []string{agent + ":" + issue}
 	if m.cfg.scopes.Issue {
 		keys = append(keys, "@issue:"+issue)
@@ -200,7 +210,7 @@ func (m *mwModel) handler(agent string) message.HandlerFunc {
 		run := m.byID[id]
 		m.mu.Unlock()
 		keys := m.guarded(agent, msg)
-		fence, _ := strconv.ParseInt(msg.Metadata.Get(lockmw.MetaFence), 10, 64)
+		fence, _ := strconv.ParseInt(msg.Metadata.Get(event.MetaFence), 10, 64)
 		m.mu.Lock()
 		for _, k := range keys {
 			if other, busy := m.running[k]; busy {
@@ -239,6 +249,78 @@ func (m *mwModel) handler(agent string) message.HandlerFunc {
 	}
 }
 
+// mwWorker is one worker: its own client (so a crash cuts off its calls alone), and the
+// context its messages carry (a crash ends them, as the process's death would).
+type mwWorker struct {
+	client  *redis.Client
+	owner   string
+	gen     int
+	handler message.HandlerFunc
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// crash kills a worker between two of its Redis calls: after a short random moment
+// (A: 0 to 7 ms) its client is closed and its messages' context cancelled, whatever
+// it was doing (acquiring, waiting, running, releasing, acking). Its handlers return
+// (their entries stay pending: the inbox gets them again), its leases are abandoned
+// and expire (made to expire at once here, the TTL passing: no call of the dead
+// worker can reach Redis any more), and a new worker takes its slot.
+func (m *mwModel) crash(s mwStep) error {
+	agent := []string{"ag1", "ag2"}[s.B%2]
+	slot := s.C % 2
+	wk := m.workers[agent][slot]
+	time.Sleep(time.Duration(s.A%8) * time.Millisecond)
+	_ = wk.client.Close()
+	wk.cancel()
+	if os.Getenv("MODEL_TRACE") != "" {
+		m.t.Logf("step %d: crash %s", m.step, wk.owner)
+	}
+	// Its handlers return at once: their context is the dead process's.
+	for _, r := range append([]*mwRun{}, m.runs...) {
+		if r.worker == wk {
+			select {
+			case <-r.done:
+			case <-time.After(5 * time.Second):
+				return fmt.Errorf("a crashed worker's handler of %s did not return", r.id)
+			}
+			m.finish(r)
+		}
+	}
+	if err := m.expireLeasesOf(wk.owner); err != nil {
+		return err
+	}
+	next, err := m.newWorker(agent, slot, wk.gen+1)
+	if err != nil {
+		return err
+	}
+	m.workers[agent][slot] = next
+	return nil
+}
+
+// expireLeasesOf makes the server expire every lease key (own or shared) whose record
+// names owner and whose lock still holds that record's token.
+func (m *mwModel) expireLeasesOf(owner string) error {
+	infos, err := m.direct.Keys(m.ctx, "lockinfo:*"+m.ns+"*").Result()
+	if err != nil {
+		return err
+	}
+	for _, info := range infos {
+		h, err := m.direct.HMGet(m.ctx, info, "owner", "token").Result()
+		if err != nil || len(h) < 2 || h[0] != owner {
+			continue
+		}
+		lock := "lock:" + strings.TrimPrefix(info, "lockinfo:")
+		if m.direct.Get(m.ctx, lock).Val() != h[1] {
+			continue
+		}
+		if err := m.direct.Del(m.ctx, lock, info).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // read takes the new entries of every agent's stream (events and published
 // follow-ups) into the inbox.
 func (m *mwModel) read() error {
@@ -271,7 +353,7 @@ func (m *mwModel) read() error {
 
 func (m *mwModel) newEvent(s mwStep) error {
 	agent := []string{"ag1", "ag2"}[s.A%2]
-	md := map[string]string{lockmw.MetaIssueKey: []string{"P-1", "P-2"}[s.B%2], "grp": []string{"G1", "G2"}[s.C%2],
+	md := map[string]string{event.MetaIssueKey: []string{"P-1", "P-2"}[s.B%2], "grp": []string{"G1", "G2"}[s.C%2],
 		"event_type": mwTypes[(s.A/2)%3]}
 	b, _ := json.Marshal(md)
 	return m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream(agent), Values: map[string]any{"md": string(b), "payload": "{}"}}).Err()
@@ -302,13 +384,16 @@ func (m *mwModel) deliver(s mwStep) {
 	if os.Getenv("MODEL_TRACE") != "" {
 		m.t.Logf("step %d: deliver %s (%s %s %s) to worker %d", m.step, id, agentOf(msg), msg.Metadata.Get("issue_key"), msg.Metadata.Get("event_type"), s.B%2)
 	}
-	run := &mwRun{id: id, msg: msg, started: make(chan struct{}), done: make(chan struct{}), ctl: make(chan bool, 1)}
+	run := &mwRun{id: id, msg: msg, started: make(chan struct{}), done: make(chan struct{}), ctl: make(chan bool, 1),
+		worker: m.workers[agentOf(msg)][s.B%2]}
 	m.runs = append(m.runs, run)
 	m.mu.Lock()
 	m.byID[id] = run
 	m.mu.Unlock()
-	h := m.workers[agentOf(msg)][s.B%2]
+	wk := m.workers[agentOf(msg)][s.B%2]
+	h := wk.handler
 	cp := msg.Copy()
+	cp.SetContext(wk.ctx)
 	go func() {
 		defer close(run.done)
 		_, run.err = h(cp)
@@ -407,6 +492,30 @@ func (m *mwModel) do(s mwStep) error {
 		m.end(s, false)
 	case "lose":
 		m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", m.ns), redistest.Command("eval", m.ns)), 1)
+	case "crash":
+		if err := m.crash(s); err != nil {
+			return err
+		}
+	case "lag":
+		// The replica stops acknowledging (SIGSTOP): acquires are refused and given back
+		// (or not taken at all), extends do not count; a lease left unconfirmed for its
+		// TTL minus the margin ends under its run.
+		if m.replica != nil && !m.lagging {
+			m.replica.Pause()
+			m.lagging = true
+		}
+	case "catchup":
+		if m.replica != nil && m.lagging {
+			m.replica.Resume()
+			m.lagging = false
+		}
+	case "restart":
+		// The server dies (SIGKILL) and comes back from its AOF (appendfsync always, as
+		// REQUIRE_AOF asks of a deployment) while the workers go on: whatever they send
+		// meanwhile fails or is sent again; nothing acknowledged is lost.
+		if m.srv != nil {
+			m.srv.Restart()
+		}
 	}
 	m.poll()
 	if err := m.read(); err != nil {
@@ -420,6 +529,9 @@ func (m *mwModel) do(s mwStep) error {
 // settle ends every run and delivers every entry until nothing is left, then checks
 // that every entry has exactly one record and nothing is queued or pending.
 func (m *mwModel) settle() error {
+	if err := m.do(mwStep{Kind: "catchup"}); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var s mwStep
@@ -489,7 +601,9 @@ func (m *mwModel) checkSettled() error {
 	return nil
 }
 
-// record is the conflict recorder: one record per entry that did not run.
+// record is the conflict recorder: one record per entry that did not run, idempotent
+// per entry as the pipeline's is (a record whose ack was lost with a crashed worker
+// is written again by the entry's redelivery, and must not count twice).
 func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
 	outcome := "dropped"
 	switch {
@@ -506,8 +620,8 @@ func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Con
 	case c.Superseded:
 		outcome = "superseded"
 	}
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.results, Values: map[string]any{"id": c.Entry.Stream + "/" + c.Entry.ID, "outcome": outcome,
-		"key": c.Agent + "/" + c.Issue}})
+	xonce.Queue(ctx, pipe, xonce.Append{Stream: m.results, ID: "rec-" + c.Entry.Stream + "/" + c.Entry.ID,
+		Values: map[string]any{"id": c.Entry.Stream + "/" + c.Entry.ID, "outcome": outcome, "key": c.Agent + "/" + c.Issue}})
 }
 
 type mwEnv struct {
@@ -515,6 +629,10 @@ type mwEnv struct {
 	direct *redis.Client
 	proxy  *redistest.LossyProxy
 	client *redis.Client
+	srv    *redistest.Server // a private server, for the restart step; nil on the shared one
+	// replica of srv, for the lag and catchup steps; workers then wait for it
+	// (lease.Options.WaitReplicas 1). Nil: no replica.
+	replica *redistest.Server
 }
 
 func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
@@ -524,26 +642,52 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 	if cfg.cluster {
 		format = lease.KeysCluster
 	}
-	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, ns: ns, ctx: context.Background(),
-		workers: map[string][]message.HandlerFunc{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
+	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, srv: e.srv, replica: e.replica, ns: ns, ctx: context.Background(),
+		workers: map[string][]*mwWorker{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
 		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}, lidOf: map[string]string{}}
+	m.newWorker = func(agent string, w, gen int) (*mwWorker, error) {
+		o := e.client.Options()
+		client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, MaxRetries: o.MaxRetries, Protocol: o.Protocol, DisableIdentity: true})
+		owner := fmt.Sprintf("%s-w%d-g%d", agent, w, gen)
+		lo := lease.Options{Scope: ns, TTL: 3 * time.Second, Format: format, Owner: owner}
+		if e.replica != nil {
+			lo.WaitReplicas, lo.WaitTimeout = 1, 100*time.Millisecond
+		}
+		l, err := lease.New(client, lo)
+		if err != nil {
+			return nil, err
+		}
+		// The consumer names the worker in its leases' records (the middleware's Owner):
+		// a crash finds its leases by it.
+		mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: &mwSource{consumer: owner}, MaxIdleTime: time.Hour,
+			Policies: cfg.policies, Scopes: cfg.scopes, OnConflict: m.record})
+		if err != nil {
+			return nil, err
+		}
+		wk := &mwWorker{client: client, owner: owner, gen: gen, handler: mw.Handler(m.handler(agent))}
+		wk.ctx, wk.cancel = context.WithCancel(context.Background())
+		return wk, nil
+	}
 	for _, agent := range []string{"ag1", "ag2"} {
 		if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream(agent), "g", "0").Err(); err != nil {
 			return err
 		}
 		for w := range 2 {
-			l, err := lease.New(e.client, lease.Options{Scope: ns, TTL: 3 * time.Second, Format: format, Owner: fmt.Sprintf("%s-w%d", agent, w)})
+			wk, err := m.newWorker(agent, w, 0)
 			if err != nil {
 				return err
 			}
-			mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: &mwSource{consumer: "c"}, MaxIdleTime: time.Hour,
-				Policies: cfg.policies, Scopes: cfg.scopes, OnConflict: m.record})
-			if err != nil {
-				return err
-			}
-			m.workers[agent] = append(m.workers[agent], mw.Handler(m.handler(agent)))
+			m.workers[agent] = append(m.workers[agent], wk)
 		}
 	}
+	defer func() {
+		for _, ws := range m.workers {
+			for _, wk := range ws {
+				wk.cancel()
+				_ = wk.client.Close()
+			}
+		}
+	}()
 	defer func() { // nothing may outlive the sequence
 		for _, r := range m.runs {
 			select {
@@ -611,9 +755,10 @@ func TestModelMiddleware(t *testing.T) {
 		r := rand.New(rand.NewPCG(uint64(seed), 3434))
 		cfg := genMWConfig(r)
 		steps := genMWSteps(r, 40)
+		t0 := time.Now()
 		err := e.run(cfg, steps)
 		if testing.Verbose() {
-			t.Logf("seed %d (%s): %v", seed, cfg, err)
+			t.Logf("seed %d (%s) in %s: %v", seed, cfg, time.Since(t0).Round(time.Millisecond), err)
 		}
 		if err == nil {
 			continue
@@ -664,4 +809,80 @@ func (m *mwModel) checkLines(recs []redis.XMessage) error {
 		return fmt.Errorf("property NothingStranded: events left waiting in lines: %v", lines)
 	}
 	return nil
+}
+
+// TestModelMiddlewareRedisRestart runs sequences on a private Redis with AOF
+// (appendfsync always) that is killed and restarted in the middle of each, between
+// whatever calls the workers are making: runs under way, leases held, acquires and
+// releases in flight. The same properties hold after it (MODEL_SEEDS=N, default 4).
+func TestModelMiddlewareRedisRestart(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{AOF: true})
+	direct := srv.Client()
+	proxy := redistest.NewLossyProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3, DisableIdentity: true})
+	t.Cleanup(func() { _ = client.Close() })
+	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client, srv: srv}
+	from, n := 1, 4
+	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
+		from, n = s, 1
+	}
+	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
+		n = v
+	}
+	start := time.Now()
+	for seed := from; seed < from+n; seed++ {
+		r := rand.New(rand.NewPCG(uint64(seed), 3535))
+		cfg := genMWConfig(r)
+		steps := genMWSteps(r, 30)
+		steps = append(append(steps[:15:15], mwStep{Kind: "restart"}), steps[15:]...)
+		if err := e.run(cfg, steps); err != nil {
+			t.Errorf("model checker with a Redis restart: seed %d (%s) fails\n  %v\n  sequence: %v", seed, cfg, err, steps)
+		}
+	}
+	t.Logf("%d seeds of 31 steps, one a Redis restart, in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// TestModelMiddlewareLaggingReplica runs sequences on a private primary whose one
+// replica the workers wait for (lease.Options.WaitReplicas 1), with steps that pause
+// the replica (lag: it acknowledges nothing) and resume it (catchup) between the
+// others: acquires refused and given back, leases not taken while it lags, extends that
+// do not count. The same properties hold (MODEL_SEEDS=N, default 8).
+func TestModelMiddlewareLaggingReplica(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	replica := redistest.StartServer(t, redistest.ServerOptions{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(srv.Port())}})
+	direct := srv.Client()
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		pipe := direct.Pipeline()
+		pipe.Set(context.Background(), "replica-ready", "1", time.Minute)
+		wait := pipe.Do(context.Background(), "wait", 1, 100)
+		_, err := pipe.Exec(context.Background())
+		return err == nil && wait.Val() == int64(1)
+	}, "the replica to come online")
+	proxy := redistest.NewLossyProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3, DisableIdentity: true})
+	t.Cleanup(func() { _ = client.Close() })
+	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client, srv: srv, replica: replica}
+	t.Cleanup(replica.Resume)
+	from, n := 1, 8
+	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
+		from, n = s, 1
+	}
+	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
+		n = v
+	}
+	start := time.Now()
+	for seed := from; seed < from+n; seed++ {
+		r := rand.New(rand.NewPCG(uint64(seed), 3636))
+		cfg := genMWConfig(r)
+		steps := genMWSteps(r, 30)
+		for i := range steps {
+			if r.IntN(6) == 0 {
+				steps[i].Kind = []string{"lag", "catchup"}[r.IntN(2)]
+			}
+		}
+		if err := e.run(cfg, steps); err != nil {
+			t.Errorf("model checker with a lagging replica: seed %d (%s) fails\n  %v\n  sequence: %v", seed, cfg, err, steps)
+		}
+	}
+	t.Logf("%d seeds of 30 steps with a lagging replica in %s", n, time.Since(start).Round(time.Millisecond))
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -115,5 +117,62 @@ func TestLineWakerReportsTheLines(t *testing.T) {
 			t.Fatalf("the waker reported %v %d, want 1 waiting", seen, n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A wait run that finished as its lease ended (a shutdown after its last write, the key
+// still its own) ends as a finished run, not as a failed one: its turn ends with the
+// record that it ran (finishWaiting), so a redelivered copy of its entry (its ack lost
+// with the worker) is acked and not run again, and the line moves on to its head.
+func TestWaitRunFinishedAsItsLeaseEndedIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := locker(t, rdb, ns)
+	stream := ns + "s"
+	id := pendingEntry(t, rdb, stream, "c")
+	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+	pol, _ := lockmw.ParsePolicies("wait")
+	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	runCtx, shutdown := context.WithCancel(ctx)
+	defer shutdown()
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		runs++
+		// Another event of the issue joins the line while this one runs.
+		if _, err := l.Acquire(ctx, "rebase", "RHEL-7", lease.AcquireOptions{MessageID: "9999999999999-0",
+			Wait: &lease.WaitOptions{LineID: "9999999999999-0", Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"payload": "next"}}}}); !errors.Is(err, lease.ErrLocked) {
+			t.Errorf("second event: %v, want it in line", err)
+		}
+		shutdown() // the worker's SIGTERM, after the handler's last write
+		<-msg.Context().Done()
+		return nil, nil
+	})
+	deliver := func() error {
+		msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`))
+		msg.SetContext(runCtx)
+		_, err := h(msg)
+		return err
+	}
+	if err := deliver(); err != nil || runs != 1 {
+		t.Fatalf("first delivery: err = %v, runs = %d", err, runs)
+	}
+	if n := rdb.XPending(ctx, stream, "g").Val().Count; n != 0 {
+		t.Fatalf("%d entries pending, want the finished entry acked", n)
+	}
+	if got := rdb.XRange(ctx, stream, "-", "+").Val(); len(got) != 2 || got[1].Values["payload"] != "next" {
+		t.Fatalf("stream %v: want the line's head appended (the key handed to it)", got)
+	}
+	// Its redelivery (the same entry again, as after an ack lost with the worker).
+	runCtx, shutdown = context.WithCancel(ctx)
+	defer shutdown()
+	if err := deliver(); err != nil || runs != 1 {
+		t.Fatalf("redelivery: err = %v, runs = %d; want it acked as ran already, not run again", err, runs)
+	}
+	if w, err := l.Lines(ctx, "rebase", "RHEL-7"); err != nil || len(w) != 0 {
+		t.Fatalf("line %v (%v): the redelivered copy joined it, to run a second time", w, err)
 	}
 }

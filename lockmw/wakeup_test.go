@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -75,7 +76,7 @@ func TestRepublishedFollowupIsNotDeliveredTwice(t *testing.T) {
 		}
 	}
 	comment := message.NewMessage("c1", []byte(`{"metadata":{"issue":"RHEL-1"}}`))
-	comment.Metadata.Set(lockmw.MetaCommentID, "10001")
+	comment.Metadata.Set(event.MetaCommentID, "10001")
 	handle(pendingEntry(t, rdb, stream, "c"), comment)
 	if _, err := holder.Release(ctx); err != nil {
 		t.Fatal(err)

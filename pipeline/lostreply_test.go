@@ -13,6 +13,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
 )
@@ -42,7 +43,8 @@ func lua(t *testing.T, paths ...string) string {
 func TestLostReplyMatrix(t *testing.T) {
 	// Not parallel: it drops replies in a proxy and times the lease's heartbeat against its TTL; it is already sensitive to load.
 	const dir = "../lockmw/lease/scripts/"
-	lease := lua(t, dir+"lease.lua")
+	// As the lease puts them together: xonce's index step before its steps.
+	lease := xonce.IndexLua + lua(t, dir+"lease.lua")
 	once := lua(t, "../internal/xonce/xadd_once.lua")
 	scripts := map[string]string{
 		"acquire":              lease + lua(t, dir+"acquire.lua"),

@@ -95,12 +95,25 @@ func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
 	}
 	cancels := make(chan cancelled, 4)
 	var grace sync.Map // entry id -> how long its run goes on after the cancel (an agent's kill grace)
+	// graced publishes with publish and notes its entry's grace before any handler can
+	// look it up: under load a handler may start before publish has returned.
+	var registering sync.Mutex
+	graced := func(publish func() string, g time.Duration) string {
+		registering.Lock()
+		defer registering.Unlock()
+		id := publish()
+		grace.Store(id, g)
+		return id
+	}
 	h := func(msg *message.Message) error {
 		le, _ := lockmw.LeaseFrom(msg.Context())
 		id := event.EntryID(msg)
 		led.start(id, le.Fence())
 		defer led.end(id)
-		if g, ok := grace.Load(id); ok {
+		registering.Lock()
+		g, ok := grace.Load(id)
+		registering.Unlock()
+		if ok {
 			<-msg.Context().Done()
 			at := time.Now()
 			time.Sleep(g.(time.Duration))
@@ -119,8 +132,7 @@ func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
 	e.start(ctx, o, h)
 
 	// Two events: the first runs until cancelled.
-	first := e.publishTriage("RHEL-1")
-	grace.Store(first, 200*time.Millisecond)
+	first := graced(func() string { return e.publishTriage("RHEL-1") }, 200*time.Millisecond)
 	redistest.Eventually(t, 10*time.Second, func() bool { led.mu.Lock(); defer led.mu.Unlock(); return led.running == 1 }, "the first run started")
 	sent := time.Now()
 	second := publishTodo(t, e, "RHEL-1")
@@ -163,11 +175,9 @@ func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
 
 	// Three events: the first runs, the second supersedes it and waits for it to stop
 	// (its grace), the third supersedes the second.
-	a := e.publishTriage("RHEL-2")
-	grace.Store(a, time.Second)
+	a := graced(func() string { return e.publishTriage("RHEL-2") }, time.Second)
 	redistest.Eventually(t, 10*time.Second, func() bool { led.mu.Lock(); defer led.mu.Unlock(); return led.fences[a] != 0 }, "the first run started")
-	b := publishTodo(t, e, "RHEL-2")
-	grace.Store(b, 200*time.Millisecond) // should it run before the third comes
+	b := graced(func() string { return publishTodo(t, e, "RHEL-2") }, 200*time.Millisecond) // should it run before the third comes
 	info := e.TriageLocker(30*time.Second).Keys("triage", "RHEL-2").Info
 	redistest.Eventually(t, 5*time.Second, func() bool { return e.rdb.HGet(ctx, info, "message_id").Val() == b }, "the second event took the lease over")
 	c3 := e.publishTriage("RHEL-2")

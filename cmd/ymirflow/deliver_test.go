@@ -18,7 +18,6 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
-	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 // publishFollowup publishes a triage request for issue carrying a maintainer's comment
@@ -37,9 +36,9 @@ func publishFollowup(t *testing.T, rdb *redis.Client, topo event.Topology, issue
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg.Metadata.Set(lockmw.MetaCommentAuthor, author)
-	msg.Metadata.Set(lockmw.MetaCommentBody, body)
-	msg.Metadata.Set(lockmw.MetaCommentID, commentID)
+	msg.Metadata.Set(event.MetaCommentAuthor, author)
+	msg.Metadata.Set(event.MetaCommentBody, body)
+	msg.Metadata.Set(event.MetaCommentID, commentID)
 	id, err := event.NewPublisher(rdb, 0).PublishID(context.Background(), topo.Stream("triage", "", todo), msg)
 	if err != nil {
 		t.Fatal(err)

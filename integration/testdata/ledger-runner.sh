@@ -37,10 +37,20 @@ now() {
 	t=$(date +%s%N)
 	[ -n "$t" ] || t=$(date +%s%N)
 }
+fu=${TMPDIR:-/tmp}/ledger-runner-$$.mailbox
+# A SIGTERM that comes while the start line is written (a newer event superseded the
+# run as it began) must still end with an end line: until the TERM trap that writes it
+# is set, a signal is only noted, and acted on right after. One that comes before this
+# first trap ends the shell before it wrote anything: no start, no end.
+trap 'term=1' TERM INT
 now
 echo "start $ids $t" >>"$L"
-fu=${TMPDIR:-/tmp}/ledger-runner-$$.mailbox
 trap 'now; echo "end $ids $t term" >>"$L"; rm -f "$fu"; exit 143' TERM INT
+if [ -n "${term:-}" ]; then
+	now
+	echo "end $ids $t term" >>"$L"
+	exit 143
+fi
 
 cat >/dev/null
 

@@ -19,6 +19,41 @@
 -- take member ('' = none), number of lock keys, field, value, ...
 -- Returns the entry's id ('' when the take member was gone, appended by someone else:
 -- nothing is done), or the error LEASELOST.
+
+-- The issue-index step, written once: the functions down to the line "-- end of the
+-- index step" are also put before the lease's steps (xonce.IndexLua, before
+-- lockmw/lease/scripts/lease.lua, whose release appends a queued follow-up on
+-- standalone Redis), so every append filed in an issue's index is filed by this code.
+
+-- index_keys are the keys of issue's index of stream and of the stream's index-since
+-- marker: in the stream's hash slot (the stream's own hash tag if it has one, else the
+-- whole name as the tag). xonce.IndexKey and xonce.IndexSinceKey name them in Go.
+local function index_keys(stream, issue)
+  local tag = stream
+  if not string.find(stream, '^[^{]*{[^}]+}') then tag = '{' .. stream .. '}' end
+  return tag .. ':issue:' .. issue, tag .. ':issue-index-since'
+end
+
+-- index_entry files the new entry id of stream in the issue's index idx: its entry
+-- ids, scored by their millisecond, members "<ms>-<seq, 10 digits>" so that ids of one
+-- millisecond sort by sequence. Bounded three ways: the newest index_max ids, none older
+-- than the stream's first entry (what a trim of the stream cut goes from the index at
+-- its next write), and a TTL (index_ttl_ms) renewed by each write. since remembers the
+-- first id ever indexed in this stream: readers scan only what is older.
+local function index_entry(stream, idx, since, id, index_max, index_ttl_ms)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  redis.call('ZADD', idx, ms, ms .. '-' .. string.format('%010d', tonumber(seq)))
+  redis.call('ZREMRANGEBYRANK', idx, 0, -tonumber(index_max) - 1)
+  local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
+  if #first > 0 then
+    local fms = tonumber(string.match(first[1][1], '^(%d+)-'))
+    redis.call('ZREMRANGEBYSCORE', idx, '-inf', '(' .. fms)
+  end
+  redis.call('PEXPIRE', idx, index_ttl_ms)
+  redis.call('SET', since, id, 'NX')
+end
+-- end of the index step
+
 local locks = tonumber(ARGV[11])
 local k = 5 + locks
 local id = redis.call('GET', KEYS[2])
@@ -42,22 +77,8 @@ if not id then
   id = redis.call(unpack(args))
   redis.call('SET', KEYS[2], id, 'PX', ARGV[2])
   if ARGV[7] ~= '' then
-    -- The issue's index of this stream: its entry ids, scored by their millisecond.
-    -- Bounded three ways: the newest index_max ids, none older than the stream's first
-    -- entry (what a trim of the stream cut goes from the index at its next write), and
-    -- a TTL renewed by each write. index-since remembers the first id ever indexed in
-    -- this stream: readers scan only what is older.
-    -- Members are "<ms>-<seq, 10 digits>": ids of one millisecond sort by sequence.
-    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-    redis.call('ZADD', KEYS[3], ms, ms .. '-' .. string.format('%010d', tonumber(seq)))
-    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[8]) - 1)
-    local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-    if #first > 0 then
-      local fms = tonumber(string.match(first[1][1], '^(%d+)-'))
-      redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. fms)
-    end
-    redis.call('PEXPIRE', KEYS[3], ARGV[9])
-    redis.call('SET', KEYS[4], id, 'NX')
+    -- The issue's index of this stream (index_entry, above).
+    index_entry(KEYS[1], KEYS[3], KEYS[4], id, ARGV[8], ARGV[9])
   end
 end
 if ARGV[4] ~= '' then

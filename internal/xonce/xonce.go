@@ -23,6 +23,12 @@ import (
 //go:embed xadd_once.lua
 var xaddOnceLua string
 
+// IndexLua is the issue-index step in Lua (index_keys and index_entry, the part of
+// xadd_once.lua before its line "-- end of the index step"), for scripts of other
+// packages that append an entry themselves (the lease's release of a queued
+// follow-up): put before them, it files their entries exactly as Run does.
+var IndexLua = xaddOnceLua[:strings.Index(xaddOnceLua, "-- end of the index step")]
+
 var xaddOnce = redis.NewScript(xaddOnceLua)
 
 // DefaultTTL is how long a repeat of an append is recognised when Append.TTL is zero:

@@ -27,6 +27,17 @@
 // trip; Handoff also takes the next stream entry's lease in it, so a stream of events
 // costs one round trip each.
 //
-// Files: the code map in docs/development.md names each concept's file; the atomic
-// steps are scripts/*.lua, embedded.
+// Files: doc.go (this overview), errors.go (sentinels and typed errors), locker.go
+// (Locker, Acquire), lease.go (Lease: heartbeat, release, fenced writes), handoff.go
+// (the next entry's lease taken in the release's round trip), keys.go (key names and
+// canonical issue keys), scope.go (shared keys: scopes issue and group), fenced.go
+// (checks of every lock key of a lease), mailbox.go (the deliver policy's follow-ups),
+// line.go (the wait policy's line: joining it, the release that hands the key to its
+// head, the wake of a stranded line), inspect.go (the operators' view), evict.go
+// (force releases and take-overs end the lease at once, also when announced while
+// nobody listened), starter.go (heartbeats started when due), replicas.go (WAIT for
+// replicas after each acquire and extend, Options.WaitReplicas; no key taken while
+// they lag), scripts.go and scripts/*.lua (the atomic steps, embedded, after xonce's
+// issue-index step; line.lua and the scripts that use it are loaded by line.go). The
+// code map in docs/development.md names each concept's file.
 package lease

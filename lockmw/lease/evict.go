@@ -2,33 +2,42 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Evictions: ForceRelease announces each eviction on a Pub/Sub channel, and a Locker
 // that watches it (WatchEvictions) ends the evicted lease at once, with ErrLeaseLost,
-// rather than at its next heartbeat (up to TTL/3 later). A missed announcement (the
-// subscription was reconnecting) costs only that delay: the heartbeat still finds the
-// key gone.
+// rather than at its next heartbeat (up to TTL/3 later); a supersede's take-over is
+// announced the same way. Pub/Sub loses what is published while nobody listens: before
+// the first SUBSCRIBE is in place (the watch starts beside the first events, and a
+// loaded machine may run it late) and while the subscription reconnects (go-redis
+// reconnects when a health-check PING goes unanswered). So every (re)subscription is
+// followed by a catch-up: each live lease of the Locker whose key is no longer its
+// own ends then, as if its announcement had come (catchUp). Leases are tracked from
+// their acquire on, watched or not, for that.
 
-// evictions are the live leases of a watching Locker: a handful (one per subscription
-// of a worker), so an eviction looks at each rather than indexing them by key, which
+// evictions are the live leases of a Locker: a handful (one per subscription of a
+// worker), so an eviction looks at each rather than indexing them by key, which
 // would cost an allocation per lease.
 type evictions struct {
 	mu   sync.Mutex
-	on   bool
 	live map[*Lease]struct{}
 }
 
 func (e *evictions) track(le *Lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.on {
-		e.live[le] = struct{}{}
+	if e.live == nil {
+		e.live = map[*Lease]struct{}{}
 	}
+	e.live[le] = struct{}{}
 }
 
 func (e *evictions) untrack(le *Lease) {
@@ -37,30 +46,36 @@ func (e *evictions) untrack(le *Lease) {
 	delete(e.live, le)
 }
 
+// leases returns the live leases whose lock key satisfies keep (all, for nil).
+func (e *evictions) leases(keep func(le *Lease) bool) []*Lease {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*Lease
+	for le := range e.live {
+		if keep == nil || keep(le) {
+			out = append(out, le)
+		}
+	}
+	return out
+}
+
 // EvictionChannel is the Pub/Sub channel on which this Locker's ForceRelease announces
 // evictions ("<lock key> <new fence>").
 func (l *Locker) EvictionChannel() string { return l.opts.Scope + "lockevict" }
 
 // WatchEvictions subscribes to EvictionChannel and, until ctx ends, ends each lease of
-// this Locker that a force release evicts, at once: its context is cancelled with a
-// cause wrapping ErrLeaseLost, so the holder stops its work. The subscription
-// reconnects by itself after a Redis outage; announcements made meanwhile are missed
-// (the heartbeat covers them). It returns nil when ctx ends.
+// this Locker that a force release evicts or a newer event takes over, at once: its
+// context is cancelled with a cause wrapping ErrLeaseLost, so the holder stops its
+// work. The subscription reconnects by itself after a Redis outage; once subscribed
+// (first or again) it checks every live lease's key, so an announcement made while it
+// was not subscribed ends its lease then. It returns nil when ctx ends.
 func (l *Locker) WatchEvictions(ctx context.Context) error {
-	l.evict.mu.Lock()
-	l.evict.on, l.evict.live = true, map[*Lease]struct{}{}
-	l.evict.mu.Unlock()
-	defer func() {
-		l.evict.mu.Lock()
-		l.evict.on, l.evict.live = false, nil
-		l.evict.mu.Unlock()
-	}()
 	// Channel reads in its own goroutine, which Close ends: a Receive here would block
 	// on a client that does not honour ctx while it reads (ContextTimeoutEnabled off),
 	// and keep the caller from returning.
 	ps := l.rdb.Subscribe(context.WithoutCancel(ctx), l.EvictionChannel())
 	defer func() { _ = ps.Close() }()
-	ch := ps.Channel()
+	ch := ps.ChannelWithSubscriptions()
 	for {
 		select {
 		case <-ctx.Done():
@@ -69,7 +84,40 @@ func (l *Locker) WatchEvictions(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			l.evicted(m.Payload)
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					l.catchUp(ctx)
+				}
+			case *redis.Message:
+				l.evicted(m.Payload)
+			}
+		}
+	}
+}
+
+// catchUp ends, as its announcement would have, each live lease whose lock key no
+// longer holds its token (one pipelined GET per lease): taken over by a newer event (a
+// *SupersededByError, read from the stop hash) or evicted (ErrLeaseLost). A failed
+// round trip ends nothing: the heartbeat still finds them.
+func (l *Locker) catchUp(ctx context.Context) {
+	live := l.evict.leases(nil)
+	if len(live) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pipe := l.rdb.Pipeline()
+	gets := make([]*redis.StringCmd, len(live))
+	for i, le := range live {
+		gets[i] = pipe.Get(cctx, le.keys.Lock)
+	}
+	if _, err := pipe.Exec(cctx); err != nil && !errors.Is(err, redis.Nil) {
+		return
+	}
+	for i, le := range live {
+		if v, err := gets[i].Result(); (err == nil || errors.Is(err, redis.Nil)) && v != le.token && le.ctx.Err() == nil {
+			le.end(le.notOurs())
 		}
 	}
 }
@@ -102,15 +150,7 @@ func (l *Locker) evicted(payload string) {
 	if len(f) >= 3 {
 		by = f[2]
 	}
-	l.evict.mu.Lock()
-	var gone []*Lease
-	for le := range l.evict.live {
-		if le.keys.Lock == key && le.fence < fence {
-			gone = append(gone, le)
-		}
-	}
-	l.evict.mu.Unlock()
-	for _, le := range gone {
+	for _, le := range l.evict.leases(func(le *Lease) bool { return le.keys.Lock == key && le.fence < fence }) {
 		if by != "" {
 			le.end(&SupersededByError{Agent: le.agent, Issue: le.issue, ByMessageID: by, Fence: fence})
 			continue

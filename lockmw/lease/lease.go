@@ -353,7 +353,7 @@ func (le *Lease) notOurs() error {
 			return &SupersededByError{Agent: le.agent, Issue: le.issue, ByMessageID: f[1], Fence: fence}
 		}
 	}
-	return fmt.Errorf("%w: extend found %s not ours", ErrLeaseLost, le.keys.Lock)
+	return fmt.Errorf("%w: found %s not ours", ErrLeaseLost, le.keys.Lock)
 }
 
 // Supersede ends the lease's run in favour of the newer event by, which could not

@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,6 +119,9 @@ type Locker struct {
 	starter starter
 	// evict ends leases at once when a force release evicts them (WatchEvictions).
 	evict evictions
+	// lagging: the last confirmation of an acquire found too few replicas (Options.
+	// WaitReplicas); acquires probe them first (probeReplicas).
+	lagging atomic.Bool
 }
 
 // New returns a Locker on rdb. It does no I/O.
@@ -317,6 +321,12 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	a, err := l.prepare(agent, rawKey, ao)
 	if err != nil {
 		return nil, err
+	}
+	if l.opts.WaitReplicas > 0 && l.lagging.Load() {
+		// Before any key is taken or any line joined: a wait acquire is no exception.
+		if err := l.probeReplicas(ctx, a.keys); err != nil {
+			return nil, err
+		}
 	}
 	if ao.Wait != nil {
 		return l.acquireWait(ctx, a)

@@ -237,9 +237,42 @@ func (le *Lease) replicated(ctx context.Context) error {
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: %s was not ours when its acquire was confirmed", ErrLeaseLost, le.keys.Lock)
 	}
+	le.l.lagging.Store(errors.Is(err, ErrNotReplicated))
 	if err != nil {
 		le.giveBack(context.WithoutCancel(ctx))
 		return err
 	}
+	return nil
+}
+
+// Replicas that lag. Once an acquire was refused because too few replicas acknowledged
+// it (Locker.lagging), every acquire first proves that they acknowledge again, without
+// taking the lease: a write that changes nothing (INCRBY of the lease's fence counter
+// by 0, in the lease's hash slot) and the WAIT on its connection. While they do not,
+// the acquire is refused as before (a *NotReplicatedError) but no lock key exists for
+// the WAIT's duration: an event of the issue meeting the unconfirmed key would be
+// handled as busy (dropped, under the drop policy) for a lease that is then given back,
+// and each refused try would take a fence. The first acquire whose probe is
+// acknowledged takes the lease as usual (confirmed by its own WAIT) and ends the state.
+
+// probeReplicas is the acquire's check while the replicas lag: nil once Options.
+// WaitReplicas replicas acknowledge a write on the primary of keys.Lock, else why not
+// (a *NotReplicatedError naming the lock key).
+func (l *Locker) probeReplicas(ctx context.Context, keys Keys) error {
+	rdb, err := l.waitClient(ctx, keys.Lock)
+	if err != nil {
+		return err
+	}
+	le := &Lease{l: l, keys: keys}
+	pipe := rdb.Pipeline()
+	pipe.IncrBy(ctx, keys.Fence, 0)
+	wait := le.queueWait(ctx, pipe)
+	if _, err := pipe.Exec(ctx); err != nil && !isRedisErr(err) {
+		return fmt.Errorf("lease: probe the replicas of %s: %w", keys.Lock, err)
+	}
+	if err := wait(); err != nil {
+		return err
+	}
+	l.lagging.Store(false)
 	return nil
 }

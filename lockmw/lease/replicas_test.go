@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -158,7 +159,7 @@ func TestWaitReplicasAfterLostReply(t *testing.T) {
 		}
 		return s
 	}
-	acquire, extend := lua("lease.lua", "acquire.lua"), lua("extend.lua")
+	acquire, extend := xonce.IndexLua+lua("lease.lua", "acquire.lua"), lua("extend.lua")
 
 	replica.Pause()
 	proxy.LoseReply(redistest.Script(acquire, "RHEL-11"), 1)
@@ -214,5 +215,61 @@ func TestWaitOptionsChecked(t *testing.T) {
 		if _, err := lease.New(rdb, o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
 		}
+	}
+}
+
+// Once an acquire was refused for want of replicas, the next ones prove first that the
+// replicas acknowledge again and take no lock key while they do not: no fence is taken
+// and no key exists for an event of the issue to meet as busy (integration
+// TestWaitReplicasUnsatisfied saw "1 lease keys left" this way: a try caught during its
+// WAIT). Once the replica is back the first acquire is granted, confirmed as usual.
+func TestWaitReplicasLaggingTakesNoKey(t *testing.T) {
+	t.Parallel()
+	_, replica, pc, rc := primaryWithReplica(t)
+	ctx := context.Background()
+	l := newLocker(t, pc, "", lease.Options{TTL: 3 * time.Second, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond})
+	keys := l.Keys("triage", "RHEL-1")
+	replica.Pause()
+	defer replica.Resume()
+	if _, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{}); !errors.Is(err, lease.ErrNotReplicated) {
+		t.Fatalf("first acquire with the replica paused: %v, want ErrNotReplicated", err)
+	}
+	fence := get(t, pc, keys.Fence)
+	// Sampled while the refused tries wait for the replica: the lock key never appears.
+	stop := make(chan struct{})
+	seen := make(chan bool, 1)
+	go func() {
+		appeared := false
+		for {
+			select {
+			case <-stop:
+				seen <- appeared
+				return
+			default:
+			}
+			appeared = appeared || exists(t, pc, keys.Lock)
+			time.Sleep(5 * time.Millisecond) // sampling the key while the acquires wait
+		}
+	}()
+	for range 3 {
+		var nr *lease.NotReplicatedError
+		if _, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{}); !errors.As(err, &nr) || nr.Lock != keys.Lock {
+			t.Fatalf("acquire while the replica lags: %v, want a NotReplicatedError naming %s", err, keys.Lock)
+		}
+	}
+	close(stop)
+	if <-seen {
+		t.Error("a lock key existed while the replicas were known to lag")
+	}
+	if got := get(t, pc, keys.Fence); got != fence {
+		t.Errorf("fence %s after the refused tries, want %s: a try took a fence", got, fence)
+	}
+	replica.Resume()
+	le, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("acquire once the replica is back: %v", err)
+	}
+	if got := get(t, rc, keys.Lock); got != le.Token() {
+		t.Fatalf("replica holds %q right after the acquire, want the token", got)
 	}
 }

@@ -53,14 +53,15 @@ type Scopes struct {
 	// the event, in order: "a.b.c" is a path into the JSON payload's objects, and
 	// "m:<name>" a metadata value of the message (e.g. m:lock_key, a producer-supplied
 	// key). Each value is canonicalised like an issue key (trimmed, uppercased) and
-	// must match GroupPartPattern; they are joined by '|'.
+	// must match ^[A-Z0-9][A-Z0-9._+/@=~-]*$ (no ':', '|', braces, glob characters or
+	// spaces); they are joined by '|'.
 	Group []string
 }
 
-// GroupPartPattern is what one canonical part of a group key looks like: a package, a
+// groupPartPattern is what one canonical part of a group key looks like: a package, a
 // branch, a component, a producer's key. No ':', '|', braces, glob characters or spaces:
 // they separate or tag key names.
-var GroupPartPattern = regexp.MustCompile(`^[A-Z0-9][A-Z0-9._+/@=~-]*$`)
+var groupPartPattern = regexp.MustCompile(`^[A-Z0-9][A-Z0-9._+/@=~-]*$`)
 
 // fieldPath is one step-separated path: identifiers of letters, digits, '_' and '-'.
 var fieldPath = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
@@ -187,7 +188,7 @@ func (s Scopes) Keys(issue string, payload []byte, meta func(string) string) ([]
 				}
 				raw = v
 			}
-			part, err := CanonicalGroupPart(raw)
+			part, err := canonicalGroupPart(raw)
 			if err != nil {
 				return nil, fmt.Errorf("group key %s: %w", p, err)
 			}
@@ -202,17 +203,17 @@ func (s Scopes) Keys(issue string, payload []byte, meta func(string) string) ([]
 	return out, nil
 }
 
-// CanonicalGroupPart trims and uppercases one value of a group key and checks it
-// against GroupPartPattern.
-func CanonicalGroupPart(raw string) (string, error) {
+// canonicalGroupPart trims and uppercases one value of a group key and checks it
+// against groupPartPattern.
+func canonicalGroupPart(raw string) (string, error) {
 	k := strings.ToUpper(strings.TrimSpace(raw))
 	switch {
 	case k == "":
 		return "", fmt.Errorf("%w: empty", ErrInvalidKey)
 	case len(k) > maxKeyLen:
 		return "", fmt.Errorf("%w: %d characters (at most %d)", ErrInvalidKey, len(k), maxKeyLen)
-	case !GroupPartPattern.MatchString(k):
-		return "", fmt.Errorf("%w: %q does not match %s", ErrInvalidKey, k, GroupPartPattern)
+	case !groupPartPattern.MatchString(k):
+		return "", fmt.Errorf("%w: %q does not match %s", ErrInvalidKey, k, groupPartPattern)
 	}
 	return k, nil
 }

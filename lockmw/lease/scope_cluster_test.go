@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -159,6 +160,7 @@ func TestGroupScopeClusterScriptsSafeToRepeat(t *testing.T) {
 	ctx := context.Background()
 	script := func(names ...string) string {
 		var b strings.Builder
+		b.WriteString(xonce.IndexLua) // before lease.lua, as the package puts them
 		for _, n := range names {
 			src, err := os.ReadFile("scripts/" + n)
 			if err != nil {

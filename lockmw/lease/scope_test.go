@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -425,7 +426,7 @@ func TestScopedScriptsSafeToRepeat(t *testing.T) {
 	rel, _ := os.ReadFile("scripts/release.lua")
 	shared := []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-40"}, {Scope: lease.ScopeGroup, Key: "PKG|B"}}
 
-	proxy.LoseReply(redistest.Script(string(src)+string(acq)), 1)
+	proxy.LoseReply(redistest.Script(xonce.IndexLua+string(src)+string(acq)), 1)
 	le, err := l.Acquire(ctx, "rebase", "RHEL-40", lease.AcquireOptions{Shared: shared})
 	if err != nil {
 		t.Fatalf("acquire after a lost reply: %v", err)
@@ -436,7 +437,7 @@ func TestScopedScriptsSafeToRepeat(t *testing.T) {
 	if le.Fence() != 1 || len(le.Shared()) != 2 || le.Shared()[0].Fence != 1 || le.Shared()[1].Fence != 1 {
 		t.Errorf("fences after a repeated acquire: %d %+v, want all 1", le.Fence(), le.Shared())
 	}
-	proxy.LoseReply(redistest.Script(string(src)+string(rel)), 1)
+	proxy.LoseReply(redistest.Script(xonce.IndexLua+string(src)+string(rel)), 1)
 	if _, err := le.Release(ctx); err != nil {
 		t.Fatalf("release after a lost reply: %v", err)
 	}

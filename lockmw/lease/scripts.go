@@ -5,6 +5,8 @@ import (
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
 // The lease's Lua scripts, one file each under scripts/ (their comments give KEYS,
@@ -13,7 +15,10 @@ import (
 // atomically, so compare-and-act has no window.
 var (
 	//go:embed scripts/lease.lua
-	leaseLua string // the steps, put before the scripts that use them
+	leaseSteps string
+	// leaseLua is the steps, put before the scripts that use them, after xonce's
+	// issue-index step (publish_queued files a follow-up in its issue's index with it).
+	leaseLua = xonce.IndexLua + leaseSteps
 	//go:embed scripts/handoff.lua
 	handoffLua string
 	//go:embed scripts/acquire.lua

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -214,7 +215,7 @@ func TestSupersedeRepeatIsTheSameTakeOver(t *testing.T) {
 	}
 	k := l.Keys("rebase", "RHEL-1")
 	// The script again, with e2's token, as go-redis would send it.
-	src := mustRead(t, "scripts/lease.lua") + mustRead(t, "scripts/acquire_or_supersede.lua")
+	src := xonce.IndexLua + mustRead(t, "scripts/lease.lua") + mustRead(t, "scripts/acquire_or_supersede.lua")
 	res, err := rdb.Eval(context.Background(), src, []string{k.Lock, k.Info, k.Fence, k.Done, k.Stop},
 		e2.Token(), 30000, "x", time.Now().UnixMilli(), "2-0", "").Slice()
 	if err != nil {
@@ -280,5 +281,34 @@ func TestSupersedeByOrderOfEvents(t *testing.T) {
 	var sup *lease.SupersededError
 	if _, err := acq("1500-0", time.UnixMilli(1500)); !errors.As(err, &sup) || sup.ByMessageID != "2000-0" {
 		t.Fatalf("an event older than the released run: %v, want superseded by 2000-0", err)
+	}
+}
+
+// A take-over announced while the old holder's Locker was not subscribed yet (its
+// watch starts beside the first events, and a loaded machine runs it late; or it was
+// reconnecting) ends the old lease as soon as the watch subscribes, not at its next
+// heartbeat (TTL/3, ten seconds here): the watch checks every live lease's key on each
+// (re)subscription (pipeline TestSupersedeCancelsTheRunningEvent failed "not
+// cancelled within 5s" this way under load).
+func TestTakeOverAnnouncedBeforeTheWatchEndsTheLeaseOnSubscribe(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	old := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second, Owner: "w1"})
+	newer := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second, Owner: "w2"})
+	e1, err := supersedeAcquire(t, old, "1000-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := supersedeAcquire(t, newer, "1000-1"); err != nil {
+		t.Fatal(err)
+	}
+	if e1.Err() != nil {
+		t.Fatalf("ended before anyone watched: %v", e1.Err())
+	}
+	watch(t, rdb, old)
+	redistest.Eventually(t, 5*time.Second, func() bool { return e1.Err() != nil }, "the old lease ends once the watch subscribed")
+	var by *lease.SupersededByError
+	if !errors.As(e1.Err(), &by) || by.ByMessageID != "1000-1" {
+		t.Fatalf("cause %v, want a SupersededByError naming 1000-1", e1.Err())
 	}
 }

@@ -1,5 +1,6 @@
--- lease.lua: the steps of the lease, put before the scripts that use them (acquire.lua,
--- release.lua, handoff.lua, ...) so that each step is written once.
+-- lease.lua (after internal/xonce/index.lua): the steps of the lease, put before the
+-- scripts that use them (acquire.lua, release.lua, handoff.lua, ...) so that each step
+-- is written once.
 
 -- stepped_back reports whether the server's clock now reads earlier than ms, a time
 -- it recorded: it was stepped back since (an NTP step, a failover to a server whose
@@ -105,8 +106,9 @@ end
 
 -- publish_queued appends the queued follow-up q (HGETALL of the queue: its fields, and
 -- _stream, the stream it goes to) to its stream and files it in the issue's index of
--- that stream as xonce's script files every entry (internal/xonce/xadd_once.lua).
--- Standalone Redis only: on Cluster the stream is in another slot. Returns its id.
+-- that stream with xonce's own step (index_entry, internal/xonce/index.lua, put before
+-- this file). Standalone Redis only: on Cluster the stream is in another slot. Returns
+-- its id.
 local function publish_queued(q, o)
   local stream = ''
   local args = {'XADD', '', 'MAXLEN', '~', o.maxlen, '*'}
@@ -118,15 +120,8 @@ local function publish_queued(q, o)
   args[2] = stream
   local id = redis.call(unpack(args))
   if o.issue and o.issue ~= '' then
-    -- xonce.IndexKey and IndexSinceKey: in the stream's hash slot.
-    local tag = stream
-    if not string.find(stream, '^[^{]*{[^}]+}') then tag = '{' .. stream .. '}' end
-    local idx = tag .. ':issue:' .. o.issue
-    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-    redis.call('ZADD', idx, ms, ms .. '-' .. string.format('%010d', tonumber(seq)))
-    redis.call('ZREMRANGEBYRANK', idx, 0, -tonumber(o.idx_max) - 1)
-    redis.call('PEXPIRE', idx, o.idx_ttl)
-    redis.call('SET', tag .. ':issue-index-since', id, 'NX')
+    local idx, since = index_keys(stream, o.issue)
+    index_entry(stream, idx, since, id, o.idx_max, o.idx_ttl)
   end
   return id
 end
