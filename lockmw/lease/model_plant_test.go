@@ -1,0 +1,186 @@
+package lease
+
+// Planted defects (issue 34, "Done when"): each subtest plants one defect in the
+// lease's Lua, by string replacement on the embedded source, loads the mutated scripts
+// in place of the real ones for its run only, and requires TestModelLease's checker,
+// at its default size (48 seeds of 60 steps), to fail. A checker that passes the real
+// scripts (TestModelLease) and fails each of these is not vacuous.
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ymirflow/ymirflow/internal/xonce"
+)
+
+// scriptBuild is one script of the package and how its source is put together, so
+// that a plant in a shared step (lease.lua) reaches every script that includes it.
+type scriptBuild struct {
+	name string
+	s    *script
+	src  func() string
+}
+
+func scriptBuilds() []scriptBuild {
+	return []scriptBuild{
+		{"acquire", &acquireScript, func() string { return leaseLua + acquireLua }},
+		{"acquire_scoped", &acquireScopedScript, func() string { return leaseLua + acquireScopedLua }},
+		{"handoff", &handoffScript, func() string { return leaseLua + handoffLua }},
+		{"acquire_or_queue", &acquireOrQueueScript, func() string { return acquireOrQueueLua }},
+		{"acquire_or_deliver", &acquireOrDeliverScript, func() string { return acquireOrDeliverLua }},
+		{"mailbox_done", &mailboxDoneScript, func() string { return mailboxDoneLua }},
+		{"extend", &extendScript, func() string { return extendLua }},
+		{"release", &releaseScript, func() string { return leaseLua + releaseLua }},
+		{"force_release", &forceReleaseScript, func() string { return forceReleaseLua }},
+		{"acquire_or_supersede", &acquireOrSupersede, func() string { return leaseLua + acquireOrSupersedeLua }},
+		{"stop_wait", &stopWaitScript, func() string { return leaseLua + stopWaitLua }},
+		{"acquire_shared", &acquireSharedScript, func() string { return leaseLua + acquireSharedLua }},
+		{"unlock_shared", &unlockSharedScript, func() string { return leaseLua + unlockSharedLua }},
+		{"acquire_or_wait", &acquireOrWaitScript, func() string { return leaseLua + lineLua + acquireOrWaitLua }},
+		{"release_line", &releaseLineScript, func() string { return leaseLua + lineLua + releaseLineLua }},
+		{"line_wake", &lineWakeScript, func() string { return leaseLua + lineLua + lineWakeLua }},
+	}
+}
+
+// plant is one defect: in the embedded source *src, old is replaced (once) by new.
+type plant struct {
+	src      *string
+	old, new string
+}
+
+// plantScripts applies the plants and reloads every script whose source changed, until
+// the test ends. It fails the test if a plant finds nothing to replace (a refactor of
+// the Lua would otherwise make the test pass vacuously).
+func plantScripts(t *testing.T, plants ...plant) {
+	t.Helper()
+	builds := scriptBuilds()
+	for _, b := range builds {
+		if b.src() != b.s.src {
+			t.Fatalf("scriptBuilds is out of date: %s is not built as the package builds it", b.name)
+		}
+	}
+	saved := map[*string]string{}
+	savedLease := leaseLua
+	for _, p := range plants {
+		if _, ok := saved[p.src]; !ok {
+			saved[p.src] = *p.src
+		}
+		planted := strings.Replace(*p.src, p.old, p.new, 1)
+		if planted == *p.src {
+			t.Fatalf("the plant found nothing to replace: %q", p.old)
+		}
+		*p.src = planted
+	}
+	leaseLua = xonce.IndexLua + leaseSteps // as scripts.go builds it
+	before := make([]script, len(builds))
+	changed := 0
+	for i, b := range builds {
+		before[i] = *b.s
+		if src := b.src(); src != b.s.src {
+			*b.s = newScript(src)
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Fatal("the plants changed no script")
+	}
+	t.Cleanup(func() {
+		for p, s := range saved {
+			*p = s
+		}
+		leaseLua = savedLease
+		for i, b := range builds {
+			*b.s = before[i]
+		}
+	})
+}
+
+// firstFailure runs TestModelLease's seeds [from, from+n) and stops at the first one
+// that fails: its seed, its configuration and its violation (nil if none fails).
+func (e *modelEnv) firstFailure(from, n int) (int, mConfig, error) {
+	for seed := from; seed < from+n; seed++ {
+		r := rand.New(rand.NewPCG(uint64(seed), 34))
+		cfg := genConfig(r)
+		if err := e.runModel(cfg, genSteps(r, 60)); err != nil {
+			return seed, cfg, err
+		}
+	}
+	return 0, mConfig{}, nil
+}
+
+// TestModelLeasePlantedDefects plants, one at a time, the four defects of issue 34's
+// "Done when" in the lease's Lua and requires the model checker to catch each within
+// its default size, by one of the properties that names it.
+func TestModelLeasePlantedDefects(t *testing.T) {
+	cases := []struct {
+		name   string
+		plants []plant
+		props  []string // the properties that may catch it
+	}{
+		{
+			// The release step's compare-and-delete without its compare: a stale run's
+			// release deletes whoever holds the key now.
+			name: "ReleaseDeletesForeignLease",
+			plants: []plant{{&leaseSteps,
+				"local mine = redis.call('GET', lock) == o.token",
+				"local mine = redis.call('EXISTS', lock) == 1"}},
+			props: []string{propHolder, propExclusive},
+		},
+		{
+			// The acquire step reads the fence counter and adds one without storing it:
+			// every acquire of the key gets the same fence.
+			name: "FenceDoesNotIncrease",
+			plants: []plant{{&leaseSteps,
+				"    local f = redis.call('INCR', fence)\n",
+				"    local f = tonumber(redis.call('GET', fence) or 0) + 1\n"}},
+			props: []string{propFence},
+		},
+		{
+			// The release step deletes the queued follow-up and does not publish it.
+			name: "DrainForgetsQueuedFollowup",
+			plants: []plant{{&leaseSteps,
+				"return {released, 1, publish_queued(q, o)}",
+				"return {released}"}},
+			props: []string{propStranded},
+		},
+		{
+			// The acquire step without its "already mine" branch: the resent acquire
+			// after a lost reply finds its own token and reports the key busy.
+			name: "RepeatReportsOwnLeaseBusy",
+			plants: []plant{{&leaseSteps,
+				"  local cur = redis.call('GET', lock)\n  if cur == token then\n",
+				"  local cur = redis.call('GET', lock)\n  if false then\n"}},
+			props: []string{propAgrees},
+		},
+	}
+	e := newModelEnv(t)
+	from, n := modelRange(48)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			plantScripts(t, c.plants...)
+			start := time.Now()
+			seed, cfg, err := e.firstFailure(from, n)
+			if err == nil {
+				t.Fatalf("the model checker passed %d seeds with the defect planted", n)
+			}
+			prop, _, _ := strings.Cut(err.Error(), ":")
+			prop = strings.TrimPrefix(prop, "property ")
+			var se *stepError
+			at := "while settling"
+			if errors.As(err, &se) {
+				at = fmt.Sprintf("at step %d", se.at)
+			}
+			t.Logf("caught by property %s, seed %d (%s), %s, in %s: %v", prop, seed, cfg, at, time.Since(start).Round(time.Millisecond), err)
+			for _, p := range c.props {
+				if prop == p {
+					return
+				}
+			}
+			t.Fatalf("caught, but by property %s, not one of %v: %v", prop, c.props, err)
+		})
+	}
+}
