@@ -112,9 +112,28 @@ func (in *Inspector) Timeline(ctx context.Context, issue string) (HistoryReport,
 		if c := streamid.Compare(t.rep.Events[a].ID, t.rep.Events[b].ID); c != 0 {
 			return c < 0
 		}
+		// Ids of different streams in one millisecond do not order them: the input
+		// first (the cause), then what its runs recorded, then operators' actions, so
+		// the order does not depend on the namespace's name.
+		if ra, rb := kindRank(t.rep.Events[a].Kind), kindRank(t.rep.Events[b].Kind); ra != rb {
+			return ra < rb
+		}
 		return t.rep.Events[a].Stream < t.rep.Events[b].Stream
 	})
 	return t.rep, nil
+}
+
+// kindRank orders the events of one millisecond across streams (Timeline).
+func kindRank(kind string) int {
+	switch kind {
+	case KindInput:
+		return 0
+	case KindResults:
+		return 1
+	case KindDead:
+		return 2
+	}
+	return 3
 }
 
 // historySource is one stream Timeline reads, and what it read of it.
