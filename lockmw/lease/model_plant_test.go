@@ -30,8 +30,8 @@ func scriptBuilds() []scriptBuild {
 		{"acquire", &acquireScript, func() string { return leaseLua + acquireLua }},
 		{"acquire_scoped", &acquireScopedScript, func() string { return leaseLua + acquireScopedLua }},
 		{"handoff", &handoffScript, func() string { return leaseLua + handoffLua }},
-		{"acquire_or_queue", &acquireOrQueueScript, func() string { return acquireOrQueueLua }},
-		{"acquire_or_deliver", &acquireOrDeliverScript, func() string { return acquireOrDeliverLua }},
+		{"acquire_or_queue", &acquireOrQueueScript, func() string { return leaseLua + acquireOrQueueLua }},
+		{"acquire_or_deliver", &acquireOrDeliverScript, func() string { return leaseLua + acquireOrDeliverLua }},
 		{"mailbox_done", &mailboxDoneScript, func() string { return mailboxDoneLua }},
 		{"extend", &extendScript, func() string { return extendLua }},
 		{"release", &releaseScript, func() string { return leaseLua + releaseLua }},
@@ -54,8 +54,9 @@ type plant struct {
 
 // plantScripts applies the plants and reloads every script whose source changed, until
 // the test ends. It fails the test if a plant finds nothing to replace (a refactor of
-// the Lua would otherwise make the test pass vacuously).
-func plantScripts(t *testing.T, plants ...plant) {
+// the Lua would otherwise make the test pass vacuously). It returns the planted source
+// of each script that changed, by name.
+func plantScripts(t *testing.T, plants ...plant) map[string]string {
 	t.Helper()
 	builds := scriptBuilds()
 	for _, b := range builds {
@@ -77,15 +78,15 @@ func plantScripts(t *testing.T, plants ...plant) {
 	}
 	leaseLua = xonce.IndexLua + leaseSteps // as scripts.go builds it
 	before := make([]script, len(builds))
-	changed := 0
+	changed := map[string]string{}
 	for i, b := range builds {
 		before[i] = *b.s
 		if src := b.src(); src != b.s.src {
 			*b.s = newScript(src)
-			changed++
+			changed[b.name] = src
 		}
 	}
-	if changed == 0 {
+	if len(changed) == 0 {
 		t.Fatal("the plants changed no script")
 	}
 	t.Cleanup(func() {
@@ -97,6 +98,41 @@ func plantScripts(t *testing.T, plants ...plant) {
 			*b.s = before[i]
 		}
 	})
+	return changed
+}
+
+// acquireScripts are the scripts that take the lease, one per policy (drop and delay
+// share acquire.lua), and the step each must call in its own part, after the shared
+// steps: a plant in that step reaches every policy.
+func acquireScripts(step ...string) map[string][]string {
+	m := map[string][]string{}
+	for _, name := range []string{"acquire", "acquire_scoped", "acquire_or_queue", "acquire_or_deliver", "acquire_or_wait", "acquire_or_supersede"} {
+		m[name] = step
+	}
+	return m
+}
+
+// requireHits fails the test unless each script of hits was changed by the plant and,
+// after the shared steps it is built on, calls one of its steps.
+func requireHits(t *testing.T, changed map[string]string, hits map[string][]string) {
+	t.Helper()
+	for name, steps := range hits {
+		src, ok := changed[name]
+		if !ok {
+			t.Fatalf("the plant did not change %s", name)
+		}
+		if !strings.HasPrefix(src, leaseLua) {
+			t.Fatalf("%s is not built on the planted lease steps", name)
+		}
+		own := strings.TrimPrefix(src, leaseLua)
+		calls := false
+		for _, s := range steps {
+			calls = calls || strings.Contains(own, s+"(")
+		}
+		if !calls {
+			t.Fatalf("%s calls none of %v: the plant does not reach its policy", name, steps)
+		}
+	}
 }
 
 // firstFailure runs TestModelLease's seeds [from, from+n) and stops at the first one
@@ -120,6 +156,9 @@ func TestModelLeasePlantedDefects(t *testing.T) {
 		name   string
 		plants []plant
 		props  []string // the properties that may catch it
+		// hits are the scripts the plant must reach, each with the steps one of which
+		// it calls (requireHits); nil for a plant in a step of one script.
+		hits map[string][]string
 	}{
 		{
 			// The release step's compare-and-delete without its compare: a stale run's
@@ -131,13 +170,15 @@ func TestModelLeasePlantedDefects(t *testing.T) {
 			props: []string{propHolder, propExclusive},
 		},
 		{
-			// The acquire step reads the fence counter and adds one without storing it:
-			// every acquire of the key gets the same fence.
+			// The acquire step's record (shared by take, line_take and the supersede
+			// policy's takeover) reads the fence counter and adds one without storing it:
+			// every acquire of the key, by any policy, gets the same fence.
 			name: "FenceDoesNotIncrease",
 			plants: []plant{{&leaseSteps,
-				"    local f = redis.call('INCR', fence)\n",
-				"    local f = tonumber(redis.call('GET', fence) or 0) + 1\n"}},
+				"  local f = redis.call('INCR', fence)\n",
+				"  local f = tonumber(redis.call('GET', fence) or 0) + 1\n"}},
 			props: []string{propFence},
+			hits:  acquireScripts("acquire", "take", "line_take", "record"),
 		},
 		{
 			// The release step deletes the queued follow-up and does not publish it.
@@ -148,20 +189,22 @@ func TestModelLeasePlantedDefects(t *testing.T) {
 			props: []string{propStranded},
 		},
 		{
-			// The acquire step without its "already mine" branch: the resent acquire
-			// after a lost reply finds its own token and reports the key busy.
+			// The acquire step without its "already mine" branch (own_repeat, shared by
+			// every policy): the resent acquire after a lost reply finds its own token
+			// and reports the key busy.
 			name: "RepeatReportsOwnLeaseBusy",
 			plants: []plant{{&leaseSteps,
-				"  local cur = redis.call('GET', lock)\n  if cur == token then\n",
-				"  local cur = redis.call('GET', lock)\n  if false then\n"}},
+				"  if cur ~= token then return nil, cur end\n",
+				"  if true then return nil, cur end\n"}},
 			props: []string{propAgrees},
+			hits:  acquireScripts("acquire", "own_repeat"),
 		},
 	}
 	e := newModelEnv(t)
 	from, n := modelRange(48)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			plantScripts(t, c.plants...)
+			requireHits(t, plantScripts(t, c.plants...), c.hits)
 			start := time.Now()
 			seed, cfg, err := e.firstFailure(from, n)
 			if err == nil {

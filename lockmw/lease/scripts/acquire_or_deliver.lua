@@ -1,4 +1,4 @@
--- acquire_or_deliver is acquire.lua for the deliver policy: when the lease is held, the
+-- acquire_or_deliver.lua (after lease.lua) is acquire.lua for the deliver policy: when the lease is held, the
 -- event becomes a follow-up of the run that holds it, in the same atomic step:
 --   1. its follow-up record is appended to the lease's mailbox (a stream in the lease's
 --      hash slot), unless the mailbox holds mailbox_max entries already ({3, depth}:
@@ -34,19 +34,10 @@
 -- acquired_at, message_id, pttl} or {0, owner, fence, acquired_at, message_id, pttl,
 -- mailbox_id, depth, dup} (dup: 1 a repeat, or a wake-up queued; 2 a wake-up with
 -- nothing left to wake for).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, tonumber(redis.call('HGET', KEYS[2], 'fence') or redis.call('GET', KEYS[3]) or 0)}
-end
-if ARGV[8] ~= '' then
-  local d = redis.call('GET', KEYS[5])
-  if d then
-    local ms, mid, rq = string.match(d, '^(%d+) (%S+) (%d+)')
-    local t = redis.call('TIME')
-    if rq and tonumber(ARGV[8]) < tonumber(rq) and t[1] * 1000 + math.floor(t[2] / 1000) >= tonumber(rq) then
-      return {2, tonumber(rq), mid}
-    end
-  end
-end
+local own = own_repeat(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+if own then return {1, own} end
+local sup = superseded_by_follow_up(KEYS[5], ARGV[8])
+if sup then return sup end
 if tonumber(ARGV[12]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('XLEN', KEYS[6]) == 0 then
   -- A wake-up that meets a free lease and an empty mailbox: a run took the lease since it
   -- was published and accounted for every follow-up it stood for. Nothing to run: it is
@@ -56,23 +47,17 @@ if tonumber(ARGV[12]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call
   local last = string.match(redis.call('GET', KEYS[5]) or '', '^%d+ (%S+)') or ''
   return {0, '', '', '', last, 0, '', 0, 2}
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.call('INCR', KEYS[3])
-  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'owner', ARGV[3], 'fence', fence,
-    'acquired_at', ARGV[4], 'message_id', ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return {1, fence}
-end
-local h = redis.call('HMGET', KEYS[2], 'owner', 'fence', 'acquired_at', 'message_id')
-local pttl = redis.call('PTTL', KEYS[1])
+local f = take(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if f then return {1, f} end
+local r = holder_busy(KEYS[1], KEYS[2])
 local n = tonumber(ARGV[12])
 local id, dup = '', 0
 local depth = redis.call('XLEN', KEYS[6])
-if ARGV[5] ~= '' and h[4] == ARGV[5] then
+if ARGV[5] ~= '' and r[5] == ARGV[5] then
   -- The holder's own entry, claimed by another consumer while the lease lives (its
   -- worker died mid-run): busy, and nothing more. Acked, it would never run again;
   -- left pending, it runs once the lease has expired.
-  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', pttl, '', depth, 0}
+  return {0, r[2], r[3], r[4], r[5], r[6], '', depth, 0}
 end
 if n == 0 then
   -- A wake-up (no follow-up of its own: the event a release republished for the
@@ -89,7 +74,7 @@ elseif redis.call('SISMEMBER', KEYS[7], ARGV[5]) == 1 then
   dup = 1
 else
   if depth >= tonumber(ARGV[9]) then
-    return {3, depth, h[1] or '', h[2] or '', h[3] or '', h[4] or '', pttl}
+    return holder_refused(KEYS[1], KEYS[2], depth)
   end
   local add = {'XADD', KEYS[6], '*'}
   for i = 14, 13 + n do table.insert(add, ARGV[i]) end
@@ -105,4 +90,4 @@ else
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
 end
 if #KEYS >= 8 then redis.call('XACK', KEYS[8], ARGV[10], ARGV[11]) end
-return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', pttl, id, depth, dup}
+return {0, r[2], r[3], r[4], r[5], r[6], id, depth, dup}

@@ -1,4 +1,4 @@
--- acquire_or_queue is acquire.lua for the coalesce policy: when the lease is held,
+-- acquire_or_queue.lua (after lease.lua) is acquire.lua for the coalesce policy: when the lease is held,
 -- the event is stored as the issue's one queued follow-up (newest wins) in the same
 -- atomic step, so it cannot slip between a holder's release and its drain.
 --
@@ -20,36 +20,23 @@
 --
 -- Safe to repeat, like acquire in lease.lua: a lock that already holds the token is the
 -- lease this script made on a try whose reply was lost.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, tonumber(redis.call('HGET', KEYS[2], 'fence') or redis.call('GET', KEYS[3]) or 0)}
-end
-if ARGV[8] ~= '' then
-  local d = redis.call('GET', KEYS[5])
-  if d then
-    local ms, mid, rq = string.match(d, '^(%d+) (%S+) (%d+)')
-    local t = redis.call('TIME')
-    -- As stepped_back in lease.lua: a clock stepped back since cannot compare.
-    if rq and tonumber(ARGV[8]) < tonumber(rq) and t[1] * 1000 + math.floor(t[2] / 1000) >= tonumber(rq) then
-      return {2, tonumber(rq), mid}
-    end
-  end
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.call('INCR', KEYS[3])
-  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'owner', ARGV[3], 'fence', fence,
-    'acquired_at', ARGV[4], 'message_id', ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return {1, fence}
-end
-local h = redis.call('HMGET', KEYS[2], 'owner', 'fence', 'acquired_at', 'message_id')
-if ARGV[5] ~= '' and h[4] == ARGV[5] then
+local own = own_repeat(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+if own then return {1, own} end
+local sup = superseded_by_follow_up(KEYS[5], ARGV[8])
+if sup then return sup end
+local f = take(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if f then return {1, f} end
+local r = holder_busy(KEYS[1], KEYS[2])
+if ARGV[5] ~= '' and r[5] == ARGV[5] then
   -- The holder's own entry, claimed by another consumer while the lease lives (its
   -- worker died mid-run): busy, not queued, or it would run twice.
-  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[1]), 0}
+  table.insert(r, 0)
+  return r
 end
 local replaced = redis.call('DEL', KEYS[4])
 local args = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5]}
 for i = 9, #ARGV do table.insert(args, ARGV[i]) end
 redis.call(unpack(args))
 redis.call('PEXPIRE', KEYS[4], ARGV[6])
-return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[1]), replaced}
+table.insert(r, replaced)
+return r

@@ -55,12 +55,9 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local pttl = redis.call('PTTL', lock)
 if pttl < 0 then pttl = tonumber(ttl_ms) end
-local f = redis.call('INCR', fence)
-redis.call('HSET', stop, old, (now + pttl) .. ' ' .. message_id .. ' ' .. f)
-if redis.call('PTTL', stop) < pttl then redis.call('PEXPIRE', stop, pttl) end
 redis.call('SET', lock, token, 'PX', ttl_ms)
 redis.call('DEL', info)
-redis.call('HSET', info, 'token', token, 'owner', ARGV[3], 'fence', f,
-  'acquired_at', ARGV[4], 'message_id', message_id, 'supersedes', h[2])
-redis.call('PEXPIRE', info, ttl_ms)
+local f = record(info, fence, token, ttl_ms, ARGV[3], ARGV[4], message_id, 'supersedes', h[2])
+redis.call('HSET', stop, old, (now + pttl) .. ' ' .. message_id .. ' ' .. f)
+if redis.call('PTTL', stop) < pttl then redis.call('PEXPIRE', stop, pttl) end
 return {1, f, stopping(stop, token), h[2], 1}

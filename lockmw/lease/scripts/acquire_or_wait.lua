@@ -30,22 +30,21 @@
 local o = {token = ARGV[1], ttl_ms = ARGV[2], owner = ARGV[3], acquired_at = ARGV[4], mid = ARGV[5],
   lid = ARGV[6], hold_ms = ARGV[7], seen_ttl = ARGV[9]}
 local k = line_keys(KEYS[1], KEYS[2], KEYS[3], 4)
-local cur = redis.call('GET', k.lock)
-if cur == o.token then
-  return {1, tonumber(redis.call('HGET', k.info, 'fence') or redis.call('GET', k.fence) or 0)}
-end
+local own, cur = own_repeat(k.lock, k.info, k.fence, o.token)
+if own then return {1, own} end
 local state = redis.call('HGET', k.seen, o.lid)
 local function ack()
   if #KEYS >= 7 then redis.call('XACK', KEYS[7], ARGV[11], ARGV[12]) end
 end
 local function busy(st, pos)
-  local h = redis.call('HMGET', k.info, 'owner', 'fence', 'acquired_at', 'message_id')
+  local r = holder_busy(k.lock, k.info)
   local oldest = 0
   local head, he = line_head(k.line)
   if head then oldest = he[2] end
   local stranded = 0
   if not cur and redis.call('EXISTS', k.turn) == 0 and head then stranded = 1 end
-  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', k.lock), st, pos, oldest, stranded}
+  for _, v in ipairs({st, pos, oldest, stranded}) do table.insert(r, v) end
+  return r
 end
 if state == 'r' then
   ack()
@@ -91,7 +90,6 @@ if state == 'w' or (state == 'h' and turn == o.lid) then
 end
 local n = redis.call('ZCARD', k.line)
 if n >= tonumber(ARGV[8]) then
-  local h = redis.call('HMGET', k.info, 'owner', 'fence', 'acquired_at', 'message_id')
-  return {3, n, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', k.lock)}
+  return holder_refused(k.lock, k.info, n)
 end
 return busy(1, join())

@@ -8,7 +8,7 @@
 -- KEYS: lock, info, fence. ARGV: token, ttl_ms, owner, acquired_at_ms, message_id,
 -- agent, issue. Returns {1, fence}, or a busy shared key's reply (see shared_busy).
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, shared_fence(KEYS[2], KEYS[3])}
+  return {1, held_fence(KEYS[2], KEYS[3])}
 end
 local busy = shared_busy(KEYS[1], KEYS[2])
 if busy then return busy end

@@ -13,27 +13,93 @@ local function stepped_back(ms)
   return t[1] * 1000 + math.floor(t[2] / 1000) < tonumber(ms)
 end
 
--- acquire: SET NX PX the token; on success take the next fence and write the
--- operator record, all in the one round trip. On conflict return the holder's record so
--- the caller can name the holder without a second round trip.
---
--- With an entry time (entry_ms, the ms part of the event's stream id), an event that
--- entered its stream before the last release of this lease by another event's run is
--- refused as superseded ({2, released_ms, released_message_id}): it waited in a
--- consumer's read-ahead buffer while the issue was being worked on, and would have been
--- dropped as locked had it been looked at then.
---
--- It is safe to repeat: when the lock already holds token (go-redis sent the script
--- again after the first try's reply was lost), it returns the lease that try made,
--- with its fence, instead of reporting the issue locked by its own holder.
---
--- Returns {1, fence}, {2, released_ms, released_message_id} or
--- {0, owner, fence, acquired_at, message_id, pttl}.
---
--- shared_fence is the fence a shared key (lock, info, fence) holds for the token that
--- already holds it: the repeat of an acquire whose reply was lost.
-local function shared_fence(info, fence)
+-- The acquire step, written once: lease.lua's acquire (acquire.lua, acquire_scoped.lua)
+-- and every policy's acquire (acquire_or_queue.lua, acquire_or_deliver.lua,
+-- acquire_or_wait.lua, acquire_or_supersede.lua) are built from these sub-steps, each
+-- policy keeping only what is its own.
+
+-- held_fence is the fence of a key (info, fence) that already holds the caller's token:
+-- the repeat of an acquire whose reply was lost.
+local function held_fence(info, fence)
   return tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)
+end
+
+-- own_repeat: an acquire is safe to repeat. When the lock already holds token (go-redis
+-- sent the script again after the first try's reply was lost), it returns the fence of
+-- the lease that try made, instead of reporting the key locked by its own holder.
+-- Returns that fence (nil when the lock does not hold token) and the lock's value.
+local function own_repeat(lock, info, fence, token)
+  local cur = redis.call('GET', lock)
+  if cur ~= token then return nil, cur end
+  return held_fence(info, fence), cur
+end
+
+-- record takes the next fence and writes the operator record of the lease token now
+-- holds (the caller has set the lock), with the given extra fields; it expires with
+-- the lease. Returns the fence.
+local function record(info, fence, token, ttl_ms, owner, acquired_at_ms, message_id, ...)
+  local f = redis.call('INCR', fence)
+  redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f,
+    'acquired_at', acquired_at_ms, 'message_id', message_id, ...)
+  redis.call('PEXPIRE', info, ttl_ms)
+  return f
+end
+
+-- take: SET NX PX the token; on success the next fence and the operator record, in the
+-- same step. Returns the fence, or nil when the lock is held.
+local function take(lock, info, fence, token, ttl_ms, owner, acquired_at_ms, message_id)
+  if not redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then return nil end
+  return record(info, fence, token, ttl_ms, owner, acquired_at_ms, message_id)
+end
+
+-- holder_busy is the busy reply, {0, owner, fence, acquired_at, message_id, pttl}, from
+-- the holder's record, so the caller can name the holder without a second round trip.
+-- A policy appends its own fields.
+local function holder_busy(lock, info)
+  local h = redis.call('HMGET', info, 'owner', 'fence', 'acquired_at', 'message_id')
+  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', lock)}
+end
+
+-- holder_refused is the reply of a policy that refuses an event because depth events
+-- wait already: {3, depth, owner, fence, acquired_at, message_id, pttl}.
+local function holder_refused(lock, info, depth)
+  local r = holder_busy(lock, info)
+  r[1] = 3
+  table.insert(r, 2, depth)
+  return r
+end
+
+-- superseded_by_release: with an entry time (entry_ms, the ms part of the event's
+-- stream id, or ''), an event that entered its stream before the last release of this
+-- lease by another event's run is refused as superseded ({2, released_ms,
+-- released_message_id}): it waited in a consumer's read-ahead buffer while the issue
+-- was being worked on, and would have been dropped as locked had it been looked at
+-- then. nil otherwise.
+local function superseded_by_release(done, entry_ms, message_id)
+  if entry_ms == '' then return nil end
+  local d = redis.call('GET', done)
+  if not d then return nil end
+  local ms, mid = string.match(d, '^(%d+) (%S+)')
+  if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= message_id and not stepped_back(ms) then
+    return {2, tonumber(ms), mid}
+  end
+  return nil
+end
+
+-- superseded_by_follow_up: the coalesce and deliver policies' superseded check. An event
+-- is superseded only if a queued follow-up was published after it entered its stream
+-- (the done record's third field, kept across releases): that newer follow-up stands
+-- for it ({2, published_ms, released_message_id}). nil otherwise: it is the follow-up
+-- nobody queued because it waited in a read-ahead buffer.
+local function superseded_by_follow_up(done, entry_ms)
+  if entry_ms == '' then return nil end
+  local d = redis.call('GET', done)
+  if not d then return nil end
+  local _, mid, rq = string.match(d, '^(%d+) (%S+) (%d+)')
+  if rq and tonumber(entry_ms) < tonumber(rq) and not stepped_back(rq) then
+    return {2, tonumber(rq), mid}
+  end
+  return nil
 end
 
 -- shared_busy is the reply for a shared key (lock, info) held by another run: a busy
@@ -49,59 +115,49 @@ end
 -- fence; its record names the agent and issue of the run holding it.
 local function shared_take(lock, info, fence, token, ttl_ms, owner, acquired_at_ms, message_id, agent, issue)
   redis.call('SET', lock, token, 'PX', ttl_ms)
-  local f = redis.call('INCR', fence)
-  redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f, 'agent', agent,
-    'issue', issue, 'acquired_at', acquired_at_ms, 'message_id', message_id)
-  redis.call('PEXPIRE', info, ttl_ms)
-  return f
+  return record(info, fence, token, ttl_ms, owner, acquired_at_ms, message_id, 'agent', agent, 'issue', issue)
 end
 
+-- acquire: take the lease (take), refused as superseded by a later release
+-- (superseded_by_release) and safe to repeat (own_repeat). On conflict it returns the
+-- holder's record (holder_busy).
+--
+-- Returns {1, fence}, {2, released_ms, released_message_id} or
+-- {0, owner, fence, acquired_at, message_id, pttl}.
+--
 -- With gfrom (acquire_scoped.lua), KEYS[gfrom..] are the lease's shared keys, in
 -- triples (lock, info, fence): taken with the lease, all or nothing, each with the same
 -- token and its own fence, its record naming agent and issue. A busy one is reported
 -- like a busy lease, with its holder's agent and its lock key appended. The fences of
 -- the shared keys follow the lease's in the reply.
 local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms, gfrom, agent, issue)
-  local cur = redis.call('GET', lock)
-  if cur == token then
-    local r = {1, tonumber(redis.call('HGET', info, 'fence') or redis.call('GET', fence) or 0)}
+  local own, cur = own_repeat(lock, info, fence, token)
+  if own then
+    local r = {1, own}
     if gfrom then
       for i = gfrom, #KEYS, 3 do
-        table.insert(r, shared_fence(KEYS[i + 1], KEYS[i + 2]))
+        table.insert(r, held_fence(KEYS[i + 1], KEYS[i + 2]))
       end
     end
     return r
   end
-  if entry_ms ~= '' then
-    local d = redis.call('GET', done)
-    if d then
-      local ms, mid = string.match(d, '^(%d+) (%S+)')
-      if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= message_id and not stepped_back(ms) then
-        return {2, tonumber(ms), mid}
-      end
-    end
-  end
+  local sup = superseded_by_release(done, entry_ms, message_id)
+  if sup then return sup end
   if gfrom and not cur then
     for i = gfrom, #KEYS, 3 do
       local busy = shared_busy(KEYS[i], KEYS[i + 1])
       if busy then return busy end
     end
   end
-  if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then
-    local f = redis.call('INCR', fence)
-    redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f,
-      'acquired_at', acquired_at_ms, 'message_id', message_id)
-    redis.call('PEXPIRE', info, ttl_ms)
-    local r = {1, f}
-    if gfrom then
-      for i = gfrom, #KEYS, 3 do
-        table.insert(r, shared_take(KEYS[i], KEYS[i + 1], KEYS[i + 2], token, ttl_ms, owner, acquired_at_ms, message_id, agent, issue))
-      end
+  local f = take(lock, info, fence, token, ttl_ms, owner, acquired_at_ms, message_id)
+  if not f then return holder_busy(lock, info) end
+  local r = {1, f}
+  if gfrom then
+    for i = gfrom, #KEYS, 3 do
+      table.insert(r, shared_take(KEYS[i], KEYS[i + 1], KEYS[i + 2], token, ttl_ms, owner, acquired_at_ms, message_id, agent, issue))
     end
-    return r
   end
-  local h = redis.call('HMGET', info, 'owner', 'fence', 'acquired_at', 'message_id')
-  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', lock)}
+  return r
 end
 
 -- publish_queued appends the queued follow-up q (HGETALL of the queue: its fields, and

@@ -34,10 +34,7 @@ end
 -- lid, hold_ms, seen_ttl.
 local function line_take(k, o)
   redis.call('SET', k.lock, o.token, 'PX', o.ttl_ms)
-  local f = redis.call('INCR', k.fence)
-  redis.call('HSET', k.info, 'token', o.token, 'owner', o.owner, 'fence', f,
-    'acquired_at', o.acquired_at, 'message_id', o.mid, 'lid', o.lid)
-  redis.call('PEXPIRE', k.info, o.ttl_ms)
+  local f = record(k.info, k.fence, o.token, o.ttl_ms, o.owner, o.acquired_at, o.mid, 'lid', o.lid)
   redis.call('SET', k.turn, o.lid, 'PX', o.hold_ms)
   redis.call('HSET', k.seen, o.lid, 'h')
   redis.call('PEXPIRE', k.seen, o.seen_ttl)
