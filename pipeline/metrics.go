@@ -66,11 +66,11 @@ func NewMetrics() *Metrics {
 				"(lost while in flight, labels converged), by target (labels, comment)."}, []string{"agent", "target", "outcome"}),
 	}
 	m.lines = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "lock_lines",
-		Help: "Keys with events waiting in their line (ON_CONFLICT wait), as the agent's line waker last found them."}, []string{"agent"})
+		Help: "Keys with events waiting in their line (busy policy wait), as the agent's line waker last found them."}, []string{"agent"})
 	m.waiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "lock_waiting",
-		Help: "Events waiting in the agent's lines (ON_CONFLICT wait)."}, []string{"agent"})
+		Help: "Events waiting in the agent's lines (busy policy wait)."}, []string{"agent"})
 	m.longest = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "lock_line_longest",
-		Help: "Events waiting in the agent's longest line (ON_CONFLICT wait): the most waiting for one key."}, []string{"agent"})
+		Help: "Events waiting in the agent's longest line (busy policy wait): the most waiting for one key."}, []string{"agent"})
 	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead, m.fenced, m.lines, m.waiting, m.longest)
 	return m
 }

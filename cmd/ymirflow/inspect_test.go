@@ -209,7 +209,7 @@ func TestLocksCommand(t *testing.T) {
 	}
 
 	out := o.ok("locks")
-	if !regexp.MustCompile(`RHEL-2 .* 2 +3-0`).MatchString(out) {
+	if !regexp.MustCompile(`RHEL-2 .* 2 +- +3-0`).MatchString(out) {
 		t.Errorf("table does not show RHEL-2's mailbox depth 2:\n%s", out)
 	}
 	for _, want := range []string{"AGENT", "OWNER", "FENCE", "TTL", "MAILBOX", "pod-a-0", "pod-b-0", "pod-a-1", "RHEL-2", "3-0"} {
@@ -613,5 +613,32 @@ func TestPendingShowsDelayedAndLocksShowScopes(t *testing.T) {
 	o.json(&locks, "locks", "--issue", "RHEL-7")
 	if len(locks.Leases) != 2 || locks.Leases[1].Scope != "issue" || locks.Leases[1].Key != "RHEL-7" || locks.Leases[1].Agent != "rebase" {
 		t.Errorf("locks --issue JSON = %+v", locks)
+	}
+}
+
+// Issue 37: the wait policy's line shows in locks ("2 waiting, oldest ...") and in
+// pending (WAITING FOR), though its events are acked.
+func TestLocksAndPendingShowTheLine(t *testing.T) {
+	o := newOpsEnv(t)
+	ctx := context.Background()
+	wait := func(id string) lease.AcquireOptions {
+		return lease.AcquireOptions{Owner: "pod-w-0", MessageID: id, Wait: &lease.WaitOptions{LineID: id,
+			Event: lease.QueuedEvent{Stream: o.stream("rebase", "c9s"), Fields: map[string]any{"x": "1"}}}}
+	}
+	holder, err := o.locker.Acquire(ctx, "rebase", "RHEL-9", wait("1-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = holder.Release(context.Background()) })
+	for _, id := range []string{"2-0", "3-0"} {
+		if _, err := o.locker.Acquire(ctx, "rebase", "RHEL-9", wait(id)); !errors.Is(err, lease.ErrLocked) {
+			t.Fatalf("event %s: %v", id, err)
+		}
+	}
+	if out := o.ok("locks"); !regexp.MustCompile(`RHEL-9 .* 0 +2 waiting, oldest \d+s +1-0`).MatchString(out) {
+		t.Errorf("locks does not show the line:\n%s", out)
+	}
+	if out := o.ok("pending"); !regexp.MustCompile(`WAITING FOR[\s\S]*rebase +RHEL-9 +2 waiting, oldest \d+s +pod-w-0`).MatchString(out) {
+		t.Errorf("pending does not show the line:\n%s", out)
 	}
 }

@@ -49,15 +49,15 @@ func listPending(ctx context.Context, s *session, cfg *config.Pending) error {
 		return writeJSON(stdout, inspect.PendingReport{Groups: groups})
 	}
 	filters := []string{"agent", cfg.Agent, "branch", cfg.Branch, "issue", cfg.Issue}
+	if err := listLines(ctx, s, cfg); err != nil {
+		return err
+	}
 	if len(groups) == 0 {
 		fmt.Fprintln(stdout, "no consumer groups yet (no worker has started on these streams)")
 		noteFilters(stderr, &cfg.Common, filters...)
 		return nil
 	}
 	if err := listDelayed(stdout, groups); err != nil {
-		return err
-	}
-	if err := listLines(ctx, s, cfg); err != nil {
 		return err
 	}
 	t := newTable(stdout, "STREAM", "GROUP", "PENDING", "OLDEST", "NEWEST", "CONSUMERS")

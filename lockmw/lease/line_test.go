@@ -117,10 +117,9 @@ func TestWaitLineHandsOverInOrder(t *testing.T) {
 				}
 			}
 			// A repeat joins once; a fourth waiting event is refused.
-			if _, err := w.acquire(ids[1], ids[1]); !errors.As(err, new(*lease.LockedError)) {
+			_, err = w.acquire(ids[1], ids[1])
+			if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Duplicate {
 				t.Fatalf("repeat: %v", err)
-			} else if le := err.(*lease.LockedError); !le.Duplicate {
-				t.Fatalf("repeat: %#v", le)
 			}
 			var full *lease.LineFullError
 			if _, err := w.acquire(ids[4], ids[4]); !errors.As(err, &full) || full.Waiting != 3 {
