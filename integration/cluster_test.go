@@ -29,7 +29,7 @@ func fakejiraIssue(key string) fakejira.Issue {
 // redisCluster is a local Redis Cluster of masters only, on loopback ports.
 type redisCluster struct {
 	ports []int
-	cmds  []*exec.Cmd
+	stops []func() // each node's: kill it and wait for it
 }
 
 // clusterPorts returns n ports p such that p and its cluster bus port p+10000 are free.
@@ -72,29 +72,28 @@ func startCluster(t *testing.T, n int) *redisCluster {
 	}
 	c := &redisCluster{ports: clusterPorts(t, n)}
 	t.Cleanup(func() {
-		for _, cmd := range c.cmds {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+		for _, stop := range c.stops {
+			stop()
 		}
 	})
 	var addrs []string
-	for _, p := range c.ports {
-		dir := t.TempDir()
-		cmd := exec.Command("redis-server", "--port", strconv.Itoa(p), "--bind", "127.0.0.1", "--dir", dir,
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
-			"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no")
-		logf, err := os.Create(filepath.Join(dir, "redis.log"))
-		if err != nil {
-			t.Fatal(err)
+	for i := range c.ports {
+		// A port found free may be taken before the server binds it (an outgoing
+		// connection's ephemeral port, another test's server): the server then exits, and
+		// the node starts again on another port.
+		for try := 0; ; try++ {
+			stop, err := startNode(t, c.ports[i])
+			if err == nil {
+				c.stops = append(c.stops, stop)
+				break
+			}
+			if try == 4 {
+				t.Fatalf("cluster node: %v", err)
+			}
+			t.Logf("cluster node on port %d: %v; trying another port", c.ports[i], err)
+			c.ports[i] = clusterPorts(t, 1)[0]
 		}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start redis-server --cluster-enabled: %v", err)
-		}
-		c.cmds = append(c.cmds, cmd)
-		addr := "127.0.0.1:" + strconv.Itoa(p)
-		addrs = append(addrs, addr)
-		waitPing(t, addr)
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(c.ports[i]))
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
@@ -118,17 +117,51 @@ func startCluster(t *testing.T, n int) *redisCluster {
 	return c
 }
 
-func waitPing(t *testing.T, addr string) {
+// startNode starts one cluster master on port p and waits until it answers PING. It
+// returns the function that stops it, or an error (with its log's tail) when the server
+// exits first or does not answer within 10 s; the server is then stopped.
+func startNode(t *testing.T, p int) (func(), error) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	dir := t.TempDir()
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(p), "--bind", "127.0.0.1", "--dir", dir,
+		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no")
+	logPath := filepath.Join(dir, "redis.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server --cluster-enabled: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	tail := func() string {
+		b, _ := os.ReadFile(logPath)
+		if len(b) > 600 {
+			b = b[len(b)-600:]
+		}
+		return string(b)
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(p), DisableIdentity: true, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for c.Ping(context.Background()).Err() != nil {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("redis-server on port %d exited before it answered:\n%s", p, tail())
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer within 10s", addr)
+			_ = cmd.Process.Kill()
+			<-exited
+			return nil, fmt.Errorf("redis-server on port %d did not answer within 10s:\n%s", p, tail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return func() { _ = cmd.Process.Kill(); <-exited }, nil
 }
 
 // URL is the REDIS_URL of the cluster: every node, comma-separated.
@@ -401,4 +434,23 @@ func groupScopeOnCluster(t *testing.T, rdb *redis.ClusterClient, a, b *lease.Loc
 	}
 	return [3]int64{rdb.ClusterKeySlot(ctx, first.Keys().Lock).Val(), rdb.ClusterKeySlot(ctx, first.Shared()[0].Keys.Lock).Val(),
 		rdb.ClusterKeySlot(ctx, second.Shared()[0].Keys.Lock).Val()}
+}
+
+// TestClusterNodeOnATakenPortIsReported: a node whose port was taken after it was found
+// free exits at once; startNode says so (and startCluster then picks another port)
+// rather than waiting 10 s for a server that is gone.
+func TestClusterNodeOnATakenPortIsReported(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stop, err := startNode(t, l.Addr().(*net.TCPAddr).Port)
+	if err == nil {
+		stop()
+		t.Fatal("a node started on a port another listener holds")
+	}
+	if !strings.Contains(err.Error(), "exited before it answered") {
+		t.Fatalf("want the exit reported: %v", err)
+	}
 }
