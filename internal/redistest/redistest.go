@@ -173,11 +173,13 @@ func DeleteNamespace(ctx context.Context, c redis.UniversalClient, ns string) {
 
 // Server is a private redis-server process on a free loopback port in a temp dir.
 type Server struct {
-	tb   testing.TB
-	dir  string
-	port int
-	args []string
-	cmd  *exec.Cmd
+	tb      testing.TB
+	dir     string
+	port    int
+	args    []string
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has exited (and been waited for)
+	started bool          // once started, a restart keeps the port
 }
 
 // ServerOptions tunes a private server.
@@ -224,34 +226,80 @@ func (s *Server) Client() *redis.Client {
 	return c
 }
 
-// Start (re)starts the process and waits until it answers PING.
+// Start (re)starts the process and waits until it answers PING. On the first start, a
+// port taken between FreePort and the server's bind (an outgoing connection's ephemeral
+// port, another test's server) makes the server exit: it starts again on another port.
+// A restart keeps its port (clients reconnect to it).
 func (s *Server) Start() {
 	s.tb.Helper()
+	first := !s.started
+	for try := 0; ; try++ {
+		err := s.start()
+		if err == nil {
+			s.started = true
+			return
+		}
+		if !first || try == 4 {
+			s.tb.Fatalf("redistest: %v", err)
+		}
+		s.tb.Logf("redistest: %v; trying another port", err)
+		s.port = FreePort(s.tb)
+		s.args[1] = strconv.Itoa(s.port) // s.args begins "--port", port
+	}
+}
+
+// start runs the process and waits until it answers PING; an error says why not (the
+// process exited first, or did not answer within 10 s), with its log's tail.
+func (s *Server) start() error {
 	s.cmd = exec.Command("redis-server", s.args...)
 	s.cmd.Dir = s.dir
-	logf, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano())))
+	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano()))
+	logf, err := os.Create(logPath)
 	if err == nil {
+		defer logf.Close()
 		s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	}
 	if err := s.cmd.Start(); err != nil {
 		s.tb.Fatalf("redistest: start redis-server: %v", err)
 	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(s.cmd, s.exited)
+	tail := func() string {
+		b, _ := os.ReadFile(logPath)
+		if len(b) > 600 {
+			b = b[len(b)-600:]
+		}
+		return string(b)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		conn, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
-		if err == nil {
-			_, _ = conn.Write([]byte("PING\r\n"))
-			buf := make([]byte, 64)
-			_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-			n, _ := conn.Read(buf)
-			_ = conn.Close()
-			if strings.HasPrefix(string(buf[:n]), "+PONG") {
-				return
-			}
+		select {
+		case <-s.exited:
+			s.cmd = nil
+			return fmt.Errorf("redis-server on %s exited before it answered:\n%s", s.Addr(), tail())
+		default:
+		}
+		if pong(s.Addr()) {
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.tb.Fatalf("redistest: redis-server on %s did not answer within 10s", s.Addr())
+	s.Stop()
+	return fmt.Errorf("redis-server on %s did not answer within 10s:\n%s", s.Addr(), tail())
+}
+
+// pong reports whether addr answers PING.
+func pong(addr string) bool {
+	conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = conn.Close() }()
+	_, _ = conn.Write([]byte("PING\r\n"))
+	buf := make([]byte, 64)
+	_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	n, _ := conn.Read(buf)
+	return strings.HasPrefix(string(buf[:n]), "+PONG")
 }
 
 // Stop kills the process (SIGKILL: no goodbye to clients) and waits for it.
@@ -261,7 +309,7 @@ func (s *Server) Stop() {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused process must wake to die
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
