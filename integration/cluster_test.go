@@ -131,7 +131,7 @@ func startNode(t *testing.T, p int) (func(), error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start redis-server --cluster-enabled: %v", err)

@@ -256,7 +256,7 @@ func (s *Server) start() error {
 	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano()))
 	logf, err := os.Create(logPath)
 	if err == nil {
-		defer logf.Close()
+		defer func() { _ = logf.Close() }()
 		s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	}
 	if err := s.cmd.Start(); err != nil {
