@@ -742,13 +742,7 @@ func TestModelMiddleware(t *testing.T) {
 	client := redis.NewClient(&opts)
 	t.Cleanup(func() { _ = client.Close() })
 	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client}
-	from, n := 1, 48
-	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
-		from, n = s, 1
-	}
-	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
-		n = v
-	}
+	from, n := modelRange(48)
 	start := time.Now()
 	failed := map[string]bool{}
 	for seed := from; seed < from+n; seed++ {
@@ -822,13 +816,7 @@ func TestModelMiddlewareRedisRestart(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3, DisableIdentity: true})
 	t.Cleanup(func() { _ = client.Close() })
 	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client, srv: srv}
-	from, n := 1, 4
-	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
-		from, n = s, 1
-	}
-	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
-		n = v
-	}
+	from, n := modelRange(4)
 	start := time.Now()
 	for seed := from; seed < from+n; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 3535))
@@ -863,13 +851,7 @@ func TestModelMiddlewareLaggingReplica(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client, srv: srv, replica: replica}
 	t.Cleanup(replica.Resume)
-	from, n := 1, 8
-	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
-		from, n = s, 1
-	}
-	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
-		n = v
-	}
+	from, n := modelRange(8)
 	start := time.Now()
 	for seed := from; seed < from+n; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 3636))
@@ -885,4 +867,17 @@ func TestModelMiddlewareLaggingReplica(t *testing.T) {
 		}
 	}
 	t.Logf("%d seeds of 30 steps with a lagging replica in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// modelRange is the seeds to run, as lockmw/lease's: MODEL_SEED (default 1) on,
+// MODEL_SEEDS of them (default def; 1 when MODEL_SEED alone is set).
+func modelRange(def int) (from, n int) {
+	from, n = 1, def
+	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
+		from, n = s, 1
+	}
+	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
+		n = v
+	}
+	return from, n
 }
