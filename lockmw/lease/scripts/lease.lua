@@ -131,6 +131,23 @@ end
 -- like a busy lease, with its holder's agent and its lock key appended. The fences of
 -- the shared keys follow the lease's in the reply.
 local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms, gfrom, agent, issue)
+  if not gfrom then
+    -- The lease's own key alone: the SET NX comes first, so the common case (a free
+    -- key) costs no GET of it. A superseded event's SET is undone in this same atomic
+    -- step (it wrote nothing else); a held key then goes through the same checks, in
+    -- the same order, as below: its own repeat, superseded, busy.
+    if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then
+      local sup = superseded_by_release(done, entry_ms, message_id)
+      if sup then
+        redis.call('DEL', lock)
+        return sup
+      end
+      return {1, record(info, fence, token, ttl_ms, owner, acquired_at_ms, message_id)}
+    end
+    local own = own_repeat(lock, info, fence, token)
+    if own then return {1, own} end
+    return superseded_by_release(done, entry_ms, message_id) or holder_busy(lock, info)
+  end
   local own, cur = own_repeat(lock, info, fence, token)
   if own then
     local r = {1, own}
@@ -239,9 +256,16 @@ local function release(k, o)
       -- release would make the follow-up count as superseded by the run it follows.
       local pms = tonumber(o.published_ms or '')
       if pms and pms < now then now = pms end
-      local rq = string.match(redis.call('GET', done) or '', '^%d+ %S+ (%d+)') or '0'
-      if #q > 0 then rq = now end
-      redis.call('SET', done, now .. ' ' .. o.mid .. ' ' .. rq, 'PX', 86400000)
+      -- The follow-up field is kept from the record this one replaces: read by the
+      -- SET itself (GET), and written again only in the rare case that it was set.
+      if #q > 0 then
+        redis.call('SET', done, now .. ' ' .. o.mid .. ' ' .. now, 'PX', 86400000)
+      else
+        local rec = now .. ' ' .. o.mid .. ' '
+        local old = redis.call('SET', done, rec .. '0', 'PX', 86400000, 'GET')
+        local rq = string.match(old or '', '^%d+ %S+ (%d+)')
+        if rq and rq ~= '0' then redis.call('SET', done, rec .. rq, 'PX', 86400000) end
+      end
     end
     released = 1
   end
