@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,20 +35,40 @@ const drainEvents = 5000
 // own usec includes its commands', which also count on their own: an upper bound for
 // the router), cpu-us is INFO cpu's (everything the server did, I/O included).
 // BENCH_COMMANDSTATS=1 lists the router's commands per event on stderr.
+//
+// DRAIN_BESIDE, when set, names a program that drains beside them, on the same server
+// in the same run (docs/architecture.md, "Cost per event": an asynq server, built
+// outside the repo): `$DRAIN_BESIDE enqueue ADDR N` puts N tasks in, unmeasured, then
+// `$DRAIN_BESIDE drain ADDR N C` works them off with concurrency C
+// (DRAIN_BESIDE_CONCURRENCY, default 1) and prints the nanoseconds it took; its
+// figures are reported as beside-*.
 func BenchmarkDrainBesideFloor(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
-	var floor, router drainCost
+	var floor, router, beside drainCost
 	for i := 0; i < b.N; i++ {
 		floor.add(measureDrain(b, rdb, "floor"+strconv.Itoa(i), drainFloor))
 		router.add(measureDrain(b, rdb, "router"+strconv.Itoa(i), func(ctx context.Context, b *testing.B, rdb *redis.Client, ns string) {
 			drainRouter(ctx, b, rdb, srv.URL(), ns)
 		}))
+		if prog := os.Getenv("DRAIN_BESIDE"); prog != "" {
+			beside.add(measureBeside(b, rdb, srv.Addr(), prog))
+		}
 	}
 	if os.Getenv("BENCH_COMMANDSTATS") != "" {
 		for name, n := range router.calls {
 			fmt.Fprintf(os.Stderr, "router %s: %.2f/event\n", name, float64(n)/float64(router.events))
 		}
+		for name, n := range beside.calls {
+			fmt.Fprintf(os.Stderr, "beside %s: %.2f/event\n", name, float64(n)/float64(beside.events))
+		}
+	}
+	if beside.events > 0 {
+		b.ReportMetric(beside.rate(), "beside-events/s")
+		b.ReportMetric(router.rate()/beside.rate(), "router/beside")
+		b.ReportMetric(beside.perEvent(beside.total()), "beside-cmds/event")
+		b.ReportMetric(beside.perEvent(float64(beside.usec)), "beside-cmd-us/event")
+		b.ReportMetric(beside.perEvent(float64(beside.cpu.Microseconds())), "beside-cpu-us/event")
 	}
 	b.ReportMetric(floor.rate(), "floor-events/s")
 	b.ReportMetric(router.rate(), "router-events/s")
@@ -139,6 +160,43 @@ func measureDrain(b *testing.B, rdb *redis.Client, ns string, drain func(context
 		}
 		if n > 0 {
 			d.calls[name] = n
+		}
+	}
+	return d
+}
+
+// measureBeside runs DRAIN_BESIDE's drain of drainEvents tasks (see
+// BenchmarkDrainBesideFloor) with the server's commandstats and CPU deltas around it;
+// the rate is from the time the program reports (its own start left out).
+func measureBeside(b *testing.B, rdb *redis.Client, addr, prog string) drainCost {
+	ctx := context.Background()
+	n := strconv.Itoa(drainEvents)
+	if out, err := exec.Command(prog, "enqueue", addr, n).CombinedOutput(); err != nil {
+		b.Fatalf("%s enqueue: %v\n%s", prog, err, out)
+	}
+	conc := os.Getenv("DRAIN_BESIDE_CONCURRENCY")
+	if conc == "" {
+		conc = "1"
+	}
+	calls0, usec0 := commandStats(ctx, b, rdb)
+	cpu0 := redisCPU(ctx, b, rdb)
+	out, err := exec.Command(prog, "drain", addr, n, conc).Output()
+	if err != nil {
+		b.Fatalf("%s drain: %v", prog, err)
+	}
+	cpu1 := redisCPU(ctx, b, rdb)
+	calls1, usec1 := commandStats(ctx, b, rdb)
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		b.Fatalf("%s drain printed %q, not nanoseconds", prog, out)
+	}
+	d := drainCost{events: drainEvents, elapsed: time.Duration(ns), calls: map[string]int64{}, usec: usec1 - usec0, cpu: cpu1 - cpu0}
+	for name, c := range calls1 {
+		if c -= calls0[name]; name == "info" {
+			c -= 3 // the INFO commandstats and the two INFO cpu above
+		}
+		if c > 0 {
+			d.calls[name] = c
 		}
 	}
 	return d
