@@ -411,7 +411,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 		if l.opts.Format == KeysCluster && len(ao.Shared) > 1 {
 			return nil, fmt.Errorf("%w: AcquireOptions.Shared: on Redis Cluster a lease holds at most one shared key", ErrBadScope)
 		}
-		a.keys = l.ScopedKeys(agent, issue, ao.Shared)
+		a.keys = l.scopedKeys(agent, issue, ao.Shared)
 		a.apart = l.apart(ao.Shared)
 		for _, sk := range ao.Shared {
 			a.shared = append(a.shared, l.SharedKeys(sk))
