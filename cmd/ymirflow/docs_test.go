@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ymirflow/ymirflow/lockmw"
 )
 
 // codePath is a path in backquotes in the docs: a package, a Go file, Lua scripts or a
@@ -36,5 +38,30 @@ func TestCodeMapPathsExist(t *testing.T) {
 	}
 	if n < 100 {
 		t.Fatalf("docs/development.md: only %d paths in the code map and glossary", n)
+	}
+}
+
+// The glossary of docs/development.md has a row for every busy policy the middleware
+// parses (a new policy comes with its term).
+func TestGlossaryNamesEveryPolicy(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "development.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	start := strings.Index(text, "## Glossary")
+	if start < 0 {
+		t.Fatal("docs/development.md: no Glossary")
+	}
+	glossary := text[start:]
+	policyRow, _, _ := strings.Cut(glossary[strings.Index(glossary, "\n| policy |")+1:], "\n")
+	for _, p := range []lockmw.Policy{lockmw.Drop, lockmw.Coalesce, lockmw.Deliver, lockmw.Delay, lockmw.Supersede, lockmw.Wait} {
+		if !strings.Contains(glossary, "\n| "+string(p)+" |") {
+			t.Errorf("the glossary has no row for the busy policy %s", p)
+		}
+		if !strings.Contains(policyRow, string(p)) {
+			t.Errorf("the glossary's policy row %q does not list %s", policyRow, p)
+		}
 	}
 }
