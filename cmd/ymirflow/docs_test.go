@@ -65,3 +65,46 @@ func TestGlossaryNamesEveryPolicy(t *testing.T) {
 		}
 	}
 }
+
+// goFile is a Go file's name in a doc comment.
+var goFile = regexp.MustCompile(`\b[a-z0-9_]+\.go\b`)
+
+// Issue 36: a package doc whose "Files:" list names its files names every file of the
+// package, and only files that exist (two such lists had gone stale).
+func TestDocFilesListsAreTrue(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	docs, err := filepath.Glob(filepath.Join(root, "*", "*", "doc.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob(filepath.Join(root, "*", "doc.go"))
+	checked := 0
+	for _, doc := range append(docs, more...) {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "Files:") {
+			continue
+		}
+		checked++
+		dir := filepath.Dir(doc)
+		named := map[string]bool{}
+		for _, f := range goFile.FindAllString(string(b), -1) {
+			named[f] = true
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Errorf("%s names %s, which does not exist", doc, f)
+			}
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if base := filepath.Base(f); !strings.HasSuffix(base, "_test.go") && !named[base] {
+				t.Errorf("%s: its Files list does not name %s", doc, base)
+			}
+		}
+	}
+	if checked < 2 {
+		t.Fatalf("only %d package docs with a Files list (lockmw, lockmw/lease have one)", checked)
+	}
+}
