@@ -34,13 +34,50 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	worker, operator := client("redis-url"), client("operator-url")
 	workerOpts, _ := pipeline.ClientOptions(strings.Replace(secretValue(sec, "redis-url"), "valkey:6379", srv.Addr(), 1))
 	topo := event.Topology{} // the deployed namespace, ymir
-	noperm := func(what string, err error) {
-		t.Helper()
-		if err != nil && strings.Contains(err.Error(), "NOPERM") {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
 
+	aclConsumerClaim(t, ctx, admin, worker, topo)
+	wlocker := aclWorkerRouter(t, ctx, admin, worker, operator, workerOpts, topo)
+
+	// Every operator command.
+	olocker, err := lease.New(operator, lease.Options{Scope: topo.LockScope(), TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := inspect.New(inspect.Config{Client: operator, Topology: topo, Locker: olocker, MaxLen: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	le, err := wlocker.Acquire(ctx, "rebase", "RHEL-9", lease.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("worker acquire: %v", err)
+	}
+	defer le.Release(ctx)
+	_, err = in.Pending(ctx, inspect.PendingFilter{})
+	nopermFatal(t, "pending", err)
+	locks, err := in.Locks(ctx, inspect.LockFilter{})
+	nopermFatal(t, "locks", err)
+	if len(locks) != 1 {
+		t.Errorf("operator sees %d leases, want 1", len(locks))
+	}
+	aclWorkerPolicies(t, ctx, worker, wlocker, topo)
+	_, err = in.Streams(ctx)
+	nopermFatal(t, "streams", err)
+	aclOperatorWrites(t, ctx, in)
+	auditACL(t, worker, operator, topo)
+	aclNothingElse(t, ctx, worker, operator, topo)
+}
+
+// nopermFatal fails the test when err is the server's NOPERM for what.
+func nopermFatal(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil && strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// aclConsumerClaim: the workers' user claims its consumer name and frees it.
+func aclConsumerClaim(t *testing.T, ctx context.Context, admin, worker redis.UniversalClient, topo event.Topology) {
+	t.Helper()
 	// The workers' user claims its consumer name (one process per name) and frees it.
 	claim, err := pipeline.ClaimConsumer(ctx, worker, topo, "triage", "w1", time.Second, zerolog.Nop())
 	if err != nil {
@@ -50,7 +87,13 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if n := admin.Exists(ctx, topo.ConsumerClaimKey("triage", "w1")).Val(); n != 0 {
 		t.Fatalf("worker user: the consumer name claim is left after Release")
 	}
+}
 
+// aclWorkerRouter runs a triage router on the workers' user over two events the
+// operators' user enqueues: it publishes downstream under its lease, records a result
+// and dead-letters the bad one. It returns the router's locker.
+func aclWorkerRouter(t *testing.T, ctx context.Context, admin, worker, operator redis.UniversalClient, workerOpts *redis.UniversalOptions, topo event.Topology) *lease.Locker {
+	t.Helper()
 	// The workers' user: a triage router that publishes downstream under its lease,
 	// records results, and dead-letters a bad event.
 	wlocker, err := lease.New(worker, lease.Options{Scope: topo.LockScope(), TTL: 3 * time.Second, Owner: "w1"})
@@ -114,28 +157,14 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("router: %v", err)
 	}
+	return wlocker
+}
 
-	// Every operator command.
-	olocker, err := lease.New(operator, lease.Options{Scope: topo.LockScope(), TTL: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := inspect.New(inspect.Config{Client: operator, Topology: topo, Locker: olocker, MaxLen: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	le, err := wlocker.Acquire(ctx, "rebase", "RHEL-9", lease.AcquireOptions{})
-	if err != nil {
-		t.Fatalf("worker acquire: %v", err)
-	}
-	defer le.Release(ctx)
-	_, err = in.Pending(ctx, inspect.PendingFilter{})
-	noperm("pending", err)
-	locks, err := in.Locks(ctx, inspect.LockFilter{})
-	noperm("locks", err)
-	if len(locks) != 1 {
-		t.Errorf("operator sees %d leases, want 1", len(locks))
-	}
+// aclWorkerPolicies: the workers' user holds a lease with a shared scope, supersedes a
+// run (the stop hash, its announcement on the eviction channel), and delays and
+// promotes an event.
+func aclWorkerPolicies(t *testing.T, ctx context.Context, worker redis.UniversalClient, wlocker *lease.Locker, topo event.Topology) {
+	t.Helper()
 	// The workers' user: a lease with a shared scope, and a delayed event (policy
 	// delay) kept and promoted.
 	sl, err := wlocker.Acquire(ctx, "backport", "RHEL-8", lease.AcquireOptions{
@@ -177,26 +206,29 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if n, _, err := event.Promote(ctx, worker, triage); err != nil || n != 1 {
 		t.Fatalf("worker promotes a delayed event: moved %d, %v", n, err)
 	}
-	_, err = in.Streams(ctx)
-	noperm("streams", err)
+}
+
+// aclOperatorWrites: every operator write, audited (as an operator, with a reason), and
+// the reads of the trail.
+func aclOperatorWrites(t *testing.T, ctx context.Context, in *inspect.Inspector) {
+	t.Helper()
 	// The operators' writes are audited: they run as an operator, with a reason.
-	octx := ctx
 	ctx = audit.WithOperator(ctx, audit.Operator{Who: "alice@laptop", From: "cli laptop", Reason: "acl test"})
-	_, err = in.History(ctx, "RHEL-1")
-	noperm("history", err)
+	_, err := in.History(ctx, "RHEL-1")
+	nopermFatal(t, "history", err)
 	_, err = in.Replay(ctx, inspect.ReplayOptions{Stream: "triage", Issue: "RHEL-1"})
-	noperm("replay", err)
+	nopermFatal(t, "replay", err)
 	dls, err := in.DeadLetters(ctx, inspect.DeadFilter{})
-	noperm("dlq list", err)
+	nopermFatal(t, "dlq list", err)
 	if len(dls) != 1 {
 		t.Fatalf("%d dead letters", len(dls))
 	}
 	_, err = in.Requeue(ctx, dls[0].ID)
-	noperm("dlq requeue", err)
+	nopermFatal(t, "dlq requeue", err)
 	_, err = in.ForceRelease(ctx, "rebase", "RHEL-9")
-	noperm("locks release", err)
+	nopermFatal(t, "locks release", err)
 	_, err = in.Purge(ctx, inspect.TimeID(time.Now()))
-	noperm("dlq purge", err)
+	nopermFatal(t, "dlq purge", err)
 	recs, err := in.Audit(ctx, audit.Filter{})
 	if err != nil || len(recs) != 4 {
 		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release and purge", len(recs), err)
@@ -205,10 +237,13 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 		t.Fatalf("operator user: history with the audit trail: %v", err)
 	}
 	_, err = in.Cost(ctx, "RHEL-9") // the console's issue page: the agents' ledger
-	noperm("cost", err)
-	ctx = octx
-	auditACL(t, worker, operator, topo)
+	nopermFatal(t, "cost", err)
+}
 
+// aclNothingElse: neither user can touch other keys or the server, and the operators'
+// user does not consume.
+func aclNothingElse(t *testing.T, ctx context.Context, worker, operator redis.UniversalClient, topo event.Topology) {
+	t.Helper()
 	// Nothing else.
 	for name, c := range map[string]redis.UniversalClient{"worker": worker, "operator": operator} {
 		for _, cmd := range [][]any{{"FLUSHALL"}, {"CONFIG", "GET", "*"}, {"KEYS", "*"}, {"SET", "other:key", "x"},

@@ -37,10 +37,13 @@ var targets = []string{"base", "overlays/dev", "overlays/prod"}
 
 // workers are the agent Deployments that issue 9 asks for, with the replicas
 // of the base (and prod); dev runs one of each.
-var workers = []struct {
+// workerSpec is one worker Deployment the overlays must build.
+type workerSpec struct {
 	name, agent, branch string
 	replicas            int32
-}{
+}
+
+var workers = []workerSpec{
 	{"ymirflow-triage", "triage", "", 2},
 	{"ymirflow-rebase-c9s", "rebase", "c9s", 2},
 	{"ymirflow-rebase-c10s", "rebase", "c10s", 2},
@@ -342,73 +345,7 @@ func TestWorkerDeployments(t *testing.T) {
 				t.Errorf("no Deployment %s", w.name)
 				continue
 			}
-			replicas := w.replicas
-			if b.target == "overlays/dev" {
-				replicas = 1
-			}
-			if d.Spec.Replicas == nil || *d.Spec.Replicas != replicas {
-				t.Errorf("%s: replicas %s, want %d", w.name, i32(d.Spec.Replicas), replicas)
-			}
-			st := d.Spec.Strategy
-			if st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil ||
-				st.RollingUpdate.MaxSurge == nil || st.RollingUpdate.MaxSurge.String() != "1" ||
-				st.RollingUpdate.MaxUnavailable == nil || st.RollingUpdate.MaxUnavailable.String() != "0" {
-				t.Errorf("%s: strategy %+v, want RollingUpdate maxSurge 1 maxUnavailable 0", w.name, st)
-			}
-			spec := d.Spec.Template.Spec
-			if spec.TerminationGracePeriodSeconds == nil || *spec.TerminationGracePeriodSeconds != graceSeconds {
-				t.Errorf("%s: terminationGracePeriodSeconds %s, want %d", w.name, i64(spec.TerminationGracePeriodSeconds), graceSeconds)
-			}
-			lb := d.Spec.Template.Labels
-			if lb["ymirflow.io/agent"] != w.agent || lb["ymirflow.io/branch"] != w.branch || lb["app.kubernetes.io/component"] != "worker" {
-				t.Errorf("%s: pod labels %v", w.name, lb)
-			}
-			if len(spec.Containers) != 1 {
-				t.Fatalf("%s: %d containers", w.name, len(spec.Containers))
-			}
-			c := &spec.Containers[0]
-			args := []string{"worker", "--agent", w.agent}
-			if w.branch != "" {
-				args = append(args, "--branch", w.branch)
-			}
-			if !slices.Equal(c.Command, []string{"ymirflow"}) || !slices.Equal(c.Args, args) {
-				t.Errorf("%s: runs %v %v, want [ymirflow] %v", w.name, c.Command, c.Args, args)
-			}
-			// Probes on the metrics port.
-			port := -1
-			for _, p := range c.Ports {
-				if p.Name == "metrics" {
-					port = int(p.ContainerPort)
-				}
-			}
-			if port < 0 {
-				t.Errorf("%s: no port named metrics", w.name)
-			}
-			for _, pr := range []struct {
-				name  string
-				probe *corev1.Probe
-				path  string
-			}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
-				if pr.probe == nil || pr.probe.HTTPGet == nil {
-					t.Errorf("%s: no HTTP %s probe", w.name, pr.name)
-					continue
-				}
-				g := pr.probe.HTTPGet
-				if g.Path != pr.path || (g.Port.String() != "metrics" && g.Port.IntValue() != port) {
-					t.Errorf("%s: %s probe %s on %s, want %s on the metrics port", w.name, pr.name, g.Path, g.Port.String(), pr.path)
-				}
-			}
-			// CONSUMER_NAME is the pod's name: stable across a container
-			// restart, unique per pod.
-			if e := envVar(c, "CONSUMER_NAME"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil ||
-				e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
-				t.Errorf("%s: CONSUMER_NAME is not the pod name (fieldRef metadata.name): %+v", w.name, e)
-			}
-			if b.target == "overlays/dev" {
-				if lim := c.Resources.Limits[corev1.ResourceMemory]; lim.Cmp(resource.MustParse("256Mi")) > 0 {
-					t.Errorf("%s: dev memory limit %s is not small", w.name, lim.String())
-				}
-			}
+			checkWorkerDeployment(t, b, w, d)
 		}
 		for name, d := range b.deployments {
 			if d.Spec.Template.Labels["app.kubernetes.io/component"] == "worker" && !want[name] {
@@ -416,6 +353,85 @@ func TestWorkerDeployments(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkWorkerDeployment checks worker w's Deployment d: replicas, rolling update,
+// grace period, pod labels, and its one container.
+func checkWorkerDeployment(t *testing.T, b *build, w workerSpec, d *appsv1.Deployment) {
+	t.Helper()
+	replicas := w.replicas
+	if b.target == "overlays/dev" {
+		replicas = 1
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != replicas {
+		t.Errorf("%s: replicas %s, want %d", w.name, i32(d.Spec.Replicas), replicas)
+	}
+	st := d.Spec.Strategy
+	if st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil ||
+		st.RollingUpdate.MaxSurge == nil || st.RollingUpdate.MaxSurge.String() != "1" ||
+		st.RollingUpdate.MaxUnavailable == nil || st.RollingUpdate.MaxUnavailable.String() != "0" {
+		t.Errorf("%s: strategy %+v, want RollingUpdate maxSurge 1 maxUnavailable 0", w.name, st)
+	}
+	spec := d.Spec.Template.Spec
+	if spec.TerminationGracePeriodSeconds == nil || *spec.TerminationGracePeriodSeconds != graceSeconds {
+		t.Errorf("%s: terminationGracePeriodSeconds %s, want %d", w.name, i64(spec.TerminationGracePeriodSeconds), graceSeconds)
+	}
+	lb := d.Spec.Template.Labels
+	if lb["ymirflow.io/agent"] != w.agent || lb["ymirflow.io/branch"] != w.branch || lb["app.kubernetes.io/component"] != "worker" {
+		t.Errorf("%s: pod labels %v", w.name, lb)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%s: %d containers", w.name, len(spec.Containers))
+	}
+	checkWorkerContainer(t, b, w, &spec.Containers[0])
+}
+
+// checkWorkerContainer checks worker w's container c: its command, its probes on the
+// metrics port, CONSUMER_NAME from the pod's name, and a small memory limit in dev.
+func checkWorkerContainer(t *testing.T, b *build, w workerSpec, c *corev1.Container) {
+	t.Helper()
+	args := []string{"worker", "--agent", w.agent}
+	if w.branch != "" {
+		args = append(args, "--branch", w.branch)
+	}
+	if !slices.Equal(c.Command, []string{"ymirflow"}) || !slices.Equal(c.Args, args) {
+		t.Errorf("%s: runs %v %v, want [ymirflow] %v", w.name, c.Command, c.Args, args)
+	}
+	// Probes on the metrics port.
+	port := -1
+	for _, p := range c.Ports {
+		if p.Name == "metrics" {
+			port = int(p.ContainerPort)
+		}
+	}
+	if port < 0 {
+		t.Errorf("%s: no port named metrics", w.name)
+	}
+	for _, pr := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
+		if pr.probe == nil || pr.probe.HTTPGet == nil {
+			t.Errorf("%s: no HTTP %s probe", w.name, pr.name)
+			continue
+		}
+		g := pr.probe.HTTPGet
+		if g.Path != pr.path || (g.Port.String() != "metrics" && g.Port.IntValue() != port) {
+			t.Errorf("%s: %s probe %s on %s, want %s on the metrics port", w.name, pr.name, g.Path, g.Port.String(), pr.path)
+		}
+	}
+	// CONSUMER_NAME is the pod's name: stable across a container
+	// restart, unique per pod.
+	if e := envVar(c, "CONSUMER_NAME"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil ||
+		e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("%s: CONSUMER_NAME is not the pod name (fieldRef metadata.name): %+v", w.name, e)
+	}
+	if b.target == "overlays/dev" {
+		if lim := c.Resources.Limits[corev1.ResourceMemory]; lim.Cmp(resource.MustParse("256Mi")) > 0 {
+			t.Errorf("%s: dev memory limit %s is not small", w.name, lim.String())
+		}
+	}
 }
 
 func TestPodHardening(t *testing.T) {
@@ -597,153 +613,195 @@ func TestValkey(t *testing.T) {
 		if ss == nil {
 			t.Fatal("no StatefulSet valkey")
 		}
-		if ss.Spec.Replicas == nil || *ss.Spec.Replicas != 1 {
-			t.Errorf("replicas %s, want 1", i32(ss.Spec.Replicas))
-		}
-		if len(ss.Spec.VolumeClaimTemplates) != 1 {
-			t.Fatalf("%d volumeClaimTemplates, want 1", len(ss.Spec.VolumeClaimTemplates))
-		}
-		pvc := ss.Spec.VolumeClaimTemplates[0]
-		if st := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; st.IsZero() {
-			t.Error("PVC without a storage request")
-		}
-		spec := ss.Spec.Template.Spec
-		if len(spec.Containers) != 1 {
-			t.Fatalf("%d containers", len(spec.Containers))
-		}
-		c := &spec.Containers[0]
-		mounts := map[string]string{}
-		for _, m := range c.VolumeMounts {
-			mounts[m.Name] = m.MountPath
-		}
-		if mounts[pvc.Name] != "/data" {
-			t.Errorf("PVC %s mounted at %q, want /data", pvc.Name, mounts[pvc.Name])
-		}
-
-		// The config file: from a mounted ConfigMap, named in the args.
-		var conf string
-		for _, v := range spec.Volumes {
-			if v.ConfigMap == nil {
-				continue
-			}
-			cm := b.configMaps[v.ConfigMap.Name]
-			if cm == nil {
-				t.Fatalf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
-			}
-			for key, text := range cm.Data {
-				if len(c.Args) > 0 && c.Args[0] == filepath.Join(mounts[v.Name], key) {
-					conf = text
-				}
-			}
-		}
-		if conf == "" {
-			t.Fatalf("valkey args %v do not name a mounted config file", c.Args)
-		}
-		kv := valkeyConf(conf)
-		for k, want := range map[string]string{
-			"appendonly": "yes", "appendfsync": "everysec", "maxmemory-policy": "noeviction", "dir": "/data",
-		} {
-			if kv[k] != want {
-				t.Errorf("valkey.conf %s = %q, want %q", k, kv[k], want)
-			}
-		}
-		if _, ok := kv["requirepass"]; ok {
-			t.Error("valkey.conf holds a password; it belongs in the Secret")
-		}
-		maxmem, err := parseMem(kv["maxmemory"])
-		limit := c.Resources.Limits[corev1.ResourceMemory]
-		if err != nil || maxmem <= 0 {
-			t.Errorf("valkey.conf maxmemory %q: want a size", kv["maxmemory"])
-		} else if 2*maxmem > limit.Value() {
-			t.Errorf("maxmemory %s is more than half the memory limit %s (AOF rewrites fork)", kv["maxmemory"], limit.String())
-		}
-
-		// No password on a command line (ps and /proc show it to the whole node): the
-		// users and their passwords are in the aclfile, a file of a Secret.
-		for _, a := range append(slices.Clone(c.Command), c.Args...) {
-			if strings.Contains(strings.ToLower(a), "pass") || strings.Contains(a, "$(") {
-				t.Errorf("valkey command line %v carries a password", append(c.Command, c.Args...))
-			}
-		}
-		aclPath := kv["aclfile"]
-		var aclRef *corev1.SecretVolumeSource
-		for _, v := range spec.Volumes {
-			if v.Secret == nil {
-				continue
-			}
-			for _, it := range v.Secret.Items {
-				if aclPath != "" && aclPath == filepath.Join(mounts[v.Name], it.Path) && it.Key == "users.acl" {
-					aclRef = v.Secret
-				}
-			}
-		}
-		if aclRef == nil {
-			t.Fatalf("valkey.conf aclfile %q is not the users.acl of a mounted Secret", aclPath)
-		}
-
-		// The Service and the ymirflow pods' REDIS_URL: a user of the aclfile.
-		svc := b.services["valkey"]
-		if svc == nil || !selects(&metav1.LabelSelector{MatchLabels: svc.Spec.Selector}, ss.Spec.Template.Labels) {
-			t.Fatal("no Service valkey selecting the valkey pods")
-		}
-		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 6379 {
-			t.Errorf("Service valkey ports %+v", svc.Spec.Ports)
-		}
-		sec := b.secrets[aclRef.SecretName]
-		var users map[string]aclUser
-		if sec != nil { // prod: created in the cluster
-			users = parseACL(t, secretValue(sec, "users.acl"))
-			if d, ok := users["default"]; !ok || d.on {
-				t.Error("users.acl leaves the default user on: every client must name itself")
-			}
-		}
-		for _, yc := range b.ymirflowContainers() {
-			if yc.c.Args[0] == "fakejira" {
-				continue
-			}
-			e := envVar(yc.c, "REDIS_URL")
-			if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != aclRef.SecretName {
-				t.Errorf("%s %s: REDIS_URL not from Secret %s: %+v", yc.pod.kind, yc.pod.name, aclRef.SecretName, e)
-				continue
-			}
-			if sec == nil {
-				continue
-			}
-			u, err := url.Parse(secretValue(sec, e.ValueFrom.SecretKeyRef.Key))
-			if err != nil {
-				t.Fatalf("REDIS_URL in Secret %s: %v", sec.Name, err)
-			}
-			if u.Hostname() != "valkey" || u.Port() != "6379" {
-				t.Errorf("Secret %s: REDIS_URL host %s, want valkey:6379", sec.Name, u.Host)
-			}
-			pw, _ := u.User.Password()
-			usr, ok := users[u.User.Username()]
-			switch {
-			case !ok || !usr.on:
-				t.Errorf("%s %s: REDIS_URL user %q is not an enabled user of users.acl", yc.pod.kind, yc.pod.name, u.User.Username())
-			case usr.password != pw:
-				t.Errorf("%s %s: REDIS_URL password differs from users.acl's for %s", yc.pod.kind, yc.pod.name, usr.name)
-			case !usr.leastPrivilege():
-				t.Errorf("user %s: rules %v are not least privilege (-@all first, no +@all, no ~* or allkeys)", usr.name, usr.rules)
-			}
-		}
-		// The readiness probe authenticates as a user of the aclfile, its password from
-		// the same Secret, through the environment.
-		probe := c.ReadinessProbe
-		if probe == nil || probe.Exec == nil {
-			t.Fatal("valkey has no exec readiness probe")
-		}
-		cmd := probe.Exec.Command
-		i := slices.Index(cmd, "--user")
-		auth := envVar(c, "REDISCLI_AUTH")
-		if i < 0 || i+1 >= len(cmd) || auth == nil || auth.ValueFrom == nil || auth.ValueFrom.SecretKeyRef == nil ||
-			auth.ValueFrom.SecretKeyRef.Name != aclRef.SecretName {
-			t.Fatalf("readiness probe %v / REDISCLI_AUTH %+v: want --user NAME and the password from Secret %s", cmd, auth, aclRef.SecretName)
-		}
-		if sec != nil && users[cmd[i+1]].password != secretValue(sec, auth.ValueFrom.SecretKeyRef.Key) {
-			t.Errorf("readiness probe: REDISCLI_AUTH is not %s's password", cmd[i+1])
-		}
+		c, mounts := valkeyContainer(t, ss)
+		kv := valkeyConfig(t, b, ss, c, mounts)
+		aclRef := valkeyACLSecret(t, ss, mounts, kv["aclfile"])
+		sec, users := valkeyServiceAndUsers(t, b, ss, aclRef)
+		checkRedisURLs(t, b, aclRef, sec, users)
+		checkValkeyProbe(t, c, aclRef, sec, users)
 	})
+}
+
+// valkeyContainer checks the StatefulSet's one replica, its PVC mounted at /data and its
+// one container; it returns the container and its mounts (volume name → path).
+func valkeyContainer(t *testing.T, ss *appsv1.StatefulSet) (*corev1.Container, map[string]string) {
+	t.Helper()
+	if ss.Spec.Replicas == nil || *ss.Spec.Replicas != 1 {
+		t.Errorf("replicas %s, want 1", i32(ss.Spec.Replicas))
+	}
+	if len(ss.Spec.VolumeClaimTemplates) != 1 {
+		t.Fatalf("%d volumeClaimTemplates, want 1", len(ss.Spec.VolumeClaimTemplates))
+	}
+	pvc := ss.Spec.VolumeClaimTemplates[0]
+	if st := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; st.IsZero() {
+		t.Error("PVC without a storage request")
+	}
+	spec := ss.Spec.Template.Spec
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers", len(spec.Containers))
+	}
+	c := &spec.Containers[0]
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	if mounts[pvc.Name] != "/data" {
+		t.Errorf("PVC %s mounted at %q, want /data", pvc.Name, mounts[pvc.Name])
+	}
+	return c, mounts
+}
+
+// valkeyConfig finds the config file (from a mounted ConfigMap, named in the args) and
+// checks its durability and memory settings, and that no password is in it or on the
+// command line. It returns the file's settings.
+func valkeyConfig(t *testing.T, b *build, ss *appsv1.StatefulSet, c *corev1.Container, mounts map[string]string) map[string]string {
+	t.Helper()
+	// The config file: from a mounted ConfigMap, named in the args.
+	var conf string
+	for _, v := range ss.Spec.Template.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		cm := b.configMaps[v.ConfigMap.Name]
+		if cm == nil {
+			t.Fatalf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
+		}
+		for key, text := range cm.Data {
+			if len(c.Args) > 0 && c.Args[0] == filepath.Join(mounts[v.Name], key) {
+				conf = text
+			}
+		}
+	}
+	if conf == "" {
+		t.Fatalf("valkey args %v do not name a mounted config file", c.Args)
+	}
+	kv := valkeyConf(conf)
+	for k, want := range map[string]string{
+		"appendonly": "yes", "appendfsync": "everysec", "maxmemory-policy": "noeviction", "dir": "/data",
+	} {
+		if kv[k] != want {
+			t.Errorf("valkey.conf %s = %q, want %q", k, kv[k], want)
+		}
+	}
+	if _, ok := kv["requirepass"]; ok {
+		t.Error("valkey.conf holds a password; it belongs in the Secret")
+	}
+	maxmem, err := parseMem(kv["maxmemory"])
+	limit := c.Resources.Limits[corev1.ResourceMemory]
+	if err != nil || maxmem <= 0 {
+		t.Errorf("valkey.conf maxmemory %q: want a size", kv["maxmemory"])
+	} else if 2*maxmem > limit.Value() {
+		t.Errorf("maxmemory %s is more than half the memory limit %s (AOF rewrites fork)", kv["maxmemory"], limit.String())
+	}
+
+	// No password on a command line (ps and /proc show it to the whole node): the
+	// users and their passwords are in the aclfile, a file of a Secret.
+	for _, a := range append(slices.Clone(c.Command), c.Args...) {
+		if strings.Contains(strings.ToLower(a), "pass") || strings.Contains(a, "$(") {
+			t.Errorf("valkey command line %v carries a password", append(c.Command, c.Args...))
+		}
+	}
+	return kv
+}
+
+// valkeyACLSecret returns the Secret volume whose users.acl is mounted at aclPath (the
+// config's aclfile).
+func valkeyACLSecret(t *testing.T, ss *appsv1.StatefulSet, mounts map[string]string, aclPath string) *corev1.SecretVolumeSource {
+	t.Helper()
+	var aclRef *corev1.SecretVolumeSource
+	for _, v := range ss.Spec.Template.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		for _, it := range v.Secret.Items {
+			if aclPath != "" && aclPath == filepath.Join(mounts[v.Name], it.Path) && it.Key == "users.acl" {
+				aclRef = v.Secret
+			}
+		}
+	}
+	if aclRef == nil {
+		t.Fatalf("valkey.conf aclfile %q is not the users.acl of a mounted Secret", aclPath)
+	}
+	return aclRef
+}
+
+// valkeyServiceAndUsers checks the Service valkey, and returns the ACL Secret and its
+// users when the build has it (prod: created in the cluster), the default user off.
+func valkeyServiceAndUsers(t *testing.T, b *build, ss *appsv1.StatefulSet, aclRef *corev1.SecretVolumeSource) (*corev1.Secret, map[string]aclUser) {
+	t.Helper()
+	// The Service and the ymirflow pods' REDIS_URL: a user of the aclfile.
+	svc := b.services["valkey"]
+	if svc == nil || !selects(&metav1.LabelSelector{MatchLabels: svc.Spec.Selector}, ss.Spec.Template.Labels) {
+		t.Fatal("no Service valkey selecting the valkey pods")
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 6379 {
+		t.Errorf("Service valkey ports %+v", svc.Spec.Ports)
+	}
+	sec := b.secrets[aclRef.SecretName]
+	var users map[string]aclUser
+	if sec != nil { // prod: created in the cluster
+		users = parseACL(t, secretValue(sec, "users.acl"))
+		if d, ok := users["default"]; !ok || d.on {
+			t.Error("users.acl leaves the default user on: every client must name itself")
+		}
+	}
+	return sec, users
+}
+
+// checkRedisURLs: every ymirflow pod's REDIS_URL comes from the ACL Secret and names an
+// enabled, least-privileged user of users.acl with its password, at valkey:6379.
+func checkRedisURLs(t *testing.T, b *build, aclRef *corev1.SecretVolumeSource, sec *corev1.Secret, users map[string]aclUser) {
+	t.Helper()
+	for _, yc := range b.ymirflowContainers() {
+		if yc.c.Args[0] == "fakejira" {
+			continue
+		}
+		e := envVar(yc.c, "REDIS_URL")
+		if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != aclRef.SecretName {
+			t.Errorf("%s %s: REDIS_URL not from Secret %s: %+v", yc.pod.kind, yc.pod.name, aclRef.SecretName, e)
+			continue
+		}
+		if sec == nil {
+			continue
+		}
+		u, err := url.Parse(secretValue(sec, e.ValueFrom.SecretKeyRef.Key))
+		if err != nil {
+			t.Fatalf("REDIS_URL in Secret %s: %v", sec.Name, err)
+		}
+		if u.Hostname() != "valkey" || u.Port() != "6379" {
+			t.Errorf("Secret %s: REDIS_URL host %s, want valkey:6379", sec.Name, u.Host)
+		}
+		pw, _ := u.User.Password()
+		usr, ok := users[u.User.Username()]
+		switch {
+		case !ok || !usr.on:
+			t.Errorf("%s %s: REDIS_URL user %q is not an enabled user of users.acl", yc.pod.kind, yc.pod.name, u.User.Username())
+		case usr.password != pw:
+			t.Errorf("%s %s: REDIS_URL password differs from users.acl's for %s", yc.pod.kind, yc.pod.name, usr.name)
+		case !usr.leastPrivilege():
+			t.Errorf("user %s: rules %v are not least privilege (-@all first, no +@all, no ~* or allkeys)", usr.name, usr.rules)
+		}
+	}
+}
+
+// checkValkeyProbe: the readiness probe authenticates as a user of the aclfile, its
+// password from the same Secret, through the environment.
+func checkValkeyProbe(t *testing.T, c *corev1.Container, aclRef *corev1.SecretVolumeSource, sec *corev1.Secret, users map[string]aclUser) {
+	t.Helper()
+	probe := c.ReadinessProbe
+	if probe == nil || probe.Exec == nil {
+		t.Fatal("valkey has no exec readiness probe")
+	}
+	cmd := probe.Exec.Command
+	i := slices.Index(cmd, "--user")
+	auth := envVar(c, "REDISCLI_AUTH")
+	if i < 0 || i+1 >= len(cmd) || auth == nil || auth.ValueFrom == nil || auth.ValueFrom.SecretKeyRef == nil ||
+		auth.ValueFrom.SecretKeyRef.Name != aclRef.SecretName {
+		t.Fatalf("readiness probe %v / REDISCLI_AUTH %+v: want --user NAME and the password from Secret %s", cmd, auth, aclRef.SecretName)
+	}
+	if sec != nil && users[cmd[i+1]].password != secretValue(sec, auth.ValueFrom.SecretKeyRef.Key) {
+		t.Errorf("readiness probe: REDISCLI_AUTH is not %s's password", cmd[i+1])
+	}
 }
 
 // aclUser is one "user NAME rule..." line of an ACL file.
@@ -1230,36 +1288,43 @@ func TestConsole(t *testing.T) {
 			len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "http" || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 			t.Fatalf("Service ymirflow-console %+v does not serve the console's pods inside the cluster", svc)
 		}
-		var pols []*networkingv1.NetworkPolicy
-		for _, np := range b.netPols {
-			if selects(&np.Spec.PodSelector, d.Spec.Template.Labels) && slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
-				pols = append(pols, np)
-			}
-		}
-		if len(pols) == 0 {
-			t.Fatal("no ingress NetworkPolicy selects the console's pods")
-		}
-		for _, np := range pols {
-			for _, rule := range np.Spec.Ingress {
-				if len(rule.From) == 0 {
-					t.Errorf("NetworkPolicy %s lets anyone reach the console", np.Name)
-				}
-				for _, peer := range rule.From {
-					if peer.IPBlock != nil || peer.NamespaceSelector != nil || peer.PodSelector == nil {
-						t.Errorf("NetworkPolicy %s peer %+v reaches beyond the namespace", np.Name, peer)
-					}
-				}
-				for _, p := range rule.Ports {
-					if p.Port == nil || (p.Port.String() != port && p.Port.String() != "http") {
-						t.Errorf("NetworkPolicy %s opens port %v, want only %s", np.Name, p.Port, port)
-					}
-				}
-				if len(rule.Ports) == 0 {
-					t.Errorf("NetworkPolicy %s opens every port", np.Name)
-				}
-			}
-		}
+		checkConsoleIngress(t, b, d, port)
 	})
+}
+
+// checkConsoleIngress: ingress NetworkPolicies select the console's pods (d) and let in
+// only pods of the namespace, on the console's port only.
+func checkConsoleIngress(t *testing.T, b *build, d *appsv1.Deployment, port string) {
+	t.Helper()
+	var pols []*networkingv1.NetworkPolicy
+	for _, np := range b.netPols {
+		if selects(&np.Spec.PodSelector, d.Spec.Template.Labels) && slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			pols = append(pols, np)
+		}
+	}
+	if len(pols) == 0 {
+		t.Fatal("no ingress NetworkPolicy selects the console's pods")
+	}
+	for _, np := range pols {
+		for _, rule := range np.Spec.Ingress {
+			if len(rule.From) == 0 {
+				t.Errorf("NetworkPolicy %s lets anyone reach the console", np.Name)
+			}
+			for _, peer := range rule.From {
+				if peer.IPBlock != nil || peer.NamespaceSelector != nil || peer.PodSelector == nil {
+					t.Errorf("NetworkPolicy %s peer %+v reaches beyond the namespace", np.Name, peer)
+				}
+			}
+			for _, p := range rule.Ports {
+				if p.Port == nil || (p.Port.String() != port && p.Port.String() != "http") {
+					t.Errorf("NetworkPolicy %s opens port %v, want only %s", np.Name, p.Port, port)
+				}
+			}
+			if len(rule.Ports) == 0 {
+				t.Errorf("NetworkPolicy %s opens every port", np.Name)
+			}
+		}
+	}
 }
 
 // The cluster overlay is prod without the in-namespace Valkey: every workload still

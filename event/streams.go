@@ -185,25 +185,15 @@ type Results struct {
 	outcomeTTL time.Duration
 }
 
-// DefaultOutcomeTTL is how long AddOnce remembers which record an append id made. An
+// defaultOutcomeTTL is how long AddOnce remembers which record an append id made. An
 // event whose ack failed is redelivered within MaxIdleTime plus a claim pass while any
 // worker of its agent runs; only an agent with no worker for this long sees its
 // outcome forgotten (docs/architecture.md, "One outcome per event").
-const DefaultOutcomeTTL = 30 * 24 * time.Hour
+const defaultOutcomeTTL = 30 * 24 * time.Hour
 
 // NewResults returns a writer of stream (Topology.Results()).
 func NewResults(rdb redis.UniversalClient, stream string, maxLen int64) *Results {
-	return &Results{rdb: rdb, stream: stream, maxLen: maxLen, outcomeTTL: DefaultOutcomeTTL}
-}
-
-// WithOutcomeTTL sets how long AddOnce's append ids are remembered (0:
-// DefaultOutcomeTTL) and returns r.
-func (r *Results) WithOutcomeTTL(d time.Duration) *Results {
-	if d <= 0 {
-		d = DefaultOutcomeTTL
-	}
-	r.outcomeTTL = d
-	return r
+	return &Results{rdb: rdb, stream: stream, maxLen: maxLen, outcomeTTL: defaultOutcomeTTL}
 }
 
 // WithRedactor makes r take secrets out of every record's text (outcome, detail) and
@@ -223,7 +213,7 @@ func (r *Results) Add(ctx context.Context, rec Record) (string, error) {
 
 // AddOnce is Add for a record that names what it is about: once (the event's or the
 // follow-up's own id) is its append id, remembered for the outcome TTL
-// (WithOutcomeTTL), so a second AddOnce with it, from this worker or any other, adds
+// (defaultOutcomeTTL), so a second AddOnce with it, from this worker or any other, adds
 // nothing and returns the first record's id. Recorded finds the record by once.
 func (r *Results) AddOnce(ctx context.Context, rec Record, once string) (string, error) {
 	if once == "" {

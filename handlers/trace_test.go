@@ -125,7 +125,6 @@ func TestOneTraceFromPublishToBackportOutcome(t *testing.T) {
 	pubBackport := spans.named(t, "publish "+backportStream)
 	procBackport := spans.named(t, backport)
 	runBackport := spans.named(t, "runner backport")
-	record := "record " + event.StageDone
 	if pubTriage.Parent.IsValid() {
 		t.Fatalf("the first publish has a parent %s: the trace starts there", pubTriage.Parent.SpanID())
 	}
@@ -134,11 +133,43 @@ func TestOneTraceFromPublishToBackportOutcome(t *testing.T) {
 	wantChild(t, procTriage, pubBackport)
 	wantChild(t, pubBackport, procBackport)
 	wantChild(t, procBackport, runBackport)
+	checkRecordAndJiraSpans(t, spans, pubTriage, procTriage, procBackport)
+	checkDeliverySpans(t, procTriage, procBackport)
+
+	// The entries carry the traceparent; the agent saw its runner span's.
+	for _, stream := range []string{triageStream, backportStream} {
+		entries := e.entries(stream)
+		if len(entries) != 1 || entries[0].Values["m:"+event.MetaTraceParent] == nil {
+			t.Fatalf("%s entries %v: no traceparent", stream, entries)
+		}
+	}
+	got, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := event.FormatTraceParent(runBackport.SpanContext); string(got) != want {
+		t.Fatalf("the agent saw TRACEPARENT=%q, want its runner span's %q", got, want)
+	}
+	// The outcome record names its trace, for the console's link.
+	recs := e.recordsOf("RHEL-300", "backport")
+	if len(recs) != 1 || recs[0]["trace_id"] != pubTriage.SpanContext.TraceID().String() {
+		t.Fatalf("backport records %v: want trace_id %s", recs, pubTriage.SpanContext.TraceID())
+	}
+	if procBackport.SpanKind != trace.SpanKindConsumer || pubBackport.SpanKind != trace.SpanKindProducer {
+		t.Fatalf("span kinds: process %v, publish %v", procBackport.SpanKind, pubBackport.SpanKind)
+	}
+}
+
+// checkRecordAndJiraSpans: the backport's outcome record is a child of its delivery,
+// the Jira writes (at least two) are fenced children of the deliveries, and every span
+// is in the trace of the first publish.
+func checkRecordAndJiraSpans(t *testing.T, spans spanIndex, pubTriage, procTriage, procBackport tracetest.SpanStub) {
+	t.Helper()
 	// Two outcome records (triage's and backport's) share a name: the backport's is
 	// the child of the backport delivery.
 	var backportRecord bool
 	for _, sp := range spans {
-		if sp.Name == record && sp.Parent.SpanID() == procBackport.SpanContext.SpanID() {
+		if sp.Name == "record "+event.StageDone && sp.Parent.SpanID() == procBackport.SpanContext.SpanID() {
 			backportRecord = true
 		}
 	}
@@ -165,7 +196,12 @@ func TestOneTraceFromPublishToBackportOutcome(t *testing.T) {
 			t.Fatalf("span %q is in trace %s, not the run's %s", sp.Name, sp.SpanContext.TraceID(), pubTriage.SpanContext.TraceID())
 		}
 	}
+}
 
+// checkDeliverySpans: the delivery spans carry the issue run's identity, and the lease's
+// outcome.
+func checkDeliverySpans(t *testing.T, procTriage, procBackport tracetest.SpanStub) {
+	t.Helper()
 	// The delivery spans carry the issue run's identity, and the lease's outcome.
 	for _, sp := range []tracetest.SpanStub{procTriage, procBackport} {
 		for _, k := range []string{"ymirflow.issue_key", "ymirflow.agent", "ymirflow.fence", "ymirflow.stream_id", "ymirflow.attempt", "ymirflow.consumer"} {
@@ -179,28 +215,5 @@ func TestOneTraceFromPublishToBackportOutcome(t *testing.T) {
 	}
 	if attrOf(procBackport, "ymirflow.branch") != "c9s" || attrOf(procBackport, "ymirflow.agent") != "backport" {
 		t.Fatalf("backport span attributes %v", procBackport.Attributes)
-	}
-
-	// The entries carry the traceparent; the agent saw its runner span's.
-	for _, stream := range []string{triageStream, backportStream} {
-		entries := e.entries(stream)
-		if len(entries) != 1 || entries[0].Values["m:"+event.MetaTraceParent] == nil {
-			t.Fatalf("%s entries %v: no traceparent", stream, entries)
-		}
-	}
-	got, err := os.ReadFile(seen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := event.FormatTraceParent(runBackport.SpanContext); string(got) != want {
-		t.Fatalf("the agent saw TRACEPARENT=%q, want its runner span's %q", got, want)
-	}
-	// The outcome record names its trace, for the console's link.
-	recs := e.recordsOf("RHEL-300", "backport")
-	if len(recs) != 1 || recs[0]["trace_id"] != pubTriage.SpanContext.TraceID().String() {
-		t.Fatalf("backport records %v: want trace_id %s", recs, pubTriage.SpanContext.TraceID())
-	}
-	if procBackport.SpanKind != trace.SpanKindConsumer || pubBackport.SpanKind != trace.SpanKindProducer {
-		t.Fatalf("span kinds: process %v, publish %v", procBackport.SpanKind, pubBackport.SpanKind)
 	}
 }

@@ -64,12 +64,7 @@ func TestRoutingTable(t *testing.T) {
 // Task and the results record.
 func TestTriageResolutions(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		name, resolution, branch string
-		user                     bool
-		label                    string
-		stream                   string // agent:branch[:todo], "" = none
-	}{
+	cases := []triageCase{
 		{"backport rhel-9", "backport", "rhel-9.6.0", false, "ymir_triaged_backport", "backport:c9s"},
 		{"rebase c8s", "rebase", "c8s", false, "ymir_triaged_rebase", "rebase:c9s"},
 		{"rebuild rhel-10", "rebuild", "rhel-10.1", false, "ymir_triaged_rebuild", "rebuild:c10s"},
@@ -81,81 +76,100 @@ func TestTriageResolutions(t *testing.T) {
 		{"not-affected", "not-affected", "c9s", false, "ymir_triaged_not_affected", ""},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			labels := []string{"ymir_todo", "cve"}
-			if !c.user {
-				labels = []string{"cve"}
-			}
-			e := newEnv(t, fakejira.Issue{Key: "RHEL-7", Labels: labels})
-			r := &fixed{res: triageResult(c.resolution, c.branch)}
-			r.res.Extra = map[string]json.RawMessage{"dist_git_namespace": json.RawMessage(`"rpms"`)}
-			r.during = func(ctx context.Context, req runners.RunRequest) {
-				// claimed while the runner runs: in_progress, trigger gone, one PUT
-				if got := e.labels("RHEL-7"); !contains(got, "ymir_triage_in_progress") || contains(got, "ymir_todo") {
-					t.Errorf("labels during the run: %v", got)
-				}
-			}
-			h := e.handler("triage", "", r)
-			msg := triageMsg(t, "rhel-7", c.user, `,"custom_field":{"x":1}`)
-			if err := attempt(h, msg, 1); err != nil {
-				t.Fatal(err)
-			}
-			e.wantLabels("RHEL-7", "cve", c.label)
-			if r.n() != 1 {
-				t.Fatalf("runner ran %d times", r.n())
-			}
-			var want []string
-			if c.stream != "" {
-				want = []string{e.topo.Namespace + ":" + c.stream}
-			}
-			got := e.streamsWithEntries()
-			if len(got) != len(want) || (len(want) == 1 && got[0] != want[0]) {
-				t.Fatalf("streams with entries %v, want %v", got, want)
-			}
-			recs := e.recordsOf("RHEL-7", "triage")
-			if len(recs) != 1 || recs[0]["event_type"] != event.StageDone || recs[0]["outcome"] != c.resolution {
-				t.Fatalf("results: %v", recs)
-			}
-			d := detail(t, recs[0])
-			if d["label"] != c.label || d["data"].(map[string]any)["package"] != "pkg" {
-				t.Fatalf("record detail %v", d)
-			}
-			if c.stream == "" {
-				return
-			}
-			if d["stream"] != want[0] || d["stream_id"] == "" {
-				t.Fatalf("record detail %v lacks the stream", d)
-			}
-			ents := e.entries(want[0])
-			out := event.DecodeEntry(want[0], ents[0].ID, ents[0].Values)
-			if out.Metadata.Get(event.MetaEventType) != c.resolution+".requested" ||
-				out.Metadata.Get(event.MetaIssueKey) != "RHEL-7" ||
-				out.Metadata.Get(event.MetaCorrelationID) != msg.Metadata.Get(event.MetaCorrelationID) ||
-				out.Metadata.Get(event.MetaCausationID) != msg.UUID ||
-				out.Metadata.Get(event.MetaUserTriggered) != map[bool]string{true: "true", false: "false"}[c.user] {
-				t.Fatalf("downstream metadata %v", out.Metadata)
-			}
-			task, err := event.ParseTask(out.Payload)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var tr struct {
-				Resolution string         `json:"resolution"`
-				Data       map[string]any `json:"data"`
-			}
-			_ = json.Unmarshal(task.Metadata["triage_result"], &tr)
-			if task.Str("jira_issue") != "RHEL-7" || task.Str("target_branch") != c.branch || tr.Resolution != c.resolution ||
-				tr.Data["jira_issue"] != "RHEL-7" || tr.Data["package"] != "pkg" || task.Str("dist_git_namespace") != "rpms" ||
-				task.UserTriggered != c.user || task.Attempts != 0 {
-				t.Fatalf("downstream task %s", out.Payload)
-			}
-			// unknown fields survive, at the top and in metadata
-			var all map[string]json.RawMessage
-			_ = json.Unmarshal(out.Payload, &all)
-			if string(all["origin"]) != `"test"` || string(task.Metadata["custom_field"]) != `{"x":1}` {
-				t.Fatalf("unknown fields lost: %s", out.Payload)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { triageResolution(t, c) })
+	}
+}
+
+// triageCase is one resolution of TestTriageResolutions.
+type triageCase struct {
+	name, resolution, branch string
+	user                     bool
+	label                    string
+	stream                   string // agent:branch[:todo], "" = none
+}
+
+// triageResolution runs triage on RHEL-7 to resolution c and checks the labels (during
+// and after the run), the streams, the results record and the downstream event.
+func triageResolution(t *testing.T, c triageCase) {
+	labels := []string{"ymir_todo", "cve"}
+	if !c.user {
+		labels = []string{"cve"}
+	}
+	e := newEnv(t, fakejira.Issue{Key: "RHEL-7", Labels: labels})
+	r := &fixed{res: triageResult(c.resolution, c.branch)}
+	r.res.Extra = map[string]json.RawMessage{"dist_git_namespace": json.RawMessage(`"rpms"`)}
+	r.during = func(ctx context.Context, req runners.RunRequest) {
+		// claimed while the runner runs: in_progress, trigger gone, one PUT
+		if got := e.labels("RHEL-7"); !contains(got, "ymir_triage_in_progress") || contains(got, "ymir_todo") {
+			t.Errorf("labels during the run: %v", got)
+		}
+	}
+	h := e.handler("triage", "", r)
+	msg := triageMsg(t, "rhel-7", c.user, `,"custom_field":{"x":1}`)
+	if err := attempt(h, msg, 1); err != nil {
+		t.Fatal(err)
+	}
+	e.wantLabels("RHEL-7", "cve", c.label)
+	if r.n() != 1 {
+		t.Fatalf("runner ran %d times", r.n())
+	}
+	var want []string
+	if c.stream != "" {
+		want = []string{e.topo.Namespace + ":" + c.stream}
+	}
+	got := e.streamsWithEntries()
+	if len(got) != len(want) || (len(want) == 1 && got[0] != want[0]) {
+		t.Fatalf("streams with entries %v, want %v", got, want)
+	}
+	recs := e.recordsOf("RHEL-7", "triage")
+	if len(recs) != 1 || recs[0]["event_type"] != event.StageDone || recs[0]["outcome"] != c.resolution {
+		t.Fatalf("results: %v", recs)
+	}
+	d := detail(t, recs[0])
+	if d["label"] != c.label || d["data"].(map[string]any)["package"] != "pkg" {
+		t.Fatalf("record detail %v", d)
+	}
+	if c.stream == "" {
+		return
+	}
+	if d["stream"] != want[0] || d["stream_id"] == "" {
+		t.Fatalf("record detail %v lacks the stream", d)
+	}
+	checkDownstream(t, e, c, msg, want[0])
+}
+
+// checkDownstream checks the one event of c's downstream stream: its metadata (type,
+// issue, correlation, causation, user trigger) and Task, unknown fields kept.
+func checkDownstream(t *testing.T, e *env, c triageCase, msg *message.Message, stream string) {
+	t.Helper()
+	ents := e.entries(stream)
+	out := event.DecodeEntry(stream, ents[0].ID, ents[0].Values)
+	if out.Metadata.Get(event.MetaEventType) != c.resolution+".requested" ||
+		out.Metadata.Get(event.MetaIssueKey) != "RHEL-7" ||
+		out.Metadata.Get(event.MetaCorrelationID) != msg.Metadata.Get(event.MetaCorrelationID) ||
+		out.Metadata.Get(event.MetaCausationID) != msg.UUID ||
+		out.Metadata.Get(event.MetaUserTriggered) != map[bool]string{true: "true", false: "false"}[c.user] {
+		t.Fatalf("downstream metadata %v", out.Metadata)
+	}
+	task, err := event.ParseTask(out.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		Resolution string         `json:"resolution"`
+		Data       map[string]any `json:"data"`
+	}
+	_ = json.Unmarshal(task.Metadata["triage_result"], &tr)
+	if task.Str("jira_issue") != "RHEL-7" || task.Str("target_branch") != c.branch || tr.Resolution != c.resolution ||
+		tr.Data["jira_issue"] != "RHEL-7" || tr.Data["package"] != "pkg" || task.Str("dist_git_namespace") != "rpms" ||
+		task.UserTriggered != c.user || task.Attempts != 0 {
+		t.Fatalf("downstream task %s", out.Payload)
+	}
+	// unknown fields survive, at the top and in metadata
+	var all map[string]json.RawMessage
+	_ = json.Unmarshal(out.Payload, &all)
+	if string(all["origin"]) != `"test"` || string(task.Metadata["custom_field"]) != `{"x":1}` {
+		t.Fatalf("unknown fields lost: %s", out.Payload)
 	}
 }
 

@@ -308,131 +308,184 @@ func (s *scenario) checkInvariants(o checkOptions) report {
 }
 
 func checkState(st *state, runs []run, issues []string, kills []time.Time, o checkOptions) report {
-	var rep report
-	v := func(format string, args ...any) {
-		rep.violations = append(rep.violations, fmt.Sprintf(format, args...))
-	}
-	rep.events = len(st.entries)
-	rep.runs = len(runs)
+	c := &checker{st: st, runs: runs, kills: kills, o: o}
+	c.rep.events = len(st.entries)
+	c.rep.runs = len(runs)
 
 	// 1. One terminal outcome per published event.
-	known := map[string]bool{}
-	killedBetween := func(a, b time.Time) bool {
-		for _, k := range kills {
-			if !k.Before(a.Add(-time.Millisecond)) && !k.After(b.Add(time.Millisecond)) {
-				return true
-			}
+	known := c.checkOutcomes()
+	checkPolicies(st, runs, kills, o, &c.rep, c.v)
+	c.checkStrays(known)
+	// 2, 3. The ledger: no overlap, fences increase.
+	c.checkLedger()
+	// 4. XPENDING empty.
+	for g, n := range st.pending {
+		if n != 0 {
+			c.v("XPENDING %s: %d entries left", g, n)
 		}
-		return false
 	}
-	for _, e := range st.entries {
+	// 5. Jira labels match the last terminal records.
+	if o.labels != nil {
+		c.checkLabels(issues)
+	}
+	return c.rep
+}
+
+// checker holds what checkState checks and the report it writes.
+type checker struct {
+	st    *state
+	runs  []run
+	kills []time.Time
+	o     checkOptions
+	rep   report
+}
+
+// v records a violation.
+func (c *checker) v(format string, args ...any) {
+	c.rep.violations = append(c.rep.violations, fmt.Sprintf(format, args...))
+}
+
+// killedBetween reports whether a worker was SIGKILLed between a and b (1 ms slack).
+func (c *checker) killedBetween(a, b time.Time) bool {
+	for _, k := range c.kills {
+		if !k.Before(a.Add(-time.Millisecond)) && !k.After(b.Add(time.Millisecond)) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOutcomes checks invariant 1 (one terminal outcome per published event) and
+// counts the outcomes; it returns the keys of every published entry.
+func (c *checker) checkOutcomes() map[string]bool {
+	known := map[string]bool{}
+	for _, e := range c.st.entries {
 		k := e.key()
 		known[k] = true
-		rs, ds := st.resultsOf[k], st.deadOf[k]
+		rs, ds := c.st.resultsOf[k], c.st.deadOf[k]
 		what := fmt.Sprintf("%s %s (%s %s)", e.stream, e.id, e.eventType, e.issue)
 		if len(rs) > 1 {
-			ok := o.crashDuplicates
-			for i := 1; ok && i < len(rs); i++ {
-				prev, cur := rs[i-1], rs[i]
-				pf, _ := strconv.ParseInt(str(prev.Values["fence"]), 10, 64)
-				cf, _ := strconv.ParseInt(str(cur.Values["fence"]), 10, 64)
-				pt, ct := streamid.Time(prev.ID), streamid.Time(cur.ID)
-				et, pet := str(cur.Values["event_type"]), str(prev.Values["event_type"])
-				ran := et == event.StageDone || et == event.StageFailed
-				// A redelivery after the kill may also meet another run of the issue
-				// (a shared scope's key held by another agent, a coalesced or delayed
-				// event's own run) and be handled by its busy policy instead.
-				met := !ran && slices.Contains(terminalTypes, et) && (pet == event.StageDone || pet == event.StageFailed) &&
-					!metOwnRun(cur, e)
-				if (ran && cf <= pf) || (!ran && !met) || !killedBetween(pt, ct) {
-					ok = false
-				}
-			}
-			if !ok {
-				v("%s has %d terminal records: %s", what, len(rs), describe(rs))
+			if !c.toleratedDuplicates(e, rs) {
+				c.v("%s has %d terminal records: %s", what, len(rs), describe(rs))
 				continue
 			}
-			rep.crashDuplicates = append(rep.crashDuplicates, fmt.Sprintf("%s: %s", what, describe(rs)))
+			c.rep.crashDuplicates = append(c.rep.crashDuplicates, fmt.Sprintf("%s: %s", what, describe(rs)))
 			rs = rs[len(rs)-1:]
 		}
 		switch {
 		case len(rs) == 0 && len(ds) == 1:
-			rep.dead++
+			c.rep.dead++
 		case len(rs) == 0 && len(ds) == 0:
-			v("%s has no terminal record", what)
+			c.v("%s has no terminal record", what)
 		case len(ds) > 1:
-			v("%s is dead-lettered %d times", what, len(ds))
+			c.v("%s is dead-lettered %d times", what, len(ds))
 		default:
-			r := rs[0]
-			switch et := str(r.Values["event_type"]); et {
-			case event.StageDone:
-				rep.done++
-				if len(ds) > 0 {
-					v("%s is done and dead-lettered", what)
-				}
-			case event.StageFailed:
-				rep.failed++
-				if len(ds) != 1 {
-					v("%s failed without its dead letter", what)
-				}
-			case event.LockDropped, event.LockCoalesced:
-				rep.dropped++
-				if metOwnRun(r, e) {
-					v("%s met its own earlier run as the holder: %s", what, describe(rs))
-				}
-				if str(r.Values["holder"]) == "" && str(r.Values["holder_message_id"]) == "" {
-					v("%s dropped without naming the holder: %s", what, describe(rs))
-				}
-				if len(ds) > 0 {
-					v("%s is dropped and dead-lettered", what)
-				}
-			case event.LockSuperseded:
-				// Only a newer event of the stream supersedes (stream ids compare).
-				rep.superseded++
-				if by := str(r.Values["holder_message_id"]); by == "" || streamid.Compare(by, e.id) <= 0 {
-					v("%s superseded by %q, not a newer entry: %s", what, by, describe(rs))
-				}
-				if len(ds) > 0 {
-					v("%s is superseded and dead-lettered", what)
-				}
-			case event.LockDelayed, event.LockDelivered:
-				if metOwnRun(r, e) {
-					v("%s met its own earlier run as the holder: %s", what, describe(rs))
-				}
-				if et == event.LockDelayed {
-					rep.delayed++
-				} else {
-					rep.delivered++
-				}
-				if len(ds) > 0 {
-					v("%s is %s and dead-lettered", what, et)
-				}
-			}
+			c.checkTerminal(e, rs, ds, what)
 		}
 	}
-	checkPolicies(st, runs, kills, o, &rep, v)
-	for k, rs := range st.resultsOf {
-		if !known[k] {
-			v("terminal record for an entry that is in no input stream: %s", describe(rs))
-		}
-	}
-	for k := range st.deadOf {
-		if !known[k] {
-			v("dead letter for an entry that is in no input stream: %s", k)
-		}
-	}
+	return known
+}
 
-	// 2, 3. The ledger: no overlap, fences increase.
+// toleratedDuplicates reports whether entry e's several terminal records rs are each
+// explained by a SIGKILL between two of them (allowed by checkOptions.crashDuplicates).
+func (c *checker) toleratedDuplicates(e streamEntry, rs []redis.XMessage) bool {
+	ok := c.o.crashDuplicates
+	for i := 1; ok && i < len(rs); i++ {
+		prev, cur := rs[i-1], rs[i]
+		pf, _ := strconv.ParseInt(str(prev.Values["fence"]), 10, 64)
+		cf, _ := strconv.ParseInt(str(cur.Values["fence"]), 10, 64)
+		pt, ct := streamid.Time(prev.ID), streamid.Time(cur.ID)
+		et, pet := str(cur.Values["event_type"]), str(prev.Values["event_type"])
+		ran := et == event.StageDone || et == event.StageFailed
+		// A redelivery after the kill may also meet another run of the issue
+		// (a shared scope's key held by another agent, a coalesced or delayed
+		// event's own run) and be handled by its busy policy instead.
+		met := !ran && slices.Contains(terminalTypes, et) && (pet == event.StageDone || pet == event.StageFailed) &&
+			!metOwnRun(cur, e)
+		if (ran && cf <= pf) || (!ran && !met) || !c.killedBetween(pt, ct) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// checkTerminal checks entry e's one terminal record rs[0] against its dead letters ds
+// and counts it by type.
+func (c *checker) checkTerminal(e streamEntry, rs, ds []redis.XMessage, what string) {
+	r := rs[0]
+	switch et := str(r.Values["event_type"]); et {
+	case event.StageDone:
+		c.rep.done++
+		if len(ds) > 0 {
+			c.v("%s is done and dead-lettered", what)
+		}
+	case event.StageFailed:
+		c.rep.failed++
+		if len(ds) != 1 {
+			c.v("%s failed without its dead letter", what)
+		}
+	case event.LockDropped, event.LockCoalesced:
+		c.rep.dropped++
+		if metOwnRun(r, e) {
+			c.v("%s met its own earlier run as the holder: %s", what, describe(rs))
+		}
+		if str(r.Values["holder"]) == "" && str(r.Values["holder_message_id"]) == "" {
+			c.v("%s dropped without naming the holder: %s", what, describe(rs))
+		}
+		if len(ds) > 0 {
+			c.v("%s is dropped and dead-lettered", what)
+		}
+	case event.LockSuperseded:
+		// Only a newer event of the stream supersedes (stream ids compare).
+		c.rep.superseded++
+		if by := str(r.Values["holder_message_id"]); by == "" || streamid.Compare(by, e.id) <= 0 {
+			c.v("%s superseded by %q, not a newer entry: %s", what, by, describe(rs))
+		}
+		if len(ds) > 0 {
+			c.v("%s is superseded and dead-lettered", what)
+		}
+	case event.LockDelayed, event.LockDelivered:
+		if metOwnRun(r, e) {
+			c.v("%s met its own earlier run as the holder: %s", what, describe(rs))
+		}
+		if et == event.LockDelayed {
+			c.rep.delayed++
+		} else {
+			c.rep.delivered++
+		}
+		if len(ds) > 0 {
+			c.v("%s is %s and dead-lettered", what, et)
+		}
+	}
+}
+
+// checkStrays: every terminal record and dead letter belongs to a published entry.
+func (c *checker) checkStrays(known map[string]bool) {
+	for k, rs := range c.st.resultsOf {
+		if !known[k] {
+			c.v("terminal record for an entry that is in no input stream: %s", describe(rs))
+		}
+	}
+	for k := range c.st.deadOf {
+		if !known[k] {
+			c.v("dead letter for an entry that is in no input stream: %s", k)
+		}
+	}
+}
+
+// checkLedger checks invariants 2 and 3 on the runner's ledger: every run ended, runs of
+// one key (or holding one shared key) never overlap, and fences increase.
+func (c *checker) checkLedger() {
 	byKey, byShared := map[string][]run{}, map[string][]run{}
-	for _, r := range runs {
+	for _, r := range c.runs {
 		if r.how == "open" {
-			v("run never ended: %s", r)
+			c.v("run never ended: %s", r)
 			continue
 		}
 		k := r.agent + " " + r.issue
 		byKey[k] = append(byKey[k], r)
-		if o.exclusive != nil {
-			for _, x := range o.exclusive(r) {
+		if c.o.exclusive != nil {
+			for _, x := range c.o.exclusive(r) {
 				byShared[x] = append(byShared[x], r)
 			}
 		}
@@ -443,7 +496,7 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 		slices.SortFunc(rs, func(a, b run) int { return a.start.Compare(b.start) })
 		for i := 1; i < len(rs); i++ {
 			if prev, cur := rs[i-1], rs[i]; cur.start.Before(prev.end) {
-				v("overlapping runs holding %s (by %s):\n  %s\n  %s", x, prev.end.Sub(cur.start), prev, cur)
+				c.v("overlapping runs holding %s (by %s):\n  %s\n  %s", x, prev.end.Sub(cur.start), prev, cur)
 			}
 		}
 	}
@@ -452,85 +505,93 @@ func checkState(st *state, runs []run, issues []string, kills []time.Time, o che
 		for i := 1; i < len(rs); i++ {
 			prev, cur := rs[i-1], rs[i]
 			if cur.start.Before(prev.end) {
-				v("overlapping runs (by %s):\n  %s\n  %s", prev.end.Sub(cur.start), prev, cur)
+				c.v("overlapping runs (by %s):\n  %s\n  %s", prev.end.Sub(cur.start), prev, cur)
 			}
 			sameLease := cur.fence == prev.fence && cur.workerPID == prev.workerPID && cur.msgID == prev.msgID &&
 				cur.attempt > prev.attempt
 			if cur.fence <= prev.fence && !sameLease {
-				v("fence does not increase:\n  %s\n  %s", prev, cur)
+				c.v("fence does not increase:\n  %s\n  %s", prev, cur)
 			}
 		}
 	}
+}
 
-	// 4. XPENDING empty.
-	for g, n := range st.pending {
-		if n != 0 {
-			v("XPENDING %s: %d entries left", g, n)
+// lastRecords returns, per issue, the last done/failed record of each agent and the
+// last skipped triage record.
+func (c *checker) lastRecords() (last map[string]map[string]redis.XMessage, skipped map[string]redis.XMessage) {
+	last = map[string]map[string]redis.XMessage{} // issue → agent → last done/failed record
+	skipped = map[string]redis.XMessage{}         // issue → last skipped triage record
+	for _, m := range c.st.results {
+		et := str(m.Values["event_type"])
+		if et != event.StageDone && et != event.StageFailed {
+			continue
 		}
+		if str(m.Values["outcome"]) == "skipped" {
+			skipped[str(m.Values["issue_key"])] = m
+			continue
+		}
+		is := str(m.Values["issue_key"])
+		if last[is] == nil {
+			last[is] = map[string]redis.XMessage{}
+		}
+		last[is][str(m.Values["agent"])] = m
 	}
+	return last, skipped
+}
 
-	// 5. Jira labels match the last terminal records.
-	if o.labels != nil {
-		last := map[string]map[string]redis.XMessage{} // issue → agent → last done/failed record
-		skipped := map[string]redis.XMessage{}         // issue → last skipped triage record
-		for _, m := range st.results {
-			et := str(m.Values["event_type"])
-			if et != event.StageDone && et != event.StageFailed {
-				continue
+// checkLabels checks invariant 5: each issue's Jira labels match its last terminal records.
+func (c *checker) checkLabels(issues []string) {
+	last, skipped := c.lastRecords()
+	for _, is := range issues {
+		have := c.o.labels(is)
+		for _, l := range have {
+			if strings.HasSuffix(l, "_in_progress") {
+				c.v("%s: stuck label %s (labels %v)", is, l, have)
 			}
-			if str(m.Values["outcome"]) == "skipped" {
-				skipped[str(m.Values["issue_key"])] = m
-				continue
-			}
-			is := str(m.Values["issue_key"])
-			if last[is] == nil {
-				last[is] = map[string]redis.XMessage{}
-			}
-			last[is][str(m.Values["agent"])] = m
 		}
-		for _, is := range issues {
-			have := o.labels(is)
-			for _, l := range have {
-				if strings.HasSuffix(l, "_in_progress") {
-					v("%s: stuck label %s (labels %v)", is, l, have)
-				}
-			}
-			tr, ok := last[is]["triage"]
-			if !ok {
-				// Its triage event ended as "skipped": a redelivery found the resolution
-				// label of a run that had published but not recorded (crash, lease lost).
-				// The downstream outcome still decides the labels.
-				for _, a := range event.Agents[1:] {
-					if dr, ok := last[is][a]; ok && (tr.Values == nil || streamid.Compare(dr.ID, tr.ID) > 0) {
-						tr = redis.XMessage{ID: dr.ID, Values: map[string]any{"event_type": event.StageDone, "outcome": a}}
-					}
-				}
-				if tr.Values == nil {
-					sk, ok := skipped[is]
-					if ok && slices.ContainsFunc(have, labels.IsTerminal) &&
-						strings.Contains(str(sk.Values["detail"]), "already handled") {
-						rep.resolutionLost = append(rep.resolutionLost, fmt.Sprintf("%s: labels %v, records %s", is, have,
-							describe(recordsOf(st, is))))
-						continue
-					}
-					v("%s: no triage outcome (labels %v); its records: %s", is, have, describe(recordsOf(st, is)))
-					continue
-				}
-			}
-			want, notWant := expectedLabels(tr, last[is])
-			if want == "" {
-				v("%s: no outcome to check the labels against: triage %s", is, describe([]redis.XMessage{tr}))
+		tr, ok := last[is]["triage"]
+		if !ok {
+			if tr, ok = c.triageStandIn(is, have, last[is], skipped); !ok {
 				continue
 			}
-			if !slices.Contains(have, want) {
-				v("%s: labels %v lack %s (last records: %s)", is, have, want, describeAll(last[is]))
-			}
-			if notWant != "" && slices.Contains(have, notWant) {
-				v("%s: labels %v still have %s (last records: %s)", is, have, notWant, describeAll(last[is]))
-			}
+		}
+		want, notWant := expectedLabels(tr, last[is])
+		if want == "" {
+			c.v("%s: no outcome to check the labels against: triage %s", is, describe([]redis.XMessage{tr}))
+			continue
+		}
+		if !slices.Contains(have, want) {
+			c.v("%s: labels %v lack %s (last records: %s)", is, have, want, describeAll(last[is]))
+		}
+		if notWant != "" && slices.Contains(have, notWant) {
+			c.v("%s: labels %v still have %s (last records: %s)", is, have, notWant, describeAll(last[is]))
 		}
 	}
-	return rep
+}
+
+// triageStandIn is the record that decides issue is's labels when it has no triage
+// done/failed record: its triage event ended as "skipped" (a redelivery found the
+// resolution label of a run that had published but not recorded: crash, lease lost), so
+// the newest downstream outcome stands in. ok is false when there is none (the issue is
+// reported, or tolerated as a lost resolution).
+func (c *checker) triageStandIn(is string, have []string, last map[string]redis.XMessage, skipped map[string]redis.XMessage) (tr redis.XMessage, ok bool) {
+	for _, a := range event.Agents[1:] {
+		if dr, ok := last[a]; ok && (tr.Values == nil || streamid.Compare(dr.ID, tr.ID) > 0) {
+			tr = redis.XMessage{ID: dr.ID, Values: map[string]any{"event_type": event.StageDone, "outcome": a}}
+		}
+	}
+	if tr.Values != nil {
+		return tr, true
+	}
+	sk, found := skipped[is]
+	if found && slices.ContainsFunc(have, labels.IsTerminal) &&
+		strings.Contains(str(sk.Values["detail"]), "already handled") {
+		c.rep.resolutionLost = append(c.rep.resolutionLost, fmt.Sprintf("%s: labels %v, records %s", is, have,
+			describe(recordsOf(c.st, is))))
+		return tr, false
+	}
+	c.v("%s: no triage outcome (labels %v); its records: %s", is, have, describe(recordsOf(c.st, is)))
+	return tr, false
 }
 
 // expectedLabels returns the label an issue must carry given its last triage record and

@@ -116,48 +116,63 @@ func checkPolicies(st *state, runs []run, kills []time.Time, o checkOptions, rep
 			v("delayed copies %v of an entry in no input stream: %s", ps, k)
 			continue
 		}
-		var rec redis.XMessage
-		for _, r := range st.resultsOf[k] {
-			if str(r.Values["event_type"]) == event.LockDelayed {
-				rec = r
-			}
+		checkPromoted(st, runs, o, from, ps, rep, v)
+	}
+	for _, e := range st.entries {
+		checkFollowup(st, kills, o, e, rep, v)
+	}
+}
+
+// checkPromoted checks the copies ps that the delayed set appended again for entry from:
+// one, after its lock.delayed record's delayed_until (which is at least the policy's
+// delay after the entry), and none of them run before it.
+func checkPromoted(st *state, runs []run, o checkOptions, from streamEntry, ps []streamEntry, rep *report, v func(string, ...any)) {
+	var rec redis.XMessage
+	for _, r := range st.resultsOf[from.key()] {
+		if str(r.Values["event_type"]) == event.LockDelayed {
+			rec = r
 		}
-		if rec.Values == nil {
-			v("%s %s (%s) appended again without a lock.delayed record", from.stream, from.id, from.issue)
-			continue
-		}
-		if len(ps) != 1 {
-			var ids []string
-			for _, p := range ps {
-				ids = append(ids, p.id)
-			}
-			v("%s %s (%s) delayed once, appended again %d times: %v", from.stream, from.id, from.issue, len(ps), ids)
-		}
-		rep.policy.promoted += len(ps)
-		until, err := time.Parse(time.RFC3339Nano, str(rec.Values["delayed_until"]))
-		if err != nil {
-			v("%s %s: lock.delayed without a delayed_until: %s", from.stream, from.id, describe([]redis.XMessage{rec}))
-			continue
-		}
-		// The delay runs from the conflict, which came after the entry was appended.
-		if until.Sub(from.at) < o.minDelay {
-			v("%s %s delayed until %s after it was appended only, less than the policy's %s", from.stream, from.id,
-				until.Sub(from.at), o.minDelay)
-		}
-		// The set is scored in ms: a copy appended in the ms it is due is on time.
-		due := until.Truncate(time.Millisecond)
+	}
+	if rec.Values == nil {
+		v("%s %s (%s) appended again without a lock.delayed record", from.stream, from.id, from.issue)
+		return
+	}
+	if len(ps) != 1 {
+		var ids []string
 		for _, p := range ps {
-			if p.at.Before(due) {
-				v("%s %s (%s) appended again as %s, %s before its delayed_until %s", from.stream, from.id, from.issue,
-					p.id, due.Sub(p.at), until.Format("15:04:05.000"))
-			}
-			for _, r := range runs {
-				if r.msgID == p.id && r.agent == p.route.Agent && r.start.Before(until) {
-					v("the delayed copy %s of %s ran %s before its delayed_until: %s", p.id, from.id, until.Sub(r.start), r)
-				}
+			ids = append(ids, p.id)
+		}
+		v("%s %s (%s) delayed once, appended again %d times: %v", from.stream, from.id, from.issue, len(ps), ids)
+	}
+	rep.policy.promoted += len(ps)
+	until, err := time.Parse(time.RFC3339Nano, str(rec.Values["delayed_until"]))
+	if err != nil {
+		v("%s %s: lock.delayed without a delayed_until: %s", from.stream, from.id, describe([]redis.XMessage{rec}))
+		return
+	}
+	// The delay runs from the conflict, which came after the entry was appended.
+	if until.Sub(from.at) < o.minDelay {
+		v("%s %s delayed until %s after it was appended only, less than the policy's %s", from.stream, from.id,
+			until.Sub(from.at), o.minDelay)
+	}
+	// The set is scored in ms: a copy appended in the ms it is due is on time.
+	due := until.Truncate(time.Millisecond)
+	for _, p := range ps {
+		if p.at.Before(due) {
+			v("%s %s (%s) appended again as %s, %s before its delayed_until %s", from.stream, from.id, from.issue,
+				p.id, due.Sub(p.at), until.Format("15:04:05.000"))
+		}
+		for _, r := range runs {
+			if r.msgID == p.id && r.agent == p.route.Agent && r.start.Before(until) {
+				v("the delayed copy %s of %s ran %s before its delayed_until: %s", p.id, from.id, until.Sub(r.start), r)
 			}
 		}
 	}
+}
+
+// checkFollowup checks that entry e, when it was delivered to a mailbox, was accounted
+// for once (twice only across a SIGKILL, tolerated by o.crashDuplicates), and counts how.
+func checkFollowup(st *state, kills []time.Time, o checkOptions, e streamEntry, rep *report, v func(string, ...any)) {
 	killedBetween := func(a, b time.Time) bool {
 		for _, k := range kills {
 			if !k.Before(a) && !k.After(b) {
@@ -166,34 +181,32 @@ func checkPolicies(st *state, runs []run, kills []time.Time, o checkOptions, rep
 		}
 		return false
 	}
-	for _, e := range st.entries {
-		delivered := false
-		for _, r := range st.resultsOf[e.key()] {
-			delivered = delivered || str(r.Values["event_type"]) == event.LockDelivered
+	delivered := false
+	for _, r := range st.resultsOf[e.key()] {
+		delivered = delivered || str(r.Values["event_type"]) == event.LockDelivered
+	}
+	fs := st.followupsOf[e.route.Agent+" "+e.id]
+	what := fmt.Sprintf("%s %s (%s %s)", e.stream, e.id, e.eventType, e.issue)
+	switch {
+	case !delivered && len(fs) > 0:
+		v("%s accounted for as a follow-up without a lock.delivered record: %s", what, describe(fs))
+	case !delivered:
+	case len(fs) == 0 && len(st.deadOf[e.key()]) == 0:
+		v("follow-up %s never accounted for (neither delivered, rolled into a run nor dead-lettered)", what)
+	case len(fs) > 1:
+		// A run recorded it and its worker was SIGKILLed before the mailbox forgot
+		// it: the re-run accounts for it again. At least once, never lost.
+		if o.crashDuplicates && killedBetween(streamid.Time(fs[0].ID), streamid.Time(fs[len(fs)-1].ID)) {
+			rep.policy.followDuplicates = append(rep.policy.followDuplicates, what+": "+describe(fs))
+		} else {
+			v("follow-up %s accounted for %d times: %s", what, len(fs), describe(fs))
 		}
-		fs := st.followupsOf[e.route.Agent+" "+e.id]
-		what := fmt.Sprintf("%s %s (%s %s)", e.stream, e.id, e.eventType, e.issue)
-		switch {
-		case !delivered && len(fs) > 0:
-			v("%s accounted for as a follow-up without a lock.delivered record: %s", what, describe(fs))
-		case !delivered:
-		case len(fs) == 0 && len(st.deadOf[e.key()]) == 0:
-			v("follow-up %s never accounted for (neither delivered, rolled into a run nor dead-lettered)", what)
-		case len(fs) > 1:
-			// A run recorded it and its worker was SIGKILLed before the mailbox forgot
-			// it: the re-run accounts for it again. At least once, never lost.
-			if o.crashDuplicates && killedBetween(streamid.Time(fs[0].ID), streamid.Time(fs[len(fs)-1].ID)) {
-				rep.policy.followDuplicates = append(rep.policy.followDuplicates, what+": "+describe(fs))
-			} else {
-				v("follow-up %s accounted for %d times: %s", what, len(fs), describe(fs))
-			}
-		}
-		for _, f := range fs {
-			if str(f.Values["event_type"]) == event.FollowupDelivered {
-				rep.policy.followDelivered++
-			} else {
-				rep.policy.followRolled++
-			}
+	}
+	for _, f := range fs {
+		if str(f.Values["event_type"]) == event.FollowupDelivered {
+			rep.policy.followDelivered++
+		} else {
+			rep.policy.followRolled++
 		}
 	}
 }

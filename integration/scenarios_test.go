@@ -104,14 +104,41 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 		// fetcher's sweeps would grow with the soak)
 		total = max(total, int(phase.Seconds()*2))
 	}
+	kills := s.feedAndKill(phase, total)
+	s.waitSettled(3 * time.Minute)
+	rep := s.checkInvariants(checkOptions{crashDuplicates: true})
+
+	// Recovery: each run a SIGKILL interrupted, to the start of its re-run.
+	runs, _ := s.runs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	st, err := s.snapshot(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	recs := s.recoveries(kills, runs, st)
+	bound := s.o.tm.LockTTL + s.o.tm.Claim
+	covered, within, maxAhead := s.checkRecoveries(recs, bound)
+	t.Logf("FIGURE sigkill: %d kills in %s, %d runs interrupted; recovery (SIGKILL → re-run start) over %d covered runs: %s; "+
+		"LOCK_TTL %s + CLAIM_INTERVAL %s = %s; %d/%d within it, the rest behind the runs their new consumer had in hand (at most %d)",
+		len(kills), phase, len(recs), len(covered), durStats(covered), s.o.tm.LockTTL, s.o.tm.Claim, bound,
+		within, len(covered), maxAhead)
+	t.Logf("sigkill: %s", rep)
+}
+
+// killRec is one SIGKILL of TestSIGKILLRandomWorkers.
+type killRec struct {
+	w      *worker
+	at     time.Time
+	readyG time.Time // when the group next had a ready consumer
+}
+
+// feedAndKill feeds total issues in batches, one a second, and SIGKILLs a random worker
+// every 1-3 s for phase; the workers it left dead are started again at the end. It
+// returns the kills.
+func (s *scenario) feedAndKill(phase time.Duration, total int) []killRec {
 	batches := max(1, int(phase/time.Second))
 	perBatch := max(1, total/batches)
-
-	type killRec struct {
-		w      *worker
-		at     time.Time
-		readyG time.Time // when the group next had a ready consumer
-	}
 	var kills []killRec
 	var dead []*worker // left dead until the phase ends
 	start := time.Now()
@@ -130,30 +157,9 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 			nextFeed = now.Add(time.Second)
 		}
 		if time.Since(start) < phase && !now.Before(nextKill) {
-			w := s.pickVictim()
-			at := s.kill(w)
-			rec := killRec{w: w, at: at}
-			for _, o := range s.alive() {
-				if o.g == w.g {
-					rec.readyG = at
-				}
-			}
-			othersAlive := !rec.readyG.IsZero()
-			switch p := rand.IntN(10); {
-			case p < 5:
-				time.Sleep(randDur(0, 1500*time.Millisecond)) // restarted after a random downtime
-				nw := s.startWorker(w.g, w.name)
-				if rec.readyG.IsZero() {
-					rec.readyG = nw.ready
-				}
-			case p < 8 || !othersAlive:
-				base, _, _ := strings.Cut(w.name, "-r")
-				nw := s.startWorker(w.g, base+"-r"+strconv.Itoa(len(kills)+1))
-				if rec.readyG.IsZero() {
-					rec.readyG = nw.ready
-				}
-			default:
-				dead = append(dead, w)
+			rec, left := s.killOne(len(kills))
+			if left {
+				dead = append(dead, rec.w)
 			}
 			kills = append(kills, rec)
 			nextKill = time.Now().Add(randDur(time.Second, 3*time.Second))
@@ -163,49 +169,52 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 	for _, w := range dead {
 		s.startWorker(w.g, w.name)
 	}
-	s.waitSettled(3 * time.Minute)
-	rep := s.checkInvariants(checkOptions{crashDuplicates: true})
+	return kills
+}
 
-	// Recovery: each run a SIGKILL interrupted, to the start of its re-run.
-	runs, _ := s.runs()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	st, err := s.snapshot(ctx)
-	cancel()
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
+// killOne SIGKILLs a victim and restarts it under the same consumer name after a random
+// downtime, under a new one (the n-th kill's), or leaves it dead (left) while other
+// workers of its group are alive.
+func (s *scenario) killOne(n int) (rec killRec, left bool) {
+	w := s.pickVictim()
+	at := s.kill(w)
+	rec = killRec{w: w, at: at}
+	for _, o := range s.alive() {
+		if o.g == w.g {
+			rec.readyG = at
+		}
 	}
+	othersAlive := !rec.readyG.IsZero()
+	switch p := rand.IntN(10); {
+	case p < 5:
+		time.Sleep(randDur(0, 1500*time.Millisecond)) // restarted after a random downtime
+		nw := s.startWorker(w.g, w.name)
+		if rec.readyG.IsZero() {
+			rec.readyG = nw.ready
+		}
+	case p < 8 || !othersAlive:
+		base, _, _ := strings.Cut(w.name, "-r")
+		nw := s.startWorker(w.g, base+"-r"+strconv.Itoa(n+1))
+		if rec.readyG.IsZero() {
+			rec.readyG = nw.ready
+		}
+	default:
+		return rec, true
+	}
+	return rec, false
+}
+
+// recoveries finds, for each run a kill interrupted, its re-run; a run never re-run is an
+// error unless its redelivery met another run of the issue (its busy policy handled it).
+func (s *scenario) recoveries(kills []killRec, runs []run, st *state) []recovery {
+	t := s.t
 	var recs []recovery
 	for _, k := range kills {
 		for _, r := range runs {
 			if r.workerPID != k.w.pid || r.how != "killed" {
 				continue
 			}
-			rc := recovery{worker: k.w.name, issue: r.agent + " " + r.issue, killed: k.at,
-				covered: !k.readyG.IsZero() && !k.readyG.After(k.at.Add(s.o.tm.LockTTL))}
-			var rerunBy int
-			for _, r2 := range runs {
-				if r2.agent == r.agent && r2.issue == r.issue && r2.msgID == r.msgID && r2.start.After(k.at) &&
-					(rc.rerun.IsZero() || r2.start.Before(rc.rerun)) {
-					rc.rerun, rerunBy = r2.start, r2.workerPID
-				}
-			}
-			for _, k2 := range kills {
-				if k2.w.g == k.w.g && k2.at.After(k.at) && k2.at.Before(rc.rerun) {
-					rc.chained = true
-				}
-			}
-			for _, r3 := range runs {
-				if r3.workerPID != rerunBy || r3.agent != r.agent || r3.branch != r.branch || r3.msgID == r.msgID || r3.end.IsZero() {
-					continue
-				}
-				// Runs before the lease could have expired delay nothing: it was last
-				// extended at most TTL/3 before the kill (the heartbeat).
-				expiry := k.at.Add(s.o.tm.LockTTL - s.o.tm.LockTTL/3)
-				if from, to := later(r3.start, expiry), earlier(r3.end, rc.rerun); to.After(from) {
-					rc.busy += to.Sub(from)
-					rc.ahead++
-				}
-			}
+			rc := s.recoveryOf(k, r, kills, runs)
 			if rc.rerun.IsZero() {
 				if how := busyOutcome(st, r, k.at); how != "" {
 					// Its redelivery met another run of the issue (a duplicate's) and
@@ -219,15 +228,51 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 			recs = append(recs, rc)
 		}
 	}
-	// The bound of one recovery, from the configured timings and what the ledger shows:
-	// the lease expires at most LOCK_TTL after the kill; a claim pass takes the entry
-	// within CLAIM_INTERVAL; the entry then waits behind the runs its new consumer has in
-	// hand (the run in flight, the read-ahead, and entries of the dead worker it claimed
-	// first: measured, not assumed, as a loaded machine stretches them); each event
-	// handed over costs a handoff.
-	bound := s.o.tm.LockTTL + s.o.tm.Claim
-	var covered []time.Duration
-	within, maxAhead := 0, 0
+	return recs
+}
+
+// recoveryOf measures the recovery of run r interrupted by kill k: its re-run's start,
+// whether another kill of the group came first, and the runs its new consumer had in
+// hand meanwhile.
+func (s *scenario) recoveryOf(k killRec, r run, kills []killRec, runs []run) recovery {
+	rc := recovery{worker: k.w.name, issue: r.agent + " " + r.issue, killed: k.at,
+		covered: !k.readyG.IsZero() && !k.readyG.After(k.at.Add(s.o.tm.LockTTL))}
+	var rerunBy int
+	for _, r2 := range runs {
+		if r2.agent == r.agent && r2.issue == r.issue && r2.msgID == r.msgID && r2.start.After(k.at) &&
+			(rc.rerun.IsZero() || r2.start.Before(rc.rerun)) {
+			rc.rerun, rerunBy = r2.start, r2.workerPID
+		}
+	}
+	for _, k2 := range kills {
+		if k2.w.g == k.w.g && k2.at.After(k.at) && k2.at.Before(rc.rerun) {
+			rc.chained = true
+		}
+	}
+	for _, r3 := range runs {
+		if r3.workerPID != rerunBy || r3.agent != r.agent || r3.branch != r.branch || r3.msgID == r.msgID || r3.end.IsZero() {
+			continue
+		}
+		// Runs before the lease could have expired delay nothing: it was last
+		// extended at most TTL/3 before the kill (the heartbeat).
+		expiry := k.at.Add(s.o.tm.LockTTL - s.o.tm.LockTTL/3)
+		if from, to := later(r3.start, expiry), earlier(r3.end, rc.rerun); to.After(from) {
+			rc.busy += to.Sub(from)
+			rc.ahead++
+		}
+	}
+	return rc
+}
+
+// checkRecoveries holds each covered recovery to its bound. The bound of one recovery,
+// from the configured timings and what the ledger shows: the lease expires at most
+// LOCK_TTL after the kill; a claim pass takes the entry within CLAIM_INTERVAL; the entry
+// then waits behind the runs its new consumer has in hand (the run in flight, the
+// read-ahead, and entries of the dead worker it claimed first: measured, not assumed, as
+// a loaded machine stretches them); each event handed over costs a handoff. It returns
+// the covered recoveries' durations, how many were within bound, and the most runs ahead.
+func (s *scenario) checkRecoveries(recs []recovery, bound time.Duration) (covered []time.Duration, within, maxAhead int) {
+	t := s.t
 	for _, rc := range recs {
 		d := rc.rerun.Sub(rc.killed)
 		if !rc.covered || rc.chained {
@@ -254,11 +299,7 @@ func TestSIGKILLRandomWorkers(t *testing.T) {
 				rc.issue, rc.worker, d, limit, s.o.tm.LockTTL, s.o.tm.Claim, rc.busy, rc.ahead, rc.ahead+1, handoff)
 		}
 	}
-	t.Logf("FIGURE sigkill: %d kills in %s, %d runs interrupted; recovery (SIGKILL → re-run start) over %d covered runs: %s; "+
-		"LOCK_TTL %s + CLAIM_INTERVAL %s = %s; %d/%d within it, the rest behind the runs their new consumer had in hand (at most %d)",
-		len(kills), phase, len(recs), len(covered), durStats(covered), s.o.tm.LockTTL, s.o.tm.Claim, bound,
-		within, len(covered), maxAhead)
-	t.Logf("sigkill: %s", rep)
+	return covered, within, maxAhead
 }
 
 // pickVictim picks the worker to SIGKILL: mostly one with a runner in flight (so that the

@@ -105,28 +105,70 @@ func TestLostReplyMatrix(t *testing.T) {
 func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.LossyProxy, match redistest.Match, scenario string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	results := event.NewResults(e.rdb, e.topo.Results(), 0)
-	var failing, blockFirst atomic.Bool
-	var runs pipelinetest.Runs
-	records := func(eventType string) int {
-		n := 0
-		for _, m := range direct.XRange(ctx, e.topo.Results(), "-", "+").Val() {
-			if m.Values["event_type"] == eventType {
-				n++
-			}
-		}
-		return n
+	lr := &lostReplyRun{t: t, ctx: ctx, e: e, direct: direct, scenario: scenario,
+		results: event.NewResults(e.rdb, e.topo.Results(), 0)}
+	e.start(ctx, lr.options(), lr.handle)
+	proxy.LoseReply(match, 1)
+	lr.publish()
+	// Settled: every entry of the stream has its terminal record and none is pending.
+	redistest.Eventually(t, 10*time.Second, lr.settled, "every event has its terminal record")
+	if proxy.Cuts() != 1 {
+		t.Fatalf("the proxy lost %d replies, want 1: the command under test was not on the path", proxy.Cuts())
 	}
+	per, n := lr.terminal()
+	for _, m := range direct.XRange(ctx, e.triage(), "-", "+").Val() {
+		if per[m.ID] != 1 {
+			t.Errorf("entry %s has %d terminal records, want exactly 1 (all: %v)", m.ID, per[m.ID], per)
+		}
+	}
+	if len(per) != n {
+		t.Errorf("%d records name %d entries: %v", len(per), n, per)
+	}
+	// Not stuck: a new event for the issue runs at once (seconds, not the 30 s TTL).
+	lr.failing.Store(false)
+	lr.blockFirst.Store(false)
+	before := lr.records(event.StageDone)
+	e.publishTriage("RHEL-1")
+	redistest.Eventually(t, 5*time.Second, func() bool { return lr.records(event.StageDone) == before+1 },
+		"a new event for the issue ran after the lost reply (the issue is stuck)")
+}
+
+// lostReplyRun is one scenario of TestLostReply: its router's handler and what it reads
+// back through direct (a client that does not cross the proxy).
+type lostReplyRun struct {
+	t                   *testing.T
+	ctx                 context.Context
+	e                   *env
+	direct              *redis.Client
+	scenario            string
+	results             *event.Results
+	failing, blockFirst atomic.Bool
+	runs                pipelinetest.Runs
+}
+
+// records counts the results records of eventType.
+func (lr *lostReplyRun) records(eventType string) int {
+	n := 0
+	for _, m := range lr.direct.XRange(lr.ctx, lr.e.topo.Results(), "-", "+").Val() {
+		if m.Values["event_type"] == eventType {
+			n++
+		}
+	}
+	return n
+}
+
+// options are the router's options for the scenario (and its handler's first behaviour).
+func (lr *lostReplyRun) options() routerOpts {
 	o := routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second}
-	switch scenario {
+	switch lr.scenario {
 	case "long":
 		o.TTL, o.MaxIdle = 3*time.Second, 2*time.Second
 	case "fail":
-		failing.Store(true)
+		lr.failing.Store(true)
 	case "conflict", "coalesce", "deliver", "supersede":
-		blockFirst.Store(true)
+		lr.blockFirst.Store(true)
 		o.Concurrency = 2
-		switch scenario {
+		switch lr.scenario {
 		case "coalesce":
 			o.Policy = lockmw.Coalesce
 		case "deliver":
@@ -137,47 +179,60 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 			o.Policy, o.TTL, o.MaxIdle = lockmw.Supersede, 3*time.Second, 2*time.Second
 		}
 	}
-	e.start(ctx, o, func(msg *message.Message) error {
-		n := runs.Add(issueOf(msg))
-		switch {
-		case scenario == "long" && n == 1:
-			// Past the first heartbeat (TTL/3): the extend is on this run's path.
-			select {
-			case <-time.After(1500 * time.Millisecond):
-			case <-msg.Context().Done():
-				return msg.Context().Err()
-			}
-		case scenario == "supersede" && blockFirst.Load() && n == 1:
-			// Run until a newer event takes the issue over.
-			select {
-			case <-msg.Context().Done():
-				return msg.Context().Err()
-			case <-time.After(5 * time.Second):
-			}
-		case blockFirst.Load() && n == 1:
-			// Hold the issue until the second event met the held lease.
-			want := event.LockDropped
-			switch scenario {
-			case "coalesce":
-				want = event.LockCoalesced
-			case "deliver":
-				want = event.LockDelivered
-			}
-			deadline := time.Now().Add(5 * time.Second)
-			for records(want) == 0 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-		case failing.Load():
-			return errBoom
+	return o
+}
+
+// handle is the router's handler: it runs the scenario's first event long, blocked or
+// failing, then records the event done.
+func (lr *lostReplyRun) handle(msg *message.Message) error {
+	n := lr.runs.Add(issueOf(msg))
+	switch {
+	case lr.scenario == "long" && n == 1:
+		// Past the first heartbeat (TTL/3): the extend is on this run's path.
+		select {
+		case <-time.After(1500 * time.Millisecond):
+		case <-msg.Context().Done():
+			return msg.Context().Err()
 		}
-		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
-			IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
-		return err
-	})
-	proxy.LoseReply(match, 1)
-	switch scenario {
+	case lr.scenario == "supersede" && lr.blockFirst.Load() && n == 1:
+		// Run until a newer event takes the issue over.
+		select {
+		case <-msg.Context().Done():
+			return msg.Context().Err()
+		case <-time.After(5 * time.Second):
+		}
+	case lr.blockFirst.Load() && n == 1:
+		lr.holdUntilMet()
+	case lr.failing.Load():
+		return errBoom
+	}
+	_, err := lr.results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
+		IssueKey: issueOf(msg), MessageID: event.EntryID(msg), Stream: event.EntryStream(msg)})
+	return err
+}
+
+// holdUntilMet holds the issue until the second event met the held lease (its busy
+// policy's record), at most 5 s.
+func (lr *lostReplyRun) holdUntilMet() {
+	want := event.LockDropped
+	switch lr.scenario {
+	case "coalesce":
+		want = event.LockCoalesced
+	case "deliver":
+		want = event.LockDelivered
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for lr.records(want) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// publish appends the scenario's events.
+func (lr *lostReplyRun) publish() {
+	t, e := lr.t, lr.e
+	switch lr.scenario {
 	case "bad":
-		if err := direct.XAdd(ctx, &redis.XAddArgs{Stream: e.triage(), Values: map[string]any{
+		if err := lr.direct.XAdd(lr.ctx, &redis.XAddArgs{Stream: e.triage(), Values: map[string]any{
 			"_watermill_message_uuid": "u-bad", "m:schema_version": "9", "m:issue_key": "RHEL-1",
 			"payload": `{"metadata":{"issue":"RHEL-1"}}`}}).Err(); err != nil {
 			t.Fatal(err)
@@ -186,73 +241,65 @@ func lostReply(t *testing.T, e *env, direct *redis.Client, proxy *redistest.Loss
 		e.publishTriage("RHEL-1")
 		e.publishTriage("RHEL-2")
 	case "conflict", "coalesce", "deliver", "supersede":
-		first := e.publishTriage("RHEL-1")
-		redistest.Eventually(t, 10*time.Second, func() bool { return runs.Get("RHEL-1") == 1 }, "first run started")
-		holder := consumerOf(t, direct, e.triage(), first)
-		// The event under test must meet the held lease, so at the other consumer: one
-		// that lands in the holder's own read-ahead waits for the run to end, and then
-		// runs (coalesce) or is superseded (drop), meeting no lease. Publish again until
-		// one lands elsewhere; each extra event still gets its one terminal record.
-		for range 5 {
-			id := e.publishTriage("RHEL-1")
-			var at string
-			redistest.Eventually(t, 10*time.Second, func() bool {
-				at = consumerOf(t, direct, e.triage(), id)
-				return at != "" || records(event.LockDropped)+records(event.LockCoalesced)+records(event.LockDelivered)+records(event.LockSuperseded) > 0
-			}, "event %s read", id)
-			if at != holder {
-				break
-			}
-		}
+		lr.publishConflict()
 	default:
 		e.publishTriage("RHEL-1")
 	}
-	// Settled: every entry of the stream has its terminal record and none is pending.
-	terminal := func() (map[string]int, int) {
-		per := map[string]int{}
-		for _, m := range direct.XRange(ctx, e.topo.Results(), "-", "+").Val() {
-			switch m.Values["event_type"] {
-			case event.StageDone, event.LockDropped, event.LockCoalesced, event.LockDelivered, event.LockSuperseded:
-				per[fmt.Sprint(m.Values["message_id"])]++
-			}
+}
+
+// publishConflict publishes a first event for RHEL-1 and, once it runs, more until one
+// is read by the other consumer (so that it meets the held lease).
+func (lr *lostReplyRun) publishConflict() {
+	t, e, direct := lr.t, lr.e, lr.direct
+	first := e.publishTriage("RHEL-1")
+	redistest.Eventually(t, 10*time.Second, func() bool { return lr.runs.Get("RHEL-1") == 1 }, "first run started")
+	holder := consumerOf(t, direct, e.triage(), first)
+	// The event under test must meet the held lease, so at the other consumer: one
+	// that lands in the holder's own read-ahead waits for the run to end, and then
+	// runs (coalesce) or is superseded (drop), meeting no lease. Publish again until
+	// one lands elsewhere; each extra event still gets its one terminal record.
+	for range 5 {
+		id := e.publishTriage("RHEL-1")
+		var at string
+		redistest.Eventually(t, 10*time.Second, func() bool {
+			at = consumerOf(t, direct, e.triage(), id)
+			return at != "" || lr.records(event.LockDropped)+lr.records(event.LockCoalesced)+lr.records(event.LockDelivered)+lr.records(event.LockSuperseded) > 0
+		}, "event %s read", id)
+		if at != holder {
+			break
 		}
-		for _, m := range direct.XRange(ctx, e.topo.Dead(), "-", "+").Val() {
-			per[fmt.Sprint(m.Values[event.DeadFieldID])]++
-		}
-		return per, len(direct.XRange(ctx, e.triage(), "-", "+").Val())
 	}
-	settled := func() bool {
-		per, n := terminal()
-		if len(per) < n || e.pending(e.triage()) != 0 {
+}
+
+// terminal counts the terminal records (results and dead letters) per entry id, and
+// returns them with the number of entries of the stream.
+func (lr *lostReplyRun) terminal() (map[string]int, int) {
+	ctx, e, direct := lr.ctx, lr.e, lr.direct
+	per := map[string]int{}
+	for _, m := range direct.XRange(ctx, e.topo.Results(), "-", "+").Val() {
+		switch m.Values["event_type"] {
+		case event.StageDone, event.LockDropped, event.LockCoalesced, event.LockDelivered, event.LockSuperseded:
+			per[fmt.Sprint(m.Values["message_id"])]++
+		}
+	}
+	for _, m := range direct.XRange(ctx, e.topo.Dead(), "-", "+").Val() {
+		per[fmt.Sprint(m.Values[event.DeadFieldID])]++
+	}
+	return per, len(direct.XRange(ctx, e.triage(), "-", "+").Val())
+}
+
+// settled reports whether every entry has a terminal record and none is pending.
+func (lr *lostReplyRun) settled() bool {
+	per, n := lr.terminal()
+	if len(per) < n || lr.e.pending(lr.e.triage()) != 0 {
+		return false
+	}
+	for _, c := range per {
+		if c == 0 {
 			return false
 		}
-		for _, c := range per {
-			if c == 0 {
-				return false
-			}
-		}
-		return true
 	}
-	redistest.Eventually(t, 10*time.Second, settled, "every event has its terminal record")
-	if proxy.Cuts() != 1 {
-		t.Fatalf("the proxy lost %d replies, want 1: the command under test was not on the path", proxy.Cuts())
-	}
-	per, n := terminal()
-	for _, m := range direct.XRange(ctx, e.triage(), "-", "+").Val() {
-		if per[m.ID] != 1 {
-			t.Errorf("entry %s has %d terminal records, want exactly 1 (all: %v)", m.ID, per[m.ID], per)
-		}
-	}
-	if len(per) != n {
-		t.Errorf("%d records name %d entries: %v", len(per), n, per)
-	}
-	// Not stuck: a new event for the issue runs at once (seconds, not the 30 s TTL).
-	failing.Store(false)
-	blockFirst.Store(false)
-	before := records(event.StageDone)
-	e.publishTriage("RHEL-1")
-	redistest.Eventually(t, 5*time.Second, func() bool { return records(event.StageDone) == before+1 },
-		"a new event for the issue ran after the lost reply (the issue is stuck)")
+	return true
 }
 
 // consumerOf is the consumer that entry id of stream is pending for, "" if none.

@@ -87,58 +87,84 @@ func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	results := event.NewResults(e.rdb, e.topo.Results(), 0)
-	led := newLedger()
-	type cancelled struct {
-		cause, late error
-		after       time.Time
-	}
-	cancels := make(chan cancelled, 4)
-	var grace sync.Map // entry id -> how long its run goes on after the cancel (an agent's kill grace)
-	// graced publishes with publish and notes its entry's grace before any handler can
-	// look it up: under load a handler may start before publish has returned.
-	var registering sync.Mutex
-	graced := func(publish func() string, g time.Duration) string {
-		registering.Lock()
-		defer registering.Unlock()
-		id := publish()
-		grace.Store(id, g)
-		return id
-	}
-	h := func(msg *message.Message) error {
-		le, _ := lockmw.LeaseFrom(msg.Context())
-		id := event.EntryID(msg)
-		led.start(id, le.Fence())
-		defer led.end(id)
-		registering.Lock()
-		g, ok := grace.Load(id)
-		registering.Unlock()
-		if ok {
-			<-msg.Context().Done()
-			at := time.Now()
-			time.Sleep(g.(time.Duration))
-			_, late := le.XAdd(context.Background(), e.topo.Results(), 0, map[string]any{"event_type": "late.write", "message_id": id})
-			cancels <- cancelled{cause: context.Cause(msg.Context()), late: late, after: at}
-			return msg.Context().Err()
-		}
-		_, err := results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
-			IssueKey: issueOf(msg), MessageID: id, Stream: event.EntryStream(msg)})
-		return err
-	}
+	w := &supersedeWorld{t: t, e: e, ctx: ctx, results: event.NewResults(e.rdb, e.topo.Results(), 0), led: newLedger(),
+		cancels: make(chan cancelled, 4)}
 	o := routerOpts{TTL: 30 * time.Second, MaxIdle: 20 * time.Second, Policy: lockmw.Supersede}
 	o.Consumer = "w1"
-	e.start(ctx, o, h)
+	e.start(ctx, o, w.handle)
 	o.Consumer = "w2"
-	e.start(ctx, o, h)
+	e.start(ctx, o, w.handle)
+	w.twoEvents()
+	w.threeEvents()
+}
 
-	// Two events: the first runs until cancelled.
-	first := graced(func() string { return e.publishTriage("RHEL-1") }, 200*time.Millisecond)
-	redistest.Eventually(t, 10*time.Second, func() bool { led.mu.Lock(); defer led.mu.Unlock(); return led.running == 1 }, "the first run started")
+// cancelled is what a graced run saw when it was cancelled: its context's cause, its
+// late fenced write's error, and when.
+type cancelled struct {
+	cause, late error
+	after       time.Time
+}
+
+// supersedeWorld is the two consumers of TestSupersedeCancelsTheRunningEvent and what
+// their handler (handle) records.
+type supersedeWorld struct {
+	t       *testing.T
+	e       *env
+	ctx     context.Context
+	results *event.Results
+	led     *ledger
+	cancels chan cancelled
+	grace   sync.Map // entry id -> how long its run goes on after the cancel (an agent's kill grace)
+	// registering: graced publishes and notes its entry's grace before any handler can
+	// look it up: under load a handler may start before publish has returned.
+	registering sync.Mutex
+}
+
+// graced publishes with publish and notes its entry's grace g.
+func (w *supersedeWorld) graced(publish func() string, g time.Duration) string {
+	w.registering.Lock()
+	defer w.registering.Unlock()
+	id := publish()
+	w.grace.Store(id, g)
+	return id
+}
+
+// handle runs a graced entry until it is cancelled (then its grace, then a late write),
+// and records any other entry done.
+func (w *supersedeWorld) handle(msg *message.Message) error {
+	e := w.e
+	le, _ := lockmw.LeaseFrom(msg.Context())
+	id := event.EntryID(msg)
+	w.led.start(id, le.Fence())
+	defer w.led.end(id)
+	w.registering.Lock()
+	g, ok := w.grace.Load(id)
+	w.registering.Unlock()
+	if ok {
+		<-msg.Context().Done()
+		at := time.Now()
+		time.Sleep(g.(time.Duration))
+		_, late := le.XAdd(context.Background(), e.topo.Results(), 0, map[string]any{"event_type": "late.write", "message_id": id})
+		w.cancels <- cancelled{cause: context.Cause(msg.Context()), late: late, after: at}
+		return msg.Context().Err()
+	}
+	_, err := w.results.Add(msg.Context(), event.Record{EventType: event.StageDone, Agent: "triage",
+		IssueKey: issueOf(msg), MessageID: id, Stream: event.EntryStream(msg)})
+	return err
+}
+
+// twoEvents: the first runs until the second supersedes it; it is cancelled within 1 s,
+// its late write refused, it is recorded superseded, and the second runs after it.
+func (w *supersedeWorld) twoEvents() {
+	t, e := w.t, w.e
+	// Two events: the first runs until cancelw.led.
+	first := w.graced(func() string { return e.publishTriage("RHEL-1") }, 200*time.Millisecond)
+	redistest.Eventually(t, 10*time.Second, func() bool { w.led.mu.Lock(); defer w.led.mu.Unlock(); return w.led.running == 1 }, "the first run started")
 	sent := time.Now()
 	second := publishTodo(t, e, "RHEL-1")
 	var c cancelled
 	select {
-	case c = <-cancels:
+	case c = <-w.cancels:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the running event was not cancelled within 5s (its heartbeat is 10s away)")
 	}
@@ -163,21 +189,26 @@ func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
 	if done := e.results(event.StageDone)[0]; done.Values["message_id"] != second {
 		t.Fatalf("the run that finished was %v, want %s", done.Values["message_id"], second)
 	}
-	led.mu.Lock()
-	if led.fences[second] <= led.fences[first] || led.overlaps != 0 || led.started[second].Before(led.ended[first]) {
-		t.Errorf("fences %v, overlaps %d; the newer run started %s after the older one ended", led.fences, led.overlaps,
-			led.started[second].Sub(led.ended[first]))
+	w.led.mu.Lock()
+	if w.led.fences[second] <= w.led.fences[first] || w.led.overlaps != 0 || w.led.started[second].Before(w.led.ended[first]) {
+		t.Errorf("fences %v, overlaps %d; the newer run started %s after the older one ended", w.led.fences, w.led.overlaps,
+			w.led.started[second].Sub(w.led.ended[first]))
 	}
-	led.mu.Unlock()
+	w.led.mu.Unlock()
 	if n := len(e.results("late.write")); n != 0 {
 		t.Fatalf("%d late writes landed", n)
 	}
+}
 
+// threeEvents: the first runs, the second supersedes it and waits for it to stop (its
+// grace), the third supersedes the second; only the third runs to the end.
+func (w *supersedeWorld) threeEvents() {
+	t, e, ctx := w.t, w.e, w.ctx
 	// Three events: the first runs, the second supersedes it and waits for it to stop
 	// (its grace), the third supersedes the second.
-	a := graced(func() string { return e.publishTriage("RHEL-2") }, time.Second)
-	redistest.Eventually(t, 10*time.Second, func() bool { led.mu.Lock(); defer led.mu.Unlock(); return led.fences[a] != 0 }, "the first run started")
-	b := graced(func() string { return publishTodo(t, e, "RHEL-2") }, 200*time.Millisecond) // should it run before the third comes
+	a := w.graced(func() string { return e.publishTriage("RHEL-2") }, time.Second)
+	redistest.Eventually(t, 10*time.Second, func() bool { w.led.mu.Lock(); defer w.led.mu.Unlock(); return w.led.fences[a] != 0 }, "the first run started")
+	b := w.graced(func() string { return publishTodo(t, e, "RHEL-2") }, 200*time.Millisecond) // should it run before the third comes
 	info := e.TriageLocker(30*time.Second).Keys("triage", "RHEL-2").Info
 	redistest.Eventually(t, 5*time.Second, func() bool { return e.rdb.HGet(ctx, info, "message_id").Val() == b }, "the second event took the lease over")
 	c3 := e.publishTriage("RHEL-2")
@@ -193,10 +224,10 @@ func TestSupersedeCancelsTheRunningEvent(t *testing.T) {
 	if done := e.results(event.StageDone)[1]; done.Values["message_id"] != c3 {
 		t.Fatalf("the run that finished was %v, want the newest %s", done.Values["message_id"], c3)
 	}
-	led.mu.Lock()
-	defer led.mu.Unlock()
-	if led.overlaps != 0 || (led.fences[c3] <= led.fences[b] && led.fences[b] != 0) || led.fences[c3] <= led.fences[a] {
-		t.Errorf("overlaps %d, fences %v", led.overlaps, led.fences)
+	w.led.mu.Lock()
+	defer w.led.mu.Unlock()
+	if w.led.overlaps != 0 || (w.led.fences[c3] <= w.led.fences[b] && w.led.fences[b] != 0) || w.led.fences[c3] <= w.led.fences[a] {
+		t.Errorf("overlaps %d, fences %v", w.led.overlaps, w.led.fences)
 	}
 }
 

@@ -75,26 +75,9 @@ var notWrites = map[string]bool{"POST /login": true, "POST /logout": true}
 // and why.
 func TestEveryConsoleWriteIsAudited(t *testing.T) {
 	t.Parallel()
-	e := rolesEnv(t)
-	ctx := context.Background()
+	w := &auditedWrites{t: t, e: rolesEnv(t), ctx: context.Background()}
+	e := w.e
 	cases := writeCases()
-	tokenOf := map[string]string{web.RoleViewer: viewerToken, web.RoleOperator: operatorToken, web.RoleAdmin: adminToken}
-	setup := func() {
-		e.rdb.Del(ctx, e.topo.Dead(), e.topo.Audit())
-		e.deadID = e.bury("RHEL-20", "boom")
-		if _, err := e.in.Lease(ctx, "triage", "RHEL-20"); err != nil {
-			if _, err := e.locker.Acquire(ctx, "triage", "RHEL-20", lease.AcquireOptions{Owner: "pod-a", MessageID: "1-0"}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	records := func() []audit.Record {
-		recs, err := e.in.Audit(ctx, audit.Filter{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return recs
-	}
 	for _, rt := range e.srv.Routes() {
 		method, path, ok := strings.Cut(rt.Pattern, " ")
 		if !ok { // a catch-all of any method: it only answers 404
@@ -111,44 +94,86 @@ func TestEveryConsoleWriteIsAudited(t *testing.T) {
 			continue
 		}
 		for _, c := range cases[rt.Pattern] {
-			send := func(role, reason string) (int, string) {
-				code, body, _ := e.do("POST", path, c.body(e, reason), map[string]string{"Content-Type": c.contentType, "Authorization": "Bearer " + tokenOf[role]})
-				return code, body
-			}
-			name := rt.Pattern + " " + c.action
-			// Too weak a role: 403, recorded, nothing done.
-			for _, role := range web.Roles {
-				if role == c.role {
-					break
-				}
-				setup()
-				code, body := send(role, "I want to")
-				recs := records()
-				if code != http.StatusForbidden || !strings.Contains(body, "needs the role "+c.role) || c.effect(e) ||
-					len(recs) != 1 || recs[0].Outcome != audit.OutcomeRefused || recs[0].Action != c.action || recs[0].Role != role {
-					t.Errorf("%s as %s: %d %.200s, effect %v, audit %+v", name, role, code, body, c.effect(e), recs)
-				}
-			}
-			// No reason: refused, naming the field.
-			setup()
-			if code, body := send(c.role, ""); code != 400 || !strings.Contains(body, "reason") || c.effect(e) {
-				t.Errorf("%s without a reason: %d %.200s", name, code, body)
-			}
-			// The audit stream broken: not done.
-			setup()
-			e.rdb.Set(ctx, e.topo.Audit(), "not a stream", 0)
-			if code, body := send(c.role, "fault"); code != 503 || !strings.Contains(body, "audit trail could not record") || c.effect(e) {
-				t.Errorf("%s with the audit stream broken: %d %.200s, effect %v", name, code, body, c.effect(e))
-			}
-			// Done and recorded.
-			setup()
-			code, body := send(c.role, "it is stuck")
-			recs := records()
-			if code >= 400 || !c.effect(e) || len(recs) != 1 || recs[0].Outcome != audit.OutcomeDone || recs[0].Action != c.action ||
-				recs[0].Reason != "it is stuck" || recs[0].Role != c.role || !strings.HasPrefix(recs[0].From, "console 127.0.0.1:") || recs[0].Scope == "" {
-				t.Errorf("%s as %s: %d %.200s, effect %v, audit %+v", name, c.role, code, body, c.effect(e), recs)
-			}
+			w.check(rt.Pattern, path, c)
 		}
+	}
+}
+
+// auditedWrites sends the console's writes as each role and reads the audit trail.
+type auditedWrites struct {
+	t   *testing.T
+	e   *env
+	ctx context.Context
+}
+
+// tokenOf is each role's bearer token.
+var tokenOf = map[string]string{web.RoleViewer: viewerToken, web.RoleOperator: operatorToken, web.RoleAdmin: adminToken}
+
+// setup empties the dead letters and the audit trail, buries one dead letter and makes
+// sure RHEL-20's triage lease is held.
+func (w *auditedWrites) setup() {
+	e, ctx := w.e, w.ctx
+	e.rdb.Del(ctx, e.topo.Dead(), e.topo.Audit())
+	e.deadID = e.bury("RHEL-20", "boom")
+	if _, err := e.in.Lease(ctx, "triage", "RHEL-20"); err != nil {
+		if _, err := e.locker.Acquire(ctx, "triage", "RHEL-20", lease.AcquireOptions{Owner: "pod-a", MessageID: "1-0"}); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+}
+
+// records reads the audit trail.
+func (w *auditedWrites) records() []audit.Record {
+	recs, err := w.e.in.Audit(w.ctx, audit.Filter{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return recs
+}
+
+// send posts c's body with reason to path as role.
+func (w *auditedWrites) send(path string, c writeCase, role, reason string) (int, string) {
+	code, body, _ := w.e.do("POST", path, c.body(w.e, reason), map[string]string{"Content-Type": c.contentType, "Authorization": "Bearer " + tokenOf[role]})
+	return code, body
+}
+
+// check sends write c of the route pattern (at path): as each role too weak (403,
+// recorded, nothing done), without a reason (400), with the audit stream broken (503,
+// not done), and done and recorded.
+func (w *auditedWrites) check(pattern, path string, c writeCase) {
+	t, e := w.t, w.e
+	name := pattern + " " + c.action
+	// Too weak a role: 403, recorded, nothing done.
+	for _, role := range web.Roles {
+		if role == c.role {
+			break
+		}
+		w.setup()
+		code, body := w.send(path, c, role, "I want to")
+		recs := w.records()
+		if code != http.StatusForbidden || !strings.Contains(body, "needs the role "+c.role) || c.effect(e) ||
+			len(recs) != 1 || recs[0].Outcome != audit.OutcomeRefused || recs[0].Action != c.action || recs[0].Role != role {
+			t.Errorf("%s as %s: %d %.200s, effect %v, audit %+v", name, role, code, body, c.effect(e), recs)
+		}
+	}
+	// No reason: refused, naming the field.
+	w.setup()
+	if code, body := w.send(path, c, c.role, ""); code != 400 || !strings.Contains(body, "reason") || c.effect(e) {
+		t.Errorf("%s without a reason: %d %.200s", name, code, body)
+	}
+	// The audit stream broken: not done.
+	w.setup()
+	e.rdb.Set(w.ctx, e.topo.Audit(), "not a stream", 0)
+	if code, body := w.send(path, c, c.role, "fault"); code != 503 || !strings.Contains(body, "audit trail could not record") || c.effect(e) {
+		t.Errorf("%s with the audit stream broken: %d %.200s, effect %v", name, code, body, c.effect(e))
+	}
+	// Done and recorded.
+	w.setup()
+	code, body := w.send(path, c, c.role, "it is stuck")
+	recs := w.records()
+	if code >= 400 || !c.effect(e) || len(recs) != 1 || recs[0].Outcome != audit.OutcomeDone || recs[0].Action != c.action ||
+		recs[0].Reason != "it is stuck" || recs[0].Role != c.role || !strings.HasPrefix(recs[0].From, "console 127.0.0.1:") || recs[0].Scope == "" {
+		t.Errorf("%s as %s: %d %.200s, effect %v, audit %+v", name, c.role, code, body, c.effect(e), recs)
 	}
 }
 

@@ -85,116 +85,155 @@ func TestBrowserOperatorsAuditAndStory(t *testing.T) {
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(js string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](js))
-		if err != nil {
-			t.Fatalf("%s: %v", js, err)
-		}
-		return s
-	}
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := dir + "/ymirflow-" + name + ".png"
-		if err := os.WriteFile(p, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot %s", p)
-	}
-	base := e.ts.URL
-	signIn := func(tok string) {
-		t.Helper()
-		do("sign in", chromedp.Navigate(base+"/login?next=/leases"), chromedp.WaitVisible(chromedp.CSS("#token")),
-			chromedp.SendKeys(chromedp.CSS("#token"), tok), chromedp.Click(chromedp.CSS("#signin")), chromedp.WaitVisible(chromedp.CSS("#whoami")))
-	}
-	release := func(reason string) string {
-		t.Helper()
-		do("force release", chromedp.Navigate(base+"/leases/release?agent=triage&issue=RHEL-50"), chromedp.WaitVisible(chromedp.CSS("#reason")),
-			chromedp.SendKeys(chromedp.CSS("#reason"), reason), chromedp.Click(chromedp.CSS("#confirm-release")),
-			chromedp.WaitVisible(chromedp.CSS("#error, #notice")))
-		return eval(`(document.querySelector("#error") || document.querySelector("#notice")).innerText + " | " + document.title`)
-	}
+	b := &opsBrowser{t: t, ctx: bctx, dir: dir, base: e.ts.URL}
+	b.viewerIsRefused(ctx, e)
+	b.operatorReleases(ctx, e)
+	b.auditShowsBoth()
+	b.story()
+}
 
-	// A viewer cannot write: 403, and the lease stays.
-	signIn(viewerToken)
-	if who := eval(`document.querySelector("#whoami").innerText`); who != "vera · viewer" {
+// opsBrowser is a headless Chromium tab on the console at base; screenshots go to dir.
+type opsBrowser struct {
+	t    *testing.T
+	ctx  context.Context
+	dir  string
+	base string
+}
+
+// do runs steps, failing the test with what.
+func (b *opsBrowser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates js in the page.
+func (b *opsBrowser) eval(js string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](js))
+	if err != nil {
+		b.t.Fatalf("%s: %v", js, err)
+	}
+	return s
+}
+
+// shot saves a full screenshot as ymirflow-NAME.png.
+func (b *opsBrowser) shot(name string) {
+	t := b.t
+	t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.dir + "/ymirflow-" + name + ".png"
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", p)
+}
+
+// signIn signs in with token tok.
+func (b *opsBrowser) signIn(tok string) {
+	b.t.Helper()
+	b.do("sign in", chromedp.Navigate(b.base+"/login?next=/leases"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), tok), chromedp.Click(chromedp.CSS("#signin")), chromedp.WaitVisible(chromedp.CSS("#whoami")))
+}
+
+// release force-releases RHEL-50's triage lease with reason; it returns the page's
+// error or notice and its title.
+func (b *opsBrowser) release(reason string) string {
+	b.t.Helper()
+	b.do("force release", chromedp.Navigate(b.base+"/leases/release?agent=triage&issue=RHEL-50"), chromedp.WaitVisible(chromedp.CSS("#reason")),
+		chromedp.SendKeys(chromedp.CSS("#reason"), reason), chromedp.Click(chromedp.CSS("#confirm-release")),
+		chromedp.WaitVisible(chromedp.CSS("#error, #notice")))
+	return b.eval(`(document.querySelector("#error") || document.querySelector("#notice")).innerText + " | " + document.title`)
+}
+
+// count counts the story's elements matching sel.
+func (b *opsBrowser) count(sel string) int {
+	n, err := strconv.Atoi(b.eval(`String(document.querySelectorAll(` + strconv.Quote("svg#story "+sel) + `).length)`))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
+// viewerIsRefused: a viewer cannot write: 403, and the lease stays.
+func (b *opsBrowser) viewerIsRefused(ctx context.Context, e *env) {
+	t := b.t
+	b.signIn(viewerToken)
+	if who := b.eval(`document.querySelector("#whoami").innerText`); who != "vera · viewer" {
 		t.Fatalf("signed in as %q", who)
 	}
-	if got := release("I am only looking"); !strings.Contains(got, "refused: role viewer may not release") || !strings.Contains(got, "Forbidden") {
+	if got := b.release("I am only looking"); !strings.Contains(got, "refused: role viewer may not release") || !strings.Contains(got, "Forbidden") {
 		t.Fatalf("a viewer's release: %q", got)
 	}
 	if _, err := e.in.Lease(ctx, "triage", "RHEL-50"); err != nil {
 		t.Fatalf("a viewer's release released the lease: %v", err)
 	}
-	do("sign out", chromedp.Navigate(base+"/leases"), chromedp.Click(chromedp.CSS(`form[action="/logout"] button`)), chromedp.WaitVisible(chromedp.CSS("#notice")))
+	b.do("sign out", chromedp.Navigate(b.base+"/leases"), chromedp.Click(chromedp.CSS(`form[action="/logout"] button`)), chromedp.WaitVisible(chromedp.CSS("#notice")))
+}
 
-	// An operator can.
-	signIn(operatorToken)
-	if got := release("pod-stuck hangs on a dead builder"); !strings.Contains(got, "Lease force-released") {
+// operatorReleases: an operator can force-release the lease.
+func (b *opsBrowser) operatorReleases(ctx context.Context, e *env) {
+	t := b.t
+	b.signIn(operatorToken)
+	if got := b.release("pod-stuck hangs on a dead builder"); !strings.Contains(got, "Lease force-released") {
 		t.Fatalf("an operator's release: %q", got)
 	}
 	if _, err := e.in.Lease(ctx, "triage", "RHEL-50"); err == nil {
 		t.Fatal("the operator's release left the lease")
 	}
+}
 
-	// The audit page shows both.
-	do("audit page", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(chromedp.CSS("#audit")))
-	rows := eval(`[...document.querySelectorAll("#audit tbody tr")].map(r => r.innerText.replace(/\s+/g, " ")).join("\n")`)
+// auditShowsBoth: the audit page shows the operator's release and the viewer's refusal.
+func (b *opsBrowser) auditShowsBoth() {
+	t := b.t
+	b.do("audit page", chromedp.Navigate(b.base+"/audit"), chromedp.WaitVisible(chromedp.CSS("#audit")))
+	rows := b.eval(`[...document.querySelectorAll("#audit tbody tr")].map(r => r.innerText.replace(/\s+/g, " ")).join("\n")`)
 	lines := strings.Split(rows, "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "otto operator") || !strings.Contains(lines[0], "pod-stuck hangs on a dead builder") ||
 		!strings.Contains(lines[0], "done") || !strings.Contains(lines[1], "vera viewer") || !strings.Contains(lines[1], "refused") ||
 		!strings.Contains(lines[1], "agent=triage issue=RHEL-50") || !strings.Contains(lines[1], "I am only looking") {
 		t.Fatalf("audit rows:\n%s", rows)
 	}
-	shot("audit")
+	b.shot("audit")
+}
 
-	// The story of RHEL-50.
-	do("issue page", chromedp.Navigate(base+"/issue?key=rhel-50"), chromedp.WaitVisible(chromedp.CSS("svg#story")))
-	count := func(sel string) int {
-		n, err := strconv.Atoi(eval(`String(document.querySelectorAll(` + strconv.Quote("svg#story "+sel) + `).length)`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	lanes := eval(`[...document.querySelectorAll("svg#story .lane-label")].map(l => l.textContent).join(",")`)
+// story: the story of RHEL-50 draws its lanes, its failed run and its retry in time
+// order, the drop, the follow-up and the operator's actions, and fits the window.
+func (b *opsBrowser) story() {
+	t := b.t
+	b.do("issue page", chromedp.Navigate(b.base+"/issue?key=rhel-50"), chromedp.WaitVisible(chromedp.CSS("svg#story")))
+	lanes := b.eval(`[...document.querySelectorAll("svg#story .lane-label")].map(l => l.textContent).join(",")`)
 	if lanes != "triage,rebase c9s" {
 		t.Errorf("lanes %q, want triage,rebase c9s", lanes)
 	}
 	for sel, want := range map[string]int{".run.failed": 1, ".run.done": 2, ".mark.dropped": 1, ".mark.followup": 1,
 		".mark.operator": 2, ".mark.queued": 4, ".axis text": 3} {
-		if got := count(sel); got < want || (sel != ".axis text" && got != want) {
+		if got := b.count(sel); got < want || (sel != ".axis text" && got != want) {
 			t.Errorf("story: %d %s, want %d", got, sel, want)
 		}
 	}
-	if ops := eval(`[...document.querySelectorAll("svg#story .mark.operator text")].map(l => l.textContent).join(",")`); ops != "release refused,release" {
+	if ops := b.eval(`[...document.querySelectorAll("svg#story .mark.operator text")].map(l => l.textContent).join(",")`); ops != "release refused,release" {
 		t.Errorf("operator markers %q, want the viewer's refusal and the operator's release", ops)
 	}
-	labels := eval(`[...document.querySelectorAll("svg#story .run text")].map(l => l.textContent).join(",")`)
+	labels := b.eval(`[...document.querySelectorAll("svg#story .run text")].map(l => l.textContent).join(",")`)
 	if labels != "fence 1 · failed,fence 2 · done,fence 1 · done" {
 		t.Errorf("run labels %q", labels)
 	}
 	// The retry's bar starts after the failed run's end, on the same lane: drawn in
 	// time order, left to right.
-	xs := eval(`[...document.querySelectorAll("svg#story .run rect")].map(r => r.getAttribute("x") + "+" + r.getAttribute("width") + "@" + r.getAttribute("y")).join(",")`)
-	var b [3][3]int
+	xs := b.eval(`[...document.querySelectorAll("svg#story .run rect")].map(r => r.getAttribute("x") + "+" + r.getAttribute("width") + "@" + r.getAttribute("y")).join(",")`)
+	var bars [3][3]int
 	if _, err := fmt.Sscanf(strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(xs, "+", " "), "@", " "), ",", " "), "%d %d %d %d %d %d %d %d %d",
-		&b[0][0], &b[0][1], &b[0][2], &b[1][0], &b[1][1], &b[1][2], &b[2][0], &b[2][1], &b[2][2]); err != nil ||
-		b[1][0] < b[0][0]+b[0][1] || b[0][2] != b[1][2] || b[2][2] <= b[1][2] || b[2][0] < b[1][0]+b[1][1] {
+		&bars[0][0], &bars[0][1], &bars[0][2], &bars[1][0], &bars[1][1], &bars[1][2], &bars[2][0], &bars[2][1], &bars[2][2]); err != nil ||
+		bars[1][0] < bars[0][0]+bars[0][1] || bars[0][2] != bars[1][2] || bars[2][2] <= bars[1][2] || bars[2][0] < bars[1][0]+bars[1][1] {
 		t.Errorf("run bars (x+w@y) %s: the retry must start after the failure, on its lane; the rebase after both, below", xs)
 	}
-	if fits := eval(`String(document.documentElement.scrollWidth <= window.innerWidth)`); fits != "true" {
-		t.Errorf("the issue page is wider than the window: %s px", eval(`String(document.documentElement.scrollWidth)`))
+	if fits := b.eval(`String(document.documentElement.scrollWidth <= window.innerWidth)`); fits != "true" {
+		t.Errorf("the issue page is wider than the window: %s px", b.eval(`String(document.documentElement.scrollWidth)`))
 	}
-	shot("story")
+	b.shot("story")
 }

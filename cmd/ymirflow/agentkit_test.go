@@ -177,101 +177,120 @@ func TestExampleAgentsContract(t *testing.T) {
 func TestExampleAgentsThroughWorker(t *testing.T) {
 	agents := kitAgents(t)
 	for _, a := range agents {
-		t.Run(a.name, func(t *testing.T) {
-			// Not parallel: the worker reads its settings from the environment (t.Setenv).
-			admin, topo, dir := kitWorld(t, "100")
-			llm := startFakeLLM(t, fakellm.Options{CostUSD: 0.02})
-			t.Setenv("AGENT_STEPS", "3")
-			srv := fakejira.New(fakejira.Options{Token: "kit-token", Issues: []fakejira.Issue{{Key: "RHEL-901", Summary: "s"}}})
-			ts := httptest.NewServer(srv)
-			t.Cleanup(ts.Close)
+		t.Run(a.name, func(t *testing.T) { exampleAgentThroughWorker(t, a) })
+	}
+}
 
-			task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"RHEL-901"},"user_triggered":true}`))
-			task.UserTriggered = true
-			msg, err := event.New(event.TriageRequested, "RHEL-901", task, nil)
-			if err != nil {
-				t.Fatal(err)
+// exampleAgentThroughWorker runs a worker with agent a as its exec runner on one triage
+// event and checks its record, its fenced outputs, the control channel and the log.
+func exampleAgentThroughWorker(t *testing.T, a kitAgent) {
+	// Not parallel: the worker reads its settings from the environment (t.Setenv).
+	admin, topo, dir := kitWorld(t, "100")
+	llm := startFakeLLM(t, fakellm.Options{CostUSD: 0.02})
+	t.Setenv("AGENT_STEPS", "3")
+	srv := fakejira.New(fakejira.Options{Token: "kit-token", Issues: []fakejira.Issue{{Key: "RHEL-901", Summary: "s"}}})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"RHEL-901"},"user_triggered":true}`))
+	task.UserTriggered = true
+	msg, err := event.New(event.TriageRequested, "RHEL-901", task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := event.NewPublisher(admin, 0).PublishID(context.Background(), topo.Stream("triage", "", true), msg); err != nil {
+		t.Fatal(err)
+	}
+	rec, errb := runKitWorker(t, admin, topo, ts.URL, a.command)
+	fence, _ := rec["fence"].(string)
+	if rec["outcome"] != "not-affected" || fence == "" || fence == "0" {
+		t.Fatalf("record %v: want outcome not-affected under a fence", rec)
+	}
+	if labels := srv.Labels("RHEL-901"); !strings.Contains(strings.Join(labels, ","), "ymir_triaged_not_affected") {
+		t.Errorf("labels %v", labels)
+	}
+	comment, err := os.ReadFile(filepath.Join(dir, "triage/comments/RHEL-901.md"))
+	if err != nil || !strings.Contains(string(comment), "<!-- ymir-fence: triage RHEL-901 "+fence+" -->") {
+		t.Errorf("comment %q (%v): want the lease's fence %s", comment, err, fence)
+	}
+	trailer, err := exec.Command("git", "-C", filepath.Join(dir, "triage/repo-RHEL-901"), "log", "-1",
+		"--format=%(trailers:key=Ymir-Fence,valueonly)").Output()
+	if err != nil || strings.TrimSpace(string(trailer)) != "triage/RHEL-901/"+fence {
+		t.Errorf("commit trailer %q (%v), want triage/RHEL-901/%s", trailer, err, fence)
+	}
+	checkKitControlChannel(t, admin, topo, llm, fence)
+	sc := bufio.NewScanner(strings.NewReader(errb.String()))
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"level":"error"`) {
+			t.Errorf("worker logged an error: %s", sc.Text())
+		}
+	}
+}
+
+// runKitWorker runs `ymirflow worker --runner exec --exec command` against the fake Jira
+// at jiraURL until the triage of RHEL-901 is recorded done, then stops it (exit 0). It
+// returns the record and the worker's stderr.
+func runKitWorker(t *testing.T, admin *redis.Client, topo event.Topology, jiraURL, command string) (map[string]any, *testlog.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out testlog.Buffer
+	errb := &testlog.Buffer{}
+	done := make(chan int, 1)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker log:\n%s%s", out.String(), errb.String())
+		}
+	})
+	go func() {
+		done <- run(ctx, []string{"worker", "--agent", "triage", "--runner", "exec", "--exec", command,
+			"--runner-env", "AGENT_*", "--ymir-namespace", topo.Namespace, "--metrics-addr", "",
+			"--jira-url", jiraURL, "--jira-token", "kit-token", "--jira-rate-limit", "-1", "--block-time", "200ms", "--consumer-name", "w1"}, &out, errb)
+	}()
+	var rec map[string]any
+	redistest.Eventually(t, 30*time.Second, func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("worker exit %d: %s%s", code, out.String(), errb.String())
+		default:
+		}
+		res, _ := admin.XRange(ctx, topo.Results(), "-", "+").Result()
+		for _, m := range res {
+			if m.Values["event_type"] == event.StageDone && m.Values["issue_key"] == "RHEL-901" {
+				rec = m.Values
+				return true
 			}
-			if _, err := event.NewPublisher(admin, 0).PublishID(context.Background(), topo.Stream("triage", "", true), msg); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var out, errb testlog.Buffer
-			done := make(chan int, 1)
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("worker log:\n%s%s", out.String(), errb.String())
-				}
-			})
-			go func() {
-				done <- run(ctx, []string{"worker", "--agent", "triage", "--runner", "exec", "--exec", a.command,
-					"--runner-env", "AGENT_*", "--ymir-namespace", topo.Namespace, "--metrics-addr", "",
-					"--jira-url", ts.URL, "--jira-token", "kit-token", "--jira-rate-limit", "-1", "--block-time", "200ms", "--consumer-name", "w1"}, &out, &errb)
-			}()
-			var rec map[string]any
-			redistest.Eventually(t, 30*time.Second, func() bool {
-				select {
-				case code := <-done:
-					t.Fatalf("worker exit %d: %s%s", code, out.String(), errb.String())
-				default:
-				}
-				res, _ := admin.XRange(ctx, topo.Results(), "-", "+").Result()
-				for _, m := range res {
-					if m.Values["event_type"] == event.StageDone && m.Values["issue_key"] == "RHEL-901" {
-						rec = m.Values
-						return true
-					}
-				}
-				return false
-			}, "triage of RHEL-901 recorded")
-			cancel()
-			select {
-			case code := <-done:
-				if code != 0 {
-					t.Fatalf("worker exit %d: %s", code, errb.String())
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("worker did not stop")
-			}
-			fence, _ := rec["fence"].(string)
-			if rec["outcome"] != "not-affected" || fence == "" || fence == "0" {
-				t.Fatalf("record %v: want outcome not-affected under a fence", rec)
-			}
-			if labels := srv.Labels("RHEL-901"); !strings.Contains(strings.Join(labels, ","), "ymir_triaged_not_affected") {
-				t.Errorf("labels %v", labels)
-			}
-			comment, err := os.ReadFile(filepath.Join(dir, "triage/comments/RHEL-901.md"))
-			if err != nil || !strings.Contains(string(comment), "<!-- ymir-fence: triage RHEL-901 "+fence+" -->") {
-				t.Errorf("comment %q (%v): want the lease's fence %s", comment, err, fence)
-			}
-			trailer, err := exec.Command("git", "-C", filepath.Join(dir, "triage/repo-RHEL-901"), "log", "-1",
-				"--format=%(trailers:key=Ymir-Fence,valueonly)").Output()
-			if err != nil || strings.TrimSpace(string(trailer)) != "triage/RHEL-901/"+fence {
-				t.Errorf("commit trailer %q (%v), want triage/RHEL-901/%s", trailer, err, fence)
-			}
-			// The control channel: three metered calls, counted once each, and the last
-			// checkpoint saved under the run's fence.
-			ledger, err := agentctl.NewLedger(admin, topo.Namespace+":", agentctl.Budgets{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			costs, err := ledger.Costs(context.Background(), "RHEL-901")
-			if err != nil || llm.Calls() != 3 || costs.Micro != agentctl.Micro(3*0.02) || costs.Reports != 3 || costs.TokensIn != 3000 {
-				t.Errorf("ledger %+v (%v) after %d calls, want 3 reports of 0.02 USD", costs, err, llm.Calls())
-			}
-			ck, ok, err := ledger.LastCheckpoint(context.Background(), "triage", "RHEL-901")
-			if err != nil || !ok || !strings.Contains(string(ck.Data), `"completed": ["step-1", "step-2", "step-3"]`) &&
-				!strings.Contains(string(ck.Data), `"completed":["step-1","step-2","step-3"]`) || strconv.FormatInt(ck.Fence, 10) != fence {
-				t.Errorf("checkpoint %s fence %d (%v %v), want three steps under fence %s", ck.Data, ck.Fence, ok, err, fence)
-			}
-			sc := bufio.NewScanner(strings.NewReader(errb.String()))
-			for sc.Scan() {
-				if strings.Contains(sc.Text(), `"level":"error"`) {
-					t.Errorf("worker logged an error: %s", sc.Text())
-				}
-			}
-		})
+		}
+		return false
+	}, "triage of RHEL-901 recorded")
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("worker exit %d: %s", code, errb.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker did not stop")
+	}
+	return rec, errb
+}
+
+// checkKitControlChannel: three metered calls, counted once each, and the last
+// checkpoint saved under the run's fence.
+func checkKitControlChannel(t *testing.T, admin *redis.Client, topo event.Topology, llm *fakellm.Server, fence string) {
+	t.Helper()
+	ledger, err := agentctl.NewLedger(admin, topo.Namespace+":", agentctl.Budgets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	costs, err := ledger.Costs(context.Background(), "RHEL-901")
+	if err != nil || llm.Calls() != 3 || costs.Micro != agentctl.Micro(3*0.02) || costs.Reports != 3 || costs.TokensIn != 3000 {
+		t.Errorf("ledger %+v (%v) after %d calls, want 3 reports of 0.02 USD", costs, err, llm.Calls())
+	}
+	ck, ok, err := ledger.LastCheckpoint(context.Background(), "triage", "RHEL-901")
+	if err != nil || !ok || !strings.Contains(string(ck.Data), `"completed": ["step-1", "step-2", "step-3"]`) &&
+		!strings.Contains(string(ck.Data), `"completed":["step-1","step-2","step-3"]`) || strconv.FormatInt(ck.Fence, 10) != fence {
+		t.Errorf("checkpoint %s fence %d (%v %v), want three steps under fence %s", ck.Data, ck.Fence, ok, err, fence)
 	}
 }
 

@@ -27,7 +27,7 @@ func (le *Lease) sharedLocks() []string {
 }
 
 // checkLocks proves in one round trip that the lease's own lock key and each shared
-// one hold its token (on Redis Cluster they share a hash slot: ScopedKeys).
+// one hold its token (on Redis Cluster they share a hash slot: scopedKeys).
 func (le *Lease) checkLocks(ctx context.Context) error {
 	if len(le.shared) == 0 {
 		v, err := le.l.rdb.Get(ctx, le.keys.Lock).Result()

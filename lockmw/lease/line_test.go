@@ -99,68 +99,11 @@ func TestWaitLineHandsOverInOrder(t *testing.T) {
 			t.Parallel()
 			w := newLineWorld(t, f)
 			ids := w.add(5)
-			first, err := w.acquire(ids[0], ids[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, id := range ids[1:4] {
-				_, err := w.acquire(id, id)
-				var le *lease.LockedError
-				if !errors.As(err, &le) || !le.Waited || le.Position != int64(i+1) || le.OldestAt.IsZero() {
-					t.Fatalf("event %d: %#v", i+1, err)
-				}
-				if f == lease.KeysCompat && !le.Acked {
-					t.Fatalf("event %d not acked in the script", i+1)
-				}
-				if f == lease.KeysCluster {
-					w.rdb.XAck(w.ctx, w.stream, "g", id)
-				}
-			}
-			// A repeat joins once; a fourth waiting event is refused.
-			_, err = w.acquire(ids[1], ids[1])
-			if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Duplicate {
-				t.Fatalf("repeat: %v", err)
-			}
-			var full *lease.LineFullError
-			if _, err := w.acquire(ids[4], ids[4]); !errors.As(err, &full) || full.Waiting != 3 {
-				t.Fatalf("full line: %v", err)
-			}
-			if info, ok, err := w.l.Inspect(w.ctx, "rebase", "RHEL-1"); err != nil || !ok || info.Waiting != 3 || info.OldestWaiting.IsZero() {
-				t.Fatalf("inspect shows the line: %+v %v %v", info, ok, err)
-			}
-			if all, err := w.l.List(w.ctx, "rebase"); err != nil || len(all) != 1 || all[0].Waiting != 3 {
-				t.Fatalf("list shows the line: %+v %v", all, err)
-			}
-			lines, err := w.l.Lines(w.ctx, "rebase", "RHEL-1")
-			if err != nil || len(lines) != 3 || lines[0].LineID != ids[1] {
-				t.Fatalf("line: %v %v", lines, err)
-			}
-			cur, curID := first, ids[0]
-			for i, lid := range ids[1:5] {
-				w.finish(cur, curID)
-				cp := w.copyOf(lid)
-				if i == 0 {
-					// The key handed to the head is not taken by another event meanwhile:
-					// that one joins the tail (the line has room again).
-					_, err := w.acquire(ids[4], ids[4])
-					if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Waited || le.Position != 3 {
-						t.Fatalf("the key handed to %s: another event got %v", lid, err)
-					}
-					if f == lease.KeysCluster {
-						w.rdb.XAck(w.ctx, w.stream, "g", ids[4])
-					}
-				}
-				if cur, err = w.acquire(cp, lid); err != nil {
-					t.Fatalf("copy of %s: %v", lid, err)
-				}
-				curID = cp
-			}
-			w.finish(cur, curID)
-			if msgs := w.read(); len(msgs) != 0 {
-				t.Fatalf("a release woke somebody with an empty line: %v", msgs)
-			}
+			first := w.fillLine(f, ids)
+			w.lineIsShown(ids)
+			curID := w.handOverInOrder(f, first, ids)
 			// A redelivered copy of an event that ran: acked, not run.
-			_, err = w.acquire(curID, ids[4])
+			_, err := w.acquire(curID, ids[4])
 			var le *lease.LockedError
 			if !errors.As(err, &le) || !le.Ran {
 				t.Fatalf("copy of a finished event: %v", err)
@@ -170,6 +113,91 @@ func TestWaitLineHandsOverInOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fillLine takes the key for ids[0] and lines up ids[1:4] behind it (acked in the script
+// on f == KeysCompat, by the caller on Cluster); a repeat joins once and ids[4] finds the
+// line full. It returns the run of ids[0].
+func (w *lineWorld) fillLine(f lease.KeyFormat, ids []string) *lease.Lease {
+	t := w.t
+	t.Helper()
+	first, err := w.acquire(ids[0], ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids[1:4] {
+		_, err := w.acquire(id, id)
+		var le *lease.LockedError
+		if !errors.As(err, &le) || !le.Waited || le.Position != int64(i+1) || le.OldestAt.IsZero() {
+			t.Fatalf("event %d: %#v", i+1, err)
+		}
+		if f == lease.KeysCompat && !le.Acked {
+			t.Fatalf("event %d not acked in the script", i+1)
+		}
+		if f == lease.KeysCluster {
+			w.rdb.XAck(w.ctx, w.stream, "g", id)
+		}
+	}
+	// A repeat joins once; a fourth waiting event is refused.
+	_, err = w.acquire(ids[1], ids[1])
+	if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Duplicate {
+		t.Fatalf("repeat: %v", err)
+	}
+	var full *lease.LineFullError
+	if _, err := w.acquire(ids[4], ids[4]); !errors.As(err, &full) || full.Waiting != 3 {
+		t.Fatalf("full line: %v", err)
+	}
+	return first
+}
+
+// lineIsShown checks that Inspect, List and Lines show the line of three, ids[1] first.
+func (w *lineWorld) lineIsShown(ids []string) {
+	t := w.t
+	t.Helper()
+	if info, ok, err := w.l.Inspect(w.ctx, "rebase", "RHEL-1"); err != nil || !ok || info.Waiting != 3 || info.OldestWaiting.IsZero() {
+		t.Fatalf("inspect shows the line: %+v %v %v", info, ok, err)
+	}
+	if all, err := w.l.List(w.ctx, "rebase"); err != nil || len(all) != 1 || all[0].Waiting != 3 {
+		t.Fatalf("list shows the line: %+v %v", all, err)
+	}
+	lines, err := w.l.Lines(w.ctx, "rebase", "RHEL-1")
+	if err != nil || len(lines) != 3 || lines[0].LineID != ids[1] {
+		t.Fatalf("line: %v %v", lines, err)
+	}
+}
+
+// handOverInOrder ends first's run and then each copy's: every release hands the key to
+// the head of the line (its copy appended), which runs; ids[4] joins the tail meanwhile.
+// The last release wakes nobody. It returns the entry id of the last copy that ran.
+func (w *lineWorld) handOverInOrder(f lease.KeyFormat, first *lease.Lease, ids []string) string {
+	t := w.t
+	t.Helper()
+	var err error
+	cur, curID := first, ids[0]
+	for i, lid := range ids[1:5] {
+		w.finish(cur, curID)
+		cp := w.copyOf(lid)
+		if i == 0 {
+			// The key handed to the head is not taken by another event meanwhile:
+			// that one joins the tail (the line has room again).
+			_, err := w.acquire(ids[4], ids[4])
+			if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Waited || le.Position != 3 {
+				t.Fatalf("the key handed to %s: another event got %v", lid, err)
+			}
+			if f == lease.KeysCluster {
+				w.rdb.XAck(w.ctx, w.stream, "g", ids[4])
+			}
+		}
+		if cur, err = w.acquire(cp, lid); err != nil {
+			t.Fatalf("copy of %s: %v", lid, err)
+		}
+		curID = cp
+	}
+	w.finish(cur, curID)
+	if msgs := w.read(); len(msgs) != 0 {
+		t.Fatalf("a release woke somebody with an empty line: %v", msgs)
+	}
+	return curID
 }
 
 // A run that does not finish (its worker crashed: the lease expires) keeps its turn:

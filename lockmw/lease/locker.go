@@ -411,7 +411,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 		if l.opts.Format == KeysCluster && len(ao.Shared) > 1 {
 			return nil, fmt.Errorf("%w: AcquireOptions.Shared: on Redis Cluster a lease holds at most one shared key", ErrBadScope)
 		}
-		a.keys = l.ScopedKeys(agent, issue, ao.Shared)
+		a.keys = l.scopedKeys(agent, issue, ao.Shared)
 		a.apart = l.apart(ao.Shared)
 		for _, sk := range ao.Shared {
 			a.shared = append(a.shared, l.SharedKeys(sk))
@@ -529,7 +529,6 @@ func (a *acquisition) giveBackOwn(ctx context.Context) {
 // finish turns the acquire script's reply into a held Lease (its heartbeat started and
 // its context derived from parent) or the error saying why not.
 func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lease, error) {
-	l, agent, issue := a.l, a.agent, a.issue
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", a.keys.Lock, err)
 	}
@@ -537,74 +536,100 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		return nil, fmt.Errorf("lease: acquire %s: unexpected reply %v", a.keys.Lock, res)
 	}
 	if n, _ := res[0].(int64); n == 2 && len(res) >= 3 {
-		l.opts.Observer.Busy(agent)
+		a.l.opts.Observer.Busy(a.agent)
 		by, _ := res[2].(string)
-		return nil, &SupersededError{Agent: agent, Issue: issue, ReleasedAt: time.UnixMilli(atoi(res[1])), ByMessageID: by}
+		return nil, &SupersededError{Agent: a.agent, Issue: a.issue, ReleasedAt: time.UnixMilli(atoi(res[1])), ByMessageID: by}
 	}
 	if n, _ := res[0].(int64); n != 1 {
-		l.opts.Observer.Busy(agent)
-		var full *MailboxFullError
-		if n == 3 && len(res) >= 7 { // deliver: the mailbox is full
-			full = &MailboxFullError{Depth: atoi(res[1])}
-			res = res[1:]
-		}
-		holder := Info{Agent: agent, Issue: issue, Scope: ScopeAgent, Key: issue}
-		if len(res) >= 10 { // a busy shared key: its holder may be another agent, on another issue
-			holder.Agent, _ = res[7].(string)
-			holder.Issue, _ = res[9].(string)
-			lock, _ := res[8].(string)
-			for i, k := range a.shared {
-				if k.Lock == lock {
-					holder.Scope, holder.Key = a.ao.Shared[i].Scope, a.ao.Shared[i].Key
-				}
-			}
-		}
-		if len(res) >= 6 {
-			holder.Owner, _ = res[1].(string)
-			holder.Fence = atoi(res[2])
-			if ms := atoi(res[3]); ms > 0 {
-				holder.AcquiredAt = time.UnixMilli(ms)
-			}
-			holder.MessageID, _ = res[4].(string)
-			if ttl, _ := res[5].(int64); ttl > 0 {
-				holder.TTL = time.Duration(ttl) * time.Millisecond
-			}
-		}
-		if full != nil {
-			full.Holder = holder
-			return nil, full
-		}
-		if a.ao.MessageID != "" && holder.MessageID == a.ao.MessageID && holder.Scope == ScopeAgent {
-			// The holder's own entry: the scripts neither queue, deliver nor ack it.
-			return nil, &LockedError{Holder: holder, Issue: issue}
-		}
-		if a.ao.Deliver != nil && a.ao.Deliver.Followup == nil {
-			// A wake-up: kept as the queued event (dup 1), or nothing left to wake for.
-			acked := a.ao.Deliver.Ack != nil && l.opts.Format != KeysCluster
-			return nil, &LockedError{Holder: holder, Issue: issue, Queued: len(res) >= 9 && atoi(res[8]) == 1, Acked: acked}
-		}
-		if a.ao.Deliver != nil {
-			le := &LockedError{Holder: holder, Issue: issue, Delivered: true, Acked: a.ao.Deliver.Ack != nil && l.opts.Format != KeysCluster}
-			if len(res) >= 9 {
-				le.MailboxID, _ = res[6].(string)
-				le.Depth = atoi(res[7])
-				le.Duplicate = atoi(res[8]) == 1
-			}
-			return nil, le
-		}
-		if a.ao.Supersede {
-			return nil, &LockedError{Holder: holder, Issue: issue, Newer: len(res) >= 7 && atoi(res[6]) == 1}
-		}
-		le := &LockedError{Holder: holder, Issue: issue, Queued: a.ao.Queue != nil}
-		if len(res) >= 7 {
-			le.Replaced = atoi(res[6]) > 0
-		}
-		return nil, le
+		a.l.opts.Observer.Busy(a.agent)
+		return nil, a.busy(n, res)
 	}
+	return a.held(parent, res), nil
+}
+
+// busy is the error of an acquire the script answered busy (reply code n): the mailbox
+// full, or a LockedError saying what became of the event (queued, delivered, ...).
+func (a *acquisition) busy(n int64, res []any) error {
+	var full *MailboxFullError
+	if n == 3 && len(res) >= 7 { // deliver: the mailbox is full
+		full = &MailboxFullError{Depth: atoi(res[1])}
+		res = res[1:]
+	}
+	holder := a.holderOf(res)
+	if full != nil {
+		full.Holder = holder
+		return full
+	}
+	return a.lockedError(holder, res)
+}
+
+// holderOf reads the holder of the busy key from a busy reply (its fields from index 1).
+func (a *acquisition) holderOf(res []any) Info {
+	holder := Info{Agent: a.agent, Issue: a.issue, Scope: ScopeAgent, Key: a.issue}
+	if len(res) >= 10 { // a busy shared key: its holder may be another agent, on another issue
+		holder.Agent, _ = res[7].(string)
+		holder.Issue, _ = res[9].(string)
+		lock, _ := res[8].(string)
+		for i, k := range a.shared {
+			if k.Lock == lock {
+				holder.Scope, holder.Key = a.ao.Shared[i].Scope, a.ao.Shared[i].Key
+			}
+		}
+	}
+	if len(res) >= 6 {
+		holder.Owner, _ = res[1].(string)
+		holder.Fence = atoi(res[2])
+		if ms := atoi(res[3]); ms > 0 {
+			holder.AcquiredAt = time.UnixMilli(ms)
+		}
+		holder.MessageID, _ = res[4].(string)
+		if ttl, _ := res[5].(int64); ttl > 0 {
+			holder.TTL = time.Duration(ttl) * time.Millisecond
+		}
+	}
+	return holder
+}
+
+// lockedError is the LockedError of a busy reply, by what the acquire asked for: its own
+// entry, a wake-up, a delivery to the mailbox, a supersede, or a queue.
+func (a *acquisition) lockedError(holder Info, res []any) *LockedError {
+	issue := a.issue
+	if a.ao.MessageID != "" && holder.MessageID == a.ao.MessageID && holder.Scope == ScopeAgent {
+		// The holder's own entry: the scripts neither queue, deliver nor ack it.
+		return &LockedError{Holder: holder, Issue: issue}
+	}
+	if a.ao.Deliver != nil {
+		acked := a.ao.Deliver.Ack != nil && a.l.opts.Format != KeysCluster
+		if a.ao.Deliver.Followup == nil {
+			// A wake-up: kept as the queued event (dup 1), or nothing left to wake for.
+			return &LockedError{Holder: holder, Issue: issue, Queued: len(res) >= 9 && atoi(res[8]) == 1, Acked: acked}
+		}
+		le := &LockedError{Holder: holder, Issue: issue, Delivered: true, Acked: acked}
+		if len(res) >= 9 {
+			le.MailboxID, _ = res[6].(string)
+			le.Depth = atoi(res[7])
+			le.Duplicate = atoi(res[8]) == 1
+		}
+		return le
+	}
+	if a.ao.Supersede {
+		return &LockedError{Holder: holder, Issue: issue, Newer: len(res) >= 7 && atoi(res[6]) == 1}
+	}
+	le := &LockedError{Holder: holder, Issue: issue, Queued: a.ao.Queue != nil}
+	if len(res) >= 7 {
+		le.Replaced = atoi(res[6]) > 0
+	}
+	return le
+}
+
+// held builds the Lease an acquire won from its reply (the fences of its shared keys,
+// its line, what it supersedes), derives its context from parent and starts its heartbeat.
+func (a *acquisition) held(parent context.Context, res []any) *Lease {
+	l := a.l
 	le := &Lease{
 		l:          l,
-		agent:      agent,
-		issue:      issue,
+		agent:      a.agent,
+		issue:      a.issue,
 		keys:       a.keys,
 		token:      a.token,
 		messageID:  a.ao.MessageID,
@@ -632,8 +657,8 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 		le.supersedes, _ = res[3].(string)
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
-	l.opts.Observer.Acquired(agent)
+	l.opts.Observer.Acquired(a.agent)
 	l.evict.track(le)
 	le.startHeartbeatLater()
-	return le, nil
+	return le
 }

@@ -43,6 +43,23 @@ func TestDeliverMailbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := readThreeEntries(t, ctx, rdb, stream)
+	first := deliverTwoRefuseThird(t, ctx, rdb, l, holder, stream, ids)
+	fu := readMailboxReleaseRest(t, ctx, rdb, l, holder, stream, first)
+	run2 := secondRunAccountsForAll(t, ctx, l, holder, stream, ids, fu)
+	keys := l.Keys("triage", "RHEL-1")
+	if exists(t, rdb, keys.Queue) || exists(t, rdb, keys.Mailbox) {
+		t.Error("the queued event or the empty mailbox outlived the lease")
+	}
+	// A run that lost its lease removes nothing.
+	if _, err := run2.MailboxDone(ctx, "1-0"); !errors.Is(err, lease.ErrLeaseLost) {
+		t.Fatalf("done after release: %v", err)
+	}
+}
+
+// readThreeEntries adds three entries to stream and reads them into group g (pending).
+func readThreeEntries(t *testing.T, ctx context.Context, rdb *redis.Client, stream string) []string {
+	t.Helper()
 	var ids []string
 	for i := range 3 {
 		id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"n": i}}).Result()
@@ -54,6 +71,14 @@ func TestDeliverMailbox(t *testing.T) {
 	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{stream, ">"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
+	return ids
+}
+
+// deliverTwoRefuseThird delivers the first two entries to holder's mailbox (depth 2),
+// repeats the first (nothing appended) and finds the mailbox full for the third (not
+// acked). It returns the first follow-up's mailbox id.
+func deliverTwoRefuseThird(t *testing.T, ctx context.Context, rdb *redis.Client, l *lease.Locker, holder *lease.Lease, stream string, ids []string) string {
+	t.Helper()
 	var first string
 	for i, id := range ids[:2] {
 		_, err := l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, id, 2, "body "+strconv.Itoa(i)))
@@ -66,7 +91,7 @@ func TestDeliverMailbox(t *testing.T) {
 		}
 	}
 	// A repeat of the first (its reply lost) appends nothing.
-	_, err = l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, ids[0], 2, "body 0"))
+	_, err := l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, ids[0], 2, "body 0"))
 	if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Duplicate || le.MailboxID != "" {
 		t.Fatalf("repeat: %v", err)
 	}
@@ -80,6 +105,13 @@ func TestDeliverMailbox(t *testing.T) {
 	if pend.Count != 1 || pend.Lower != ids[2] {
 		t.Fatalf("pending %+v: want only the refused %s", pend, ids[2])
 	}
+	return first
+}
+
+// readMailboxReleaseRest reads holder's mailbox (two follow-ups, the first first), accounts
+// for the first only and releases: the release publishes one next run, for the second.
+func readMailboxReleaseRest(t *testing.T, ctx context.Context, rdb *redis.Client, l *lease.Locker, holder *lease.Lease, stream, first string) []lease.Followup {
+	t.Helper()
 	if n, _ := l.MailboxDepth(ctx, "triage", "RHEL-1"); n != 2 {
 		t.Fatalf("depth %d", n)
 	}
@@ -110,6 +142,14 @@ func TestDeliverMailbox(t *testing.T) {
 			t.Errorf("next run carries the queue's own field %s", k)
 		}
 	}
+	return fu
+}
+
+// secondRunAccountsForAll runs the published next run: it accounts for the rest and for
+// one more follow-up delivered to it, so its release starts nothing. It returns the
+// released run.
+func secondRunAccountsForAll(t *testing.T, ctx context.Context, l *lease.Locker, holder *lease.Lease, stream string, ids []string, fu []lease.Followup) *lease.Lease {
+	t.Helper()
 	// The next run accounts for the rest: its release starts nothing.
 	run2, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: holder.Requeued(), Drain: true})
 	if err != nil {
@@ -136,14 +176,7 @@ func TestDeliverMailbox(t *testing.T) {
 	if run2.Requeued() != "" {
 		t.Fatalf("every follow-up was accounted for, yet %s was published", run2.Requeued())
 	}
-	keys := l.Keys("triage", "RHEL-1")
-	if exists(t, rdb, keys.Queue) || exists(t, rdb, keys.Mailbox) {
-		t.Error("the queued event or the empty mailbox outlived the lease")
-	}
-	// A run that lost its lease removes nothing.
-	if _, err := run2.MailboxDone(ctx, "1-0"); !errors.Is(err, lease.ErrLeaseLost) {
-		t.Fatalf("done after release: %v", err)
-	}
+	return run2
 }
 
 // Issue 24 item 4: a burst of 10 000 follow-ups for one issue while its lease is held

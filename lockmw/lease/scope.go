@@ -251,12 +251,12 @@ func (l *Locker) SharedKeys(sk ScopeKey) Keys {
 	return Keys{Lock: k.Lock, Info: k.Info, Fence: k.Fence}
 }
 
-// ScopedKeys returns the keys of the agent's own lease on issue when the lease also
+// scopedKeys returns the keys of the agent's own lease on issue when the lease also
 // holds shared. They depend on the issue alone, never on the event's group: on
 // standalone Redis, and for a group key on Redis Cluster, they are Keys(agent, issue);
 // for the issue key on Redis Cluster they sit in its hash slot (named after the issue),
 // so that one script can take both.
-func (l *Locker) ScopedKeys(agent, issue string, shared []ScopeKey) Keys {
+func (l *Locker) scopedKeys(agent, issue string, shared []ScopeKey) Keys {
 	return l.opts.Format.keysFor(l.opts.Scope+agent, issue, l.clusterTag(shared))
 }
 

@@ -55,8 +55,17 @@ func TestSupersedeTakesOverAndWaitsForTheOldRun(t *testing.T) {
 	if err := e1.WaitStopped(); err != nil {
 		t.Fatalf("nothing to wait for: %v", err)
 	}
+	olderOrOwnEntryIsBusy(t, newer, e1)
+	e2 := supersedeEndsTheOldLease(t, ctx, ns, newer, e1)
+	newRunWaitsForTheOld(t, ctx, e1, e2)
+}
+
+// olderOrOwnEntryIsBusy: an older event, and a copy of the holder e1's own entry (1000-0),
+// acquired on newer are busy; they supersede nothing.
+func olderOrOwnEntryIsBusy(t *testing.T, newer *lease.Locker, e1 *lease.Lease) {
+	t.Helper()
 	// An older event, and a copy of the holder's own entry, are busy: they supersede nothing.
-	_, err = supersedeAcquire(t, newer, "999-5")
+	_, err := supersedeAcquire(t, newer, "999-5")
 	var locked *lease.LockedError
 	if !errors.As(err, &locked) || !locked.Newer || locked.Holder.MessageID != "1000-0" {
 		t.Fatalf("older event: %v (%+v), want busy with a newer holder", err, locked)
@@ -68,7 +77,13 @@ func TestSupersedeTakesOverAndWaitsForTheOldRun(t *testing.T) {
 	if e1.Err() != nil {
 		t.Fatalf("the holder was ended by an event that did not supersede it: %v", e1.Err())
 	}
+}
 
+// supersedeEndsTheOldLease takes e1's lease over on newer with entry 1000-1: a higher
+// fence, the operator view says so, and e1 ends with a SupersededByError, its fenced
+// writes refused. It returns the new lease.
+func supersedeEndsTheOldLease(t *testing.T, ctx context.Context, ns string, newer *lease.Locker, e1 *lease.Lease) *lease.Lease {
+	t.Helper()
 	start := time.Now()
 	e2, err := supersedeAcquire(t, newer, "1000-1")
 	if err != nil {
@@ -93,7 +108,13 @@ func TestSupersedeTakesOverAndWaitsForTheOldRun(t *testing.T) {
 	if err := e1.Check(ctx); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("the superseded run's check: %v, want ErrLeaseLost", err)
 	}
+	return e2
+}
 
+// newRunWaitsForTheOld: e2's WaitStopped returns only once e1 (superseded) releases, and
+// that release deletes nothing.
+func newRunWaitsForTheOld(t *testing.T, ctx context.Context, e1, e2 *lease.Lease) {
+	t.Helper()
 	// The new run waits for the old one to stop.
 	waited := make(chan error, 1)
 	go func() { waited <- e2.WaitStopped() }()
