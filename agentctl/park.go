@@ -10,26 +10,55 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
-// AskOnce reports whether this is the first time issue's exhausted budget is asked to
-// be raised at its current level (once per raise: after an approval, a new exhaustion
-// asks again). The mark is taken before the comment is posted: a crash in between
-// loses the comment rather than posting it twice (the park label stays).
-func (l *Ledger) AskOnce(ctx context.Context, issue string) (bool, error) {
-	ledger := l.key(issue, "ledger")
-	raised, err := l.rdb.HGet(ctx, ledger, "raised").Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("agentctl: read the raises of %s: %w", issue, err)
-	}
-	ok, err := l.rdb.HSetNX(ctx, ledger, "asked:"+strconv.FormatInt(raised, 10), "1").Result()
+// Answers of BeginAsk (Ask.Status).
+const (
+	AskPost   = "post"  // ask: post the comment (after looking for an earlier post), then Asked
+	AskAsked  = "asked" // asked at this budget level already: nothing to post
+	AskBusy   = "busy"  // another run is asking, its lease held and its deadline ahead
+	askMarker = "ymir-budget-ask"
+)
+
+// Ask is BeginAsk's answer: what to do, and the budget level (the raises so far, in
+// micro-USD) the ask is about.
+type Ask struct {
+	Status string
+	Level  int64
+}
+
+// Marker is the text the comment asking for more budget at this level carries, by
+// which a later ask finds it (a post whose "asked" mark was lost with its process).
+func (a Ask) Marker(issue string) string {
+	return "{{" + askMarker + " " + issue + " " + strconv.FormatInt(a.Level, 10) + "}}"
+}
+
+// BeginAsk starts the ask for more budget of issue at its current level (once per
+// level: after an approval, a new exhaustion asks again), for run, which holds its
+// lease. The ask is in three steps: BeginAsk marks it "asking" until deadline, the
+// caller posts the comment (unless it finds Ask.Marker in the issue's comments
+// already), then Asked marks it done. An ask whose asker died (its lease gone) or
+// outlived its deadline is taken over by the next one; an "asked" level is never asked
+// again. So the comment is posted at least once per level; twice only when the first
+// poster was slow past its deadline with its lease held, and its comment not yet
+// visible when the second looked.
+func (l *Ledger) BeginAsk(ctx context.Context, issue string, run Run, deadline time.Duration) (Ask, error) {
+	res, err := l.ask.Run(ctx, l.rdb, []string{l.key(issue, "ledger")}, run.LockKey, run.Token,
+		l.now().UnixMilli(), deadline.Milliseconds()).Slice()
 	if err != nil {
-		return false, fmt.Errorf("agentctl: mark the budget request of %s: %w", issue, err)
+		return Ask{}, fmt.Errorf("agentctl: mark the budget request of %s: %w", issue, err)
 	}
-	return ok, nil
+	return Ask{Status: res[0].(string), Level: res[1].(int64)}, nil
+}
+
+// Asked marks issue's ask at a's level done: the comment is posted.
+func (l *Ledger) Asked(ctx context.Context, issue string, a Ask) error {
+	err := l.rdb.HSet(ctx, l.key(issue, "ledger"), "ask:"+strconv.FormatInt(a.Level, 10), AskAsked).Err()
+	if err != nil {
+		return fmt.Errorf("agentctl: mark the budget request of %s asked: %w", issue, err)
+	}
+	return nil
 }
 
 // ParkedOnceTTL is how long the publish of a resumed request is recognised as a

@@ -105,3 +105,65 @@ func TestResumeParkedDropsInvalid(t *testing.T) {
 		t.Fatal("the invalid request is still parked")
 	}
 }
+
+// BeginAsk: one run asks at a level; another finds it busy while the asker holds its
+// lease and its deadline is ahead, and takes it over when either ends; the asker itself
+// may ask again (a retry of its failed post); an asked level is not asked again; a
+// raise opens the next level.
+func TestBeginAsk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t, agentctl.Budgets{Issue: 1}, time.Minute)
+	const issue = "RHEL-395"
+	a, ra := w.acquire(t, "triage", issue)
+	_, rb := w.acquire(t, "rebase", issue)
+	want := func(run agentctl.Run, deadline time.Duration, status string, level int64) agentctl.Ask {
+		t.Helper()
+		ask, err := w.ledger.BeginAsk(ctx, issue, run, deadline)
+		if err != nil || ask.Status != status || ask.Level != level {
+			t.Fatalf("ask of %s: %+v, %v; want %s at %d", run.Agent, ask, err, status, level)
+		}
+		return ask
+	}
+	want(ra, time.Hour, agentctl.AskPost, 0)
+	want(rb, time.Hour, agentctl.AskBusy, 0)
+	want(ra, time.Hour, agentctl.AskPost, 0) // the asker's retry
+	want(ra, time.Millisecond, agentctl.AskPost, 0)
+	time.Sleep(5 * time.Millisecond) // the deadline passes (not a synchronisation)
+	ask := want(rb, time.Hour, agentctl.AskPost, 0) // a late asker is taken over
+	if _, err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, ra = w.acquire(t, "triage", issue)
+	want(ra, time.Hour, agentctl.AskBusy, 0)
+	if err := w.ledger.Asked(ctx, issue, ask); err != nil {
+		t.Fatal(err)
+	}
+	want(ra, time.Hour, agentctl.AskAsked, 0)
+	if _, err := w.ledger.Raise(ctx, issue, 1, "approval"); err != nil {
+		t.Fatal(err)
+	}
+	want(ra, time.Hour, agentctl.AskPost, 1_000_000)
+	if m := ask.Marker(issue); m != "{{ymir-budget-ask RHEL-395 0}}" {
+		t.Fatalf("marker %q", m)
+	}
+}
+
+// An ask whose asker died (its lease gone) is taken over at once.
+func TestBeginAskDeadAskerTakenOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t, agentctl.Budgets{Issue: 1}, time.Minute)
+	const issue = "RHEL-396"
+	_, ra := w.acquire(t, "triage", issue)
+	_, rb := w.acquire(t, "rebase", issue)
+	if ask, err := w.ledger.BeginAsk(ctx, issue, ra, time.Hour); err != nil || ask.Status != agentctl.AskPost {
+		t.Fatal(ask, err)
+	}
+	if err := w.rdb.Del(ctx, ra.LockKey, ra.InfoKey).Err(); err != nil { // its lease expired
+		t.Fatal(err)
+	}
+	if ask, err := w.ledger.BeginAsk(ctx, issue, rb, time.Hour); err != nil || ask.Status != agentctl.AskPost {
+		t.Fatalf("after the asker died: %+v, %v; want post", ask, err)
+	}
+}
