@@ -129,7 +129,7 @@ func TestBeginAsk(t *testing.T) {
 	want(rb, time.Hour, agentctl.AskBusy, 0)
 	want(ra, time.Hour, agentctl.AskPost, 0) // the asker's retry
 	want(ra, time.Millisecond, agentctl.AskPost, 0)
-	time.Sleep(5 * time.Millisecond) // the deadline passes (not a synchronisation)
+	time.Sleep(5 * time.Millisecond)                // the deadline passes (not a synchronisation)
 	ask := want(rb, time.Hour, agentctl.AskPost, 0) // a late asker is taken over
 	if _, err := a.Release(ctx); err != nil {
 		t.Fatal(err)
