@@ -55,6 +55,20 @@ func (h *handler) openControl(ctx context.Context, ev *job, req *runners.RunRequ
 	return ch, nil
 }
 
+// watchProgress gives the run's lease up when its agent reports no progress on ch for
+// the progress timeout (agentctl.ChannelOptions.ProgressTimeout), as a wedged
+// handler's ends at MaxHold: the runner is stopped, the event stays pending and runs
+// again, from the last checkpoint. It returns the watch's stop, for the run's end.
+func (h *handler) watchProgress(ctx context.Context, ch *agentctl.Channel) (stop func()) {
+	le, ok := lockmw.LeaseFrom(ctx)
+	if !ok || ch == nil || h.cfg.Control.ProgressTimeout <= 0 {
+		return func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	go ch.WatchProgress(wctx, le.GiveUp)
+	return cancel
+}
+
 // controlAttributes puts what the run reported, counted, on its span.
 func controlAttributes(span trace.Span, ch *agentctl.Channel) {
 	if ch == nil {
