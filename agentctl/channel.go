@@ -97,7 +97,7 @@ func (l *Ledger) Open(run Run, o ChannelOptions) *Channel {
 	lim := o.Limits.withDefaults()
 	return &Channel{ledger: l, permits: o.Permits, run: run, limits: lim, obs: o.Observer, now: time.Now,
 		tokens: float64(lim.Burst), progress: o.ProgressTimeout, progressAt: time.Now(),
-		log:    o.Logger.With().Str("issue_key", run.Issue).Str("agent", run.Agent).Int64("fence", run.Fence).Logger()}
+		log: o.Logger.With().Str("issue_key", run.Issue).Str("agent", run.Agent).Int64("fence", run.Fence).Logger()}
 }
 
 // Exhausted reports whether a reservation of the run was denied for the budget.
