@@ -67,8 +67,8 @@ func (l *Ledger) Asked(ctx context.Context, issue string, a Ask) error {
 // connection) is finished by the next one within that time, publishing nothing twice.
 const ParkedOnceTTL = 7 * 24 * time.Hour
 
-// ErrParkedInvalid, wrapped by a PublishParked, says a parked request is not a valid
-// request: ResumeParked forgets it rather than keep it forever.
+// ErrParkedInvalid says a parked request is not a valid request (a PublishParked wraps
+// it): ResumeParked forgets it rather than keep it forever.
 var ErrParkedInvalid = errors.New("agentctl: the parked request is not a valid request")
 
 // Parked is a request whose run ended for its budget, kept to be published again when
