@@ -62,6 +62,8 @@ type Channel struct {
 	log     zerolog.Logger
 	now     func() time.Time
 
+	progress time.Duration
+
 	mu        sync.Mutex
 	exhausted bool
 	totals    Totals
@@ -69,7 +71,14 @@ type Channel struct {
 	last      time.Time
 	// lastCounted is the highest seq whose usage this process added to totals.
 	lastCounted int64
+	// progressAt is the run's last sign of progress: the channel's opening, a counted
+	// usage report, a saved checkpoint, a progress request.
+	progressAt time.Time
 }
+
+// ErrNoProgress is the cause a run's lease ends with when its agent reported no
+// progress for ChannelOptions.ProgressTimeout (WatchProgress).
+var ErrNoProgress = errors.New("agent control channel: no progress reported within the progress timeout")
 
 // ChannelOptions are a channel's collaborators besides the ledger.
 type ChannelOptions struct {
@@ -77,14 +86,18 @@ type ChannelOptions struct {
 	Limits   Limits
 	Observer Observer
 	Logger   zerolog.Logger
+	// ProgressTimeout, when above 0, ends a run whose agent reports no progress (a
+	// counted usage report, a saved checkpoint, a progress request) for that long, as
+	// a wedged handler's: WatchProgress gives its lease up. Default 0: off.
+	ProgressTimeout time.Duration
 }
 
 // Open returns the channel of run.
 func (l *Ledger) Open(run Run, o ChannelOptions) *Channel {
 	lim := o.Limits.withDefaults()
 	return &Channel{ledger: l, permits: o.Permits, run: run, limits: lim, obs: o.Observer, now: time.Now,
-		tokens: float64(lim.Burst),
-		log:    o.Logger.With().Str("issue_key", run.Issue).Str("agent", run.Agent).Int64("fence", run.Fence).Logger()}
+		tokens: float64(lim.Burst), progress: o.ProgressTimeout, progressAt: time.Now(),
+		log: o.Logger.With().Str("issue_key", run.Issue).Str("agent", run.Agent).Int64("fence", run.Fence).Logger()}
 }
 
 // Exhausted reports whether a reservation of the run was denied for the budget.
@@ -223,9 +236,15 @@ func (c *Channel) dispatch(ctx context.Context, req Request) (Answer, error) {
 		return c.reserve(ctx, req)
 	case OpCheckpoint:
 		st, err := c.ledger.SaveCheckpoint(ctx, c.run, req.Seq, req.Checkpoint)
+		if st == StatusSaved {
+			c.progressed()
+		}
 		return Answer{Status: st}, err
 	case OpPermit:
 		return c.permit(ctx, req)
+	case OpProgress:
+		c.progressed()
+		return Answer{Status: StatusNoted}, nil
 	default: // OpThrottled
 		if c.permits != nil {
 			if err := c.permits.Throttle(ctx, req.Upstream, time.Duration(req.RetryAfterMS)*time.Millisecond); err != nil {
@@ -242,6 +261,9 @@ func (c *Channel) usage(ctx context.Context, req Request) (Answer, error) {
 	st, spent, err := c.ledger.Report(ctx, c.run, req.Seq, u)
 	if err != nil {
 		return Answer{}, err
+	}
+	if st == StatusCounted {
+		c.progressed()
 	}
 	if st == StatusCounted && c.markCounted(req.Seq) {
 		c.mu.Lock()
@@ -302,4 +324,38 @@ func (c *Channel) permit(ctx context.Context, req Request) (Answer, error) {
 		return Answer{Status: StatusWait, RetryAfterMS: max(wait.Milliseconds(), 1)}, nil
 	}
 	return Answer{Status: StatusGranted}, nil
+}
+
+func (c *Channel) progressed() {
+	c.mu.Lock()
+	c.progressAt = c.now()
+	c.mu.Unlock()
+}
+
+// WatchProgress gives the run's lease up (giveUp, with a cause wrapping ErrNoProgress)
+// when its agent reports no progress for ChannelOptions.ProgressTimeout, and returns;
+// it returns at once when that is off, and when ctx ends (the run ended). It looks
+// four times a timeout.
+func (c *Channel) WatchProgress(ctx context.Context, giveUp func(cause error)) {
+	if c.progress <= 0 {
+		return
+	}
+	tick := time.NewTicker(max(c.progress/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c.mu.Lock()
+		quiet := c.now().Sub(c.progressAt)
+		c.mu.Unlock()
+		if quiet >= c.progress {
+			c.log.Warn().Dur("quiet", quiet).Dur("progress_timeout", c.progress).
+				Msg("the agent reported no progress: its lease is given up, as a wedged handler's")
+			giveUp(fmt.Errorf("%w (%s)", ErrNoProgress, c.progress))
+			return
+		}
+	}
 }

@@ -12,7 +12,14 @@
 //   - checkpoint: bounded JSON progress, saved under the lease's fence; the next run of
 //     the issue finds it in its Task JSON ("checkpoint");
 //   - permit: one call to a named upstream (jira, gitlab, llm:<model>), limited by rate
-//     for every pod at once (Permits); throttled reports a 429 and its Retry-After.
+//     for every pod at once (Permits); throttled reports a 429 and its Retry-After;
+//   - progress: the agent is working (ChannelOptions.ProgressTimeout: a run quiet that
+//     long gives its lease up, WatchProgress).
+//
+// A run denied for its budget parks its request (Park) and asks once per budget level
+// for more (BeginAsk, Asked); an approval raises the budget (Raise) and publishes the
+// parked requests again, each forgotten only after its idempotent publish
+// (ResumeParked).
 //
 // Every request is checked against the run's lease in the same Redis script that acts
 // on it: a run that no longer holds its lease (superseded, lost, expired) is refused

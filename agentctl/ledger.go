@@ -27,6 +27,10 @@ var (
 	voidLua string
 	//go:embed scripts/raise.lua
 	raiseLua string
+	//go:embed scripts/forget.lua
+	forgetLua string
+	//go:embed scripts/ask.lua
+	askLua string
 )
 
 // DefaultUsageMaxLen bounds each issue's usage stream (approximately, MAXLEN ~).
@@ -76,7 +80,7 @@ type Ledger struct {
 	maxLen  int64
 	now     func() time.Time
 
-	reserve, usage, checkpoint, void, raise *redis.Script
+	reserve, usage, checkpoint, void, raise, forget, ask *redis.Script
 }
 
 // NewLedger returns the ledger under prefix (the topology's namespace and a colon,
@@ -90,7 +94,8 @@ func NewLedger(rdb redis.UniversalClient, prefix string, budgets Budgets) (*Ledg
 	}
 	return &Ledger{rdb: rdb, prefix: prefix, budgets: budgets, maxLen: DefaultUsageMaxLen, now: time.Now,
 		reserve: redis.NewScript(commonLua + reserveLua), usage: redis.NewScript(commonLua + usageLua),
-		checkpoint: redis.NewScript(commonLua + checkpointLua), void: redis.NewScript(voidLua), raise: redis.NewScript(raiseLua)}, nil
+		checkpoint: redis.NewScript(commonLua + checkpointLua), void: redis.NewScript(voidLua), raise: redis.NewScript(raiseLua),
+		forget: redis.NewScript(forgetLua), ask: redis.NewScript(askLua)}, nil
 }
 
 // Budgets are the ledger's limits.

@@ -22,6 +22,8 @@ const (
 	propNoStaleCkpt   = "NoStaleCheckpoint"   // the saved checkpoint is the last one its lease's holder saved
 	propRetrySame     = "RetrySameAnswer"     // a request retried after a lost reply gets its first answer
 	propDeadFreedOnce = "DeadReservationFree" // a dead or ended run's reservation no longer counts
+	propParkedKept    = "ParkedNotLost"       // a parked request is parked still or published, whatever crashed
+	propParkedOnce    = "ParkedPublishedOnce" // a parked request is published at most once, resumes repeated
 )
 
 // mRun is one run of the model: its lease, its sequence, its open reservation and
@@ -50,7 +52,27 @@ type mWorld struct {
 	ckFence int64
 	ckData  string
 	trace   []string
+	// resume publishes the parked requests again (the ledger's ResumeParked, or a
+	// planted defect), with a crash at the point crash names.
+	resume resumeFunc
+	// owed: agent -> the id of its newest parked request, until it is seen published.
+	owed    map[string]string
+	planted bool // a failure panics with a modelFailure instead of failing the test
 }
+
+// modelFailure is a property the model found broken (planted runs).
+type modelFailure struct{ prop, msg string }
+
+// Crash points of a resume.
+const (
+	crashNone          = iota
+	crashBeforePublish // the process dies before the publish reaches Redis
+	crashAfterPublish  // the publish went through; the process dies before anything else
+)
+
+// resumeFunc resumes issue's parked requests, publishing each with publish; crash says
+// where it dies.
+type resumeFunc func(ctx context.Context, m *mWorld, crash int) error
 
 // TestModelLedger runs seeded random sequences of reservations, calls, usage reports
 // (some replies lost and retried), checkpoints, crashes between and during calls, and
@@ -65,19 +87,35 @@ func TestModelLedger(t *testing.T) {
 		n = v
 	}
 	for seed := from; seed < from+n; seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			m := &mWorld{t: t, w: newWorld(t, agentctl.Budgets{Issue: 1}, time.Minute), rng: rand.New(rand.NewPCG(uint64(seed), 39)),
-				issue: "RHEL-39", budget: 1_000_000, step: 150_000, holder: map[string]*mRun{}}
-			for i := range 60 {
-				m.stepOnce(i)
-				m.check()
-			}
-		})
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runModel(t, seed, resumeLedger, false) })
 	}
+}
+
+// runModel runs one seed of the model with resume; planted, it returns the first
+// property broken instead of failing the test.
+func runModel(t *testing.T, seed int, resume resumeFunc, planted bool) (failure *modelFailure) {
+	m := &mWorld{t: t, w: newWorld(t, agentctl.Budgets{Issue: 1}, time.Minute), rng: rand.New(rand.NewPCG(uint64(seed), 39)),
+		issue: "RHEL-39", budget: 1_000_000, step: 150_000, holder: map[string]*mRun{},
+		resume: resume, owed: map[string]string{}, planted: planted}
+	if planted {
+		defer func() {
+			if f, ok := recover().(modelFailure); ok {
+				failure = &f
+			}
+		}()
+	}
+	for i := range 60 {
+		m.stepOnce(i)
+		m.check()
+	}
+	return nil
 }
 
 func (m *mWorld) fail(prop, format string, a ...any) {
 	m.t.Helper()
+	if m.planted {
+		panic(modelFailure{prop: prop, msg: fmt.Sprintf(format, a...)})
+	}
 	m.t.Fatalf("%s: %s\ntrace:\n%s", prop, fmt.Sprintf(format, a...), strings.Join(m.trace, "\n"))
 }
 
@@ -91,7 +129,11 @@ func (m *mWorld) pick() *mRun {
 func (m *mWorld) stepOnce(i int) {
 	agent := []string{"triage", "rebase"}[m.rng.IntN(2)]
 	r := m.pick()
-	switch op := m.rng.IntN(8); {
+	switch op := m.rng.IntN(10); {
+	case op == 8:
+		m.park(agent, i)
+	case op == 9:
+		m.resumeParked(i)
 	case op == 0 || r == nil:
 		m.start(agent)
 	case op == 1:
@@ -281,6 +323,7 @@ func (m *mWorld) check() {
 	if m.real > m.budget+m.lost {
 		m.fail(propNoOverspend, "real spend %d > budget %d + lost calls %d", m.real, m.budget, m.lost)
 	}
+	m.checkParked(ctx)
 	ck, ok, err := m.w.ledger.LastCheckpoint(ctx, "rebase", m.issue)
 	if err != nil || ok != (m.ckData != "") || ok && (string(ck.Data) != m.ckData || ck.Fence != m.ckFence) {
 		m.fail(propNoStaleCkpt, "checkpoint %s fence %d (%v %v), the model %s fence %d", ck.Data, ck.Fence, ok, err, m.ckData, m.ckFence)

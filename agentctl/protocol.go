@@ -16,6 +16,7 @@ const (
 	OpCheckpoint = "checkpoint"
 	OpPermit     = "permit"
 	OpThrottled  = "throttled"
+	OpProgress   = "progress"
 )
 
 // Answers (Answer.Status).
@@ -24,7 +25,7 @@ const (
 	StatusGranted     = "granted"      // reserve, permit
 	StatusDenied      = "denied"       // reserve: the budget is exhausted (Reason says whose)
 	StatusSaved       = "saved"        // checkpoint
-	StatusNoted       = "noted"        // throttled
+	StatusNoted       = "noted"        // throttled, progress
 	StatusWait        = "wait"         // permit: not now; ask again after RetryAfterMS
 	StatusStaleFence  = "stale_fence"  // the run no longer holds its lease: stop
 	StatusStaleSeq    = "stale_seq"    // seq is lower than the run's last one
@@ -139,8 +140,10 @@ func (r Request) validateOp() error {
 			return fmt.Errorf("%w: \"retry_after_ms\" must be 0 to 3600000", ErrBadRequest)
 		}
 		return nil
+	case OpProgress:
+		return nil
 	default:
-		return fmt.Errorf("%w: unknown \"op\" %q (want usage, reserve, checkpoint, permit or throttled)", ErrBadRequest, clip(r.Op, 32))
+		return fmt.Errorf("%w: unknown \"op\" %q (want usage, reserve, checkpoint, permit, throttled or progress)", ErrBadRequest, clip(r.Op, 32))
 	}
 }
 

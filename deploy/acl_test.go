@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ymirflow/ymirflow/agentctl"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/audit"
@@ -63,6 +64,7 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	_, err = in.Streams(ctx)
 	nopermFatal(t, "streams", err)
 	aclOperatorWrites(t, ctx, in)
+	operatorApproves(t, worker, operator, topo)
 	auditACL(t, worker, operator, topo)
 	aclNothingElse(t, ctx, worker, operator, topo)
 }
@@ -346,5 +348,47 @@ func auditACL(t *testing.T, worker, operator redis.UniversalClient, topo event.T
 	}
 	if n := operator.XLen(ctx, trail).Val(); n < 4 {
 		t.Errorf("the trail holds %d records after the attempts to delete it", n)
+	}
+}
+
+// operatorApproves: a request parked by the workers' user (budget exhausted) is
+// resumed by the operators' user as `ymirflow budget approve` does: the raise, the
+// idempotent publish, then the forget (issue 39).
+func operatorApproves(t *testing.T, worker, operator redis.UniversalClient, topo event.Topology) {
+	t.Helper()
+	ctx := context.Background()
+	wl, err := agentctl.NewLedger(worker, event.DefaultNamespace+":", agentctl.Budgets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebase := topo.Stream("rebase", "c9s", false)
+	if err := wl.Park(ctx, "RHEL-9", agentctl.Parked{Agent: "rebase", Stream: rebase, EventType: event.RequestedEvent("rebase"),
+		Payload: []byte(`{"metadata":{"jira_issue":"RHEL-9","target_branch":"c9s"}}`)}); err != nil {
+		t.Fatalf("worker parks a request: %v", err)
+	}
+	ol, err := agentctl.NewLedger(operator, event.DefaultNamespace+":", agentctl.Budgets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ol.Raise(ctx, "RHEL-9", 5, "acl"); err != nil {
+		t.Fatalf("operator raises a budget: %v", err)
+	}
+	pub := event.NewPublisher(operator, 1000)
+	done, err := ol.ResumeParked(ctx, "RHEL-9", func(ctx context.Context, p agentctl.Parked) (string, error) {
+		task, err := event.ParseTask(p.Payload)
+		if err != nil {
+			return "", err
+		}
+		msg, err := event.New(p.EventType, "RHEL-9", task, nil)
+		if err != nil {
+			return "", err
+		}
+		return pub.PublishOnce(ctx, p.Stream, msg, p.OnceID(), agentctl.ParkedOnceTTL)
+	})
+	if err != nil || len(done) != 1 || done[0].EntryID == "" {
+		t.Fatalf("operator resumes the parked request: %+v, %v", done, err)
+	}
+	if left, err := ol.ParkedRequests(ctx, "RHEL-9"); err != nil || len(left) != 0 {
+		t.Fatalf("after the resume: parked %+v, %v", left, err)
 	}
 }

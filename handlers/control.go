@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -54,6 +55,20 @@ func (h *handler) openControl(ctx context.Context, ev *job, req *runners.RunRequ
 	return ch, nil
 }
 
+// watchProgress gives the run's lease up when its agent reports no progress on ch for
+// the progress timeout (agentctl.ChannelOptions.ProgressTimeout), as a wedged
+// handler's ends at MaxHold: the runner is stopped, the event stays pending and runs
+// again, from the last checkpoint. It returns the watch's stop, for the run's end.
+func (h *handler) watchProgress(ctx context.Context, ch *agentctl.Channel) (stop func()) {
+	le, ok := lockmw.LeaseFrom(ctx)
+	if !ok || ch == nil || h.cfg.Control.ProgressTimeout <= 0 {
+		return func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	go ch.WatchProgress(wctx, le.GiveUp)
+	return cancel
+}
+
 // controlAttributes puts what the run reported, counted, on its span.
 func controlAttributes(span trace.Span, ch *agentctl.Channel) {
 	if ch == nil {
@@ -87,12 +102,9 @@ func (h *handler) budgetExhausted(ctx context.Context, ev *job, cause error) err
 	if err != nil {
 		return h.redisErr(ctx, ev, "park the request", err)
 	}
-	first, err := l.AskOnce(ctx, ev.key)
+	first, err := h.askForBudget(ctx, ev)
 	if err != nil {
-		return h.redisErr(ctx, ev, "mark the budget request", err)
-	}
-	if first {
-		h.comment(ctx, ev, budgetComment(ev.key, l.Budgets()))
+		return err
 	}
 	detail := map[string]any{"label": LabelBudgetExhausted, "error": cause.Error(), "asked": first}
 	if err := h.record(ctx, ev, BudgetExhausted, LabelBudgetExhausted, detail); err != nil {
@@ -100,6 +112,41 @@ func (h *handler) budgetExhausted(ctx context.Context, ev *job, cause error) err
 	}
 	ev.log.Warn().Bool("asked", first).Msg("budget exhausted: the issue is parked until a maintainer raises it")
 	return h.end(ev, nil)
+}
+
+// askDeadline is how long an ask for more budget may take (the comment's post) before
+// another run may take it over while the asker still holds its lease.
+const askDeadline = 2 * time.Minute
+
+// askForBudget posts the comment asking for more budget, at least once per budget
+// level (agentctl.Ledger.BeginAsk): marked "asking", posted unless an earlier post is
+// found by its marker (one whose process died before marking it), then marked
+// "asked". It reports whether this run asked. A post that fails returns the error:
+// the event is retried and asks again (the level is not marked asked).
+func (h *handler) askForBudget(ctx context.Context, ev *job) (bool, error) {
+	le, ok := lockmw.LeaseFrom(ctx)
+	if !ok {
+		return false, nil
+	}
+	l := h.cfg.Ledger
+	ask, err := l.BeginAsk(ctx, ev.key, agentctl.RunOf(le), askDeadline)
+	if err != nil {
+		return false, h.redisErr(ctx, ev, "mark the budget request", err)
+	}
+	if ask.Status != agentctl.AskPost {
+		ev.log.Info().Str("ask", ask.Status).Int64("budget_level", ask.Level).Msg("budget request not posted: asked already, or being asked")
+		return false, nil
+	}
+	marker := ask.Marker(ev.key)
+	if h.commented(ctx, ev, marker) {
+		ev.log.Info().Int64("budget_level", ask.Level).Msg("budget request found posted before; marked asked")
+	} else if err := h.postComment(ctx, ev, budgetComment(ev.key, l.Budgets())+"\n\n"+marker); err != nil {
+		return false, h.jiraErr(ctx, ev, "ask for more budget", err)
+	}
+	if err := l.Asked(ctx, ev.key, ask); err != nil {
+		return true, h.redisErr(ctx, ev, "mark the budget request asked", err)
+	}
+	return true, nil
 }
 
 func budgetComment(key string, b agentctl.Budgets) string {

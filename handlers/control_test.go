@@ -128,17 +128,16 @@ func TestBudgetExhaustedParksAndResumes(t *testing.T) {
 	if _, err := ledger.Raise(ctx, key, 1, "approval-1"); err != nil {
 		t.Fatal(err)
 	}
-	parked, err := ledger.TakeParked(ctx, key)
-	if err != nil || len(parked) != 1 || parked[0].Stream != e.topo.Stream("rebase", "c9s", false) {
-		t.Fatalf("parked %+v (%v), want the rebase request", parked, err)
-	}
-	task, _ := event.ParseTask(parked[0].Payload)
-	msg, err := event.New(parked[0].EventType, key, task, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pub.PublishID(ctx, parked[0].Stream, msg); err != nil {
-		t.Fatal(err)
+	resumed, err := ledger.ResumeParked(ctx, key, func(ctx context.Context, p agentctl.Parked) (string, error) {
+		task, _ := event.ParseTask(p.Payload)
+		msg, err := event.New(p.EventType, key, task, nil)
+		if err != nil {
+			return "", err
+		}
+		return e.pub.PublishOnce(ctx, p.Stream, msg, p.OnceID(), agentctl.ParkedOnceTTL)
+	})
+	if err != nil || len(resumed) != 1 || resumed[0].Stream != e.topo.Stream("rebase", "c9s", false) || resumed[0].EntryID == "" {
+		t.Fatalf("resumed %+v (%v), want the rebase request", resumed, err)
 	}
 	redistest.Eventually(t, 20*time.Second, func() bool { return contains(e.labels(key), labels.Rebased) }, "rebased after the raise")
 	e.wantLabels(key, labels.Rebased) // the park label went with the resumed run's outcome

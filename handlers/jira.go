@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -95,10 +96,18 @@ func (h *handler) fence(ctx context.Context, ev *job, le *lease.Lease, target st
 
 // comment posts a comment made for ev, fenced like setLabels; comments are best effort.
 func (h *handler) comment(ctx context.Context, ev *job, body string) {
+	if err := h.postComment(ctx, ev, body); err != nil {
+		ev.log.Warn().Err(err).Msg("could not post a jira comment (not critical)")
+	}
+}
+
+// postComment posts body on ev's issue (fenced under a lease, as comment does) and
+// returns why it was not posted; a dry run posts nothing and succeeds.
+func (h *handler) postComment(ctx context.Context, ev *job, body string) error {
 	body = h.cfg.Redactor.String(body)
 	if h.cfg.Jira == nil || h.cfg.DryRun {
 		ev.log.Info().Str("comment", body).Bool("dry_run", true).Msg("jira comment not posted (dry run)")
-		return
+		return nil
 	}
 	le, fenced := lockmw.LeaseFrom(ctx)
 	ctx, span := h.span(ctx, ev, "jira comment", attribute.Bool("ymirflow.fenced", fenced))
@@ -107,10 +116,36 @@ func (h *handler) comment(ctx context.Context, ev *job, body string) {
 	if fenced {
 		if err = h.fence(ctx, ev, le, "comment"); err != nil {
 			ev.log.Warn().Err(err).Msg("jira comment not posted: the lease is not proven")
-			return
+			return err
 		}
 	}
-	if err = h.cfg.Jira.AddComment(ctx, ev.key, body); err != nil {
-		ev.log.Warn().Err(err).Msg("could not post a jira comment (not critical)")
+	err = h.cfg.Jira.AddComment(ctx, ev.key, body)
+	return err
+}
+
+// commentLister is the optional part of JiraAPI that lists an issue's comments
+// (*jira.Client has it): to find a comment posted before, by its marker.
+type commentLister interface {
+	Comments(ctx context.Context, key string) ([]jira.Comment, error)
+}
+
+// commented reports whether one of key's comments contains marker; false when the
+// Jira client cannot list comments or the listing failed (logged: the caller posts,
+// preferring a duplicate to none).
+func (h *handler) commented(ctx context.Context, ev *job, marker string) bool {
+	cl, ok := h.cfg.Jira.(commentLister)
+	if !ok || h.cfg.DryRun {
+		return false
 	}
+	cs, err := cl.Comments(ctx, ev.key)
+	if err != nil {
+		ev.log.Warn().Err(err).Msg("could not list the issue's comments; posting without looking for an earlier post")
+		return false
+	}
+	for _, c := range cs {
+		if strings.Contains(c.Body, marker) {
+			return true
+		}
+	}
+	return false
 }

@@ -49,6 +49,7 @@ func (h *handler) runAgent(ctx context.Context, ev *job) (*ranRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer h.watchProgress(ctx, ch)()
 	start := h.now()
 	rctx, span := h.span(ctx, ev, "runner "+h.cfg.Agent)
 	res, err := h.cfg.Runner.Run(rctx, req)

@@ -64,30 +64,28 @@ func (r *Receiver) approve(ctx context.Context, key string, who jira.User, usd f
 }
 
 // resumeParked publishes again the requests of key parked for their budget and returns
-// how many. One that fails to publish is parked again (a later delivery of the approval,
-// or the next approval, publishes it) and the error returned, so the delivery is retried.
+// how many (agentctl.Ledger.ResumeParked: each is forgotten only after its publish,
+// which is idempotent by the parked request's id). One that fails stays parked and the
+// error is returned, so the delivery is retried and the retry finishes it.
 func (r *Receiver) resumeParked(ctx context.Context, key string) (int, error) {
-	parked, err := r.ledger.TakeParked(ctx, key)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for i, p := range parked {
+	done, err := r.ledger.ResumeParked(ctx, key, func(ctx context.Context, p agentctl.Parked) (string, error) {
 		msg, err := parkedMessage(key, p)
 		if err != nil {
-			r.log.Error().Err(err).Str("issue_key", key).Str("agent", p.Agent).Msg("parked request dropped: not a valid request")
+			return "", fmt.Errorf("%w: %w", agentctl.ErrParkedInvalid, err)
+		}
+		return r.pub.PublishOnce(ctx, p.Stream, msg, p.OnceID(), agentctl.ParkedOnceTTL)
+	})
+	n := 0
+	for _, d := range done {
+		if d.Dropped != nil {
+			r.log.Error().Err(d.Dropped).Str("issue_key", key).Str("agent", d.Agent).Msg("parked request dropped: not a valid request")
 			continue
 		}
-		if _, err := r.pub.PublishID(ctx, p.Stream, msg); err != nil {
-			for _, q := range parked[i:] {
-				_ = r.ledger.Park(context.WithoutCancel(ctx), key, q)
-			}
-			return n, fmt.Errorf("publish the parked %s request of %s: %w", p.Agent, key, err)
-		}
-		r.log.Info().Str("issue_key", key).Str("agent", p.Agent).Str("stream", p.Stream).Msg("parked request resumed after a budget approval")
+		r.log.Info().Str("issue_key", key).Str("agent", d.Agent).Str("stream", d.Stream).Str("entry_id", d.EntryID).
+			Msg("parked request resumed after a budget approval")
 		n++
 	}
-	return n, nil
+	return n, err
 }
 
 func parkedMessage(key string, p agentctl.Parked) (*message.Message, error) {

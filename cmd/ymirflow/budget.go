@@ -61,29 +61,28 @@ func approveBudget(ctx context.Context, s *session, cfg *config.Budget, key stri
 	return resumeParked(ctx, s, ledger, key, cfg.MaxLen, cfg.MaxEventBytes)
 }
 
-// resumeParked publishes again the requests of key parked for their budget.
+// resumeParked publishes again the requests of key parked for their budget, each
+// forgotten only after its publish (idempotent by the parked request's id: approving
+// again after a failure publishes nothing twice).
 func resumeParked(ctx context.Context, s *session, ledger *agentctl.Ledger, key string, maxLen int64, maxBytes int) error {
-	parked, err := ledger.TakeParked(ctx, key)
-	if err != nil {
-		return err
-	}
 	pub := event.NewPublisher(s.rdb, maxLen).WithMaxEventBytes(maxBytes)
-	for _, p := range parked {
+	done, err := ledger.ResumeParked(ctx, key, func(ctx context.Context, p agentctl.Parked) (string, error) {
 		task, err := event.ParseTask(p.Payload)
 		if err != nil {
-			return fmt.Errorf("parked %s request of %s: %w", p.Agent, key, err)
+			return "", fmt.Errorf("%w: %w", agentctl.ErrParkedInvalid, err)
 		}
 		msg, err := event.New(p.EventType, key, task, nil)
 		if err != nil {
-			return fmt.Errorf("parked %s request of %s: %w", p.Agent, key, err)
+			return "", fmt.Errorf("%w: %w", agentctl.ErrParkedInvalid, err)
 		}
-		id, err := pub.PublishID(ctx, p.Stream, msg)
-		if err != nil {
-			// Parked again: a later approval publishes it.
-			_ = ledger.Park(context.WithoutCancel(ctx), key, p)
-			return err
+		return pub.PublishOnce(ctx, p.Stream, msg, p.OnceID(), agentctl.ParkedOnceTTL)
+	})
+	for _, d := range done {
+		if d.Dropped != nil {
+			fmt.Fprintf(s.stdout, "-\t%s\t%s dropped: %v\n", d.Stream, d.Agent, d.Dropped)
+			continue
 		}
-		fmt.Fprintf(s.stdout, "%s\t%s\t%s resumed\n", id, p.Stream, p.Agent)
+		fmt.Fprintf(s.stdout, "%s\t%s\t%s resumed\n", d.EntryID, d.Stream, d.Agent)
 	}
-	return nil
+	return err
 }

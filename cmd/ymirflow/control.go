@@ -30,7 +30,7 @@ func controlChannel(e *env, cfg *config.Worker, locker *lease.Locker, m *pipelin
 	if err != nil {
 		return nil, agentctl.ChannelOptions{}, usagef("PERMITS (--permits) = %q: %v", cfg.Permits, err)
 	}
-	opts := agentctl.ChannelOptions{Observer: agentctl.NewMetrics(m.Registry)}
+	opts := agentctl.ChannelOptions{Observer: agentctl.NewMetrics(m.Registry), ProgressTimeout: cfg.ProgressTimeout}
 	if len(rates) > 0 {
 		p, err := agentctl.NewRedisPermits(e.rdb, prefix, rates)
 		if err != nil {
@@ -39,6 +39,6 @@ func controlChannel(e *env, cfg *config.Worker, locker *lease.Locker, m *pipelin
 		opts.Permits = p
 	}
 	log.Info().Float64("budget_issue_usd", cfg.BudgetIssueUSD).Float64("budget_agent_usd", cfg.BudgetAgentUSD).
-		Str("permits", cfg.Permits).Msg("agents' control channel on (YMIR_CONTROL_FD)")
+		Str("permits", cfg.Permits).Dur("progress_timeout", cfg.ProgressTimeout).Msg("agents' control channel on (YMIR_CONTROL_FD)")
 	return ledger, opts, nil
 }

@@ -4,7 +4,8 @@
 //
 // POST /v1/complete with {"model": "..."} answers {"model", "tokens_in", "tokens_out",
 // "cost_usd"} after Options.Delay; FailNext makes the next calls answer 429 with a
-// Retry-After. It imports the standard library only.
+// Retry-After; Log lists every call with its time (and the "agent" the body names, when
+// it does). It imports the standard library only.
 package fakellm
 
 import (
@@ -36,6 +37,15 @@ type Server struct {
 	fail      int
 	failAfter string
 	inFlight  map[string]int
+	log       []Call
+}
+
+// Call is one request the server answered, in the order they came.
+type Call struct {
+	At     time.Time
+	Model  string
+	Agent  string // the request's "agent", when the caller names itself
+	Status int    // 200, or 429
 }
 
 // Answer is a call's reply.
@@ -101,6 +111,13 @@ func (s *Server) Calls() int64 {
 	return s.calls
 }
 
+// Log is every call answered so far, 429s included, oldest first.
+func (s *Server) Log() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.log...)
+}
+
 // InFlight is the number of calls for model started and not answered yet.
 func (s *Server) InFlight(model string) int {
 	s.mu.Lock()
@@ -116,20 +133,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var req struct {
 		Model string `json:"model"`
+		Agent string `json:"agent"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || req.Model == "" {
 		http.Error(w, `want {"model": "..."}`, http.StatusBadRequest)
 		return
 	}
 	s.mu.Lock()
+	call := Call{At: time.Now(), Model: req.Model, Agent: req.Agent, Status: http.StatusOK}
 	if s.fail > 0 {
 		s.fail--
 		after := s.failAfter
+		call.Status = http.StatusTooManyRequests
+		s.log = append(s.log, call)
 		s.mu.Unlock()
 		w.Header().Set("Retry-After", after)
 		http.Error(w, "rate limited", http.StatusTooManyRequests)
 		return
 	}
+	s.log = append(s.log, call)
 	s.calls++
 	s.spent += s.opts.CostUSD
 	s.inFlight[req.Model]++

@@ -22,6 +22,7 @@ var DurationRanges = map[string]DurationRange{
 	"block-time":            {time.Millisecond, 10 * time.Minute},
 	"claim-interval":        {time.Millisecond, time.Hour},
 	"demo-duration":         {0, time.Hour},
+	"progress-timeout":      {0, 24 * time.Hour},
 	"jira-timeout":          {time.Millisecond, time.Hour},
 	"interval":              {time.Millisecond, 7 * 24 * time.Hour},
 	"stale-label-threshold": {time.Millisecond, 365 * 24 * time.Hour},

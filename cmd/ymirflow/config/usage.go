@@ -119,6 +119,7 @@ func firstClause(u string) string {
 var shortUsage = map[string]string{
 	"--budget-issue-usd":          "spend limit of one issue in USD, every run and agent (0: off)",
 	"--permits":                   "upstream rate limits shared by every worker, e.g. llm:claude=5/s,jira=10/s",
+	"--progress-timeout":          "a silent agent's run loses its lease after this (0: off)",
 	"--operators-file":            "the console's operators, one a line: NAME ROLE sha256:HEX",
 	"--before":                    "only dead letters older than a stream id or an age (72h) (list, purge)",
 	"--branch":                    "target branch: c9s|c10s",

@@ -91,6 +91,7 @@ type Worker struct {
 	BudgetIssueUSD   float64       // --budget-issue-usd, BUDGET_ISSUE_USD: spend limit of one issue, every agent and run (0: off)
 	BudgetAgentUSD   float64       // --budget-agent-usd, BUDGET_AGENT_USD: spend limit of one agent on one issue (0: off)
 	Permits          string        // --permits, PERMITS: upstream rate limits shared by every pod, e.g. llm:claude=5/s,jira=10/s
+	ProgressTimeout  time.Duration // --progress-timeout, PROGRESS_TIMEOUT: a run whose agent reports no progress that long loses its lease (0: off)
 
 	fs *flag.FlagSet // set by Register: tells which settings were given (derive)
 }
@@ -161,6 +162,8 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&w.BudgetAgentUSD, "budget-agent-usd", 0, "spend limit of one agent on one issue in USD, over all its runs. 0: no limit")
 	fs.StringVar(&w.Permits, "permits", "", "rate limits of the upstreams agents ask permits for, shared by every worker through Redis (GCRA): comma-separated "+
 		"<upstream>=<n>/s, the upstreams jira, gitlab and llm:<model>; e.g. llm:claude=5/s,jira=10/s. A reported 429 pauses everyone for its Retry-After, then halves the rate for a minute. Unset: none limited")
+	fs.DurationVar(&w.ProgressTimeout, "progress-timeout", 0, "a run whose agent reports no progress on its control channel (a usage report, a checkpoint, a progress request) "+
+		"for this long loses its lease as a wedged handler's does at LOCK_MAX_HOLD: stopped and dead-lettered. 0: off"+rangeHelp("progress-timeout"))
 }
 
 // PermitRates is PERMITS, parsed.
@@ -287,7 +290,7 @@ func (w *Worker) Validate() error {
 	w.derive()
 	for name, d := range map[string]time.Duration{"lock-ttl": w.LockTTL, "lock-max-hold": w.LockMaxHold,
 		"block-time": w.BlockTime, "max-idle-time": w.MaxIdleTime, "claim-interval": w.ClaimInterval,
-		"kill-grace": w.KillGrace, "demo-duration": w.DemoDuration} {
+		"kill-grace": w.KillGrace, "demo-duration": w.DemoDuration, "progress-timeout": w.ProgressTimeout} {
 		checkRange(&p, name, d)
 	}
 	w.validateLease(&p)
@@ -341,6 +344,7 @@ func (w *Worker) validateLimits(p *problems) {
 	if _, err := w.PermitRates(); err != nil {
 		p.add("permits", "= %q: %v", w.Permits, err)
 	}
+
 	if w.LockWaitReplicas < 0 || w.LockWaitReplicas > 16 {
 		p.add("lock-wait-replicas", "= %d must be between 0 and 16", w.LockWaitReplicas)
 	}

@@ -177,7 +177,7 @@ class Agent:
         if not url:
             return {"tokens_in": 100, "tokens_out": 20, "cost_usd": cost}
         while True:
-            req = urllib.request.Request(url + "/v1/complete", data=json.dumps({"model": model}).encode(),
+            req = urllib.request.Request(url + "/v1/complete", data=json.dumps({"model": model, "agent": self.agent}).encode(),
                                          headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=60) as resp:

@@ -10,6 +10,7 @@ One request a line, one answer a line, on the descriptor named by YMIR_CONTROL_F
     ctl.checkpoint({"plan": [...], "completed": [...], "branch_sha": "..."})
     ctl.permit("llm:claude")          # waits until the shared rate allows one call
     ctl.throttled("llm:claude", retry_after_ms=2000)  # the upstream answered 429
+    ctl.progress()                    # alive, between reports (PROGRESS_TIMEOUT)
 
 Every request carries the run's fence and a growing sequence number; a request that got
 no answer ("unavailable") is sent again with the same number, and ymirflow answers it
@@ -101,3 +102,8 @@ class Control:
 
     def throttled(self, upstream, retry_after_ms):
         return self.request("throttled", upstream=upstream, retry_after_ms=int(retry_after_ms))
+
+    def progress(self):
+        """Says the agent is making progress (a long tool call): with PROGRESS_TIMEOUT
+        set, a run that reports none that long loses its lease."""
+        return self.request("progress")

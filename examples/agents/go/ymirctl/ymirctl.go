@@ -168,3 +168,11 @@ func (c *Control) Throttled(upstream string, retryAfter time.Duration) error {
 	_, err := c.Request("throttled", map[string]any{"upstream": upstream, "retry_after_ms": retryAfter.Milliseconds()})
 	return err
 }
+
+// Progress says the agent is making progress without a usage report or a checkpoint
+// (a long tool call, a build): with PROGRESS_TIMEOUT set, a run quiet that long loses
+// its lease.
+func (c *Control) Progress() error {
+	_, err := c.Request("progress", nil)
+	return err
+}
