@@ -34,7 +34,7 @@ type DrainTarget struct {
 	Worker string `json:"worker,omitempty"`
 }
 
-// ErrDrainTarget: a drain target that names no workers, or names them twice over.
+// ErrDrainTarget is returned for a drain target that names no workers, or names them twice over.
 var ErrDrainTarget = errors.New("a drain names --all, --agent A [--branch B], or --worker NAME")
 
 // Check validates the target: exactly one of All, Agent, Worker; a known agent and

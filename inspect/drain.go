@@ -17,7 +17,7 @@ import (
 // requests in Topology.Drains (event.DrainRequest), which every worker reads with its
 // presence beat; each worker reports draining, then drained, in its presence record.
 
-// ErrNoDrain: an undrain named a target no drain request stands for.
+// ErrNoDrain is returned when an undrain names a target no drain request stands for.
 var ErrNoDrain = errors.New("no drain request stands for this target")
 
 // DrainStatus is one standing drain request and the live workers (subscriptions) it

@@ -98,7 +98,9 @@ func TestDrainWorker(t *testing.T) {
 	}
 	// Undrained (w2 stopped), w1 runs again.
 	stopW2()
-	<-w2done
+	if err := <-w2done; err != nil {
+		t.Fatalf("w2 stopped: %v", err)
+	}
 	e.rdb.HDel(ctx, e.topo.Drains(), event.DrainTarget{Worker: "w1"}.Field())
 	redistest.Eventually(t, 10*time.Second, func() bool { s, ok := e.drainState("w1-0"); return ok && s == "" }, "w1 undrained")
 	e.publishTriage("RHEL-5")
