@@ -117,6 +117,7 @@ func TestDrainOneWorkerUnderLoad(t *testing.T) {
 	if !strings.Contains(out, "1/1 drained") && !strings.Contains(out, "2/2 drained") {
 		t.Fatalf("drain --wait:\n%s", out)
 	}
+	t.Logf("drain --wait:\n%s", out)
 	t.Logf("FIGURE drain: worker drained in %s (runner 100-300 ms, BLOCK_TIME %s)", drained.Sub(start).Round(time.Millisecond), o.tm.Block)
 	if st := s.drainStates("triage-a"); !allIn(st, event.DrainDrained) {
 		t.Fatalf("triage-a's presence says %v, want drained", st)
