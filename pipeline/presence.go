@@ -97,11 +97,11 @@ func (r *Router) presence(ctx context.Context) []any {
 			return members
 		case <-t.C:
 		}
-		now, pending := r.drainSignature()
-		if now != sig || time.Since(last) >= event.PresenceInterval {
+		if now, _ := r.drainSignature(); now != sig || time.Since(last) >= event.PresenceInterval {
 			beat()
 			last = time.Now()
 		}
+		_, pending := r.drainSignature() // after the beat: it may have just seen a request
 		wait := event.PresenceInterval - time.Since(last)
 		if pending {
 			wait = min(wait, drainCheck)

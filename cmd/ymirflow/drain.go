@@ -119,7 +119,7 @@ func drainLine(st inspect.DrainStatus) string {
 	var waiting []string
 	for _, w := range st.Workers {
 		if w.Drain != event.DrainDrained {
-			waiting = append(waiting, w.Consumer+" ("+orDash(w.Drain)+")")
+			waiting = append(waiting, w.Consumer+" on "+w.Stream+" ("+orDash(w.Drain)+")")
 		}
 	}
 	line := fmt.Sprintf("%d/%d drained", st.Drained, len(st.Workers))
@@ -153,7 +153,7 @@ func listDrains(ctx context.Context, s *session, cfg *config.Drain) error {
 	for _, d := range all {
 		var ws []string
 		for _, w := range d.Workers {
-			ws = append(ws, w.Consumer+" "+orDash(w.Drain))
+			ws = append(ws, w.Consumer+" on "+w.Stream+" "+orDash(w.Drain))
 		}
 		t.row(d.Request.Target.String(), stamp(d.Request.At), orDash(d.Request.Who), clip(d.Request.Reason, 60),
 			fmt.Sprintf("%d/%d", d.Drained, len(d.Workers)), orDash(strings.Join(ws, ", ")))
