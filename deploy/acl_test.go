@@ -231,9 +231,13 @@ func aclOperatorWrites(t *testing.T, ctx context.Context, in *inspect.Inspector)
 	nopermFatal(t, "locks release", err)
 	_, err = in.Purge(ctx, inspect.TimeID(time.Now()))
 	nopermFatal(t, "dlq purge", err)
+	nopermFatal(t, "drain", in.Drain(ctx, event.DrainTarget{Agent: "rebase"}))
+	_, err = in.Drains(ctx)
+	nopermFatal(t, "drain list", err)
+	nopermFatal(t, "drain --undo", in.Undrain(ctx, event.DrainTarget{Agent: "rebase"}))
 	recs, err := in.Audit(ctx, audit.Filter{})
-	if err != nil || len(recs) != 4 {
-		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release and purge", len(recs), err)
+	if err != nil || len(recs) != 6 {
+		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release, purge, drain and undrain", len(recs), err)
 	}
 	if rep, err := in.Timeline(ctx, "RHEL-9"); err != nil || rep.Events[len(rep.Events)-1].Kind != inspect.KindAudit {
 		t.Fatalf("operator user: history with the audit trail: %v", err)

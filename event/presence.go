@@ -37,6 +37,11 @@ type WorkerBeat struct {
 	// Started is when the process's router started (unix ms): a restarted process
 	// with the same consumer name is a new member.
 	Started int64 `json:"started_ms"`
+	// Drain is its drain state (DrainDraining, DrainDrained; "" while it works), and
+	// DrainReason the standing request's reason: a change makes a new member, which
+	// replaces the old one in the beat that reports it.
+	Drain       string `json:"drain,omitempty"`
+	DrainReason string `json:"drain_reason,omitempty"`
 }
 
 // Workers is the key of the namespace's worker presence set.

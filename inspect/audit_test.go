@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -16,7 +17,7 @@ import (
 // inspectorReads are the Inspector's methods that only read; inspectorWrites those that
 // write, with a call of each. A method in neither list fails TestEveryWriteIsAudited: a
 // new method must be put in one, and a write gets the audited path.
-var inspectorReads = []string{"Audit", "AuditLog", "CanonicalKey", "Cost", "DeadIssues", "DeadLetter", "DeadLetters", "History", "Lease", "Locks",
+var inspectorReads = []string{"Audit", "AuditLog", "CanonicalKey", "Cost", "DeadIssues", "DeadLetter", "DeadLetters", "DrainProgress", "Drains", "History", "Lease", "Locks",
 	"NewestDeadLetters", "Outcomes", "Pending", "Running", "Streams", "Timeline", "Workers"}
 
 type writeCall struct {
@@ -65,6 +66,15 @@ func TestEveryWriteIsAudited(t *testing.T) {
 		{"RequeueAll", func(c context.Context, in *inspect.Inspector) error { _, err := in.RequeueAll(c, "RHEL-1"); return err }, func() bool { return deadN() < deadBefore }},
 		{"Purge", func(c context.Context, in *inspect.Inspector) error { _, err := in.Purge(c, ""); return err }, func() bool { return deadN() < deadBefore }},
 		{"Delete", func(c context.Context, in *inspect.Inspector) error { _, err := in.Delete(c, dead); return err }, func() bool { return deadN() < deadBefore }},
+		{"Drain", func(c context.Context, in *inspect.Inspector) error {
+			e.Client.Del(c, e.Topology.Drains())
+			return in.Drain(c, event.DrainTarget{Agent: "triage"})
+		}, func() bool { return e.Client.HLen(ctx, e.Topology.Drains()).Val() == 1 }},
+		{"Undrain", func(c context.Context, in *inspect.Inspector) error {
+			e.Client.Del(c, e.Topology.Drains())
+			e.Client.HSet(c, e.Topology.Drains(), "all", "{}")
+			return in.Undrain(c, event.DrainTarget{All: true})
+		}, func() bool { return e.Client.HLen(ctx, e.Topology.Drains()).Val() == 0 }},
 	}
 	typ := reflect.TypeOf(in)
 	for i := range typ.NumMethod() {

@@ -61,6 +61,9 @@ type ConsumerInfo struct {
 	// State is ConsumerAlive, ConsumerDead or ConsumerNoBeat, from the worker's
 	// presence beats: an idle consumer of a live process is alive.
 	State string `json:"state"`
+	// Drain is a live worker's drain state (event.DrainDraining, event.DrainDrained),
+	// empty while it takes work.
+	Drain string `json:"drain,omitempty"`
 	// Process names the consumer's process ("host pid 123") when it reports its
 	// presence; LastSeen is its last beat.
 	Process  string     `json:"process,omitempty"`
@@ -201,6 +204,9 @@ func consumerInfo(p presence, stream, group, name string, pending int64, idle ti
 	if w != nil {
 		seen := w.LastSeen
 		c.Process, c.LastSeen = w.String(), &seen
+		if w.Alive {
+			c.Drain = w.Drain
+		}
 	}
 	return c
 }

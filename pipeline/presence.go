@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,25 +53,29 @@ func (r *Router) startPresence(ctx context.Context) (stop func()) {
 	}
 }
 
-// presence renews the router's members until ctx ends, and returns them.
+// presence renews the router's members until ctx ends, and returns them. Each beat
+// first reads the drain requests (drain.go), and a member carries its subscription's
+// drain state: when a state changes, the beat replaces the old member (ZREM in the same
+// transaction). While a subscription is draining, its state is looked at every
+// drainCheck, and the change beats at once, so `drain --wait` hears of it promptly.
 func (r *Router) presence(ctx context.Context) []any {
 	host, _ := os.Hostname()
 	started := time.Now().UnixMilli()
-	args := []any{event.PresenceTTL.Milliseconds(), presenceKeep.Milliseconds()}
-	var members []any
-	for _, s := range r.subs {
-		b, _ := json.Marshal(event.WorkerBeat{Consumer: s.consumer, Stream: s.route.Stream, Group: s.route.Group,
-			Agent: r.cfg.Agent, Branch: r.cfg.Branch, Host: host, PID: os.Getpid(), Started: started})
-		members = append(members, string(b))
-	}
-	args = append(args, members...)
 	key := []string{r.cfg.Topology.Workers()}
 	log := r.cfg.Logger.With().Str("key", key[0]).Logger()
 	failing := false
+	var members []any // as last written
+	sig, _ := r.drainSignature()
 	beat := func() {
 		cctx, cancel := context.WithTimeout(ctx, event.PresenceInterval)
 		defer cancel()
-		err := presenceScript.Run(cctx, r.cfg.Client, key, args...).Err()
+		r.pollDrains(cctx)
+		sig, _ = r.drainSignature()
+		next := r.presenceMembers(host, started)
+		err := r.writePresence(cctx, key, members, next)
+		if err == nil {
+			members = next
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			// Once per outage: the views show this worker as dead meanwhile, and the
@@ -83,14 +88,62 @@ func (r *Router) presence(ctx context.Context) []any {
 		}
 	}
 	beat()
-	t := time.NewTicker(event.PresenceInterval)
+	last := time.Now()
+	t := time.NewTimer(event.PresenceInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return members
 		case <-t.C:
+		}
+		if now, _ := r.drainSignature(); now != sig || time.Since(last) >= event.PresenceInterval {
 			beat()
+			last = time.Now()
+		}
+		_, pending := r.drainSignature() // after the beat: it may have just seen a request
+		wait := event.PresenceInterval - time.Since(last)
+		if pending {
+			wait = min(wait, drainCheck)
+		}
+		t.Reset(max(wait, time.Millisecond))
+	}
+}
+
+// drainCheck is how often a draining router looks whether its subscriptions are
+// drained (in memory: no round trip).
+const drainCheck = 100 * time.Millisecond
+
+// presenceMembers is the members of the router's subscriptions, with their drain state.
+func (r *Router) presenceMembers(host string, started int64) []any {
+	members := make([]any, 0, len(r.subs))
+	for _, s := range r.subs {
+		state, reason := r.drainState(s)
+		b, _ := json.Marshal(event.WorkerBeat{Consumer: s.consumer, Stream: s.route.Stream, Group: s.route.Group,
+			Agent: r.cfg.Agent, Branch: r.cfg.Branch, Host: host, PID: os.Getpid(), Started: started,
+			Drain: state, DrainReason: reason})
+		members = append(members, string(b))
+	}
+	return members
+}
+
+// writePresence renews members next; members old that next no longer has (a drain
+// state changed) are removed in the same transaction.
+func (r *Router) writePresence(ctx context.Context, key []string, old, next []any) error {
+	args := []any{event.PresenceTTL.Milliseconds(), presenceKeep.Milliseconds()}
+	args = append(args, next...)
+	var stale []any
+	for _, m := range old {
+		if !slices.Contains(next, m) {
+			stale = append(stale, m)
 		}
 	}
+	if len(stale) == 0 {
+		return presenceScript.Run(ctx, r.cfg.Client, key, args...).Err()
+	}
+	pipe := r.cfg.Client.TxPipeline()
+	pipe.ZRem(ctx, key[0], stale...)
+	presenceScript.Eval(ctx, pipe, key, args...)
+	_, err := pipe.Exec(ctx)
+	return err
 }

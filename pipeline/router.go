@@ -214,10 +214,11 @@ func (c *RouterConfig) defaults() error {
 // Router is one worker's Watermill router with its subscriptions.
 type Router struct {
 	*message.Router
-	cfg   RouterConfig
-	log   zerolog.Logger
-	subs  []*subscription
-	locks []*lockmw.Middleware
+	cfg    RouterConfig
+	log    zerolog.Logger
+	subs   []*subscription
+	locks  []*lockmw.Middleware
+	drains drainControl // drain.go
 
 	mu      sync.Mutex
 	started bool // Run handed over to Watermill's Run
@@ -321,6 +322,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	r.started = true
 	r.mu.Unlock()
+	r.pollDrains(ctx) // a worker started while a drain request for it stands starts drained
 	go r.trimLoop(ctx)
 	pctx, stopPromote := context.WithCancel(ctx)
 	promoted := make(chan struct{})

@@ -474,7 +474,7 @@ func (s *subscription) Peek() (id, issueKey string, ok bool) {
 			s.mu.Lock()
 		}
 	}
-	if len(s.queue) == 0 {
+	if len(s.queue) == 0 || s.sub.Draining() { // drained: what waits goes back to the group
 		return "", "", false
 	}
 	// A bad event never reaches the lease, so a lease taken ahead for it would only sit

@@ -22,6 +22,9 @@ type reader struct {
 
 	ahead   []redis.XMessage // read, not yet handed over, in read order; guarded by s.mu
 	held    bool             // HandBack took them: read no more until the message handled now is acked; guarded by s.mu
+	busy    bool             // a message is handed over and not acked; guarded by s.mu
+	parked  bool             // fill waits, drained: no read in flight, nothing to give back; guarded by s.mu
+	giving  []string         // entries given back whose XCLAIM IDLE is still to succeed; fill's own
 	filled  chan struct{}    // fill → run: entries were read
 	drained chan struct{}    // run → fill: ahead was emptied, or a message acked
 
@@ -37,7 +40,12 @@ const retryWait = 500 * time.Millisecond
 func (r *reader) run(ctx context.Context) {
 	for {
 		m, ok := r.next(ctx)
-		if !ok || !r.deliver(ctx, m) {
+		if !ok {
+			return
+		}
+		more := r.deliver(ctx, m)
+		r.idle()
+		if !more {
 			return
 		}
 	}
@@ -61,9 +69,10 @@ func (r *reader) next(ctx context.Context) (redis.XMessage, bool) {
 func (r *reader) pop() (redis.XMessage, bool) {
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
-	if len(r.ahead) == 0 {
+	if len(r.ahead) == 0 || r.s.drain.on {
 		return redis.XMessage{}, false
 	}
+	r.busy = true
 	m := r.ahead[0]
 	r.ahead[0] = redis.XMessage{}
 	r.ahead = r.ahead[1:]
@@ -82,6 +91,10 @@ func (r *reader) fill(ctx context.Context) {
 	for {
 		if !r.waitDrained(ctx) {
 			return
+		}
+		if r.draining() {
+			r.giveBack(ctx)
+			continue
 		}
 		var err error
 		if r.nextCheck.IsZero() {
@@ -112,7 +125,11 @@ func (r *reader) fill(ctx context.Context) {
 func (r *reader) waitDrained(ctx context.Context) bool {
 	for {
 		r.s.mu.Lock()
-		need := len(r.ahead) < r.s.cfg.KeepAhead && !r.held
+		need := len(r.ahead) < r.s.cfg.KeepAhead && !r.held && !r.s.drain.on
+		if r.s.drain.on {
+			need = len(r.ahead) > 0 || len(r.giving) > 0 // to give back
+		}
+		r.parked = r.s.drain.on && !need
 		r.s.mu.Unlock()
 		if need {
 			return ctx.Err() == nil

@@ -164,6 +164,7 @@ type Subscriber struct {
 	closed  bool
 	settled map[entryRef]struct{}
 	readers []*reader
+	drain   drainState // drain.go: read nothing new, give back what waits
 }
 
 // entryRef names one stream entry.
@@ -319,6 +320,7 @@ func (s *Subscriber) acked(r *reader, id string) {
 	_, settled := s.settled[ref]
 	delete(s.settled, ref)
 	r.held = false
+	r.busy = false
 	s.mu.Unlock()
 	signal(r.drained)
 	if !settled {

@@ -52,7 +52,25 @@ func writeCases() map[string][]writeCase {
 	release := func(e *env, reason string) string {
 		return `{"agent":"triage","issue":"RHEL-20","reason":"` + reason + `"}`
 	}
+	drainN := func(e *env) int64 { return e.rdb.HLen(context.Background(), e.topo.Drains()).Val() }
+	drainForm := func(op, target string) func(e *env, reason string) string {
+		return func(e *env, reason string) string {
+			e.rdb.Del(context.Background(), e.topo.Drains())
+			if op == "undrain" {
+				e.rdb.HSet(context.Background(), e.topo.Drains(), target, "{}")
+			}
+			return url.Values{"op": {op}, "target": {target}, "reason": {reason}}.Encode()
+		}
+	}
+	drainJSON := func(e *env, reason string) string {
+		e.rdb.Del(context.Background(), e.topo.Drains())
+		return `{"agent":"rebase","branch":"c9s","reason":"` + reason + `"}`
+	}
 	return map[string][]writeCase{
+		"POST /drain": {{"drain", web.RoleOperator, formType, drainForm("drain", "agent:triage"), func(e *env) bool { return drainN(e) == 1 }},
+			{"drain", web.RoleAdmin, formType, drainForm("drain", "all"), func(e *env) bool { return drainN(e) == 1 }},
+			{"undrain", web.RoleAdmin, formType, drainForm("undrain", "all"), func(e *env) bool { return drainN(e) == 0 }}},
+		"POST /api/v1/drain": {{"drain", web.RoleOperator, "application/json", drainJSON, func(e *env) bool { return drainN(e) == 1 }}},
 		"POST /leases/release": {{"release", web.RoleOperator, formType, func(e *env, reason string) string {
 			return url.Values{"agent": {"triage"}, "issue": {"RHEL-20"}, "reason": {reason}}.Encode()
 		}, released}},

@@ -99,6 +99,10 @@ func notice(q url.Values) string {
 			"Its run stops within a second, and its entry runs again right after under a new lease."
 	case "nothing":
 		return "Nothing to release: nobody holds that lease any more (the request is in the audit trail all the same)."
+	case "drained":
+		return "Drain requested: its workers take no new work within 2 s, finish what runs, then show drained."
+	case "undrained":
+		return "Drain withdrawn: its workers take work again within 2 s."
 	case "signedin":
 		return "Signed in: write actions are on for this browser."
 	case "signedout":
@@ -120,7 +124,10 @@ type Overview struct {
 	Running   []RunningRow         `json:"running"`
 	Consumers []ConsumerRow        `json:"consumers"`
 	Outcomes  inspect.Outcomes     `json:"outcomes"`
-	Chart     chart                `json:"-"`
+	// Drains are the standing drain requests (drain.go), shown in the banner.
+	Drains       []inspect.DrainStatus `json:"drains"`
+	DrainTargets []string              `json:"-"`
+	Chart        chart                 `json:"-"`
 	// PresenceTTL is how recent a worker's presence beat must be for it to be alive.
 	PresenceTTL time.Duration `json:"-"`
 }
@@ -155,6 +162,8 @@ type ConsumerRow struct {
 	Recent   bool       `json:"recent"`
 	Process  string     `json:"process,omitempty"`
 	LastSeen *time.Time `json:"last_seen,omitempty"`
+	// Drain is a live worker's drain state (event.DrainDraining, DrainDrained).
+	Drain string `json:"drain,omitempty"`
 }
 
 func (s *Server) overviewData(r *http.Request) (Overview, error) {
@@ -206,12 +215,16 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 					idle = -1
 				}
 				ov.Consumers = append(ov.Consumers, ConsumerRow{Stream: st.Stream, Group: g.Name, Name: c.Name, Pending: c.Pending,
-					IdleMS: idle, State: c.State, Alive: c.State == inspect.ConsumerAlive, Process: c.Process, LastSeen: c.LastSeen,
+					IdleMS: idle, State: c.State, Alive: c.State == inspect.ConsumerAlive, Process: c.Process, LastSeen: c.LastSeen, Drain: c.Drain,
 					Recent: c.State == inspect.ConsumerNoBeat && c.Idle >= 0 && c.Idle <= s.cfg.ConsumerIdle})
 			}
 		}
 	}
 	ov.Chart = newChart(outcomes)
+	if ov.Drains, err = s.in.Drains(ctx); err != nil {
+		return Overview{}, err
+	}
+	ov.DrainTargets = s.drainTargets()
 	return ov, nil
 }
 

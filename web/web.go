@@ -223,6 +223,7 @@ func (s *Server) routes() {
 		read("GET /dead-letters/{id}", s.page(s.deadLetter)),
 		{Pattern: "POST /dead-letters", Actions: []string{inspect.ActionRequeue, inspect.ActionPurge},
 			h: s.write(deadOp, s.page(s.deadLettersPost))},
+		{Pattern: "POST /drain", Actions: []string{ActionDrain, ActionUndrain}, h: s.write(drainOp, s.page(s.drainPost))},
 		read("GET /login", s.page(s.loginPage)),
 		read("POST /login", s.page(s.loginPost)),
 		read("POST /logout", s.page(s.logoutPost)),
@@ -242,6 +243,9 @@ func (s *Server) routes() {
 			h: s.write(fixed(inspect.ActionPurge, RoleAdmin), s.api(s.apiPurge))},
 		{Pattern: "POST /api/v1/leases/release", Actions: []string{inspect.ActionRelease},
 			h: s.write(fixed(inspect.ActionRelease, RoleOperator), s.api(s.apiRelease))},
+		read("GET /api/v1/drains", s.api(s.apiDrains)),
+		{Pattern: "POST /api/v1/drain", Actions: []string{ActionDrain, ActionUndrain},
+			h: s.write(drainOp, s.api(s.apiDrain))},
 		read("/api/", s.api(func(*http.Request) (any, error) {
 			return nil, &httpError{http.StatusNotFound, "no such API endpoint (see /api/v1/)"}
 		})),

@@ -56,7 +56,14 @@ func cliWrites() map[string][]cliWrite {
 		c, err := l.Costs(ctx, "RHEL-30")
 		return err == nil && c.RaisedUSD > 0
 	}
+	drainKey := func(o *opsEnv) int64 { return o.rdb.HLen(ctx, o.topo.Drains()).Val() }
 	return map[string][]cliWrite{
+		"drain": {
+			{[]string{"drain", "--agent", "rebase", "--branch", "c9s"}, func(o *opsEnv) { o.rdb.Del(ctx, o.topo.Drains()) },
+				func(o *opsEnv) bool { return drainKey(o) == 1 }},
+			{[]string{"drain", "--all", "--undo"}, func(o *opsEnv) { o.rdb.Del(ctx, o.topo.Drains()); o.rdb.HSet(ctx, o.topo.Drains(), "all", "{}") },
+				func(o *opsEnv) bool { return drainKey(o) == 0 }},
+		},
 		"budget": {{[]string{"budget", "approve", "RHEL-30", "--usd", "1", "--once", "approval-1"}, func(*opsEnv) {}, raised}},
 		"locks":  {{[]string{"locks", "release", "triage", "RHEL-30", "--yes"}, held, released}},
 		"replay": {{[]string{"replay", "--stream", "triage", "--issue", "RHEL-30"}, queued, replayed}},
@@ -129,8 +136,8 @@ func TestEveryCLIWriteIsAudited(t *testing.T) {
 			n++
 		}
 	}
-	if n != 6 {
-		t.Fatalf("%d writes run, want 6", n)
+	if n != 8 {
+		t.Fatalf("%d writes run, want 8", n)
 	}
 	// history shows an operator action beside the issue's events; audit filters and
 	// prints a table.

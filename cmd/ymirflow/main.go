@@ -59,6 +59,8 @@ func commands() []command {
 			"dlq list|show ID|requeue ID...|requeue --all|purge [flags] (writes: --reason WHY)", dlqHelp, runDLQ},
 		{"audit", "the operators' audit trail: who wrote what, why, when and from where",
 			"audit [--who W] [--action A] [--issue KEY] [--since D] [--limit N] [--json]", auditHelp, runAudit},
+		{"drain", "workers take no new work, finish what runs, report drained (maintenance, upgrades)",
+			"drain (--agent A [--branch B] | --worker NAME | --all) --reason WHY [--wait] [--undo] | drain [--json]", drainHelp, runDrain},
 		{"webhook", "receive Jira webhooks and publish triage requests as a sweep would (--addr A)",
 			"webhook --jira-url URL --webhook-secret-file F [--addr HOST:PORT]", webhookHelp, runWebhook},
 		{"web", "the operator console in a browser, and its JSON API (--addr, default " + config.DefaultWebAddr + ")",

@@ -75,7 +75,11 @@ func listStreams(ctx context.Context, s *session, cfg *config.Inspect) error {
 				if c.Idle < 0 { // the embedded Redis does not say, or it has not read yet
 					idle = "?"
 				}
-				cs = append(cs, fmt.Sprintf("%s(%d, %s, %s)", c.Name, c.Pending, idle, c.State))
+				state := c.State
+				if c.Drain != "" { // ymirflow drain: alive, and taking no new work
+					state += " " + c.Drain
+				}
+				cs = append(cs, fmt.Sprintf("%s(%d, %s, %s)", c.Name, c.Pending, idle, state))
 			}
 			t.row(append(head, g.Name, lag, strconv.FormatInt(g.Pending, 10), g.LastDeliveredID, strings.Join(cs, " "))...)
 		}

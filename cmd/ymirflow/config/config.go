@@ -59,6 +59,7 @@ func Commands() map[string]Command {
 		"replay":   &Replay{},
 		"dlq":      &DLQ{},
 		"audit":    &Audit{},
+		"drain":    &Drain{},
 		"fakejira": &FakeJira{},
 		"webhook":  &Webhook{},
 		"web":      &Web{},

@@ -1,0 +1,121 @@
+package subscriber
+
+import (
+	"context"
+	"time"
+)
+
+// Drain (docs/operations.md, "Maintenance and upgrades: drain"): a drained subscriber
+// reads nothing new and runs no claim pass, hands nothing more over, and gives the
+// entries it read ahead back to the group: they stay pending, marked idle past
+// MaxIdleTime (XCLAIM to itself with IDLE, JUSTID: their delivery count unchanged), so
+// any other consumer's next claim pass takes them. Its fill loop does the giving back,
+// so an entry a read in flight returns after the drain began is given back as well.
+// The message handed over when the drain began runs to its end. Undrain reads again.
+
+// drainState is the subscriber's drain, guarded by Subscriber.mu.
+type drainState struct {
+	on bool
+}
+
+// DrainObserver is told of the entries a drain gave back (an optional interface of
+// the Observer): they are no longer this consumer's to run.
+type DrainObserver interface {
+	GaveBack(stream string, ids []string)
+}
+
+// Drain stops reading and handing over, and has the entries read ahead given back.
+// Drained reports when it is done. Idempotent.
+func (s *Subscriber) Drain() { s.setDrain(true) }
+
+// Undrain ends a drain: the subscriber reads and claims again. Idempotent.
+func (s *Subscriber) Undrain() { s.setDrain(false) }
+
+func (s *Subscriber) setDrain(on bool) {
+	s.mu.Lock()
+	s.drain.on = on
+	readers := append([]*reader(nil), s.readers...)
+	for _, r := range readers {
+		if !on {
+			r.held, r.parked = false, false
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range readers {
+		signal(r.drained) // fill: give back, or read again
+		signal(r.filled)  // run: hand over again
+	}
+}
+
+// Draining reports whether a drain was asked for (and not undone).
+func (s *Subscriber) Draining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drain.on
+}
+
+// Drained reports whether a drain is complete: nothing handed over runs, nothing is
+// read ahead or left to give back, and no read is in flight.
+func (s *Subscriber) Drained() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.drain.on {
+		return false
+	}
+	for _, r := range s.readers {
+		if r.busy || !r.parked || len(r.ahead) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// idle records that the message handed over ended (acked, or its context ended).
+func (r *reader) idle() {
+	r.s.mu.Lock()
+	r.busy = false
+	r.s.mu.Unlock()
+	signal(r.drained)
+}
+
+// draining reports whether fill is to give back rather than read.
+func (r *reader) draining() bool {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.s.drain.on
+}
+
+// giveBack takes the entries read ahead and marks them idle for the group. A failed
+// XCLAIM keeps them to try again after retryWait: they stay pending for this consumer
+// meanwhile (late for the others, never lost).
+func (r *reader) giveBack(ctx context.Context) {
+	r.s.mu.Lock()
+	for _, m := range r.ahead {
+		r.giving = append(r.giving, m.ID)
+	}
+	r.ahead = nil
+	r.s.mu.Unlock()
+	if len(r.giving) == 0 {
+		return
+	}
+	ids := r.giving
+	cfg := r.s.cfg
+	args := make([]any, 0, 8+len(ids))
+	args = append(args, "XCLAIM", r.stream, cfg.Group, cfg.Consumer, 0)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, "IDLE", (cfg.MaxIdleTime + time.Second).Milliseconds(), "JUSTID")
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := cfg.Client.Do(cctx, args...).Err(); err != nil {
+		r.log.Warn().Err(err).Int("entries", len(ids)).Msg("drain: could not give the entries read ahead back to the group; retrying")
+		r.pause(ctx, retryWait)
+		return
+	}
+	r.giving = nil
+	r.log.Info().Int("entries", len(ids)).Msg("drain: gave the entries read ahead back to the group")
+	if obs, ok := cfg.Observer.(DrainObserver); ok {
+		obs.GaveBack(r.stream, ids)
+	}
+}
