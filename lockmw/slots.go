@@ -253,7 +253,7 @@ func (m *Middleware) waitSlot(d *delivery, w *lease.SlotsWaitingError) error {
 	}
 	m.cfg.Source.Settle(d.entry)
 	slotWaiting(d.ctx, w)
-	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, "waiting_slot", w.Limit.Key)
+	m.cfg.Locker.Observer().Conflict(m.cfg.Agent, "waiting_slot", "limit")
 	d.log.get().Info().Str("limit", w.Limit.Key).Int64("used", w.Used).Int64("limit_n", w.Limit.N).
 		Int64("position", w.Position).Bool("duplicate", w.Duplicate).Msg("run limit reached; the event waits for a slot")
 	return nil
