@@ -136,6 +136,10 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if len(locks) != 1 {
 		t.Errorf("operator sees %d leases, want 1", len(locks))
 	}
+	// The workers' user: concurrency limits (RUN_LIMITS): a slot taken, an event that
+	// waits for one (its copy appended when the slot is handed on), the waker's sweep; the
+	// operators' user reads them (locks).
+	checkSlotsACL(ctx, t, wlocker, olocker, topo.Stream("rebase", "c9s", false), noperm)
 	// The workers' user: a lease with a shared scope, and a delayed event (policy
 	// delay) kept and promoted.
 	sl, err := wlocker.Acquire(ctx, "backport", "RHEL-8", lease.AcquireOptions{
@@ -312,4 +316,30 @@ func auditACL(t *testing.T, worker, operator redis.UniversalClient, topo event.T
 	if n := operator.XLen(ctx, trail).Val(); n < 4 {
 		t.Errorf("the trail holds %d records after the attempts to delete it", n)
 	}
+}
+
+func checkSlotsACL(ctx context.Context, t *testing.T, w, o *lease.Locker, stream string, noperm func(string, error)) {
+	t.Helper()
+	req := func(lid string) lease.SlotRequest {
+		return lease.SlotRequest{Limits: []lease.Limit{{Key: "agent:rebase", N: 1}}, LineID: lid, Issue: "RHEL-9",
+			Fair: "X", Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"slot_from": lid}}}
+	}
+	s, err := w.TakeSlots(ctx, req("1-1"))
+	noperm("worker: take a slot", err)
+	if err != nil {
+		t.Fatalf("worker: take a slot: %v", err)
+	}
+	_, err = w.TakeSlots(ctx, req("1-2"))
+	if !errors.Is(err, lease.ErrSlotsFull) {
+		t.Fatalf("worker: a second take under limit 1: %v, want it to wait", err)
+	}
+	_, err = s.Renew(ctx)
+	noperm("worker: renew a slot", err)
+	_, err = o.SlotUsages(ctx)
+	noperm("operator: read the slots", err)
+	noperm("worker: free a slot", s.Release(ctx))
+	_, err = w.WakeSlots(ctx, lease.Limit{Key: "agent:rebase", N: 1}, 0, 0)
+	noperm("worker: wake the slots", err)
+	_, err = w.SlotUsages(ctx)
+	noperm("worker: sweep the slots", err)
 }

@@ -88,8 +88,10 @@ func (k SlotKeys) list() []string {
 // SlotKeys returns the keys of limit key key.
 func (l *Locker) SlotKeys(key string) SlotKeys {
 	tag := "{" + l.opts.Scope + key + "}"
-	return SlotKeys{Holders: "slots:" + tag, Wait1: "slotwait:" + tag + ":1", Wait2: "slotwait:" + tag + ":2",
-		Recs: "slotrec:" + tag, Meta: "slotmeta:" + tag, Handed: "slothanded:" + tag}
+	// Under the lease's own "lock" prefix: the deployed users' key patterns (~lock*)
+	// cover them.
+	return SlotKeys{Holders: "lockslots:" + tag, Wait1: "lockslotwait:" + tag + ":1", Wait2: "lockslotwait:" + tag + ":2",
+		Recs: "lockslotrec:" + tag, Meta: "lockslotmeta:" + tag, Handed: "lockslothanded:" + tag}
 }
 
 // SlotRequest is what a run asks of TakeSlots.
@@ -380,7 +382,7 @@ type SlotUsage struct {
 // SlotUsages returns every limit key that has holders or waiters (SCAN; every master's
 // on Cluster), sorted by key.
 func (l *Locker) SlotUsages(ctx context.Context) ([]SlotUsage, error) {
-	prefix := "slotmeta:{" + l.opts.Scope
+	prefix := "lockslotmeta:{" + l.opts.Scope
 	var mu sync.Mutex
 	var keys []string
 	scan := func(ctx context.Context, c Client) error {
