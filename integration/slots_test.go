@@ -50,7 +50,7 @@ func runLimitsFair(t *testing.T, cluster bool, flood int) {
 	o.noFail, o.fetcher = true, false
 	o.runnerMin, o.runnerMax = 5, 10
 	o.workerArgs = func(group) []string {
-		return []string{"--run-limits", "rebase=2", "--run-fair", "metadata.component", "--read-batch", "1"}
+		return []string{"--run-limits", "rebase=2,fair:metadata.component", "--read-batch", "1"}
 	}
 	s := newScenario(t, o)
 	g := group{agent: "rebase", branch: "c9s"}

@@ -60,70 +60,72 @@ func (l Limits) String() string {
 	return strings.Join(parts, ",")
 }
 
-// ParseLimits reads RUN_LIMITS: comma-separated AGENT=N (at most N runs of the agent at
-// once) and field:PATH=N (at most N at once per value of the event field PATH, e.g.
-// field:metadata.component=1 or field:m:team=2).
+// ParseLimits reads RUN_LIMITS, comma-separated items: AGENT=N (at most N runs of the
+// agent at once), field:PATH=N (at most N at once per value of the event field PATH,
+// e.g. field:metadata.component=1 or field:m:team=2), fair:PATH (the field whose values
+// take turns among the events waiting for a slot) and weight:VALUE=W (W turns for that
+// value to one for the others; values compared uppercased, as limit keys are).
 func ParseLimits(s string) (Limits, error) {
-	l := Limits{Agents: map[string]int64{}}
+	l := Limits{Agents: map[string]int64{}, Weights: map[string]int64{}}
 	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
+		if err := l.parseItem(strings.TrimSpace(item)); err != nil {
+			return Limits{}, err
 		}
-		name, num, ok := strings.Cut(item, "=")
-		n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-		if !ok || err != nil || n < 1 {
-			return Limits{}, fmt.Errorf("%q: want AGENT=N or field:PATH=N with N at least 1", item)
-		}
-		name = strings.TrimSpace(name)
-		if path, isField := strings.CutPrefix(name, "field:"); isField {
-			if _, err := lease.ParseScopes("group:" + path); err != nil || strings.Contains(path, "+") {
-				return Limits{}, fmt.Errorf("%q: bad field path %q (a payload path like metadata.component, or m:<metadata key>)", item, path)
-			}
-			l.Fields = append(l.Fields, FieldLimit{Path: path, N: n})
-			continue
-		}
-		if name == "" || strings.ContainsAny(name, " :{}") {
-			return Limits{}, fmt.Errorf("%q: bad agent name %q", item, name)
-		}
-		if _, dup := l.Agents[name]; dup {
-			return Limits{}, fmt.Errorf("%q: agent %s limited twice", item, name)
-		}
-		l.Agents[name] = n
+	}
+	if len(l.Weights) > 0 && l.FairField == "" {
+		return Limits{}, errors.New("weight:VALUE=W needs fair:PATH (the field whose values take turns)")
 	}
 	return l, nil
 }
 
-// ParseFairness reads RUN_FAIR: the fairness field's path, then optionally ';' and
-// comma-separated VALUE=WEIGHT (e.g. "metadata.component" or
-// "metadata.component;kernel=3,glibc=2"); values are compared uppercased, as limit keys are.
-func ParseFairness(s string) (field string, weights map[string]int64, err error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return "", nil, nil
+func (l *Limits) parseItem(item string) error {
+	if item == "" {
+		return nil
 	}
-	field, rest := s, ""
-	if i := strings.Index(s, ";"); i >= 0 {
-		field, rest = s[:i], s[i+1:]
-	}
-	field = strings.TrimSpace(field)
-	if _, err := lease.ParseScopes("group:" + field); err != nil || strings.Contains(field, "+") {
-		return "", nil, fmt.Errorf("bad field path %q (a payload path like metadata.component, or m:<metadata key>)", field)
-	}
-	weights = map[string]int64{}
-	for _, item := range strings.Split(rest, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
+	if path, ok := strings.CutPrefix(item, "fair:"); ok {
+		if err := checkFieldPath(path); err != nil || l.FairField != "" {
+			return fmt.Errorf("%q: one fair:PATH, a payload path like metadata.component or m:<metadata key>", item)
 		}
-		v, num, ok := strings.Cut(item, "=")
-		n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-		if !ok || err != nil || n < 1 || n > 1000 || strings.TrimSpace(v) == "" {
-			return "", nil, fmt.Errorf("%q: want VALUE=WEIGHT with WEIGHT in [1, 1000]", item)
-		}
-		weights[strings.ToUpper(strings.TrimSpace(v))] = n
+		l.FairField = path
+		return nil
 	}
-	return field, weights, nil
+	name, num, ok := strings.Cut(item, "=")
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if !ok || err != nil || n < 1 {
+		return fmt.Errorf("%q: want AGENT=N, field:PATH=N, fair:PATH or weight:VALUE=W with N, W at least 1", item)
+	}
+	name = strings.TrimSpace(name)
+	if v, isWeight := strings.CutPrefix(name, "weight:"); isWeight {
+		if v = strings.ToUpper(strings.TrimSpace(v)); v == "" || n > 1000 {
+			return fmt.Errorf("%q: want weight:VALUE=W with W in [1, 1000]", item)
+		}
+		l.Weights[v] = n
+		return nil
+	}
+	if path, isField := strings.CutPrefix(name, "field:"); isField {
+		if err := checkFieldPath(path); err != nil {
+			return fmt.Errorf("%q: bad field path %q (a payload path like metadata.component, or m:<metadata key>)", item, path)
+		}
+		l.Fields = append(l.Fields, FieldLimit{Path: path, N: n})
+		return nil
+	}
+	if name == "" || strings.ContainsAny(name, " :{}") {
+		return fmt.Errorf("%q: bad agent name %q", item, name)
+	}
+	if _, dup := l.Agents[name]; dup {
+		return fmt.Errorf("%q: agent %s limited twice", item, name)
+	}
+	l.Agents[name] = n
+	return nil
+}
+
+// checkFieldPath checks one field path as group scopes take them.
+func checkFieldPath(path string) error {
+	if path == "" || strings.Contains(path, "+") {
+		return errors.New("bad path")
+	}
+	_, err := lease.ParseScopes("group:" + path)
+	return err
 }
 
 // fieldValue is the canonical value of the event field path ("" when it has none).
