@@ -270,7 +270,7 @@ type SlotObserver interface {
 // LimitsRun reports whether concurrency limits are set (RunSlotWaker then has work).
 func (m *Middleware) LimitsRun() bool { return !m.cfg.Limits.Empty() }
 
-// RunSlotWaker, every interval until ctx ends, hands out the slots that freed by
+// RunSlotWaker runs until ctx ends; every interval it hands out the slots that freed by
 // themselves (a dead run's, at its lease's expiry; a hand-over whose copy never came)
 // to the events waiting for them, appends the copies a crash left unappended (Redis
 // Cluster), and tells a SlotObserver each limit key's usage. Any worker may run it.

@@ -11,6 +11,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -116,7 +117,8 @@ func (m *slotsModel) take(msg redis.XMessage, lose bool) error {
 		m.runs = append(m.runs, &slotRun{s: s, lid: req.LineID, entry: msg.ID})
 		return nil
 	}
-	if w, ok := err.(*SlotsWaitingError); ok {
+	var w *SlotsWaitingError
+	if errors.As(err, &w) {
 		if !w.Acked {
 			return m.direct.XAck(m.ctx, m.stream, "g", msg.ID).Err()
 		}

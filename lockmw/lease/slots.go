@@ -43,9 +43,10 @@ var (
 	//go:embed scripts/slots_renew.lua
 	slotsRenewLua string
 
-	slotsTakeScript  = newScript(leaseLua + slotsLua + slotsTakeLua)
-	slotsFreeScript  = newScript(leaseLua + slotsLua + slotsFreeLua)
-	slotsRenewScript = newScript(slotsRenewLua)
+	slotsTakeScript = newScript(leaseLua + slotsLua + slotsTakeLua)
+	slotsFreeScript = newScript(leaseLua + slotsLua + slotsFreeLua)
+	// slots_renew.lua is sent by EVAL on the heartbeat's pipeline (small; no NOSCRIPT
+	// round trip to handle inside a pipeline).
 )
 
 // ErrSlotsFull is wrapped by *SlotsWaitingError: a limit key had no free slot; the event
