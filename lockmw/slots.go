@@ -92,7 +92,7 @@ func (l *Limits) parseItem(item string) error {
 	name, num, ok := strings.Cut(item, "=")
 	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
 	if !ok || err != nil || n < 1 {
-		return fmt.Errorf("%q: want AGENT=N, field:PATH=N, fair:PATH or weight:VALUE=W with N, W at least 1", item)
+		return fmt.Errorf("%q: want agent=N, field:PATH=N, fair:PATH or weight:VALUE=W with N, W at least 1", item)
 	}
 	name = strings.TrimSpace(name)
 	if v, isWeight := strings.CutPrefix(name, "weight:"); isWeight {

@@ -75,11 +75,11 @@ func NewMetrics() *Metrics {
 	m.longest = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "lock_line_longest",
 		Help: "Events waiting in the agent's longest line (busy policy wait): the most waiting for one key."}, []string{"agent"})
 	m.slotsUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "run_slots_used",
-		Help: "Slots held of a concurrency limit key (RUN_LIMITS), runs and hand-overs, as the slot waker last found them."}, []string{"key"})
+		Help: "Slots held of a concurrency limit key (lockmw.Limits), runs and hand-overs, as the slot waker last found them."}, []string{"key"})
 	m.slotsLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "run_slots_limit",
-		Help: "The limit of a concurrency limit key (RUN_LIMITS)."}, []string{"key"})
+		Help: "The limit of a concurrency limit key (lockmw.Limits)."}, []string{"key"})
 	m.slotsWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "run_slots_waiting",
-		Help: "Events waiting for a slot of a concurrency limit key (RUN_LIMITS)."}, []string{"key"})
+		Help: "Events waiting for a slot of a concurrency limit key (lockmw.Limits)."}, []string{"key"})
 	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead, m.fenced, m.lines, m.waiting, m.longest,
 		m.slotsUsed, m.slotsLimit, m.slotsWaiting)
 	return m
