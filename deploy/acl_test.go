@@ -60,6 +60,11 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	if len(locks) != 1 {
 		t.Errorf("operator sees %d leases, want 1", len(locks))
 	}
+	// The workers' user: concurrency limits (RUN_LIMITS): a slot taken, an event that
+	// waits for one (its copy appended when the slot is handed on), the waker's sweep; the
+	// operators' user reads them (locks).
+	checkSlotsACL(ctx, t, wlocker, olocker, topo.Stream("rebase", "c9s", false),
+		func(what string, err error) { nopermFatal(t, what, err) })
 	aclWorkerPolicies(t, ctx, worker, wlocker, topo)
 	_, err = in.Streams(ctx)
 	nopermFatal(t, "streams", err)
@@ -395,4 +400,30 @@ func operatorApproves(t *testing.T, worker, operator redis.UniversalClient, topo
 	if left, err := ol.ParkedRequests(ctx, "RHEL-9"); err != nil || len(left) != 0 {
 		t.Fatalf("after the resume: parked %+v, %v", left, err)
 	}
+}
+
+func checkSlotsACL(ctx context.Context, t *testing.T, w, o *lease.Locker, stream string, noperm func(string, error)) {
+	t.Helper()
+	req := func(lid string) lease.SlotRequest {
+		return lease.SlotRequest{Limits: []lease.Limit{{Key: "agent:rebase", N: 1}}, LineID: lid, Issue: "RHEL-9",
+			Fair: "X", Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"slot_from": lid}}}
+	}
+	s, err := w.TakeSlots(ctx, req("1-1"))
+	noperm("worker: take a slot", err)
+	if err != nil {
+		t.Fatalf("worker: take a slot: %v", err)
+	}
+	_, err = w.TakeSlots(ctx, req("1-2"))
+	if !errors.Is(err, lease.ErrSlotsFull) {
+		t.Fatalf("worker: a second take under limit 1: %v, want it to wait", err)
+	}
+	_, err = s.Renew(ctx)
+	noperm("worker: renew a slot", err)
+	_, err = o.SlotUsages(ctx)
+	noperm("operator: read the slots", err)
+	noperm("worker: free a slot", s.Release(ctx))
+	_, err = w.WakeSlots(ctx, lease.Limit{Key: "agent:rebase", N: 1}, 0, 0)
+	noperm("worker: wake the slots", err)
+	_, err = w.SlotUsages(ctx)
+	noperm("worker: sweep the slots", err)
 }

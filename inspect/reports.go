@@ -6,6 +6,8 @@ package inspect
 // LocksReport answers `locks` and GET /api/v1/leases.
 type LocksReport struct {
 	Leases []LeaseInfo `json:"leases"`
+	// Slots are the concurrency limit keys in use (RUN_LIMITS).
+	Slots []SlotInfo `json:"slots,omitempty"`
 }
 
 // PendingReport answers `pending` and GET /api/v1/pending.

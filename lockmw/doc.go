@@ -19,6 +19,8 @@
 // policy.go (the busy-policy table), wait.go (the wait policy: the waiting event's
 // copy, the end of its turn, the line waker), handoff.go (the lease taken ahead for
 // the next entry, given back if that entry does not come), wakeup.go (the deliver
-// policy's follow-ups and wake-ups), trace.go (span events), errors.go. The code map
+// policy's follow-ups and wake-ups), slots.go (concurrency limits: RUN_LIMITS slots taken
+// before the lease, fair waiting, the slot waker), slots_trace.go (their span events),
+// trace.go (span events), errors.go. The code map
 // in docs/development.md names each concept's file.
 package lockmw

@@ -157,6 +157,10 @@ type Config struct {
 	// Logger for lease losses, conflicts and failed releases. Default: the zero
 	// Logger, which writes nothing.
 	Logger zerolog.Logger
+	// Limits are the concurrency limits (RUN_LIMITS, slots.go): before its lease a run
+	// takes a slot of each limit key of its event; an event over a limit waits for one,
+	// in a fair order. They need a Source. Default: none.
+	Limits Limits
 	// Now is the worker's clock, for what the middleware times on its own (the retries
 	// of a failed release). Times that Redis compares are taken from the server's clock,
 	// never from it: a worker whose clock is off delays nothing early or late. Default:
@@ -262,6 +266,9 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 		return nil, fmt.Errorf("lockmw: Config.MaxIdleTime (%s) must exceed the lease heartbeat interval, lease.Options.TTL/3 (%s), "+
 			"or other consumers would claim entries whose lease is alive", cfg.MaxIdleTime, cfg.Locker.HeartbeatInterval())
 	}
+	if !cfg.Limits.Empty() && cfg.Source == nil {
+		return nil, errors.New("lockmw: Config.Limits need Config.Source (a stream to put a waiting event back into)")
+	}
 	if cfg.IssueKey == nil {
 		cfg.IssueKey = metadataIssueKey
 	}
@@ -269,7 +276,7 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 		cfg.Now = time.Now
 	}
 	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
-		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared(),
+		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared() && cfg.Limits.Empty(),
 		lines: cfg.Policies.Uses(Wait)}, nil
 }
 
@@ -315,6 +322,13 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		if err != nil || settled {
 			return nil, err
 		}
+		held, settled, err := m.takeSlots(&d, raw)
+		if err != nil || settled {
+			pre.GiveBack(context.WithoutCancel(d.ctx))
+			return nil, err
+		}
+		// After the lease's release: each slot is handed to its next waiter.
+		defer held.end(d.ctx)
 		le, err := m.take(&d, pre, raw)
 		if err != nil {
 			return nil, m.notAcquired(d.ctx, msg, d.entry, d.hasEntry, err, d.log)

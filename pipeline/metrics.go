@@ -34,11 +34,14 @@ type Metrics struct {
 	fenced   *prometheus.CounterVec
 	// The wait policy's lines, per agent, as its line waker last found them.
 	lines, waiting, longest *prometheus.GaugeVec
+	// The concurrency limits' keys (RUN_LIMITS), as the slot waker last found them.
+	slotsUsed, slotsLimit, slotsWaiting *prometheus.GaugeVec
 }
 
 var (
 	_ lease.Observer      = (*Metrics)(nil)
 	_ lockmw.LineObserver = (*Metrics)(nil)
+	_ lockmw.SlotObserver = (*Metrics)(nil)
 )
 
 // NewMetrics registers the metrics on a fresh registry.
@@ -71,7 +74,14 @@ func NewMetrics() *Metrics {
 		Help: "Events waiting in the agent's lines (busy policy wait)."}, []string{"agent"})
 	m.longest = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "lock_line_longest",
 		Help: "Events waiting in the agent's longest line (busy policy wait): the most waiting for one key."}, []string{"agent"})
-	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead, m.fenced, m.lines, m.waiting, m.longest)
+	m.slotsUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "run_slots_used",
+		Help: "Slots held of a concurrency limit key (lockmw.Limits), runs and hand-overs, as the slot waker last found them."}, []string{"key"})
+	m.slotsLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "run_slots_limit",
+		Help: "The limit of a concurrency limit key (lockmw.Limits)."}, []string{"key"})
+	m.slotsWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ymirflow", Name: "run_slots_waiting",
+		Help: "Events waiting for a slot of a concurrency limit key (lockmw.Limits)."}, []string{"key"})
+	reg.MustRegister(m.acquired, m.busy, m.conflict, m.lost, m.hold, m.dead, m.fenced, m.lines, m.waiting, m.longest,
+		m.slotsUsed, m.slotsLimit, m.slotsWaiting)
 	return m
 }
 
@@ -95,6 +105,20 @@ func (m *Metrics) Lines(agent string, lines int, waiting, longest int64) {
 	m.lines.WithLabelValues(agent).Set(float64(lines))
 	m.waiting.WithLabelValues(agent).Set(float64(waiting))
 	m.longest.WithLabelValues(agent).Set(float64(longest))
+}
+
+// Slots implements lockmw.SlotObserver: a key gone (nothing held, nothing waiting) is
+// dropped.
+func (m *Metrics) Slots(key string, used, limit, waiting int64) {
+	if used == 0 && limit == 0 && waiting == 0 {
+		m.slotsUsed.DeleteLabelValues(key)
+		m.slotsLimit.DeleteLabelValues(key)
+		m.slotsWaiting.DeleteLabelValues(key)
+		return
+	}
+	m.slotsUsed.WithLabelValues(key).Set(float64(used))
+	m.slotsLimit.WithLabelValues(key).Set(float64(limit))
+	m.slotsWaiting.WithLabelValues(key).Set(float64(waiting))
 }
 
 // Lost implements lease.Observer.

@@ -127,6 +127,10 @@ type RouterConfig struct {
 	// re-queued in its stream's delayed set until the budget has room, never dropped.
 	// Default: nil, no limit.
 	RunLimit *RunLimit
+	// Limits are the concurrency limits (RUN_LIMITS, RUN_FAIR; lockmw.Config.Limits):
+	// at most N runs at once per limit key, shared by every worker; an event over one
+	// waits for a slot. Default: none.
+	Limits lockmw.Limits
 	// Handler does the stage's work. It finds its lease with lockmw.LeaseFrom.
 	// Required.
 	Handler message.NoPublishHandlerFunc
@@ -264,7 +268,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 				}
 			}
 			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: src,
-				Policy: cfg.Policy, Policies: cfg.Policies, EventTypes: event.WorkTypes(), Scopes: cfg.Scopes, MailboxDepth: cfg.MailboxDepth, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
+				Policy: cfg.Policy, Policies: cfg.Policies, EventTypes: event.WorkTypes(), Scopes: cfg.Scopes, Limits: cfg.Limits, MailboxDepth: cfg.MailboxDepth, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
 				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base})
 			if err != nil {
 				return nil, err
@@ -333,6 +337,12 @@ func (r *Router) Run(ctx context.Context) error {
 		waker := make(chan struct{})
 		go func() { defer close(waker); r.locks[0].RunLineWaker(pctx, r.cfg.MaxIdleTime) }()
 		defer func() { stopPromote(); <-waker }()
+	}
+	if len(r.locks) > 0 && r.locks[0].LimitsRun() {
+		// RUN_LIMITS: hand out slots that freed by themselves (lockmw.RunSlotWaker).
+		swaker := make(chan struct{})
+		go func() { defer close(swaker); r.locks[0].RunSlotWaker(pctx, slotWakeEvery(r.cfg.MaxIdleTime)) }()
+		defer func() { stopPromote(); <-swaker }()
 	}
 	defer r.startPresence(ctx)() // presence.go: the console's alive / dead
 	// A force release stops its holder here at once, not at the holder's next heartbeat.
@@ -495,3 +505,10 @@ const promotePoll = time.Second
 
 // Healthy reports whether the router runs and every subscription still reads.
 func (r *Router) Healthy() bool { return r.IsRunning() && !r.IsClosed() }
+
+// slotWakeEvery is how often the slot waker sweeps: a dead run's slot frees at its
+// lease's expiry, which the sweep turns into a hand-over; at most every 5 s, so the
+// metrics of the limit keys stay fresh.
+func slotWakeEvery(maxIdle time.Duration) time.Duration {
+	return max(min(maxIdle, 5*time.Second), 100*time.Millisecond)
+}

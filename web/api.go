@@ -69,7 +69,11 @@ func (s *Server) apiLeases(r *http.Request) (any, error) {
 	if ls == nil {
 		ls = []inspect.LeaseInfo{}
 	}
-	return inspect.LocksReport{Leases: ls}, err
+	if err != nil {
+		return inspect.LocksReport{Leases: ls}, err
+	}
+	slots, err := s.in.Slots(r.Context())
+	return inspect.LocksReport{Leases: ls, Slots: slots}, err
 }
 
 func (s *Server) apiOutcomes(r *http.Request) (any, error) {

@@ -21,7 +21,8 @@ run on that issue), holder (owner), fence, how long it has been held, TTL left, 
 mailbox depth (follow-ups waiting, ON_CONFLICT=deliver), its line (events waiting for
 the key, ON_CONFLICT=wait: "3 waiting, oldest 40s"; a key handed to the line's head
 whose copy has not started yet shows the owner "(line's head)"), and the stream entry
-it guards.
+it guards. Before them, the concurrency limit keys in use (RUN_LIMITS): slots used of
+the limit and events waiting for one ("2/2 used, 5 waiting (1 priority), oldest 40s").
 
   locks release AGENT KEY --reason WHY [--yes]
       force-releases the lease of KEY for AGENT whoever holds it, and bumps its fence:
@@ -39,6 +40,8 @@ Without, SCAN MATCH of the lease-record pattern (lockinfo:<scope><agent>:*): SCA
 walks the whole keyspace of the database (the MATCH filter runs on the server), one
 round trip per 1000 keys, then 1 round trip per 500 leases found. Leases taken by
 the Python agents (plain lock keys, no record) are found only with --issue.
+Without --issue, the limit keys too: SCAN MATCH lockslotmeta:{<scope>*, then 1 round
+trip per key.
 locks release: 2 round trips.
 `
 
@@ -89,8 +92,17 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 	if leases == nil {
 		leases = []inspect.LeaseInfo{}
 	}
+	var slots []inspect.SlotInfo
+	if cfg.Issue == "" {
+		if slots, err = s.in.Slots(ctx); err != nil {
+			return err
+		}
+	}
 	if cfg.JSON {
-		return writeJSON(stdout, inspect.LocksReport{Leases: leases})
+		return writeJSON(stdout, inspect.LocksReport{Leases: leases, Slots: slots})
+	}
+	if err := listSlots(stdout, slots); err != nil {
+		return err
 	}
 	if len(leases) == 0 {
 		fmt.Fprintln(stdout, "no live leases")
@@ -118,6 +130,22 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 			strconv.FormatInt(l.Mailbox, 10), line, entry)
 	}
 	return t.flush()
+}
+
+// listSlots prints the concurrency limit keys in use (RUN_LIMITS), before the leases.
+func listSlots(stdout io.Writer, slots []inspect.SlotInfo) error {
+	if len(slots) == 0 {
+		return nil
+	}
+	t := newTable(stdout, "LIMIT", "SLOTS")
+	for _, sl := range slots {
+		t.row(sl.Key, sl.Summary(time.Now()))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(stdout)
+	return err
 }
 
 // releaseLock force-releases agent's lease of key, after asking (checkLocksArgs checked both).

@@ -123,6 +123,10 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	if err != nil {
 		return usagef("LOCK_SCOPE (--lock-scope): %v", err)
 	}
+	limits, err := cfg.Limits()
+	if err != nil {
+		return usagef("%v", err)
+	}
 	if err := locker.CheckScopes(scopes); err != nil {
 		return usagef("LOCK_SCOPE (--lock-scope) = %q: %v", cfg.LockScope, strings.TrimPrefix(err.Error(), lease.ErrBadScope.Error()+": "))
 	}
@@ -166,7 +170,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 			BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
 			MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policies: policies, Scopes: scopes,
 			MailboxDepth: cfg.MailboxDepth, Locker: locker, Logger: log, Metrics: metrics, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
-			TracerProvider: tp, RunLimit: runLimit},
+			TracerProvider: tp, RunLimit: runLimit, Limits: limits},
 		Handler: handlers.Config{Runner: runner, Jira: jc,
 			Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp),
 			Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),

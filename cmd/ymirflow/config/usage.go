@@ -150,6 +150,7 @@ var shortUsage = map[string]string{
 	"--max-idle-time":             "pending entries idle longer than this are claimed",
 	"--metrics-addr":              "address serving /metrics, /healthz and /readyz (empty: off)",
 	"--on-conflict":               "what happens to an event whose issue is locked, per event type",
+	"--run-limits":                "runs at once per agent and per event field value, fair turns",
 	"dev --on-conflict":           "every worker's ON_CONFLICT, per event type",
 	"--otlp-endpoint":             "OpenTelemetry collector's OTLP/HTTP base URL (empty: none)",
 	"--read-batch":                "most entries one stream read takes while events are quick",

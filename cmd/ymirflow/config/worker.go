@@ -88,6 +88,7 @@ type Worker struct {
 	DemoSeed         int64         // --demo-seed, DEMO_SEED: seed of the simulated outcomes (runner demo)
 	RunRate          string        // --run-rate, RUN_RATE: run starts of this agent per period, shared by all its workers, e.g. 30/h (empty: none)
 	RunRateBurst     int           // --run-rate-burst, RUN_RATE_BURST: run starts RUN_RATE lets go at once after a quiet spell
+	RunLimits        string        // --run-limits, RUN_LIMITS: runs at once per agent and per field value, and the fair order of the waiting, e.g. rebase=4,field:metadata.component=1,fair:metadata.component,weight:KERNEL=3 (empty: none)
 	BudgetIssueUSD   float64       // --budget-issue-usd, BUDGET_ISSUE_USD: spend limit of one issue, every agent and run (0: off)
 	BudgetAgentUSD   float64       // --budget-agent-usd, BUDGET_AGENT_USD: spend limit of one agent on one issue (0: off)
 	Permits          string        // --permits, PERMITS: upstream rate limits shared by every pod, e.g. llm:claude=5/s,jira=10/s
@@ -155,6 +156,9 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.DemoDuration, "demo-duration", 0, "typical length of a simulated run (runner demo; each run takes 0.5 to 1.5 times it; 0: instant)"+rangeHelp("demo-duration"))
 	fs.StringVar(&w.RunRate, "run-rate", "", "run starts of this agent per period, shared by all its workers through Redis, e.g. 30/h; an event over it is re-queued until its turn (empty: none)")
 	fs.IntVar(&w.RunRateBurst, "run-rate-burst", DefaultRunRateBurst, "run starts RUN_RATE lets go at once after a quiet spell")
+	fs.StringVar(&w.RunLimits, "run-limits", "", "runs at once, shared by every worker: AGENT=N, field:PATH=N per value of an event field; "+
+		"an event over a limit waits for a slot, :todo events first, then the values of fair:PATH in turns, weight:VALUE=W turns each; "+
+		"e.g. rebase=4,field:metadata.component=1,fair:metadata.component,weight:KERNEL=3 (empty: none)")
 	w.fs = fs
 	fs.Int64Var(&w.DemoSeed, "demo-seed", 0, "seed of the simulated outcomes (runner demo)")
 	fs.Float64Var(&w.BudgetIssueUSD, "budget-issue-usd", 0, "spend limit of one issue in USD, over every run of every agent, enforced on the agents' reservations (YMIR_CONTROL_FD); "+
@@ -240,6 +244,15 @@ func (w *Worker) RunLimit() (ratelimit.Rate, bool) {
 	return r, true
 }
 
+// Limits is RUN_LIMITS, parsed.
+func (w *Worker) Limits() (lockmw.Limits, error) {
+	l, err := lockmw.ParseLimits(w.RunLimits)
+	if err != nil {
+		return lockmw.Limits{}, fmt.Errorf("RUN_LIMITS (--run-limits): %w", err)
+	}
+	return l, nil
+}
+
 // Policies is ON_CONFLICT, parsed.
 func (w *Worker) Policies() (lockmw.Policies, error) {
 	p, err := lockmw.ParsePolicies(w.OnConflict)
@@ -296,8 +309,16 @@ func (w *Worker) Validate() error {
 	w.validateLease(&p)
 	w.validateConflict(&p)
 	w.validateLimits(&p)
+	w.validateRunLimits(&p)
 	w.validateProcess(&p)
 	return p.err()
+}
+
+// validateRunLimits checks RUN_LIMITS.
+func (w *Worker) validateRunLimits(p *problems) {
+	if _, err := lockmw.ParseLimits(w.RunLimits); err != nil {
+		p.add("run-limits", "= %q: %v", w.RunLimits, err)
+	}
 }
 
 // validateRunner checks RUNNER and what it needs.

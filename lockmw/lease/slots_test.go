@@ -1,0 +1,99 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// slotReq is the take of entry id (lid: the event's first entry) of component fair.
+func slotReq(stream, id, lid, fair string, prio bool) lease.SlotRequest {
+	return lease.SlotRequest{Limits: []lease.Limit{{Key: "agent:rebase", N: 1}}, LineID: lid, Issue: "RHEL-1",
+		Priority: prio, Fair: fair, Weight: 1,
+		Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"slot_from": lid, "fair": fair}},
+		Ack:   &lease.Entry{Stream: stream, Group: "g", ID: id}}
+}
+
+// TestSlotsHandOnInFairOrder: under a limit of 1, a flood of component A waits, then B
+// and a priority event; each free hands the slot to the next in line (the priority
+// one first, then A and B in turns), appending its copy, whose take gets the slot.
+func TestSlotsHandOnInFairOrder(t *testing.T) {
+	for _, format := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
+		rdb, ns := redistest.Client(t)
+		ctx := context.Background()
+		l := newLocker(t, rdb, ns, lease.Options{Format: format, TTL: 5 * time.Second})
+		stream := ns + "s"
+		if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		held, err := l.TakeSlots(ctx, slotReq(stream, "1-1", "1-1", "A", false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiters := []struct {
+			lid, fair string
+			prio      bool
+		}{{"2-1", "A", false}, {"2-2", "A", false}, {"2-3", "A", false}, {"3-1", "B", false}, {"3-2", "B", false}, {"4-1", "C", true}}
+		for i, w := range waiters {
+			_, err := l.TakeSlots(ctx, slotReq(stream, w.lid, w.lid, w.fair, w.prio))
+			var we *lease.SlotsWaitingError
+			if !errors.As(err, &we) || we.Used != 1 || we.Waiting != int64(i+1) {
+				t.Fatalf("%s: %v, want it waiting behind %d", w.lid, err, i)
+			}
+		}
+		u, err := l.SlotUsage(ctx, "agent:rebase")
+		if err != nil || u.Used != 1 || u.Limit != 1 || u.Waiting != 6 || u.Priority != 1 {
+			t.Fatalf("usage %+v, %v", u, err)
+		}
+		var order []string
+		for range waiters {
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			msgs := readCopies(t, rdb, stream)
+			if len(msgs) != 1 {
+				t.Fatalf("%d copies appended by one free, want 1", len(msgs))
+			}
+			lid := msgs[0].Values["slot_from"].(string)
+			order = append(order, lid)
+			if held, err = l.TakeSlots(ctx, slotReq(stream, msgs[0].ID, lid, msgs[0].Values["fair"].(string), false)); err != nil {
+				t.Fatalf("the copy of %s: %v", lid, err)
+			}
+		}
+		want := []string{"4-1", "2-1", "3-1", "2-2", "3-2", "2-3"}
+		if !equal(order, want) {
+			t.Fatalf("format %d: handed in order %v, want %v (priority first, then A and B in turns)", format, order, want)
+		}
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func readCopies(t *testing.T, rdb *redis.Client, stream string) []redis.XMessage {
+	t.Helper()
+	res, err := rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{Group: "g", Consumer: "c",
+		Streams: []string{stream, ">"}, Block: -1}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	if len(res) == 0 {
+		return nil
+	}
+	return res[0].Messages
+}
