@@ -166,7 +166,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 			BlockTime: cfg.BlockTime, MaxIdleTime: cfg.MaxIdleTime, ClaimInterval: cfg.ClaimInterval,
 			MaxRetries: cfg.MaxRetries, CloseTimeout: cfg.ShutdownBudget(), MaxLen: cfg.MaxLen, Policies: policies, Scopes: scopes,
 			MailboxDepth: cfg.MailboxDepth, Locker: locker, Logger: log, Metrics: metrics, MaxEventBytes: cfg.MaxEventBytes, Redactor: red,
-			TracerProvider: tp, RunLimit: runLimit},
+			TracerProvider: tp, RunLimit: runLimit, Pauses: locker.Pauses()},
 		Handler: handlers.Config{Runner: runner, Jira: jc,
 			Publisher: event.NewPublisher(e.rdb, cfg.MaxLen).WithMaxEventBytes(cfg.MaxEventBytes).WithTracerProvider(tp),
 			Results:   event.NewResults(e.rdb, e.topology.Results(), cfg.MaxLen).WithRedactor(red),
