@@ -4,9 +4,8 @@
 -- registry it reads:
 --   reg   a hash: pause scope name -> JSON {scope, reason, by, at, stop_running, state}
 --         (state 'paused', or 'resuming' while resume republishes its line);
---   seen  a hash: '<stream> <lid>' -> 'w' (parked, waiting in a line), 'p' (published
---         again by a resume): a repeat of a parked entry is acked, not parked twice,
---         and a copy that a resume published runs while the resume goes on;
+--   seen  a hash: '<stream> <entry id>' -> 'w': that entry was parked (a repeat of it
+--         is acked, not parked twice);
 --   line  a sorted set per pause scope: the parked events, in the order of their
 --         streams (score: the ms part of the lid; member: its sequence part,
 --         zero-padded to 12 digits, a space, then a JSON array {lid, parked_ms,

@@ -3,17 +3,17 @@
 -- event of the scope still parks (behind the line: nothing overtakes it). Each step
 -- returns the line's head for the caller to append to its stream (once, by its
 -- lid@parked_ms@stream: on Redis Cluster the stream is in another slot), and the next
--- step, told it was published, takes it out of the line (seen 'p'). A crash between
+-- step, told it was published, takes it out of the line. A crash between
 -- leaves it at the head, and the append's repeat adds nothing. The step that finds the
 -- line empty ends the pause, in the same script: no event is parked after the last
 -- publish and before the end.
 --
--- KEYS: reg, seen, line
+-- KEYS: reg, seen (unused: in the pause's slot), line
 -- ARGV: name, published (the head appended, or ''), seen_ttl_ms, begin ('1' or '0')
 -- Returns {0} no such pause, {1} resumed (the pause is gone), {3} paused again
 -- meanwhile (the pause stays; its line too), or {5, published id, stream, field,
 -- value, ...} the head to append.
-local reg, seen, line = KEYS[1], KEYS[2], KEYS[3]
+local reg, line = KEYS[1], KEYS[3]
 local name = ARGV[1]
 local v = redis.call('HGET', reg, name)
 if not v then return {0} end
@@ -33,8 +33,6 @@ end
 local h, e, pub = head()
 if h and pub == ARGV[2] then
   redis.call('ZREM', line, h)
-  redis.call('HSET', seen, e[4] .. ' ' .. e[1], 'p')
-  redis.call('PEXPIRE', seen, ARGV[3])
   h, e, pub = head()
 end
 if not h then
