@@ -17,7 +17,7 @@ import (
 // write, with a call of each. A method in neither list fails TestEveryWriteIsAudited: a
 // new method must be put in one, and a write gets the audited path.
 var inspectorReads = []string{"Audit", "AuditLog", "CanonicalKey", "Cost", "DeadIssues", "DeadLetter", "DeadLetters", "History", "Lease", "Locks",
-	"NewestDeadLetters", "Outcomes", "Pending", "Running", "Streams", "Timeline", "Workers"}
+	"NewestDeadLetters", "Outcomes", "ParsePause", "PauseScope", "Pauses", "Pending", "Running", "Streams", "Timeline", "Workers"}
 
 type writeCall struct {
 	name string
@@ -50,6 +50,7 @@ func TestEveryWriteIsAudited(t *testing.T) {
 		orig := e.PublishTriage("RHEL-1")
 		dead = e.bury(e.TriageStream(), orig, "RHEL-1", "boom")
 	}
+	paused := func() bool { ps, _ := in.Pauses(ctx); return len(ps) == 1 }
 	var before, deadBefore int64
 	mark := func() { before, deadBefore = triageN(), deadN() }
 	writes := []writeCall{
@@ -65,6 +66,14 @@ func TestEveryWriteIsAudited(t *testing.T) {
 		{"RequeueAll", func(c context.Context, in *inspect.Inspector) error { _, err := in.RequeueAll(c, "RHEL-1"); return err }, func() bool { return deadN() < deadBefore }},
 		{"Purge", func(c context.Context, in *inspect.Inspector) error { _, err := in.Purge(c, ""); return err }, func() bool { return deadN() < deadBefore }},
 		{"Delete", func(c context.Context, in *inspect.Inspector) error { _, err := in.Delete(c, dead); return err }, func() bool { return deadN() < deadBefore }},
+		{"Pause", func(c context.Context, in *inspect.Inspector) error { _, err := in.Pause(c, "issue:rhel-1", false); return err }, func() bool { return paused() }},
+		{"Resume", func(c context.Context, in *inspect.Inspector) error {
+			if _, err := e.TriageLocker(time.Minute).Pauses().Set(ctx, lease.Pause{Scope: "issue:RHEL-1", Reason: "setup"}); err != nil {
+				return err
+			}
+			_, err := in.Resume(c, "issue:RHEL-1")
+			return err
+		}, func() bool { return !paused() }},
 	}
 	typ := reflect.TypeOf(in)
 	for i := range typ.NumMethod() {
