@@ -66,7 +66,10 @@ func TestEveryWriteIsAudited(t *testing.T) {
 		{"RequeueAll", func(c context.Context, in *inspect.Inspector) error { _, err := in.RequeueAll(c, "RHEL-1"); return err }, func() bool { return deadN() < deadBefore }},
 		{"Purge", func(c context.Context, in *inspect.Inspector) error { _, err := in.Purge(c, ""); return err }, func() bool { return deadN() < deadBefore }},
 		{"Delete", func(c context.Context, in *inspect.Inspector) error { _, err := in.Delete(c, dead); return err }, func() bool { return deadN() < deadBefore }},
-		{"Pause", func(c context.Context, in *inspect.Inspector) error { _, err := in.Pause(c, "issue:rhel-1", false); return err }, func() bool { return paused() }},
+		{"Pause", func(c context.Context, in *inspect.Inspector) error {
+			_, err := in.Pause(c, "issue:rhel-1", false)
+			return err
+		}, func() bool { return paused() }},
 		{"Resume", func(c context.Context, in *inspect.Inspector) error {
 			if _, err := e.TriageLocker(time.Minute).Pauses().Set(ctx, lease.Pause{Scope: "issue:RHEL-1", Reason: "setup"}); err != nil {
 				return err

@@ -191,4 +191,6 @@ func PausedBy(pauses []lease.Pause, parse func(string) (lease.PauseScope, error)
 }
 
 // ParsePause is the Inspector's pause scope parser, for PausedBy.
-func (in *Inspector) ParsePause(s string) (lease.PauseScope, error) { return in.locker.ParsePauseScope(s) }
+func (in *Inspector) ParsePause(s string) (lease.PauseScope, error) {
+	return in.locker.ParsePauseScope(s)
+}

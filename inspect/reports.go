@@ -1,11 +1,15 @@
 package inspect
 
+import "github.com/ymirflow/ymirflow/lockmw/lease"
+
 // The documents printed by the CLI's --json and served by the console's /api/v1/:
 // one struct per answer, so that both stay the same shape.
 
 // LocksReport answers `locks` and GET /api/v1/leases.
 type LocksReport struct {
 	Leases []LeaseInfo `json:"leases"`
+	// Pauses are the active pauses (ymirflow pause): no new run starts in them.
+	Pauses []lease.Pause `json:"pauses,omitempty"`
 }
 
 // PendingReport answers `pending` and GET /api/v1/pending.

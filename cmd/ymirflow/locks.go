@@ -89,9 +89,14 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 	if leases == nil {
 		leases = []inspect.LeaseInfo{}
 	}
-	if cfg.JSON {
-		return writeJSON(stdout, inspect.LocksReport{Leases: leases})
+	pauses, err := s.in.Pauses(ctx)
+	if err != nil {
+		return err
 	}
+	if cfg.JSON {
+		return writeJSON(stdout, inspect.LocksReport{Leases: leases, Pauses: pauses})
+	}
+	pauseBanner(ctx, s)
 	if len(leases) == 0 {
 		fmt.Fprintln(stdout, "no live leases")
 		noteFilters(stderr, &cfg.Common, "agent", cfg.Agent, "issue", cfg.Issue)

@@ -144,3 +144,16 @@ func listPauses(ctx context.Context, s *session, cfg *config.Pause) error {
 	}
 	return t.flush()
 }
+
+// pauseBanner prints the active pauses above a view of work (locks, pending, streams,
+// history), so that nobody wonders why work does not move. A failure to read them is
+// the view's own business: it says nothing.
+func pauseBanner(ctx context.Context, s *session) {
+	ps, err := s.in.Pauses(ctx)
+	if err != nil {
+		return
+	}
+	for _, p := range ps {
+		fmt.Fprintf(s.stdout, "PAUSED %s (%s, %d waiting) since %s by %s: %s\n", p.Scope, p.State, p.Waiting, stamp(p.At), p.By, p.Reason)
+	}
+}
