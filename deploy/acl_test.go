@@ -195,11 +195,34 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	noperm("dlq requeue", err)
 	_, err = in.ForceRelease(ctx, "rebase", "RHEL-9")
 	noperm("locks release", err)
+	// Pause (operator), park (worker), list and resume (operator).
+	_, err = in.Pause(ctx, "issue:RHEL-5", false)
+	noperm("pause", err)
+	ple, err := wlocker.Acquire(octx, "triage", "RHEL-5", lease.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("worker acquire: %v", err)
+	}
+	res, err := wlocker.Pauses().Check(octx, lease.PauseTarget{Agent: "triage", Issue: "RHEL-5"}, lease.ParkEntry{Stream: triage, Group: "triage",
+		ID: "1-5", LineID: "1-5", Issue: "RHEL-5", Ack: true, Fields: func() (map[string]any, error) { return map[string]any{"payload": "{}"}, nil }})
+	if err != nil || res.Verdict != lease.ParkedNow {
+		t.Fatalf("worker parks an event of a paused issue: %+v %v", res, err)
+	}
+	if err := ple.Park(octx); err != nil {
+		t.Fatalf("worker gives a parked event's lease back: %v", err)
+	}
+	ps, err := in.Pauses(ctx)
+	noperm("pause --list", err)
+	if len(ps) != 1 || ps[0].Waiting != 1 {
+		t.Errorf("pauses: %+v", ps)
+	}
+	if r, err := in.Resume(ctx, "issue:RHEL-5"); err != nil || r.Published != 1 {
+		t.Fatalf("operator resume: %+v %v", r, err)
+	}
 	_, err = in.Purge(ctx, inspect.TimeID(time.Now()))
 	noperm("dlq purge", err)
 	recs, err := in.Audit(ctx, audit.Filter{})
-	if err != nil || len(recs) != 4 {
-		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release and purge", len(recs), err)
+	if err != nil || len(recs) != 6 {
+		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release, pause, resume and purge", len(recs), err)
 	}
 	if rep, err := in.Timeline(ctx, "RHEL-9"); err != nil || rep.Events[len(rep.Events)-1].Kind != inspect.KindAudit {
 		t.Fatalf("operator user: history with the audit trail: %v", err)
