@@ -69,7 +69,11 @@ func (s *Server) apiLeases(r *http.Request) (any, error) {
 	if ls == nil {
 		ls = []inspect.LeaseInfo{}
 	}
-	return inspect.LocksReport{Leases: ls}, err
+	if err != nil {
+		return nil, err
+	}
+	ps, err := s.in.Pauses(r.Context())
+	return inspect.LocksReport{Leases: ls, Pauses: ps}, err
 }
 
 func (s *Server) apiOutcomes(r *http.Request) (any, error) {
