@@ -43,12 +43,11 @@ const (
 var pauseScopes = []string{"field:c=a", "issue:P-1", "agent:a"}
 
 type pauseRun struct {
-	le       *Lease
-	msg      redis.XMessage
-	stream   string
-	lid      string
-	isCopy   bool
-	scopeHit string
+	le     *Lease
+	msg    redis.XMessage
+	stream string
+	lid    string
+	isCopy bool
 }
 
 type pauseMsg struct {
@@ -63,7 +62,6 @@ type pauseModel struct {
 	l       *Locker
 	p       *Pauses
 	streams []string
-	last    map[string]string // stream -> last id read
 	inbox   []pauseMsg
 	runs    []*pauseRun
 	state   map[string]string // scope -> paused | resuming

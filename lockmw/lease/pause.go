@@ -311,12 +311,12 @@ func (p *Pauses) Parked(ctx context.Context, scope string) ([]Parked, error) {
 type Verdict int
 
 const (
-	// Run: no pause holds the event; it runs.
+	// Run says no pause holds the event; it runs.
 	Run Verdict = iota
-	// Parked: the event was put in a pause's line (and acked, on standalone Redis):
+	// ParkedNow says the event was put in a pause's line (and acked, on standalone Redis):
 	// its lease is to be given back, and it is not run.
 	ParkedNow
-	// Repeat: the event was parked or published again already (a redelivery): it is
+	// Repeat says the entry was parked already (a redelivery): it is
 	// acked and not run.
 	Repeat
 )
