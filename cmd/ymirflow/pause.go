@@ -109,12 +109,15 @@ func pauseScope(ctx context.Context, s *session, cfg *config.Pause, raw string) 
 		verb = "paused again (already paused)"
 	}
 	fmt.Fprintf(s.stdout, "%s %s: no new run starts in it; its events wait in order until resume %s\n", verb, p.Pause.Scope, p.Pause.Scope)
-	what := "still running (they finish; --stop-running stops them)"
+	what := "running, finishes:"
 	if cfg.StopRunning {
-		what = "stopped (their events wait too)"
+		what = "stopped, waits:"
 	}
 	for _, l := range p.Running {
-		fmt.Fprintf(s.stdout, "  %s %s %s, fence %d, entry %s\n", what, l.Agent, l.Issue, l.Fence, orDash(l.MessageID))
+		fmt.Fprintf(s.stdout, "  %s %s %s (fence %d, entry %s)\n", what, l.Agent, l.Issue, l.Fence, orDash(l.MessageID))
+	}
+	if len(p.Running) > 0 && !cfg.StopRunning {
+		fmt.Fprintln(s.stdout, "  (--stop-running stops the runs under way; their events then wait too)")
 	}
 	return nil
 }
