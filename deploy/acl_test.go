@@ -68,7 +68,7 @@ func TestACLUsersOnRealRedis(t *testing.T) {
 	aclWorkerPolicies(t, ctx, worker, wlocker, topo)
 	_, err = in.Streams(ctx)
 	nopermFatal(t, "streams", err)
-	aclOperatorWrites(t, ctx, in)
+	aclOperatorWrites(t, ctx, in, wlocker, topo)
 	operatorApproves(t, worker, operator, topo)
 	auditACL(t, worker, operator, topo)
 	aclNothingElse(t, ctx, worker, operator, topo)
@@ -217,8 +217,9 @@ func aclWorkerPolicies(t *testing.T, ctx context.Context, worker redis.Universal
 
 // aclOperatorWrites: every operator write, audited (as an operator, with a reason), and
 // the reads of the trail.
-func aclOperatorWrites(t *testing.T, ctx context.Context, in *inspect.Inspector) {
+func aclOperatorWrites(t *testing.T, ctx context.Context, in *inspect.Inspector, wlocker *lease.Locker, topo event.Topology) {
 	t.Helper()
+	triage := topo.Stream("triage", "", false)
 	// The operators' writes are audited: they run as an operator, with a reason.
 	ctx = audit.WithOperator(ctx, audit.Operator{Who: "alice@laptop", From: "cli laptop", Reason: "acl test"})
 	_, err := in.History(ctx, "RHEL-1")
@@ -234,6 +235,29 @@ func aclOperatorWrites(t *testing.T, ctx context.Context, in *inspect.Inspector)
 	nopermFatal(t, "dlq requeue", err)
 	_, err = in.ForceRelease(ctx, "rebase", "RHEL-9")
 	nopermFatal(t, "locks release", err)
+	// Pause (operator), park (worker), list and resume (operator).
+	_, err = in.Pause(ctx, "issue:RHEL-5", false)
+	nopermFatal(t, "pause", err)
+	ple, err := wlocker.Acquire(ctx, "triage", "RHEL-5", lease.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("worker acquire: %v", err)
+	}
+	res, err := wlocker.Pauses().Check(ctx, lease.PauseTarget{Agent: "triage", Issue: "RHEL-5"}, lease.ParkEntry{Stream: triage, Group: "triage",
+		ID: "1-5", LineID: "1-5", Issue: "RHEL-5", Ack: true, Fields: func() (map[string]any, error) { return map[string]any{"payload": "{}"}, nil }})
+	if err != nil || res.Verdict != lease.ParkedNow {
+		t.Fatalf("worker parks an event of a paused issue: %+v %v", res, err)
+	}
+	if err := ple.Park(ctx); err != nil {
+		t.Fatalf("worker gives a parked event's lease back: %v", err)
+	}
+	ps, err := in.Pauses(ctx)
+	nopermFatal(t, "pause --list", err)
+	if len(ps) != 1 || ps[0].Waiting != 1 {
+		t.Errorf("pauses: %+v", ps)
+	}
+	if r, err := in.Resume(ctx, "issue:RHEL-5"); err != nil || r.Published != 1 {
+		t.Fatalf("operator resume: %+v %v", r, err)
+	}
 	_, err = in.Purge(ctx, inspect.TimeID(time.Now()))
 	nopermFatal(t, "dlq purge", err)
 	nopermFatal(t, "drain", in.Drain(ctx, event.DrainTarget{Agent: "rebase"}))
@@ -241,8 +265,8 @@ func aclOperatorWrites(t *testing.T, ctx context.Context, in *inspect.Inspector)
 	nopermFatal(t, "drain list", err)
 	nopermFatal(t, "drain --undo", in.Undrain(ctx, event.DrainTarget{Agent: "rebase"}))
 	recs, err := in.Audit(ctx, audit.Filter{})
-	if err != nil || len(recs) != 6 {
-		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release, purge, drain and undrain", len(recs), err)
+	if err != nil || len(recs) != 8 {
+		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release, purge, drain, undrain, pause and resume", len(recs), err)
 	}
 	if rep, err := in.Timeline(ctx, "RHEL-9"); err != nil || rep.Events[len(rep.Events)-1].Kind != inspect.KindAudit {
 		t.Fatalf("operator user: history with the audit trail: %v", err)

@@ -18,7 +18,7 @@ import (
 // write, with a call of each. A method in neither list fails TestEveryWriteIsAudited: a
 // new method must be put in one, and a write gets the audited path.
 var inspectorReads = []string{"Audit", "AuditLog", "CanonicalKey", "Cost", "DeadIssues", "DeadLetter", "DeadLetters", "DrainProgress", "Drains", "History", "Lease", "Locks",
-	"NewestDeadLetters", "Outcomes", "Pending", "Running", "Slots", "Streams", "Timeline", "Workers"}
+	"NewestDeadLetters", "Outcomes", "ParsePause", "PauseScope", "Pauses", "Pending", "Running", "Slots", "Streams", "Timeline", "Workers"}
 
 type writeCall struct {
 	name string
@@ -51,6 +51,7 @@ func TestEveryWriteIsAudited(t *testing.T) {
 		orig := e.PublishTriage("RHEL-1")
 		dead = e.bury(e.TriageStream(), orig, "RHEL-1", "boom")
 	}
+	paused := func() bool { ps, _ := in.Pauses(ctx); return len(ps) == 1 }
 	var before, deadBefore int64
 	mark := func() { before, deadBefore = triageN(), deadN() }
 	writes := []writeCall{
@@ -75,6 +76,17 @@ func TestEveryWriteIsAudited(t *testing.T) {
 			e.Client.HSet(c, e.Topology.Drains(), "all", "{}")
 			return in.Undrain(c, event.DrainTarget{All: true})
 		}, func() bool { return e.Client.HLen(ctx, e.Topology.Drains()).Val() == 0 }},
+		{"Pause", func(c context.Context, in *inspect.Inspector) error {
+			_, err := in.Pause(c, "issue:rhel-1", false)
+			return err
+		}, func() bool { return paused() }},
+		{"Resume", func(c context.Context, in *inspect.Inspector) error {
+			if _, err := e.TriageLocker(time.Minute).Pauses().Set(ctx, lease.Pause{Scope: "issue:RHEL-1", Reason: "setup"}); err != nil {
+				return err
+			}
+			_, err := in.Resume(c, "issue:RHEL-1")
+			return err
+		}, func() bool { return !paused() }},
 	}
 	typ := reflect.TypeOf(in)
 	for i := range typ.NumMethod() {

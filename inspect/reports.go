@@ -1,5 +1,7 @@
 package inspect
 
+import "github.com/ymirflow/ymirflow/lockmw/lease"
+
 // The documents printed by the CLI's --json and served by the console's /api/v1/:
 // one struct per answer, so that both stay the same shape.
 
@@ -8,6 +10,8 @@ type LocksReport struct {
 	Leases []LeaseInfo `json:"leases"`
 	// Slots are the concurrency limit keys in use (RUN_LIMITS).
 	Slots []SlotInfo `json:"slots,omitempty"`
+	// Pauses are the active pauses (ymirflow pause): no new run starts in them.
+	Pauses []lease.Pause `json:"pauses,omitempty"`
 }
 
 // PendingReport answers `pending` and GET /api/v1/pending.

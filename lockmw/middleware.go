@@ -161,6 +161,12 @@ type Config struct {
 	// takes a slot of each limit key of its event; an event over a limit waits for one,
 	// in a fair order. They need a Source. Default: none.
 	Limits Limits
+	// Pauses, when set, are checked after each event's lease is taken (pause.go): an
+	// event of a paused scope is parked, not run. Branch is the worker's branch, for a
+	// pause of agent:<agent>/<branch>. Default: nil, no pause is checked (and no round
+	// trip is spent on it).
+	Pauses *lease.Pauses
+	Branch string
 	// Now is the worker's clock, for what the middleware times on its own (the retries
 	// of a failed release). Times that Redis compares are taken from the server's clock,
 	// never from it: a worker whose clock is off delays nothing early or late. Default:
@@ -332,6 +338,9 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		le, err := m.take(&d, pre, raw)
 		if err != nil {
 			return nil, m.notAcquired(d.ctx, msg, d.entry, d.hasEntry, err, d.log)
+		}
+		if parked, err := m.pauseParked(&d, le); parked {
+			return nil, err
 		}
 		out, ran, err := m.runUnder(h, &d, le)
 		return m.finish(&d, le, ended(&d, le, ran, out, err))

@@ -131,6 +131,10 @@ type RouterConfig struct {
 	// at most N runs at once per limit key, shared by every worker; an event over one
 	// waits for a slot. Default: none.
 	Limits lockmw.Limits
+	// Pauses, when set, are checked after each event's lease is taken: an event of a
+	// paused scope (ymirflow pause) is parked until its resume, not run
+	// (lockmw.Config.Pauses). Default: nil, no check (and no round trip for it).
+	Pauses *lease.Pauses
 	// Handler does the stage's work. It finds its lease with lockmw.LeaseFrom.
 	// Required.
 	Handler message.NoPublishHandlerFunc
@@ -269,7 +273,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			}
 			lockMW, err := lockmw.NewMiddleware(lockmw.Config{Locker: cfg.Locker, Agent: cfg.Agent, Source: src,
 				Policy: cfg.Policy, Policies: cfg.Policies, EventTypes: event.WorkTypes(), Scopes: cfg.Scopes, Limits: cfg.Limits, MailboxDepth: cfg.MailboxDepth, MaxIdleTime: cfg.MaxIdleTime, IssueKey: issueKeyOf,
-				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base})
+				OnConflict: conflictRecorder(cfg.Topology.Results(), cfg.MaxLen), Logger: base, Pauses: cfg.Pauses, Branch: cfg.Branch})
 			if err != nil {
 				return nil, err
 			}

@@ -73,7 +73,11 @@ func (s *Server) apiLeases(r *http.Request) (any, error) {
 		return inspect.LocksReport{Leases: ls}, err
 	}
 	slots, err := s.in.Slots(r.Context())
-	return inspect.LocksReport{Leases: ls, Slots: slots}, err
+	if err != nil {
+		return inspect.LocksReport{Leases: ls}, err
+	}
+	ps, err := s.in.Pauses(r.Context())
+	return inspect.LocksReport{Leases: ls, Slots: slots, Pauses: ps}, err
 }
 
 func (s *Server) apiOutcomes(r *http.Request) (any, error) {

@@ -66,11 +66,38 @@ func writeCases() map[string][]writeCase {
 		e.rdb.Del(context.Background(), e.topo.Drains())
 		return `{"agent":"rebase","branch":"c9s","reason":"` + reason + `"}`
 	}
+	// A pause case's body starts from no pause, a resume case's from the pause set: the
+	// effect is then the write's alone.
+	pauses := func(e *env) []lease.Pause { ps, _ := e.in.Pauses(context.Background()); return ps }
+	paused := func(e *env) bool { return len(pauses(e)) == 1 }
+	resumed := func(e *env) bool { return len(pauses(e)) == 0 }
+	unpause := func(e *env) { e.rdb.Del(context.Background(), e.locker.Pauses().Keys().Reg) }
+	setPause := func(e *env) {
+		if _, err := e.locker.Pauses().Set(context.Background(), lease.Pause{Scope: "issue:RHEL-20", Reason: "setup"}); err != nil {
+			panic(err)
+		}
+	}
+	pauseForm := func(op string, before func(*env)) func(e *env, reason string) string {
+		return func(e *env, reason string) string {
+			before(e)
+			return url.Values{"op": {op}, "scope": {"issue:rhel-20"}, "reason": {reason}}.Encode()
+		}
+	}
+	pauseJSON := func(before func(*env)) func(e *env, reason string) string {
+		return func(e *env, reason string) string {
+			before(e)
+			return `{"scope":"issue:RHEL-20","reason":"` + reason + `"}`
+		}
+	}
 	return map[string][]writeCase{
 		"POST /drain": {{"drain", web.RoleOperator, formType, drainForm("drain", "agent:triage"), func(e *env) bool { return drainN(e) == 1 }},
 			{"drain", web.RoleAdmin, formType, drainForm("drain", "all"), func(e *env) bool { return drainN(e) == 1 }},
 			{"undrain", web.RoleAdmin, formType, drainForm("undrain", "all"), func(e *env) bool { return drainN(e) == 0 }}},
 		"POST /api/v1/drain": {{"drain", web.RoleOperator, "application/json", drainJSON, func(e *env) bool { return drainN(e) == 1 }}},
+		"POST /pauses": {{"pause", web.RoleOperator, formType, pauseForm("pause", unpause), paused},
+			{"resume", web.RoleOperator, formType, pauseForm("resume", setPause), resumed}},
+		"POST /api/v1/pauses":        {{"pause", web.RoleOperator, "application/json", pauseJSON(unpause), paused}},
+		"POST /api/v1/pauses/resume": {{"resume", web.RoleOperator, "application/json", pauseJSON(setPause), resumed}},
 		"POST /leases/release": {{"release", web.RoleOperator, formType, func(e *env, reason string) string {
 			return url.Values{"agent": {"triage"}, "issue": {"RHEL-20"}, "reason": {reason}}.Encode()
 		}, released}},

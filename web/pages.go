@@ -12,6 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // view is what a page handler renders: a template and its data.
@@ -31,6 +32,7 @@ type view struct {
 	Notice   string
 	Code     int // status code of an error page
 	Path     string
+	Pauses   []lease.Pause // the active pauses, for the banner
 }
 
 type pageFunc func(w http.ResponseWriter, r *http.Request) (*view, error)
@@ -71,6 +73,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, v *view, code in
 	}
 	v.Notice = notice(r.URL.Query())
 	v.Path = r.URL.Path
+	if v.name != "error" && v.name != "login" {
+		v.Pauses = s.pausesBanner(r)
+	}
 	name := "layout.html"
 	if r.URL.Query().Get("fragment") == "1" && v.name != "error" {
 		name = "live"
@@ -103,6 +108,10 @@ func notice(q url.Values) string {
 		return "Drain requested: its workers take no new work within 2 s, finish what runs, then show drained."
 	case "undrained":
 		return "Drain withdrawn: its workers take work again within 2 s."
+	case "paused":
+		return "Paused: no new run starts in the scope; its events wait in order."
+	case "resumed":
+		return "Resumed: the waiting events were appended to their streams again, in order."
 	case "signedin":
 		return "Signed in: write actions are on for this browser."
 	case "signedout":

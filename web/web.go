@@ -157,7 +157,7 @@ func New(cfg Config) (*Server, error) {
 	if _, err := rand.Read(s.secret); err != nil {
 		return nil, fmt.Errorf("web: session key: %w", err)
 	}
-	for _, name := range []string{"overview", "leases", "release", "pending", "issue", "dead", "deadletter", "login", "error", "audit"} {
+	for _, name := range []string{"overview", "leases", "release", "pending", "issue", "dead", "deadletter", "login", "error", "audit", "pauses"} {
 		t, err := template.New("layout.html").Funcs(s.funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: template %s: %w", name, err)
@@ -224,6 +224,9 @@ func (s *Server) routes() {
 		{Pattern: "POST /dead-letters", Actions: []string{inspect.ActionRequeue, inspect.ActionPurge},
 			h: s.write(deadOp, s.page(s.deadLettersPost))},
 		{Pattern: "POST /drain", Actions: []string{ActionDrain, ActionUndrain}, h: s.write(drainOp, s.page(s.drainPost))},
+		read("GET /pauses", s.page(s.pausesPage)),
+		{Pattern: "POST /pauses", Actions: []string{inspect.ActionPause, inspect.ActionResume},
+			h: s.write(pauseOp, s.page(s.pausesPost))},
 		read("GET /login", s.page(s.loginPage)),
 		read("POST /login", s.page(s.loginPost)),
 		read("POST /logout", s.page(s.logoutPost)),
@@ -246,6 +249,11 @@ func (s *Server) routes() {
 		read("GET /api/v1/drains", s.api(s.apiDrains)),
 		{Pattern: "POST /api/v1/drain", Actions: []string{ActionDrain, ActionUndrain},
 			h: s.write(drainOp, s.api(s.apiDrain))},
+		read("GET /api/v1/pauses", s.api(s.apiPauses)),
+		{Pattern: "POST /api/v1/pauses", Actions: []string{inspect.ActionPause},
+			h: s.write(fixed(inspect.ActionPause, RoleOperator), s.api(s.apiPause))},
+		{Pattern: "POST /api/v1/pauses/resume", Actions: []string{inspect.ActionResume},
+			h: s.write(fixed(inspect.ActionResume, RoleOperator), s.api(s.apiResume))},
 		read("/api/", s.api(func(*http.Request) (any, error) {
 			return nil, &httpError{http.StatusNotFound, "no such API endpoint (see /api/v1/)"}
 		})),

@@ -57,6 +57,13 @@ func cliWrites() map[string][]cliWrite {
 		return err == nil && c.RaisedUSD > 0
 	}
 	drainKey := func(o *opsEnv) int64 { return o.rdb.HLen(ctx, o.topo.Drains()).Val() }
+	pausedNow := func(o *opsEnv) bool { return strings.Contains(o.ok("pause", "--list"), "issue:RHEL-30") }
+	pauseSet := func(o *opsEnv) {
+		if _, err := o.locker.Pauses().Set(ctx, lease.Pause{Scope: "issue:RHEL-30", Reason: "setup", By: "test"}); err != nil {
+			o.t.Fatal(err)
+		}
+	}
+	unpause := func(o *opsEnv) { o.rdb.Del(ctx, o.locker.Pauses().Keys().Reg) }
 	return map[string][]cliWrite{
 		"drain": {
 			{[]string{"drain", "--agent", "rebase", "--branch", "c9s"}, func(o *opsEnv) { o.rdb.Del(ctx, o.topo.Drains()) },
@@ -64,6 +71,8 @@ func cliWrites() map[string][]cliWrite {
 			{[]string{"drain", "--all", "--undo"}, func(o *opsEnv) { o.rdb.Del(ctx, o.topo.Drains()); o.rdb.HSet(ctx, o.topo.Drains(), "all", "{}") },
 				func(o *opsEnv) bool { return drainKey(o) == 0 }},
 		},
+		"pause":  {{[]string{"pause", "issue:rhel-30"}, unpause, pausedNow}},
+		"resume": {{[]string{"resume", "issue:RHEL-30"}, pauseSet, func(o *opsEnv) bool { return !pausedNow(o) }}},
 		"budget": {{[]string{"budget", "approve", "RHEL-30", "--usd", "1", "--once", "approval-1"}, func(*opsEnv) {}, raised}},
 		"locks":  {{[]string{"locks", "release", "triage", "RHEL-30", "--yes"}, held, released}},
 		"replay": {{[]string{"replay", "--stream", "triage", "--issue", "RHEL-30"}, queued, replayed}},
@@ -136,8 +145,8 @@ func TestEveryCLIWriteIsAudited(t *testing.T) {
 			n++
 		}
 	}
-	if n != 8 {
-		t.Fatalf("%d writes run, want 8", n)
+	if n != 10 {
+		t.Fatalf("%d writes run, want 10", n)
 	}
 	// history shows an operator action beside the issue's events; audit filters and
 	// prints a table.

@@ -59,6 +59,7 @@ func showHistory(ctx context.Context, s *session, cfg *config.Inspect) error {
 		}
 		return writeJSON(stdout, rep)
 	}
+	pauseBanner(ctx, s)
 	if rep.Scanned != nil {
 		defer fmt.Fprintf(stdout, "note: %s\n", rep.Scanned)
 	}

@@ -98,9 +98,14 @@ func listLocks(ctx context.Context, s *session, cfg *config.Locks) error {
 			return err
 		}
 	}
-	if cfg.JSON {
-		return writeJSON(stdout, inspect.LocksReport{Leases: leases, Slots: slots})
+	pauses, err := s.in.Pauses(ctx)
+	if err != nil {
+		return err
 	}
+	if cfg.JSON {
+		return writeJSON(stdout, inspect.LocksReport{Leases: leases, Slots: slots, Pauses: pauses})
+	}
+	pauseBanner(ctx, s)
 	if err := listSlots(stdout, slots); err != nil {
 		return err
 	}

@@ -48,6 +48,7 @@ func listPending(ctx context.Context, s *session, cfg *config.Pending) error {
 		}
 		return writeJSON(stdout, inspect.PendingReport{Groups: groups})
 	}
+	pauseBanner(ctx, s)
 	filters := []string{"agent", cfg.Agent, "branch", cfg.Branch, "issue", cfg.Issue}
 	if err := listLines(ctx, s, cfg); err != nil {
 		return err

@@ -45,6 +45,7 @@ func listStreams(ctx context.Context, s *session, cfg *config.Inspect) error {
 	if cfg.JSON {
 		return writeJSON(stdout, inspect.StreamsReport{Streams: streams})
 	}
+	pauseBanner(ctx, s)
 	if len(streams) == 0 {
 		fmt.Fprintf(stdout, "no streams under namespace %s yet\n", cfg.Namespace)
 		noteFilters(stderr, &cfg.Common)

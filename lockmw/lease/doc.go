@@ -35,7 +35,8 @@
 // line.go (the wait policy's line: joining it, the release that hands the key to its
 // head, the wake of a stranded line), inspect.go (the operators' view), evict.go
 // (force releases and take-overs end the lease at once, also when announced while
-// nobody listened), starter.go (heartbeats started when due), giveup.go (a holder ends its own lease, as MaxHold does), slots.go (concurrency
+// nobody listened), starter.go (heartbeats started when due), giveup.go (a holder ends its own lease, as MaxHold does), pause.go (pauses: the
+// registry, park and resume), slots.go (concurrency
 // limits: slots per limit key, their fair waiting lines and hand-on), replicas.go (WAIT for
 // replicas after each acquire and extend, Options.WaitReplicas; no key taken while
 // they lag), scripts.go and scripts/*.lua (the atomic steps, embedded, after xonce's

@@ -56,6 +56,8 @@ func Commands() map[string]Command {
 		"history":  &Inspect{},
 		"cost":     &Inspect{},
 		"budget":   &Budget{},
+		"pause":    &Pause{},
+		"resume":   &Pause{},
 		"replay":   &Replay{},
 		"dlq":      &DLQ{},
 		"audit":    &Audit{},

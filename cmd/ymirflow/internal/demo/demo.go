@@ -509,7 +509,7 @@ func (r *run) startWorkers(ctx context.Context) error {
 					BlockTime: 300 * time.Millisecond, MaxIdleTime: maxIdle, ClaimInterval: time.Second,
 					NackResendSleep: 100 * time.Millisecond, MaxRetries: r.o.MaxRetries, RetryInitial: retryInitial,
 					CloseTimeout: 10 * time.Second, MaxLen: event.DefaultMaxLen, Policies: policies, Locker: locker,
-					Logger: log},
+					Logger: log, Pauses: locker.Pauses()},
 				Handler: handlers.Config{Runner: runner, Jira: r.jc,
 					Publisher: event.NewPublisher(r.rdb, event.DefaultMaxLen),
 					Results:   event.NewResults(r.rdb, r.topo.Results(), event.DefaultMaxLen)},
