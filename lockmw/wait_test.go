@@ -30,7 +30,7 @@ func TestNewMiddlewareRefusesWaitWhereALineCouldBeMissed(t *testing.T) {
 	}{
 		{"rebase.requested=wait,*=coalesce", "agent", true, "wait can be combined with drop and delay only"},
 		{"rebase.requested=wait,*=supersede", "agent", true, "wait can be combined with drop and delay only"},
-		{"wait", "issue", true, "cannot be combined with Config.Scopes"},
+		{"wait", "issue,group:m:lock_key", true, "cannot be combined with Config.Scopes"},
 		{"wait", "agent", false, "policy wait needs Config.Source"},
 	} {
 		pol, err := lockmw.ParsePolicies(c.policies)
@@ -52,6 +52,12 @@ func TestNewMiddlewareRefusesWaitWhereALineCouldBeMissed(t *testing.T) {
 	pol, _ := lockmw.ParsePolicies("rebase.requested=wait:3,*=delay:1s")
 	if _, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour}); err != nil {
 		t.Fatalf("wait beside delay: %v", err)
+	}
+	for _, scope := range []string{"issue", "group:m:lock_key"} {
+		sc, _ := lease.ParseScopes(scope)
+		if _, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policies: pol, Scopes: sc, Source: src, MaxIdleTime: time.Hour}); err != nil {
+			t.Fatalf("wait with scope %s: %v", scope, err)
+		}
 	}
 }
 

@@ -315,14 +315,17 @@ func (w *Worker) validateConflict(p *problems) {
 	policies, polErr := w.Policies()
 	if polErr != nil {
 		p.add("on-conflict", "= %q: %v", w.OnConflict, polErr)
+	} else if policies.Uses(lockmw.Wait) && policies.Uses(lockmw.Coalesce, lockmw.Deliver, lockmw.Supersede) {
+		p.add("on-conflict", "= %q: wait can be combined with drop and delay only: coalesce and deliver would queue behind a key "+
+			"handed to the line's head (no run there yet to publish or read them), and supersede would take it from the head (docs/operations.md, Waiting in line)", w.OnConflict)
 	}
 	if sc, err := w.Scopes(); err != nil {
 		p.add("lock-scope", "= %q: %v", w.LockScope, err)
 	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Coalesce, lockmw.Deliver) {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with coalesce or deliver: use drop or delay", w.LockScope, w.OnConflict)
-	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Wait) {
-		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with wait yet: "+
-			"the line is kept on the agent's own key; use drop or delay", w.LockScope, w.OnConflict)
+	} else if sc.Issue && len(sc.Group) > 0 && polErr == nil && policies.Uses(lockmw.Wait) {
+		p.add("lock-scope", "= %q holds two shared keys (issue and group), which ON_CONFLICT (--on-conflict) = %q cannot follow with wait: "+
+			"an event waits in the line of one key; use issue or group alone", w.LockScope, w.OnConflict)
 	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Supersede) {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with supersede: "+
 			"the run holding a shared key may be another agent's or another issue's, which an event may not cancel; use drop or delay", w.LockScope, w.OnConflict)
