@@ -130,6 +130,11 @@ func (a *acquisition) lineHolder(res []any, holder *Info, le *LockedError) {
 	if len(res) < 13 {
 		return
 	}
+	if atoi(res[6]) == 0 {
+		// The holder's own entry (state 0): its own dead run's lease, named as the
+		// agent's (the middleware leaves such an entry pending, neither run nor acked).
+		return
+	}
 	holder.Agent, _ = res[10].(string)
 	holder.Issue, _ = res[12].(string)
 	if lock, _ := res[11].(string); lock == a.shared[0].Lock {

@@ -209,6 +209,11 @@ func (m *lineModel) deliver(i int) error {
 		}
 	case errors.As(err, &locked):
 		// The live (or crashed, not yet expired) holder's own entry: redelivered later.
+		// The middleware leaves it pending only when the holder is named as the agent's
+		// own lease holding this very entry (any other busy reply is dropped and acked).
+		if locked.Holder.MessageID != msg.ID || (locked.Holder.Scope != "" && locked.Holder.Scope != ScopeAgent) {
+			return m.fail(propLineOnce, "%s (event %s) refused as busy, not waiting, by %+v: the middleware would drop it", msg.ID, lid, locked.Holder)
+		}
 		m.inbox = append(m.inbox, msg)
 	default:
 		return err
@@ -246,6 +251,9 @@ func (m *lineModel) end(i int, how string) error {
 	case "crash":
 		r.le.stopHeartbeat()
 		m.crashed = append(m.crashed, r)
+		// Claimed by another worker before its lease expires (a claim threshold is
+		// shorter than the TTL): it meets its own dead run's keys.
+		m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid, "ag": r.le.agent, "is": r.le.issue}})
 	}
 	return nil
 }

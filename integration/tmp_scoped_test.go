@@ -1,0 +1,5 @@
+package integration
+
+import "testing"
+
+func TestTmpIssueLineCluster(t *testing.T) { waitIssueLineUnderKills(t, true) }
