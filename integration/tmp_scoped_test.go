@@ -1,5 +1,0 @@
-package integration
-
-import "testing"
-
-func TestTmpIssueLineCluster(t *testing.T) { waitIssueLineUnderKills(t, true) }
