@@ -98,6 +98,9 @@ func checkSharedLine(t *testing.T, rdb redis.UniversalClient, l *lease.Locker, n
 	if holder.Woke() != waiter {
 		t.Fatalf("the release woke %q, want %s", holder.Woke(), waiter)
 	}
+	if in, ok, err := l.InspectShared(ctx, sk[0]); err != nil || !ok || !in.Reserved || in.Agent != agent || in.Issue != key {
+		t.Fatalf("the shared key reserved for the head: %+v %v %v, want it named %s %s", in, ok, err, agent, key)
+	}
 	// The head's copy, appended by the release (in its script on standalone Redis).
 	msgs, err := rdb.XRange(ctx, stream, "("+waiter, "+").Result()
 	if err != nil || len(msgs) != 1 || msgs[0].Values["lid"] != waiter {

@@ -148,7 +148,7 @@ var shortUsage = map[string]string{
 	"--max-event-bytes":           "largest stream entry published or run",
 	"--max-idle-time":             "pending entries idle longer than this are claimed",
 	"--metrics-addr":              "address serving /metrics, /healthz and /readyz (empty: off)",
-	"--on-conflict":               "what happens to an event whose issue is locked, per event type",
+	"--on-conflict":               "what happens to a busy event, per event type (wait: in the key's line)",
 	"dev --on-conflict":           "every worker's ON_CONFLICT, per event type",
 	"--otlp-endpoint":             "OpenTelemetry collector's OTLP/HTTP base URL (empty: none)",
 	"--read-batch":                "most entries one stream read takes while events are quick",

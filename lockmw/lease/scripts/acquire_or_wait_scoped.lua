@@ -94,7 +94,7 @@ local function join()
   local member = string.format('%012d', tonumber(seq)) .. ' ' .. cjson.encode(e)
   redis.call('ZADD', k.line, ms, member)
   redis.call('PEXPIRE', k.line, o.seen_ttl)
-  redis.call('HSET', k.seen, o.lid, 'w', 'i:' .. o.lid, o.issue, 'j:' .. o.lid, joined)
+  redis.call('HSET', k.seen, o.lid, 'w', 'i:' .. o.lid, o.issue, 'a:' .. o.lid, o.agent, 'j:' .. o.lid, joined)
   redis.call('PEXPIRE', k.seen, o.seen_ttl)
   ack()
   return redis.call('ZRANK', k.line, member) + 1

@@ -7,7 +7,8 @@
 -- The agent's own key is taken with the shared key when the event's turn comes. A line
 -- on a shared key holds events of several agents (scope issue) or issues (scope group):
 -- seen's field 'i:<lid>' names each one's issue, so the copy appended for its turn is
--- filed in the index of its own issue ('j:<lid>': its last joined_ms).
+-- filed in the index of its own issue ('a:<lid>': its agent, 'j:<lid>': its last
+-- joined_ms).
 
 -- line_head_issue is the issue of the line's head ('' when unknown or no head).
 local function line_head_issue(k)
@@ -26,6 +27,11 @@ local function line_promote_scoped(k, o)
   if p and p[1] == 5 then
     table.insert(p, '_issue')
     table.insert(p, o.issue or '')
+  elseif p and p[1] == 6 then
+    -- The reserved key's record names the head's agent and issue, as a held shared
+    -- key's does (operators' views filter shared keys by agent).
+    local ha = redis.call('HGET', k.seen, 'a:' .. p[2])
+    if ha then redis.call('HSET', k.info, 'agent', ha, 'issue', o.issue or '') end
   end
   return p
 end
@@ -37,7 +43,7 @@ local function line_end_turn(k, lid, done, seen_ttl)
   if done == '0' or lid == '' then return end
   if done == '1' then
     redis.call('HSET', k.seen, lid, 'r')
-    redis.call('HDEL', k.seen, 'i:' .. lid, 'j:' .. lid)
+    redis.call('HDEL', k.seen, 'i:' .. lid, 'j:' .. lid, 'a:' .. lid)
     redis.call('PEXPIRE', k.seen, seen_ttl)
   end
   if redis.call('GET', k.turn) == lid then redis.call('DEL', k.turn) end
