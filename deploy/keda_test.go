@@ -1,8 +1,10 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,22 +86,65 @@ var redisStreamsKeys = map[string]bool{"address": true, "addressFromEnv": true, 
 	"pendingEntriesCount": true, "streamLength": true, "lagCount": true, "activationLagCount": true, "enableTLS": true,
 	"unsafeSsl": true, "databaseIndex": true}
 
+// The redis-cluster-streams scaler's metadata keys (KEDA's docs, "Redis Streams
+// (supports Redis Cluster)"): the redis-streams ones with addresses, hosts and ports for
+// address, host and port, and no databaseIndex (a cluster has database 0 only).
+var redisClusterStreamsKeys = map[string]bool{"addresses": true, "hosts": true, "ports": true, "usernameFromEnv": true,
+	"passwordFromEnv": true, "stream": true, "consumerGroup": true, "pendingEntriesCount": true, "streamLength": true,
+	"lagCount": true, "activationLagCount": true, "enableTLS": true, "unsafeSsl": true}
+
+// clusterAddresses are the masters the cluster overlay's triggers read: the example
+// cluster of README.md's Secret (redis-0, redis-1, redis-2), to change with it.
+const clusterAddresses = "redis-0:6379,redis-1:6379,redis-2:6379"
+
 // Every worker Deployment of the prod overlay has a ScaledObject on each of its input
 // streams' lag and pending entries, read as the consumer group the worker reads as, on
 // the Valkey its REDIS_URL names, with the TriggerAuthentication's user; KEDA keeps at
 // least one worker, and its bound stays within what the agent's RUN_RATE lets start in
-// an hour. The base and dev (no KEDA needed) have none, and neither has the cluster
-// overlay (the redis-streams scaler reads one server).
+// an hour. The cluster overlay has the same, each trigger of KEDA's redis-cluster-streams
+// scaler on the masters' addresses. The base and dev (no KEDA needed) have none.
 func TestKEDAScaledObjects(t *testing.T) {
 	t.Parallel()
-	for _, target := range []string{"base", "overlays/dev", "overlays/cluster"} {
+	for _, target := range []string{"base", "overlays/dev"} {
 		if b := get(t, target); len(b.scaled)+len(b.triggerAuths) != 0 {
 			t.Errorf("%s: KEDA objects %v %v; KEDA is the prod overlay's component", target, sortedKeys(b.scaled), sortedKeys(b.triggerAuths))
 		}
 	}
-	b := get(t, "overlays/prod")
 	base := get(t, "base")
 	redisURL, _ := url.Parse(secretValue(base.secrets["ymirflow-redis"], "redis-url"))
+	t.Run("prod", func(t *testing.T) {
+		t.Parallel()
+		checkScaledObjects(t, get(t, "overlays/prod"), scaler{kind: "redis-streams", keys: redisStreamsKeys, addrKey: "address", addr: redisURL.Host})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		b := get(t, "overlays/cluster")
+		checkScaledObjects(t, b, scaler{kind: "redis-cluster-streams", keys: redisClusterStreamsKeys, addrKey: "addresses", addr: clusterAddresses})
+		if len(b.triggerAuths) != 1 {
+			t.Errorf("cluster overlay: TriggerAuthentications %v, want one", sortedKeys(b.triggerAuths))
+		}
+		readme, err := os.ReadFile("README.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(readme, []byte("redis-cluster-streams")) || !bytes.Contains(readme, []byte("keda-cluster-streams.yaml")) {
+			t.Error("README.md does not say how the cluster overlay scales (redis-cluster-streams, keda-cluster-streams.yaml)")
+		}
+	})
+}
+
+// scaler is the KEDA scaler an overlay's triggers must be: its type, its metadata
+// keys, and the key and value of the server address.
+type scaler struct {
+	kind          string
+	keys          map[string]bool
+	addrKey, addr string
+}
+
+// checkScaledObjects holds b's ScaledObjects to the worker Deployments, their streams
+// and their agents' RUN_RATE.
+func checkScaledObjects(t *testing.T, b *build, sc scaler) {
+	t.Helper()
 	slots := map[string]int{}  // run slots at KEDA's bound, per agent
 	budget := map[string]int{} // starts RUN_RATE allows in an hour, per agent
 	for _, w := range workers {
@@ -122,7 +167,7 @@ func TestKEDAScaledObjects(t *testing.T) {
 				w.name, i32(minR), i32(maxR), i32(d.Spec.Replicas))
 			continue
 		}
-		checkTriggers(t, b, so, w.agent, w.branch, redisURL.Host)
+		checkTriggers(t, b, so, w.agent, w.branch, sc)
 
 		c := &d.Spec.Template.Spec.Containers[0]
 		env := resolveEnv(t, b, c, d.Spec.Template.Spec, d.Name)
@@ -161,7 +206,7 @@ func TestKEDAScaledObjects(t *testing.T) {
 }
 
 // checkTriggers holds a ScaledObject's triggers to its worker's input streams.
-func checkTriggers(t *testing.T, b *build, so *scaledObject, agent, branch, redisHost string) {
+func checkTriggers(t *testing.T, b *build, so *scaledObject, agent, branch string, sc scaler) {
 	t.Helper()
 	want := map[string]bool{}
 	topo := event.Topology{} // the deployed namespace, ymir (YMIR_NAMESPACE)
@@ -176,13 +221,13 @@ func checkTriggers(t *testing.T, b *build, so *scaledObject, agent, branch, redi
 	for _, tr := range so.Spec.Triggers {
 		m := tr.Metadata
 		for k := range m {
-			if !redisStreamsKeys[k] {
-				t.Errorf("%s: trigger %s: %q is no redis-streams setting", so.Metadata.Name, tr.Name, k)
+			if !sc.keys[k] {
+				t.Errorf("%s: trigger %s: %q is no %s setting", so.Metadata.Name, tr.Name, k, sc.kind)
 			}
 		}
 		kind := "pending"
 		switch {
-		case tr.Type != "redis-streams":
+		case tr.Type != sc.kind:
 			t.Errorf("%s: trigger %s of type %q", so.Metadata.Name, tr.Name, tr.Type)
 		case m["lagCount"] != "" && m["pendingEntriesCount"] == "":
 			kind = "lag" // KEDA reads one count per trigger: lag when lagCount is set
@@ -193,8 +238,8 @@ func checkTriggers(t *testing.T, b *build, so *scaledObject, agent, branch, redi
 			t.Errorf("%s: trigger %s on %s (%s): not an input of the worker, or twice", so.Metadata.Name, tr.Name, m["stream"], kind)
 		}
 		delete(want, m["stream"]+" "+kind)
-		if m["address"] != redisHost {
-			t.Errorf("%s: trigger %s reads %q; REDIS_URL names %q", so.Metadata.Name, tr.Name, m["address"], redisHost)
+		if m[sc.addrKey] != sc.addr {
+			t.Errorf("%s: trigger %s reads %s %q, want %q", so.Metadata.Name, tr.Name, sc.addrKey, m[sc.addrKey], sc.addr)
 		}
 		if tr.AuthenticationRef == nil || b.triggerAuths[tr.AuthenticationRef.Name] == nil {
 			t.Errorf("%s: trigger %s: authenticationRef %+v is no TriggerAuthentication of the build", so.Metadata.Name, tr.Name, tr.AuthenticationRef)
@@ -250,6 +295,13 @@ func TestACLKEDAUserAndRateLimitsOnRealRedis(t *testing.T) {
 	}
 	if groups, err := keda.XInfoGroups(ctx, stream).Result(); err != nil || len(groups) != 1 || groups[0].Lag != 1 {
 		t.Errorf("KEDA's XINFO GROUPS: %+v %v", groups, err)
+	}
+	// The cluster overlay's redis-cluster-streams scaler reads the slots' masters first
+	// (here a standalone server answers that it is no cluster, not NOPERM).
+	for _, cmd := range [][]any{{"CLUSTER", "SLOTS"}, {"CLUSTER", "SHARDS"}} {
+		if err := keda.Do(ctx, cmd...).Err(); err != nil && strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("KEDA's user: %v: %v", cmd, err)
+		}
 	}
 	for _, cmd := range [][]any{{"XREADGROUP", "GROUP", "rebase-c9s", "keda", "STREAMS", stream, ">"}, {"XADD", stream, "*", "k", "v"},
 		{"XRANGE", stream, "-", "+"}, {"GET", "ymir:x"}, {"KEYS", "*"}, {"CONFIG", "GET", "*"}, {"XINFO", "GROUPS", "other:stream"}} {

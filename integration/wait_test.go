@@ -87,6 +87,92 @@ func waitLineUnderKills(t *testing.T, cluster bool) {
 	checkWaitLedger(t, s, copies, n)
 }
 
+// TestWaitLineOnIssueKeyUnderKills (issue 37 item 1, every scope): with LOCK_SCOPE=issue
+// the line is the issue key's, shared by the agents: 20 events of one issue, rebase and
+// backport in turn (each on its own stream), wait in one line and all run, one at a time
+// whatever their agent, in the order they were published, each to its end once, while a
+// random worker (mostly the one whose run is under way) is SIGKILLed and replaced six
+// times. On the 3-master cluster the agents' keys sit in the issue key's hash slot, so
+// one script joins, and one releases and hands over.
+func TestWaitLineOnIssueKeyUnderKills(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) { waitIssueLineUnderKills(t, false) })
+	t.Run("cluster", func(t *testing.T) { waitIssueLineUnderKills(t, true) })
+}
+
+func waitIssueLineUnderKills(t *testing.T, cluster bool) {
+	start := time.Now()
+	o := defaultOptions()
+	o.cluster = cluster
+	o.noFail, o.fetcher = true, false
+	o.runnerMin, o.runnerMax = 150, 400
+	o.workerArgs = func(group) []string { return []string{"--on-conflict", "*=wait", "--lock-scope", "issue"} }
+	s := newScenario(t, o)
+	s.fj.AddIssues(fakejiraIssue("RHEL-1"))
+	groups := []group{{agent: "rebase", branch: "c9s"}, {agent: "backport", branch: "c9s"}}
+	streams := []string{topo.Stream("rebase", "c9s", false), topo.Stream("backport", "c9s", false)}
+	const n = 20
+	for i := range 2 {
+		for _, g := range groups {
+			s.startWorker(g, workerName(g, i))
+		}
+	}
+	ctx := context.Background()
+	if _, err := s.publish(groups[0], "RHEL-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the first event's run", func() (bool, string) {
+		runs, _ := s.runs()
+		return len(runs) > 0, "no run yet"
+	})
+	for i := 1; i < n; i++ {
+		if _, err := s.publish(groups[i%2], "RHEL-1", nil); err != nil {
+			t.Fatal(err)
+		}
+		// Pace: each event its own ms, so the two streams' ids order them as published.
+		time.Sleep(3 * time.Millisecond)
+	}
+	next := 2
+	for range 6 {
+		time.Sleep(randDur(300*time.Millisecond, 1200*time.Millisecond))
+		alive := s.alive()
+		if len(alive) == 0 {
+			break
+		}
+		victim := alive[rand.IntN(len(alive))]
+		if rand.IntN(3) > 0 {
+			runs, _ := s.runs()
+			for _, w := range alive {
+				for _, r := range runs {
+					if r.how == "open" && r.workerPID == w.pid {
+						victim = w
+					}
+				}
+			}
+		}
+		s.kill(victim)
+		s.startWorker(victim.g, workerName(victim.g, next))
+		next++
+	}
+	var copies map[string]string
+	waitFor(t, 120*time.Second, "every event to have run", func() (bool, string) {
+		var why string
+		copies, why = waitSettledStreams(ctx, s.rdb, streams, n)
+		return why == "", why
+	})
+	checkWaitLedger(t, s, copies, n)
+	agents := map[string]int{}
+	runs, _ := s.runs()
+	for _, r := range runs {
+		if r.how == "ok" {
+			agents[r.agent]++
+		}
+	}
+	if agents["rebase"] != n/2 || agents["backport"] != n/2 {
+		t.Errorf("runs to their end by agent %v, want %d each", agents, n/2)
+	}
+	t.Logf("FIGURE wait-issue-line (cluster %v): %d events of two agents on one issue settled in %s", cluster, n, time.Since(start).Round(time.Millisecond))
+}
+
 // waitFor polls cond every 100 ms until it holds, failing the test after within.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -125,43 +211,59 @@ func lineLength(ctx context.Context, rdb redis.UniversalClient) int64 {
 // stream acked, nothing waiting, and n events (originals) with a stage.done record. It
 // returns each entry's event: the original's id, for a copy its waited_from.
 func waitSettled(ctx context.Context, rdb redis.UniversalClient, stream string, n int) (map[string]string, string) {
-	entries, err := rdb.XRange(ctx, stream, "-", "+").Result()
-	if err != nil {
-		return nil, err.Error()
-	}
+	return waitSettledStreams(ctx, rdb, []string{stream}, n)
+}
+
+// waitSettledStreams is waitSettled over several streams (n events in all; their ids
+// are distinct: each event published in its own ms).
+func waitSettledStreams(ctx context.Context, rdb redis.UniversalClient, streams []string, n int) (map[string]string, string) {
 	eventOf := map[string]string{}
 	originals := 0
-	for _, e := range entries {
-		eventOf[e.ID] = e.ID
-		if from := str(e.Values["m:"+lockmw.MetaWaitedFrom]); from != "" {
-			eventOf[e.ID] = from
-		} else {
-			originals++
+	for _, stream := range streams {
+		entries, err := rdb.XRange(ctx, stream, "-", "+").Result()
+		if err != nil {
+			return nil, err.Error()
+		}
+		for _, e := range entries {
+			eventOf[e.ID] = e.ID
+			if from := str(e.Values["m:"+lockmw.MetaWaitedFrom]); from != "" {
+				eventOf[e.ID] = from
+			} else {
+				originals++
+			}
 		}
 	}
 	if originals != n {
-		return nil, fmt.Sprintf("%d events in %s, want %d", originals, stream, n)
+		return nil, fmt.Sprintf("%d events in %v, want %d", originals, streams, n)
 	}
 	if w := lineLength(ctx, rdb); w > 0 {
 		return nil, fmt.Sprintf("%d events still waiting", w)
 	}
-	for _, gr := range mustGroups(ctx, rdb, stream) {
-		if gr.Pending > 0 {
-			return nil, fmt.Sprintf("%d entries pending in %s", gr.Pending, gr.Name)
-		}
-		if gr.Lag > 0 {
-			return nil, fmt.Sprintf("%d entries not read yet in %s", gr.Lag, gr.Name)
+	for _, stream := range streams {
+		for _, gr := range mustGroups(ctx, rdb, stream) {
+			if gr.Pending > 0 {
+				return nil, fmt.Sprintf("%d entries pending in %s", gr.Pending, gr.Name)
+			}
+			if gr.Lag > 0 {
+				return nil, fmt.Sprintf("%d entries not read yet in %s", gr.Lag, gr.Name)
+			}
 		}
 	}
 	done := map[string]bool{}
 	res, _ := rdb.XRange(ctx, topo.Results(), "-", "+").Result()
 	for _, r := range res {
-		if str(r.Values["event_type"]) == event.StageDone {
-			done[eventOf[str(r.Values["message_id"])]] = true
+		if ev, ok := eventOf[str(r.Values["message_id"])]; ok && str(r.Values["event_type"]) == event.StageDone {
+			done[ev] = true
 		}
 	}
 	if len(done) != n {
-		return nil, fmt.Sprintf("%d of %d events have a stage.done record", len(done), n)
+		var missing []string
+		for _, ev := range eventOf {
+			if !done[ev] && !slices.Contains(missing, ev) {
+				missing = append(missing, ev)
+			}
+		}
+		return nil, fmt.Sprintf("%d of %d events have a stage.done record (not: %v)", len(done), n, missing)
 	}
 	return eventOf, ""
 }

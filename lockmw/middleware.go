@@ -256,9 +256,9 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 		return nil, fmt.Errorf("lockmw: Config.Policies %s: wait can be combined with drop and delay only: "+
 			"coalesce and deliver would queue behind a key handed to the line's head, and supersede would take it over", cfg.Policies)
 	}
-	if cfg.Scopes.Shared() && cfg.Policies.Uses(Wait) {
-		return nil, fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s yet: "+
-			"the line is kept on the agent's own key, and a busy shared key's release would not wake it", cfg.Policies, cfg.Scopes)
+	if cfg.Scopes.Issue && len(cfg.Scopes.Group) > 0 && cfg.Policies.Uses(Wait) {
+		return nil, fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s: "+
+			"an event waits in the line of one key, the shared one, and this scope holds two (issue and group); use one of them", cfg.Policies, cfg.Scopes)
 	}
 	if cfg.Scopes.Shared() && cfg.Policies.Uses(Supersede) {
 		return nil, fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s: "+
@@ -579,7 +579,7 @@ func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entr
 		return m.ranAlready(ctx, entry, locked, log)
 	case errors.As(err, &locked):
 		if locked.Stranded {
-			m.wake(ctx, locked.Issue, log)
+			m.wake(ctx, locked, log)
 		}
 		return m.conflict(ctx, msg, entry, hasEntry, locked, false, log)
 	case errors.As(err, &superseded):

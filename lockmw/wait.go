@@ -76,8 +76,16 @@ func (m *Middleware) ranAlready(ctx context.Context, entry Entry, locked *lease.
 // wake hands a stranded line's key to its head (lease.LockedError.Stranded: the turn of
 // a run that never finished expired while events waited). A failure is only logged:
 // the next event for the key finds it stranded again.
-func (m *Middleware) wake(ctx context.Context, issue string, log eventLog) {
-	lid, err := m.cfg.Locker.WakeLine(ctx, m.cfg.Agent, issue, 0, m.waitHold())
+func (m *Middleware) wake(ctx context.Context, locked *lease.LockedError, log eventLog) {
+	issue := locked.Issue
+	var lid string
+	var err error
+	if locked.Line.Scope != "" {
+		// The line is the shared key's (scope issue or group).
+		lid, err = m.cfg.Locker.WakeSharedLine(ctx, locked.Line, 0, m.waitHold())
+	} else {
+		lid, err = m.cfg.Locker.WakeLine(ctx, m.cfg.Agent, issue, 0, m.waitHold())
+	}
 	log.issue = issue
 	if err != nil {
 		log.get().Warn().Err(err).Msg("could not wake the key's line; the next event for the key tries again")
@@ -105,7 +113,7 @@ func (m *Middleware) RunLineWaker(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		sw, err := m.cfg.Locker.WakeLines(ctx, m.cfg.Agent, m.waitHold())
+		sw, err := m.sweepLines(ctx)
 		if err != nil && ctx.Err() == nil {
 			m.cfg.Logger.Warn().Err(err).Str("agent", m.cfg.Agent).Msg("line waker: sweep failed; the next one tries again")
 			continue
@@ -125,4 +133,17 @@ func (m *Middleware) RunLineWaker(ctx context.Context, interval time.Duration) {
 // wait in them, and the longest line's length.
 type LineObserver interface {
 	Lines(agent string, lines int, waiting, longest int64)
+}
+
+// sweepLines is one sweep of RunLineWaker: the lines of the agent's own keys, or, under
+// a shared scope, those of the shared keys (where its events wait, beside other
+// agents' or issues'; every worker of the scope sweeps them, which is safe).
+func (m *Middleware) sweepLines(ctx context.Context) (lease.LineSweep, error) {
+	switch {
+	case m.cfg.Scopes.Issue:
+		return m.cfg.Locker.WakeSharedLines(ctx, lease.ScopeIssue, m.waitHold())
+	case len(m.cfg.Scopes.Group) > 0:
+		return m.cfg.Locker.WakeSharedLines(ctx, lease.ScopeGroup, m.waitHold())
+	}
+	return m.cfg.Locker.WakeLines(ctx, m.cfg.Agent, m.waitHold())
 }

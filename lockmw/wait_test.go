@@ -30,7 +30,7 @@ func TestNewMiddlewareRefusesWaitWhereALineCouldBeMissed(t *testing.T) {
 	}{
 		{"rebase.requested=wait,*=coalesce", "agent", true, "wait can be combined with drop and delay only"},
 		{"rebase.requested=wait,*=supersede", "agent", true, "wait can be combined with drop and delay only"},
-		{"wait", "issue", true, "cannot be combined with Config.Scopes"},
+		{"wait", "issue,group:m:lock_key", true, "cannot be combined with Config.Scopes"},
 		{"wait", "agent", false, "policy wait needs Config.Source"},
 	} {
 		pol, err := lockmw.ParsePolicies(c.policies)
@@ -52,6 +52,12 @@ func TestNewMiddlewareRefusesWaitWhereALineCouldBeMissed(t *testing.T) {
 	pol, _ := lockmw.ParsePolicies("rebase.requested=wait:3,*=delay:1s")
 	if _, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour}); err != nil {
 		t.Fatalf("wait beside delay: %v", err)
+	}
+	for _, scope := range []string{"issue", "group:m:lock_key"} {
+		sc, _ := lease.ParseScopes(scope)
+		if _, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policies: pol, Scopes: sc, Source: src, MaxIdleTime: time.Hour}); err != nil {
+			t.Fatalf("wait with scope %s: %v", scope, err)
+		}
 	}
 }
 
@@ -174,5 +180,61 @@ func TestWaitRunFinishedAsItsLeaseEndedIsNotRunAgain(t *testing.T) {
 	}
 	if w, err := l.Lines(ctx, "rebase", "RHEL-7"); err != nil || len(w) != 0 {
 		t.Fatalf("line %v (%v): the redelivered copy joined it, to run a second time", w, err)
+	}
+}
+
+// Under a shared scope the line waker sweeps the shared keys' lines (the key an event
+// waits on): it reports them, and hands a stranded one (its key free, nobody's turn)
+// to its head, here an event of another issue under the same group key.
+func TestLineWakerSweepsSharedLines(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	obs := &lineObs{}
+	l, err := lease.New(rdb, lease.Options{Scope: ns, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream := ns + "s"
+	sk := lease.ScopeKey{Scope: lease.ScopeGroup, Key: "OPENSSL"}
+	wait := func(id string) lease.AcquireOptions {
+		return lease.AcquireOptions{MessageID: id, Shared: []lease.ScopeKey{sk},
+			Wait: &lease.WaitOptions{LineID: id, Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"id": id}}}}
+	}
+	holder, err := l.Acquire(ctx, "rebase", "RHEL-7", wait("1-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = holder.Release(ctx) }()
+	var locked *lease.LockedError
+	if _, err := l.Acquire(ctx, "rebase", "RHEL-8", wait("2-1")); !errors.As(err, &locked) || !locked.Waited || locked.Line != sk {
+		t.Fatalf("second event: %v, want it waiting in %v's line", err, sk)
+	}
+	// The holder's keys expire and its turn too (a run that never came back).
+	keys, own := l.SharedKeys(sk), holder.Keys()
+	rdb.Del(ctx, keys.Lock, keys.Info, keys.Line().Turn, own.Lock, own.Info)
+	pol, _ := lockmw.ParsePolicies("wait")
+	sc, _ := lease.ParseScopes("group:m:lock_key")
+	m, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: "rebase", Policies: pol, Scopes: sc, Source: &streamSource{}, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.RunLineWaker(wctx, 10*time.Millisecond) }()
+	defer func() { stop(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		in, ok, _ := l.InspectShared(ctx, sk)
+		if ok && in.Reserved && in.Issue == "RHEL-8" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waker did not hand the stranded group key to its head: %+v %v (info %v)", in, ok, rdb.HGetAll(ctx, keys.Info).Val())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, _ := rdb.XLen(ctx, stream).Result(); n != 1 {
+		t.Fatalf("the head's copy: %d entries in its stream, want 1", n)
 	}
 }

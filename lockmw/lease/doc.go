@@ -33,7 +33,8 @@
 // canonical issue keys), scope.go (shared keys: scopes issue and group), fenced.go
 // (checks of every lock key of a lease), mailbox.go (the deliver policy's follow-ups),
 // line.go (the wait policy's line: joining it, the release that hands the key to its
-// head, the wake of a stranded line), inspect.go (the operators' view), evict.go
+// head, the wake of a stranded line), line_scoped.go (the line on a shared key: wait
+// under scopes issue and group), inspect.go (the operators' view), evict.go
 // (force releases and take-overs end the lease at once, also when announced while
 // nobody listened), starter.go (heartbeats started when due), giveup.go (a holder ends its own lease, as MaxHold does), pause.go (pauses: the
 // registry, park and resume), slots.go (concurrency

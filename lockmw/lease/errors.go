@@ -113,6 +113,9 @@ type LockedError struct {
 	Waited, Ran, Stranded bool
 	Position              int64
 	OldestAt              time.Time
+	// Line is the shared key whose line the event waits in (a wait lease with scope
+	// issue or group: Locker.WakeSharedLine wakes it); zero for the agent's own key.
+	Line ScopeKey
 }
 
 func (e *LockedError) Error() string {

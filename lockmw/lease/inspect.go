@@ -277,12 +277,13 @@ func (l *Locker) lookupListed(ctx context.Context, found []listed) ([]Info, erro
 	for i, f := range found {
 		ttls[i] = pipe.PTTL(ctx, f.lock)
 		recs[i] = pipe.HGetAll(ctx, f.info)
-		if f.scope == "" {
-			// The mailbox's and line's names are the record's with other prefixes (keysFor, Keys.Line).
-			if rest, ok := strings.CutPrefix(f.info, "lockinfo:"); ok {
+		// The mailbox's and line's names are the record's with other prefixes (keysFor,
+		// Keys.Line); a shared key has a line (wait under scope issue or group), no mailbox.
+		if rest, ok := strings.CutPrefix(f.info, "lockinfo:"); ok {
+			if f.scope == "" {
 				mails[i] = pipe.XLen(ctx, "lockmail:"+rest)
-				lines[i] = queueLine(ctx, pipe, "lockline:"+rest)
 			}
+			lines[i] = queueLine(ctx, pipe, "lockline:"+rest)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -103,6 +102,9 @@ type lineLease struct {
 	keys  LineKeys
 	ack   *Entry
 	moved atomic.Value // string: the lid its release handed the key to
+	// shared: the line is the lease's shared key's (scope issue or group), not its
+	// agent key's (line_scoped.go).
+	shared bool
 }
 
 // holdOf is WaitOptions.Hold or its default.
@@ -119,8 +121,8 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 	if w.LineID == "" || w.Event.Stream == "" {
 		return nil, errors.New("lease: AcquireOptions.Wait needs LineID and Event.Stream")
 	}
-	if len(a.shared) > 0 || a.ao.Queue != nil || a.ao.Deliver != nil || a.ao.Supersede {
-		return nil, errors.New("lease: AcquireOptions.Wait cannot be combined with Shared, Queue, Deliver or Supersede")
+	if a.ao.Queue != nil || a.ao.Deliver != nil || a.ao.Supersede {
+		return nil, errors.New("lease: AcquireOptions.Wait cannot be combined with Queue, Deliver or Supersede")
 	}
 	lk := a.keys.Line()
 	maxN := w.Max
@@ -128,6 +130,14 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		maxN = DefaultLineMax
 	}
 	hold := l.holdOf(w)
+	if len(a.shared) > 0 {
+		// The line is the shared key's: the key the event waits on (line_scoped.go).
+		res, err := l.acquireWaitScoped(ctx, a, w, maxN)
+		if err != nil {
+			return nil, err
+		}
+		return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: a.shared[0].Line(), ack: w.Ack, shared: true})
+	}
 	keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn}
 	group, id := "", ""
 	if w.Ack != nil && l.opts.Format != KeysCluster {
@@ -147,12 +157,18 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		l.opts.Observer.Busy(a.agent)
 		return nil, a.lineBusy(res, w)
 	}
+	return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: lk, ack: w.Ack})
+}
+
+// finishWait turns a wait acquire's {1, ...} reply into its lease, whose heartbeat
+// keeps its turn alive too.
+func (l *Locker) finishWait(ctx context.Context, a *acquisition, res []any, ln *lineLease) (*Lease, error) {
 	le, err := a.finish(ctx, res, nil)
 	if err != nil {
 		return nil, err
 	}
-	le.line = &lineLease{lid: w.LineID, hold: hold, keys: lk, ack: w.Ack}
-	onBeat, turn := le.onBeat, lk.Turn
+	le.line = ln
+	onBeat, turn, hold := le.onBeat, ln.keys.Turn, ln.hold
 	le.onBeat = func(ctx context.Context, pipe redis.Pipeliner) {
 		if onBeat != nil {
 			onBeat(ctx, pipe)
@@ -190,6 +206,7 @@ func (a *acquisition) lineBusy(res []any, w *WaitOptions) error {
 		return &LineFullError{Holder: holder, Waiting: atoi(res[0])}
 	}
 	le := &LockedError{Holder: holder, Issue: a.issue}
+	a.lineHolder(res, &le.Holder, le)
 	if len(res) < 10 {
 		return le
 	}
@@ -219,6 +236,9 @@ const (
 // reports whether the lease was deleted.
 func (le *Lease) lineRelease(ctx context.Context, outcome, turn string, e *Entry) (bool, error) {
 	ln := le.line
+	if ln.shared {
+		return le.lineReleaseScoped(ctx, outcome, turn, e)
+	}
 	lk := ln.keys
 	mode := modeStandalone
 	if le.l.opts.Format == KeysCluster {
@@ -287,6 +307,11 @@ func (l *Locker) publishHead(ctx context.Context, keys Keys, issue string, maxLe
 	for i := 1; i+1 < len(h); i += 2 {
 		if k := fmt.Sprint(h[i]); k == "_stream" {
 			stream = fmt.Sprint(h[i+1])
+		} else if k == "_issue" {
+			// A shared key's line: the head's own issue (line_scoped.lua).
+			if v := fmt.Sprint(h[i+1]); v != "" {
+				issue = v
+			}
 		} else {
 			values[k] = h[i+1]
 		}
@@ -303,7 +328,12 @@ func (l *Locker) publishHead(ctx context.Context, keys Keys, issue string, maxLe
 // LockedError.Stranded) and does nothing otherwise: safe from any worker at any time. It
 // returns the lid of the event woken, or "".
 func (l *Locker) WakeLine(ctx context.Context, agent, issue string, maxLen int64, hold time.Duration) (string, error) {
-	k := l.Keys(agent, issue)
+	return l.wakeLineScript(ctx, lineWakeScript, l.Keys(agent, issue), issue, maxLen, hold)
+}
+
+// wakeLineScript runs a line wake script (line_wake.lua or line_wake_scoped.lua) on the
+// line of key k, publishing its head on Cluster.
+func (l *Locker) wakeLineScript(ctx context.Context, s script, k Keys, issue string, maxLen int64, hold time.Duration) (string, error) {
 	lk := k.Line()
 	mode := modeStandalone
 	if l.opts.Format == KeysCluster {
@@ -313,7 +343,7 @@ func (l *Locker) WakeLine(ctx context.Context, agent, issue string, maxLen int64
 	keys := []string{k.Lock, k.Info, k.Fence, lk.Line, lk.Seen, lk.Turn}
 	pub := ""
 	for range maxDrainRounds {
-		res, err := lineWakeScript.Run(ctx, l.rdb, keys, mode, pub, hold.Milliseconds(), lineSeenTTL.Milliseconds(),
+		res, err := s.Run(ctx, l.rdb, keys, mode, pub, hold.Milliseconds(), lineSeenTTL.Milliseconds(),
 			maxLen, issue, indexMax, indexTTLms).Slice()
 		if err != nil {
 			return "", fmt.Errorf("lease: wake %s: %w", lk.Line, err)
@@ -394,19 +424,23 @@ type Waiting struct {
 
 // Lines returns the events waiting for (agent, issue), the head first.
 func (l *Locker) Lines(ctx context.Context, agent, issue string) ([]Waiting, error) {
-	lk := l.Keys(agent, issue).Line()
+	return l.linesOf(ctx, l.Keys(agent, issue).Line().Line)
+}
+
+// linesOf reads the line at key line, the head first.
+func (l *Locker) linesOf(ctx context.Context, line string) ([]Waiting, error) {
 	pipe := l.rdb.Pipeline()
-	cmd := pipe.ZRange(ctx, lk.Line, 0, -1)
+	cmd := pipe.ZRange(ctx, line, 0, -1)
 	_, _ = pipe.Exec(ctx)
 	raw, err := cmd.Result()
-	if err != nil {
-		return nil, fmt.Errorf("lease: read %s: %w", lk.Line, err)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("lease: read %s: %w", line, err)
 	}
 	out := make([]Waiting, 0, len(raw))
 	for _, r := range raw {
 		w, err := parseWaiting(r)
 		if err != nil {
-			return nil, fmt.Errorf("lease: %s: %w", lk.Line, err)
+			return nil, fmt.Errorf("lease: %s: %w", line, err)
 		}
 		out = append(out, w)
 	}
@@ -447,32 +481,16 @@ func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration
 	if l.opts.Format == KeysCluster {
 		open, end = "{", "}"
 	}
-	prefix := "lockline:" + open + l.opts.Scope + agent + ":"
-	var mu sync.Mutex
-	var issues []string
-	scan := func(ctx context.Context, c Client) error {
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			issue := strings.TrimSuffix(strings.TrimPrefix(iter.Val(), prefix), end)
-			if _, err := l.Canonicalize(issue); err == nil {
-				mu.Lock()
-				issues = append(issues, issue)
-				mu.Unlock()
-			}
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, l.rdb)
-	}
+	found, err := l.scanLines(ctx, "lockline:"+open+l.opts.Scope+agent+":", end)
 	var sw LineSweep
 	if err != nil {
-		return sw, fmt.Errorf("lease: scan %s*: %w", prefix, err)
+		return sw, err
 	}
-	for _, issue := range issues {
+	lines := make([]string, 0, len(found))
+	for _, issue := range found {
+		if _, err := l.Canonicalize(issue); err != nil {
+			continue
+		}
 		lid, err := l.WakeLine(ctx, agent, issue, 0, hold)
 		if err != nil {
 			return sw, err
@@ -480,23 +498,7 @@ func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration
 		if lid != "" {
 			sw.Woken = append(sw.Woken, lid)
 		}
+		lines = append(lines, l.Keys(agent, issue).Line().Line)
 	}
-	pipe := l.rdb.Pipeline()
-	counts := make([]*redis.IntCmd, len(issues))
-	for i, issue := range issues {
-		counts[i] = pipe.ZCard(ctx, l.Keys(agent, issue).Line().Line)
-	}
-	if len(issues) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return sw, fmt.Errorf("lease: count %d lines: %w", len(issues), err)
-		}
-	}
-	for _, c := range counts {
-		if n := c.Val(); n > 0 {
-			sw.Lines++
-			sw.Waiting += n
-			sw.Longest = max(sw.Longest, n)
-		}
-	}
-	return sw, nil
+	return sw, l.countLines(ctx, lines, &sw)
 }

@@ -265,7 +265,10 @@ type AcquireOptions struct {
 	// Wait, when set, selects the wait policy (line.go): if the key is busy, the event
 	// joins its FIFO line (acked in the same script on standalone Redis) and the
 	// LockedError says Waited; the release that frees the key hands it to the head of
-	// the line. Cannot be combined with Queue, Deliver, Supersede or Shared. Default: nil.
+	// the line. With one shared key (scope issue or group) the line is the shared key's,
+	// whichever agent or issue holds it, and the event's turn takes both keys
+	// (line_scoped.go); with two it is refused. Cannot be combined with Queue, Deliver or
+	// Supersede. Default: nil.
 	Wait *WaitOptions
 	// LineHold, when above 0, says the key may have a line (a wait rule is in use beside
 	// this lease's own policy): the lease's release hands the key to the line's head, as
@@ -401,6 +404,9 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	a := &acquisition{l: l, agent: agent, issue: issue, owner: ao.Owner, token: newToken(), sent: time.Now(), ao: ao}
 	if ao.Supersede && (ao.Queue != nil || ao.Deliver != nil || len(ao.Shared) > 0 || ao.MessageID == "") {
 		return nil, errSupersedeOptions
+	}
+	if (ao.Wait != nil || ao.LineHold > 0) && len(ao.Shared) > 1 {
+		return nil, errWaitShared
 	}
 	if len(ao.Shared) == 0 {
 		a.keys = l.Keys(agent, issue)
@@ -651,6 +657,10 @@ func (a *acquisition) held(parent context.Context, res []any) *Lease {
 	}
 	if a.ao.LineHold > 0 {
 		le.line = &lineLease{lid: a.ao.MessageID, hold: l.holdOf(&WaitOptions{Hold: a.ao.LineHold}), keys: a.keys.Line()}
+		if len(le.shared) == 1 {
+			// The key's line is its shared key's (line_scoped.go).
+			le.line.keys, le.line.shared = le.shared[0].Keys.Line(), true
+		}
 	}
 	if a.ao.Supersede && len(res) >= 5 {
 		le.stopping = atoi(res[2])

@@ -57,6 +57,84 @@ type lineModel struct {
 	ran     []string        // lids in the order their runs ended done
 	full    map[string]bool // lids refused with the line full (dead-lettered)
 	known   map[string]bool // every lid
+	// scope: "" the agent's own key (one agent, one issue); "issue": two agents' events
+	// on one issue wait in the issue key's line; "group": two issues' events wait in
+	// one group key's line. Scoped variants also plant plain locks on agent keys (a
+	// Python agent's, or a run under another group key) that no release hands over.
+	scope   Scope
+	foreign map[string]bool // agent lock keys held by a plain lock
+	plained bool            // a plain lock was taken: settle may sweep the lines once it is gone
+}
+
+// lineEvent is who an event is: its agent and issue (the scoped variants vary them).
+func (m *lineModel) lineEvent(msg redis.XMessage) (agent, issue string) {
+	agent, issue = "a", "P-1"
+	if v, ok := msg.Values["ag"].(string); ok && v != "" {
+		agent = v
+	}
+	if v, ok := msg.Values["is"].(string); ok && v != "" {
+		issue = v
+	}
+	return agent, issue
+}
+
+// sharedKey is the key the scoped variants' events wait on.
+func (m *lineModel) sharedKey() []ScopeKey {
+	switch m.scope {
+	case ScopeIssue:
+		return []ScopeKey{{Scope: ScopeIssue, Key: "P-1"}}
+	case ScopeGroup:
+		return []ScopeKey{{Scope: ScopeGroup, Key: "G|1"}}
+	}
+	return nil
+}
+
+// agentLock is the agent key an event of (agent, issue) takes.
+func (m *lineModel) agentLock(agent, issue string) string {
+	return m.l.ScopedKeys(agent, issue, m.sharedKey()).Lock
+}
+
+// wake wakes the line an event found stranded (what the middleware does).
+func (m *lineModel) wake(locked *LockedError) error {
+	var err error
+	if locked.Line.Scope != "" {
+		_, err = m.l.WakeSharedLine(m.ctx, locked.Line, 0, time.Hour)
+	} else {
+		_, err = m.l.WakeLine(m.ctx, "a", "P-1", 0, time.Hour)
+	}
+	m.handed = m.step
+	return err
+}
+
+// plain takes (on) or drops (off) a plain lock on an agent key (scoped variants).
+func (m *lineModel) plain(a int, on bool) {
+	if m.scope == "" {
+		return
+	}
+	agent, issue := m.who(a)
+	key := m.agentLock(agent, issue)
+	if on {
+		if m.direct.SetNX(m.ctx, key, "python", 0).Val() {
+			m.foreign[key], m.plained = true, true
+		}
+		return
+	}
+	if m.foreign[key] {
+		m.direct.Del(m.ctx, key)
+		delete(m.foreign, key)
+	}
+}
+
+// who picks an event's agent and issue from a: two agents on one issue (scope issue),
+// or one agent on two issues (scope group).
+func (m *lineModel) who(a int) (string, string) {
+	switch m.scope {
+	case ScopeIssue:
+		return []string{"a", "b"}[a%2], "P-1"
+	case ScopeGroup:
+		return "a", []string{"P-1", "P-2"}[a%2]
+	}
+	return "a", "P-1"
 }
 
 func (m *lineModel) lidOf(msg redis.XMessage) string {
@@ -90,15 +168,20 @@ func (m *lineModel) deliver(i int) error {
 	msg := m.inbox[i]
 	m.inbox = slices.Delete(m.inbox, i, i+1)
 	lid := m.lidOf(msg)
-	ao := AcquireOptions{MessageID: msg.ID, Wait: &WaitOptions{Event: QueuedEvent{Stream: m.stream, Fields: map[string]any{"wf": lid}},
+	agent, issue := m.lineEvent(msg)
+	ao := AcquireOptions{MessageID: msg.ID, Shared: m.sharedKey(), Wait: &WaitOptions{Event: QueuedEvent{Stream: m.stream,
+		Fields: map[string]any{"wf": lid, "ag": agent, "is": issue}},
 		LineID: lid, Max: 4, Hold: time.Hour, Ack: &Entry{Stream: m.stream, Group: "g", ID: msg.ID}}}
-	le, err := m.l.Acquire(m.ctx, "a", "P-1", ao)
+	le, err := m.l.Acquire(m.ctx, agent, issue, ao)
 	var locked *LockedError
 	var full *LineFullError
 	switch {
 	case err == nil:
 		if len(m.runs) > 0 {
 			return m.fail(propLineExcl, "%s (event %s) runs while %s does", msg.ID, lid, m.runs[0].lid)
+		}
+		if m.foreign[le.keys.Lock] {
+			return m.fail(propLineExcl, "%s (event %s) runs while a plain lock holds its agent key %s", msg.ID, lid, le.keys.Lock)
 		}
 		m.runs = append(m.runs, &lineRun{le: le, id: msg.ID, lid: lid})
 		if _, waited := m.waiting[lid]; waited {
@@ -120,13 +203,17 @@ func (m *lineModel) deliver(i int) error {
 			m.ack(msg.ID)
 		}
 		if locked.Stranded {
-			if _, err := m.l.WakeLine(m.ctx, "a", "P-1", 0, time.Hour); err != nil {
+			if err := m.wake(locked); err != nil {
 				return err
 			}
-			m.handed = m.step
 		}
 	case errors.As(err, &locked):
 		// The live (or crashed, not yet expired) holder's own entry: redelivered later.
+		// The middleware leaves it pending only when the holder is named as the agent's
+		// own lease holding this very entry (any other busy reply is dropped and acked).
+		if locked.Holder.MessageID != msg.ID || (locked.Holder.Scope != "" && locked.Holder.Scope != ScopeAgent) {
+			return m.fail(propLineOnce, "%s (event %s) refused as busy, not waiting, by %+v: the middleware would drop it", msg.ID, lid, locked.Holder)
+		}
 		m.inbox = append(m.inbox, msg)
 	default:
 		return err
@@ -160,10 +247,13 @@ func (m *lineModel) end(i int, how string) error {
 		}
 		// A failed run passes its turn on: its retry joins the line again (a failure
 		// that ends in the dead-letter queue strands nobody).
-		m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid}})
+		m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid, "ag": r.le.agent, "is": r.le.issue}})
 	case "crash":
 		r.le.stopHeartbeat()
 		m.crashed = append(m.crashed, r)
+		// Claimed by another worker before its lease expires (a claim threshold is
+		// shorter than the TTL): it meets its own dead run's keys.
+		m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid, "ag": r.le.agent, "is": r.le.issue}})
 	}
 	return nil
 }
@@ -176,15 +266,26 @@ func (m *lineModel) expire(i int) error {
 	i %= len(m.crashed)
 	r := m.crashed[i]
 	m.crashed = slices.Delete(m.crashed, i, i+1)
-	if v, _ := m.direct.Get(m.ctx, r.le.keys.Lock).Result(); v == r.le.token {
-		m.direct.Del(m.ctx, r.le.keys.Lock, r.le.keys.Info)
+	for _, k := range append([]Keys{r.le.keys}, sharedKeysOf(r.le)...) {
+		if v, _ := m.direct.Get(m.ctx, k.Lock).Result(); v == r.le.token {
+			m.direct.Del(m.ctx, k.Lock, k.Info)
+		}
 	}
-	m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid}})
+	m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid, "ag": r.le.agent, "is": r.le.issue}})
 	return nil
 }
 
-func (m *lineModel) newEvent() error {
-	id, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream, Values: map[string]any{"wf": ""}}).Result()
+func sharedKeysOf(le *Lease) []Keys {
+	var out []Keys
+	for _, s := range le.shared {
+		out = append(out, s.Keys)
+	}
+	return out
+}
+
+func (m *lineModel) newEvent(a int) error {
+	agent, issue := m.who(a)
+	id, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream, Values: map[string]any{"wf": "", "ag": agent, "is": issue}}).Result()
 	m.known[id] = true
 	return err
 }
@@ -194,7 +295,9 @@ func (m *lineModel) do(kind string, a int) error {
 	var err error
 	switch kind {
 	case "new":
-		err = m.newEvent()
+		err = m.newEvent(a)
+	case "plain", "unplain":
+		m.plain(a, kind == "plain")
 	case "deliver":
 		err = m.deliver(a)
 	case "finish", "fail", "crash":
@@ -218,9 +321,22 @@ func (m *lineModel) do(kind string, a int) error {
 // settle finishes every run, expires every crashed one and delivers everything, then
 // checks that each event ran exactly once and nothing waits or is pending.
 func (m *lineModel) settle() error {
+	for key := range m.foreign {
+		m.direct.Del(m.ctx, key)
+		delete(m.foreign, key)
+	}
+	wakes := 0
 	for range 2000 {
 		var err error
 		switch {
+		case m.plained && wakes < 10 && len(m.runs) == 0 && len(m.crashed) == 0 && len(m.inbox) == 0 && len(m.inLine()) > 0:
+			// The line waker's sweep: a line whose head gave its turn up to a plain
+			// lock on its agent key (whose holder hands nothing over) moves on. Only
+			// then: any other line left waiting is a lost wake-up.
+			wakes++
+			if err = m.wakeAll(); err == nil {
+				err = m.read()
+			}
 		case len(m.runs) > 0:
 			err = m.do("finish", 0)
 		case len(m.crashed) > 0:
@@ -247,6 +363,9 @@ func (m *lineModel) settled() error {
 		}
 		if n != 1 && !m.full[lid] {
 			k := m.l.Keys("a", "P-1")
+			if sk := m.sharedKey(); sk != nil {
+				k = m.l.SharedKeys(sk[0])
+			}
 			return m.fail(propLineOnce, "event %s ran to its end %d times once settled (waiting: %v; lock %q, turn %q, seen %v)", lid, n, m.inLine(),
 				m.direct.Get(m.ctx, k.Lock).Val(), m.direct.Get(m.ctx, k.Line().Turn).Val(), m.direct.HGetAll(m.ctx, k.Line().Seen).Val())
 		}
@@ -260,8 +379,22 @@ func (m *lineModel) settled() error {
 	return nil
 }
 
+func (m *lineModel) wakeAll() error {
+	if m.scope == "" {
+		_, err := m.l.WakeLines(m.ctx, "a", time.Hour)
+		return err
+	}
+	_, err := m.l.WakeSharedLines(m.ctx, m.scope, time.Hour)
+	return err
+}
+
 func (m *lineModel) inLine() []string {
-	ws, _ := m.l.Lines(m.ctx, "a", "P-1")
+	var ws []Waiting
+	if sk := m.sharedKey(); sk != nil {
+		ws, _ = m.l.SharedLines(m.ctx, sk[0])
+	} else {
+		ws, _ = m.l.Lines(m.ctx, "a", "P-1")
+	}
 	var out []string
 	for _, w := range ws {
 		out = append(out, w.LineID)
@@ -272,7 +405,7 @@ func (m *lineModel) inLine() []string {
 var lineKinds = []struct {
 	kind   string
 	weight int
-}{{"new", 4}, {"deliver", 6}, {"finish", 3}, {"fail", 1}, {"crash", 1}, {"expire", 1}, {"lose", 1}}
+}{{"new", 4}, {"deliver", 6}, {"finish", 3}, {"fail", 1}, {"crash", 1}, {"expire", 1}, {"lose", 1}, {"plain", 1}, {"unplain", 1}}
 
 func genLineSteps(r *rand.Rand, n int) []mStep {
 	total := 0
@@ -293,7 +426,7 @@ func genLineSteps(r *rand.Rand, n int) []mStep {
 	return steps
 }
 
-func (e *modelEnv) runLine(format KeyFormat, steps []mStep) error {
+func (e *modelEnv) runLine(format KeyFormat, scope Scope, steps []mStep) error {
 	ns := redistest.Namespace()
 	defer redistest.DeleteNamespace(context.Background(), e.direct, ns)
 	l, err := New(e.client, Options{Scope: ns, TTL: time.Second, Format: format})
@@ -301,7 +434,7 @@ func (e *modelEnv) runLine(format KeyFormat, steps []mStep) error {
 		return err
 	}
 	m := &lineModel{t: e.t, ctx: context.Background(), direct: e.direct, proxy: e.proxy, l: l, stream: "{" + ns + "s}",
-		full: map[string]bool{}, known: map[string]bool{}, waiting: map[string]int{}}
+		full: map[string]bool{}, known: map[string]bool{}, waiting: map[string]int{}, scope: scope, foreign: map[string]bool{}}
 	if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream, "g", "0").Err(); err != nil {
 		return err
 	}
@@ -317,6 +450,10 @@ func (e *modelEnv) runLine(format KeyFormat, steps []mStep) error {
 		if err := m.do(s.Kind, s.A); err != nil {
 			return &stepError{at: i, err: err}
 		}
+		if os.Getenv("MODEL_TRACE") != "" && scope != "" {
+			k := l.SharedKeys(m.sharedKey()[0])
+			e.t.Logf("   lock %q turn %q line %v inbox %v ran %v", e.direct.Get(m.ctx, k.Lock).Val(), e.direct.Get(m.ctx, k.Line().Turn).Val(), m.inLine(), m.inbox, m.ran)
+		}
 	}
 	return m.settle()
 }
@@ -329,8 +466,11 @@ func (e *modelEnv) checkLineSeeds(from, n int) (int, error) {
 		if r.IntN(2) == 1 {
 			format = KeysCluster
 		}
-		if err := e.runLine(format, genLineSteps(r, 60)); err != nil {
-			return seed, fmt.Errorf("format %d: %w", format, err)
+		// The line of the agent's own key, of an issue key (two agents), of a group key
+		// (two issues; on Cluster held apart from the agents' keys).
+		scope := []Scope{"", ScopeIssue, ScopeGroup}[seed%3]
+		if err := e.runLine(format, scope, genLineSteps(r, 60)); err != nil {
+			return seed, fmt.Errorf("format %d scope %q: %w", format, scope, err)
 		}
 	}
 	return 0, nil
@@ -348,6 +488,29 @@ func TestModelLeaseLine(t *testing.T) {
 	t.Logf("%d seeds of 60 steps in %s", n, time.Since(start).Round(time.Millisecond))
 }
 
+// TestModelLeaseLinePlantedAgentKeyTakenOver plants a defect of the lines on shared
+// keys: the event's turn on the shared key takes its agent's own key without looking
+// whether it is held (a Python agent's plain lock, a run of the agent on the issue under
+// another group key), and requires the model checker to catch the run that overlaps it.
+func TestModelLeaseLinePlantedAgentKeyTakenOver(t *testing.T) {
+	planted := strings.Replace(acquireOrWaitScopedLua, "if mine and not acur then", "if mine then", 1)
+	if planted == acquireOrWaitScopedLua {
+		t.Fatal("the plant found nothing to replace in acquire_or_wait_scoped.lua")
+	}
+	saved := acquireOrWaitScopedScript
+	acquireOrWaitScopedScript = newScript(leaseLua + lineLua + lineScopedLua + planted)
+	t.Cleanup(func() { acquireOrWaitScopedScript = saved })
+	e := newModelEnv(t)
+	seed, err := e.checkLineSeeds(1, 48)
+	if err == nil {
+		t.Fatal("the model checker did not catch a turn that takes a held agent key")
+	}
+	if !strings.Contains(err.Error(), propLineExcl) {
+		t.Fatalf("caught, but as another property: %v", err)
+	}
+	t.Logf("caught at seed %d: %v", seed, err)
+}
+
 // TestModelLeaseLinePlantedLostWakeup plants the lost wake-up of a release that does
 // not look at the line (what a separate "park" step allows: the release runs between
 // "busy" and "parked"), and requires the model checker to catch it.
@@ -359,6 +522,16 @@ func TestModelLeaseLinePlantedLostWakeup(t *testing.T) {
 	saved := releaseLineScript
 	releaseLineScript = newScript(leaseLua + lineLua + planted)
 	t.Cleanup(func() { releaseLineScript = saved })
+	// The same on the lines of shared keys (scopes issue and group).
+	scoped := strings.Replace(releaseLineScopedLua, "local p = line_promote_scoped(", "local p = nil and line_promote_scoped(", 1)
+	apart := strings.Replace(releaseLineSharedLua, "local p = line_promote_scoped(", "local p = nil and line_promote_scoped(", 1)
+	if scoped == releaseLineScopedLua || apart == releaseLineSharedLua {
+		t.Fatal("the plant found nothing to replace in release_line_scoped.lua or release_line_shared.lua")
+	}
+	savedScoped, savedApart := releaseLineScopedScript, releaseLineSharedScript
+	releaseLineScopedScript = newScript(leaseLua + lineLua + lineScopedLua + scoped)
+	releaseLineSharedScript = newScript(leaseLua + lineLua + lineScopedLua + apart)
+	t.Cleanup(func() { releaseLineScopedScript, releaseLineSharedScript = savedScoped, savedApart })
 	e := newModelEnv(t)
 	seed, err := e.checkLineSeeds(1, 48)
 	if err == nil {

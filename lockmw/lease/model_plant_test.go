@@ -43,6 +43,10 @@ func scriptBuilds() []scriptBuild {
 		{"acquire_or_wait", &acquireOrWaitScript, func() string { return leaseLua + lineLua + acquireOrWaitLua }},
 		{"release_line", &releaseLineScript, func() string { return leaseLua + lineLua + releaseLineLua }},
 		{"line_wake", &lineWakeScript, func() string { return leaseLua + lineLua + lineWakeLua }},
+		{"acquire_or_wait_scoped", &acquireOrWaitScopedScript, func() string { return leaseLua + lineLua + lineScopedLua + acquireOrWaitScopedLua }},
+		{"release_line_scoped", &releaseLineScopedScript, func() string { return leaseLua + lineLua + lineScopedLua + releaseLineScopedLua }},
+		{"line_wake_scoped", &lineWakeScopedScript, func() string { return leaseLua + lineLua + lineScopedLua + lineWakeScopedLua }},
+		{"release_line_shared", &releaseLineSharedScript, func() string { return leaseLua + lineLua + lineScopedLua + releaseLineSharedLua }},
 	}
 }
 

@@ -155,7 +155,7 @@ var shortUsage = map[string]string{
 	"--max-event-bytes":           "largest stream entry published or run",
 	"--max-idle-time":             "pending entries idle this long are claimed",
 	"--metrics-addr":              "address of /metrics, /healthz, /readyz (empty: off)",
-	"--on-conflict":               "what becomes of an event whose issue is locked, per type",
+	"--on-conflict":               "what becomes of a busy event, per type (wait: the key's line)",
 	"--run-limits":                "runs at once per agent and per event field value, fair turns",
 	"dev --on-conflict":           "every worker's ON_CONFLICT, per event type",
 	"--otlp-endpoint":             "OpenTelemetry collector's OTLP/HTTP base URL (empty: none)",

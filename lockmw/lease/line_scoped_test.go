@@ -1,0 +1,135 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// Issue 37, item 1 with every scope: an event whose lease holds a shared key waits in
+// that key's line, whatever agent (scope issue) or issue (scope group) holds it; the
+// holder's release hands the shared key to the head in its own script(s), the head's
+// copy takes both its keys, the line shows on the shared key's record (locks), and a
+// redelivered copy of a finished event is acked, not run. On both key formats of a
+// standalone server, and on a real Redis Cluster, which refuses a script whose keys
+// span two slots (the group key is held apart from the agents' keys there).
+func TestWaitLineOnSharedKey(t *testing.T) {
+	t.Parallel()
+	issue := []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-1"}}
+	group := []lease.ScopeKey{{Scope: lease.ScopeGroup, Key: "OPENSSL|C9S"}}
+	for _, f := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
+		t.Run(fmt.Sprintf("issue format %d", f), func(t *testing.T) {
+			t.Parallel()
+			rdb, ns := redistest.Client(t)
+			checkSharedLine(t, rdb, newLocker(t, rdb, ns, lease.Options{Format: f, TTL: 2 * time.Second}), ns, issue, "backport", "RHEL-1")
+		})
+		t.Run(fmt.Sprintf("group format %d", f), func(t *testing.T) {
+			t.Parallel()
+			rdb, ns := redistest.Client(t)
+			checkSharedLine(t, rdb, newLocker(t, rdb, ns, lease.Options{Format: f, TTL: 2 * time.Second}), ns, group, "rebase", "RHEL-2")
+		})
+	}
+	t.Run("real cluster", func(t *testing.T) {
+		t.Parallel()
+		cc := startCluster(t)
+		for i, sk := range [][]lease.ScopeKey{issue, group} {
+			l := newLocker(t, cc, "", lease.Options{Format: lease.KeysCluster, TTL: 2 * time.Second})
+			agent, key := "backport", "RHEL-1"
+			if i == 1 {
+				agent, key = "rebase", "RHEL-2"
+			}
+			checkSharedLine(t, cc, l, "{s"+string(sk[0].Scope)+"}", sk, agent, key)
+		}
+	})
+}
+
+// checkSharedLine: rebase on RHEL-1 holds the shared key sk; agent's event on key waits
+// in sk's line and runs once rebase's run ends.
+func checkSharedLine(t *testing.T, rdb redis.UniversalClient, l *lease.Locker, ns string, sk []lease.ScopeKey, agent, key string) {
+	t.Helper()
+	ctx := context.Background()
+	stream := ns + "stream"
+	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	add := func() string {
+		id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"n": 1}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	acquire := func(ag, issue, id, lid string) (*lease.Lease, error) {
+		ao := waitOpts(stream, id, lid, 10)
+		ao.Shared = sk
+		if sk[0].Scope == lease.ScopeIssue {
+			ao.Shared = []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: issue}}
+		}
+		return l.Acquire(ctx, ag, issue, ao)
+	}
+	first := add()
+	holder, err := acquire("rebase", "RHEL-1", first, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := add()
+	_, err = acquire(agent, key, waiter, waiter)
+	var locked *lease.LockedError
+	if !errors.As(err, &locked) || !locked.Waited || locked.Position != 1 || locked.Line != sk[0] ||
+		locked.Holder.Agent != "rebase" || locked.Holder.Scope != sk[0].Scope {
+		t.Fatalf("the second event: %v (%+v), want it waiting first in %v's line behind rebase", err, locked, sk[0])
+	}
+	if ws, err := l.SharedLines(ctx, sk[0]); err != nil || len(ws) != 1 || ws[0].LineID != waiter {
+		t.Fatalf("SharedLines: %+v %v", ws, err)
+	}
+	if infos, err := l.List(ctx, ""); err != nil || !sharedWaiting(infos, sk[0], 1) {
+		t.Fatalf("List does not show the shared key's line: %+v %v", infos, err)
+	}
+	if err := holder.FinishedForTest(ctx, lease.Entry{Stream: stream, Group: "g", ID: first}); err != nil {
+		t.Fatal(err)
+	}
+	if holder.Woke() != waiter {
+		t.Fatalf("the release woke %q, want %s", holder.Woke(), waiter)
+	}
+	if in, ok, err := l.InspectShared(ctx, sk[0]); err != nil || !ok || !in.Reserved || in.Agent != agent || in.Issue != key {
+		t.Fatalf("the shared key reserved for the head: %+v %v %v, want it named %s %s", in, ok, err, agent, key)
+	}
+	// The head's copy, appended by the release (in its script on standalone Redis).
+	msgs, err := rdb.XRange(ctx, stream, "("+waiter, "+").Result()
+	if err != nil || len(msgs) != 1 || msgs[0].Values["lid"] != waiter {
+		t.Fatalf("the head's copy: %+v %v", msgs, err)
+	}
+	cp, err := acquire(agent, key, msgs[0].ID, waiter)
+	if err != nil {
+		t.Fatalf("the head's copy takes its keys: %v", err)
+	}
+	if len(cp.Shared()) != 1 || cp.Shared()[0].ScopeKey != sk[0] || cp.Agent() != agent {
+		t.Fatalf("the copy's lease %+v", cp.Shared())
+	}
+	if err := cp.FinishedForTest(ctx, lease.Entry{Stream: stream, Group: "g", ID: msgs[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = acquire(agent, key, msgs[0].ID, waiter)
+	if !errors.As(err, &locked) || !locked.Ran {
+		t.Fatalf("a redelivered copy of the finished event: %v, want Ran", err)
+	}
+	if n, _ := rdb.Exists(ctx, l.SharedKeys(sk[0]).Lock).Result(); n != 0 {
+		t.Fatalf("the shared key is still held after the line emptied")
+	}
+}
+
+func sharedWaiting(infos []lease.Info, sk lease.ScopeKey, n int64) bool {
+	for _, in := range infos {
+		if in.Scope == sk.Scope && in.Key == sk.Key {
+			return in.Waiting == n
+		}
+	}
+	return false
+}
