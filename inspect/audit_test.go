@@ -18,7 +18,7 @@ import (
 // write, with a call of each. A method in neither list fails TestEveryWriteIsAudited: a
 // new method must be put in one, and a write gets the audited path.
 var inspectorReads = []string{"Audit", "AuditLog", "CanonicalKey", "Cost", "DeadIssues", "DeadLetter", "DeadLetters", "DrainProgress", "Drains", "History", "Lease", "Locks",
-	"NewestDeadLetters", "Outcomes", "ParsePause", "PauseScope", "Pauses", "Pending", "Running", "Slots", "Streams", "Timeline", "Workers"}
+	"NewestDeadLetters", "Outcomes", "ParkedPerStream", "ParsePause", "PauseScope", "Pauses", "Pending", "Running", "Slots", "Streams", "Timeline", "Workers"}
 
 type writeCall struct {
 	name string

@@ -194,3 +194,26 @@ func PausedBy(pauses []lease.Pause, parse func(string) (lease.PauseScope, error)
 func (in *Inspector) ParsePause(s string) (lease.PauseScope, error) {
 	return in.locker.ParsePauseScope(s)
 }
+
+// ParkedPerStream counts the events every pause holds back, per input stream: the
+// console's per-agent view of paused work.
+func (in *Inspector) ParkedPerStream(ctx context.Context) (map[string]int64, error) {
+	pauses, err := in.Pauses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, p := range pauses {
+		if p.Waiting == 0 {
+			continue
+		}
+		parked, err := in.locker.Pauses().Parked(ctx, p.Scope)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range parked {
+			out[e.Stream]++
+		}
+	}
+	return out, nil
+}

@@ -143,8 +143,8 @@ type Overview struct {
 
 // RunningRow is the work of one agent and branch: running (leases held), pending
 // (delivered to a worker, not acknowledged), waiting (in its streams, not yet read by
-// its group: the groups' lag, -1 when Redis cannot tell) and paused (0 until pausing
-// exists).
+// its group: the groups' lag, -1 when Redis cannot tell) and paused (events parked by
+// operators' pauses, ymirflow pause).
 type RunningRow struct {
 	Agent   string `json:"agent"`
 	Branch  string `json:"branch,omitempty"`
@@ -189,6 +189,10 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
+	parked, err := s.in.ParkedPerStream(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
 	ov := Overview{Streams: streams, Outcomes: outcomes, Running: []RunningRow{}, Consumers: []ConsumerRow{},
 		PresenceTTL: event.PresenceTTL}
 	if ov.Streams == nil {
@@ -209,6 +213,7 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 		seen[k] = true
 		row := RunningRow{Agent: rt.Agent, Branch: rt.Branch, Running: len(held[k]), Issues: strings.Join(held[k], ", ")}
 		row.Pending, row.Waiting = queued(streams, rt.Agent, rt.Branch)
+		row.Paused = parkedOf(parked, s.cfg.Topology, rt.Agent, rt.Branch)
 		ov.Running = append(ov.Running, row)
 	}
 	for k, issues := range held {
@@ -599,4 +604,10 @@ func (s *Server) outcomes(r *http.Request) (inspect.Outcomes, error) {
 		s.chart, s.chartAt = o, now
 	}
 	return s.chart, nil
+}
+
+// parkedOf is how many events pauses hold back from the agent and branch's streams
+// (its :todo twin included).
+func parkedOf(parked map[string]int64, topo event.Topology, agent, branch string) int64 {
+	return parked[topo.Stream(agent, branch, false)] + parked[topo.Stream(agent, branch, true)]
 }
