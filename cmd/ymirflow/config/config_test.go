@@ -501,7 +501,7 @@ func TestEnvNames(t *testing.T) {
 	if got := strings.Join(names["LOCK_TTL"], ","); got != "worker" {
 		t.Errorf("LOCK_TTL read by %s, want worker", got)
 	}
-	if got := strings.Join(names["REDIS_URL"], ","); got != "audit,budget,cost,demo,dev,dlq,enqueue,fetch,history,locks,pause,pending,replay,resume,streams,web,webhook,worker" {
+	if got := strings.Join(names["REDIS_URL"], ","); got != "audit,budget,cost,demo,dev,dlq,drain,enqueue,fetch,history,locks,pause,pending,replay,resume,streams,web,webhook,worker" {
 		t.Errorf("REDIS_URL read by %s", got)
 	}
 	if got := strings.Join(names["JIRA_JQL"], ","); got != "dev,fetch,webhook,worker" {
