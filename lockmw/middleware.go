@@ -526,7 +526,7 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 	}
 	if pol := m.rule(msg).Policy; hasEntry && pol == Wait {
 		var err error
-		if ao.Wait, err = m.waitOptions(msg, entry); err != nil {
+		if ao.Wait, err = m.waitOptions(msg, raw, entry); err != nil {
 			return nil, err
 		}
 	} else if hasEntry && pol == Deliver {
@@ -556,7 +556,7 @@ func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entr
 		return m.ranAlready(ctx, entry, locked, log)
 	case errors.As(err, &locked):
 		if locked.Stranded {
-			m.wake(ctx, locked, log)
+			m.wake(ctx, locked, m.scanOf(msg, entry, hasEntry), log)
 		}
 		return m.conflict(ctx, msg, entry, hasEntry, locked, false, log)
 	case errors.As(err, &superseded):
