@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -197,6 +198,9 @@ type Middleware struct {
 	// lines: some rule is Wait, so a key may have a line: every lease's release hands
 	// the key to its head (lease.AcquireOptions.LineHold).
 	lines bool
+	// waitedIn: the stream and group (an Entry) of the last event that waited: where
+	// the line waker looks for events of a key not in its line yet (sweepScan).
+	waitedIn atomic.Value
 }
 
 // rule is the busy policy of msg's event type.

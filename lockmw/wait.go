@@ -36,6 +36,7 @@ func (m *Middleware) waitHold() time.Duration {
 // will be appended again when its turn comes, names its line id.
 func (m *Middleware) waitOptions(msg *message.Message, raw string, entry Entry) (*lease.WaitOptions, error) {
 	lid := lineID(msg, entry)
+	m.waitedIn.Store(Entry{Stream: entry.Stream, Group: entry.Group})
 	cp := msg.Copy()
 	cp.Metadata.Set(MetaWaitedFrom, lid)
 	fields, err := m.cfg.Source.Encode(cp)
@@ -190,5 +191,16 @@ func (m *Middleware) sweepLines(ctx context.Context) (lease.LineSweep, error) {
 	case len(m.cfg.Scopes.Group) > 0:
 		return m.cfg.Locker.WakeSharedLines(ctx, lease.ScopeGroup, m.waitHold())
 	}
-	return m.cfg.Locker.WakeLines(ctx, m.cfg.Agent, m.waitHold())
+	return m.cfg.Locker.WakeLinesBefore(ctx, m.cfg.Agent, m.waitHold(), m.sweepScan)
+}
+
+// sweepScan is the pending scan of the line waker's wake of issue's line: the stream
+// and group of the last event that waited (the agent's own), or nil before any.
+func (m *Middleware) sweepScan(issue string) *lease.PendingScan {
+	e, _ := m.waitedIn.Load().(Entry)
+	match := m.sameKey(issue)
+	if e.Stream == "" || match == nil {
+		return nil
+	}
+	return &lease.PendingScan{Stream: e.Stream, Group: e.Group, Match: match}
 }

@@ -595,6 +595,13 @@ type LineSweep struct {
 // the sweep that moves a line whose turn expired while no further event came for its
 // key. It finds the lines by SCAN (every master's on Cluster).
 func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration) (LineSweep, error) {
+	return l.WakeLinesBefore(ctx, agent, hold, nil)
+}
+
+// WakeLinesBefore is WakeLines whose wakes look first, as a release does, for events of
+// each key delivered but not in its line (WakeLineBefore with scan(issue); scan nil, or
+// its nil result: no look).
+func (l *Locker) WakeLinesBefore(ctx context.Context, agent string, hold time.Duration, scan func(issue string) *PendingScan) (LineSweep, error) {
 	open, end := "", ""
 	if l.opts.Format == KeysCluster {
 		open, end = "{", "}"
@@ -609,7 +616,11 @@ func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration
 		if _, err := l.Canonicalize(issue); err != nil {
 			continue
 		}
-		lid, err := l.WakeLine(ctx, agent, issue, 0, hold)
+		var ps *PendingScan
+		if scan != nil {
+			ps = scan(issue)
+		}
+		lid, err := l.WakeLineBefore(ctx, agent, issue, 0, hold, ps)
 		if err != nil {
 			return sw, err
 		}
