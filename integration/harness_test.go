@@ -167,7 +167,7 @@ func newScenario(t *testing.T, o options) *scenario {
 	t.Helper()
 	dir := t.TempDir()
 	if *keep {
-		d, err := os.MkdirTemp("", "ymirflow-"+t.Name()+"-")
+		d, err := os.MkdirTemp("", "ymirflow-"+strings.ReplaceAll(t.Name(), "/", "_")+"-")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -207,6 +208,9 @@ type Middleware struct {
 	// lines: some rule is Wait, so a key may have a line: every lease's release hands
 	// the key to its head (lease.AcquireOptions.LineHold).
 	lines bool
+	// waitedIn: the stream and group (an Entry) of the last event that waited: where
+	// the line waker looks for events of a key not in its line yet (sweepScan).
+	waitedIn atomic.Value
 }
 
 // rule is the busy policy of msg's event type.
@@ -549,7 +553,7 @@ func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw stri
 	}
 	if pol := m.rule(msg).Policy; hasEntry && pol == Wait {
 		var err error
-		if ao.Wait, err = m.waitOptions(msg, entry); err != nil {
+		if ao.Wait, err = m.waitOptions(msg, raw, entry); err != nil {
 			return nil, err
 		}
 	} else if hasEntry && pol == Deliver {
@@ -579,7 +583,7 @@ func (m *Middleware) notAcquired(ctx context.Context, msg *message.Message, entr
 		return m.ranAlready(ctx, entry, locked, log)
 	case errors.As(err, &locked):
 		if locked.Stranded {
-			m.wake(ctx, locked, log)
+			m.wake(ctx, locked, m.scanOf(msg, entry, hasEntry), log)
 		}
 		return m.conflict(ctx, msg, entry, hasEntry, locked, false, log)
 	case errors.As(err, &superseded):

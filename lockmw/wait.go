@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -33,8 +34,9 @@ func (m *Middleware) waitHold() time.Duration {
 
 // waitOptions are the wait policy's acquire options for msg (entry): its copy, as it
 // will be appended again when its turn comes, names its line id.
-func (m *Middleware) waitOptions(msg *message.Message, entry Entry) (*lease.WaitOptions, error) {
+func (m *Middleware) waitOptions(msg *message.Message, raw string, entry Entry) (*lease.WaitOptions, error) {
 	lid := lineID(msg, entry)
+	m.waitedIn.Store(Entry{Stream: entry.Stream, Group: entry.Group})
 	cp := msg.Copy()
 	cp.Metadata.Set(MetaWaitedFrom, lid)
 	fields, err := m.cfg.Source.Encode(cp)
@@ -43,7 +45,51 @@ func (m *Middleware) waitOptions(msg *message.Message, entry Entry) (*lease.Wait
 	}
 	return &lease.WaitOptions{Event: lease.QueuedEvent{Stream: entry.Stream, Fields: fields}, LineID: lid,
 		Max: m.rule(msg).MaxWaiting, Hold: m.waitHold(),
-		Ack: &lease.Entry{Stream: entry.Stream, Group: entry.Group, ID: entry.ID}}, nil
+		Ack: &lease.Entry{Stream: entry.Stream, Group: entry.Group, ID: entry.ID}, Match: m.sameKey(raw)}, nil
+}
+
+// sameKey is lease.WaitOptions.Match for an event of issue raw: a stream entry is an
+// event of the same agent key under the wait policy when its issue canonicalises to the
+// same key and its type waits; its lid is its waited_from, or its own id. With it, a
+// hand-over does not pass an earlier event of the key that a worker read but has not
+// put in the line yet (read ahead, between read and acquire, or pending on a dead
+// consumer): events of one key run in stream order. Nil under a shared scope (the line
+// is the shared key's, whose events the agent's stream does not all hold).
+func (m *Middleware) sameKey(raw string) func(map[string]any) (string, bool) {
+	issue, err := m.cfg.Locker.Canonicalize(raw)
+	if err != nil || m.cfg.Scopes.Shared() {
+		return nil
+	}
+	return func(f map[string]any) (string, bool) {
+		et, _ := f[event.MetaPrefix+event.MetaEventType].(string)
+		if m.policyOf(et) != Wait {
+			return "", false
+		}
+		key, _ := f[event.MetaPrefix+event.MetaIssueKey].(string)
+		k, err := m.cfg.Locker.Canonicalize(key)
+		if err != nil || k != issue {
+			return "", false
+		}
+		lid, _ := f[event.MetaPrefix+MetaWaitedFrom].(string)
+		return lid, true
+	}
+}
+
+// scanOf is the pending scan a wake of msg's stranded line makes (lease.PendingScan),
+// or nil.
+func (m *Middleware) scanOf(msg *message.Message, entry Entry, hasEntry bool) *lease.PendingScan {
+	if !hasEntry {
+		return nil
+	}
+	raw, err := m.cfg.IssueKey(msg)
+	if err != nil {
+		return nil
+	}
+	match := m.sameKey(raw)
+	if match == nil {
+		return nil
+	}
+	return &lease.PendingScan{Stream: entry.Stream, Group: entry.Group, Exclude: entry.ID, Match: match}
 }
 
 // finishWaiting ends a wait lease whose event is done (lease.Lease.Handoff: it records
@@ -76,7 +122,7 @@ func (m *Middleware) ranAlready(ctx context.Context, entry Entry, locked *lease.
 // wake hands a stranded line's key to its head (lease.LockedError.Stranded: the turn of
 // a run that never finished expired while events waited). A failure is only logged:
 // the next event for the key finds it stranded again.
-func (m *Middleware) wake(ctx context.Context, locked *lease.LockedError, log eventLog) {
+func (m *Middleware) wake(ctx context.Context, locked *lease.LockedError, scan *lease.PendingScan, log eventLog) {
 	issue := locked.Issue
 	var lid string
 	var err error
@@ -84,7 +130,7 @@ func (m *Middleware) wake(ctx context.Context, locked *lease.LockedError, log ev
 		// The line is the shared key's (scope issue or group).
 		lid, err = m.cfg.Locker.WakeSharedLine(ctx, locked.Line, 0, m.waitHold())
 	} else {
-		lid, err = m.cfg.Locker.WakeLine(ctx, m.cfg.Agent, issue, 0, m.waitHold())
+		lid, err = m.cfg.Locker.WakeLineBefore(ctx, m.cfg.Agent, issue, 0, m.waitHold(), scan)
 	}
 	log.issue = issue
 	if err != nil {
@@ -145,5 +191,16 @@ func (m *Middleware) sweepLines(ctx context.Context) (lease.LineSweep, error) {
 	case len(m.cfg.Scopes.Group) > 0:
 		return m.cfg.Locker.WakeSharedLines(ctx, lease.ScopeGroup, m.waitHold())
 	}
-	return m.cfg.Locker.WakeLines(ctx, m.cfg.Agent, m.waitHold())
+	return m.cfg.Locker.WakeLinesBefore(ctx, m.cfg.Agent, m.waitHold(), m.sweepScan)
+}
+
+// sweepScan is the pending scan of the line waker's wake of issue's line: the stream
+// and group of the last event that waited (the agent's own), or nil before any.
+func (m *Middleware) sweepScan(issue string) *lease.PendingScan {
+	e, _ := m.waitedIn.Load().(Entry)
+	match := m.sameKey(issue)
+	if e.Stream == "" || match == nil {
+		return nil
+	}
+	return &lease.PendingScan{Stream: e.Stream, Group: e.Group, Match: match}
 }

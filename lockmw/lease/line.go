@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
@@ -80,6 +81,92 @@ type WaitOptions struct {
 	// that puts it in the line, and in the script that ends its run. On Redis Cluster
 	// the caller acks. Default: nil.
 	Ack *Entry
+	// Match, when set with Ack, says whether a stream entry (its fields) is an event of
+	// the same key under the wait policy, and its lid ("" for the entry's own id). A
+	// release (and WakeLineBefore) then looks, before handing the key to the line's
+	// head, for entries of the key earlier than the head that were delivered but have
+	// not joined the line (a worker's read-ahead, a dead consumer's pending entry):
+	// delivery is in stream order, so each is pending in Ack's group. While one is,
+	// the key is left free for it (its acquire takes it: it is earlier than the head).
+	// Default: nil (no look: the head is handed the key).
+	Match func(fields map[string]any) (lid string, ok bool)
+}
+
+// PendingScan names where a hand-over looks for entries of its key delivered but not
+// in the line (WaitOptions.Match): the stream and group, the entry to leave out (the
+// releasing event's own), and Match.
+type PendingScan struct {
+	Stream, Group, Exclude string
+	Match                  func(fields map[string]any) (lid string, ok bool)
+}
+
+// pendingScanMax bounds the pending entries a hand-over reads; pendingArgsMax bounds
+// the lids it passes to the script. A scan that hits its bound passes pendingMaybe
+// (earlier than any head, in no line): the key is left free, as if an earlier entry
+// were pending; the entry's own acquire, or the line waker, moves the line on.
+const (
+	pendingScanMax = 200
+	pendingArgsMax = 16
+	pendingMaybe   = "0-1"
+)
+
+// earlierPending returns the lids of the entries s finds pending in its group that are
+// events of line's key earlier in the stream than the line's head (bounded), for
+// release_line.lua and line_wake.lua (line_blocked). Nil when there is no line. On
+// Redis Cluster the stream is in another slot than the line: this runs before the
+// script, which is safe because an entry delivered before the head only leaves the
+// pending list by joining the line or ending, never comes back into it.
+func (l *Locker) earlierPending(ctx context.Context, line string, s *PendingScan) ([]any, error) {
+	if s == nil || s.Match == nil || s.Stream == "" {
+		return nil, nil
+	}
+	pre := l.rdb.Pipeline()
+	headCmd := pre.ZRange(ctx, line, 0, 0)
+	pendCmd := pre.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.Stream, Group: s.Group, Start: "-", End: "+", Count: pendingScanMax})
+	_, _ = pre.Exec(ctx)
+	head, err := headCmd.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("lease: read %s: %w", line, err)
+	}
+	if len(head) == 0 {
+		return nil, nil
+	}
+	w, err := parseWaiting(head[0])
+	if err != nil {
+		return nil, err
+	}
+	pend, err := pendCmd.Result()
+	if err != nil {
+		return nil, fmt.Errorf("lease: pending entries of %s: %w", s.Stream, err)
+	}
+	pipe := l.rdb.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, 0, len(pend))
+	for _, p := range pend {
+		if p.ID != s.Exclude {
+			cmds = append(cmds, pipe.XRange(ctx, s.Stream, p.ID, p.ID))
+		}
+	}
+	if len(cmds) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("lease: read pending entries of %s: %w", s.Stream, err)
+		}
+	}
+	var out []any
+	for _, c := range cmds {
+		for _, msg := range c.Val() {
+			lid, ok := s.Match(msg.Values)
+			if lid == "" {
+				lid = msg.ID
+			}
+			if ok && streamid.Compare(lid, w.LineID) < 0 && len(out) < pendingArgsMax {
+				out = append(out, lid)
+			}
+		}
+	}
+	if len(pend) >= pendingScanMax {
+		out = append(out, pendingMaybe)
+	}
+	return out, nil
 }
 
 // LineKeys are the Redis keys of a lease's line, in its hash slot.
@@ -102,6 +189,9 @@ type lineLease struct {
 	keys  LineKeys
 	ack   *Entry
 	moved atomic.Value // string: the lid its release handed the key to
+	// scan: where its release looks for earlier events of the key not in the line yet
+	// (WaitOptions.Match), or nil.
+	scan *PendingScan
 	// shared: the line is the lease's shared key's (scope issue or group), not its
 	// agent key's (line_scoped.go).
 	shared bool
@@ -157,7 +247,15 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		l.opts.Observer.Busy(a.agent)
 		return nil, a.lineBusy(res, w)
 	}
-	return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: lk, ack: w.Ack})
+	return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: lk, ack: w.Ack, scan: scanOf(w)})
+}
+
+// scanOf is the pending scan of w (WaitOptions.Match), or nil.
+func scanOf(w *WaitOptions) *PendingScan {
+	if w.Match == nil || w.Ack == nil {
+		return nil
+	}
+	return &PendingScan{Stream: w.Ack.Stream, Group: w.Ack.Group, Exclude: w.Ack.ID, Match: w.Match}
 }
 
 // finishWait turns a wait acquire's {1, ...} reply into its lease, whose heartbeat
@@ -251,11 +349,18 @@ func (le *Lease) lineRelease(ctx context.Context, outcome, turn string, e *Entry
 		group, id = e.Group, e.ID
 	}
 	pubQid, pubLid, pubMS := "", "", ""
+	// Earlier events of the key delivered but not in the line: the key is not handed
+	// over past them (line_blocked).
+	earlier, err := le.l.earlierPending(ctx, lk.Line, ln.scan)
+	if err != nil {
+		return false, err
+	}
 	released := int64(-1)
 	for range maxDrainRounds {
-		res, err := releaseLineScript.Run(ctx, le.l.rdb, keys, le.token, outcome, le.messageID, mode, le.maxLen, pubQid,
+		args := append([]any{le.token, outcome, le.messageID, mode, le.maxLen, pubQid,
 			le.issue, indexMax, indexTTLms, pubMS, ln.lid, turn, ln.hold.Milliseconds(), lineSeenTTL.Milliseconds(),
-			pubLid, group, id).Slice()
+			pubLid, group, id}, earlier...)
+		res, err := releaseLineScript.Run(ctx, le.l.rdb, keys, args...).Slice()
 		if err != nil {
 			return false, err
 		}
@@ -328,12 +433,24 @@ func (l *Locker) publishHead(ctx context.Context, keys Keys, issue string, maxLe
 // LockedError.Stranded) and does nothing otherwise: safe from any worker at any time. It
 // returns the lid of the event woken, or "".
 func (l *Locker) WakeLine(ctx context.Context, agent, issue string, maxLen int64, hold time.Duration) (string, error) {
-	return l.wakeLineScript(ctx, lineWakeScript, l.Keys(agent, issue), issue, maxLen, hold)
+	return l.WakeLineBefore(ctx, agent, issue, maxLen, hold, nil)
+}
+
+// WakeLineBefore is WakeLine that first looks, as a release does, for events of the key
+// earlier than the line's head delivered but not in the line (scan, or nil: no look):
+// while one is pending, the key is left free for it.
+func (l *Locker) WakeLineBefore(ctx context.Context, agent, issue string, maxLen int64, hold time.Duration, scan *PendingScan) (string, error) {
+	k := l.Keys(agent, issue)
+	earlier, err := l.earlierPending(ctx, k.Line().Line, scan)
+	if err != nil {
+		return "", err
+	}
+	return l.wakeLineScript(ctx, lineWakeScript, k, issue, maxLen, hold, earlier...)
 }
 
 // wakeLineScript runs a line wake script (line_wake.lua or line_wake_scoped.lua) on the
 // line of key k, publishing its head on Cluster.
-func (l *Locker) wakeLineScript(ctx context.Context, s script, k Keys, issue string, maxLen int64, hold time.Duration) (string, error) {
+func (l *Locker) wakeLineScript(ctx context.Context, s script, k Keys, issue string, maxLen int64, hold time.Duration, earlier ...any) (string, error) {
 	lk := k.Line()
 	mode := modeStandalone
 	if l.opts.Format == KeysCluster {
@@ -343,8 +460,9 @@ func (l *Locker) wakeLineScript(ctx context.Context, s script, k Keys, issue str
 	keys := []string{k.Lock, k.Info, k.Fence, lk.Line, lk.Seen, lk.Turn}
 	pub := ""
 	for range maxDrainRounds {
-		res, err := s.Run(ctx, l.rdb, keys, mode, pub, hold.Milliseconds(), lineSeenTTL.Milliseconds(),
-			maxLen, issue, indexMax, indexTTLms).Slice()
+		args := append([]any{mode, pub, hold.Milliseconds(), lineSeenTTL.Milliseconds(),
+			maxLen, issue, indexMax, indexTTLms}, earlier...)
+		res, err := s.Run(ctx, l.rdb, keys, args...).Slice()
 		if err != nil {
 			return "", fmt.Errorf("lease: wake %s: %w", lk.Line, err)
 		}
@@ -477,6 +595,13 @@ type LineSweep struct {
 // the sweep that moves a line whose turn expired while no further event came for its
 // key. It finds the lines by SCAN (every master's on Cluster).
 func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration) (LineSweep, error) {
+	return l.WakeLinesBefore(ctx, agent, hold, nil)
+}
+
+// WakeLinesBefore is WakeLines whose wakes look first, as a release does, for events of
+// each key delivered but not in its line (WakeLineBefore with scan(issue); scan nil, or
+// its nil result: no look).
+func (l *Locker) WakeLinesBefore(ctx context.Context, agent string, hold time.Duration, scan func(issue string) *PendingScan) (LineSweep, error) {
 	open, end := "", ""
 	if l.opts.Format == KeysCluster {
 		open, end = "{", "}"
@@ -491,7 +616,11 @@ func (l *Locker) WakeLines(ctx context.Context, agent string, hold time.Duration
 		if _, err := l.Canonicalize(issue); err != nil {
 			continue
 		}
-		lid, err := l.WakeLine(ctx, agent, issue, 0, hold)
+		var ps *PendingScan
+		if scan != nil {
+			ps = scan(issue)
+		}
+		lid, err := l.WakeLineBefore(ctx, agent, issue, 0, hold, ps)
 		if err != nil {
 			return sw, err
 		}

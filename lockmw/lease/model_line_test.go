@@ -53,6 +53,10 @@ type lineModel struct {
 	crashed []*lineRun       // abandoned leases, keys not yet expired
 	waiting map[string]int   // lids in the line -> the step they joined at
 	handed  int              // the step of the last release or wake (a hand-over)
+	// outside: at the last hand-over, the lids delivered (read, redelivered, or pending
+	// on a crashed worker's claim) that were neither in the line, nor running, nor run:
+	// a later event that waited must not run before them (LineOrder).
+	outside map[string]bool
 	step    int
 	ran     []string        // lids in the order their runs ended done
 	full    map[string]bool // lids refused with the line full (dead-lettered)
@@ -94,16 +98,45 @@ func (m *lineModel) agentLock(agent, issue string) string {
 	return m.l.ScopedKeys(agent, issue, m.sharedKey()).Lock
 }
 
-// wake wakes the line an event found stranded (what the middleware does).
-func (m *lineModel) wake(locked *LockedError) error {
+// wake wakes the line an event (entry id) found stranded (what the middleware does).
+func (m *lineModel) wake(locked *LockedError, id string) error {
 	var err error
+	m.handOver("")
 	if locked.Line.Scope != "" {
 		_, err = m.l.WakeSharedLine(m.ctx, locked.Line, 0, time.Hour)
 	} else {
-		_, err = m.l.WakeLine(m.ctx, "a", "P-1", 0, time.Hour)
+		_, err = m.l.WakeLineBefore(m.ctx, "a", "P-1", 0, time.Hour,
+			&PendingScan{Stream: m.stream, Group: "g", Exclude: id, Match: modelMatch})
 	}
-	m.handed = m.step
 	return err
+}
+
+// modelMatch is WaitOptions.Match of the model: every entry of its stream is an event
+// of the one key; its lid is its wf field, or its own id.
+func modelMatch(f map[string]any) (string, bool) {
+	wf, _ := f["wf"].(string)
+	return wf, true
+}
+
+// handOver records a hand-over (a release other than a crash, a wake): its step, and
+// the lids delivered but outside the line then (outside), but own (the releasing
+// event's: a failed run's retry joins the line again, behind).
+func (m *lineModel) handOver(own string) {
+	m.handed = m.step
+	m.outside = map[string]bool{}
+	if m.scope != "" && os.Getenv("MODEL_SCOPED_ORDER") == "" {
+		return
+	}
+	busy := map[string]bool{own: true}
+	for _, r := range append(slices.Clone(m.runs), m.crashed...) {
+		busy[r.lid] = true
+	}
+	for _, msg := range m.inbox {
+		lid := m.lidOf(msg)
+		if _, w := m.waiting[lid]; !w && !busy[lid] && !m.full[lid] && !slices.Contains(m.ran, lid) {
+			m.outside[lid] = true
+		}
+	}
 }
 
 // plain takes (on) or drops (off) a plain lock on an agent key (scoped variants).
@@ -171,7 +204,7 @@ func (m *lineModel) deliver(i int) error {
 	agent, issue := m.lineEvent(msg)
 	ao := AcquireOptions{MessageID: msg.ID, Shared: m.sharedKey(), Wait: &WaitOptions{Event: QueuedEvent{Stream: m.stream,
 		Fields: map[string]any{"wf": lid, "ag": agent, "is": issue}},
-		LineID: lid, Max: 4, Hold: time.Hour, Ack: &Entry{Stream: m.stream, Group: "g", ID: msg.ID}}}
+		LineID: lid, Max: 4, Hold: time.Hour, Ack: &Entry{Stream: m.stream, Group: "g", ID: msg.ID}, Match: modelMatch}}
 	le, err := m.l.Acquire(m.ctx, agent, issue, ao)
 	var locked *LockedError
 	var full *LineFullError
@@ -186,6 +219,11 @@ func (m *lineModel) deliver(i int) error {
 		m.runs = append(m.runs, &lineRun{le: le, id: msg.ID, lid: lid})
 		if _, waited := m.waiting[lid]; waited {
 			delete(m.waiting, lid)
+			for x := range m.outside {
+				if streamid.Compare(x, lid) < 0 && !slices.Contains(m.ran, x) && !m.full[x] {
+					return m.fail(propLineOrder, "%s runs, handed the key, while %s, earlier in the stream, was delivered but not in the line at the hand-over", lid, x)
+				}
+			}
 			for w, at := range m.waiting {
 				if at < m.handed && streamid.Compare(w, lid) < 0 {
 					return m.fail(propLineOrder, "%s runs while %s, earlier in the stream, waits since before the hand-over", lid, w)
@@ -203,7 +241,7 @@ func (m *lineModel) deliver(i int) error {
 			m.ack(msg.ID)
 		}
 		if locked.Stranded {
-			if err := m.wake(locked); err != nil {
+			if err := m.wake(locked, msg.ID); err != nil {
 				return err
 			}
 		}
@@ -230,7 +268,7 @@ func (m *lineModel) end(i int, how string) error {
 	r := m.runs[i%len(m.runs)]
 	m.runs = slices.DeleteFunc(m.runs, func(x *lineRun) bool { return x == r })
 	if how != "crash" {
-		m.handed = m.step
+		m.handOver(r.lid)
 	}
 	switch how {
 	case "finish":
@@ -538,6 +576,32 @@ func TestModelLeaseLinePlantedLostWakeup(t *testing.T) {
 		t.Fatal("the model checker did not catch a release that never hands the key to the line")
 	}
 	if !strings.Contains(err.Error(), propStranded) && !strings.Contains(err.Error(), propLineOnce) {
+		t.Fatalf("caught, but as another property: %v", err)
+	}
+	t.Logf("caught at seed %d: %v", seed, err)
+}
+
+// TestModelLeaseLinePlantedHandOverPastDelivered plants the release and wake that hand
+// the key to the line's head without looking at the key's entries delivered but not in
+// the line yet (line_blocked; a worker's read-ahead, a crashed worker's pending entry):
+// the head runs before an earlier event (integration TestWaitLineRunsInOrderUnderKills).
+// The model checker must catch it as LineOrder.
+func TestModelLeaseLinePlantedHandOverPastDelivered(t *testing.T) {
+	release := strings.Replace(releaseLineLua, "blocked = line_blocked(k.line, k.seen, 18)", "blocked = false", 1)
+	wake := strings.Replace(lineWakeLua, "blocked = line_blocked(k.line, k.seen, 9)", "blocked = false", 1)
+	if release == releaseLineLua || wake == lineWakeLua {
+		t.Fatal("the plant found nothing to replace in release_line.lua or line_wake.lua")
+	}
+	savedRelease, savedWake := releaseLineScript, lineWakeScript
+	releaseLineScript = newScript(leaseLua + lineLua + release)
+	lineWakeScript = newScript(leaseLua + lineLua + wake)
+	t.Cleanup(func() { releaseLineScript, lineWakeScript = savedRelease, savedWake })
+	e := newModelEnv(t)
+	seed, err := e.checkLineSeeds(1, 48)
+	if err == nil {
+		t.Fatal("the model checker did not catch a hand-over past an earlier event delivered but not in the line")
+	}
+	if !strings.Contains(err.Error(), propLineOrder) {
 		t.Fatalf("caught, but as another property: %v", err)
 	}
 	t.Logf("caught at seed %d: %v", seed, err)

@@ -53,7 +53,9 @@ end
 local turn = redis.call('GET', k.turn)
 local head, he = line_head(k.line)
 local headlid = he and he[1]
-if cur == 'line:' .. o.lid or (not cur and (turn == o.lid or (not turn and (not head or headlid == o.lid)))) then
+-- An event earlier in the stream than the head (delivered before the head joined, not
+-- in the line: a release left the key free for it, line_blocked) takes a free key too.
+if cur == 'line:' .. o.lid or (not cur and (turn == o.lid or (not turn and (not head or headlid == o.lid or line_before(o.lid, headlid))))) then
   if headlid == o.lid then redis.call('ZREM', k.line, head) end
   return {1, line_take(k, o)}
 end

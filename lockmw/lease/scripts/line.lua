@@ -50,7 +50,7 @@ end
 -- crash in between leaves it at the head, not lost. Returns nil, {5, lid@joined_ms,
 -- field, value, ...} or {6, lid, new id}.
 local function line_promote(k, o)
-  if redis.call('EXISTS', k.lock) == 1 or redis.call('EXISTS', k.turn) == 1 then return nil end
+  if o.blocked or redis.call('EXISTS', k.lock) == 1 or redis.call('EXISTS', k.turn) == 1 then return nil end
   local head, e = line_head(k.line)
   if not head then return nil end
   local lid = e[1]
@@ -72,6 +72,35 @@ local function line_promote(k, o)
   local id = ''
   if o.mode == '1' then id = publish_queued(q, o) end
   return {6, lid, id}
+end
+
+-- line_before reports whether stream id a is earlier than stream id b (false when
+-- either is not one).
+local function line_before(a, b)
+  local ams, aseq = string.match(a or '', '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b or '', '^(%d+)-(%d+)$')
+  if not ams or not bms then return false end
+  ams, bms = tonumber(ams), tonumber(bms)
+  return ams < bms or (ams == bms and tonumber(aseq) < tonumber(bseq))
+end
+
+-- line_blocked reports whether an event of the key earlier in the stream than the
+-- line's head was delivered but is not in the line: ARGV[from..] are the lids of the
+-- key's pending entries the caller found (lease.Locker.earlierPending; delivery is in
+-- stream order, so every event earlier than the head was delivered). One that neither
+-- waits in the line ('w') nor ran ('r') would run after the head if the key went to the
+-- head now: the key is left free instead, and that event's acquire takes it (it is
+-- earlier than the head), or joins before the head (its release hands over).
+local function line_blocked(line, seen, from)
+  local _, he = line_head(line)
+  if not he then return false end
+  for i = from, #ARGV do
+    if line_before(ARGV[i], he[1]) then
+      local st = redis.call('HGET', seen, ARGV[i])
+      if st ~= 'w' and st ~= 'r' then return true end
+    end
+  end
+  return false
 end
 
 -- line_keys names the line's keys from KEYS[from..]: line, seen, turn.

@@ -12,7 +12,8 @@
 -- KEYS: lock, info, done, queue, mailbox, fence, line, seen, turn[, stream]
 -- ARGV: token, outcome, message_id, mode, maxlen, published_qid, issue, index max,
 -- index TTL, published_ms, lid, done ('1', '2' or '0'), hold_ms, seen_ttl_ms, published (lid@joined_ms of the head published),
--- group, entry_id.
+-- group, entry_id, then the lids of the key's pending entries earlier than the head
+-- (line_blocked: while one is not in the line, the key is not handed over).
 -- Returns {released, published follow-up id or '', promoted lid or '', its new id or ''},
 -- release's {3, ...} (Cluster: a coalesced follow-up to publish first), or line_promote's
 -- {5, released, lid@joined_ms, field, value, ...} (Cluster: the head to publish, then call again). A repeat
@@ -31,7 +32,7 @@ if ARGV[12] ~= '0' and ARGV[11] ~= '' then
 end
 if #KEYS >= 10 then redis.call('XACK', KEYS[10], ARGV[16], ARGV[17]) end
 local p = line_promote(k, {mode = ARGV[4], published = ARGV[15], hold_ms = ARGV[13], seen_ttl = ARGV[14],
-  maxlen = ARGV[5], issue = ARGV[7], idx_max = ARGV[8], idx_ttl = ARGV[9]})
+  maxlen = ARGV[5], issue = ARGV[7], idx_max = ARGV[8], idx_ttl = ARGV[9], blocked = line_blocked(k.line, k.seen, 18)})
 if p and p[1] == 5 then return {5, r[1], unpack(p, 2)} end
 local plid, pid = '', ''
 if p then plid, pid = p[2], p[3] end
