@@ -253,10 +253,15 @@ func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
 	if out := cmd("pending", "--json"); !strings.Contains(out, `"group": "triage"`) || !strings.Contains(out, `"group": "rebase-c9s"`) {
 		t.Fatalf("pending shows no worker's group:\n%s", out)
 	}
-	// A lease shows while a (300ms) run is on; enqueue one to be sure there is one.
+	// A lease shows while a (300ms) run is on; enqueue one to be sure there is one, and
+	// another every 2 s: on a loaded machine one CLI call can outlast a whole run.
 	cmd("enqueue", "RHEL-1001")
 	deadline = time.Now().Add(20 * time.Second)
-	for {
+	for next := time.Now().Add(2 * time.Second); ; {
+		if time.Now().After(next) {
+			cmd("enqueue", "RHEL-1001")
+			next = time.Now().Add(2 * time.Second)
+		}
 		out := cmd("locks", "--json")
 		if strings.Contains(out, `"owner": "dev-`) {
 			break
