@@ -95,6 +95,10 @@ func waitLineUnderKills(t *testing.T, cluster bool) {
 // times. On the 3-master cluster the agents' keys sit in the issue key's hash slot, so
 // one script joins, and one releases and hands over.
 func TestWaitLineOnIssueKeyUnderKills(t *testing.T) {
+	// The worker refuses wait under LOCK_SCOPE issue for now (config.Worker's
+	// validateConflict): in a CI preview an event of this scenario ran to its end twice
+	// after a SIGKILL of its worker, cause not found yet. Lift both together.
+	t.Skip("wait under a shared scope is withheld: an event ran twice after a SIGKILL (session note, 2026-12-06)")
 	t.Run("standalone", func(t *testing.T) { waitIssueLineUnderKills(t, false) })
 	t.Run("cluster", func(t *testing.T) { waitIssueLineUnderKills(t, true) })
 }

@@ -314,6 +314,7 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"supersede with a shared scope", "worker", w("--on-conflict", "triage.requested=supersede,*=drop", "--lock-scope", "agent,issue"), nil, "LOCK_SCOPE", "lock-scope", "cannot follow with supersede"},
 		{"supersede with a group scope", "worker", w(), map[string]string{"ON_CONFLICT": "supersede", "LOCK_SCOPE": "group:m:lock_key"}, "LOCK_SCOPE", "lock-scope", "cannot follow with supersede"},
 		{"wait with two shared scopes", "worker", w("--on-conflict", "wait:10", "--lock-scope", "agent,issue,group:m:lock_key"), nil, "LOCK_SCOPE", "lock-scope", "cannot follow with wait"},
+		{"wait with a shared scope", "worker", w("--on-conflict", "wait:10", "--lock-scope", "agent,issue"), nil, "LOCK_SCOPE", "lock-scope", "cannot follow with wait yet"},
 		{"wait beside coalesce", "worker", w("--on-conflict", "rebase.requested=wait,*=coalesce"), nil, "ON_CONFLICT", "on-conflict", "wait can be combined with drop and delay only"},
 		{"wait with a bad MAX", "worker", w("--on-conflict", "wait:0"), nil, "ON_CONFLICT", "on-conflict", "wait MAX"},
 		{"on conflict table", "worker", w("--on-conflict", "rebase.requested=drop,*=delay:1s,rebase.requested=coalesce"), nil, "ON_CONFLICT", "on-conflict", "rebase.requested given twice"},
