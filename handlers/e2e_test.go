@@ -69,6 +69,13 @@ func TestEndToEndTriageToRebase(t *testing.T) {
 		redistest.Eventually(t, 20*time.Second, func() bool { return contains(e.labels(is.Key), labels.Rebased) },
 			"%s rebased (labels %v)", is.Key, e.labels(is.Key))
 	}
+	// The labels are set by the agent's run, the result records by its release just
+	// after it: wait for those too before reading them.
+	for _, is := range issues {
+		redistest.Eventually(t, 10*time.Second, func() bool {
+			return len(e.recordsOf(is.Key, "triage")) > 0 && len(e.recordsOf(is.Key, "rebase")) > 0
+		}, "%s triage and rebase records", is.Key)
+	}
 	for _, is := range issues {
 		want := []string{labels.Rebased}
 		if is.Key != "RHEL-200" {
