@@ -25,7 +25,9 @@
 // read ahead (the lease taken ahead, the supersede policy) without a hook on the
 // client. HandBack gives the entries read ahead back to the group.
 //
-// Close stops handing messages over and sends the queued acks without waiting for a
-// blocking read in flight (it ends within BlockTime, or at once when the client is
-// closed); the client stays open: the caller owns it.
+// Close stops handing messages over, gives the entries read ahead back to the group
+// (any consumer's next claim pass takes them, not only after MaxIdleTime) and sends the
+// queued acks without waiting for a blocking read in flight (it ends within BlockTime,
+// or at once when the client is closed, and what it read is given back then); the
+// client stays open: the caller owns it.
 package subscriber

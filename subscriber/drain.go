@@ -89,16 +89,39 @@ func (r *reader) draining() bool {
 // XCLAIM keeps them to try again after retryWait: they stay pending for this consumer
 // meanwhile (late for the others, never lost).
 func (r *reader) giveBack(ctx context.Context) {
-	r.s.mu.Lock()
-	for _, m := range r.ahead {
-		r.giving = append(r.giving, m.ID)
-	}
-	r.ahead = nil
-	r.s.mu.Unlock()
+	r.giving = append(r.giving, r.takeAhead()...)
 	if len(r.giving) == 0 {
 		return
 	}
 	ids := r.giving
+	if err := r.markIdle(ctx, ids); err != nil {
+		r.log.Warn().Err(err).Int("entries", len(ids)).Msg("drain: could not give the entries read ahead back to the group; retrying")
+		r.pause(ctx, retryWait)
+		return
+	}
+	r.giving = nil
+	r.log.Info().Int("entries", len(ids)).Msg("drain: gave the entries read ahead back to the group")
+	if obs, ok := r.s.cfg.Observer.(DrainObserver); ok {
+		obs.GaveBack(r.stream, ids)
+	}
+}
+
+// takeAhead empties the read-ahead and returns the ids it held.
+func (r *reader) takeAhead() []string {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	ids := make([]string, 0, len(r.ahead))
+	for _, m := range r.ahead {
+		ids = append(ids, m.ID)
+	}
+	r.ahead = nil
+	return ids
+}
+
+// markIdle makes ids, pending for this consumer, look idle past MaxIdleTime (XCLAIM
+// to ourselves with IDLE, their delivery count unchanged), so that any consumer's next
+// claim pass takes them.
+func (r *reader) markIdle(ctx context.Context, ids []string) error {
 	cfg := r.s.cfg
 	args := make([]any, 0, 8+len(ids))
 	args = append(args, "XCLAIM", r.stream, cfg.Group, cfg.Consumer, 0)
@@ -108,14 +131,30 @@ func (r *reader) giveBack(ctx context.Context) {
 	args = append(args, "IDLE", (cfg.MaxIdleTime + time.Second).Milliseconds(), "JUSTID")
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := cfg.Client.Do(cctx, args...).Err(); err != nil {
-		r.log.Warn().Err(err).Int("entries", len(ids)).Msg("drain: could not give the entries read ahead back to the group; retrying")
-		r.pause(ctx, retryWait)
+	return cfg.Client.Do(cctx, args...).Err()
+}
+
+// giveBackAtEnd hands the entries read ahead and never handed over back to the group
+// once the reader ends (the subscriber closes, or its Subscribe context ends), with
+// those of a drain still to give back when fill is done (withGiving: fill's own), so
+// that a worker that stops (a rolling update names its pods anew) leaves them to the
+// others' next claim pass rather than for MaxIdleTime. Best effort: if it fails, they
+// wait for MaxIdleTime as before.
+func (r *reader) giveBackAtEnd(withGiving bool) {
+	ids := r.takeAhead()
+	if withGiving {
+		ids = append(ids, r.giving...)
+		r.giving = nil
+	}
+	if len(ids) == 0 {
 		return
 	}
-	r.giving = nil
-	r.log.Info().Int("entries", len(ids)).Msg("drain: gave the entries read ahead back to the group")
-	if obs, ok := cfg.Observer.(DrainObserver); ok {
+	if err := r.markIdle(context.Background(), ids); err != nil {
+		r.log.Debug().Err(err).Int("entries", len(ids)).Msg("could not give the entries read ahead back at the end; a claim pass takes them after MaxIdleTime")
+		return
+	}
+	r.log.Info().Int("entries", len(ids)).Msg("gave the entries read ahead back to the group at the end")
+	if obs, ok := r.s.cfg.Observer.(DrainObserver); ok {
 		obs.GaveBack(r.stream, ids)
 	}
 }

@@ -85,6 +85,13 @@ func (r *reader) pop() (redis.XMessage, bool) {
 	return m, true
 }
 
+// unpop puts m, taken by pop and not handed over, back at the front of the read-ahead.
+func (r *reader) unpop(m redis.XMessage) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.ahead = append([]redis.XMessage{m}, r.ahead...)
+}
+
 // fill reads ahead until ctx ends: whenever fewer than KeepAhead entries wait (and
 // HandBack did not just take them), a claim pass when one is due, else a read.
 func (r *reader) fill(ctx context.Context) {
@@ -290,7 +297,9 @@ func (r *reader) dropIdleConsumers(ctx context.Context) {
 
 // deliver hands the message of m over and waits for its Ack (true) or the end of ctx
 // (false: it stays pending). A Nack hands it over again after NackResendSleep. An entry
-// that does not unmarshal is logged and left pending (a claim pass retries it).
+// that does not unmarshal is logged and left pending (a claim pass retries it). If ctx
+// ends while no handler holds the message (not yet taken, or nacked), m goes back to
+// the front of the read-ahead, which the end of the reader gives back to the group.
 func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
 	msg, err := r.s.cfg.Unmarshaller.Unmarshal(m.Values)
 	if err != nil {
@@ -304,6 +313,7 @@ func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
 		case r.out <- msg:
 		case <-ctx.Done():
 			cancel()
+			r.unpop(m)
 			return false
 		}
 		select {
@@ -315,6 +325,7 @@ func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
 			cancel()
 			msg = msg.Copy()
 			if !r.pause(ctx, r.s.cfg.NackResendSleep) {
+				r.unpop(m)
 				return false
 			}
 		case <-ctx.Done():

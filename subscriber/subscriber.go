@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -225,6 +226,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		<-rctx.Done()
 		<-filled
+		r.giveBackAtEnd(true) // what a read in flight at the end brought
 		s.drop(r)
 	}()
 	return out, nil
@@ -251,12 +253,14 @@ func createGroup(ctx context.Context, rdb redis.UniversalClient, stream, group s
 	return nil
 }
 
-// Close stops handing messages over (one handed over and not acked stays pending) and
-// sends the acks still queued. It does not wait for a blocking read in flight (a
-// cancelled context does not end one): that read returns within BlockTime, or at once
-// when the client is closed, and what it read stays pending for this consumer, for the
-// next start-up or claim pass. The client stays open. Every call returns once the
-// first is done, with its error.
+// Close stops handing messages over (one handed over and not acked stays pending),
+// gives the entries read ahead back to the group (marked idle past MaxIdleTime, so any
+// consumer's next claim pass takes them) and sends the acks still queued. It does not
+// wait for a blocking read in flight (a cancelled context does not end one): that read
+// returns within BlockTime, or at once when the client is closed, and what it read is
+// given back then if the client is still open, else it stays pending for this
+// consumer, for the next start-up or a claim pass after MaxIdleTime. The client stays
+// open. Every call returns once the first is done, with its error.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -264,6 +268,12 @@ func (s *Subscriber) Close() error {
 		close(s.closing)
 		s.mu.Unlock()
 		s.loops.Wait()
+		s.mu.Lock()
+		readers := slices.Clone(s.readers)
+		s.mu.Unlock()
+		for _, r := range readers {
+			r.giveBackAtEnd(false) // giving is fill's own, and fill may still read
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s.closeErr = s.acks.stop(ctx)
