@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,11 +37,14 @@ const drainEvents = 5000
 // the router), cpu-us is INFO cpu's (everything the server did, I/O included).
 // BENCH_COMMANDSTATS=1 lists the router's commands per event on stderr.
 //
+// DRAIN_CONCURRENCY (default 1) is how many routers drain at once, each a consumer of
+// its own, as that many single-subscription workers would.
+//
 // DRAIN_BESIDE, when set, names a program that drains beside them, on the same server
 // in the same run (docs/architecture.md, "Cost per event": an asynq server, built
 // outside the repo): `$DRAIN_BESIDE enqueue ADDR N` puts N tasks in, unmeasured, then
-// `$DRAIN_BESIDE drain ADDR N C` works them off with concurrency C
-// (DRAIN_BESIDE_CONCURRENCY, default 1) and prints the nanoseconds it took; its
+// `$DRAIN_BESIDE drain ADDR N C` works them off with concurrency C (DRAIN_CONCURRENCY
+// again: equal concurrency on both sides) and prints the nanoseconds it took; its
 // figures are reported as beside-*.
 func BenchmarkDrainBesideFloor(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
@@ -174,10 +178,7 @@ func measureBeside(b *testing.B, rdb *redis.Client, addr, prog string) drainCost
 	if out, err := exec.Command(prog, "enqueue", addr, n).CombinedOutput(); err != nil {
 		b.Fatalf("%s enqueue: %v\n%s", prog, err, out)
 	}
-	conc := os.Getenv("DRAIN_BESIDE_CONCURRENCY")
-	if conc == "" {
-		conc = "1"
-	}
+	conc := strconv.Itoa(drainConcurrency(b))
 	calls0, usec0 := commandStats(ctx, b, rdb)
 	cpu0 := redisCPU(ctx, b, rdb)
 	out, err := exec.Command(prog, "drain", addr, n, conc).Output()
@@ -223,8 +224,9 @@ func drainFloor(ctx context.Context, b *testing.B, rdb *redis.Client, ns string)
 	}
 }
 
-// drainRouter runs NewRouter (one subscription per input stream, the defaults) until
-// it has handled drainEvents events.
+// drainRouter runs drainConcurrency() routers (NewRouter, one subscription per input
+// stream, the defaults; each a consumer of its own, as that many workers would be)
+// until they have handled drainEvents events between them.
 func drainRouter(ctx context.Context, b *testing.B, rdb *redis.Client, url, ns string) {
 	opts, _ := ClientOptions(url)
 	locker, err := lease.New(rdb, lease.Options{Scope: ns})
@@ -233,31 +235,49 @@ func drainRouter(ctx context.Context, b *testing.B, rdb *redis.Client, url, ns s
 	}
 	var n atomic.Int64
 	done := make(chan struct{})
-	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: event.Topology{Namespace: ns}, Agent: "triage",
-		Consumer: "drain", BlockTime: 100 * time.Millisecond, Locker: locker,
-		Handler: func(*message.Message) error {
-			if n.Add(1) == drainEvents {
-				close(done)
-			}
-			return nil
-		}})
-	if err != nil {
-		b.Fatal(err)
+	handler := func(*message.Message) error {
+		if n.Add(1) == drainEvents {
+			close(done)
+		}
+		return nil
 	}
 	rctx, stop := context.WithCancel(ctx)
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); _ = r.Run(rctx) }()
+	var stopped sync.WaitGroup
+	for i := range drainConcurrency(b) {
+		r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: event.Topology{Namespace: ns}, Agent: "triage",
+			Consumer: "drain-" + strconv.Itoa(i), BlockTime: 100 * time.Millisecond, Locker: locker, Handler: handler})
+		if err != nil {
+			b.Fatal(err)
+		}
+		stopped.Add(1)
+		go func() { defer stopped.Done(); _ = r.Run(rctx) }()
+	}
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
 		b.Fatal("events not consumed")
 	}
-	// The last acks go out before the router stops (measureDrain waits for them).
+	// The last acks go out before the routers stop (measureDrain waits for them).
 	for rdb.XPending(ctx, event.Topology{Namespace: ns}.Stream("triage", "", false), "triage").Val().Count > 0 {
 		time.Sleep(time.Millisecond)
 	}
 	stop()
-	<-stopped
+	stopped.Wait()
+}
+
+// drainConcurrency is DRAIN_CONCURRENCY (default 1): how many routers drain at once,
+// and the concurrency DRAIN_BESIDE's drain is given, so both sides compare at equal
+// concurrency.
+func drainConcurrency(b *testing.B) int {
+	v := os.Getenv("DRAIN_CONCURRENCY")
+	if v == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("DRAIN_CONCURRENCY=%q: want a whole number of at least 1", v)
+	}
+	return n
 }
 
 // commandStats is the server's calls per command and the usec of all (INFO
