@@ -2,12 +2,14 @@ package lease
 
 // The model checker of a run's slots taken with its lease (standalone Redis,
 // slots_lease.go): seeded random sequences of events on a few issues (so a lease is
-// often busy: policy drop), combined acquires, run ends (Release then the ack, or
+// often busy: policy drop, and for some events supersede, which takes a held lease
+// over), combined acquires, run ends (Release then the ack, or
 // Handoff's one script), heartbeats (extend, after the lease and its slots were aged),
 // crashes (a run that stops extending, whose lease and slots then expire together),
 // lost replies (the proxy cuts the connection after the script ran: go-redis sends it
 // again) and wakes. After every step: never more than N holders of a limit key, never
-// a free slot beside a waiting event, no live slot whose holder has no live lease, and
+// a free slot beside a waiting event, no live slot whose holder has no live lease (but
+// a run superseded and not stopped yet, which still runs), and
 // no live lease without a live slot of each of its run's limit keys, expiring with it.
 // At the end, faults stopped: every event ran once or was dropped once (none lost, none
 // twice).
@@ -55,7 +57,8 @@ var slotLeaseIssues = []string{"RHEL-1", "RHEL-2", "RHEL-3", "RHEL-4"}
 
 func (m *slotLeaseModel) newEvent(a int) error {
 	fair := []string{"A", "B", "C"}[a%3]
-	v := map[string]any{"fair": fair, "field": a % 2, "prio": a % 5 / 4, "issue": slotLeaseIssues[a/3%len(slotLeaseIssues)]}
+	v := map[string]any{"fair": fair, "field": a % 2, "prio": a % 5 / 4, "issue": slotLeaseIssues[a/3%len(slotLeaseIssues)],
+		"supersede": a % 7 / 6}
 	id, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream, Values: v}).Result()
 	m.events = append(m.events, id)
 	return err
@@ -86,8 +89,11 @@ func (m *slotLeaseModel) acquire(msg redis.XMessage, lose bool) error {
 	}
 	req := m.request(msg)
 	issue, _ := msg.Values["issue"].(string)
-	le, err := m.l.Acquire(m.ctx, "a", issue, AcquireOptions{MessageID: msg.ID, Slots: &req})
+	le, err := m.l.Acquire(m.ctx, "a", issue, AcquireOptions{MessageID: msg.ID, Slots: &req, Supersede: msg.Values["supersede"] == "1"})
 	if err == nil {
+		if le.Supersedes() != "" {
+			m.seen["takeover"]++
+		}
 		r := &slotLeaseRun{le: le, lid: req.LineID, entry: msg.ID, limits: req.Limits}
 		m.runs = append(m.runs, r)
 		m.tokens[le.Token()] = r
@@ -102,7 +108,7 @@ func (m *slotLeaseModel) acquire(msg redis.XMessage, lose bool) error {
 		m.seen["wait"]++
 		return nil
 	}
-	if errors.Is(err, ErrLocked) {
+	if errors.Is(err, ErrLocked) || errors.Is(err, ErrSuperseded) {
 		m.dropped[req.LineID]++
 		m.seen["busy"]++
 		return m.direct.XAck(m.ctx, m.stream, "g", msg.ID).Err()
@@ -152,8 +158,13 @@ func (m *slotLeaseModel) expire(i int) error {
 	i %= len(m.dead)
 	r := m.dead[i]
 	m.dead = append(m.dead[:i], m.dead[i+1:]...)
+	if tok, _ := m.direct.Get(m.ctx, r.le.keys.Lock).Result(); tok == r.le.token {
+		if err := m.direct.Del(m.ctx, r.le.keys.Lock, r.le.keys.Info).Err(); err != nil {
+			return err
+		}
+	}
 	pipe := m.direct.TxPipeline()
-	pipe.Del(m.ctx, r.le.keys.Lock, r.le.keys.Info)
+	pipe.HDel(m.ctx, r.le.keys.Stop, r.le.token) // superseded: its stop's deadline passed too
 	for _, lim := range r.limits {
 		pipe.ZAddXX(m.ctx, m.l.SlotKeys(lim.Key).Holders, redis.Z{Score: 1, Member: r.le.token})
 	}
@@ -174,6 +185,9 @@ func (m *slotLeaseModel) beat(i int, lose bool) error {
 		return nil
 	}
 	r := m.runs[i%len(m.runs)]
+	if tok, _ := m.direct.Get(m.ctx, r.le.keys.Lock).Result(); tok != r.le.token {
+		return nil // superseded: its heartbeat ends its run (not modelled)
+	}
 	now, err := m.direct.Time(m.ctx).Result()
 	if err != nil {
 		return err
@@ -232,7 +246,7 @@ func (m *slotLeaseModel) check() error {
 			if h.Score <= now || strings.HasPrefix(tok, "w:") {
 				continue
 			}
-			if _, ok := leases[tok]; !ok {
+			if _, ok := leases[tok]; !ok && !m.stopping(tok) {
 				return m.fail(propSlotsNoLease, "%s: a live slot of %s, whose lease is not held", key, tok[:8])
 			}
 		}
@@ -253,6 +267,13 @@ func (m *slotLeaseModel) check() error {
 		}
 	}
 	return nil
+}
+
+// stopping reports whether tok is a run superseded by a newer event that has not
+// stopped yet (its field of the stop hash): it keeps its slots until it stops.
+func (m *slotLeaseModel) stopping(tok string) bool {
+	r := m.tokens[tok]
+	return r != nil && m.direct.HExists(m.ctx, r.le.keys.Stop, tok).Val()
 }
 
 func (m *slotLeaseModel) do(s mStep) error {
@@ -377,14 +398,15 @@ func TestModelLeaseSlotsWithLease(t *testing.T) {
 		t.Fatalf("slots-with-lease model checker: seed %d fails: %v", seed, err)
 	}
 	t.Logf("%d seeds of 80 steps in %s: acquires %v", n, time.Since(start).Round(time.Millisecond), seen)
-	if n >= 8 && (seen["run"] == 0 || seen["wait"] == 0 || seen["busy"] == 0) {
-		t.Fatalf("the sequences never reached an outcome (runs, waits for a slot, busy leases): %v", seen)
+	if n >= 24 && (seen["run"] == 0 || seen["wait"] == 0 || seen["busy"] == 0 || seen["takeover"] == 0) {
+		t.Fatalf("the sequences never reached an outcome (runs, waits for a slot, busy leases, take-overs): %v", seen)
 	}
 }
 
 // TestModelLeaseSlotsWithLeasePlanted plants, each in turn: a combined acquire that
 // takes the slots when the lease is busy; one that runs the policy's acquire (taking
-// the lease) while a slot is full; an extend that forgets the slots; a release that
+// the lease) while a slot is full; one that lets supersede take a held lease over while
+// a slot is full; an extend that forgets the slots; a release that
 // keeps them. The checker must catch each as the property it breaks.
 func TestModelLeaseSlotsWithLeasePlanted(t *testing.T) {
 	cases := []struct {
@@ -395,6 +417,7 @@ func TestModelLeaseSlotsWithLeasePlanted(t *testing.T) {
 	}{
 		{"slots-taken-when-the-lease-is-busy", &slotsLeaseLua, "if r[1] == 1 and not full then", "if not full then", propSlotsNoLease},
 		{"lease-taken-with-a-slot-full", &slotsLeaseLua, "if not full or (held and not so.takeover) then", "if true then", propLeaseNoSlots},
+		{"takeover-with-a-slot-full", &slotsLeaseLua, "if not full or (held and not so.takeover) then", "if not full or held then", propLeaseNoSlots},
 		{"extend-forgets-the-slots", &extendLua, "for i = nk + 1, #KEYS do redis.call('ZADD'", "for i = nk + 1, 0 do redis.call('ZADD'", propLeaseNoSlots},
 		{"release-keeps-the-slots", &slotsLeaseLua, "for i = 1, slots_n do slots_pass(slots_key(i), so.token, now) end", "", propSlotsNoLease},
 	}

@@ -134,8 +134,22 @@ func TestSlotsTakenWithTheLease(t *testing.T) {
 	if !errors.Is(err, lease.ErrLocked) || errors.As(err, &w) {
 		t.Fatalf("busy issue: %v, want the lease's busy error, not a wait for a slot", err)
 	}
+	coalesce := opts("3-2", "3-2")
+	coalesce.Queue = &lease.QueuedEvent{Stream: stream, Fields: map[string]any{"n": "3-2"}}
+	var locked *lease.LockedError
+	if _, err = l.Acquire(ctx, "rebase", "RHEL-1", coalesce); !errors.As(err, &locked) || !locked.Queued {
+		t.Fatalf("busy issue, coalesce: %v, want it queued behind the lease, not waiting for a slot", err)
+	}
 	if u, _ := l.SlotUsage(ctx, "agent:rebase"); u.Used != 1 || u.Waiting != 1 {
 		t.Fatalf("usage %+v: want 1 used (the first run), 1 waiting", u)
+	}
+	wait := opts("3-3", "3-3")
+	wait.Wait = &lease.WaitOptions{LineID: "3-3", Event: lease.QueuedEvent{Stream: stream}}
+	if _, err := l.Acquire(ctx, "rebase", "RHEL-3", wait); !errors.As(err, &w) || w.Position != 2 {
+		t.Fatalf("wait policy, free issue, slot full: %v, want it second in the slot's line", err)
+	}
+	if n, _ := rdb.Exists(ctx, l.Keys("rebase", "RHEL-3").Lock).Result(); n != 0 {
+		t.Fatal("a wait-policy event that waits for a slot holds its issue's lease")
 	}
 	sup := opts("4-1", "4-1")
 	sup.Supersede = true
@@ -145,16 +159,17 @@ func TestSlotsTakenWithTheLease(t *testing.T) {
 	if _, err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Appended: the coalesced follow-up (the lease's queue), then the slot's waiter's copy.
 	msgs := readCopies(t, rdb, stream)
-	if len(msgs) != 1 || msgs[0].Values["slot_from"] != "2-1" {
-		t.Fatalf("the release handed the slot to %v, want the copy of 2-1", msgs)
+	if len(msgs) != 2 || msgs[0].Values["n"] != "3-2" || msgs[1].Values["slot_from"] != "2-1" {
+		t.Fatalf("the release appended %v, want the follow-up, then the copy of 2-1 (the slot handed to it)", msgs)
 	}
-	next, err := l.Acquire(ctx, "rebase", "RHEL-2", opts(msgs[0].ID, "2-1"))
+	next, err := l.Acquire(ctx, "rebase", "RHEL-2", opts(msgs[1].ID, "2-1"))
 	if err != nil {
 		t.Fatalf("the copy's acquire: %v", err)
 	}
-	if u, _ := l.SlotUsage(ctx, "agent:rebase"); u.Used != 1 || u.Waiting != 1 {
-		t.Fatalf("usage %+v: want 1 used (the copy's run), 1 waiting (the supersede)", u)
+	if u, _ := l.SlotUsage(ctx, "agent:rebase"); u.Used != 1 || u.Waiting != 2 {
+		t.Fatalf("usage %+v: want 1 used (the copy's run), 2 waiting (the wait-policy event, the supersede)", u)
 	}
 	if _, err := next.Release(ctx); err != nil {
 		t.Fatal(err)
