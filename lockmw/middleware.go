@@ -337,11 +337,12 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 			pre.GiveBack(context.WithoutCancel(d.ctx))
 			return nil, err
 		}
-		// After the lease's release: each slot is handed to its next waiter.
+		// After the lease's release: each slot is handed to its next waiter (Redis
+		// Cluster; on standalone the lease's release frees them).
 		defer held.end(d.ctx)
 		le, err := m.take(&d, pre, raw)
 		if err != nil {
-			return nil, m.notAcquired(d.ctx, msg, d.entry, d.hasEntry, err, d.log)
+			return nil, m.notTaken(&d, err)
 		}
 		if parked, err := m.pauseParked(&d, le); parked {
 			return nil, err
@@ -359,6 +360,9 @@ type delivery struct {
 	entry    Entry
 	hasEntry bool
 	log      eventLog
+	// slots, on standalone Redis, are the run's limits, taken with its lease
+	// (lease.AcquireOptions.Slots); nil without limits, and on Redis Cluster.
+	slots *lease.SlotRequest
 }
 
 func (m *Middleware) delivery(msg *message.Message) delivery {
@@ -411,10 +415,13 @@ func (m *Middleware) take(d *delivery, pre *lease.Pending, raw string) (*lease.L
 	if pre != nil {
 		le, err = pre.Take(d.ctx)
 	} else {
-		le, err = m.acquire(d.ctx, d.msg, raw, d.entry, d.hasEntry)
+		le, err = m.acquire(d.ctx, d.msg, raw, d.entry, d.hasEntry, d.slots)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if d.slots != nil {
+		slotsTaken(d.ctx, le.Slots())
 	}
 	d.log.issue, d.log.fence = le.Issue(), le.Fence()
 	leaseAcquired(d.ctx, le, pre != nil)
@@ -531,11 +538,13 @@ func (m *Middleware) releaseLater(ctx context.Context, le *lease.Lease, entry En
 
 // acquire takes the event's lease in a round trip of its own (no lease was taken ahead
 // for it).
-func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw string, entry Entry, hasEntry bool) (*lease.Lease, error) {
+func (m *Middleware) acquire(ctx context.Context, msg *message.Message, raw string, entry Entry, hasEntry bool,
+	slots *lease.SlotRequest) (*lease.Lease, error) {
 	var ao lease.AcquireOptions
 	if hasEntry {
 		ao = m.acquireOptions(entry)
 	}
+	ao.Slots = slots
 	if m.cfg.Scopes.Shared() {
 		issue, err := m.cfg.Locker.Canonicalize(raw)
 		if err != nil {

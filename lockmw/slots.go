@@ -16,10 +16,14 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
-// Concurrency limits (RUN_LIMITS, lease/slots.go): before its lease, a run takes a slot
-// of each limit key that applies to its event (its agent's, and one per limited field's
-// value); an event that finds one full waits in that key's line, fairly, and its copy
-// comes back to its stream when a slot is handed to it.
+// Concurrency limits (RUN_LIMITS, lease/slots.go): a run takes a slot of each limit key
+// that applies to its event (its agent's, and one per limited field's value); an event
+// that finds one full waits in that key's line, fairly, and its copy comes back to its
+// stream when a slot is handed to it. On standalone Redis the slots are taken with the
+// lease, in its acquire's one script, renewed by its heartbeat and freed by its release
+// (lease/slots_lease.go). On Redis Cluster, the one exception, the slots are taken
+// before the lease by scripts of their own (their keys are in other hash slots than the
+// lease's), given back when the lease is busy, and renewed beside the heartbeat.
 
 // MetaSlotFrom names, on the copy of an event that waited for a slot, the stream entry
 // the event first had: every copy of one event is one member of the lines.
@@ -154,7 +158,8 @@ func (m *Middleware) limitsOf(msg *message.Message) []lease.Limit {
 	return out
 }
 
-// slotHold is a run's slots, renewed with the lease's heartbeat interval until its end.
+// slotHold is a run's slots on Redis Cluster, renewed with the lease's heartbeat
+// interval until its end.
 type slotHold struct {
 	slots *lease.Slots
 	stop  chan struct{}
@@ -204,34 +209,50 @@ func slotLineID(msg *message.Message, entry Entry) string {
 	return entry.ID
 }
 
-// takeSlots is the concurrency limits' step, before the lease: the run's slots (nil
-// when no limit applies), or settled when the event waits for one (acked: its copy
-// comes back when a slot is handed to it).
-func (m *Middleware) takeSlots(d *delivery, raw string) (*slotHold, bool, error) {
+// slotRequest is the run's slot request: its limit keys, and the copy of its event
+// that comes back when a slot is handed to it. nil when no limit applies.
+func (m *Middleware) slotRequest(d *delivery, raw string) (*lease.SlotRequest, error) {
 	if m.cfg.Limits.Empty() || !d.hasEntry {
-		return nil, false, nil
+		return nil, nil
 	}
 	limits := m.limitsOf(d.msg)
 	if len(limits) == 0 {
-		return nil, false, nil
+		return nil, nil
 	}
 	lid := slotLineID(d.msg, d.entry)
 	cp := d.msg.Copy()
 	cp.Metadata.Set(MetaSlotFrom, lid)
 	fields, err := m.cfg.Source.Encode(cp)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	fair := ""
 	if m.cfg.Limits.FairField != "" {
 		fair = fieldValue(d.msg, m.cfg.Limits.FairField)
 	}
-	weight := m.cfg.Limits.Weights[fair]
 	issue, _ := m.cfg.Locker.Canonicalize(raw)
-	s, err := m.cfg.Locker.TakeSlots(d.ctx, lease.SlotRequest{Limits: limits, LineID: lid, Issue: issue,
-		Priority: strings.HasSuffix(d.entry.Stream, ":todo"), Fair: fair, Weight: weight,
+	return &lease.SlotRequest{Limits: limits, LineID: lid, Issue: issue,
+		Priority: strings.HasSuffix(d.entry.Stream, ":todo"), Fair: fair, Weight: m.cfg.Limits.Weights[fair],
 		Event: lease.QueuedEvent{Stream: d.entry.Stream, Fields: fields}, Hold: m.waitHold(),
-		Ack: &lease.Entry{Stream: d.entry.Stream, Group: d.entry.Group, ID: d.entry.ID}})
+		Ack: &lease.Entry{Stream: d.entry.Stream, Group: d.entry.Group, ID: d.entry.ID}}, nil
+}
+
+// takeSlots is the concurrency limits' step. On standalone Redis it only lays out the
+// request (d.slots): the lease's acquire takes the slots with the lease, in one script.
+// On Redis Cluster a limit key's keys are in a hash slot of their own, never the
+// lease's, so it takes them here, before the lease, one script per key: the run's slots
+// (nil when no limit applies), or settled when the event waits for one (acked: its copy
+// comes back when a slot is handed to it).
+func (m *Middleware) takeSlots(d *delivery, raw string) (*slotHold, bool, error) {
+	req, err := m.slotRequest(d, raw)
+	if err != nil || req == nil {
+		return nil, false, err
+	}
+	if m.cfg.Locker.Format() != lease.KeysCluster {
+		d.slots = req
+		return nil, false, nil
+	}
+	s, err := m.cfg.Locker.TakeSlots(d.ctx, *req)
 	var waiting *lease.SlotsWaitingError
 	switch {
 	case errors.As(err, &waiting):
@@ -241,6 +262,16 @@ func (m *Middleware) takeSlots(d *delivery, raw string) (*slotHold, bool, error)
 	}
 	slotsTaken(d.ctx, s.Limits())
 	return m.keepSlots(s), false, nil
+}
+
+// notTaken handles an acquire that took no lease: the event waits for a slot (the
+// combined acquire found a limit key full), or notAcquired.
+func (m *Middleware) notTaken(d *delivery, err error) error {
+	var waiting *lease.SlotsWaitingError
+	if d.slots != nil && errors.As(err, &waiting) {
+		return m.waitSlot(d, waiting)
+	}
+	return m.notAcquired(d.ctx, d.msg, d.entry, d.hasEntry, err, d.log)
 }
 
 // waitSlot settles an event that waits for a slot: acked here on Redis Cluster (the

@@ -274,12 +274,26 @@ func (s *Server) overview(_ http.ResponseWriter, r *http.Request) (*view, error)
 
 // --- Leases ---
 
+// LeasesPage is the Leases page: the live leases, and the concurrency limits' slots
+// (RUN_LIMITS: each limit key's slots used of its limit and the events waiting for
+// one), as `locks` and /api/v1/leases show them.
+type LeasesPage struct {
+	Running []inspect.RunningLease
+	Slots   []inspect.SlotInfo
+	Now     time.Time
+}
+
 func (s *Server) leases(_ http.ResponseWriter, r *http.Request) (*view, error) {
 	running, err := s.in.Running(r.Context())
 	if err != nil {
 		return nil, err
 	}
-	return &view{name: "leases", Title: "Leases", Active: "leases", Data: running}, nil
+	slots, err := s.in.Slots(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	return &view{name: "leases", Title: "Leases", Active: "leases",
+		Data: LeasesPage{Running: running, Slots: slots, Now: time.Now()}}, nil
 }
 
 // badKey is the 400 for an issue key that is not one (too long to look up, or empty),

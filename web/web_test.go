@@ -274,3 +274,39 @@ func TestForceReleaseBehindAConfirmation(t *testing.T) {
 		t.Fatalf("lease after release: %v", err)
 	}
 }
+
+// The Leases page shows the run limits' slots beside the leases (issue 37 item 2), as
+// `locks` and /api/v1/leases do: each limit key, its slots used of its limit and the
+// events waiting for one; and no such table while no limit key is in use.
+func TestLeasesPageShowsRunLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, token)
+	ctx := t.Context()
+	if _, page := e.get("/leases"); strings.Contains(page, `id="slots"`) {
+		t.Fatalf("a run limits table with no limit key in use:\n%s", page)
+	}
+	stream := e.ns + "limited"
+	if err := e.rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	req := func(id string) lease.SlotRequest {
+		return lease.SlotRequest{Limits: []lease.Limit{{Key: "agent:rebase", N: 1}}, LineID: id, Issue: "RHEL-12",
+			Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"slot_from": id}}}
+	}
+	held, err := e.locker.TakeSlots(ctx, req("1-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	if _, err := e.locker.TakeSlots(ctx, req("2-1")); !errors.Is(err, lease.ErrSlotsFull) {
+		t.Fatalf("second take: %v, want it waiting", err)
+	}
+	for _, p := range []string{"/leases", "/leases?fragment=1"} {
+		_, page := e.get(p)
+		row := regexp.MustCompile(`(?s)<tr data-limit="agent:rebase">.*?</tr>`).FindString(page)
+		if !strings.Contains(row, `<td class="num used">1</td><td class="num limit">1</td>`) ||
+			!strings.Contains(row, `<td class="num waiting">1</td>`) || !strings.Contains(row, "1/1 used, 1 waiting") {
+			t.Fatalf("GET %s: the run limits row %q, want agent:rebase 1 of 1 used, 1 waiting:\n%s", p, row, page)
+		}
+	}
+}

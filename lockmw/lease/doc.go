@@ -38,7 +38,9 @@
 // (force releases and take-overs end the lease at once, also when announced while
 // nobody listened), starter.go (heartbeats started when due), giveup.go (a holder ends its own lease, as MaxHold does), pause.go (pauses: the
 // registry, park and resume), slots.go (concurrency
-// limits: slots per limit key, their fair waiting lines and hand-on), replicas.go (WAIT for
+// limits: slots per limit key, their fair waiting lines and hand-on), slots_lease.go (a
+// run's slots taken, renewed and freed in its lease's own scripts on standalone Redis),
+// replicas.go (WAIT for
 // replicas after each acquire and extend, Options.WaitReplicas; no key taken while
 // they lag), scripts.go and scripts/*.lua (the atomic steps, embedded, after xonce's
 // issue-index step; line.lua and the scripts that use it are loaded by line.go). The

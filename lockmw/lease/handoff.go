@@ -215,7 +215,12 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 	if a != nil {
 		args = append(args, a.kv[4:]...)
 	}
-	res, err := runScript(ctx, le.l.rdb, handoffScript, nkeys, args).Slice()
+	sc := handoffScript
+	if le.slots != nil {
+		// The run's slots are freed, each handed on, in the same script.
+		sc, nkeys, args = le.slots.withReleaseSlots(sc, nkeys, args)
+	}
+	res, err := runScript(ctx, le.l.rdb, sc, nkeys, args).Slice()
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
 	}

@@ -41,6 +41,9 @@ type Lease struct {
 	supersedes string
 	// line is the wait policy's part (line.go); nil for any other lease.
 	line *lineLease
+	// slots are the run's concurrency-limit slots, taken, renewed and freed in the
+	// lease's own scripts (slots_lease.go); nil without.
+	slots *leaseSlots
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -154,6 +157,17 @@ func (le *Lease) lockInfoKeys() []string {
 		keys = appendLockInfo(keys, le.shared)
 	}
 	return keys
+}
+
+// extendKeys are extend.lua's KEYS for the lease's own hash slot: lockInfoKeys, then
+// the holders keys of its slots (standalone Redis), whose number is its third ARGV.
+func (le *Lease) extendKeys() ([]string, int) {
+	keys := le.lockInfoKeys()
+	if le.slots == nil {
+		return keys, 0
+	}
+	h := le.slots.holders()
+	return append(keys, h...), len(h)
 }
 
 // apartKeys are the lock and info keys of the shared keys held in another hash slot
@@ -282,7 +296,7 @@ func (le *Lease) extend(ctx context.Context) (bool, error) {
 // with WaitReplicas, followed by a WAIT on their own primary).
 func (le *Lease) extendApart(ctx context.Context) (bool, error) {
 	if le.l.opts.WaitReplicas > 0 {
-		return le.extendReplicatedKeys(ctx, le.apartKeys(), false)
+		return le.extendReplicatedKeys(ctx, le.apartKeys(), false, 0)
 	}
 	n, err := extendScript.Run(ctx, le.l.rdb, le.apartKeys(), le.token, le.l.ttlMS).Int64()
 	return n == 1, err
@@ -292,15 +306,15 @@ func (le *Lease) extendOwn(ctx context.Context) (bool, error) {
 	if le.l.opts.WaitReplicas > 0 {
 		return le.extendReplicated(ctx)
 	}
+	keys, nslots := le.extendKeys()
 	if le.onBeat == nil {
-		n, err := extendScript.Run(ctx, le.l.rdb, le.lockInfoKeys(),
-			le.token, le.l.opts.TTL.Milliseconds()).Int64()
+		n, err := extendScript.Run(ctx, le.l.rdb, keys, le.token, le.l.opts.TTL.Milliseconds(), nslots).Int64()
 		return n == 1, err
 	}
-	cmds, err := le.pipelined(ctx, le.lockInfoKeys(), func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
+	cmds, err := le.pipelined(ctx, keys, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
 		script(extendScript.Script)
 		le.onBeat(ctx, pipe)
-	}, le.l.opts.TTL.Milliseconds())
+	}, le.l.opts.TTL.Milliseconds(), nslots)
 	if err != nil {
 		return false, err
 	}
@@ -561,7 +575,11 @@ func (le *Lease) releaseArgs(outcome string, published, publishedMS *string) ([]
 func (le *Lease) runRelease(ctx context.Context, outcome, published, publishedID string) *redis.Cmd {
 	ms, _, _ := strings.Cut(publishedID, "-")
 	args, nkeys := le.releaseArgs(outcome, &published, &ms)
-	return runScript(ctx, le.l.rdb, releaseScript, nkeys, args)
+	sc := releaseScript
+	if le.slots != nil {
+		sc, nkeys, args = le.slots.withReleaseSlots(sc, nkeys, args)
+	}
+	return runScript(ctx, le.l.rdb, sc, nkeys, args)
 }
 
 // releaseScripted follows release.lua's reply res (or err) to the end of the release:

@@ -239,7 +239,7 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 	for k, v := range w.Event.Fields {
 		args = append(args, k, v)
 	}
-	res, err := acquireOrWaitScript.Run(ctx, l.rdb, keys, args...).Slice()
+	res, err := a.run(ctx, acquireOrWaitScript, keys, args)
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", a.keys.Lock, err)
 	}
@@ -510,6 +510,8 @@ func (le *Lease) endLine(ctx context.Context, then func(pipe redis.Pipeliner), o
 	first := le.ctx.Err() == nil
 	le.cancel(ErrReleased)
 	deleted, err := le.lineRelease(ctx, outcome, turn, e)
+	// The line's release scripts do not free the run's slots: freed right after.
+	le.freeSlotsApart(ctx)
 	if first {
 		le.l.opts.Observer.Released(le.agent, time.Since(le.acquiredAt))
 	}

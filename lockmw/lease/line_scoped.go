@@ -70,7 +70,7 @@ func (l *Locker) acquireWaitScoped(ctx context.Context, a *acquisition, w *WaitO
 		keys = append(keys, w.Ack.Stream)
 		group, id = w.Ack.Group, w.Ack.ID
 	}
-	res, err := acquireOrWaitScopedScript.Run(ctx, l.rdb, keys, a.lineArgs(w, maxN, group, id, a.agent, a.issue, "")...).Slice()
+	res, err := a.run(ctx, acquireOrWaitScopedScript, keys, a.lineArgs(w, maxN, group, id, a.agent, a.issue, ""))
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", sk.Lock, err)
 	}

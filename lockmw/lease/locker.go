@@ -275,6 +275,15 @@ type AcquireOptions struct {
 	// a wait lease's does, so no release of the key misses it (WaitOptions.Hold).
 	// Default: 0.
 	LineHold time.Duration
+	// Slots, on standalone Redis, are the run's concurrency limits (RUN_LIMITS): the
+	// acquire takes a slot of each of Slots.Limits with the lease, in its one script,
+	// all or nothing, whatever the policy (slots_lease.go). When a key is full and the
+	// lease could be the run's, nothing is taken and the event waits in that key's line
+	// (a *SlotsWaitingError; acked in the script when Slots.Ack is set); when the lease
+	// is busy, the policy decides and no slot is taken. The lease's extend renews the
+	// slots and its release frees them, each handed to its key's next waiter. Refused
+	// on Redis Cluster (TakeSlots there). Default: nil (no limit).
+	Slots *SlotRequest
 }
 
 // DeliverOptions are the deliver policy's part of an acquire.
@@ -339,11 +348,11 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 	case a.apart:
 		res, err = l.acquireApart(ctx, a)
 	case len(a.shared) > 0:
-		res, err = acquireScopedScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+		res, err = a.run(ctx, acquireScopedScript, a.scriptKeys(), a.args)
 	case ao.Deliver != nil:
-		res, err = acquireOrDeliverScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+		res, err = a.run(ctx, acquireOrDeliverScript, a.scriptKeys(), a.args)
 	case ao.Supersede:
-		res, err = acquireOrSupersede.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+		res, err = a.run(ctx, acquireOrSupersede, a.scriptKeys(), a.args)
 		if err == nil && len(res) >= 5 && atoi(res[0]) == 1 && res[3] != "" {
 			// Announced after the take-over, not in its script: an announcement is only
 			// a shortcut (the old holder's heartbeat finds the key taken anyway), so a
@@ -351,10 +360,12 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 			// announces again, which ends nothing twice.
 			l.announceSupersede(ctx, a.keys.Lock, atoi(res[1]), a.ao.MessageID)
 		}
-	case ao.Queue == nil:
+	case ao.Queue == nil && a.slots == nil:
 		res, err = runScript(ctx, l.rdb, acquireScript, 4, append(scriptArgs(len(a.kv)), a.kv[:]...)).Slice()
+	case ao.Queue == nil:
+		res, err = a.run(ctx, acquireScript, a.scriptKeys(), a.args)
 	default:
-		res, err = acquireOrQueueScript.Run(ctx, l.rdb, a.scriptKeys(), a.args...).Slice()
+		res, err = a.run(ctx, acquireOrQueueScript, a.scriptKeys(), a.args)
 	}
 	le, err := a.finish(ctx, res, err)
 	if err != nil {
@@ -388,6 +399,8 @@ type acquisition struct {
 	// apart: the shared key is in another hash slot than the lease's own keys (a group
 	// key on Redis Cluster, Locker.apart), so each is taken by a script of its own.
 	apart bool
+	// slots: the slots taken with the lease (AcquireOptions.Slots), or nil.
+	slots *leaseSlots
 }
 
 // errSupersedeOptions refuses a supersede acquire with options it cannot honour.
@@ -407,6 +420,11 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	}
 	if (ao.Wait != nil || ao.LineHold > 0) && len(ao.Shared) > 1 {
 		return nil, errWaitShared
+	}
+	if ao.Slots != nil {
+		if a.slots, err = l.newLeaseSlots(ao.Slots, ao.Supersede || ao.Wait != nil); err != nil {
+			return nil, err
+		}
 	}
 	if len(ao.Shared) == 0 {
 		a.keys = l.Keys(agent, issue)
@@ -490,6 +508,15 @@ func (a *acquisition) scriptKeys() []string {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
 	}
 	return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done}
+}
+
+// run sends an acquire script, or its combined script with the slots' part
+// (AcquireOptions.Slots).
+func (a *acquisition) run(ctx context.Context, sc script, keys []string, args []any) ([]any, error) {
+	if a.slots != nil {
+		return a.slots.run(ctx, a.l.rdb, sc, keys, args)
+	}
+	return sc.Run(ctx, a.l.rdb, keys, args...).Slice()
 }
 
 // acquireApart takes a lease whose shared key is in another hash slot (a group key on
@@ -645,6 +672,7 @@ func (a *acquisition) held(parent context.Context, res []any) *Lease {
 		drain:      a.ao.Drain,
 		maxLen:     a.ao.MaxLen,
 		apart:      a.apart,
+		slots:      a.slots,
 	}
 	if len(a.shared) > 0 {
 		le.shared = make([]SharedLease, len(a.shared))

@@ -160,12 +160,13 @@ func (le *Lease) queueWait(ctx context.Context, pipe redis.Pipeliner) func() err
 // another slot) go in a second pipeline through the cluster client. ok is false when
 // the lease is not ours; err wraps ErrNotReplicated when too few replicas acknowledged.
 func (le *Lease) extendReplicated(ctx context.Context) (bool, error) {
-	return le.extendReplicatedKeys(ctx, le.lockInfoKeys(), true)
+	keys, nslots := le.extendKeys()
+	return le.extendReplicatedKeys(ctx, keys, true, nslots)
 }
 
 // extendReplicatedKeys is extendReplicated of keys (lock, info pairs of one hash slot,
 // whose primary gets the WAIT), with the heartbeat's own commands when beat is set.
-func (le *Lease) extendReplicatedKeys(ctx context.Context, keys []string, beat bool) (bool, error) {
+func (le *Lease) extendReplicatedKeys(ctx context.Context, keys []string, beat bool, nslots int) (bool, error) {
 	rdb, err := le.l.waitClient(ctx, keys[0])
 	if err != nil {
 		return false, err
@@ -175,7 +176,7 @@ func (le *Lease) extendReplicatedKeys(ctx context.Context, keys []string, beat b
 	if !beat {
 		onBeat = nil
 	}
-	args := []any{le.token, le.l.opts.TTL.Milliseconds()}
+	args := []any{le.token, le.l.opts.TTL.Milliseconds(), nslots}
 	run := func(sha bool) (*redis.Cmd, func() error, error) {
 		pipe := rdb.Pipeline()
 		var ext *redis.Cmd

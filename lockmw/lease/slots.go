@@ -19,7 +19,10 @@ import (
 
 // Concurrency limits (scripts/slots*.lua): at most N runs at once per limit key (an
 // agent's, or one value of an event field's), across every worker. A run takes a slot
-// of each of its limit keys before its lease; an event that finds a key full waits in
+// of each of its limit keys: on standalone Redis with its lease, in the lease's own
+// acquire script (AcquireOptions.Slots, slots_lease.go); on Redis Cluster before its
+// lease, by TakeSlots below (the limit keys' hash slots are never the lease's, and a
+// script touches one hash slot). An event that finds a key full waits in
 // that key's line (acked in the same script on standalone Redis, so no release can miss
 // it) in a fair order: the priority lane (a :todo stream) first, then the values of a
 // fairness field in weighted turns. The run's end frees its slots, and the script that
@@ -27,11 +30,12 @@ import (
 // A slot whose holder died frees when its lease would have expired (the holders are a
 // sorted set by expiry, renewed with the heartbeat). See docs/architecture.md.
 //
-// Each limit key is in a hash slot of its own ({<scope><limit key>}): a run with several
-// limit keys takes them one after the other, in a fixed order, each by its own script,
-// the same on standalone Redis and on Cluster. A take that ends waiting gives back the
-// slots taken before it in the same call (compensation); a crash in between leaves them
-// to their expiry, the lease TTL.
+// Each limit key is in a hash slot of its own ({<scope><limit key>}): TakeSlots (Redis
+// Cluster) takes several limit keys one after the other, in a fixed order, each by its
+// own script. A take that ends waiting gives back the slots taken before it in the same
+// call (compensation); a crash in between leaves them to their expiry, the lease TTL.
+// On standalone Redis the combined acquire checks them all before it takes any: no
+// compensation there.
 
 var (
 	//go:embed scripts/slots.lua

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +97,87 @@ func readCopies(t *testing.T, rdb *redis.Client, stream string) []redis.XMessage
 		return nil
 	}
 	return res[0].Messages
+}
+
+// TestSlotsTakenWithTheLease: on standalone Redis a run's slot and its lease are one
+// acquire. Under a limit of 1: the first run holds both; a second issue's event finds
+// the slot full and waits (acked), holding no lease; an event of the first issue finds
+// the lease busy and is only told so (no slot, not in the slot's line); the first run's
+// release frees its slot in the same script and hands it on, and the copy's acquire
+// takes the slot and its lease. A supersede acquire that finds the slot full waits too.
+// On Redis Cluster the option is refused (TakeSlots there).
+func TestSlotsTakenWithTheLease(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 5 * time.Second})
+	stream := ns + "s"
+	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := func(id, lid string) lease.AcquireOptions {
+		req := slotReq(stream, id, lid, "A", false)
+		return lease.AcquireOptions{MessageID: id, Slots: &req}
+	}
+	first, err := l.Acquire(ctx, "rebase", "RHEL-1", opts("1-1", "1-1"))
+	if err != nil || len(first.Slots()) != 1 {
+		t.Fatalf("first: %v, slots %v", err, first)
+	}
+	_, err = l.Acquire(ctx, "rebase", "RHEL-2", opts("2-1", "2-1"))
+	var w *lease.SlotsWaitingError
+	if !errors.As(err, &w) || !w.Acked || w.Used != 1 || w.Position != 1 {
+		t.Fatalf("second issue: %v, want it waiting for the slot, acked", err)
+	}
+	if n, _ := rdb.Exists(ctx, l.Keys("rebase", "RHEL-2").Lock).Result(); n != 0 {
+		t.Fatal("an event that waits for a slot holds its issue's lease")
+	}
+	_, err = l.Acquire(ctx, "rebase", "RHEL-1", opts("3-1", "3-1"))
+	if !errors.Is(err, lease.ErrLocked) || errors.As(err, &w) {
+		t.Fatalf("busy issue: %v, want the lease's busy error, not a wait for a slot", err)
+	}
+	coalesce := opts("3-2", "3-2")
+	coalesce.Queue = &lease.QueuedEvent{Stream: stream, Fields: map[string]any{"n": "3-2"}}
+	var locked *lease.LockedError
+	if _, err = l.Acquire(ctx, "rebase", "RHEL-1", coalesce); !errors.As(err, &locked) || !locked.Queued {
+		t.Fatalf("busy issue, coalesce: %v, want it queued behind the lease, not waiting for a slot", err)
+	}
+	if u, _ := l.SlotUsage(ctx, "agent:rebase"); u.Used != 1 || u.Waiting != 1 {
+		t.Fatalf("usage %+v: want 1 used (the first run), 1 waiting", u)
+	}
+	wait := opts("3-3", "3-3")
+	wait.Wait = &lease.WaitOptions{LineID: "3-3", Event: lease.QueuedEvent{Stream: stream}}
+	if _, err := l.Acquire(ctx, "rebase", "RHEL-3", wait); !errors.As(err, &w) || w.Position != 2 {
+		t.Fatalf("wait policy, free issue, slot full: %v, want it second in the slot's line", err)
+	}
+	if n, _ := rdb.Exists(ctx, l.Keys("rebase", "RHEL-3").Lock).Result(); n != 0 {
+		t.Fatal("a wait-policy event that waits for a slot holds its issue's lease")
+	}
+	sup := opts("4-1", "4-1")
+	sup.Supersede = true
+	if _, err := l.Acquire(ctx, "rebase", "RHEL-1", sup); !errors.As(err, &w) {
+		t.Fatalf("supersede with the slot full: %v, want it waiting for the slot (a take-over would hold a lease without one)", err)
+	}
+	if _, err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Appended: the coalesced follow-up (the lease's queue), then the slot's waiter's copy.
+	msgs := readCopies(t, rdb, stream)
+	if len(msgs) != 2 || msgs[0].Values["n"] != "3-2" || msgs[1].Values["slot_from"] != "2-1" {
+		t.Fatalf("the release appended %v, want the follow-up, then the copy of 2-1 (the slot handed to it)", msgs)
+	}
+	next, err := l.Acquire(ctx, "rebase", "RHEL-2", opts(msgs[1].ID, "2-1"))
+	if err != nil {
+		t.Fatalf("the copy's acquire: %v", err)
+	}
+	if u, _ := l.SlotUsage(ctx, "agent:rebase"); u.Used != 1 || u.Waiting != 2 {
+		t.Fatalf("usage %+v: want 1 used (the copy's run), 2 waiting (the wait-policy event, the supersede)", u)
+	}
+	if _, err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	crdb, cns := redistest.Client(t)
+	cl := newLocker(t, crdb, cns, lease.Options{TTL: 5 * time.Second, Format: lease.KeysCluster})
+	if _, err := cl.Acquire(ctx, "rebase", "RHEL-1", opts("1-1", "1-1")); err == nil || !strings.Contains(err.Error(), "standalone") {
+		t.Fatalf("Cluster: %v, want the option refused", err)
+	}
 }

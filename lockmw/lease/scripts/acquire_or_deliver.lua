@@ -43,7 +43,7 @@ if tonumber(ARGV[12]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call
   -- was published and accounted for every follow-up it stood for. Nothing to run: it is
   -- only acked, reported as busy with the run that released last (the done record's
   -- message id) and dup = 2: dropped.
-  if #KEYS >= 8 then redis.call('XACK', KEYS[8], ARGV[10], ARGV[11]) end
+  if lease_nkeys >= 8 then redis.call('XACK', KEYS[8], ARGV[10], ARGV[11]) end
   local last = string.match(redis.call('GET', KEYS[5]) or '', '^%d+ (%S+)') or ''
   return {0, '', '', '', last, 0, '', 0, 2}
 end
@@ -67,7 +67,7 @@ if n == 0 then
   dup = 1
   redis.call('DEL', KEYS[4])
   local q = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5], '_mbox', '1'}
-  for i = 14, #ARGV do table.insert(q, ARGV[i]) end
+  for i = 14, lease_nargs do table.insert(q, ARGV[i]) end
   redis.call(unpack(q))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
 elseif redis.call('SISMEMBER', KEYS[7], ARGV[5]) == 1 then
@@ -85,9 +85,9 @@ else
   redis.call('PEXPIRE', KEYS[7], ARGV[13])
   redis.call('DEL', KEYS[4])
   local q = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5], '_mbox', '1'}
-  for i = 14 + n, #ARGV do table.insert(q, ARGV[i]) end
+  for i = 14 + n, lease_nargs do table.insert(q, ARGV[i]) end
   redis.call(unpack(q))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
 end
-if #KEYS >= 8 then redis.call('XACK', KEYS[8], ARGV[10], ARGV[11]) end
+if lease_nkeys >= 8 then redis.call('XACK', KEYS[8], ARGV[10], ARGV[11]) end
 return {0, r[2], r[3], r[4], r[5], r[6], id, depth, dup}

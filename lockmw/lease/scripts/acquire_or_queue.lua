@@ -35,7 +35,7 @@ if ARGV[5] ~= '' and r[5] == ARGV[5] then
 end
 local replaced = redis.call('DEL', KEYS[4])
 local args = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5]}
-for i = 9, #ARGV do table.insert(args, ARGV[i]) end
+for i = 9, lease_nargs do table.insert(args, ARGV[i]) end
 redis.call(unpack(args))
 redis.call('PEXPIRE', KEYS[4], ARGV[6])
 table.insert(r, replaced)

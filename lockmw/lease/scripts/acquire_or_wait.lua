@@ -34,7 +34,7 @@ local own, cur = own_repeat(k.lock, k.info, k.fence, o.token)
 if own then return {1, own} end
 local state = redis.call('HGET', k.seen, o.lid)
 local function ack()
-  if #KEYS >= 7 then redis.call('XACK', KEYS[7], ARGV[11], ARGV[12]) end
+  if lease_nkeys >= 7 then redis.call('XACK', KEYS[7], ARGV[11], ARGV[12]) end
 end
 local function busy(st, pos)
   local r = holder_busy(k.lock, k.info)
@@ -66,7 +66,7 @@ end
 -- head).
 local function join()
   local e = {o.lid, line_now(), '_stream', ARGV[10]}
-  for i = 13, #ARGV do e[#e + 1] = ARGV[i] end
+  for i = 13, lease_nargs do e[#e + 1] = ARGV[i] end
   local ms, seq = string.match(o.lid, '^(%d+)-(%d+)$')
   if not ms then ms, seq = line_now(), 0 end
   local member = string.format('%012d', tonumber(seq)) .. ' ' .. cjson.encode(e)

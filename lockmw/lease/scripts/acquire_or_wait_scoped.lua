@@ -51,7 +51,7 @@ end
 local cur = redis.call('GET', k.lock)
 local state = redis.call('HGET', k.seen, o.lid)
 local function ack()
-  if #KEYS >= src then redis.call('XACK', KEYS[src], ARGV[11], ARGV[12]) end
+  if lease_nkeys >= src then redis.call('XACK', KEYS[src], ARGV[11], ARGV[12]) end
 end
 -- holder names the busy key: the shared one when held, else the agent's.
 local function holder()
@@ -88,7 +88,7 @@ local function join()
   local last = tonumber(redis.call('HGET', k.seen, 'j:' .. o.lid) or 0)
   if joined <= last then joined = last + 1 end
   local e = {o.lid, joined, '_stream', ARGV[10]}
-  for i = 16, #ARGV do e[#e + 1] = ARGV[i] end
+  for i = 16, lease_nargs do e[#e + 1] = ARGV[i] end
   local ms, seq = string.match(o.lid, '^(%d+)-(%d+)$')
   if not ms then ms, seq = line_now(), 0 end
   local member = string.format('%012d', tonumber(seq)) .. ' ' .. cjson.encode(e)

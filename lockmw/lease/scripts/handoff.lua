@@ -13,6 +13,6 @@ local r = release({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, {token = ARGV[1
   mid = ARGV[2], mode = '1', maxlen = ARGV[5], published = '', issue = ARGV[6],
   idx_max = ARGV[7], idx_ttl = ARGV[8]})
 local acked = redis.call('XACK', KEYS[6], ARGV[3], ARGV[4])
-if #KEYS < 10 then return {r[1], acked, r[3] or ''} end
+if lease_nkeys < 10 then return {r[1], acked, r[3] or ''} end
 local a = acquire(KEYS[7], KEYS[8], KEYS[9], KEYS[10], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14])
 return {r[1], acked, r[3] or '', unpack(a)}

@@ -2,6 +2,12 @@
 -- scripts that use them (acquire.lua, release.lua, handoff.lua, ...) so that each step
 -- is written once.
 
+-- lease_nkeys and lease_nargs are how many of KEYS and ARGV are the lease script's own:
+-- all of them, unless a step after this file takes some off the end for itself (a
+-- combined acquire's or release's slots, slots_lease.lua); the steps that walk to the
+-- end of KEYS or ARGV stop there.
+local lease_nkeys, lease_nargs = #KEYS, #ARGV
+
 -- stepped_back reports whether the server's clock now reads earlier than ms, a time
 -- it recorded: it was stepped back since (an NTP step, a failover to a server whose
 -- clock is behind). Stream ids are not stepped back with it (they never decrease), so
@@ -152,7 +158,7 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
   if own then
     local r = {1, own}
     if gfrom then
-      for i = gfrom, #KEYS, 3 do
+      for i = gfrom, lease_nkeys, 3 do
         table.insert(r, held_fence(KEYS[i + 1], KEYS[i + 2]))
       end
     end
@@ -161,7 +167,7 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
   local sup = superseded_by_release(done, entry_ms, message_id)
   if sup then return sup end
   if gfrom and not cur then
-    for i = gfrom, #KEYS, 3 do
+    for i = gfrom, lease_nkeys, 3 do
       local busy = shared_busy(KEYS[i], KEYS[i + 1])
       if busy then return busy end
     end
@@ -170,7 +176,7 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
   if not f then return holder_busy(lock, info) end
   local r = {1, f}
   if gfrom then
-    for i = gfrom, #KEYS, 3 do
+    for i = gfrom, lease_nkeys, 3 do
       table.insert(r, shared_take(KEYS[i], KEYS[i + 1], KEYS[i + 2], token, ttl_ms, owner, acquired_at_ms, message_id, agent, issue))
     end
   end
@@ -280,7 +286,7 @@ end
 -- token is ours and goes. A repeat finds them gone. Returns whether every one was ours.
 local function release_shared(token, from)
   local all = true
-  for i = from, #KEYS, 2 do
+  for i = from, lease_nkeys, 2 do
     if redis.call('GET', KEYS[i]) == token then redis.call('DEL', KEYS[i], KEYS[i + 1]) else all = false end
   end
   return all

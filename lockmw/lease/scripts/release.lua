@@ -14,5 +14,5 @@
 local r = release({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, {token = ARGV[1], outcome = ARGV[2],
   mid = ARGV[3], mode = ARGV[4], maxlen = ARGV[5], published = ARGV[6], issue = ARGV[7],
   idx_max = ARGV[8], idx_ttl = ARGV[9], published_ms = ARGV[10]})
-if r[1] ~= 3 and #KEYS > 5 and not release_shared(ARGV[1], 6) and r[1] == 1 then r[1] = 2 end
+if r[1] ~= 3 and lease_nkeys > 5 and not release_shared(ARGV[1], 6) and r[1] == 1 then r[1] = 2 end
 return r
