@@ -17,6 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/audit"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -206,11 +207,11 @@ func aclWorkerPolicies(t *testing.T, ctx context.Context, worker redis.Universal
 	}
 	_, _ = newer.Release(ctx)
 	triage := topo.Stream("triage", "", false)
-	member, _ := event.DelayedMember("1-1", map[string]any{"payload": `{"metadata":{"issue":"RHEL-7"}}`, "m:issue_key": "RHEL-7"})
-	if err := worker.ZAdd(ctx, event.DelayedKey(triage), redis.Z{Score: 1, Member: member}).Err(); err != nil {
+	member, _ := delayq.Member("1-1", map[string]any{"payload": `{"metadata":{"issue":"RHEL-7"}}`, "m:issue_key": "RHEL-7"})
+	if err := worker.ZAdd(ctx, delayq.Key(triage), redis.Z{Score: 1, Member: member}).Err(); err != nil {
 		t.Fatalf("worker delays an event: %v", err)
 	}
-	if n, _, err := event.Promote(ctx, worker, triage); err != nil || n != 1 {
+	if n, _, err := delayq.Promote(ctx, worker, triage); err != nil || n != 1 {
 		t.Fatalf("worker promotes a delayed event: moved %d, %v", n, err)
 	}
 }

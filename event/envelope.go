@@ -66,6 +66,19 @@ const (
 	CommentCreated = "comment.created"
 )
 
+// Metadata the delay policy writes on the event it re-queues (its delayed set is
+// internal/delayq's).
+const (
+	// MetaDelays counts how often the event was delayed (the policy doubles its wait
+	// each time).
+	MetaDelays = "delays"
+	// MetaDelayedFrom is the stream id of the entry it was delayed from.
+	MetaDelayedFrom = "delayed_from"
+)
+
+// LockDelayed is the results stream record of an event re-queued by the delay policy.
+const LockDelayed = "lock.delayed"
+
 // Metadata keys of a CommentCreated event: who wrote the comment (a Jira account id or
 // user name), its text (redacted and bounded by the webhook) and its Jira id.
 const (
