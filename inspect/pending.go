@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
-
 	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -117,7 +116,7 @@ func (e PendingEntry) MarshalJSON() ([]byte, error) {
 // and every pending entry with its issue key and the lease guarding it.
 //
 // An entry no lease guards is StateQueued when its consumer's worker is alive (its
-// presence beat, event.WorkerBeat): it was read ahead and waits behind the entry the
+// presence beat, WorkerBeat): it was read ahead and waits behind the entry the
 // worker runs; else StateOrphaned.
 //
 // Cost: one round trip for the summaries of all groups and the workers' presence; one per page of PageSize

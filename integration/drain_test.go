@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/presence"
 )
 
 // drainCLI runs `ymirflow drain ARGS` on the scenario's Redis and returns its output.
@@ -34,7 +35,7 @@ func (s *scenario) drainStates(name string) map[string]string {
 	out := map[string]string{}
 	zs, _ := s.rdb.ZRangeWithScores(ctx, topo.Workers(), 0, -1).Result()
 	for _, z := range zs {
-		b, ok := event.DecodeWorkerBeat(z.Member.(string))
+		b, ok := presence.Decode(z.Member.(string))
 		if ok && strings.HasPrefix(b.Consumer, name+"-") && time.UnixMilli(int64(z.Score)).After(now) {
 			out[b.Consumer] = b.Drain
 		}

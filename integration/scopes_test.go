@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/event"
-
 	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 )

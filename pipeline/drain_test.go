@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/presence"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
@@ -42,7 +43,7 @@ func (r *ranBy) get(key string) []string {
 // drainState reads the presence record of consumer.
 func (e *env) drainState(consumer string) (string, bool) {
 	for _, m := range e.rdb.ZRange(context.Background(), e.topo.Workers(), 0, -1).Val() {
-		if b, ok := event.DecodeWorkerBeat(m); ok && b.Consumer == consumer {
+		if b, ok := presence.Decode(m); ok && b.Consumer == consumer {
 			return b.Drain, true
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/event"
-
 	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/internal/redeliver"

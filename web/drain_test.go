@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/presence"
 	"github.com/ymirflow/ymirflow/web"
 )
 
@@ -24,7 +25,7 @@ func TestConsoleShowsDrain(t *testing.T) {
 	ctx := context.Background()
 	e.publish("RHEL-1")
 	e.rdb.XGroupCreateMkStream(ctx, e.topo.Stream("triage", "", false), e.topo.Group("triage", ""), "0")
-	beat := event.WorkerBeat{Consumer: "w1-0", Stream: e.topo.Stream("triage", "", false), Group: e.topo.Group("triage", ""),
+	beat := presence.Beat{Consumer: "w1-0", Stream: e.topo.Stream("triage", "", false), Group: e.topo.Group("triage", ""),
 		Agent: "triage", Host: "h", PID: 1, Drain: event.DrainDrained, DrainReason: "upgrade"}
 	b, _ := json.Marshal(beat)
 	e.rdb.ZAdd(ctx, e.topo.Workers(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: string(b)})

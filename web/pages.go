@@ -12,6 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/presence"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -194,7 +195,7 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 		return Overview{}, err
 	}
 	ov := Overview{Streams: streams, Outcomes: outcomes, Running: []RunningRow{}, Consumers: []ConsumerRow{},
-		PresenceTTL: event.PresenceTTL}
+		PresenceTTL: presence.TTL}
 	if ov.Streams == nil {
 		ov.Streams = []inspect.StreamInfo{}
 	}
