@@ -18,6 +18,7 @@ import (
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/audit"
 	"github.com/ymirflow/ymirflow/internal/delayq"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -261,10 +262,10 @@ func aclOperatorWrites(t *testing.T, ctx context.Context, in *inspect.Inspector,
 	}
 	_, err = in.Purge(ctx, inspect.TimeID(time.Now()))
 	nopermFatal(t, "dlq purge", err)
-	nopermFatal(t, "drain", in.Drain(ctx, event.DrainTarget{Agent: "rebase"}))
+	nopermFatal(t, "drain", in.Drain(ctx, drainreq.Target{Agent: "rebase"}))
 	_, err = in.Drains(ctx)
 	nopermFatal(t, "drain list", err)
-	nopermFatal(t, "drain --undo", in.Undrain(ctx, event.DrainTarget{Agent: "rebase"}))
+	nopermFatal(t, "drain --undo", in.Undrain(ctx, drainreq.Target{Agent: "rebase"}))
 	recs, err := in.Audit(ctx, audit.Filter{})
 	if err != nil || len(recs) != 8 {
 		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release, purge, drain, undrain, pause and resume", len(recs), err)

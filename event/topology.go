@@ -152,3 +152,6 @@ func (t Topology) ConsumerClaimKey(group, consumer string) string {
 
 // Workers is the key of the namespace's worker presence set.
 func (t Topology) Workers() string { return t.ns() + ":workers" }
+
+// Drains is the key of the namespace's standing drain requests (a hash).
+func (t Topology) Drains() string { return t.ns() + ":drain" }

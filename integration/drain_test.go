@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
 	"github.com/ymirflow/ymirflow/internal/presence"
 )
 
@@ -120,7 +120,7 @@ func TestDrainOneWorkerUnderLoad(t *testing.T) {
 	}
 	t.Logf("drain --wait:\n%s", out)
 	t.Logf("FIGURE drain: worker drained in %s (runner 100-300 ms, BLOCK_TIME %s)", drained.Sub(start).Round(time.Millisecond), o.tm.Block)
-	if st := s.drainStates("triage-a"); !allIn(st, event.DrainDrained) {
+	if st := s.drainStates("triage-a"); !allIn(st, drainreq.Drained) {
 		t.Fatalf("triage-a's presence says %v, want drained", st)
 	}
 	// The other keeps consuming, while a's count stays.
@@ -134,7 +134,7 @@ func TestDrainOneWorkerUnderLoad(t *testing.T) {
 	s.kill(a)
 	a = s.startWorker(group{agent: "triage"}, "triage-a")
 	deadline = time.Now().Add(10 * time.Second)
-	for !allIn(s.drainStates("triage-a"), event.DrainDrained) {
+	for !allIn(s.drainStates("triage-a"), drainreq.Drained) {
 		if time.Now().After(deadline) {
 			t.Fatalf("restarted triage-a is %v, want drained", s.drainStates("triage-a"))
 		}

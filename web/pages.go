@@ -172,7 +172,7 @@ type ConsumerRow struct {
 	Recent   bool       `json:"recent"`
 	Process  string     `json:"process,omitempty"`
 	LastSeen *time.Time `json:"last_seen,omitempty"`
-	// Drain is a live worker's drain state (event.DrainDraining, DrainDrained).
+	// Drain is a live worker's drain state (drainreq.Draining, drainreq.Drained).
 	Drain string `json:"drain,omitempty"`
 }
 

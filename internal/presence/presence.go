@@ -44,7 +44,7 @@ type Beat struct {
 	// Started is when the process's router started (unix ms): a restarted process
 	// with the same consumer name is a new member.
 	Started int64 `json:"started_ms"`
-	// Drain is its drain state (event.DrainDraining, event.DrainDrained; "" while it
+	// Drain is its drain state (drainreq.Draining, drainreq.Drained; "" while it
 	// works), and DrainReason the standing request's reason: a change makes a new
 	// member, which replaces the old one in the beat that reports it.
 	Drain       string `json:"drain,omitempty"`
