@@ -17,6 +17,8 @@ import (
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/audit"
+	"github.com/ymirflow/ymirflow/internal/delayq"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -206,11 +208,11 @@ func aclWorkerPolicies(t *testing.T, ctx context.Context, worker redis.Universal
 	}
 	_, _ = newer.Release(ctx)
 	triage := topo.Stream("triage", "", false)
-	member, _ := event.DelayedMember("1-1", map[string]any{"payload": `{"metadata":{"issue":"RHEL-7"}}`, "m:issue_key": "RHEL-7"})
-	if err := worker.ZAdd(ctx, event.DelayedKey(triage), redis.Z{Score: 1, Member: member}).Err(); err != nil {
+	member, _ := delayq.Member("1-1", map[string]any{"payload": `{"metadata":{"issue":"RHEL-7"}}`, "m:issue_key": "RHEL-7"})
+	if err := worker.ZAdd(ctx, delayq.Key(triage), redis.Z{Score: 1, Member: member}).Err(); err != nil {
 		t.Fatalf("worker delays an event: %v", err)
 	}
-	if n, _, err := event.Promote(ctx, worker, triage); err != nil || n != 1 {
+	if n, _, err := delayq.Promote(ctx, worker, triage); err != nil || n != 1 {
 		t.Fatalf("worker promotes a delayed event: moved %d, %v", n, err)
 	}
 }
@@ -260,10 +262,10 @@ func aclOperatorWrites(t *testing.T, ctx context.Context, in *inspect.Inspector,
 	}
 	_, err = in.Purge(ctx, inspect.TimeID(time.Now()))
 	nopermFatal(t, "dlq purge", err)
-	nopermFatal(t, "drain", in.Drain(ctx, event.DrainTarget{Agent: "rebase"}))
+	nopermFatal(t, "drain", in.Drain(ctx, drainreq.Target{Agent: "rebase"}))
 	_, err = in.Drains(ctx)
 	nopermFatal(t, "drain list", err)
-	nopermFatal(t, "drain --undo", in.Undrain(ctx, event.DrainTarget{Agent: "rebase"}))
+	nopermFatal(t, "drain --undo", in.Undrain(ctx, drainreq.Target{Agent: "rebase"}))
 	recs, err := in.Audit(ctx, audit.Filter{})
 	if err != nil || len(recs) != 8 {
 		t.Fatalf("operator user: the audit trail has %d writes (%v), want replay, requeue, release, purge, drain, undrain, pause and resume", len(recs), err)

@@ -19,4 +19,8 @@
 // Trim keeps a stream short without ever cutting an entry a group still needs. Writes
 // made under a lease (a context with WithFencer, which the lock middleware gives each
 // handler) are fenced: refused once the lease is lost.
+//
+// What only the worker runtime and the operator's views need is not here: the delayed
+// set of policy delay (internal/delayq), the drain requests (internal/drainreq) and the
+// worker presence record (internal/presence).
 package event

@@ -62,9 +62,22 @@ const (
 	// (MetaCommentAuthor, MetaCommentBody, MetaCommentID) and its payload is the held
 	// run's own Task, so that when it meets no live run (the run ended meanwhile, or the
 	// deliver policy's release starts the next run with it) it runs as that stage's
-	// request. Every agent accepts it (Accepts).
+	// request. Every agent accepts it (Validate).
 	CommentCreated = "comment.created"
 )
+
+// Metadata the delay policy writes on the event it re-queues (its delayed set is
+// internal/delayq's).
+const (
+	// MetaDelays counts how often the event was delayed (the policy doubles its wait
+	// each time).
+	MetaDelays = "delays"
+	// MetaDelayedFrom is the stream id of the entry it was delayed from.
+	MetaDelayedFrom = "delayed_from"
+)
+
+// LockDelayed is the results stream record of an event re-queued by the delay policy.
+const LockDelayed = "lock.delayed"
 
 // Metadata keys of a CommentCreated event: who wrote the comment (a Jira account id or
 // user name), its text (redacted and bounded by the webhook) and its Jira id.
@@ -74,9 +87,9 @@ const (
 	MetaCommentID     = "comment_id"
 )
 
-// Accepts reports whether agent runs events of eventType: its own request type
+// accepts reports whether agent runs events of eventType: its own request type
 // (RequestedEvent) and CommentCreated. Any other type is a bad event for it.
-func Accepts(agent, eventType string) bool {
+func accepts(agent, eventType string) bool {
 	return eventType == RequestedEvent(agent) || eventType == CommentCreated
 }
 
@@ -225,7 +238,7 @@ func Validate(msg *message.Message, agent string, canonical Canonical) (string, 
 	if v := msg.Metadata.Get(MetaSchemaVersion); v != "" && v != SchemaVersion {
 		return "", fmt.Errorf("%w: unknown schema_version %q (this build reads %s)", ErrBadEvent, v, SchemaVersion)
 	}
-	if et := msg.Metadata.Get(MetaEventType); et != "" && !Accepts(agent, et) {
+	if et := msg.Metadata.Get(MetaEventType); et != "" && !accepts(agent, et) {
 		return "", fmt.Errorf("%w: event_type %q is not for agent %s (want %s)", ErrBadEvent, et, agent, RequestedEvent(agent))
 	}
 	raw := msg.Metadata.Get(MetaIssueKey)
@@ -288,7 +301,7 @@ func Runnable(agent string, canonical Canonical, maxEventBytes int) func(values 
 		sv, _ := str(metaPrefix + MetaSchemaVersion)
 		et, _ := str(metaPrefix + MetaEventType)
 		_, msgpack := values[fieldMetadata]
-		if uuid == "" || !hasPayload || key == "" || msgpack || (sv != "" && sv != SchemaVersion) || (et != "" && !Accepts(agent, et)) {
+		if uuid == "" || !hasPayload || key == "" || msgpack || (sv != "" && sv != SchemaVersion) || (et != "" && !accepts(agent, et)) {
 			return full(values)
 		}
 		if size, fields := entrySize(values); size > limit || fields > MaxEventFields {

@@ -149,3 +149,9 @@ func (t Topology) RouteOf(stream string) (Route, bool) {
 func (t Topology) ConsumerClaimKey(group, consumer string) string {
 	return t.ns() + ":consumer:" + group + ":" + consumer
 }
+
+// Workers is the key of the namespace's worker presence set.
+func (t Topology) Workers() string { return t.ns() + ":workers" }
+
+// Drains is the key of the namespace's standing drain requests (a hash).
+func (t Topology) Drains() string { return t.ns() + ":drain" }

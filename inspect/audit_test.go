@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
 	"github.com/ymirflow/ymirflow/internal/audit"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -69,12 +69,12 @@ func TestEveryWriteIsAudited(t *testing.T) {
 		{"Delete", func(c context.Context, in *inspect.Inspector) error { _, err := in.Delete(c, dead); return err }, func() bool { return deadN() < deadBefore }},
 		{"Drain", func(c context.Context, in *inspect.Inspector) error {
 			e.Client.Del(c, e.Topology.Drains())
-			return in.Drain(c, event.DrainTarget{Agent: "triage"})
+			return in.Drain(c, drainreq.Target{Agent: "triage"})
 		}, func() bool { return e.Client.HLen(ctx, e.Topology.Drains()).Val() == 1 }},
 		{"Undrain", func(c context.Context, in *inspect.Inspector) error {
 			e.Client.Del(c, e.Topology.Drains())
 			e.Client.HSet(c, e.Topology.Drains(), "all", "{}")
-			return in.Undrain(c, event.DrainTarget{All: true})
+			return in.Undrain(c, drainreq.Target{All: true})
 		}, func() bool { return e.Client.HLen(ctx, e.Topology.Drains()).Val() == 0 }},
 		{"Pause", func(c context.Context, in *inspect.Inspector) error {
 			_, err := in.Pause(c, "issue:rhel-1", false)

@@ -9,13 +9,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/audit"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
 )
 
 // Worker drain (docs/operations.md, "Maintenance and upgrades: drain"): the operator's
-// requests in Topology.Drains (event.DrainRequest), which every worker reads with its
+// requests in Topology.Drains (DrainRequest), which every worker reads with its
 // presence beat; each worker reports draining, then drained, in its presence record.
+
+// DrainTarget names the workers a drain is for: every worker (All), those of an agent
+// (Agent, and Branch if set), or one worker by its consumer name (Worker).
+type DrainTarget = drainreq.Target
+
+// DrainRequest is one standing drain request: its target, who asked, why and when.
+type DrainRequest = drainreq.Request
 
 // ErrNoDrain is returned when an undrain names a target no drain request stands for.
 var ErrNoDrain = errors.New("no drain request stands for this target")
@@ -23,27 +30,27 @@ var ErrNoDrain = errors.New("no drain request stands for this target")
 // DrainStatus is one standing drain request and the live workers (subscriptions) it
 // names, with how many of them report drained.
 type DrainStatus struct {
-	Request event.DrainRequest `json:"request"`
-	Workers []Worker           `json:"workers"`
-	Drained int                `json:"drained"`
+	Request DrainRequest `json:"request"`
+	Workers []Worker     `json:"workers"`
+	Drained int          `json:"drained"`
 }
 
 // Done reports whether every live worker the request names reports drained (true
 // when it names none: nothing of it runs).
 func (s DrainStatus) Done() bool { return s.Drained == len(s.Workers) }
 
-// Drain asks the workers of t to drain (event.DrainTarget), recorded in the audit
+// Drain asks the workers of t to drain (DrainTarget), recorded in the audit
 // trail (action drain, scope t) before the request is written; a second request for
 // the same target replaces the first (its reason).
 //
 // Cost: one round trip after the audit record's.
-func (in *Inspector) Drain(ctx context.Context, t event.DrainTarget) error {
+func (in *Inspector) Drain(ctx context.Context, t DrainTarget) error {
 	if err := t.Check(); err != nil {
 		return err
 	}
 	return in.write(ctx, "drain", t.String(), nil, func(ctx context.Context) error {
 		op := audit.OperatorFrom(ctx)
-		req := event.DrainRequest{Target: t, Who: op.Who, Reason: op.Reason, At: in.now()}
+		req := DrainRequest{Target: t, Who: op.Who, Reason: op.Reason, At: in.now()}
 		if err := in.rdb.HSet(ctx, in.topo.Drains(), t.Field(), req.Encode()).Err(); err != nil {
 			return fmt.Errorf("hset %s: %w", in.topo.Drains(), err)
 		}
@@ -56,7 +63,7 @@ func (in *Inspector) Drain(ctx context.Context, t event.DrainTarget) error {
 // beat. ErrNoDrain when none stands (the record then says failed).
 //
 // Cost: one round trip after the audit record's.
-func (in *Inspector) Undrain(ctx context.Context, t event.DrainTarget) error {
+func (in *Inspector) Undrain(ctx context.Context, t DrainTarget) error {
 	if err := t.Check(); err != nil {
 		return err
 	}
@@ -88,7 +95,7 @@ func (in *Inspector) Drains(ctx context.Context) ([]DrainStatus, error) {
 		return nil, err
 	}
 	var out []DrainStatus
-	for _, r := range event.DecodeDrains(reqs.Val()) {
+	for _, r := range drainreq.Decode(reqs.Val()) {
 		out = append(out, drainStatus(r, p))
 	}
 	slices.SortFunc(out, func(a, b DrainStatus) int {
@@ -102,7 +109,7 @@ func (in *Inspector) Drains(ctx context.Context) ([]DrainStatus, error) {
 // (Request is zero when none does).
 //
 // Cost: one round trip.
-func (in *Inspector) DrainProgress(ctx context.Context, t event.DrainTarget) (DrainStatus, error) {
+func (in *Inspector) DrainProgress(ctx context.Context, t DrainTarget) (DrainStatus, error) {
 	all, err := in.Drains(ctx)
 	if err != nil {
 		return DrainStatus{}, err
@@ -120,20 +127,20 @@ func (in *Inspector) DrainProgress(ctx context.Context, t event.DrainTarget) (Dr
 	for _, w := range ws {
 		p.workers[workerRef{w.Stream, w.Group, w.Consumer}] = w
 	}
-	s := drainStatus(event.DrainRequest{Target: t}, p)
-	s.Request = event.DrainRequest{}
+	s := drainStatus(DrainRequest{Target: t}, p)
+	s.Request = DrainRequest{}
 	return s, nil
 }
 
 // drainStatus finds the live workers r names in p.
-func drainStatus(r event.DrainRequest, p presence) DrainStatus {
+func drainStatus(r DrainRequest, p presence) DrainStatus {
 	s := DrainStatus{Request: r, Workers: []Worker{}}
 	for _, w := range p.workers {
 		if !w.Alive || !r.Target.Matches(w.Agent, w.Branch, BaseConsumer(w.Consumer), w.Consumer) {
 			continue
 		}
 		s.Workers = append(s.Workers, w)
-		if w.Drain == event.DrainDrained {
+		if w.Drain == drainreq.Drained {
 			s.Drained++
 		}
 	}

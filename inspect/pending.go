@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -55,7 +56,7 @@ type GroupPending struct {
 	Entries []PendingEntry `json:"entries"`
 	// Delayed are the events of the stream re-queued by the busy policy delay, soonest
 	// first (at most maxDelayedShown): acked, not pending, appended again when due.
-	Delayed []event.DelayedEvent `json:"delayed"`
+	Delayed []DelayedEvent `json:"delayed"`
 	// NoGroup: the stream has entries and no consumer group, so no worker of the
 	// agent has ever read it; Waiting is its length (NoWorker says it).
 	NoGroup bool  `json:"no_group,omitempty"`
@@ -70,6 +71,10 @@ func NoWorker(n int64) string {
 	}
 	return fmt.Sprintf("%d events wait for a worker that does not exist", n)
 }
+
+// DelayedEvent is one event waiting in a stream's delayed set (the busy policy
+// delay), as GroupPending lists it.
+type DelayedEvent = delayq.Event
 
 // ConsumerPending is one consumer's share of a group's pending entries.
 type ConsumerPending struct {
@@ -111,7 +116,7 @@ func (e PendingEntry) MarshalJSON() ([]byte, error) {
 // and every pending entry with its issue key and the lease guarding it.
 //
 // An entry no lease guards is StateQueued when its consumer's worker is alive (its
-// presence beat, event.WorkerBeat): it was read ahead and waits behind the entry the
+// presence beat, WorkerBeat): it was read ahead and waits behind the entry the
 // worker runs; else StateOrphaned.
 //
 // Cost: one round trip for the summaries of all groups and the workers' presence; one per page of PageSize
@@ -188,7 +193,7 @@ func (s *pendingScan) summaries(ctx context.Context, routes []event.Route) error
 	for i, r := range routes {
 		sums[i] = pipe.XPending(ctx, r.Stream, r.Group)
 		lens[i] = pipe.XLen(ctx, r.Stream)
-		delayed[i] = event.QueueListDelayed(ctx, pipe, r.Stream, maxDelayedShown)
+		delayed[i] = delayq.QueueList(ctx, pipe, r.Stream, maxDelayedShown)
 	}
 	readPresence := s.in.queuePresence(ctx, pipe)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isNoGroupErr(err) {
@@ -216,7 +221,7 @@ func (s *pendingScan) summaries(ctx context.Context, routes []event.Route) error
 			return fmt.Errorf("xpending %s %s: %w", r.Stream, r.Group, err)
 		}
 		g := newGroupPending(r)
-		for _, d := range event.DecodeDelayed(r.Stream, delayed[i].Val()) {
+		for _, d := range delayq.Decode(r.Stream, delayed[i].Val()) {
 			if s.issue == "" || d.IssueKey == s.issue {
 				g.Delayed = append(g.Delayed, d)
 			}
@@ -237,7 +242,7 @@ func (s *pendingScan) summaries(ctx context.Context, routes []event.Route) error
 // newGroupPending is r's group with empty (not nil) lists, so JSON shows [].
 func newGroupPending(r event.Route) GroupPending {
 	return GroupPending{Stream: r.Stream, Group: r.Group, Agent: r.Agent, Branch: r.Branch, Todo: r.Todo,
-		Consumers: []ConsumerPending{}, Entries: []PendingEntry{}, Delayed: []event.DelayedEvent{}}
+		Consumers: []ConsumerPending{}, Entries: []PendingEntry{}, Delayed: []DelayedEvent{}}
 }
 
 // entries is step 2: the entries, extended XPENDING in pages, the pages of all

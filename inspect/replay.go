@@ -109,27 +109,14 @@ func (in *Inspector) replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 	if err != nil {
 		return ReplayReport{}, err
 	}
-	from, to := o.From, o.To
-	if from == "" {
-		from = "-"
-	}
-	if to == "" {
-		to = "+"
-	}
-	for _, b := range []string{from, to} {
-		if err := CheckRangeID(b); err != nil {
-			return ReplayReport{}, err
-		}
-	}
-	var issue string
-	if o.Issue != "" {
-		if issue, err = in.canonicalKey(o.Issue); err != nil {
-			return ReplayReport{}, err
-		}
+	// 1. The range and the issue filter, checked.
+	from, to, issue, err := in.replayRange(o)
+	if err != nil {
+		return ReplayReport{}, err
 	}
 	rep := ReplayReport{Stream: route.Stream, DryRun: o.DryRun, Events: []ReplayedEvent{}, Skipped: []SkippedEntry{}}
 
-	// Cap the range at today's last entry: the events appended below lie beyond it.
+	// 2. Cap the range at today's last entry: the events appended below lie beyond it.
 	last, err := in.rdb.XRevRangeN(ctx, route.Stream, "+", "-", 1).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return rep, fmt.Errorf("xrevrange %s: %w", route.Stream, err)
@@ -142,6 +129,7 @@ func (in *Inspector) replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 		to = lastID
 	}
 
+	// 3. Page by page: the entries to replay, then their replays appended (but in a dry run).
 	pub := event.NewPublisher(in.rdb, in.maxLen).WithMaxEventBytes(in.maxBytes).WithTracerProvider(o.TracerProvider)
 	next := from
 	for {
@@ -149,48 +137,80 @@ func (in *Inspector) replay(ctx context.Context, o ReplayOptions) (ReplayReport,
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return rep, fmt.Errorf("xrange %s: %w", route.Stream, err)
 		}
-		var msgs []*message.Message
-		var evs []ReplayedEvent
-		for _, m := range page {
-			orig := event.DecodeEntry(route.Stream, m.ID, m.Values)
-			key, valid := in.canonical(event.EntryIssue(route.Stream, m.ID, m.Values))
-			if issue != "" && key != issue {
-				continue
-			}
-			if bad := event.BadReason(orig); bad != "" {
-				rep.Skipped = append(rep.Skipped, SkippedEntry{ID: m.ID, Reason: bad})
-				continue
-			}
-			if !valid {
-				rep.Skipped = append(rep.Skipped, SkippedEntry{ID: m.ID, Reason: fmt.Sprintf("no valid issue key (%q)", key)})
-				continue
-			}
-			msg := replayOf(orig, m.ID, route)
-			msgs = append(msgs, msg)
-			evs = append(evs, ReplayedEvent{ReplayOf: m.ID, Issue: key, EventType: msg.Metadata.Get(event.MetaEventType),
-				CorrelationID: msg.Metadata.Get(event.MetaCorrelationID), OriginalCorrelationID: orig.Metadata.Get(event.MetaCorrelationID)})
+		msgs, evs := in.replayPage(route, page, issue, &rep)
+		if err := replayPublish(ctx, pub, route.Stream, msgs, evs, o.DryRun, &rep); err != nil {
+			return rep, err
 		}
-		if o.DryRun {
-			for i := range evs {
-				evs[i].CorrelationID = ""
-			}
-		} else {
-			for i, msg := range msgs {
-				id, err := pub.PublishID(ctx, route.Stream, msg)
-				if err != nil {
-					return rep, fmt.Errorf("replay of %s: %w", evs[i].ReplayOf, err)
-				}
-				evs[i].ID = id
-				rep.Events = append(rep.Events, evs[i])
-			}
-			evs = nil
-		}
-		rep.Events = append(rep.Events, evs...)
 		if int64(len(page)) < in.page {
 			return rep, nil
 		}
 		next = "(" + page[len(page)-1].ID
 	}
+}
+
+// replayRange returns o's range ("-" and "+" when open) and its issue's canonical key
+// ("" for every issue), each checked.
+func (in *Inspector) replayRange(o ReplayOptions) (from, to, issue string, err error) {
+	from, to = or(o.From, "-"), or(o.To, "+")
+	for _, b := range []string{from, to} {
+		if err := CheckRangeID(b); err != nil {
+			return "", "", "", err
+		}
+	}
+	if o.Issue != "" {
+		if issue, err = in.canonicalKey(o.Issue); err != nil {
+			return "", "", "", err
+		}
+	}
+	return from, to, issue, nil
+}
+
+// replayPage picks the entries of page to replay (of issue, if not ""), noting in rep
+// those it skips, and returns their replays.
+func (in *Inspector) replayPage(route event.Route, page []redis.XMessage, issue string, rep *ReplayReport) ([]*message.Message, []ReplayedEvent) {
+	var msgs []*message.Message
+	var evs []ReplayedEvent
+	for _, m := range page {
+		orig := event.DecodeEntry(route.Stream, m.ID, m.Values)
+		key, valid := in.canonical(event.EntryIssue(route.Stream, m.ID, m.Values))
+		if issue != "" && key != issue {
+			continue
+		}
+		if bad := event.BadReason(orig); bad != "" {
+			rep.Skipped = append(rep.Skipped, SkippedEntry{ID: m.ID, Reason: bad})
+			continue
+		}
+		if !valid {
+			rep.Skipped = append(rep.Skipped, SkippedEntry{ID: m.ID, Reason: fmt.Sprintf("no valid issue key (%q)", key)})
+			continue
+		}
+		msg := replayOf(orig, m.ID, route)
+		msgs = append(msgs, msg)
+		evs = append(evs, ReplayedEvent{ReplayOf: m.ID, Issue: key, EventType: msg.Metadata.Get(event.MetaEventType),
+			CorrelationID: msg.Metadata.Get(event.MetaCorrelationID), OriginalCorrelationID: orig.Metadata.Get(event.MetaCorrelationID)})
+	}
+	return msgs, evs
+}
+
+// replayPublish appends msgs to stream and adds each to rep as it is appended; a dry
+// run appends nothing and adds evs without their new correlation ids.
+func replayPublish(ctx context.Context, pub *event.Publisher, stream string, msgs []*message.Message, evs []ReplayedEvent, dryRun bool, rep *ReplayReport) error {
+	if dryRun {
+		for i := range evs {
+			evs[i].CorrelationID = ""
+		}
+		rep.Events = append(rep.Events, evs...)
+		return nil
+	}
+	for i, msg := range msgs {
+		id, err := pub.PublishID(ctx, stream, msg)
+		if err != nil {
+			return fmt.Errorf("replay of %s: %w", evs[i].ReplayOf, err)
+		}
+		evs[i].ID = id
+		rep.Events = append(rep.Events, evs[i])
+	}
+	return nil
 }
 
 // beyond reports whether the range end bound lies after the full id last.

@@ -61,7 +61,7 @@ type ConsumerInfo struct {
 	// State is ConsumerAlive, ConsumerDead or ConsumerNoBeat, from the worker's
 	// presence beats: an idle consumer of a live process is alive.
 	State string `json:"state"`
-	// Drain is a live worker's drain state (event.DrainDraining, event.DrainDrained),
+	// Drain is a live worker's drain state (drainreq.Draining, drainreq.Drained),
 	// empty while it takes work.
 	Drain string `json:"drain,omitempty"`
 	// Process names the consumer's process ("host pid 123") when it reports its

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/presence"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline/pipelinetest"
@@ -119,7 +120,7 @@ func TestWorkersReportTheirOwnPresence(t *testing.T) {
 	bctx := context.Background()
 	c9s := e.Topology.Stream("rebase", "c9s", false)
 	now, _ := e.Client.Time(bctx).Result()
-	beat, _ := json.Marshal(event.WorkerBeat{Consumer: "w7-0", Stream: c9s, Group: "rebase-c9s", Agent: "rebase", Host: "h", PID: 7})
+	beat, _ := json.Marshal(presence.Beat{Consumer: "w7-0", Stream: c9s, Group: "rebase-c9s", Agent: "rebase", Host: "h", PID: 7})
 	e.Client.ZAdd(bctx, e.Topology.Workers(), redis.Z{Score: float64(now.Add(-time.Second).UnixMilli()), Member: string(beat)})
 	e.publishTo(c9s, event.RebaseRequested, "RHEL-7")
 	e.readAs(c9s, "rebase-c9s", "w7-0", 1)

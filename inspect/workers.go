@@ -11,14 +11,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/event"
+	beats "github.com/ymirflow/ymirflow/internal/presence"
 	"github.com/ymirflow/ymirflow/internal/redisinfo"
 )
 
-// Consumer states, from the workers' own presence beats (event.WorkerBeat).
+// Consumer states, from the workers' own presence beats (WorkerBeat).
 const (
 	// ConsumerAlive: the consumer's process renewed its presence within
-	// event.PresenceTTL; it is alive whether it is busy or waits on an empty stream.
+	// the presence TTL; it is alive whether it is busy or waits on an empty stream.
 	ConsumerAlive = "alive"
 	// ConsumerDead: its process stopped renewing its presence without removing it
 	// (killed, or cut off from Redis); its entries are claimed after MAX_IDLE_TIME.
@@ -28,9 +28,12 @@ const (
 	ConsumerNoBeat = "no-heartbeat"
 )
 
+// WorkerBeat is one subscription's presence record, as its router writes it.
+type WorkerBeat = beats.Beat
+
 // Worker is one subscription's presence as its router reports it.
 type Worker struct {
-	event.WorkerBeat
+	WorkerBeat
 	Alive bool `json:"alive"`
 	// LastSeen is the time of its last beat (Redis's clock).
 	LastSeen time.Time `json:"last_seen"`
@@ -80,12 +83,12 @@ func (in *Inspector) queuePresence(ctx context.Context, pipe redis.Pipeliner) fu
 		p := presence{now: now, workers: map[workerRef]Worker{}}
 		for _, z := range zs {
 			m, _ := z.Member.(string)
-			b, ok := event.DecodeWorkerBeat(m)
+			b, ok := beats.Decode(m)
 			if !ok {
 				continue
 			}
 			until := time.UnixMilli(int64(z.Score))
-			w := Worker{WorkerBeat: b, Alive: !until.Before(now), LastSeen: until.Add(-event.PresenceTTL)}
+			w := Worker{WorkerBeat: b, Alive: !until.Before(now), LastSeen: until.Add(-beats.TTL)}
 			ref := workerRef{b.Stream, b.Group, b.Consumer}
 			// A restarted process with the same consumer name is a second member: the
 			// newest beat speaks for the consumer.

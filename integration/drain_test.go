@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
+	"github.com/ymirflow/ymirflow/internal/presence"
 )
 
 // drainCLI runs `ymirflow drain ARGS` on the scenario's Redis and returns its output.
@@ -34,7 +35,7 @@ func (s *scenario) drainStates(name string) map[string]string {
 	out := map[string]string{}
 	zs, _ := s.rdb.ZRangeWithScores(ctx, topo.Workers(), 0, -1).Result()
 	for _, z := range zs {
-		b, ok := event.DecodeWorkerBeat(z.Member.(string))
+		b, ok := presence.Decode(z.Member.(string))
 		if ok && strings.HasPrefix(b.Consumer, name+"-") && time.UnixMilli(int64(z.Score)).After(now) {
 			out[b.Consumer] = b.Drain
 		}
@@ -119,7 +120,7 @@ func TestDrainOneWorkerUnderLoad(t *testing.T) {
 	}
 	t.Logf("drain --wait:\n%s", out)
 	t.Logf("FIGURE drain: worker drained in %s (runner 100-300 ms, BLOCK_TIME %s)", drained.Sub(start).Round(time.Millisecond), o.tm.Block)
-	if st := s.drainStates("triage-a"); !allIn(st, event.DrainDrained) {
+	if st := s.drainStates("triage-a"); !allIn(st, drainreq.Drained) {
 		t.Fatalf("triage-a's presence says %v, want drained", st)
 	}
 	// The other keeps consuming, while a's count stays.
@@ -133,7 +134,7 @@ func TestDrainOneWorkerUnderLoad(t *testing.T) {
 	s.kill(a)
 	a = s.startWorker(group{agent: "triage"}, "triage-a")
 	deadline = time.Now().Add(10 * time.Second)
-	for !allIn(s.drainStates("triage-a"), event.DrainDrained) {
+	for !allIn(s.drainStates("triage-a"), drainreq.Drained) {
 		if time.Now().After(deadline) {
 			t.Fatalf("restarted triage-a is %v, want drained", s.drainStates("triage-a"))
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
@@ -41,9 +42,9 @@ func (p policyReport) String() string {
 func (st *state) readPolicies(ctx context.Context, rdb redis.Cmdable) error {
 	st.promoted, st.followupsOf, st.delayedLeft = map[string][]streamEntry{}, map[string][]redis.XMessage{}, map[string]int64{}
 	for _, r := range topo.AllInputs() {
-		n, err := rdb.ZCard(ctx, event.DelayedKey(r.Stream)).Result()
+		n, err := rdb.ZCard(ctx, delayq.Key(r.Stream)).Result()
 		if err != nil {
-			return fmt.Errorf("ZCARD %s: %w", event.DelayedKey(r.Stream), err)
+			return fmt.Errorf("ZCARD %s: %w", delayq.Key(r.Stream), err)
 		}
 		if n > 0 {
 			st.delayedLeft[r.Stream] = n

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
 )
 
@@ -308,7 +309,7 @@ func TestBusyPoliciesMixedUnderKills(t *testing.T) {
 func (s *scenario) killGroupPastDelays(g group, gap time.Duration) (int64, time.Duration) {
 	s.t.Helper()
 	ctx := context.Background()
-	key := event.DelayedKey(topo.Stream(g.agent, g.branch, false))
+	key := delayq.Key(topo.Stream(g.agent, g.branch, false))
 	// Wait (briefly) for something delayed, so that the kill has something to lose
 	// (the feed keeps publishing).
 	deadline := time.Now().Add(5 * time.Second)

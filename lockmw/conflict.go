@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -105,7 +106,7 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 				// redelivery adds the same member again (one member per event). NX: a second
 				// delay of the entry (a redelivery, a consumer that claimed it meanwhile)
 				// keeps the first one's time, the one its record (written once) gives.
-				pipe.ZAddNX(ctx, event.DelayedKey(entry.Stream), redis.Z{Score: float64(c.Until.UnixMilli()), Member: delayed})
+				pipe.ZAddNX(ctx, delayq.Key(entry.Stream), redis.Z{Score: float64(c.Until.UnixMilli()), Member: delayed})
 			}
 		})
 		if err != nil {
@@ -241,7 +242,7 @@ func (m *Middleware) cancelled(ctx context.Context, msg *message.Message, entry 
 func (m *Middleware) delay(ctx context.Context, msg *message.Message, entry Entry, rule Rule, c *Conflict) (string, error) {
 	n, _ := strconv.Atoi(msg.Metadata.Get(event.MetaDelays))
 	// Due by the clock that promotes it (the server's), not the worker's.
-	now, err := event.DelayedNow(ctx, m.cfg.Locker.Client(), entry.Stream)
+	now, err := delayq.Now(ctx, m.cfg.Locker.Client(), entry.Stream)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", redeliver.ErrTransient, err)
 	}
@@ -255,7 +256,7 @@ func (m *Middleware) delay(ctx context.Context, msg *message.Message, entry Entr
 	if err != nil {
 		return "", err
 	}
-	return event.DelayedMember(entry.ID, fields)
+	return delayq.Member(entry.ID, fields)
 }
 
 // FollowupOf is the mailbox record of msg, read from entry: what the holder's run is

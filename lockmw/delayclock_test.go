@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -60,7 +60,7 @@ func TestDelayIsDueByTheServersClockWhateverTheWorkers(t *testing.T) {
 				t.Fatal(err)
 			}
 			after := serverNow(t, rdb)
-			zs := rdb.ZRangeWithScores(ctx, event.DelayedKey(stream), 0, -1).Val()
+			zs := rdb.ZRangeWithScores(ctx, delayq.Key(stream), 0, -1).Val()
 			if len(zs) != 1 {
 				t.Fatalf("delayed set %v, want one member", zs)
 			}
@@ -73,7 +73,7 @@ func TestDelayIsDueByTheServersClockWhateverTheWorkers(t *testing.T) {
 			if due.Before(lo) || due.After(hi) {
 				t.Errorf("due %s after the conflict by the server's clock, want within [%s, %s]", due.Sub(before), d, d+d/5)
 			}
-			if n, _, err := event.Promote(ctx, rdb, stream); err != nil || n != 0 {
+			if n, _, err := delayq.Promote(ctx, rdb, stream); err != nil || n != 0 {
 				t.Errorf("promoted %d at once (%v), want none before D", n, err)
 			}
 		})

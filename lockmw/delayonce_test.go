@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -51,7 +51,7 @@ func TestEntryDelayedTwiceKeepsItsFirstTime(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // the second consumer comes a little later
 	}
-	zs := rdb.ZRangeWithScores(ctx, event.DelayedKey(stream), 0, -1).Val()
+	zs := rdb.ZRangeWithScores(ctx, delayq.Key(stream), 0, -1).Val()
 	if len(zs) != 1 || len(untils) != 3 {
 		t.Fatalf("delayed set %v after %d delays, want one member", zs, len(untils))
 	}

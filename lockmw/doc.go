@@ -6,7 +6,7 @@
 // It speaks the event format (package event) where a message's metadata or a stream
 // entry is concerned, by that package's names: the issue key it reads by default and
 // the fence it writes (event.MetaIssueKey, event.MetaFence), the comment fields of a
-// follow-up, the delayed set of policy Delay (event.DelayedKey) and the fencer that
+// follow-up, the delayed set of policy Delay (delayq.Key) and the fencer that
 // event's writers find in the handler's context (event.WithFencer). The caller gives it
 // the conflict recorder (Config.OnConflict) and, for messages read from a Redis stream,
 // the Source that names each message's entry. With a Source it acks the entry in the

@@ -226,49 +226,18 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	if cfg.Locker == nil || cfg.Agent == "" {
 		return nil, errors.New("lockmw: Config.Locker and Config.Agent are required")
 	}
-	if cfg.Policies.Default.Policy == "" && len(cfg.Policies.ByType) == 0 {
-		policy, err := ParsePolicy(string(cfg.Policy))
-		if err != nil {
-			return nil, err
-		}
-		cfg.Policies = Policies{Default: Rule{Policy: policy}}
-	}
-	if err := cfg.Policies.check(); err != nil {
+	// 1. The rules: the default one from Policy when none is given, each checked.
+	if err := cfg.setPolicies(); err != nil {
 		return nil, err
-	}
-	if cfg.EventTypes != nil {
-		if err := cfg.Policies.CheckTypes(cfg.EventTypes); err != nil {
-			return nil, err
-		}
-	}
-	// Policy stays the default rule's, for code that looks at it alone.
-	cfg.Policy = cfg.Policies.Default.Policy
-	if cfg.Policies.Uses(Delay) && cfg.Source == nil {
-		return nil, fmt.Errorf("lockmw: Config.Policies %s: policy delay needs Config.Source (a stream to re-queue into)", cfg.Policies)
 	}
 	if cfg.EventType == nil {
 		cfg.EventType = func(msg *message.Message) string { return msg.Metadata.Get(event.MetaEventType) }
 	}
-	if cfg.Scopes.Shared() && cfg.Policies.Uses(Coalesce, Deliver) {
-		return nil, fmt.Errorf("lockmw: Config.Policy %q cannot be combined with Config.Scopes %s: "+
-			"a follow-up queued behind another agent's shared key would have nobody to publish it", cfg.Policy, cfg.Scopes)
+	// 2. The rules against the scopes and the source.
+	if err := cfg.checkCombinations(); err != nil {
+		return nil, err
 	}
-	if cfg.Policies.Uses(Wait) && cfg.Source == nil {
-		return nil, fmt.Errorf("lockmw: Config.Policies %s: policy wait needs Config.Source (a stream to put the waiting event back into)", cfg.Policies)
-	}
-	if cfg.Policies.Uses(Wait) && !cfg.Policies.only(Wait, Drop, Delay) {
-		return nil, fmt.Errorf("lockmw: Config.Policies %s: wait can be combined with drop and delay only: "+
-			"coalesce and deliver would queue behind a key handed to the line's head, and supersede would take it over", cfg.Policies)
-	}
-	if cfg.Scopes.Issue && len(cfg.Scopes.Group) > 0 && cfg.Policies.Uses(Wait) {
-		return nil, fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s: "+
-			"an event waits in the line of one key, the shared one, and this scope holds two (issue and group); use one of them", cfg.Policies, cfg.Scopes)
-	}
-	if cfg.Scopes.Shared() && cfg.Policies.Uses(Supersede) {
-		return nil, fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s: "+
-			"supersede replaces the run holding the agent's own lease, and a shared key may be held by another agent's or another issue's run, "+
-			"which an event has no standing to cancel", cfg.Policies, cfg.Scopes)
-	}
+	// 3. The scopes and the claim timing against the Locker.
 	if err := cfg.Locker.CheckScopes(cfg.Scopes); err != nil {
 		return nil, fmt.Errorf("lockmw: Config.Scopes: %w", err)
 	}
@@ -279,6 +248,7 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	if !cfg.Limits.Empty() && cfg.Source == nil {
 		return nil, errors.New("lockmw: Config.Limits need Config.Source (a stream to put a waiting event back into)")
 	}
+	// 4. The defaults.
 	if cfg.IssueKey == nil {
 		cfg.IssueKey = metadataIssueKey
 	}
@@ -288,6 +258,58 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
 		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared() && cfg.Limits.Empty(),
 		lines: cfg.Policies.Uses(Wait)}, nil
+}
+
+// setPolicies makes the default rule from Policy when no rule is given, checks the
+// rules (against EventTypes when given) and sets Policy to the default rule's.
+func (cfg *Config) setPolicies() error {
+	if cfg.Policies.Default.Policy == "" && len(cfg.Policies.ByType) == 0 {
+		policy, err := ParsePolicy(string(cfg.Policy))
+		if err != nil {
+			return err
+		}
+		cfg.Policies = Policies{Default: Rule{Policy: policy}}
+	}
+	if err := cfg.Policies.check(); err != nil {
+		return err
+	}
+	if cfg.EventTypes != nil {
+		if err := cfg.Policies.CheckTypes(cfg.EventTypes); err != nil {
+			return err
+		}
+	}
+	// Policy stays the default rule's, for code that looks at it alone.
+	cfg.Policy = cfg.Policies.Default.Policy
+	return nil
+}
+
+// checkCombinations refuses the rules that need a Source it lacks and the rules a
+// scope cannot keep.
+func (cfg *Config) checkCombinations() error {
+	if cfg.Policies.Uses(Delay) && cfg.Source == nil {
+		return fmt.Errorf("lockmw: Config.Policies %s: policy delay needs Config.Source (a stream to re-queue into)", cfg.Policies)
+	}
+	if cfg.Scopes.Shared() && cfg.Policies.Uses(Coalesce, Deliver) {
+		return fmt.Errorf("lockmw: Config.Policy %q cannot be combined with Config.Scopes %s: "+
+			"a follow-up queued behind another agent's shared key would have nobody to publish it", cfg.Policy, cfg.Scopes)
+	}
+	if cfg.Policies.Uses(Wait) && cfg.Source == nil {
+		return fmt.Errorf("lockmw: Config.Policies %s: policy wait needs Config.Source (a stream to put the waiting event back into)", cfg.Policies)
+	}
+	if cfg.Policies.Uses(Wait) && !cfg.Policies.only(Wait, Drop, Delay) {
+		return fmt.Errorf("lockmw: Config.Policies %s: wait can be combined with drop and delay only: "+
+			"coalesce and deliver would queue behind a key handed to the line's head, and supersede would take it over", cfg.Policies)
+	}
+	if cfg.Scopes.Issue && len(cfg.Scopes.Group) > 0 && cfg.Policies.Uses(Wait) {
+		return fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s: "+
+			"an event waits in the line of one key, the shared one, and this scope holds two (issue and group); use one of them", cfg.Policies, cfg.Scopes)
+	}
+	if cfg.Scopes.Shared() && cfg.Policies.Uses(Supersede) {
+		return fmt.Errorf("lockmw: Config.Policies %s cannot be combined with Config.Scopes %s: "+
+			"supersede replaces the run holding the agent's own lease, and a shared key may be held by another agent's or another issue's run, "+
+			"which an event has no standing to cancel", cfg.Policies, cfg.Scopes)
+	}
+	return nil
 }
 
 // Close gives back a lease taken ahead for an entry that was not delivered. Call it

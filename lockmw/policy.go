@@ -14,7 +14,7 @@ import (
 )
 
 // Delay re-queues the event to run after a while: it is acked and kept in its
-// stream's delayed set (DelayedKey) until due, then appended to the stream again by
+// stream's delayed set (internal/delayq) until due, then appended to the stream again by
 // whichever worker of the stream promotes it (RunPromoter). Each further delay of the
 // same event doubles, up to Rule.MaxDelay.
 const Delay Policy = "delay"

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -69,7 +70,7 @@ func TestDelayRunsAfterTheDelay(t *testing.T) {
 	if n := e.Pending(e.TriageStream(), e.Topology.Group("triage", "")); n != 0 {
 		t.Fatalf("the delayed entry is still pending (%d)", n)
 	}
-	waiting, err := event.ListDelayed(ctx, e.Client, e.TriageStream(), 0)
+	waiting, err := delayq.List(ctx, e.Client, e.TriageStream(), 0)
 	if err != nil || len(waiting) != 1 || waiting[0].IssueKey != "RHEL-50" || waiting[0].Delays != 1 || !waiting[0].Until.Equal(until.Truncate(time.Millisecond)) {
 		t.Fatalf("delayed set: %+v %v (until %v)", waiting, err, until)
 	}
@@ -91,7 +92,7 @@ func TestDelayRunsAfterTheDelay(t *testing.T) {
 		t.Fatalf("a second run: %+v", r)
 	case <-time.After(300 * time.Millisecond):
 	}
-	if w, _ := event.ListDelayed(ctx, e.Client, e.TriageStream(), 0); len(w) != 0 {
+	if w, _ := delayq.List(ctx, e.Client, e.TriageStream(), 0); len(w) != 0 {
 		t.Errorf("still delayed: %+v", w)
 	}
 }
@@ -159,11 +160,11 @@ func TestPromoteSafeToRepeat(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 	stream := ns + "s"
-	member, err := event.DelayedMember("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-1"})
+	member, err := delayq.Member("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := event.DelayedKey(stream)
+	key := delayq.Key(stream)
 	direct.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: member})
 	once, err := os.ReadFile("../internal/xonce/xadd_once.lua")
 	if err != nil {
@@ -171,7 +172,7 @@ func TestPromoteSafeToRepeat(t *testing.T) {
 	}
 	direct.ScriptLoad(ctx, string(once)) // the lost reply is the append's, not a NOSCRIPT
 	proxy.LoseReply(redistest.Script(string(once)), 1)
-	n, next, err := event.Promote(ctx, rdb, stream)
+	n, next, err := delayq.Promote(ctx, rdb, stream)
 	if err != nil || n != 1 || proxy.Cuts() != 1 {
 		t.Fatalf("promote: moved %d, %v (cuts %d)", n, err, proxy.Cuts())
 	}
@@ -184,12 +185,12 @@ func TestPromoteSafeToRepeat(t *testing.T) {
 	// The member is back (its entry delayed again): promoting it again appends nothing
 	// more, and removes it.
 	direct.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: member})
-	if n, _, err := event.Promote(ctx, direct, stream); err != nil || n != 1 || direct.XLen(ctx, stream).Val() != 1 || direct.ZCard(ctx, key).Val() != 0 {
+	if n, _, err := delayq.Promote(ctx, direct, stream); err != nil || n != 1 || direct.XLen(ctx, stream).Val() != 1 || direct.ZCard(ctx, key).Val() != 0 {
 		t.Errorf("a second promotion of one member: moved %d, %v, %d entries", n, err, direct.XLen(ctx, stream).Val())
 	}
 	// Not due yet: not promoted.
 	direct.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: member})
-	if n, next, err := event.Promote(ctx, direct, stream); err != nil || n != 0 || next.IsZero() {
+	if n, next, err := delayq.Promote(ctx, direct, stream); err != nil || n != 0 || next.IsZero() {
 		t.Errorf("an event due in an hour: moved %d, next %v, %v", n, next, err)
 	}
 	// The promoted entry is in the issue's index, like every append.
@@ -212,11 +213,11 @@ func TestPromoteResumedAfterTheMarkerExpiredAppendsOnce(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 	stream := ns + "s"
-	member, err := event.DelayedMember("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-1"})
+	member, err := delayq.Member("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := event.DelayedKey(stream)
+	key := delayq.Key(stream)
 	direct.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: member})
 	once, err := os.ReadFile("../internal/xonce/xadd_once.lua")
 	if err != nil {
@@ -224,7 +225,7 @@ func TestPromoteResumedAfterTheMarkerExpiredAppendsOnce(t *testing.T) {
 	}
 	direct.ScriptLoad(ctx, string(once)) // the lost reply is the append's, not a NOSCRIPT
 	proxy.LoseReply(redistest.Script(string(once)), 1)
-	if _, _, err := event.Promote(ctx, rdb, stream); err == nil {
+	if _, _, err := delayq.Promote(ctx, rdb, stream); err == nil {
 		t.Fatal("promote survived its lost reply; the crash was not simulated")
 	}
 	if got := direct.XLen(ctx, stream).Val(); got != 1 {
@@ -236,7 +237,7 @@ func TestPromoteResumedAfterTheMarkerExpiredAppendsOnce(t *testing.T) {
 		t.Fatalf("markers %v, want one", markers)
 	}
 	direct.Del(ctx, markers...)
-	if _, _, err := event.Promote(ctx, direct, stream); err != nil {
+	if _, _, err := delayq.Promote(ctx, direct, stream); err != nil {
 		t.Fatal(err)
 	}
 	if got := direct.XLen(ctx, stream).Val(); got != 1 {

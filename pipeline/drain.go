@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
 )
 
 // Worker drain (docs/operations.md, "Maintenance and upgrades: drain"). With each
@@ -44,20 +44,20 @@ func (r *Router) pollDrains(ctx context.Context) {
 		}
 		return
 	}
-	r.applyDrains(event.DecodeDrains(h))
+	r.applyDrains(drainreq.Decode(h))
 }
 
 // applyDrains drains the subscriptions a request names and undrains the others.
-func (r *Router) applyDrains(reqs []event.DrainRequest) {
+func (r *Router) applyDrains(reqs []drainreq.Request) {
 	// The most specific request speaks (its reason is shown): worker, agent, all.
-	slices.SortFunc(reqs, func(a, b event.DrainRequest) int { return specificity(b.Target) - specificity(a.Target) })
+	slices.SortFunc(reqs, func(a, b drainreq.Request) int { return specificity(b.Target) - specificity(a.Target) })
 	r.drains.mu.Lock()
 	defer r.drains.mu.Unlock()
 	if r.drains.reasons == nil {
 		r.drains.reasons = map[*subscription]string{}
 	}
 	for _, s := range r.subs {
-		i := slices.IndexFunc(reqs, func(q event.DrainRequest) bool {
+		i := slices.IndexFunc(reqs, func(q drainreq.Request) bool {
 			return q.Target.Matches(r.cfg.Agent, r.cfg.Branch, r.cfg.Consumer, s.consumer)
 		})
 		_, was := r.drains.reasons[s]
@@ -78,7 +78,7 @@ func (r *Router) applyDrains(reqs []event.DrainRequest) {
 	}
 }
 
-func specificity(t event.DrainTarget) int {
+func specificity(t drainreq.Target) int {
 	switch {
 	case t.Worker != "":
 		return 3
@@ -99,9 +99,9 @@ func (r *Router) drainState(s *subscription) (state, reason string) {
 	case !on:
 		return "", ""
 	case s.sub.Drained():
-		return event.DrainDrained, reason
+		return drainreq.Drained, reason
 	}
-	return event.DrainDraining, reason
+	return drainreq.Draining, reason
 }
 
 // drainSignature sums up every subscription's drain state, so the presence loop beats
@@ -112,7 +112,7 @@ func (r *Router) drainSignature() (sig string, pending bool) {
 		st, _ := r.drainState(s)
 		b.WriteString(st)
 		b.WriteByte(',')
-		pending = pending || st == event.DrainDraining
+		pending = pending || st == drainreq.Draining
 	}
 	return b.String(), pending
 }

@@ -8,7 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
+	"github.com/ymirflow/ymirflow/internal/presence"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
@@ -42,15 +43,15 @@ func (r *ranBy) get(key string) []string {
 // drainState reads the presence record of consumer.
 func (e *env) drainState(consumer string) (string, bool) {
 	for _, m := range e.rdb.ZRange(context.Background(), e.topo.Workers(), 0, -1).Val() {
-		if b, ok := event.DecodeWorkerBeat(m); ok && b.Consumer == consumer {
+		if b, ok := presence.Decode(m); ok && b.Consumer == consumer {
 			return b.Drain, true
 		}
 	}
 	return "", false
 }
 
-func (e *env) requestDrain(t event.DrainTarget, reason string) {
-	r := event.DrainRequest{Target: t, Who: "test", Reason: reason, At: time.Now()}
+func (e *env) requestDrain(t drainreq.Target, reason string) {
+	r := drainreq.Request{Target: t, Who: "test", Reason: reason, At: time.Now()}
 	e.rdb.HSet(context.Background(), e.topo.Drains(), t.Field(), r.Encode())
 }
 
@@ -72,19 +73,19 @@ func TestDrainWorker(t *testing.T) {
 	e.publishTriage("RHEL-2")
 	e.publishTriage("RHEL-3")
 	redistest.Eventually(t, 10*time.Second, func() bool { return e.pending(e.triage()) == 3 }, "two read ahead")
-	e.requestDrain(event.DrainTarget{Worker: "w1"}, "upgrade")
-	redistest.Eventually(t, 10*time.Second, func() bool { s, _ := e.drainState("w1-0"); return s == event.DrainDraining }, "w1 draining")
+	e.requestDrain(drainreq.Target{Worker: "w1"}, "upgrade")
+	redistest.Eventually(t, 10*time.Second, func() bool { s, _ := e.drainState("w1-0"); return s == drainreq.Draining }, "w1 draining")
 	w2ctx, stopW2 := context.WithCancel(ctx)
 	cfg2 := e.Config("triage", "", "w2", e.locker(3*time.Second), r.handler("w2"))
 	cfg2.MaxIdleTime = time.Minute
 	_, w2done := e.Start(w2ctx, cfg2)
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(r.get("RHEL-2")) == 1 && len(r.get("RHEL-3")) == 1 },
 		"w2 runs what w1 gave back")
-	if s, _ := e.drainState("w1-0"); s != event.DrainDraining {
+	if s, _ := e.drainState("w1-0"); s != drainreq.Draining {
 		t.Fatalf("w1 is %q while RHEL-1 runs, want draining", s)
 	}
 	close(r.gate["RHEL-1"])
-	redistest.Eventually(t, 10*time.Second, func() bool { s, _ := e.drainState("w1-0"); return s == event.DrainDrained }, "w1 drained")
+	redistest.Eventually(t, 10*time.Second, func() bool { s, _ := e.drainState("w1-0"); return s == drainreq.Drained }, "w1 drained")
 	e.publishTriage("RHEL-4")
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(r.get("RHEL-4")) == 1 }, "RHEL-4 runs")
 	for _, k := range []string{"RHEL-1", "RHEL-2", "RHEL-3", "RHEL-4"} {
@@ -101,7 +102,7 @@ func TestDrainWorker(t *testing.T) {
 	if err := <-w2done; err != nil {
 		t.Fatalf("w2 stopped: %v", err)
 	}
-	e.rdb.HDel(ctx, e.topo.Drains(), event.DrainTarget{Worker: "w1"}.Field())
+	e.rdb.HDel(ctx, e.topo.Drains(), drainreq.Target{Worker: "w1"}.Field())
 	redistest.Eventually(t, 10*time.Second, func() bool { s, ok := e.drainState("w1-0"); return ok && s == "" }, "w1 undrained")
 	e.publishTriage("RHEL-5")
 	redistest.Eventually(t, 10*time.Second, func() bool { g := r.get("RHEL-5"); return len(g) == 1 && g[0] == "w1" }, "w1 runs RHEL-5")
@@ -117,15 +118,15 @@ func TestWorkerStartsDrained(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e.requestDrain(event.DrainTarget{Agent: "triage"}, "maintenance")
-	e.requestDrain(event.DrainTarget{Agent: "rebase", Branch: "c9s"}, "another agent's")
+	e.requestDrain(drainreq.Target{Agent: "triage"}, "maintenance")
+	e.requestDrain(drainreq.Target{Agent: "rebase", Branch: "c9s"}, "another agent's")
 	e.publishTriage("RHEL-1")
 	r := &ranBy{by: map[string][]string{}, gate: map[string]chan struct{}{}}
 	_, _ = e.Start(ctx, e.Config("triage", "", "w1", e.locker(3*time.Second), r.handler("w1")))
-	redistest.Eventually(t, 10*time.Second, func() bool { s, _ := e.drainState("w1-0"); return s == event.DrainDrained }, "w1 drained")
+	redistest.Eventually(t, 10*time.Second, func() bool { s, _ := e.drainState("w1-0"); return s == drainreq.Drained }, "w1 drained")
 	if n := e.pending(e.triage()); n != 0 || len(r.get("RHEL-1")) != 0 {
 		t.Fatalf("a worker started drained read %d entries, ran %v", n, r.get("RHEL-1"))
 	}
-	e.rdb.HDel(ctx, e.topo.Drains(), event.DrainTarget{Agent: "triage"}.Field())
+	e.rdb.HDel(ctx, e.topo.Drains(), drainreq.Target{Agent: "triage"}.Field())
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(r.get("RHEL-1")) == 1 }, "RHEL-1 runs once undrained")
 }

@@ -9,11 +9,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/presence"
 )
 
-// Worker presence (event.WorkerBeat): each router renews its subscriptions' members of
-// Topology.Workers every event.PresenceInterval, and removes them when it stops.
+// Worker presence (presence.Beat): each router renews its subscriptions' members of
+// Topology.Workers every presence.Interval, and removes them when it stops.
 
 // presenceKeep is how long an expired member stays, shown as dead, before it is pruned.
 const presenceKeep = time.Hour
@@ -67,7 +67,7 @@ func (r *Router) presence(ctx context.Context) []any {
 	var members []any // as last written
 	sig, _ := r.drainSignature()
 	beat := func() {
-		cctx, cancel := context.WithTimeout(ctx, event.PresenceInterval)
+		cctx, cancel := context.WithTimeout(ctx, presence.Interval)
 		defer cancel()
 		r.pollDrains(cctx)
 		sig, _ = r.drainSignature()
@@ -89,7 +89,7 @@ func (r *Router) presence(ctx context.Context) []any {
 	}
 	beat()
 	last := time.Now()
-	t := time.NewTimer(event.PresenceInterval)
+	t := time.NewTimer(presence.Interval)
 	defer t.Stop()
 	for {
 		select {
@@ -97,12 +97,12 @@ func (r *Router) presence(ctx context.Context) []any {
 			return members
 		case <-t.C:
 		}
-		if now, _ := r.drainSignature(); now != sig || time.Since(last) >= event.PresenceInterval {
+		if now, _ := r.drainSignature(); now != sig || time.Since(last) >= presence.Interval {
 			beat()
 			last = time.Now()
 		}
 		_, pending := r.drainSignature() // after the beat: it may have just seen a request
-		wait := event.PresenceInterval - time.Since(last)
+		wait := presence.Interval - time.Since(last)
 		if pending {
 			wait = min(wait, drainCheck)
 		}
@@ -119,7 +119,7 @@ func (r *Router) presenceMembers(host string, started int64) []any {
 	members := make([]any, 0, len(r.subs))
 	for _, s := range r.subs {
 		state, reason := r.drainState(s)
-		b, _ := json.Marshal(event.WorkerBeat{Consumer: s.consumer, Stream: s.route.Stream, Group: s.route.Group,
+		b, _ := json.Marshal(presence.Beat{Consumer: s.consumer, Stream: s.route.Stream, Group: s.route.Group,
 			Agent: r.cfg.Agent, Branch: r.cfg.Branch, Host: host, PID: os.Getpid(), Started: started,
 			Drain: state, DrainReason: reason})
 		members = append(members, string(b))
@@ -130,7 +130,7 @@ func (r *Router) presenceMembers(host string, started int64) []any {
 // writePresence renews members next; members old that next no longer has (a drain
 // state changed) are removed in the same transaction.
 func (r *Router) writePresence(ctx context.Context, key []string, old, next []any) error {
-	args := []any{event.PresenceTTL.Milliseconds(), presenceKeep.Milliseconds()}
+	args := []any{presence.TTL.Milliseconds(), presenceKeep.Milliseconds()}
 	args = append(args, next...)
 	var stale []any
 	for _, m := range old {

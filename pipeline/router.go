@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -484,7 +485,7 @@ func (r *Router) promoteLoop(ctx context.Context) {
 		}
 		wait = promotePoll
 		for _, s := range streams {
-			n, next, err := event.Promote(ctx, r.cfg.Client, s)
+			n, next, err := delayq.Promote(ctx, r.cfg.Client, s)
 			if err != nil {
 				if ctx.Err() == nil {
 					r.log.Warn().Err(err).Str("stream", s).Msg("promoting delayed events failed; retrying")
@@ -494,7 +495,7 @@ func (r *Router) promoteLoop(ctx context.Context) {
 			if n > 0 {
 				r.log.Debug().Int("events", n).Str("stream", s).Msg("delayed events due: appended to their stream again")
 			}
-			if n == event.PromoteBatch {
+			if n == delayq.PromoteBatch {
 				wait = 0 // more are due
 			} else if !next.IsZero() {
 				wait = min(wait, max(time.Until(next), time.Millisecond))

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/lockmw"
@@ -60,8 +61,7 @@ func newRunLimiter(l *RunLimit, src lockmw.Source, rdb redis.UniversalClient, lo
 
 // middleware runs the event if the budget permits its start now; otherwise it acks
 // the entry and puts the event into its stream's delayed set in one script (the delay
-// policy's set, in the stream's hash slot: scripts/due.lua and event.Promote bring it
-// back), due when the budget has room. The event is never dropped: a crash before the
+// policy's set, in the stream's hash slot: delayq.Promote brings it back), due when the budget has room. The event is never dropped: a crash before the
 // script leaves the entry pending, and a second handling of it adds the same member.
 func (r *runLimiter) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -84,7 +84,7 @@ func (r *runLimiter) requeue(msg *message.Message, entry lockmw.Entry, retryAfte
 	ctx := msg.Context()
 	n, _ := strconv.Atoi(msg.Metadata.Get(MetaThrottled))
 	// Due by the clock that promotes it (the server's), not the worker's.
-	now, err := event.DelayedNow(ctx, r.rdb, entry.Stream)
+	now, err := delayq.Now(ctx, r.rdb, entry.Stream)
 	if err != nil {
 		return fmt.Errorf("%w: %w", redeliver.ErrTransient, err)
 	}
@@ -97,11 +97,11 @@ func (r *runLimiter) requeue(msg *message.Message, entry lockmw.Entry, retryAfte
 	if err != nil {
 		return err
 	}
-	member, err := event.DelayedMember(entry.ID, fields)
+	member, err := delayq.Member(entry.ID, fields)
 	if err != nil {
 		return err
 	}
-	mine, err := requeueScript.Run(ctx, r.rdb, []string{entry.Stream, event.DelayedKey(entry.Stream)},
+	mine, err := requeueScript.Run(ctx, r.rdb, []string{entry.Stream, delayq.Key(entry.Stream)},
 		entry.Group, entry.ID, entry.Consumer, until.UnixMilli(), member).Int()
 	if err != nil {
 		return fmt.Errorf("%w: re-queue an event over the run limit %s: %w", redeliver.ErrTransient, r.limit.Name, err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
@@ -19,7 +19,7 @@ func TestRequeueOnlyOwnPendingEntry(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	stream, group := ns+"ymir:triage", "triage"
-	delayed := event.DelayedKey(stream)
+	delayed := delayq.Key(stream)
 	if err := rdb.XGroupCreateMkStream(ctx, stream, group, "0").Err(); err != nil {
 		t.Fatal(err)
 	}

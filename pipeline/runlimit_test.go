@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -65,9 +66,9 @@ func TestRunLimitRequeuesOverBudget(t *testing.T) {
 	for i := range 5 {
 		e.PublishTriage(fmt.Sprintf("RHEL-%d", 70+i))
 	}
-	var waiting []event.DelayedEvent
+	var waiting []delayq.Event
 	redistest.Eventually(t, 10*time.Second, func() bool {
-		waiting, _ = event.ListDelayed(ctx, e.Client, e.TriageStream(), 0)
+		waiting, _ = delayq.List(ctx, e.Client, e.TriageStream(), 0)
 		return len(runs()) == 2 && len(waiting) == 3
 	}, "2 runs and 3 re-queued (runs %v)", runs())
 	for _, w := range waiting {
@@ -128,7 +129,7 @@ func TestRunLimitRunsEveryEventOnce(t *testing.T) {
 	if throttled == 0 {
 		t.Error("no event was throttled: 6 events at once under a burst of 1")
 	}
-	if w, _ := event.ListDelayed(ctx, e.Client, e.TriageStream(), 0); len(w) != 0 {
+	if w, _ := delayq.List(ctx, e.Client, e.TriageStream(), 0); len(w) != 0 {
 		t.Errorf("still waiting: %+v", w)
 	}
 }

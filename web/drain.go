@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
 )
 
 // Worker drain in the console (docs/operations.md, "Maintenance and upgrades: drain"):
@@ -33,15 +33,15 @@ type drainBody struct {
 	Reason string `json:"reason"`
 }
 
-func (b drainBody) target() event.DrainTarget {
-	return event.DrainTarget{All: b.All, Agent: strings.TrimSpace(b.Agent), Branch: strings.TrimSpace(b.Branch),
+func (b drainBody) target() drainreq.Target {
+	return drainreq.Target{All: b.All, Agent: strings.TrimSpace(b.Agent), Branch: strings.TrimSpace(b.Branch),
 		Worker: strings.TrimSpace(b.Worker)}
 }
 
 // readDrainBody reads the form, or the JSON body (put back for the handler).
 func readDrainBody(r *http.Request) (drainBody, error) {
 	if !strings.HasPrefix(r.URL.Path, "/api/") {
-		t := event.DrainTarget{All: r.PostFormValue("target") == "all"}
+		t := drainreq.Target{All: r.PostFormValue("target") == "all"}
 		if v, ok := strings.CutPrefix(r.PostFormValue("target"), "agent:"); ok {
 			t.Agent, t.Branch, _ = strings.Cut(v, ":")
 		}
@@ -83,7 +83,7 @@ func drainOp(r *http.Request) (string, string, error) {
 }
 
 // doDrain asks for (or withdraws) the drain of b's target.
-func (s *Server) doDrain(r *http.Request, b drainBody) (event.DrainTarget, error) {
+func (s *Server) doDrain(r *http.Request, b drainBody) (drainreq.Target, error) {
 	t := b.target()
 	if err := t.Check(); err != nil {
 		return t, badRequest("%s", s.clean(err.Error()))

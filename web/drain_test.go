@@ -9,7 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
+	"github.com/ymirflow/ymirflow/internal/presence"
 	"github.com/ymirflow/ymirflow/web"
 )
 
@@ -24,11 +25,11 @@ func TestConsoleShowsDrain(t *testing.T) {
 	ctx := context.Background()
 	e.publish("RHEL-1")
 	e.rdb.XGroupCreateMkStream(ctx, e.topo.Stream("triage", "", false), e.topo.Group("triage", ""), "0")
-	beat := event.WorkerBeat{Consumer: "w1-0", Stream: e.topo.Stream("triage", "", false), Group: e.topo.Group("triage", ""),
-		Agent: "triage", Host: "h", PID: 1, Drain: event.DrainDrained, DrainReason: "upgrade"}
+	beat := presence.Beat{Consumer: "w1-0", Stream: e.topo.Stream("triage", "", false), Group: e.topo.Group("triage", ""),
+		Agent: "triage", Host: "h", PID: 1, Drain: drainreq.Drained, DrainReason: "upgrade"}
 	b, _ := json.Marshal(beat)
 	e.rdb.ZAdd(ctx, e.topo.Workers(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: string(b)})
-	req := event.DrainRequest{Target: event.DrainTarget{Agent: "triage"}, Who: "otto", Reason: "upgrade", At: time.Now()}
+	req := drainreq.Request{Target: drainreq.Target{Agent: "triage"}, Who: "otto", Reason: "upgrade", At: time.Now()}
 	e.rdb.HSet(ctx, e.topo.Drains(), req.Target.Field(), req.Encode())
 	code, page := e.get("/")
 	if code != 200 || !strings.Contains(page, `id="drain-banner"`) || !strings.Contains(page, "1/1 workers drained") ||

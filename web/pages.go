@@ -12,6 +12,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/presence"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -171,7 +172,7 @@ type ConsumerRow struct {
 	Recent   bool       `json:"recent"`
 	Process  string     `json:"process,omitempty"`
 	LastSeen *time.Time `json:"last_seen,omitempty"`
-	// Drain is a live worker's drain state (event.DrainDraining, DrainDrained).
+	// Drain is a live worker's drain state (drainreq.Draining, drainreq.Drained).
 	Drain string `json:"drain,omitempty"`
 }
 
@@ -194,7 +195,7 @@ func (s *Server) overviewData(r *http.Request) (Overview, error) {
 		return Overview{}, err
 	}
 	ov := Overview{Streams: streams, Outcomes: outcomes, Running: []RunningRow{}, Consumers: []ConsumerRow{},
-		PresenceTTL: event.PresenceTTL}
+		PresenceTTL: presence.TTL}
 	if ov.Streams == nil {
 		ov.Streams = []inspect.StreamInfo{}
 	}

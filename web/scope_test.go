@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -24,11 +25,11 @@ func TestConsoleShowsDelayedAndScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	until := time.Now().Add(time.Hour).UTC()
-	member, err := event.DelayedMember("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-9", "m:event_type": event.TriageRequested, "m:delays": "1"})
+	member, err := delayq.Member("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-9", "m:event_type": event.TriageRequested, "m:delays": "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.rdb.ZAdd(ctx, event.DelayedKey(triage), redis.Z{Score: float64(until.UnixMilli()), Member: member})
+	e.rdb.ZAdd(ctx, delayq.Key(triage), redis.Z{Score: float64(until.UnixMilli()), Member: member})
 	_, body := e.get("/pending?fragment=1")
 	if !strings.Contains(body, "delayed until") || !strings.Contains(body, until.Format("2006-01-02 15:04")) || !strings.Contains(body, ">RHEL-9<") {
 		t.Errorf("pending page does not show the delayed event:\n%s", body)

@@ -44,42 +44,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if agentDur == 0 {
 		agentDur = -1 // instant
 	}
-	namespaceGiven := false
-	fs.Visit(func(f *flag.Flag) { namespaceGiven = namespaceGiven || f.Name == "ymir-namespace" })
-	ns := cfg.Namespace
-	if cfg.RedisURL != "" && !namespaceGiven {
-		ns = "" // a fresh one
+	ns, err := demoNamespace(fs, &cfg)
+	if err != nil {
+		return err
 	}
-	if cfg.RedisURL != "" {
-		opts, err := pipeline.ClientOptions(cfg.RedisURL)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		if opts.IsClusterMode {
-			return usagef("REDIS_URL (--redis-url) names a Redis Cluster; the demo needs a standalone Redis")
-		}
+	logOut, logName, closeLog, err := demoLogFile(&cfg, stderr)
+	if err != nil {
+		return err
 	}
-
-	var logOut io.Writer
-	logName := cfg.LogFile
-	switch logName {
-	case "-":
-		logOut, logName = stderr, ""
-	case "":
-		f, err := os.CreateTemp("", "ymirflow-demo-*.log")
-		if err != nil {
-			return fmt.Errorf("create the log file: %w", err)
-		}
-		defer func() { _ = f.Close() }()
-		logOut, logName = f, f.Name()
-	default:
-		f, err := os.OpenFile(logName, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return usagef("LOG_FILE (--log-file) %v", err)
-		}
-		defer func() { _ = f.Close() }()
-		logOut = f
-	}
+	defer closeLog()
 	log, err := pipeline.NewLogger(logOut, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return usagef("LOG_LEVEL: %v", err)
@@ -133,6 +106,47 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errors.New("the demo's checks failed (see the summary)")
 	}
 	return nil
+}
+
+// demoNamespace is the demo's namespace: a fresh one ("") on a Redis of the caller's
+// unless --ymir-namespace names one; a Redis Cluster is refused.
+func demoNamespace(fs *flag.FlagSet, cfg *config.Demo) (string, error) {
+	namespaceGiven := false
+	fs.Visit(func(f *flag.Flag) { namespaceGiven = namespaceGiven || f.Name == "ymir-namespace" })
+	ns := cfg.Namespace
+	if cfg.RedisURL != "" && !namespaceGiven {
+		ns = "" // a fresh one
+	}
+	if cfg.RedisURL != "" {
+		opts, err := pipeline.ClientOptions(cfg.RedisURL)
+		if err != nil {
+			return "", usagef("%v", err)
+		}
+		if opts.IsClusterMode {
+			return "", usagef("REDIS_URL (--redis-url) names a Redis Cluster; the demo needs a standalone Redis")
+		}
+	}
+	return ns, nil
+}
+
+// demoLogFile opens the demo's log as LOG_FILE says: "-" is stderr, "" a new temporary
+// file. It returns the writer, the file's name to show ("" for stderr) and its close.
+func demoLogFile(cfg *config.Demo, stderr io.Writer) (io.Writer, string, func(), error) {
+	switch cfg.LogFile {
+	case "-":
+		return stderr, "", func() {}, nil
+	case "":
+		f, err := os.CreateTemp("", "ymirflow-demo-*.log")
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("create the log file: %w", err)
+		}
+		return f, f.Name(), func() { _ = f.Close() }, nil
+	}
+	f, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, "", nil, usagef("LOG_FILE (--log-file) %v", err)
+	}
+	return f, cfg.LogFile, func() { _ = f.Close() }, nil
 }
 
 // demoIsTerminal reports whether w is a terminal (live counters) rather than a pipe or file

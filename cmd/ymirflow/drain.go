@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
-	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/inspect"
+	"github.com/ymirflow/ymirflow/internal/drainreq"
 )
 
 const drainHelp = `
@@ -53,8 +53,8 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}.run(ctx, args, stdout, stderr)
 }
 
-func drainTarget(cfg *config.Drain) event.DrainTarget {
-	return event.DrainTarget{All: cfg.All, Agent: cfg.Agent, Branch: cfg.Branch, Worker: cfg.Worker}
+func drainTarget(cfg *config.Drain) drainreq.Target {
+	return drainreq.Target{All: cfg.All, Agent: cfg.Agent, Branch: cfg.Branch, Worker: cfg.Worker}
 }
 
 func drain(ctx context.Context, s *session, cfg *config.Drain) error {
@@ -82,7 +82,7 @@ const drainPoll = 500 * time.Millisecond
 
 // waitDrained polls until every live worker of t reports drained, printing a line
 // whenever the count changes.
-func waitDrained(ctx context.Context, s *session, t event.DrainTarget, timeout time.Duration) error {
+func waitDrained(ctx context.Context, s *session, t drainreq.Target, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	last := ""
@@ -118,7 +118,7 @@ func drainLine(st inspect.DrainStatus) string {
 	}
 	var waiting []string
 	for _, w := range st.Workers {
-		if w.Drain != event.DrainDrained {
+		if w.Drain != drainreq.Drained {
 			waiting = append(waiting, w.Consumer+" on "+w.Stream+" ("+orDash(w.Drain)+")")
 		}
 	}

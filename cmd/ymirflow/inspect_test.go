@@ -15,6 +15,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/delayq"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -566,12 +567,12 @@ func TestPendingShowsDelayedAndLocksShowScopes(t *testing.T) {
 	o.publish(triage, "RHEL-5")
 	o.read(triage, "triage", "pod-a-0")
 	until := time.Now().Add(time.Hour).UTC()
-	member, err := event.DelayedMember("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-6",
+	member, err := delayq.Member("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-6",
 		"m:event_type": event.TriageRequested, "m:delays": "2", "m:correlation_id": "corr-6"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.rdb.ZAdd(ctx, event.DelayedKey(triage), redis.Z{Score: float64(until.UnixMilli()), Member: member})
+	o.rdb.ZAdd(ctx, delayq.Key(triage), redis.Z{Score: float64(until.UnixMilli()), Member: member})
 	out := o.ok("pending")
 	for _, want := range []string{"DELAYED UNTIL", "RHEL-6", until.Format("2006-01-02 15:04"), "corr-6"} {
 		if !strings.Contains(out, want) {

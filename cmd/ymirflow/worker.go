@@ -17,6 +17,7 @@ import (
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/internal/redact"
+	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
 	"github.com/ymirflow/ymirflow/runners"
@@ -115,20 +116,9 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	if err := checkReplicas(ctx, locker, cfg, log); err != nil {
 		return err
 	}
-	policies, err := cfg.Policies()
+	policies, scopes, limits, err := workerRules(cfg, locker)
 	if err != nil {
-		return usagef("ON_CONFLICT (--on-conflict) = %q: %v", cfg.OnConflict, err)
-	}
-	scopes, err := cfg.Scopes()
-	if err != nil {
-		return usagef("LOCK_SCOPE (--lock-scope): %v", err)
-	}
-	limits, err := cfg.Limits()
-	if err != nil {
-		return usagef("%v", err)
-	}
-	if err := locker.CheckScopes(scopes); err != nil {
-		return usagef("LOCK_SCOPE (--lock-scope) = %q: %v", cfg.LockScope, strings.TrimPrefix(err.Error(), lease.ErrBadScope.Error()+": "))
+		return err
 	}
 
 	shared, runLimit, err := workerLimits(e, cfg)
@@ -138,28 +128,11 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	if e.rateMetrics != nil {
 		metrics.Registry.MustRegister(e.rateMetrics)
 	}
-	var jc handlers.JiraAPI
-	if cfg.JiraURL != "" {
-		c, err := jira.New(jira.Options{BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(), Shared: shared,
-			Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
-			CommentGroup: cfg.JiraCommentGroup, Logger: log, DryRun: cfg.DryRun})
-		if err != nil {
-			return usagef("%v", cfg.ClientError(err))
-		}
-		jc = c
+	jc, err := workerJira(cfg, token, shared, log)
+	if err != nil {
+		return err
 	}
-
-	var runner runners.Runner
-	switch cfg.Runner {
-	case "demo":
-		runner = demorunner.Runner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed, Followups: true}
-	default:
-		runner = runners.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Env: agentEnv.Env, Redactor: red, Logger: log}
-		if len(agentEnv.Credentials) > 0 {
-			log.Warn().Strs("variables", agentEnv.Credentials).
-				Msg("RUNNER_ENV names ymirflow's own Jira credentials: the agent gets them")
-		}
-	}
+	runner := workerRunner(cfg, p, log)
 	ledger, control, err := controlChannel(e, cfg, locker, metrics, log)
 	if err != nil {
 		return err
@@ -216,6 +189,56 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 		return fmt.Errorf("router: %w", err)
 	}
 	return nil
+}
+
+// workerRules parses the worker's busy policies, lock scopes and run limits, and
+// checks the scopes against the Locker.
+func workerRules(cfg *config.Worker, locker *lease.Locker) (lockmw.Policies, lease.Scopes, lockmw.Limits, error) {
+	var none lockmw.Limits
+	policies, err := cfg.Policies()
+	if err != nil {
+		return policies, lease.Scopes{}, none, usagef("ON_CONFLICT (--on-conflict) = %q: %v", cfg.OnConflict, err)
+	}
+	scopes, err := cfg.Scopes()
+	if err != nil {
+		return policies, scopes, none, usagef("LOCK_SCOPE (--lock-scope): %v", err)
+	}
+	limits, err := cfg.Limits()
+	if err != nil {
+		return policies, scopes, limits, usagef("%v", err)
+	}
+	if err := locker.CheckScopes(scopes); err != nil {
+		return policies, scopes, limits, usagef("LOCK_SCOPE (--lock-scope) = %q: %v", cfg.LockScope, strings.TrimPrefix(err.Error(), lease.ErrBadScope.Error()+": "))
+	}
+	return policies, scopes, limits, nil
+}
+
+// workerJira is the worker's Jira client, nil when JIRA_URL is unset (writes are then
+// logged, not sent).
+func workerJira(cfg *config.Worker, token string, shared jira.SharedLimit, log zerolog.Logger) (handlers.JiraAPI, error) {
+	if cfg.JiraURL == "" {
+		return nil, nil
+	}
+	c, err := jira.New(jira.Options{BaseURL: cfg.JiraURL, Email: cfg.JiraEmail, Token: token, API: cfg.APIFlavour(), Shared: shared,
+		Timeout: cfg.JiraTimeout, MaxRetries: cfg.JiraMaxRetries, RateLimit: cfg.JiraRateLimit,
+		CommentGroup: cfg.JiraCommentGroup, Logger: log, DryRun: cfg.DryRun})
+	if err != nil {
+		return nil, usagef("%v", cfg.ClientError(err))
+	}
+	return c, nil
+}
+
+// workerRunner is the runner RUNNER names: the demo's simulated agents, or the exec
+// runner with the agent's environment.
+func workerRunner(cfg *config.Worker, p workerPrep, log zerolog.Logger) runners.Runner {
+	if cfg.Runner == "demo" {
+		return demorunner.Runner{Duration: cfg.DemoDuration, Seed: cfg.DemoSeed, Followups: true}
+	}
+	if len(p.agentEnv.Credentials) > 0 {
+		log.Warn().Strs("variables", p.agentEnv.Credentials).
+			Msg("RUNNER_ENV names ymirflow's own Jira credentials: the agent gets them")
+	}
+	return runners.ExecRunner{Command: cfg.Exec, KillGrace: cfg.KillGrace, Env: p.agentEnv.Env, Redactor: p.red, Logger: log}
 }
 
 // checkReplicas refuses LOCK_WAIT_AOF on a server without WAITAOF and warns when fewer

@@ -316,20 +316,9 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	if c.base == "" {
 		return ErrNotConfigured
 	}
-	if r.rawPath == "" {
-		r.rawPath = r.path
-	}
-	var payload []byte
-	if r.body != nil {
-		b, err := json.Marshal(r.body)
-		if err != nil {
-			return fmt.Errorf("jira: encode %s %s: %w", r.method, r.path, err)
-		}
-		payload = b
-	}
-	u := c.base + r.rawPath
-	if len(r.query) > 0 {
-		u += "?" + r.query.Encode()
+	u, payload, err := c.prepare(r)
+	if err != nil {
+		return err
 	}
 	log := c.log.With().Str("method", r.method).Str("path", r.path).Logger()
 	if r.issueKey != "" {
@@ -337,65 +326,105 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	}
 
 	for attempt := 1; ; attempt++ {
-		if err := c.limit.wait(ctx); err != nil {
-			return fmt.Errorf("jira: %s %s: waiting for the rate limiter: %w", r.method, r.path, err)
-		}
-		if c.shared != nil {
-			if err := c.shared.Wait(ctx); err != nil {
-				return fmt.Errorf("jira: %s %s: waiting for the shared rate limit: %w", r.method, r.path, err)
-			}
-		}
-		start := time.Now()
-		status, hdr, body, err := c.send(ctx, r.method, u, payload)
-		took := time.Since(start)
-
-		var retryAfter time.Duration
-		var hasRetryAfter, retry bool
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return fmt.Errorf("jira: %s %s: %w", r.method, r.path, context.Cause(ctx))
-			}
-			err = fmt.Errorf("jira: %s %s: %w", r.method, r.path, err)
-			retry = r.idempotent && !errors.Is(err, ErrRedirect)
-			log.Debug().Err(err).Int("attempt", attempt).Dur("took", took).Msg("jira request failed")
-		case status >= 200 && status < 300:
-			log.Debug().Int("status", status).Int("attempt", attempt).Dur("took", took).Msg("jira request")
-			if out == nil || len(bytes.TrimSpace(body)) == 0 {
-				return nil
-			}
-			if err := json.Unmarshal(body, out); err != nil {
-				return fmt.Errorf("jira: %s %s: decode response: %w", r.method, r.path, err)
-			}
-			return nil
-		default:
-			he := newHTTPError(r.method, r.path, status, body)
-			he.Attempts = attempt
-			err = he
-			retry = status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
-				(r.idempotent && status >= 500)
-			retryAfter, hasRetryAfter = parseRetryAfter(hdr.Get("Retry-After"), time.Now())
-			if status == http.StatusTooManyRequests {
-				c.throttle(ctx, log, retryAfter, hasRetryAfter, attempt)
-			}
-			log.Debug().Int("status", status).Int("attempt", attempt).Dur("took", took).Msg("jira request")
-		}
-
-		if !retry || attempt > c.maxRetries {
+		if err := c.waitLimits(ctx, r); err != nil {
 			return err
 		}
-		delay := c.backoff(attempt)
-		if hasRetryAfter {
-			if retryAfter > c.maxRetryAfter {
-				return fmt.Errorf("%w (Retry-After %s exceeds the %s limit; not retried)", err, retryAfter, c.maxRetryAfter)
-			}
-			delay = retryAfter
+		res := c.attempt(ctx, r, u, payload, out, log, attempt)
+		if res.done || !res.retry || attempt > c.maxRetries {
+			return res.err
 		}
-		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", delay).Msg("jira request will be retried")
+		delay := c.backoff(attempt)
+		if res.hasRetryAfter {
+			if res.retryAfter > c.maxRetryAfter {
+				return fmt.Errorf("%w (Retry-After %s exceeds the %s limit; not retried)", res.err, res.retryAfter, c.maxRetryAfter)
+			}
+			delay = res.retryAfter
+		}
+		log.Warn().Err(res.err).Int("attempt", attempt).Dur("retry_in", delay).Msg("jira request will be retried")
 		if serr := sleepCtx(ctx, delay); serr != nil {
-			return fmt.Errorf("%w (retry abandoned: %w)", err, serr)
+			return fmt.Errorf("%w (retry abandoned: %w)", res.err, serr)
 		}
 	}
+}
+
+// prepare returns the URL and the encoded body of r.
+func (c *Client) prepare(r request) (u string, payload []byte, err error) {
+	if r.rawPath == "" {
+		r.rawPath = r.path
+	}
+	if r.body != nil {
+		b, err := json.Marshal(r.body)
+		if err != nil {
+			return "", nil, fmt.Errorf("jira: encode %s %s: %w", r.method, r.path, err)
+		}
+		payload = b
+	}
+	u = c.base + r.rawPath
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	return u, payload, nil
+}
+
+// waitLimits waits for this process's rate limiter, then for the shared one (if any).
+func (c *Client) waitLimits(ctx context.Context, r request) error {
+	if err := c.limit.wait(ctx); err != nil {
+		return fmt.Errorf("jira: %s %s: waiting for the rate limiter: %w", r.method, r.path, err)
+	}
+	if c.shared != nil {
+		if err := c.shared.Wait(ctx); err != nil {
+			return fmt.Errorf("jira: %s %s: waiting for the shared rate limit: %w", r.method, r.path, err)
+		}
+	}
+	return nil
+}
+
+// attemptResult is how one attempt of a request ended.
+type attemptResult struct {
+	err error
+	// done: the request is over whatever the retry policy says (a 2xx, decoded or
+	// not, or the caller's context ended); err is its result.
+	done bool
+	// retry: the policy allows another attempt, after retryAfter if the answer had one.
+	retry         bool
+	retryAfter    time.Duration
+	hasRetryAfter bool
+}
+
+// attempt sends r once (attempt is its number) and decodes a 2xx body into out.
+func (c *Client) attempt(ctx context.Context, r request, u string, payload []byte, out any, log zerolog.Logger, attempt int) attemptResult {
+	start := time.Now()
+	status, hdr, body, err := c.send(ctx, r.method, u, payload)
+	took := time.Since(start)
+
+	switch {
+	case err != nil:
+		if ctx.Err() != nil {
+			return attemptResult{err: fmt.Errorf("jira: %s %s: %w", r.method, r.path, context.Cause(ctx)), done: true}
+		}
+		err = fmt.Errorf("jira: %s %s: %w", r.method, r.path, err)
+		log.Debug().Err(err).Int("attempt", attempt).Dur("took", took).Msg("jira request failed")
+		return attemptResult{err: err, retry: r.idempotent && !errors.Is(err, ErrRedirect)}
+	case status >= 200 && status < 300:
+		log.Debug().Int("status", status).Int("attempt", attempt).Dur("took", took).Msg("jira request")
+		if out == nil || len(bytes.TrimSpace(body)) == 0 {
+			return attemptResult{done: true}
+		}
+		if err := json.Unmarshal(body, out); err != nil {
+			return attemptResult{err: fmt.Errorf("jira: %s %s: decode response: %w", r.method, r.path, err), done: true}
+		}
+		return attemptResult{done: true}
+	}
+	he := newHTTPError(r.method, r.path, status, body)
+	he.Attempts = attempt
+	res := attemptResult{err: he, retry: status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
+		(r.idempotent && status >= 500)}
+	res.retryAfter, res.hasRetryAfter = parseRetryAfter(hdr.Get("Retry-After"), time.Now())
+	if status == http.StatusTooManyRequests {
+		c.throttle(ctx, log, res.retryAfter, res.hasRetryAfter, attempt)
+	}
+	log.Debug().Int("status", status).Int("attempt", attempt).Dur("took", took).Msg("jira request")
+	return res
 }
 
 // throttle pauses the shared limit for every process after a 429: for its Retry-After,

@@ -55,72 +55,119 @@ func TestWaitLineOnSharedKey(t *testing.T) {
 func checkSharedLine(t *testing.T, rdb redis.UniversalClient, l *lease.Locker, ns string, sk []lease.ScopeKey, agent, key string) {
 	t.Helper()
 	ctx := context.Background()
-	stream := ns + "stream"
-	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+	sl := &sharedLine{rdb: rdb, l: l, stream: ns + "stream", sk: sk}
+	if err := rdb.XGroupCreateMkStream(ctx, sl.stream, "g", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	add := func() string {
-		id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"n": 1}}).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	acquire := func(ag, issue, id, lid string) (*lease.Lease, error) {
-		ao := waitOpts(stream, id, lid, 10)
-		ao.Shared = sk
-		if sk[0].Scope == lease.ScopeIssue {
-			ao.Shared = []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: issue}}
-		}
-		return l.Acquire(ctx, ag, issue, ao)
-	}
-	first := add()
-	holder, err := acquire("rebase", "RHEL-1", first, first)
+	// 1. rebase holds sk; agent's event waits first in its line.
+	first := sl.add(t)
+	holder, err := sl.acquire(ctx, "rebase", "RHEL-1", first, first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter := add()
-	_, err = acquire(agent, key, waiter, waiter)
+	waiter := sl.add(t)
+	sl.checkWaiting(t, agent, key, waiter)
+	// 2. rebase's release hands sk to the head and appends its copy.
+	copyID := sl.checkHandOff(t, holder, first, waiter, agent, key)
+	// 3. The head's copy takes its keys and runs; a redelivered copy is acked, not run.
+	sl.checkCopyRuns(t, agent, key, copyID, waiter)
+}
+
+// sharedLine is the fixture of checkSharedLine: a stream with group "g" and a Locker
+// whose events hold the shared key sk.
+type sharedLine struct {
+	rdb    redis.UniversalClient
+	l      *lease.Locker
+	stream string
+	sk     []lease.ScopeKey
+}
+
+// add appends an entry to the stream and returns its id.
+func (sl *sharedLine) add(t *testing.T) string {
+	t.Helper()
+	id, err := sl.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: sl.stream, Values: map[string]any{"n": 1}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// acquire takes ag's lease on issue for the entry id of line lid, with the shared key
+// (under scope issue, the issue's own).
+func (sl *sharedLine) acquire(ctx context.Context, ag, issue, id, lid string) (*lease.Lease, error) {
+	ao := waitOpts(sl.stream, id, lid, 10)
+	ao.Shared = sl.sk
+	if sl.sk[0].Scope == lease.ScopeIssue {
+		ao.Shared = []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: issue}}
+	}
+	return sl.l.Acquire(ctx, ag, issue, ao)
+}
+
+// checkWaiting: agent's event on key (entry waiter) waits first in sk's line behind
+// rebase, and SharedLines and List show it.
+func (sl *sharedLine) checkWaiting(t *testing.T, agent, key, waiter string) {
+	t.Helper()
+	ctx := context.Background()
+	sk := sl.sk
+	_, err := sl.acquire(ctx, agent, key, waiter, waiter)
 	var locked *lease.LockedError
 	if !errors.As(err, &locked) || !locked.Waited || locked.Position != 1 || locked.Line != sk[0] ||
 		locked.Holder.Agent != "rebase" || locked.Holder.Scope != sk[0].Scope {
 		t.Fatalf("the second event: %v (%+v), want it waiting first in %v's line behind rebase", err, locked, sk[0])
 	}
-	if ws, err := l.SharedLines(ctx, sk[0]); err != nil || len(ws) != 1 || ws[0].LineID != waiter {
+	if ws, err := sl.l.SharedLines(ctx, sk[0]); err != nil || len(ws) != 1 || ws[0].LineID != waiter {
 		t.Fatalf("SharedLines: %+v %v", ws, err)
 	}
-	if infos, err := l.List(ctx, ""); err != nil || !sharedWaiting(infos, sk[0], 1) {
+	if infos, err := sl.l.List(ctx, ""); err != nil || !sharedWaiting(infos, sk[0], 1) {
 		t.Fatalf("List does not show the shared key's line: %+v %v", infos, err)
 	}
-	if err := holder.FinishedForTest(ctx, lease.Entry{Stream: stream, Group: "g", ID: first}); err != nil {
+}
+
+// checkHandOff: the holder's release (of entry first) wakes waiter and reserves sk for
+// the head (agent, key); it returns the id of the head's copy the release appended.
+func (sl *sharedLine) checkHandOff(t *testing.T, holder *lease.Lease, first, waiter, agent, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	sk := sl.sk
+	if err := holder.FinishedForTest(ctx, lease.Entry{Stream: sl.stream, Group: "g", ID: first}); err != nil {
 		t.Fatal(err)
 	}
 	if holder.Woke() != waiter {
 		t.Fatalf("the release woke %q, want %s", holder.Woke(), waiter)
 	}
-	if in, ok, err := l.InspectShared(ctx, sk[0]); err != nil || !ok || !in.Reserved || in.Agent != agent || in.Issue != key {
+	if in, ok, err := sl.l.InspectShared(ctx, sk[0]); err != nil || !ok || !in.Reserved || in.Agent != agent || in.Issue != key {
 		t.Fatalf("the shared key reserved for the head: %+v %v %v, want it named %s %s", in, ok, err, agent, key)
 	}
 	// The head's copy, appended by the release (in its script on standalone Redis).
-	msgs, err := rdb.XRange(ctx, stream, "("+waiter, "+").Result()
+	msgs, err := sl.rdb.XRange(ctx, sl.stream, "("+waiter, "+").Result()
 	if err != nil || len(msgs) != 1 || msgs[0].Values["lid"] != waiter {
 		t.Fatalf("the head's copy: %+v %v", msgs, err)
 	}
-	cp, err := acquire(agent, key, msgs[0].ID, waiter)
+	return msgs[0].ID
+}
+
+// checkCopyRuns: the head's copy (entry copyID of line waiter) takes both its keys and
+// finishes; a redelivered copy is then refused as Ran, and sk is free.
+func (sl *sharedLine) checkCopyRuns(t *testing.T, agent, key, copyID, waiter string) {
+	t.Helper()
+	ctx := context.Background()
+	sk := sl.sk
+	cp, err := sl.acquire(ctx, agent, key, copyID, waiter)
 	if err != nil {
 		t.Fatalf("the head's copy takes its keys: %v", err)
 	}
 	if len(cp.Shared()) != 1 || cp.Shared()[0].ScopeKey != sk[0] || cp.Agent() != agent {
 		t.Fatalf("the copy's lease %+v", cp.Shared())
 	}
-	if err := cp.FinishedForTest(ctx, lease.Entry{Stream: stream, Group: "g", ID: msgs[0].ID}); err != nil {
+	if err := cp.FinishedForTest(ctx, lease.Entry{Stream: sl.stream, Group: "g", ID: copyID}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = acquire(agent, key, msgs[0].ID, waiter)
+	_, err = sl.acquire(ctx, agent, key, copyID, waiter)
+	var locked *lease.LockedError
 	if !errors.As(err, &locked) || !locked.Ran {
 		t.Fatalf("a redelivered copy of the finished event: %v, want Ran", err)
 	}
-	if n, _ := rdb.Exists(ctx, l.SharedKeys(sk[0]).Lock).Result(); n != 0 {
+	if n, _ := sl.rdb.Exists(ctx, sl.l.SharedKeys(sk[0]).Lock).Result(); n != 0 {
 		t.Fatalf("the shared key is still held after the line emptied")
 	}
 }

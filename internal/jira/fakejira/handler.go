@@ -125,39 +125,12 @@ func (s *Server) route(r *http.Request, body []byte, version, rest string) reply
 	method := r.Method
 
 	switch {
-	case rest == "search/jql":
-		if method != http.MethodGet && method != http.MethodPost {
-			return errReply(http.StatusMethodNotAllowed)
+	case rest == "search/jql" || rest == "search":
+		return s.routeSearch(r, body, version, rest)
+	case parts[0] == "issue":
+		if rep, ok := s.routeIssue(r, body, parts); ok {
+			return rep
 		}
-		return s.search(r, body, true)
-	case rest == "search":
-		if version == "3" {
-			return errReply(http.StatusGone, "The requested API has been removed. Please migrate to the /rest/api/3/search/jql API.")
-		}
-		if method != http.MethodGet && method != http.MethodPost {
-			return errReply(http.StatusMethodNotAllowed)
-		}
-		return s.search(r, body, false)
-	case rest == "issue" && method == http.MethodPost:
-		return s.createIssue(r, body)
-	case parts[0] == "issue" && len(parts) == 2:
-		switch method {
-		case http.MethodGet:
-			return s.getIssue(r, parts[1])
-		case http.MethodPut:
-			return s.putIssue(r, parts[1], body)
-		}
-		return errReply(http.StatusMethodNotAllowed)
-	case parts[0] == "issue" && len(parts) == 3 && parts[2] == "comment":
-		switch method {
-		case http.MethodGet:
-			return s.listComments(parts[1])
-		case http.MethodPost:
-			return s.addComment(r, parts[1], body)
-		}
-		return errReply(http.StatusMethodNotAllowed)
-	case parts[0] == "issue" && len(parts) == 3 && parts[2] == "changelog" && method == http.MethodGet:
-		return s.changelog(r, parts[1])
 	case rest == "user/groups" && method == http.MethodGet:
 		return s.userGroups(r)
 	case rest == "user" && method == http.MethodGet:
@@ -166,6 +139,46 @@ func (s *Server) route(r *http.Request, body []byte, version, rest string) reply
 		return jsonReply(http.StatusOK, s.opts.CurrentUser)
 	}
 	return errReply(http.StatusNotFound, "fakejira: no such endpoint "+r.Method+" "+r.URL.Path)
+}
+
+// routeSearch answers search/jql (Cloud's) and search (Data Center's; gone from API 3).
+func (s *Server) routeSearch(r *http.Request, body []byte, version, rest string) reply {
+	if rest == "search" && version == "3" {
+		return errReply(http.StatusGone, "The requested API has been removed. Please migrate to the /rest/api/3/search/jql API.")
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodPost {
+		return errReply(http.StatusMethodNotAllowed)
+	}
+	return s.search(r, body, rest == "search/jql")
+}
+
+// routeIssue answers the issue endpoints (parts is the path split at "/", parts[0]
+// "issue"); ok is false for a path that is none of them.
+func (s *Server) routeIssue(r *http.Request, body []byte, parts []string) (rep reply, ok bool) {
+	method := r.Method
+	switch {
+	case len(parts) == 1 && method == http.MethodPost:
+		return s.createIssue(r, body), true
+	case len(parts) == 2:
+		switch method {
+		case http.MethodGet:
+			return s.getIssue(r, parts[1]), true
+		case http.MethodPut:
+			return s.putIssue(r, parts[1], body), true
+		}
+		return errReply(http.StatusMethodNotAllowed), true
+	case len(parts) == 3 && parts[2] == "comment":
+		switch method {
+		case http.MethodGet:
+			return s.listComments(parts[1]), true
+		case http.MethodPost:
+			return s.addComment(r, parts[1], body), true
+		}
+		return errReply(http.StatusMethodNotAllowed), true
+	case len(parts) == 3 && parts[2] == "changelog" && method == http.MethodGet:
+		return s.changelog(r, parts[1]), true
+	}
+	return reply{}, false
 }
 
 func (s *Server) authorized(r *http.Request) bool {

@@ -1,4 +1,4 @@
-package event
+package delayq
 
 import (
 	"context"
@@ -14,31 +14,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
-// Delayed events (the busy policy delay): an event whose issue is busy is acked and
-// kept in its stream's delayed set, a sorted set scored by the time (ms) it is due;
-// Promote appends the due ones to the stream again, each once, removing it in the same
-// step: nothing is lost between them, and nothing is appended twice. The set lives in the
-// stream's hash slot.
-
-// Metadata the delay policy writes on the event it re-queues.
-const (
-	// MetaDelays counts how often the event was delayed (the policy doubles its wait
-	// each time).
-	MetaDelays = "delays"
-	// MetaDelayedFrom is the stream id of the entry it was delayed from.
-	MetaDelayedFrom = "delayed_from"
-)
-
-// LockDelayed is the results stream record of an event re-queued by the delay policy.
-const LockDelayed = "lock.delayed"
-
-// DelayedKey is the delayed set of stream: "{<stream>}:delayed", in the stream's hash
+// Key is the delayed set of stream: "{<stream>}:delayed", in the stream's hash
 // slot on Redis Cluster (a key whose tag is the whole name of another hashes like it);
 // a stream that carries a hash tag of its own shares it with "<stream>:delayed".
-func DelayedKey(stream string) string {
+func Key(stream string) string {
 	if i := strings.IndexByte(stream, '{'); i >= 0 && strings.IndexByte(stream[i:], '}') > 1 {
 		return stream + ":delayed"
 	}
@@ -54,9 +37,9 @@ type delayedMember struct {
 	Fields map[string]string `json:"fields"`
 }
 
-// DelayedMember is the member that keeps fields (an entry's fields, as Encode gives
+// Member is the member that keeps fields (an entry's fields, as Encode gives
 // them) delayed, from entry id from. Values are written as strings.
-func DelayedMember(from string, fields map[string]any) (string, error) {
+func Member(from string, fields map[string]any) (string, error) {
 	m := delayedMember{From: from, Fields: make(map[string]string, len(fields))}
 	for k, v := range fields {
 		switch x := v.(type) {
@@ -70,7 +53,7 @@ func DelayedMember(from string, fields map[string]any) (string, error) {
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return "", fmt.Errorf("event: delayed member: %w", err)
+		return "", fmt.Errorf("delayq: delayed member: %w", err)
 	}
 	return string(b), nil
 }
@@ -85,13 +68,13 @@ var nowLua string
 
 var nowScript = redis.NewScript(nowLua)
 
-// DelayedNow is the server's clock as the promoter of stream's delayed set reads it
+// Now is the server's clock as the promoter of stream's delayed set reads it
 // (scripts/due.lua), read on the set's node: a delay's due time is this plus the wait,
 // so a worker whose clock is off makes nothing due early or late. One round trip.
-func DelayedNow(ctx context.Context, rdb redis.Scripter, stream string) (time.Time, error) {
-	ms, err := nowScript.Run(ctx, rdb, []string{DelayedKey(stream)}).Int64()
+func Now(ctx context.Context, rdb redis.Scripter, stream string) (time.Time, error) {
+	ms, err := nowScript.Run(ctx, rdb, []string{Key(stream)}).Int64()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("event: read the server's clock for %s: %w", stream, err)
+		return time.Time{}, fmt.Errorf("delayq: read the server's clock for %s: %w", stream, err)
 	}
 	return time.UnixMilli(ms), nil
 }
@@ -108,13 +91,13 @@ const PromoteBatch = 100
 // is lost. It returns how many it moved and
 // when the next one is due (the zero Time if none is waiting).
 func Promote(ctx context.Context, rdb redis.UniversalClient, stream string) (int, time.Time, error) {
-	key := DelayedKey(stream)
+	key := Key(stream)
 	res, err := dueScript.Run(ctx, rdb, []string{key}, PromoteBatch).Slice()
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("event: promote delayed events of %s: %w", stream, err)
+		return 0, time.Time{}, fmt.Errorf("delayq: promote delayed events of %s: %w", stream, err)
 	}
 	if len(res) < 1 {
-		return 0, time.Time{}, fmt.Errorf("event: promote %s: unexpected reply %v", stream, res)
+		return 0, time.Time{}, fmt.Errorf("delayq: promote %s: unexpected reply %v", stream, res)
 	}
 	var next time.Time
 	if s, ok := res[0].(string); ok && s != "" {
@@ -140,7 +123,7 @@ func promoteOne(ctx context.Context, rdb redis.UniversalClient, stream, key, mem
 	var m delayedMember
 	if json.Unmarshal([]byte(member), &m) != nil || len(m.Fields) == 0 {
 		if err := rdb.ZRem(ctx, key, member).Err(); err != nil {
-			return fmt.Errorf("event: drop an unreadable delayed member of %s: %w", stream, err)
+			return fmt.Errorf("delayq: drop an unreadable delayed member of %s: %w", stream, err)
 		}
 		return nil
 	}
@@ -150,14 +133,14 @@ func promoteOne(ctx context.Context, rdb redis.UniversalClient, stream, key, mem
 	}
 	sum := sha1.Sum([]byte(member))
 	if _, err := xonce.Run(ctx, rdb, xonce.Append{Stream: stream, ID: "delayed-" + hex.EncodeToString(sum[:]),
-		Values: values, Issue: IndexIssue(m.Fields[metaPrefix+MetaIssueKey]), TakeSet: key, TakeMember: member}); err != nil {
-		return fmt.Errorf("event: promote a delayed event of %s: %w", stream, err)
+		Values: values, Issue: event.IndexIssue(m.Fields[event.MetaPrefix+event.MetaIssueKey]), TakeSet: key, TakeMember: member}); err != nil {
+		return fmt.Errorf("delayq: promote a delayed event of %s: %w", stream, err)
 	}
 	return nil
 }
 
-// DelayedEvent is one event waiting in a delayed set, for the operators' views.
-type DelayedEvent struct {
+// Event is one event waiting in a delayed set, for the operators' views.
+type Event struct {
 	Stream      string    `json:"stream"`
 	From        string    `json:"from"` // the entry it was delayed from
 	Until       time.Time `json:"delayed_until"`
@@ -168,40 +151,40 @@ type DelayedEvent struct {
 	Delays      int       `json:"delays"`
 }
 
-// ListDelayed returns the events waiting in stream's delayed set, soonest first, at
+// List returns the events waiting in stream's delayed set, soonest first, at
 // most limit (all when limit <= 0). One round trip.
-func ListDelayed(ctx context.Context, rdb redis.Cmdable, stream string, limit int64) ([]DelayedEvent, error) {
-	zs, err := QueueListDelayed(ctx, rdb, stream, limit).Result()
+func List(ctx context.Context, rdb redis.Cmdable, stream string, limit int64) ([]Event, error) {
+	zs, err := QueueList(ctx, rdb, stream, limit).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("event: list delayed events of %s: %w", stream, err)
+		return nil, fmt.Errorf("delayq: list delayed events of %s: %w", stream, err)
 	}
-	return DecodeDelayed(stream, zs), nil
+	return Decode(stream, zs), nil
 }
 
-// QueueListDelayed queues the read of ListDelayed on rdb (a pipeline, say); decode its
-// reply with DecodeDelayed.
-func QueueListDelayed(ctx context.Context, rdb redis.Cmdable, stream string, limit int64) *redis.ZSliceCmd {
+// QueueList queues the read of List on rdb (a pipeline, say); decode its
+// reply with Decode.
+func QueueList(ctx context.Context, rdb redis.Cmdable, stream string, limit int64) *redis.ZSliceCmd {
 	stop := limit - 1
 	if limit <= 0 {
 		stop = -1
 	}
-	return rdb.ZRangeWithScores(ctx, DelayedKey(stream), 0, stop)
+	return rdb.ZRangeWithScores(ctx, Key(stream), 0, stop)
 }
 
-// DecodeDelayed reads a delayed set's members (ZRANGE WITHSCORES) as DelayedEvents;
+// Decode reads a delayed set's members (ZRANGE WITHSCORES) as DelayedEvents;
 // members it cannot read are skipped.
-func DecodeDelayed(stream string, zs []redis.Z) []DelayedEvent {
-	out := make([]DelayedEvent, 0, len(zs))
+func Decode(stream string, zs []redis.Z) []Event {
+	out := make([]Event, 0, len(zs))
 	for _, z := range zs {
 		s, _ := z.Member.(string)
 		var m delayedMember
 		if json.Unmarshal([]byte(s), &m) != nil {
 			continue
 		}
-		d := DelayedEvent{Stream: stream, From: m.From, Until: time.UnixMilli(int64(z.Score)),
-			IssueKey: m.Fields[metaPrefix+MetaIssueKey], EventType: m.Fields[metaPrefix+MetaEventType],
-			Correlation: m.Fields[metaPrefix+MetaCorrelationID], Attempt: m.Fields[metaPrefix+MetaAttempt]}
-		d.Delays, _ = strconv.Atoi(m.Fields[metaPrefix+MetaDelays])
+		d := Event{Stream: stream, From: m.From, Until: time.UnixMilli(int64(z.Score)),
+			IssueKey: m.Fields[event.MetaPrefix+event.MetaIssueKey], EventType: m.Fields[event.MetaPrefix+event.MetaEventType],
+			Correlation: m.Fields[event.MetaPrefix+event.MetaCorrelationID], Attempt: m.Fields[event.MetaPrefix+event.MetaAttempt]}
+		d.Delays, _ = strconv.Atoi(m.Fields[event.MetaPrefix+event.MetaDelays])
 		out = append(out, d)
 	}
 	return out
