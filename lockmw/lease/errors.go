@@ -36,21 +36,22 @@ var (
 	ErrAfterRelease = errors.New("lease: released; the commands after the release failed")
 )
 
-// ErrMailboxFull is wrapped by *MailboxFullError: the holder's mailbox holds
+// ErrMailboxFull is wrapped by the error that names the holder: its mailbox holds
 // DeliverOptions.MaxDepth follow-ups already; the event was not appended (nor acked).
 var ErrMailboxFull = errors.New("lease: the holder's mailbox is full")
 
-// MailboxFullError names the lease whose mailbox refused a follow-up.
-type MailboxFullError struct {
+// mailboxFullError names the lease whose mailbox refused a follow-up; callers test
+// for ErrMailboxFull.
+type mailboxFullError struct {
 	Holder Info
 	Depth  int64
 }
 
-func (e *MailboxFullError) Error() string {
+func (e *mailboxFullError) Error() string {
 	return fmt.Sprintf("%v: %s:%s holds %d follow-ups", ErrMailboxFull, e.Holder.Agent, e.Holder.Issue, e.Depth)
 }
 
-func (e *MailboxFullError) Unwrap() error { return ErrMailboxFull }
+func (e *mailboxFullError) Unwrap() error { return ErrMailboxFull }
 
 // SupersededError names the run that superseded an event.
 type SupersededError struct {

@@ -83,13 +83,13 @@ type Options struct {
 	Observer Observer
 	// WaitReplicas, when above 0, makes every acquire and extend wait until that many
 	// replicas have acknowledged it (WAIT; see replicas.go): an acquire they do not
-	// acknowledge within WaitTimeout is given back and refused with a
-	// *NotReplicatedError, an extend they do not acknowledge does not count (the lease
-	// ends unproven if none does for TTL minus the safety margin). Default: 0 (no
-	// waiting: replication is asynchronous).
+	// acknowledge within WaitTimeout is given back and refused with an error wrapping
+	// ErrNotReplicated, an extend they do not acknowledge does not count (the lease ends
+	// unproven if none does for TTL minus the safety margin). Default: 0 (no waiting:
+	// replication is asynchronous).
 	WaitReplicas int
-	// WaitTimeout bounds each WAIT; in (0, TTL/3). Default: DefaultWaitTimeout(TTL),
-	// min(1s, TTL/10).
+	// WaitTimeout bounds each WAIT; in (0, TTL/3). Default: min(1s, TTL/10)
+	// (defaultWaitTimeout).
 	WaitTimeout time.Duration
 	// WaitAOF sends WAITAOF 0 WaitReplicas instead of WAIT: a replica acknowledges once
 	// the write is in its append-only file (replicas need appendonly yes). Redis 7.2 or
@@ -161,7 +161,7 @@ func New(rdb Client, opts Options) (*Locker, error) {
 		return nil, fmt.Errorf("lease: Options.WaitReplicas must not be negative, got %d", opts.WaitReplicas)
 	}
 	if opts.WaitTimeout == 0 {
-		opts.WaitTimeout = DefaultWaitTimeout(opts.TTL)
+		opts.WaitTimeout = defaultWaitTimeout(opts.TTL)
 	}
 	if opts.WaitTimeout < time.Millisecond || opts.WaitTimeout >= opts.TTL/3 {
 		return nil, fmt.Errorf("lease: Options.WaitTimeout must be in [1ms, Options.TTL/3 = %s), got %s", opts.TTL/3, opts.WaitTimeout)
@@ -224,7 +224,8 @@ type AcquireOptions struct {
 	// Deliver, when set, selects the deliver policy: if the lease is held, the event's
 	// follow-up record is appended to the holder's mailbox and the event kept as the
 	// issue's queued event, in the same atomic step; the LockedError says Delivered,
-	// or Acquire returns a *MailboxFullError. Queue is then ignored. Default: nil.
+	// or Acquire returns an error wrapping ErrMailboxFull. Queue is then ignored.
+	// Default: nil.
 	Deliver *DeliverOptions
 	// Drain says the lease expects queued follow-ups (a coalesce or deliver rule is in
 	// use): Handoff then takes nothing ahead. Every release publishes the queued
@@ -298,8 +299,8 @@ type DeliverOptions struct {
 	// Event is the event itself, queued to start the next run if the holder
 	// does not account for every follow-up. Required.
 	Event QueuedEvent
-	// MaxDepth bounds the mailbox: an event that finds it this full is refused with a
-	// *MailboxFullError. Default: DefaultMailboxDepth.
+	// MaxDepth bounds the mailbox: an event that finds it this full is refused with an
+	// error wrapping ErrMailboxFull. Default: DefaultMailboxDepth.
 	MaxDepth int64
 	// Ack, when set on standalone Redis (KeysCompat), is the event's stream entry: it is
 	// acked in the script that appends the follow-up (LockedError.Acked). On Redis
@@ -311,11 +312,11 @@ type DeliverOptions struct {
 // DefaultMailboxDepth is DeliverOptions.MaxDepth's default.
 const DefaultMailboxDepth = 100
 
-// MailboxTTL is how long a mailbox (and its seen set) lives after its last append, at
+// mailboxTTL is how long a mailbox (and its seen set) lives after its last append, at
 // least MaxHold+TTL: long after the lease, because the event a release republishes for
 // its follow-ups may wait that long in a backlog before its run reads them. A run that
 // accounts for every follow-up deletes it sooner.
-const MailboxTTL = 7 * 24 * time.Hour
+const mailboxTTL = 7 * 24 * time.Hour
 
 // QueuedEvent is a stream entry's fields, kept to be appended to Stream later.
 type QueuedEvent struct {
@@ -466,7 +467,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 		}
 		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
 			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), d.Event.Stream, entryMS, depth, group, id, 2 * len(d.Followup),
-			max(MailboxTTL, l.opts.MaxHold+l.opts.TTL).Milliseconds()}
+			max(mailboxTTL, l.opts.MaxHold+l.opts.TTL).Milliseconds()}
 		for k, v := range d.Followup {
 			a.args = append(a.args, k, v)
 		}
@@ -583,9 +584,9 @@ func (a *acquisition) finish(parent context.Context, res []any, err error) (*Lea
 // busy is the error of an acquire the script answered busy (reply code n): the mailbox
 // full, or a LockedError saying what became of the event (queued, delivered, ...).
 func (a *acquisition) busy(n int64, res []any) error {
-	var full *MailboxFullError
+	var full *mailboxFullError
 	if n == 3 && len(res) >= 7 { // deliver: the mailbox is full
-		full = &MailboxFullError{Depth: atoi(res[1])}
+		full = &mailboxFullError{Depth: atoi(res[1])}
 		res = res[1:]
 	}
 	holder := a.holderOf(res)

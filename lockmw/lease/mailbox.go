@@ -90,8 +90,8 @@ func (le *Lease) MailboxDone(ctx context.Context, ids ...string) (int64, error) 
 	return n, nil
 }
 
-// MailboxDepth returns how many follow-ups wait in the mailbox of (agent, rawKey).
-func (l *Locker) MailboxDepth(ctx context.Context, agent, rawKey string) (int64, error) {
+// mailboxDepth returns how many follow-ups wait in the mailbox of (agent, rawKey).
+func (l *Locker) mailboxDepth(ctx context.Context, agent, rawKey string) (int64, error) {
 	issue, err := l.Canonicalize(rawKey)
 	if err != nil {
 		return 0, err

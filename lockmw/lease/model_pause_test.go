@@ -149,7 +149,7 @@ func (m *pauseModel) deliver(a int, crashBeforeAck bool) error {
 			if !sc.Matches(t) {
 				continue
 			}
-			if st := m.state[s]; st == PauseStatePaused || (st == PauseStateResuming && !isCopy) {
+			if st := m.state[s]; st == pauseStatePaused || (st == pauseStateResuming && !isCopy) {
 				le.stopHeartbeat()
 				return m.fail(propPauseNoRun, "%s %s (lid %s, copy %v, values %v) starts while %s is %s (registry %v)", in.stream, msg.ID, lid, isCopy, msg.Values, s, st,
 					m.direct.HGetAll(m.ctx, m.p.keys.Reg).Val())
@@ -194,7 +194,7 @@ func (m *pauseModel) pause(a int) error {
 	if _, err := m.p.Set(m.ctx, Pause{Scope: s, Reason: "model", By: "model"}); err != nil {
 		return err
 	}
-	m.state[s] = PauseStatePaused
+	m.state[s] = pauseStatePaused
 	return nil
 }
 
@@ -224,7 +224,7 @@ func (m *pauseModel) resume(a int, crash bool) error {
 	m.p.afterPublish = nil
 	switch {
 	case errors.Is(err, errCrash):
-		m.state[s] = PauseStateResuming
+		m.state[s] = pauseStateResuming
 	case err != nil:
 		return err
 	case !r.Again:
@@ -322,7 +322,7 @@ func (m *pauseModel) settled() error {
 		}
 	}
 	for _, s := range pauseScopes {
-		if n := m.direct.ZCard(m.ctx, m.p.keys.Line(s)).Val(); n > 0 {
+		if n := m.direct.ZCard(m.ctx, m.p.keys.line(s)).Val(); n > 0 {
 			return m.fail(propPauseLeft, "%d events left in the line of %s", n, s)
 		}
 	}

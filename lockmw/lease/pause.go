@@ -47,10 +47,10 @@ var (
 // event is one member of a pause's line, in the order of its first entry.
 const MetaParkedFrom = "parked_from"
 
-// Pause states (Pause.State).
+// The values of Pause.State.
 const (
-	PauseStatePaused   = "paused"
-	PauseStateResuming = "resuming"
+	pauseStatePaused   = "paused"
+	pauseStateResuming = "resuming"
 )
 
 // ErrBadPauseScope is wrapped by ParsePauseScope's errors.
@@ -166,7 +166,8 @@ type Pause struct {
 	By          string    `json:"by"`
 	At          time.Time `json:"at"`
 	StopRunning bool      `json:"stop_running"`
-	State       string    `json:"state"`
+	// State is "paused", or "resuming" while a resume republishes its line.
+	State string `json:"state"`
 	// Waiting is how many events are parked in its line, OldestAt when the head of the
 	// line first entered its stream (List only).
 	Waiting  int64     `json:"waiting"`
@@ -187,8 +188,8 @@ type PauseKeys struct {
 	tag  string
 }
 
-// Line is the key of the line of the pause named name.
-func (k PauseKeys) Line(name string) string { return "lockpauseline:" + k.tag + ":" + name }
+// line is the key of the line of the pause named name.
+func (k PauseKeys) line(name string) string { return "lockpauseline:" + k.tag + ":" + name }
 
 // pauseSeenTTL is how long the record of parked and republished entries lives after
 // its last write: long after any redelivery of a parked entry.
@@ -222,7 +223,7 @@ func (p *Pauses) Set(ctx context.Context, pa Pause) (bool, error) {
 	if pa.Scope == "" {
 		return false, errors.New("lease: Pause.Scope is empty")
 	}
-	pa.State, pa.Waiting, pa.OldestAt = PauseStatePaused, 0, time.Time{}
+	pa.State, pa.Waiting, pa.OldestAt = pauseStatePaused, 0, time.Time{}
 	if pa.At.IsZero() {
 		pa.At = time.Now()
 	}
@@ -258,8 +259,8 @@ func (p *Pauses) List(ctx context.Context) ([]Pause, error) {
 	n := make([]*redis.IntCmd, len(out))
 	heads := make([]*redis.ZSliceCmd, len(out))
 	for i, pa := range out {
-		n[i] = pipe.ZCard(ctx, p.keys.Line(pa.Scope))
-		heads[i] = pipe.ZRangeWithScores(ctx, p.keys.Line(pa.Scope), 0, 0)
+		n[i] = pipe.ZCard(ctx, p.keys.line(pa.Scope))
+		heads[i] = pipe.ZRangeWithScores(ctx, p.keys.line(pa.Scope), 0, 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("lease: count parked events: %w", err)
@@ -278,7 +279,7 @@ func decodePauses(all map[string]string) []Pause {
 	for name, v := range all {
 		var pa Pause
 		if json.Unmarshal([]byte(v), &pa) != nil || pa.State == "" {
-			pa.State = PauseStatePaused
+			pa.State = pauseStatePaused
 		}
 		pa.Scope = name
 		out = append(out, pa)
@@ -290,11 +291,11 @@ func decodePauses(all map[string]string) []Pause {
 // Parked lists the events parked in the pause named scope, the head first.
 func (p *Pauses) Parked(ctx context.Context, scope string) ([]Parked, error) {
 	pipe := p.l.rdb.Pipeline()
-	cmd := pipe.ZRange(ctx, p.keys.Line(scope), 0, -1)
+	cmd := pipe.ZRange(ctx, p.keys.line(scope), 0, -1)
 	_, _ = pipe.Exec(ctx)
 	raw, err := cmd.Result()
 	if err != nil {
-		return nil, fmt.Errorf("lease: read %s: %w", p.keys.Line(scope), err)
+		return nil, fmt.Errorf("lease: read %s: %w", p.keys.line(scope), err)
 	}
 	out := make([]Parked, 0, len(raw))
 	for _, r := range raw {
@@ -363,7 +364,7 @@ func (p *Pauses) Check(ctx context.Context, t PauseTarget, e ParkEntry) (CheckRe
 		return CheckResult{Verdict: Repeat}, nil
 	}
 	for _, pa := range decodePauses(reg.Val()) {
-		if pa.State == PauseStateResuming && e.Copy {
+		if pa.State == pauseStateResuming && e.Copy {
 			continue // a copy the resume appended: it runs, in its stream's order
 		}
 		sc, err := p.l.ParsePauseScope(pa.Scope)
@@ -384,7 +385,7 @@ func (p *Pauses) park(ctx context.Context, scope string, e ParkEntry) (CheckResu
 	if err != nil {
 		return CheckResult{}, err
 	}
-	keys := []string{p.keys.Reg, p.keys.Seen, p.keys.Line(scope)}
+	keys := []string{p.keys.Reg, p.keys.Seen, p.keys.line(scope)}
 	ack := e.Ack && p.l.opts.Format != KeysCluster
 	group, id := "", e.ID
 	if ack {
@@ -437,7 +438,7 @@ type Resumed struct {
 // behind the line and are republished too. Two round trips per parked event.
 func (p *Pauses) Resume(ctx context.Context, scope string, maxLen int64) (Resumed, error) {
 	r := Resumed{Scope: scope}
-	keys := []string{p.keys.Reg, p.keys.Seen, p.keys.Line(scope)}
+	keys := []string{p.keys.Reg, p.keys.Seen, p.keys.line(scope)}
 	published, begin := "", "1"
 	for {
 		res, err := resumeScript.Run(ctx, p.l.rdb, keys, scope, published, pauseSeenTTL.Milliseconds(), begin).Slice()

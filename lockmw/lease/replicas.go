@@ -28,19 +28,21 @@ import (
 // lease's keys share one); a cluster client would send a keyless WAIT to any node. A
 // group key, in a slot of its own, is extended and waited for on its own primary.
 
-// ErrNotReplicated is wrapped by *NotReplicatedError: fewer replicas than
-// Options.WaitReplicas acknowledged an acquire or an extend within Options.WaitTimeout.
+// ErrNotReplicated is wrapped by the error that says how many acknowledged: fewer
+// replicas than Options.WaitReplicas acknowledged an acquire or an extend within
+// Options.WaitTimeout.
 var ErrNotReplicated = errors.New("lease: not acknowledged by enough replicas")
 
-// NotReplicatedError says how many replicas acknowledged a lease's write in time.
-type NotReplicatedError struct {
+// notReplicatedError says how many replicas acknowledged a lease's write in time;
+// callers test for ErrNotReplicated.
+type notReplicatedError struct {
 	Lock      string        // the lease's lock key
 	Want, Got int64         // replicas asked for, replicas that acknowledged
 	Timeout   time.Duration // how long the WAIT waited
 	AOF       bool          // WAITAOF: acknowledged means written to the replica's AOF
 }
 
-func (e *NotReplicatedError) Error() string {
+func (e *notReplicatedError) Error() string {
 	what := "WAIT"
 	if e.AOF {
 		what = "WAITAOF"
@@ -48,11 +50,11 @@ func (e *NotReplicatedError) Error() string {
 	return fmt.Sprintf("%v: %s: %s acknowledged by %d of %d replicas within %s", ErrNotReplicated, e.Lock, what, e.Got, e.Want, e.Timeout)
 }
 
-func (e *NotReplicatedError) Unwrap() error { return ErrNotReplicated }
+func (e *notReplicatedError) Unwrap() error { return ErrNotReplicated }
 
-// DefaultWaitTimeout is Options.WaitTimeout's default for ttl: min(1s, TTL/10). It stays
+// defaultWaitTimeout is Options.WaitTimeout's default for ttl: min(1s, TTL/10). It stays
 // well inside the heartbeat (TTL/3) and under go-redis's read timeout (3s by default).
-func DefaultWaitTimeout(ttl time.Duration) time.Duration { return min(time.Second, ttl/10) }
+func defaultWaitTimeout(ttl time.Duration) time.Duration { return min(time.Second, ttl/10) }
 
 // ErrNoWaitAOF is returned by CheckReplicas when Options.WaitAOF is set and the server
 // has no WAITAOF command (Redis before 7.2).
@@ -119,10 +121,10 @@ type waitPiper interface {
 }
 
 // queueWait queues the WAIT (or WAITAOF) of Options.WaitReplicas on pipe and returns a
-// function that reads its answer: nil, or a *NotReplicatedError.
+// function that reads its answer: nil, or a *notReplicatedError.
 func (le *Lease) queueWait(ctx context.Context, pipe redis.Pipeliner) func() error {
 	o := le.l.opts
-	e := &NotReplicatedError{Lock: le.keys.Lock, Want: int64(o.WaitReplicas), Timeout: o.WaitTimeout, AOF: o.WaitAOF}
+	e := &notReplicatedError{Lock: le.keys.Lock, Want: int64(o.WaitReplicas), Timeout: o.WaitTimeout, AOF: o.WaitAOF}
 	if o.WaitAOF {
 		cmd := redis.NewIntSliceCmd(ctx, "waitaof", 0, o.WaitReplicas, o.WaitTimeout.Milliseconds())
 		_ = pipe.Process(ctx, cmd)
@@ -250,7 +252,7 @@ func (le *Lease) replicated(ctx context.Context) error {
 // it (Locker.lagging), every acquire first proves that they acknowledge again, without
 // taking the lease: a write that changes nothing (INCRBY of the lease's fence counter
 // by 0, in the lease's hash slot) and the WAIT on its connection. While they do not,
-// the acquire is refused as before (a *NotReplicatedError) but no lock key exists for
+// the acquire is refused as before (a *notReplicatedError) but no lock key exists for
 // the WAIT's duration: an event of the issue meeting the unconfirmed key would be
 // handled as busy (dropped, under the drop policy) for a lease that is then given back,
 // and each refused try would take a fence. The first acquire whose probe is
@@ -258,7 +260,7 @@ func (le *Lease) replicated(ctx context.Context) error {
 
 // probeReplicas is the acquire's check while the replicas lag: nil once Options.
 // WaitReplicas replicas acknowledge a write on the primary of keys.Lock, else why not
-// (a *NotReplicatedError naming the lock key).
+// (a *notReplicatedError naming the lock key).
 func (l *Locker) probeReplicas(ctx context.Context, keys Keys) error {
 	rdb, err := l.waitClient(ctx, keys.Lock)
 	if err != nil {
