@@ -4,13 +4,16 @@ package lease
 // sequences against the real Redis with the faults of a worker's life between the
 // calls: events arrive, are delivered (a copy too, once the line appended it) to one
 // of the workers, runs finish, fail (their entry is redelivered) or crash (their lease
-// expires, their entry is redelivered), replies are lost (go-redis sends the script
-// again), on both key formats. After every step: one run at a time, each event runs
+// expires, their entry is redelivered), a turn whose event is not running expires (its
+// Hold passed), the line waker of any worker sweeps at any time, replies are lost
+// (go-redis sends the script again), on both key formats. A claim redelivers pending
+// entries only; a failed run's message is handed over again by its reader. After every step: one run at a time, each event runs
 // to its end at most once, and a hand-over gives the key to the event earliest in the
 // stream among those waiting (a crashed run keeps its turn; a failed run's retry joins
 // the line again). Once settled: every event ran exactly once (or was refused with the line
 // full) and nothing is left waiting or pending. TestModelLeaseLinePlantedLostWakeup
-// shows that a release that does not hand the key over is caught.
+// shows that a release that does not hand the key over is caught,
+// TestModelLeaseLinePlantedWakeDuringTurn a waker that hands it on during a turn.
 
 import (
 	"context"
@@ -68,6 +71,9 @@ type lineModel struct {
 	scope   Scope
 	foreign map[string]bool // agent lock keys held by a plain lock
 	plained bool            // a plain lock was taken: settle may sweep the lines once it is gone
+	// turnedOut: a turn expired (turnOut) with events waiting and nobody to hand the key
+	// on: the line waker's sweep moves such a line, so settle may sweep too.
+	turnedOut bool
 }
 
 // lineEvent is who an event is: its agent and issue (the scoped variants vary them).
@@ -200,6 +206,18 @@ func (m *lineModel) deliver(i int) error {
 	i %= len(m.inbox)
 	msg := m.inbox[i]
 	m.inbox = slices.Delete(m.inbox, i, i+1)
+	if msg.Values["nack"] == nil {
+		p, err := m.direct.XPendingExt(m.ctx, &redis.XPendingExtArgs{Stream: m.stream, Group: "g", Start: msg.ID, End: msg.ID, Count: 1}).Result()
+		if err != nil {
+			return err
+		}
+		if len(p) == 0 {
+			// A claim returns pending entries only: one acked meanwhile (a second claim
+			// of one entry) is not delivered again. (A nacked message is handed over
+			// again by its own reader, pending or not.)
+			return nil
+		}
+	}
 	lid := m.lidOf(msg)
 	agent, issue := m.lineEvent(msg)
 	ao := AcquireOptions{MessageID: msg.ID, Shared: m.sharedKey(), Wait: &WaitOptions{Event: QueuedEvent{Stream: m.stream,
@@ -285,7 +303,7 @@ func (m *lineModel) end(i int, how string) error {
 		}
 		// A failed run passes its turn on: its retry joins the line again (a failure
 		// that ends in the dead-letter queue strands nobody).
-		m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid, "ag": r.le.agent, "is": r.le.issue}})
+		m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid, "ag": r.le.agent, "is": r.le.issue, "nack": "1"}})
 	case "crash":
 		r.le.stopHeartbeat()
 		m.crashed = append(m.crashed, r)
@@ -311,6 +329,44 @@ func (m *lineModel) expire(i int) error {
 	}
 	m.inbox = append(m.inbox, redis.XMessage{ID: r.id, Values: map[string]any{"wf": r.lid, "ag": r.le.agent, "is": r.le.issue}})
 	return nil
+}
+
+// turnOut: the turn of an event whose run is not under way (a crashed run not
+// redelivered yet, or a head whose copy was not delivered yet) expires (Hold passed):
+// its reserved key expires with it, and so have a crashed run's keys long before.
+func (m *lineModel) turnOut() error {
+	k := m.l.Keys("a", "P-1")
+	if sk := m.sharedKey(); sk != nil {
+		k = m.l.SharedKeys(sk[0])
+	}
+	lid, err := m.direct.Get(m.ctx, k.Line().Turn).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range m.runs {
+		if r.lid == lid {
+			return nil // its heartbeat keeps the turn
+		}
+	}
+	for _, r := range m.crashed {
+		if r.lid == lid {
+			if err := m.expire(slices.Index(m.crashed, r)); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	if m.direct.Get(m.ctx, k.Lock).Val() == "line:"+lid {
+		m.direct.Del(m.ctx, k.Lock, k.Info)
+	}
+	// Its place is lost: its redelivery joins the line again (LineOrder then counts it
+	// from then on).
+	delete(m.waiting, lid)
+	m.turnedOut = true
+	return m.direct.Del(m.ctx, k.Line().Turn).Err()
 }
 
 func sharedKeysOf(le *Lease) []Keys {
@@ -342,6 +398,17 @@ func (m *lineModel) do(kind string, a int) error {
 		err = m.end(a, kind)
 	case "expire":
 		err = m.expire(a)
+	case "turnout":
+		err = m.turnOut()
+	case "sweep":
+		// The line waker's sweep (every worker runs one, at any time): a hand-over
+		// when it woke a line.
+		handed, outside := m.handed, m.outside
+		m.handOver("")
+		var woken []string
+		if woken, err = m.wakeAll(); err == nil && len(woken) == 0 {
+			m.handed, m.outside = handed, outside
+		}
 	case "lose":
 		// The next acquire's reply is lost (armed only with an acquire to come, so that
 		// no rule is left armed for a later one): go-redis sends the script again.
@@ -367,12 +434,12 @@ func (m *lineModel) settle() error {
 	for range 2000 {
 		var err error
 		switch {
-		case m.plained && wakes < 10 && len(m.runs) == 0 && len(m.crashed) == 0 && len(m.inbox) == 0 && len(m.inLine()) > 0:
+		case (m.plained || m.turnedOut) && wakes < 10 && len(m.runs) == 0 && len(m.crashed) == 0 && len(m.inbox) == 0 && len(m.inLine()) > 0:
 			// The line waker's sweep: a line whose head gave its turn up to a plain
 			// lock on its agent key (whose holder hands nothing over) moves on. Only
 			// then: any other line left waiting is a lost wake-up.
 			wakes++
-			if err = m.wakeAll(); err == nil {
+			if _, err = m.wakeAll(); err == nil {
 				err = m.read()
 			}
 		case len(m.runs) > 0:
@@ -417,13 +484,16 @@ func (m *lineModel) settled() error {
 	return nil
 }
 
-func (m *lineModel) wakeAll() error {
+func (m *lineModel) wakeAll() ([]string, error) {
 	if m.scope == "" {
-		_, err := m.l.WakeLines(m.ctx, "a", time.Hour)
-		return err
+		// As the middleware's line waker: it looks for the key's delivered events first.
+		sw, err := m.l.WakeLinesBefore(m.ctx, "a", time.Hour, func(string) *PendingScan {
+			return &PendingScan{Stream: m.stream, Group: "g", Match: modelMatch}
+		})
+		return sw.Woken, err
 	}
-	_, err := m.l.WakeSharedLines(m.ctx, m.scope, time.Hour)
-	return err
+	sw, err := m.l.WakeSharedLines(m.ctx, m.scope, time.Hour)
+	return sw.Woken, err
 }
 
 func (m *lineModel) inLine() []string {
@@ -443,7 +513,7 @@ func (m *lineModel) inLine() []string {
 var lineKinds = []struct {
 	kind   string
 	weight int
-}{{"new", 4}, {"deliver", 6}, {"finish", 3}, {"fail", 1}, {"crash", 1}, {"expire", 1}, {"lose", 1}, {"plain", 1}, {"unplain", 1}}
+}{{"new", 4}, {"deliver", 6}, {"finish", 3}, {"fail", 1}, {"crash", 1}, {"expire", 1}, {"lose", 1}, {"plain", 1}, {"unplain", 1}, {"turnout", 1}, {"sweep", 1}}
 
 func genLineSteps(r *rand.Rand, n int) []mStep {
 	total := 0
@@ -488,8 +558,11 @@ func (e *modelEnv) runLine(format KeyFormat, scope Scope, steps []mStep) error {
 		if err := m.do(s.Kind, s.A); err != nil {
 			return &stepError{at: i, err: err}
 		}
-		if os.Getenv("MODEL_TRACE") != "" && scope != "" {
-			k := l.SharedKeys(m.sharedKey()[0])
+		if os.Getenv("MODEL_TRACE") != "" {
+			k := l.Keys("a", "P-1")
+			if scope != "" {
+				k = l.SharedKeys(m.sharedKey()[0])
+			}
 			e.t.Logf("   lock %q turn %q line %v inbox %v ran %v", e.direct.Get(m.ctx, k.Lock).Val(), e.direct.Get(m.ctx, k.Line().Turn).Val(), m.inLine(), m.inbox, m.ran)
 		}
 	}
@@ -603,6 +676,32 @@ func TestModelLeaseLinePlantedHandOverPastDelivered(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), propLineOrder) {
 		t.Fatalf("caught, but as another property: %v", err)
+	}
+	t.Logf("caught at seed %d: %v", seed, err)
+}
+
+// TestModelLeaseLinePlantedWakeDuringTurn plants a line waker that takes a free key as a
+// lost wake-up while it is still somebody's turn (a crashed run whose redelivery has not
+// come yet, a head whose copy is on its way), and hands it to the next head: the
+// redelivered event then runs beside the head, or after it. Only the model's sweep step
+// (the waker of any worker, at any time) reaches it: the model checker must catch it.
+func TestModelLeaseLinePlantedWakeDuringTurn(t *testing.T) {
+	const promote = "local p = line_promote"
+	plant := "if redis.call('GET', k.lock) == false or string.sub(redis.call('GET', k.lock), 1, 5) == 'line:' then " +
+		"redis.call('DEL', k.lock, k.turn) end\n" + promote
+	wake := strings.Replace(lineWakeLua, promote, plant, 1)
+	scoped := strings.Replace(lineWakeScopedLua, promote, plant, 1)
+	if wake == lineWakeLua || scoped == lineWakeScopedLua {
+		t.Fatal("the plant found nothing to replace in line_wake.lua or line_wake_scoped.lua")
+	}
+	savedWake, savedScoped := lineWakeScript, lineWakeScopedScript
+	lineWakeScript = newScript(leaseLua + lineLua + wake)
+	lineWakeScopedScript = newScript(leaseLua + lineLua + lineScopedLua + scoped)
+	t.Cleanup(func() { lineWakeScript, lineWakeScopedScript = savedWake, savedScoped })
+	e := newModelEnv(t)
+	seed, err := e.checkLineSeeds(1, 48)
+	if err == nil {
+		t.Fatal("the model checker did not catch a waker that hands the key on during a turn")
 	}
 	t.Logf("caught at seed %d: %v", seed, err)
 }
