@@ -206,17 +206,8 @@ func (m *lineModel) deliver(i int) error {
 	i %= len(m.inbox)
 	msg := m.inbox[i]
 	m.inbox = slices.Delete(m.inbox, i, i+1)
-	if msg.Values["nack"] == nil {
-		p, err := m.direct.XPendingExt(m.ctx, &redis.XPendingExtArgs{Stream: m.stream, Group: "g", Start: msg.ID, End: msg.ID, Count: 1}).Result()
-		if err != nil {
-			return err
-		}
-		if len(p) == 0 {
-			// A claim returns pending entries only: one acked meanwhile (a second claim
-			// of one entry) is not delivered again. (A nacked message is handed over
-			// again by its own reader, pending or not.)
-			return nil
-		}
+	if ok, err := m.claimable(msg); err != nil || !ok {
+		return err
 	}
 	lid := m.lidOf(msg)
 	agent, issue := m.lineEvent(msg)
@@ -275,6 +266,17 @@ func (m *lineModel) deliver(i int) error {
 		return err
 	}
 	return nil
+}
+
+// claimable reports whether msg can still be delivered: a claim returns pending entries
+// only, so one acked meanwhile (a second claim of one entry) is not delivered again; a
+// nacked message is handed over again by its own reader, pending or not.
+func (m *lineModel) claimable(msg redis.XMessage) (bool, error) {
+	if msg.Values["nack"] != nil {
+		return true, nil
+	}
+	p, err := m.direct.XPendingExt(m.ctx, &redis.XPendingExtArgs{Stream: m.stream, Group: "g", Start: msg.ID, End: msg.ID, Count: 1}).Result()
+	return len(p) > 0, err
 }
 
 func (m *lineModel) ack(id string) { m.direct.XAck(m.ctx, m.stream, "g", id) }
