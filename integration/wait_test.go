@@ -326,7 +326,13 @@ func checkWaitLedger(t *testing.T, s *scenario, eventOf map[string]string, n int
 	slices.SortFunc(events, streamid.Compare)
 	for _, ev := range events {
 		if okOf[ev] != 1 {
-			t.Errorf("event %s ran to its end %d times", ev, okOf[ev])
+			var of []string
+			for _, r := range runs {
+				if eventOf[r.msgID] == ev {
+					of = append(of, r.String())
+				}
+			}
+			t.Errorf("event %s ran to its end %d times:\n  %s\n  (kills %v)", ev, okOf[ev], strings.Join(of, "\n  "), kills)
 		}
 	}
 	if !slices.Equal(order, events) {
