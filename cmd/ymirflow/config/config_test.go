@@ -314,7 +314,6 @@ func TestValidationNamesTheSetting(t *testing.T) {
 		{"supersede with a shared scope", "worker", w("--on-conflict", "triage.requested=supersede,*=drop", "--lock-scope", "agent,issue"), nil, "LOCK_SCOPE", "lock-scope", "cannot follow with supersede"},
 		{"supersede with a group scope", "worker", w(), map[string]string{"ON_CONFLICT": "supersede", "LOCK_SCOPE": "group:m:lock_key"}, "LOCK_SCOPE", "lock-scope", "cannot follow with supersede"},
 		{"wait with two shared scopes", "worker", w("--on-conflict", "wait:10", "--lock-scope", "agent,issue,group:m:lock_key"), nil, "LOCK_SCOPE", "lock-scope", "cannot follow with wait"},
-		{"wait with a shared scope", "worker", w("--on-conflict", "wait:10", "--lock-scope", "agent,issue"), nil, "LOCK_SCOPE", "lock-scope", "cannot follow with wait yet"},
 		{"wait beside coalesce", "worker", w("--on-conflict", "rebase.requested=wait,*=coalesce"), nil, "ON_CONFLICT", "on-conflict", "wait can be combined with drop and delay only"},
 		{"wait with a bad MAX", "worker", w("--on-conflict", "wait:0"), nil, "ON_CONFLICT", "on-conflict", "wait MAX"},
 		{"on conflict table", "worker", w("--on-conflict", "rebase.requested=drop,*=delay:1s,rebase.requested=coalesce"), nil, "ON_CONFLICT", "on-conflict", "rebase.requested given twice"},
@@ -658,6 +657,29 @@ func TestDefaultConsumerName(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
 	if got := DefaultConsumerName(); got != host {
 		t.Errorf("in Kubernetes: %q, want the hostname %q", got, host)
+	}
+}
+
+// ON_CONFLICT wait is accepted with LOCK_SCOPE issue or group (one of them): the line is
+// the shared key's (the refusal of both at once is in TestValidationNamesTheSetting).
+func TestWaitWithASharedScopeAccepted(t *testing.T) {
+	for _, c := range []struct{ onConflict, scope string }{
+		{"wait:10", "agent,issue"}, {"rebase.requested=wait,*=drop", "issue"}, {"wait", "group:m:lock_key"},
+	} {
+		var w Worker
+		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+		w.Register(fs)
+		if err := Parse(fs, []string{"--runner", "demo", "--agent", "rebase", "--branch", "c9s", "--on-conflict", c.onConflict, "--lock-scope", c.scope}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Validate(); err != nil {
+			t.Errorf("ON_CONFLICT=%s LOCK_SCOPE=%s: %v", c.onConflict, c.scope, err)
+			continue
+		}
+		sc, err := w.Scopes()
+		if p, perr := w.Policies(); err != nil || perr != nil || !sc.Shared() || !p.Uses(lockmw.Wait) {
+			t.Errorf("ON_CONFLICT=%s LOCK_SCOPE=%s: scopes %+v, %v; policies %v, %v", c.onConflict, c.scope, sc, err, p, perr)
+		}
 	}
 }
 

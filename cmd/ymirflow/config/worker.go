@@ -129,13 +129,14 @@ func (w *Worker) Register(fs *flag.FlagSet) {
 		"wait[:MAX] (joins the key's line, FIFO, in the script that finds the key busy, acked, recorded as lock.waited with its position; the release hands the key "+
 		"to the head of the line and appends its copy, which runs next: one at a time, in stream order, nothing lost or run twice across worker crashes; "+
 		"a run that did not finish keeps its turn for its redelivery; beyond MAX waiting (default 100) the event is dead-lettered with the reason; "+
-		"agent scope only for now; combines with drop and delay only)")
+		"with LOCK_SCOPE issue or group the line is the shared key's, whatever agent or issue holds it (not both scopes at once); "+
+		"combines with drop and delay only)")
 	fs.Int64Var(&w.MailboxDepth, "mailbox-depth", DefaultMailboxDepth, "most follow-ups waiting in one lease's mailbox (ON_CONFLICT deliver); one more is dead-lettered with the reason. 1 to 100000")
 	fs.StringVar(&w.LockScope, "lock-scope", DefaultLockScope, "what a run's lease guards, comma-separated: agent (this agent on the issue: lock:<agent>:<ISSUE>, always held), "+
 		"issue (the issue across every agent that sets it: a rebase and a backport of one issue never run at once), "+
 		"group:<path>[+<path>...] (a key from the event: dotted field paths of the task JSON, or m:<name> for metadata, e.g. group:metadata.component+metadata.target_branch or group:m:lock_key; "+
-		"every event with the same values runs one at a time). All keys are taken at once or none; with issue or group, ON_CONFLICT=coalesce, deliver and supersede are refused, wait is refused for now, "+
-		"and on Redis Cluster at most one of them")
+		"every event with the same values runs one at a time). All keys are taken at once or none; with issue or group, ON_CONFLICT=coalesce, deliver and supersede are refused, wait keeps its line on the shared key "+
+		"(with one of them only), and on Redis Cluster at most one of them")
 	fs.IntVar(&w.LockWaitReplicas, "lock-wait-replicas", 0, "replicas that must acknowledge each lease acquire and extend (Redis WAIT, sent after it on the same connection; on Redis Cluster to the primary of the lease's slot) before the handler starts; "+
 		"an acquire not acknowledged within min(1s, LOCK_TTL/10) is given back and its event redelivered, an extend not acknowledged does not count (the lease ends unproven when none is for LOCK_TTL - LOCK_TTL/10). "+
 		"Narrows what a failover can lose (see docs/architecture.md, Failover). 0 to 16; 0: no waiting (replication is asynchronous)")
@@ -348,11 +349,9 @@ func (w *Worker) validateConflict(p *problems) {
 		p.add("lock-scope", "= %q: %v", w.LockScope, err)
 	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Coalesce, lockmw.Deliver) {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with coalesce or deliver: use drop or delay", w.LockScope, w.OnConflict)
-	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Wait) {
-		// The line on a shared key (lease.line_scoped.go) exists, but an event ran twice
-		// after a SIGKILL in its scenario test: withheld until that is found.
-		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with wait yet: "+
-			"the line is kept on the agent's own key; use drop or delay", w.LockScope, w.OnConflict)
+	} else if sc.Issue && len(sc.Group) > 0 && polErr == nil && policies.Uses(lockmw.Wait) {
+		p.add("lock-scope", "= %q holds two shared keys (issue and group), which ON_CONFLICT (--on-conflict) = %q cannot follow with wait: "+
+			"an event waits in the line of one key; use issue or group alone", w.LockScope, w.OnConflict)
 	} else if sc.Shared() && polErr == nil && policies.Uses(lockmw.Supersede) {
 		p.add("lock-scope", "= %q holds a shared key (issue or group), which ON_CONFLICT (--on-conflict) = %q cannot follow with supersede: "+
 			"the run holding a shared key may be another agent's or another issue's, which an event may not cancel; use drop or delay", w.LockScope, w.OnConflict)

@@ -7,8 +7,8 @@
 --   1. the agent's key holds token: the lease an earlier try made (a lost reply);
 --   2. seen says it ran ('r'): a repeat, acked, not run (state 3);
 --   3. its turn on the shared key (reserved for it, its own turn, or free with no turn
---      and it heads the line or the line is empty) and the agent's key free: it takes
---      both (two fences);
+--      and it heads the line, is earlier in the stream than its head, or the line is
+--      empty) and the agent's key free: it takes both (two fences);
 --   4. its turn on the shared key but the agent's own key held (a plain lock of a
 --      Python agent, or a run of its agent on the issue under another group key): it
 --      waits in the shared key's line, which it does not jump, and gives its turn up
@@ -99,7 +99,13 @@ local function join()
   ack()
   return redis.call('ZRANK', k.line, member) + 1
 end
-local mine = cur == 'line:' .. o.lid or (not cur and (turn == o.lid or (not turn and (not head or headlid == o.lid))))
+-- An event earlier in the stream than the head (not in the line: its turn expired, or
+-- it was delivered before the head joined) takes a free key with nobody's turn too, as
+-- in acquire_or_wait.lua: were it to join, it would head the line, and a repeat of this
+-- call after a lost reply would take the key with its entry acked by the joining (a
+-- crash of that run would then leave nothing pending to bring it back).
+local mine = cur == 'line:' .. o.lid or (not cur and (turn == o.lid or
+  (not turn and (not head or headlid == o.lid or line_before(o.lid, headlid)))))
 if mine and not acur then
   if headlid == o.lid then redis.call('ZREM', k.line, head) end
   redis.call('SET', k.lock, o.token, 'PX', o.ttl_ms)
