@@ -77,10 +77,13 @@ func TestProgressTimeoutEndsAQuietRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	agent := &quietAgent{talk: time.Second}
+	// The timeout is 20 progress reports long: a busy machine's scheduling stall between
+	// two reports is far shorter, and the quiet part still ends the run within a second.
+	const talk, timeout = 2 * time.Second, time.Second
+	agent := &quietAgent{talk: talk}
 	e.router(ctx, "rebase", "c9s", e.handler("rebase", "c9s", agent, func(c *handlers.Config) {
 		c.Ledger = ledger
-		c.Control.ProgressTimeout = 300 * time.Millisecond
+		c.Control.ProgressTimeout = timeout
 	}), 3)
 	if _, err := e.pub.PublishID(ctx, e.topo.Stream("rebase", "c9s", false), downstreamMsg(t, "rebase", key, "c9s", false)); err != nil {
 		t.Fatal(err)
@@ -98,7 +101,7 @@ func TestProgressTimeoutEndsAQuietRun(t *testing.T) {
 	if !errors.Is(agent.cause, agentctl.ErrNoProgress) {
 		t.Fatalf("the quiet run was stopped by %v, want ErrNoProgress", agent.cause)
 	}
-	if agent.talked < time.Second || agent.runs != 1 {
-		t.Fatalf("the run lasted %s, %d runs: want it left alone while it reported progress (1 s), and run once", agent.talked, agent.runs)
+	if agent.talked < talk || agent.runs != 1 {
+		t.Fatalf("the run lasted %s, %d runs: want it left alone while it reported progress (%s), and run once", agent.talked, agent.runs, talk)
 	}
 }
