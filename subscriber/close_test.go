@@ -20,13 +20,7 @@ func TestCloseGivesBackReadAhead(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	stream := ns + "s"
-	add := func() string {
-		msg, err := event.New(event.TriageRequested, "RHEL-1", event.Task{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)}).Val()
-	}
+	add := func() string { return addTriage(ctx, t, rdb, stream) }
 	ids := []string{add(), add(), add()}
 	maxIdle := time.Minute
 	sub := newSub(t, rdb, subscriber.Config{ReadBatch: 10, KeepAhead: 3, MaxIdleTime: maxIdle, ClaimInterval: time.Hour})
@@ -73,11 +67,7 @@ func TestCloseGivesBackWhatAReadInFlightBrings(t *testing.T) {
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
 	}
-	msg, err := event.New(event.TriageRequested, "RHEL-1", event.Task{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)}).Val()
+	id := addTriage(ctx, t, rdb, stream)
 	checkGivenBack(ctx, t, rdb, stream, maxIdle, []string{id})
 }
 
@@ -105,4 +95,18 @@ func checkGivenBack(ctx context.Context, t *testing.T, rdb *redis.Client, stream
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// addTriage appends a triage event of RHEL-1 to stream and returns its entry id.
+func addTriage(ctx context.Context, t *testing.T, rdb *redis.Client, stream string) string {
+	t.Helper()
+	msg, err := event.New(event.TriageRequested, "RHEL-1", event.Task{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

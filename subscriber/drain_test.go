@@ -24,13 +24,7 @@ func TestDrainGivesBackAndUndrainReads(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	stream := ns + "s"
-	add := func() string {
-		msg, err := event.New(event.TriageRequested, "RHEL-1", event.Task{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)}).Val()
-	}
+	add := func() string { return addTriage(ctx, t, rdb, stream) }
 	ids := []string{add(), add(), add()}
 	maxIdle := time.Minute
 	sub := newSub(t, rdb, subscriber.Config{ReadBatch: 10, KeepAhead: 3, MaxIdleTime: maxIdle, ClaimInterval: time.Hour})
