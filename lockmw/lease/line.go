@@ -494,6 +494,12 @@ func (le *Lease) Woke() string {
 	return s
 }
 
+// ReleaseLost ends a lease that ended under its run (lost, unproven, MaxHold): as
+// Release, for lockmw's finishLost.
+func (le *Lease) ReleaseLost(ctx context.Context) (bool, error) {
+	return le.Release(ctx)
+}
+
 // releaseLineLease is release for a wait lease whose event is not done: a failed run
 // passes its turn on (its retry joins the line again), a give-back keeps it.
 func (le *Lease) releaseLineLease(ctx context.Context, then func(pipe redis.Pipeliner), outcome string) (bool, error) {
