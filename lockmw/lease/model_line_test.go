@@ -292,6 +292,13 @@ func (m *lineModel) end(i int, how string) error {
 	}
 	r := m.runs[i%len(m.runs)]
 	m.runs = slices.DeleteFunc(m.runs, func(x *lineRun) bool { return x == r })
+	if how == "fail" && m.memo[r.id] {
+		// Not modelled: a failure of the run that took over a lapsed one's result (a
+		// Jira or record write failing after the agent ran). A failed run passes its
+		// turn on, and its retry's new copy would run the agent again (a known gap,
+		// docs/architecture.md: the line's "Once").
+		how = "finish"
+	}
 	if how != "crash" {
 		m.handOver(r.lid)
 	}
@@ -404,6 +411,13 @@ func (m *lineModel) turnOut() error {
 	for _, r := range m.runs {
 		if r.lid == lid {
 			return nil // its heartbeat keeps the turn
+		}
+	}
+	for _, msg := range m.inbox {
+		if m.memo[msg.ID] && msg.Values["nack"] != nil && m.lidOf(msg) == lid {
+			// A lapsed run's entry, handed over again by its reader after
+			// NackResendSleep: back long before Hold (2 TTL + 4 MaxIdleTime) runs out.
+			return nil
 		}
 	}
 	for _, r := range m.crashed {
@@ -577,7 +591,12 @@ var lineKinds = []lineKind{{"new", 4}, {"deliver", 6}, {"finish", 3}, {"fail", 1
 
 // lapseKinds are lineKinds with runs whose lease ends under them (lapse): a list of its
 // own, so that the seeds of lineKinds (regression seed 1201) keep their sequences.
-var lapseKinds = append(slices.Clone(lineKinds), lineKind{"lapse", 2})
+// Without plain locks: a lapsed event whose agent key a plain lock holds when its entry
+// comes back gives its turn up and joins the line, and its new copy runs the agent
+// again (a known gap, as a failure after a lapse, docs/architecture.md).
+var lapseKinds = append(slices.DeleteFunc(slices.Clone(lineKinds), func(k lineKind) bool {
+	return k.kind == "plain" || k.kind == "unplain"
+}), lineKind{"lapse", 2})
 
 func genLineSteps(r *rand.Rand, n int, kinds []lineKind) []mStep {
 	total := 0
@@ -628,7 +647,7 @@ func (e *modelEnv) runLine(format KeyFormat, scope Scope, steps []mStep) error {
 			if scope != "" {
 				k = l.SharedKeys(m.sharedKey()[0])
 			}
-			e.t.Logf("   lock %q turn %q line %v inbox %v ran %v", e.direct.Get(m.ctx, k.Lock).Val(), e.direct.Get(m.ctx, k.Line().Turn).Val(), m.inLine(), m.inbox, m.ran)
+			e.t.Logf("   lock %q turn %q (%v) line %v inbox %v ran %v", e.direct.Get(m.ctx, k.Lock).Val(), e.direct.Get(m.ctx, k.Line().Turn).Val(), e.direct.PTTL(m.ctx, k.Line().Turn).Val(), m.inLine(), m.inbox, m.ran)
 		}
 	}
 	return m.settle()
@@ -703,6 +722,26 @@ func TestModelLeaseLineLapse(t *testing.T) {
 		t.Fatalf("line model checker with lapses: seed %d fails: %v", seed, err)
 	}
 	t.Logf("%d seeds of 60 steps with lapses in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// TestModelLeaseLinePlantedLapsePassesTurn plants the end of a lapsed run (a lease that
+// ended under it just after its agent finished) that passes the event's turn on, as a
+// failed run's does: its entry, handed over again, joins the line behind the others and
+// comes back as a new copy, which runs the agent again (the double of integration
+// TestWaitLineOnIssueKeyUnderKills). The model checker must catch it.
+func TestModelLeaseLinePlantedLapsePassesTurn(t *testing.T) {
+	saved := lostTurn
+	lostTurn = turnPass
+	t.Cleanup(func() { lostTurn = saved })
+	e := newModelEnv(t)
+	seed, err := e.checkLineSeedsOf(1, 48, lapseKinds)
+	if err == nil {
+		t.Fatal("the model checker did not catch a lapsed run that passes its turn on")
+	}
+	if !strings.Contains(err.Error(), propLineOnce) {
+		t.Fatalf("caught, but as another property: %v", err)
+	}
+	t.Logf("caught at seed %d: %v", seed, err)
 }
 
 // TestModelLeaseLinePlantedJoinThenTake plants the scoped acquire without its
