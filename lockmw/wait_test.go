@@ -183,6 +183,63 @@ func TestWaitRunFinishedAsItsLeaseEndedIsNotRunAgain(t *testing.T) {
 	}
 }
 
+// A wait run whose lease ended under it and whose handler failed for it (handlers: the
+// agent's result discarded as the lease ended) keeps its event's turn: the entry's
+// redelivery takes the key back under its own id (where the handler kept the agent's
+// result) before the line moves on. Passing the turn on, as a failed run does, handed
+// the key to the line's head and sent the event to the back of the line, to come back
+// as a new copy that ran the agent again (integration TestWaitLineOnIssueKeyUnderKills).
+func TestWaitRunWhoseLeaseEndedKeepsItsTurn(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := locker(t, rdb, ns)
+	stream := ns + "s"
+	id := pendingEntry(t, rdb, stream, "c")
+	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+	pol, _ := lockmw.ParsePolicies("wait")
+	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	runCtx, shutdown := context.WithCancel(ctx)
+	defer shutdown()
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		runs++
+		if runs > 1 {
+			return nil, nil
+		}
+		if _, err := l.Acquire(ctx, "rebase", "RHEL-7", lease.AcquireOptions{MessageID: "9999999999999-0",
+			Wait: &lease.WaitOptions{LineID: "9999999999999-0", Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"payload": "next"}}}}); !errors.Is(err, lease.ErrLocked) {
+			t.Errorf("second event: %v, want it in line", err)
+		}
+		shutdown() // the lease ends as the agent finishes
+		<-msg.Context().Done()
+		return nil, errors.New("runner result discarded: lease ended")
+	})
+	deliver := func() error {
+		msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`))
+		msg.SetContext(runCtx)
+		_, err := h(msg)
+		return err
+	}
+	if err := deliver(); err == nil || runs != 1 {
+		t.Fatalf("first delivery: err = %v, runs = %d; want it failed, left pending", err, runs)
+	}
+	if got := rdb.XLen(ctx, stream).Val(); got != 1 {
+		t.Fatalf("%d stream entries: the key went to the line's head past the event whose lease ended", got)
+	}
+	runCtx, shutdown = context.WithCancel(ctx)
+	defer shutdown()
+	if err := deliver(); err != nil || runs != 2 {
+		t.Fatalf("redelivery: err = %v, runs = %d; want it run under its own entry (it joined the line instead)", err, runs)
+	}
+	if got := rdb.XRange(ctx, stream, "-", "+").Val(); len(got) != 2 || got[1].Values["payload"] != "next" {
+		t.Fatalf("stream %v: want the line's head appended once the event ran", got)
+	}
+}
+
 // Under a shared scope the line waker sweeps the shared keys' lines (the key an event
 // waits on): it reports them, and hands a stranded one (its key free, nobody's turn)
 // to its head, here an event of another issue under the same group key.
