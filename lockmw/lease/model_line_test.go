@@ -14,6 +14,8 @@ package lease
 // full) and nothing is left waiting or pending. TestModelLeaseLinePlantedLostWakeup
 // shows that a release that does not hand the key over is caught,
 // TestModelLeaseLinePlantedWakeDuringTurn a waker that hands it on during a turn.
+// TestModelLeaseLineLapse adds runs whose lease ends under them as their agent finishes
+// (lapse); TestModelLeaseLinePlantedLapsePassesTurn, such a run that passes its turn on.
 
 import (
 	"context"
