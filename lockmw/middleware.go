@@ -86,6 +86,14 @@ type Source interface {
 	Encode(msg *message.Message) (map[string]any, error)
 }
 
+// Origin is implemented by sources that read one stream as one consumer group: the
+// line waker of a worker none of whose events has waited yet looks there for the
+// events of a key delivered but not in its line (sweepScan).
+type Origin interface {
+	// Origin returns the stream and the group the source reads.
+	Origin() (stream, group string)
+}
+
 // Peeker is implemented by sources that know which entry they hand over next. The
 // middleware then takes that entry's lease in the round trip that releases the current
 // one and acks its entry, so the lease costs no round trip of its own on the critical

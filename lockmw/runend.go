@@ -123,7 +123,7 @@ func (m *Middleware) finish(d *delivery, le *lease.Lease, e runEnd) ([]*message.
 func (m *Middleware) finishLost(ctx context.Context, d *delivery, le *lease.Lease, e runEnd) ([]*message.Message, error) {
 	lost := le.Err()
 	leaseEnded(d.ctx, lost)
-	deleted, relErr := end(ctx, le, e.ran)
+	deleted, relErr := endAfterLoss(ctx, le, e.ran)
 	if e.err == nil && relErr == nil && deleted {
 		if d.hasEntry {
 			m.ackExclusive(ctx, d, le)
@@ -186,6 +186,17 @@ func (m *Middleware) finishRan(cleanup context.Context, d *delivery, le *lease.L
 		d.log.get().Info().Str("requeued_id", id).Msg("published the issue's queued follow-up")
 	}
 	return out, nil
+}
+
+// endAfterLoss is end for a lease that ended under its run (finishLost): a wait lease's
+// event keeps its turn (lease.Lease.ReleaseLost), so that its entry, handed over again,
+// takes the key back under its own id, where the handler kept the agent's result,
+// instead of joining the line again and running the agent a second time as a new copy.
+func endAfterLoss(ctx context.Context, le *lease.Lease, ran bool) (bool, error) {
+	if !ran {
+		return false, le.GiveBack(ctx)
+	}
+	return le.ReleaseLost(ctx)
 }
 
 // end releases le, or gives it back when no run happened under it (its wait for a

@@ -195,9 +195,14 @@ func (m *Middleware) sweepLines(ctx context.Context) (lease.LineSweep, error) {
 }
 
 // sweepScan is the pending scan of the line waker's wake of issue's line: the stream
-// and group of the last event that waited (the agent's own), or nil before any.
+// and group of the last event that waited (the agent's own), or, before any, those its
+// Source reads (Origin). Without a scan a freshly started worker's waker handed the key
+// to the line's head past an earlier event pending on a dead consumer.
 func (m *Middleware) sweepScan(issue string) *lease.PendingScan {
 	e, _ := m.waitedIn.Load().(Entry)
+	if o, ok := m.cfg.Source.(Origin); ok && e.Stream == "" {
+		e.Stream, e.Group = o.Origin()
+	}
 	match := m.sameKey(issue)
 	if e.Stream == "" || match == nil {
 		return nil

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -180,6 +182,138 @@ func TestWaitRunFinishedAsItsLeaseEndedIsNotRunAgain(t *testing.T) {
 	}
 	if w, err := l.Lines(ctx, "rebase", "RHEL-7"); err != nil || len(w) != 0 {
 		t.Fatalf("line %v (%v): the redelivered copy joined it, to run a second time", w, err)
+	}
+}
+
+// originSource is a streamSource that says which stream and group it reads.
+type originSource struct {
+	streamSource
+	stream string
+}
+
+func (s *originSource) Origin() (string, string) { return s.stream, "g" }
+
+// The line waker of a worker none of whose events has waited yet (freshly started after
+// a kill) looks for the key's delivered events in the stream its Source reads: it does
+// not hand a stranded line's key to its head past an earlier event of the key pending on
+// a dead consumer (integration TestWaitLineRunsInOrderUnderKills once ran an event
+// before an earlier one). Once that event has ended, the line moves on.
+func TestFreshLineWakerDoesNotPassPendingEvent(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	obs := &lineObs{}
+	l, err := lease.New(rdb, lease.Options{Scope: ns, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream := ns + "s"
+	rdb.XGroupCreateMkStream(ctx, stream, "g", "0")
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1000-0", Values: map[string]any{event.MetaPrefix + event.MetaIssueKey: "RHEL-7", "payload": "{}"}})
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(id string) lease.AcquireOptions {
+		return lease.AcquireOptions{MessageID: id, Wait: &lease.WaitOptions{LineID: id, Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"payload": id}}}}
+	}
+	if _, err := l.Acquire(ctx, "rebase", "RHEL-7", wait("500-0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, "rebase", "RHEL-7", wait("2000-0")); !errors.Is(err, lease.ErrLocked) {
+		t.Fatalf("later event: %v, want it in line", err)
+	}
+	k := l.Keys("rebase", "RHEL-7")
+	rdb.Del(ctx, k.Lock, k.Info, k.Line().Turn) // its holder crashed, its turn expired: stranded
+	pol, _ := lockmw.ParsePolicies("wait")
+	m, err := lockmw.NewMiddleware(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Policies: pol,
+		Source: &originSource{stream: stream}, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.RunLineWaker(wctx, 10*time.Millisecond) }()
+	defer func() { stop(); <-done }()
+	swept := func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		s := obs.seen
+		obs.seen = false
+		return s
+	}
+	waitUntil := func(what string, cond func() bool) {
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 10 s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	swept()
+	waitUntil("sweep", swept)
+	waitUntil("second sweep", swept)
+	if got := rdb.Get(ctx, k.Lock).Val(); got == "line:2000-0" {
+		t.Fatal("the waker handed the key to 2000-0 while 1000-0, earlier, is pending on a dead consumer")
+	}
+	rdb.XAck(ctx, stream, "g", "1000-0") // it ended
+	waitUntil("hand-over to the head once the earlier event ended", func() bool { return rdb.Get(ctx, k.Lock).Val() == "line:2000-0" })
+}
+
+// A wait run whose lease ended under it and whose handler failed for it (handlers: the
+// agent's result discarded as the lease ended) keeps its event's turn: the entry's
+// redelivery takes the key back under its own id (where the handler kept the agent's
+// result) before the line moves on. Passing the turn on, as a failed run does, handed
+// the key to the line's head and sent the event to the back of the line, to come back
+// as a new copy that ran the agent again (integration TestWaitLineOnIssueKeyUnderKills).
+func TestWaitRunWhoseLeaseEndedKeepsItsTurn(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := locker(t, rdb, ns)
+	stream := ns + "s"
+	id := pendingEntry(t, rdb, stream, "c")
+	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+	pol, _ := lockmw.ParsePolicies("wait")
+	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	runCtx, shutdown := context.WithCancel(ctx)
+	defer shutdown()
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		runs++
+		if runs > 1 {
+			return nil, nil
+		}
+		if _, err := l.Acquire(ctx, "rebase", "RHEL-7", lease.AcquireOptions{MessageID: "9999999999999-0",
+			Wait: &lease.WaitOptions{LineID: "9999999999999-0", Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"payload": "next"}}}}); !errors.Is(err, lease.ErrLocked) {
+			t.Errorf("second event: %v, want it in line", err)
+		}
+		shutdown() // the lease ends as the agent finishes
+		<-msg.Context().Done()
+		return nil, errors.New("runner result discarded: lease ended")
+	})
+	deliver := func() error {
+		msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`))
+		msg.SetContext(runCtx)
+		_, err := h(msg)
+		return err
+	}
+	if err := deliver(); err == nil || runs != 1 {
+		t.Fatalf("first delivery: err = %v, runs = %d; want it failed, left pending", err, runs)
+	}
+	if got := rdb.XLen(ctx, stream).Val(); got != 1 {
+		t.Fatalf("%d stream entries: the key went to the line's head past the event whose lease ended", got)
+	}
+	runCtx, shutdown = context.WithCancel(ctx)
+	defer shutdown()
+	if err := deliver(); err != nil || runs != 2 {
+		t.Fatalf("redelivery: err = %v, runs = %d; want it run under its own entry (it joined the line instead)", err, runs)
+	}
+	if got := rdb.XRange(ctx, stream, "-", "+").Val(); len(got) != 2 || got[1].Values["payload"] != "next" {
+		t.Fatalf("stream %v: want the line's head appended once the event ran", got)
 	}
 }
 

@@ -146,6 +146,7 @@ type unpeeked struct{ s *subscription }
 
 func (u unpeeked) Entry(msg *message.Message) (lockmw.Entry, bool) { return u.s.Entry(msg) }
 func (u unpeeked) Settle(e lockmw.Entry)                           { u.s.Settle(e) }
+func (u unpeeked) Origin() (stream, group string)                  { return u.s.Origin() }
 func (u unpeeked) Encode(msg *message.Message) (map[string]any, error) {
 	return u.s.Encode(msg)
 }

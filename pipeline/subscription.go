@@ -341,6 +341,9 @@ func (s *subscription) Entry(msg *message.Message) (lockmw.Entry, bool) {
 	return e, true
 }
 
+// Origin implements lockmw.Origin: the route's stream and group.
+func (s *subscription) Origin() (stream, group string) { return s.route.Stream, s.route.Group }
+
 // Settle implements lockmw.Source: the middleware ended the entry's event and sent its
 // XACK (in the release's round trip), or the entry is not ours; the subscriber sends
 // none.

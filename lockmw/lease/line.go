@@ -494,6 +494,23 @@ func (le *Lease) Woke() string {
 	return s
 }
 
+// ReleaseLost ends a lease that ended under its run (lost, unproven, MaxHold), for
+// lockmw's finishLost: as Release, but a wait lease's event keeps its turn, as a
+// crashed run's does. Its entry, handed over again, takes the key back under its own
+// id, where the worker kept the agent's result: passed on, the turn would send the
+// event to the back of the line, to come back as a new copy that runs the agent again
+// (and after events later in the stream). The line moves on when the turn expires.
+func (le *Lease) ReleaseLost(ctx context.Context) (bool, error) {
+	if le.line == nil {
+		return le.Release(ctx)
+	}
+	return le.endLine(ctx, nil, outcomeRan, lostTurn, nil)
+}
+
+// lostTurn is how ReleaseLost ends the event's turn: kept (a variable for the model
+// checker's planted defect, TestModelLeaseLinePlantedLapsePassesTurn).
+var lostTurn = turnKeep
+
 // releaseLineLease is release for a wait lease whose event is not done: a failed run
 // passes its turn on (its retry joins the line again), a give-back keeps it.
 func (le *Lease) releaseLineLease(ctx context.Context, then func(pipe redis.Pipeliner), outcome string) (bool, error) {
