@@ -134,39 +134,10 @@ func TestLineWakerReportsTheLines(t *testing.T) {
 // with the worker) is acked and not run again, and the line moves on to its head.
 func TestWaitRunFinishedAsItsLeaseEndedIsNotRunAgain(t *testing.T) {
 	t.Parallel()
-	rdb, ns := redistest.Client(t)
-	ctx := context.Background()
-	l := locker(t, rdb, ns)
-	stream := ns + "s"
-	id := pendingEntry(t, rdb, stream, "c")
-	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
-	pol, _ := lockmw.ParsePolicies("wait")
-	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := 0
-	runCtx, shutdown := context.WithCancel(ctx)
-	defer shutdown()
-	h := mw(func(msg *message.Message) ([]*message.Message, error) {
-		runs++
-		// Another event of the issue joins the line while this one runs.
-		if _, err := l.Acquire(ctx, "rebase", "RHEL-7", lease.AcquireOptions{MessageID: "9999999999999-0",
-			Wait: &lease.WaitOptions{LineID: "9999999999999-0", Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"payload": "next"}}}}); !errors.Is(err, lease.ErrLocked) {
-			t.Errorf("second event: %v, want it in line", err)
-		}
-		shutdown() // the worker's SIGTERM, after the handler's last write
-		<-msg.Context().Done()
-		return nil, nil
-	})
-	deliver := func() error {
-		msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`))
-		msg.SetContext(runCtx)
-		_, err := h(msg)
-		return err
-	}
-	if err := deliver(); err != nil || runs != 1 {
-		t.Fatalf("first delivery: err = %v, runs = %d", err, runs)
+	r := newWaitRig(t, nil) // the worker's SIGTERM, after the handler's last write
+	ctx, rdb, l, stream, deliver := r.ctx, r.rdb, r.l, r.stream, r.deliver
+	if err := deliver(); err != nil || r.runs != 1 {
+		t.Fatalf("first delivery: err = %v, runs = %d", err, r.runs)
 	}
 	if n := rdb.XPending(ctx, stream, "g").Val().Count; n != 0 {
 		t.Fatalf("%d entries pending, want the finished entry acked", n)
@@ -175,10 +146,8 @@ func TestWaitRunFinishedAsItsLeaseEndedIsNotRunAgain(t *testing.T) {
 		t.Fatalf("stream %v: want the line's head appended (the key handed to it)", got)
 	}
 	// Its redelivery (the same entry again, as after an ack lost with the worker).
-	runCtx, shutdown = context.WithCancel(ctx)
-	defer shutdown()
-	if err := deliver(); err != nil || runs != 1 {
-		t.Fatalf("redelivery: err = %v, runs = %d; want it acked as ran already, not run again", err, runs)
+	if err := deliver(); err != nil || r.runs != 1 {
+		t.Fatalf("redelivery: err = %v, runs = %d; want it acked as ran already, not run again", err, r.runs)
 	}
 	if w, err := l.Lines(ctx, "rebase", "RHEL-7"); err != nil || len(w) != 0 {
 		t.Fatalf("line %v (%v): the redelivered copy joined it, to run a second time", w, err)
@@ -268,49 +237,16 @@ func TestFreshLineWakerDoesNotPassPendingEvent(t *testing.T) {
 // as a new copy that ran the agent again (integration TestWaitLineOnIssueKeyUnderKills).
 func TestWaitRunWhoseLeaseEndedKeepsItsTurn(t *testing.T) {
 	t.Parallel()
-	rdb, ns := redistest.Client(t)
-	ctx := context.Background()
-	l := locker(t, rdb, ns)
-	stream := ns + "s"
-	id := pendingEntry(t, rdb, stream, "c")
-	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
-	pol, _ := lockmw.ParsePolicies("wait")
-	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := 0
-	runCtx, shutdown := context.WithCancel(ctx)
-	defer shutdown()
-	h := mw(func(msg *message.Message) ([]*message.Message, error) {
-		runs++
-		if runs > 1 {
-			return nil, nil
-		}
-		if _, err := l.Acquire(ctx, "rebase", "RHEL-7", lease.AcquireOptions{MessageID: "9999999999999-0",
-			Wait: &lease.WaitOptions{LineID: "9999999999999-0", Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"payload": "next"}}}}); !errors.Is(err, lease.ErrLocked) {
-			t.Errorf("second event: %v, want it in line", err)
-		}
-		shutdown() // the lease ends as the agent finishes
-		<-msg.Context().Done()
-		return nil, errors.New("runner result discarded: lease ended")
-	})
-	deliver := func() error {
-		msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`))
-		msg.SetContext(runCtx)
-		_, err := h(msg)
-		return err
-	}
-	if err := deliver(); err == nil || runs != 1 {
-		t.Fatalf("first delivery: err = %v, runs = %d; want it failed, left pending", err, runs)
+	r := newWaitRig(t, errors.New("runner result discarded: lease ended")) // the lease ends as the agent finishes
+	ctx, rdb, stream, deliver := r.ctx, r.rdb, r.stream, r.deliver
+	if err := deliver(); err == nil || r.runs != 1 {
+		t.Fatalf("first delivery: err = %v, runs = %d; want it failed, left pending", err, r.runs)
 	}
 	if got := rdb.XLen(ctx, stream).Val(); got != 1 {
 		t.Fatalf("%d stream entries: the key went to the line's head past the event whose lease ended", got)
 	}
-	runCtx, shutdown = context.WithCancel(ctx)
-	defer shutdown()
-	if err := deliver(); err != nil || runs != 2 {
-		t.Fatalf("redelivery: err = %v, runs = %d; want it run under its own entry (it joined the line instead)", err, runs)
+	if err := deliver(); err != nil || r.runs != 2 {
+		t.Fatalf("redelivery: err = %v, runs = %d; want it run under its own entry (it joined the line instead)", err, r.runs)
 	}
 	if got := rdb.XRange(ctx, stream, "-", "+").Val(); len(got) != 2 || got[1].Values["payload"] != "next" {
 		t.Fatalf("stream %v: want the line's head appended once the event ran", got)
@@ -371,4 +307,55 @@ func TestLineWakerSweepsSharedLines(t *testing.T) {
 	if n, _ := rdb.XLen(ctx, stream).Result(); n != 1 {
 		t.Fatalf("the head's copy: %d entries in its stream, want 1", n)
 	}
+}
+
+// waitRig is a wait-policy middleware (agent rebase) over one entry of RHEL-7 pending for
+// consumer c. The first run of its handler puts a second event of the issue in the line,
+// then ends its delivery's context (the lease ends as the run finishes) and returns end;
+// later runs return at once.
+type waitRig struct {
+	ctx      context.Context
+	rdb      *redis.Client
+	l        *lease.Locker
+	stream   string
+	h        message.NoPublishHandlerFunc
+	runs     int
+	shutdown context.CancelFunc
+}
+
+func newWaitRig(t *testing.T, end error) *waitRig {
+	rdb, ns := redistest.Client(t)
+	r := &waitRig{ctx: context.Background(), rdb: rdb, l: locker(t, rdb, ns), stream: ns + "s"}
+	id := pendingEntry(t, rdb, r.stream, "c")
+	src := &streamSource{entry: lockmw.Entry{Stream: r.stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+	pol, _ := lockmw.ParsePolicies("wait")
+	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: r.l, Agent: "rebase", Policies: pol, Source: src, MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		r.runs++
+		if r.runs > 1 {
+			return nil, nil
+		}
+		if _, err := r.l.Acquire(r.ctx, "rebase", "RHEL-7", lease.AcquireOptions{MessageID: "9999999999999-0",
+			Wait: &lease.WaitOptions{LineID: "9999999999999-0", Event: lease.QueuedEvent{Stream: r.stream, Fields: map[string]any{"payload": "next"}}}}); !errors.Is(err, lease.ErrLocked) {
+			t.Errorf("second event: %v, want it in line", err)
+		}
+		r.shutdown()
+		<-msg.Context().Done()
+		return nil, end
+	})
+	r.h = func(msg *message.Message) error { _, err := h(msg); return err }
+	return r
+}
+
+// deliver hands the entry's message to the middleware once, in a context of its own.
+func (r *waitRig) deliver() error {
+	runCtx, shutdown := context.WithCancel(r.ctx)
+	defer shutdown()
+	r.shutdown = shutdown
+	msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`))
+	msg.SetContext(runCtx)
+	return r.h(msg)
 }

@@ -737,13 +737,7 @@ func TestModelLeaseLinePlantedLapsePassesTurn(t *testing.T) {
 	t.Cleanup(func() { lostTurn = saved })
 	e := newModelEnv(t)
 	seed, err := e.checkLineSeedsOf(1, 48, lapseKinds)
-	if err == nil {
-		t.Fatal("the model checker did not catch a lapsed run that passes its turn on")
-	}
-	if !strings.Contains(err.Error(), propLineOnce) {
-		t.Fatalf("caught, but as another property: %v", err)
-	}
-	t.Logf("caught at seed %d: %v", seed, err)
+	requireCaught(t, "the model checker did not catch a lapsed run that passes its turn on", seed, err, propLineOnce)
 }
 
 // TestModelLeaseLinePlantedJoinThenTake plants the scoped acquire without its
@@ -752,22 +746,13 @@ func TestModelLeaseLinePlantedLapsePassesTurn(t *testing.T) {
 // repeat of a lost reply. The model checker must catch the event lost when that run
 // crashes (regression seed 1201).
 func TestModelLeaseLinePlantedJoinThenTake(t *testing.T) {
-	planted := strings.Replace(acquireOrWaitScopedLua, " or line_before(o.lid, headlid)", "", 1)
-	if planted == acquireOrWaitScopedLua {
-		t.Fatal("the plant found nothing to replace in acquire_or_wait_scoped.lua")
-	}
+	planted := plantLua(t, acquireOrWaitScopedLua, " or line_before(o.lid, headlid)", "")
 	saved := acquireOrWaitScopedScript
 	acquireOrWaitScopedScript = newScript(leaseLua + lineLua + lineScopedLua + planted)
 	t.Cleanup(func() { acquireOrWaitScopedScript = saved })
 	e := newModelEnv(t)
-	err := e.checkLineSeed(1201)
-	if err == nil {
-		t.Fatal("the model checker did not catch a joined event that takes the key on a lost reply's repeat")
-	}
-	if !strings.Contains(err.Error(), propLineOnce) {
-		t.Fatalf("caught, but as another property: %v", err)
-	}
-	t.Logf("caught: %v", err)
+	requireCaught(t, "the model checker did not catch a joined event that takes the key on a lost reply's repeat",
+		1201, e.checkLineSeed(1201), propLineOnce)
 }
 
 // TestModelLeaseLinePlantedAgentKeyTakenOver plants a defect of the lines on shared
@@ -775,32 +760,20 @@ func TestModelLeaseLinePlantedJoinThenTake(t *testing.T) {
 // whether it is held (a Python agent's plain lock, a run of the agent on the issue under
 // another group key), and requires the model checker to catch the run that overlaps it.
 func TestModelLeaseLinePlantedAgentKeyTakenOver(t *testing.T) {
-	planted := strings.Replace(acquireOrWaitScopedLua, "if mine and not acur then", "if mine then", 1)
-	if planted == acquireOrWaitScopedLua {
-		t.Fatal("the plant found nothing to replace in acquire_or_wait_scoped.lua")
-	}
+	planted := plantLua(t, acquireOrWaitScopedLua, "if mine and not acur then", "if mine then")
 	saved := acquireOrWaitScopedScript
 	acquireOrWaitScopedScript = newScript(leaseLua + lineLua + lineScopedLua + planted)
 	t.Cleanup(func() { acquireOrWaitScopedScript = saved })
 	e := newModelEnv(t)
 	seed, err := e.checkLineSeeds(1, 48)
-	if err == nil {
-		t.Fatal("the model checker did not catch a turn that takes a held agent key")
-	}
-	if !strings.Contains(err.Error(), propLineExcl) {
-		t.Fatalf("caught, but as another property: %v", err)
-	}
-	t.Logf("caught at seed %d: %v", seed, err)
+	requireCaught(t, "the model checker did not catch a turn that takes a held agent key", seed, err, propLineExcl)
 }
 
 // TestModelLeaseLinePlantedLostWakeup plants the lost wake-up of a release that does
 // not look at the line (what a separate "park" step allows: the release runs between
 // "busy" and "parked"), and requires the model checker to catch it.
 func TestModelLeaseLinePlantedLostWakeup(t *testing.T) {
-	planted := strings.Replace(releaseLineLua, "local p = line_promote(", "local p = nil and line_promote(", 1)
-	if planted == releaseLineLua {
-		t.Fatal("the plant found nothing to replace in release_line.lua")
-	}
+	planted := plantLua(t, releaseLineLua, "local p = line_promote(", "local p = nil and line_promote(")
 	saved := releaseLineScript
 	releaseLineScript = newScript(leaseLua + lineLua + planted)
 	t.Cleanup(func() { releaseLineScript = saved })
@@ -816,13 +789,7 @@ func TestModelLeaseLinePlantedLostWakeup(t *testing.T) {
 	t.Cleanup(func() { releaseLineScopedScript, releaseLineSharedScript = savedScoped, savedApart })
 	e := newModelEnv(t)
 	seed, err := e.checkLineSeeds(1, 48)
-	if err == nil {
-		t.Fatal("the model checker did not catch a release that never hands the key to the line")
-	}
-	if !strings.Contains(err.Error(), propStranded) && !strings.Contains(err.Error(), propLineOnce) {
-		t.Fatalf("caught, but as another property: %v", err)
-	}
-	t.Logf("caught at seed %d: %v", seed, err)
+	requireCaught(t, "the model checker did not catch a release that never hands the key to the line", seed, err, propStranded, propLineOnce)
 }
 
 // TestModelLeaseLinePlantedHandOverPastDelivered plants the release and wake that hand
@@ -842,13 +809,7 @@ func TestModelLeaseLinePlantedHandOverPastDelivered(t *testing.T) {
 	t.Cleanup(func() { releaseLineScript, lineWakeScript = savedRelease, savedWake })
 	e := newModelEnv(t)
 	seed, err := e.checkLineSeeds(1, 48)
-	if err == nil {
-		t.Fatal("the model checker did not catch a hand-over past an earlier event delivered but not in the line")
-	}
-	if !strings.Contains(err.Error(), propLineOrder) {
-		t.Fatalf("caught, but as another property: %v", err)
-	}
-	t.Logf("caught at seed %d: %v", seed, err)
+	requireCaught(t, "the model checker did not catch a hand-over past an earlier event delivered but not in the line", seed, err, propLineOrder)
 }
 
 // TestModelLeaseLinePlantedWakeDuringTurn plants a line waker that takes a free key as a
@@ -871,8 +832,5 @@ func TestModelLeaseLinePlantedWakeDuringTurn(t *testing.T) {
 	t.Cleanup(func() { lineWakeScript, lineWakeScopedScript = savedWake, savedScoped })
 	e := newModelEnv(t)
 	seed, err := e.checkLineSeeds(1, 48)
-	if err == nil {
-		t.Fatal("the model checker did not catch a waker that hands the key on during a turn")
-	}
-	t.Logf("caught at seed %d: %v", seed, err)
+	requireCaught(t, "the model checker did not catch a waker that hands the key on during a turn", seed, err)
 }

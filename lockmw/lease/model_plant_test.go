@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -230,4 +231,29 @@ func TestModelLeasePlantedDefects(t *testing.T) {
 			t.Fatalf("caught, but by property %s, not one of %v: %v", prop, c.props, err)
 		})
 	}
+}
+
+// plantLua is src with old replaced by new once: a planted defect. It fails t when src
+// holds no old (the plant would test nothing).
+func plantLua(t *testing.T, src, old, new string) string {
+	t.Helper()
+	planted := strings.Replace(src, old, new, 1)
+	if planted == src {
+		t.Fatalf("the plant found nothing to replace: %q", old)
+	}
+	return planted
+}
+
+// requireCaught fails t unless err, the violation the model checker found at seed with a
+// defect planted, is one of props (any property when none is given); what says which
+// defect went uncaught.
+func requireCaught(t *testing.T, what string, seed int, err error, props ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal(what)
+	}
+	if len(props) > 0 && !slices.ContainsFunc(props, func(p string) bool { return strings.Contains(err.Error(), p) }) {
+		t.Fatalf("caught, but as another property than %v: %v", props, err)
+	}
+	t.Logf("caught at seed %d: %v", seed, err)
 }

@@ -423,10 +423,7 @@ func TestModelLeaseSlotsWithLeasePlanted(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			planted := strings.Replace(*c.src, c.old, c.new, 1)
-			if planted == *c.src {
-				t.Fatalf("the plant found nothing to replace: %q", c.old)
-			}
+			planted := plantLua(t, *c.src, c.old, c.new)
 			saved, savedExtend := *c.src, extendScript
 			*c.src = planted
 			extendScript = newScript(extendLua)
@@ -437,13 +434,7 @@ func TestModelLeaseSlotsWithLeasePlanted(t *testing.T) {
 			})
 			e := newModelEnv(t)
 			seed, err := e.checkSlotLeaseSeeds(1, 24, map[string]int{})
-			if err == nil {
-				t.Fatal("the model checker did not catch the planted defect")
-			}
-			if !strings.Contains(err.Error(), c.prop) {
-				t.Fatalf("caught, but as another property than %s: %v", c.prop, err)
-			}
-			t.Logf("caught at seed %d: %v", seed, err)
+			requireCaught(t, "the model checker did not catch the planted defect", seed, err, c.prop)
 		})
 	}
 }

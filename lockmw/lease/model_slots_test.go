@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -396,10 +395,7 @@ func TestModelLeaseSlotsPlanted(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			planted := strings.Replace(*c.src, c.old, c.new, 1)
-			if planted == *c.src {
-				t.Fatalf("the plant found nothing to replace: %q", c.old)
-			}
+			planted := plantLua(t, *c.src, c.old, c.new)
 			saved, savedTake, savedFree := *c.src, slotsTakeScript, slotsFreeScript
 			*c.src = planted
 			slotsTakeScript = newScript(leaseLua + slotsLua + slotsTakeLua)
@@ -407,13 +403,7 @@ func TestModelLeaseSlotsPlanted(t *testing.T) {
 			t.Cleanup(func() { *c.src, slotsTakeScript, slotsFreeScript = saved, savedTake, savedFree })
 			e := newModelEnv(t)
 			seed, err := e.checkSlotSeeds(1, 48)
-			if err == nil {
-				t.Fatal("the model checker did not catch the planted defect")
-			}
-			if !strings.Contains(err.Error(), c.prop) {
-				t.Fatalf("caught, but as another property than %s: %v", c.prop, err)
-			}
-			t.Logf("caught at seed %d: %v", seed, err)
+			requireCaught(t, "the model checker did not catch the planted defect", seed, err, c.prop)
 		})
 	}
 }
