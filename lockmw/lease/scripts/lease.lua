@@ -211,7 +211,8 @@ end
 -- mode, '1' on standalone Redis, '0' on Cluster; maxlen, published (the _qid the
 -- caller has published, or ''), issue, idx_max, idx_ttl (for publish_queued),
 -- published_ms (Cluster: the time of that follow-up's stream id; the done record is
--- dated no later, so the follow-up is never superseded by the run it follows).
+-- dated no later, so the follow-up is never superseded by the run it follows), now
+-- (a batch's: the server time, in ms, to date the done record by; default TIME).
 --
 -- 1. Compare-and-delete: a foreign lease (another token, or a Python agent's plain
 --    key) is never deleted.
@@ -256,8 +257,13 @@ local function release(k, o)
   if mine then
     redis.call('DEL', lock, info)
     if o.outcome == 'ran' and o.mid ~= '' then
-      local t = redis.call('TIME')
-      local now = t[1] * 1000 + math.floor(t[2] / 1000)
+      -- A batch (handoff_batch.lua) reads the clock once for all its releases and
+      -- dates each by when its run ended (o.now).
+      local now = o.now
+      if not now then
+        local t = redis.call('TIME')
+        now = t[1] * 1000 + math.floor(t[2] / 1000)
+      end
       -- On Cluster the follow-up was appended before this call: dated after it, the
       -- release would make the follow-up count as superseded by the run it follows.
       local pms = tonumber(o.published_ms or '')
