@@ -17,28 +17,36 @@ import (
 // after handoffWindow.
 
 // handoffWindow bounds how long a lease taken ahead waits for its entry.
-const handoffWindow = time.Second
+const handoffWindow = 250 * time.Millisecond
 
-// handoffs holds a middleware's lease taken ahead, at most one, and gives it back if
-// its entry does not arrive within handoffWindow.
+// ahead is a lease taken ahead: its entry and its issue (canonical; "" when unknown).
+type ahead struct {
+	p     *lease.Pending
+	issue string
+}
+
+// handoffs holds a middleware's leases taken ahead, in the order their entries come
+// (one after a slow run, up to batchAhead after a quick one: batch.go), and gives them
+// back if their entries do not arrive within handoffWindow.
 type handoffs struct {
 	mu      sync.Mutex
-	pre     *lease.Pending
+	pre     []ahead
 	expires time.Time
 	// timer is one per middleware. It is armed by the first lease taken ahead and then
-	// left running: when it fires, it gives back a lease whose window has passed, or
-	// waits for the rest of the current one's, or stops if none is held. Stopping and
+	// left running: when it fires, it gives back the leases whose window has passed, or
+	// waits for the rest of the current ones', or stops if none is held. Stopping and
 	// re-arming it for every event would cost a runtime timer insertion each, which
 	// wakes another thread (the new timer is often the earliest).
 	timer *time.Timer
 	armed bool
 }
 
-// put keeps p as the lease taken ahead.
-func (h *handoffs) put(p *lease.Pending) {
+// put keeps ps (in their entries' order) as leases taken ahead.
+func (h *handoffs) put(ps ...ahead) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.pre, h.expires = p, time.Now().Add(handoffWindow)
+	h.pre = append(h.pre, ps...)
+	h.expires = time.Now().Add(handoffWindow)
 	switch {
 	case h.timer == nil:
 		h.timer = time.AfterFunc(handoffWindow, h.expire)
@@ -48,87 +56,143 @@ func (h *handoffs) put(p *lease.Pending) {
 	h.armed = true
 }
 
-// expire gives the lease taken ahead back once its window has passed. The next entry
-// normally arrives within microseconds; if it never reaches the middleware
+// expire gives the leases taken ahead back once their window has passed. The next
+// entry normally arrives within microseconds; if it never reaches the middleware
 // (dead-lettered before it, or the subscription stops), the issue must not stay locked.
 func (h *handoffs) expire() {
 	h.mu.Lock()
-	p := h.pre
-	if p == nil {
+	if len(h.pre) == 0 {
 		h.armed = false
 		h.mu.Unlock()
 		return
 	}
-	if wait := time.Until(h.expires); wait > 0 { // the timer was armed for an earlier lease
+	if wait := time.Until(h.expires); wait > 0 { // the timer was armed for earlier leases
 		h.timer.Reset(wait)
 		h.mu.Unlock()
 		return
 	}
+	pre := h.pre
 	h.pre, h.armed = nil, false
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	p.GiveBack(ctx)
+	giveBack(ctx, pre)
 }
 
-// takePre returns the lease taken ahead, if any, and forgets it. The timer runs on; it
-// finds nothing to give back.
-func (h *handoffs) takePre() *lease.Pending {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	p := h.pre
-	h.pre = nil
-	return p
+// giveBack gives back the leases of pre.
+func giveBack(ctx context.Context, pre []ahead) {
+	for _, a := range pre {
+		a.p.GiveBack(ctx)
+	}
 }
 
-// close returns the lease taken ahead, if any, and stops the timer (the router has
-// stopped: nothing is taken ahead any more).
-func (h *handoffs) close() *lease.Pending {
+// takePre returns the lease taken ahead for entry id, if any, and forgets it. The
+// leases taken ahead for entries before it, which the subscription did not hand over
+// (a bad event dead-lettered first), are returned in skipped, to be given back; so are
+// all of them when id has none (the subscription handed over another entry than
+// announced). Leases for later entries stay. The timer runs on; it finds nothing to
+// give back once all are taken.
+func (h *handoffs) takePre(id string) (p *lease.Pending, skipped []ahead) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p := h.pre
+	for i, a := range h.pre {
+		if a.p.MessageID() == id {
+			skipped = h.pre[:i:i]
+			h.pre = h.pre[i+1:]
+			return a.p, skipped
+		}
+	}
+	skipped, h.pre = h.pre, nil
+	return nil, skipped
+}
+
+// has reports whether a lease is held ahead for entry id.
+func (h *handoffs) has(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, a := range h.pre {
+		if a.p.MessageID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// issues returns the entries and issues of the leases taken ahead.
+func (h *handoffs) issues() (ids, issues map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ids, issues = make(map[string]bool, len(h.pre)), make(map[string]bool, len(h.pre))
+	for _, a := range h.pre {
+		ids[a.p.MessageID()] = true
+		if a.issue != "" {
+			issues[a.issue] = true
+		}
+	}
+	return ids, issues
+}
+
+// close returns the leases taken ahead and stops the timer (the router has stopped:
+// nothing is taken ahead any more).
+func (h *handoffs) close() []ahead {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pre := h.pre
 	h.pre = nil
 	if h.timer != nil {
 		h.timer.Stop()
 		h.armed = false
 	}
-	return p
+	return pre
 }
 
 // next names the lease to take ahead for the entry the subscription delivers after
-// cur, if it is known.
-func (m *Middleware) next(cur Entry) (lease.Next, bool) {
+// cur, if it is known, and its canonical issue.
+func (m *Middleware) next(cur Entry) (lease.Next, string, bool) {
 	pk, ok := m.cfg.Source.(Peeker)
 	if !ok || !m.takeAhead {
-		return lease.Next{}, false
+		return lease.Next{}, "", false
 	}
 	id, raw, ok := pk.Peek()
 	if !ok || id == cur.ID || raw == "" {
-		return lease.Next{}, false
+		return lease.Next{}, "", false
 	}
-	if _, err := m.cfg.Locker.Canonicalize(raw); err != nil {
-		return lease.Next{}, false // a bad event: the dead-letter path takes it, lockless
+	issue, err := m.cfg.Locker.Canonicalize(raw)
+	if err != nil {
+		return lease.Next{}, "", false // a bad event: the dead-letter path takes it, lockless
 	}
+	return m.nextFor(cur, id, raw), issue, true
+}
+
+// nextFor is the lease to take ahead for entry id (raw issue key raw) of cur's stream.
+func (m *Middleware) nextFor(cur Entry, id, raw string) lease.Next {
 	next := cur
 	next.ID = id
-	return lease.Next{Agent: m.cfg.Agent, Key: raw, Options: m.acquireOptions(next)}, true
+	return lease.Next{Agent: m.cfg.Agent, Key: raw, Options: m.acquireOptions(next)}
 }
 
 // releaseHandingOff releases le and acks entry in one round trip (release first),
 // taking the next entry's lease in it when the next entry is known. A lease taken
-// ahead is kept for its entry when Redis gave a verdict (held, or busy: the entry then
-// meets the conflict without a round trip of its own), not after a Redis error.
+// ahead is kept for its entry when Redis gave a verdict (keep).
 func (m *Middleware) releaseHandingOff(ctx context.Context, le *lease.Lease, entry Entry) error {
 	e := lease.Entry{Stream: entry.Stream, Group: entry.Group, ID: entry.ID}
 	var p *lease.Pending
 	var err error
-	if nx, ok := m.next(entry); ok {
+	nx, issue, ok := m.next(entry)
+	if ok {
 		p, err = le.Handoff(ctx, e, &nx)
 	} else {
 		p, err = le.Handoff(ctx, e, nil)
 	}
-	if p != nil && (p.Err() == nil || errors.As(p.Err(), new(*lease.LockedError)) || errors.As(p.Err(), new(*lease.SupersededError))) {
-		m.handoffs.put(p)
+	if keep(p) {
+		m.handoffs.put(ahead{p: p, issue: issue})
 	}
 	return err
+}
+
+// keep reports whether a lease taken ahead is kept for its entry: Redis gave a verdict
+// (held, or busy: the entry then meets the conflict without a round trip of its own),
+// not an error.
+func keep(p *lease.Pending) bool {
+	return p != nil && (p.Err() == nil || errors.As(p.Err(), new(*lease.LockedError)) || errors.As(p.Err(), new(*lease.SupersededError)))
 }

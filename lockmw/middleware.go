@@ -206,7 +206,8 @@ func LeaseFrom(ctx context.Context) (*lease.Lease, bool) {
 type Middleware struct {
 	cfg        Config
 	staleAfter time.Duration
-	handoffs   handoffs // the next entry's lease, taken in the last release's round trip
+	handoffs   handoffs // the next entries' leases, taken in the last release's round trip
+	batch      batch    // the ends of quick runs that wait to be sent together (batch.go)
 	// drain: some event type's rule is Coalesce or Deliver, so follow-ups are queued
 	// (every release publishes the one it finds, drain or not); takeAhead: every rule
 	// can meet a conflict on a lease
@@ -323,7 +324,8 @@ func (cfg *Config) checkCombinations() error {
 // Close gives back a lease taken ahead for an entry that was not delivered. Call it
 // after the router has stopped.
 func (m *Middleware) Close(ctx context.Context) {
-	m.handoffs.close().GiveBack(ctx)
+	m.batch.close(ctx, m)
+	giveBack(ctx, m.handoffs.close())
 }
 
 func metadataIssueKey(msg *message.Message) (string, error) {
@@ -377,7 +379,9 @@ func (m *Middleware) Handler(h message.HandlerFunc) message.HandlerFunc {
 		if parked, err := m.pauseParked(&d, le); parked {
 			return nil, err
 		}
+		start := time.Now()
 		out, ran, err := m.runUnder(h, &d, le)
+		d.ranFor = time.Since(start)
 		return m.finish(&d, le, ended(&d, le, ran, out, err))
 	}
 }
@@ -393,6 +397,8 @@ type delivery struct {
 	// slots, on standalone Redis, are the run's limits, taken with its lease
 	// (lease.AcquireOptions.Slots); nil without limits, and on Redis Cluster.
 	slots *lease.SlotRequest
+	// ranFor is how long the run took (batch.go: a quick one's end waits for a batch).
+	ranFor time.Duration
 }
 
 func (m *Middleware) delivery(msg *message.Message) delivery {
@@ -408,11 +414,12 @@ func (m *Middleware) delivery(msg *message.Message) delivery {
 // (nil if none: one taken for another entry is given back) and the raw issue key, or
 // the error to return. An entry claimed away while it waited here is settled, not run.
 func (m *Middleware) prepare(d *delivery) (pre *lease.Pending, raw string, settled bool, err error) {
-	pre = m.handoffs.takePre()
-	if pre != nil && (!d.hasEntry || pre.MessageID() != d.entry.ID) {
-		// The subscription handed over another entry than announced: give it back.
-		pre.GiveBack(context.WithoutCancel(d.ctx))
-		pre = nil
+	if d.hasEntry {
+		var skipped []ahead
+		pre, skipped = m.handoffs.takePre(d.entry.ID)
+		// The subscription handed over another entry than announced: the leases taken
+		// ahead for the entries it skipped go back.
+		giveBack(context.WithoutCancel(d.ctx), skipped)
 	}
 	if raw, err = m.cfg.IssueKey(d.msg); err != nil {
 		pre.GiveBack(context.WithoutCancel(d.ctx))
@@ -445,6 +452,9 @@ func (m *Middleware) take(d *delivery, pre *lease.Pending, raw string) (*lease.L
 	if pre != nil {
 		le, err = pre.Take(d.ctx)
 	} else {
+		// Ends that wait for a batch are sent first: this entry's own acquire must not
+		// meet the lease of a run that has ended (batch.go).
+		m.sendWaiting(context.WithoutCancel(d.ctx))
 		le, err = m.acquire(d.ctx, d.msg, raw, d.entry, d.hasEntry, d.slots)
 	}
 	if err != nil {

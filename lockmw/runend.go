@@ -167,6 +167,9 @@ func (m *Middleware) finishRan(cleanup context.Context, d *delivery, le *lease.L
 		}
 		return out, nil
 	}
+	if m.batches(le) {
+		return m.endInBatch(cleanup, d, le, out)
+	}
 	switch relErr := m.releaseHandingOff(cleanup, le, d.entry); {
 	case relErr == nil:
 		m.cfg.Source.Settle(d.entry)

@@ -49,6 +49,7 @@ func TestLostReplyMatrix(t *testing.T) {
 	scripts := map[string]string{
 		"acquire":              lease + lua(t, dir+"acquire.lua"),
 		"handoff":              lease + lua(t, dir+"handoff.lua"),
+		"handoff_batch":        lease + lua(t, dir+"handoff_batch.lua"),
 		"release":              lease + lua(t, dir+"release.lua"),
 		"extend":               lua(t, dir+"extend.lua"),
 		"acquire_or_queue":     lease + lua(t, dir+"acquire_or_queue.lua"),
@@ -65,8 +66,10 @@ func TestLostReplyMatrix(t *testing.T) {
 		scenario string
 	}{
 		{"acquire", redistest.Script(scripts["acquire"]), "one"},
-		{"release and ack (handoff)", redistest.Script(scripts["handoff"]), "one"},
-		{"handoff acquire of the next entry", redistest.Script(scripts["handoff"], "RHEL-2"), "two issues"},
+		// Policy drop ends its runs in batches (handoff_batch.lua); coalesce, which drains,
+		// one by one (handoff.lua).
+		{"release and ack (handoff)", redistest.Script(scripts["handoff_batch"]), "one"},
+		{"handoff acquire of the next entry", redistest.Script(scripts["handoff_batch"], "RHEL-2"), "two issues"},
 		{"extend", redistest.Script(scripts["extend"]), "long"},
 		{"release after exhausted retries", redistest.Script(scripts["release"]), "fail"},
 		{"fenced xadd of the outcome", redistest.Arg(event.StageDone), "one"},

@@ -1,0 +1,265 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redeliver"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// Batched ends. An event's cost is mostly its round trip: the Redis server and the
+// worker each spend more on sending and reading one script than on what it does. While
+// runs are quick (each under batchQuick), the end of a run whose next entry already
+// has its lease (taken ahead) waits: it is released and its entry acked with the next
+// batch, in one script that also takes the leases of up to batchAhead entries read
+// ahead (lease.Locker.HandoffBatch). A burst of quick events then costs one round trip
+// per batch. A batch is sent when the next entry has no lease taken ahead, when
+// batchEnds ends wait, or batchFlushAfter after the first end waited, whichever comes
+// first; an entry that must take its own lease first sends the ends that wait, so it
+// never meets a lease of a run that has ended. A release is dated by when its run
+// ended (lease.End.EndedAt), so waiting changes no superseded verdict.
+
+const (
+	// batchQuick: a run shorter than this lets its end wait for the batch, and takes
+	// up to batchAhead leases ahead; a longer one takes one, as before batching.
+	batchQuick = 2 * time.Millisecond
+	// batchAhead is the most leases one batch takes ahead.
+	batchAhead = 32
+	// batchEnds is the most ends that wait for a batch.
+	batchEnds = 64
+	// batchFlushAfter is the longest an end waits for its batch.
+	batchFlushAfter = time.Millisecond
+)
+
+// batch holds the ends that wait to be sent, and sends them.
+type batch struct {
+	mu    sync.Mutex
+	ends  []lease.End
+	timer *time.Timer // sends the waiting ends batchFlushAfter after the first
+	armed bool
+	// sending is held while a batch is sent: batches reach Redis in the order of their
+	// ends, so a lease is never taken ahead before an earlier run's release.
+	sending sync.Mutex
+}
+
+// wait adds e to the ends that wait, unless batchEnds wait already.
+func (b *batch) wait(e lease.End, flush func()) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.ends) >= batchEnds {
+		return false
+	}
+	b.ends = append(b.ends, e)
+	if !b.armed {
+		if b.timer == nil {
+			b.timer = time.AfterFunc(batchFlushAfter, flush)
+		} else {
+			b.timer.Reset(batchFlushAfter)
+		}
+		b.armed = true
+	}
+	return true
+}
+
+// take returns the ends that wait and forgets them. Call it with sending held.
+func (b *batch) take() []lease.End {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ends := b.ends
+	b.ends, b.armed = nil, false
+	return ends
+}
+
+// waiting reports whether ends wait.
+func (b *batch) waiting() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.ends) > 0
+}
+
+// close sends the ends that wait (the router has stopped) and stops the timer.
+func (b *batch) close(ctx context.Context, m *Middleware) {
+	b.mu.Lock()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
+	m.sendWaiting(ctx)
+}
+
+// batches reports whether le's run ends through a batch: the middleware takes leases
+// ahead, its source tells the entries it hands over next, and le can be released in
+// a batch (standalone Redis, its own key alone).
+func (m *Middleware) batches(le *lease.Lease) bool {
+	_, peeks := m.cfg.Source.(Peeker)
+	_, lists := m.cfg.Source.(Waiter)
+	return m.takeAhead && peeks && lists && le.Batchable()
+}
+
+// endInBatch is finishRan for a lease that batches: the end waits for the batch when
+// the run was quick and the next entry's lease is taken already; otherwise the batch
+// is sent now, with this end last, taking the leases of the entries that come next.
+func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Lease, out []*message.Message) ([]*message.Message, error) {
+	end := lease.End{Lease: le, Entry: lease.Entry{Stream: d.entry.Stream, Group: d.entry.Group, ID: d.entry.ID}, EndedAt: time.Now()}
+	quick := d.ranFor < batchQuick
+	if quick && m.nextTaken(d.entry) && m.batch.wait(end, m.sendWaitingLater) {
+		// The entry is acked with its release, in the batch: the subscriber sends no
+		// XACK of its own.
+		m.cfg.Source.Settle(d.entry)
+		return out, nil
+	}
+	n := 1
+	if quick {
+		n = batchAhead
+	}
+	m.batch.sending.Lock()
+	ends := append(m.batch.take(), end)
+	nexts, issues := m.aheadOf(d.entry, n)
+	ps, err := m.cfg.Locker.HandoffBatch(ctx, ends, nexts)
+	m.batch.sending.Unlock()
+	m.keepAhead(ps, issues)
+	if err == nil {
+		m.cfg.Source.Settle(d.entry)
+		m.logRequeued(ends)
+		return out, nil
+	}
+	if err := m.endLater(d.ctx, ends, err, d.log); err != nil {
+		return nil, err
+	}
+	m.cfg.Source.Settle(d.entry)
+	return out, nil
+}
+
+// nextTaken reports whether the entry handed over after cur has its lease taken ahead.
+func (m *Middleware) nextTaken(cur Entry) bool {
+	id, _, ok := m.cfg.Source.(Peeker).Peek()
+	return ok && id != cur.ID && m.handoffs.has(id)
+}
+
+// aheadOf names the leases to take ahead for the entries read after cur, up to n, in
+// their order, with their canonical issues: never an entry that has one already, nor a
+// bad event (it is dead-lettered, lockless), and none from the first entry whose issue
+// is one that a lease taken ahead (or an earlier entry of the batch) holds: its lease
+// must come after that one's release.
+func (m *Middleware) aheadOf(cur Entry, n int) ([]lease.Next, []string) {
+	if _, _, ok := m.cfg.Source.(Peeker).Peek(); !ok {
+		return nil, nil // nothing read ahead, or the subscription is drained
+	}
+	ids, held := m.handoffs.issues()
+	var nexts []lease.Next
+	var issues []string
+	for _, q := range m.cfg.Source.(Waiter).Waiting() {
+		if q.ID == cur.ID || ids[q.ID] {
+			continue
+		}
+		issue, err := m.cfg.Locker.Canonicalize(q.IssueKey)
+		if err != nil {
+			continue
+		}
+		if held[issue] || len(nexts) == n {
+			break
+		}
+		held[issue] = true
+		nexts = append(nexts, m.nextFor(cur, q.ID, q.IssueKey))
+		issues = append(issues, issue)
+	}
+	return nexts, issues
+}
+
+// keepAhead keeps the leases a batch took ahead for their entries (keep).
+func (m *Middleware) keepAhead(ps []*lease.Pending, issues []string) {
+	kept := make([]ahead, 0, len(ps))
+	for i, p := range ps {
+		if keep(p) {
+			kept = append(kept, ahead{p: p, issue: issues[i]})
+		}
+	}
+	if len(kept) > 0 {
+		m.handoffs.put(kept...)
+	}
+}
+
+// sendWaiting sends the ends that wait, if any, alone: the timer's batch, an entry's
+// that must take its own lease, and Close's. A failure is retried (endLater).
+func (m *Middleware) sendWaiting(ctx context.Context) {
+	if !m.batch.waiting() {
+		return
+	}
+	m.batch.sending.Lock()
+	ends := m.batch.take()
+	var err error
+	if len(ends) > 0 {
+		_, err = m.cfg.Locker.HandoffBatch(ctx, ends, nil)
+	}
+	m.batch.sending.Unlock()
+	if err != nil {
+		_ = m.endLater(ctx, ends, err, eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent})
+		return
+	}
+	m.logRequeued(ends)
+}
+
+// sendWaitingLater is the timer's: the ends that waited batchFlushAfter are sent.
+func (m *Middleware) sendWaitingLater() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m.sendWaiting(ctx)
+}
+
+// logRequeued logs the follow-ups that the releases of ends published.
+func (m *Middleware) logRequeued(ends []lease.End) {
+	for _, e := range ends {
+		if id := e.Lease.Requeued(); id != "" {
+			m.cfg.Logger.Info().Str("agent", m.cfg.Agent).Str("issue_key", e.Lease.Issue()).Str("message_id", e.Entry.ID).
+				Str("requeued_id", id).Msg("published the issue's queued follow-up")
+		}
+	}
+}
+
+// errGaveUp: the releases of a batch failed for a whole lease TTL; the keys have
+// expired by themselves.
+var errGaveUp = errors.New("lockmw: batch not sent for a whole lease TTL")
+
+// endLater retries a batch's releases and acks whose round trip failed (Redis
+// unreachable), as releaseLater does for one: every second at most, for up to the
+// lease TTL. Past it the keys have expired on their own and the entries are acked
+// alone. The ends that waited were settled with the source already. It returns an error (the entries stay pending) only when ctx ends first.
+func (m *Middleware) endLater(ctx context.Context, ends []lease.End, first error, log eventLog) error {
+	log.get().Warn().Err(first).Int("runs", len(ends)).Msg("batched release failed; retrying it before the entries are acked")
+	deadline := m.cfg.Now().Add(m.cfg.Locker.TTL())
+	for wait := 100 * time.Millisecond; m.cfg.Now().Before(deadline); wait = min(2*wait, time.Second) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			log.get().Warn().Int("runs", len(ends)).Msg("shutting down before the batched release succeeded; entries left pending")
+			return fmt.Errorf("%w: %w", redeliver.ErrTransient, first)
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, err := m.cfg.Locker.HandoffBatch(rctx, ends, nil)
+		cancel()
+		if err == nil {
+			log.get().Info().Int("runs", len(ends)).Msg("released and acked after retrying")
+			return nil
+		}
+	}
+	log.get().Warn().Err(errGaveUp).Dur("ttl", m.cfg.Locker.TTL()).Msg("the leases have expired by now; acking the entries alone")
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	pipe := m.cfg.Locker.Client().Pipeline()
+	for _, e := range ends {
+		pipe.XAck(rctx, e.Entry.Stream, e.Entry.Group, e.Entry.ID)
+	}
+	if _, err := pipe.Exec(rctx); err != nil && !errors.Is(err, redis.Nil) {
+		log.get().Warn().Err(err).Msg("acks failed; the entries stay pending and are claimed again")
+	}
+	return nil
+}
