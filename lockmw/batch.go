@@ -17,7 +17,7 @@ import (
 // Batched ends. An event's cost is mostly its round trip: the Redis server and the
 // worker each spend more on sending and reading one script than on what it does. While
 // runs are quick (each under batchQuick), the end of a run whose next entry already
-// has its lease (taken ahead) waits: it is released and its entry acked with the next
+// has its lease (taken ahead), or that has no next entry read yet, waits: it is released and its entry acked with the next
 // batch, in one script that also takes the leases of up to batchAhead entries read
 // ahead (lease.Locker.HandoffBatch). A burst of quick events then costs one round trip
 // per batch. A batch is sent when the next entry has no lease taken ahead, when
@@ -137,22 +137,28 @@ func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Leas
 	return out, nil
 }
 
-// nextTaken reports whether the entry handed over after cur has its lease taken ahead.
+// nextTaken reports whether the entry handed over after cur has its lease taken ahead,
+// or none is read ahead: the next entry read then takes its lease with the ends that
+// wait (sendWithEntry), or the timer sends them.
 func (m *Middleware) nextTaken(cur Entry) bool {
 	id, _, ok := m.cfg.Source.(Peeker).Peek()
-	return ok && id != cur.ID && m.handoffs.has(id)
+	return !ok || (id != cur.ID && m.handoffs.has(id))
 }
 
 // aheadOf names the leases to take ahead for the entries read after cur, up to n, in
 // their order, with their canonical issues: never an entry that has one already, nor a
 // bad event (it is dead-lettered, lockless), and none from the first entry whose issue
-// is one that a lease taken ahead (or an earlier entry of the batch) holds: its lease
-// must come after that one's release.
-func (m *Middleware) aheadOf(cur Entry, n int) ([]lease.Next, []string) {
+// is one that a lease taken ahead, an earlier entry of the batch, or curIssue (cur's,
+// when its lease is taken in the same batch) holds: its lease must come after that
+// one's release.
+func (m *Middleware) aheadOf(cur Entry, n int, curIssue ...string) ([]lease.Next, []string) {
 	if _, _, ok := m.cfg.Source.(Peeker).Peek(); !ok {
 		return nil, nil // nothing read ahead, or the subscription is drained
 	}
 	ids, held := m.handoffs.issues()
+	for _, issue := range curIssue {
+		held[issue] = true // the entry that takes its lease in the same batch
+	}
 	var nexts []lease.Next
 	var issues []string
 	for _, q := range m.cfg.Source.(Waiter).Waiting() {
@@ -204,6 +210,35 @@ func (m *Middleware) sendWaiting(ctx context.Context) {
 		return
 	}
 	m.logRequeued(ends)
+}
+
+// sendWithEntry sends the ends that wait, if any, before d's entry takes its lease:
+// in the same batch it takes that lease and those of the entries after it, and
+// returns the first (nil when it took none: the entry acquires on its own).
+func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
+	if !m.batch.waiting() {
+		return nil
+	}
+	ctx := context.WithoutCancel(d.ctx)
+	issue, err := m.cfg.Locker.Canonicalize(raw)
+	if !d.hasEntry || !m.takeAhead || err != nil {
+		m.sendWaiting(ctx)
+		return nil
+	}
+	m.batch.sending.Lock()
+	ends := m.batch.take()
+	nexts, issues := m.aheadOf(d.entry, batchAhead-1, issue)
+	nexts = append([]lease.Next{m.nextFor(d.entry, d.entry.ID, raw)}, nexts...)
+	issues = append([]string{issue}, issues...)
+	ps, err := m.cfg.Locker.HandoffBatch(ctx, ends, nexts)
+	m.batch.sending.Unlock()
+	if err != nil {
+		_ = m.endLater(ctx, ends, err, d.log)
+		return nil
+	}
+	m.logRequeued(ends)
+	m.keepAhead(ps[1:], issues[1:])
+	return ps[0]
 }
 
 // sendWaitingLater is the timer's: the ends that waited batchFlushAfter are sent.

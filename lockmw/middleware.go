@@ -449,12 +449,15 @@ func (m *Middleware) prepare(d *delivery) (pre *lease.Pending, raw string, settl
 func (m *Middleware) take(d *delivery, pre *lease.Pending, raw string) (*lease.Lease, error) {
 	var le *lease.Lease
 	var err error
+	if pre == nil {
+		// Ends that wait for a batch are sent first, with this entry's lease and those
+		// of the entries after it taken in the same round trip: its acquire must not
+		// meet the lease of a run that has ended (batch.go).
+		pre = m.sendWithEntry(d, raw)
+	}
 	if pre != nil {
 		le, err = pre.Take(d.ctx)
 	} else {
-		// Ends that wait for a batch are sent first: this entry's own acquire must not
-		// meet the lease of a run that has ended (batch.go).
-		m.sendWaiting(context.WithoutCancel(d.ctx))
 		le, err = m.acquire(d.ctx, d.msg, raw, d.entry, d.hasEntry, d.slots)
 	}
 	if err != nil {

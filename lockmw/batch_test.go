@@ -1,0 +1,202 @@
+package lockmw_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
+)
+
+// queueSource is a lockmw.Source over entries read ahead, as a subscription is: it
+// hands them over in order (Entry takes the next), names the next one (Peek) and lists
+// those that wait (Waiting), so the middleware ends quick runs in batches.
+type queueSource struct {
+	stream  string
+	mu      sync.Mutex
+	queue   []lockmw.Waiting
+	settled map[string]bool
+}
+
+func (q *queueSource) Entry(*message.Message) (lockmw.Entry, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w := q.queue[0]
+	q.queue = q.queue[1:]
+	return lockmw.Entry{Stream: q.stream, Group: "g", Consumer: "c", ID: w.ID, ReadAt: time.Now()}, true
+}
+
+func (q *queueSource) Settle(e lockmw.Entry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.settled[e.ID] = true
+}
+
+func (q *queueSource) Encode(m *message.Message) (map[string]any, error) {
+	return map[string]any{"payload": string(m.Payload)}, nil
+}
+
+func (q *queueSource) Peek() (string, string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.queue) == 0 {
+		return "", "", false
+	}
+	return q.queue[0].ID, q.queue[0].IssueKey, true
+}
+
+func (q *queueSource) Waiting() []lockmw.Waiting {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]lockmw.Waiting(nil), q.queue...)
+}
+
+// scriptCounter counts the scripts a client sends (EVALSHA and EVAL): the round trips
+// of the lease.
+type scriptCounter struct{ n atomic.Int64 }
+
+func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// batchEnv is a middleware whose source holds entries of the given issues, read into
+// group g for consumer c, and whose locker's client counts its scripts.
+type batchEnv struct {
+	rdb     *redis.Client
+	ns      string
+	l       *lease.Locker
+	src     *queueSource
+	mw      *lockmw.Middleware
+	scripts *scriptCounter
+	ids     []string
+}
+
+func newBatchEnv(t *testing.T, issues ...string) *batchEnv {
+	t.Helper()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	counted := redis.NewClient(rdb.Options())
+	t.Cleanup(func() { _ = counted.Close() })
+	e := &batchEnv{rdb: rdb, ns: ns, l: locker(t, counted, ns), scripts: &scriptCounter{}}
+	counted.AddHook(e.scripts)
+	e.src = &queueSource{stream: ns + "s", settled: map[string]bool{}}
+	rdb.XGroupCreateMkStream(ctx, e.src.stream, "g", "$")
+	for _, issue := range issues {
+		id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.src.stream, Values: map[string]any{"payload": "{}"}}).Val()
+		e.ids = append(e.ids, id)
+		e.src.queue = append(e.src.queue, lockmw.Waiting{ID: id, IssueKey: issue})
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{e.src.stream, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mw, err := lockmw.NewMiddleware(lockmw.Config{IssueKey: taskKey, Locker: e.l, Agent: "triage", Source: e.src,
+		MaxIdleTime: time.Hour, OnConflict: recordTo(ns + "results")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mw = mw
+	return e
+}
+
+// run hands every entry to the middleware in order, with a handler that records the
+// issues it ran.
+func (e *batchEnv) run(t *testing.T) []string {
+	t.Helper()
+	var ran []string
+	h := e.mw.Handler(func(msg *message.Message) ([]*message.Message, error) {
+		ran = append(ran, msg.Metadata.Get("issue_key"))
+		return nil, nil
+	})
+	for len(e.src.Waiting()) > 0 {
+		issue := e.src.Waiting()[0].IssueKey
+		if _, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"`+issue+`"}}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ran
+}
+
+// settledAll waits until no entry is pending and no lease key of the test is left.
+func (e *batchEnv) settledAll(t *testing.T) {
+	t.Helper()
+	redistest.Eventually(t, 5*time.Second, func() bool {
+		locks := e.rdb.Keys(context.Background(), "lock:"+e.ns+"triage:*").Val()
+		return e.rdb.XPending(context.Background(), e.src.stream, "g").Val().Count == 0 && len(locks) == 0
+	}, "every entry acked and every lease released")
+}
+
+// A burst of quick runs costs one round trip per batch, not one per event: every event
+// runs, every entry is acked after its release, and no lease is left.
+func TestQuickRunsEndInBatches(t *testing.T) {
+	t.Parallel()
+	issues := make([]string, 24)
+	for i := range issues {
+		issues[i] = "RHEL-" + strconv.Itoa(i+1)
+	}
+	e := newBatchEnv(t, issues...)
+	ran := e.run(t)
+	if len(ran) != len(issues) {
+		t.Fatalf("ran %d events, want %d", len(ran), len(issues))
+	}
+	e.settledAll(t)
+	if n := e.scripts.n.Load(); n > int64(len(issues))/4 {
+		t.Fatalf("%d scripts for %d quick events, want at most %d (batches)", n, len(issues), len(issues)/4)
+	}
+	for _, id := range e.ids {
+		if !e.src.settled[id] {
+			t.Errorf("entry %s not settled: the subscriber would ack it a second time", id)
+		}
+	}
+}
+
+// An issue that another holder has is met in the batch that takes the leases ahead:
+// its event is dropped and recorded, the others run, and a later event of an issue
+// taken ahead is not taken in the same batch (its lease comes after that run's end).
+func TestBatchMeetsBusyIssueAndKeepsOrder(t *testing.T) {
+	t.Parallel()
+	e := newBatchEnv(t, "RHEL-1", "RHEL-2", "RHEL-9", "RHEL-3", "RHEL-2")
+	holder, err := e.l.Acquire(context.Background(), "triage", "RHEL-9", lease.AcquireOptions{Owner: "holder", MessageID: "1-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runs end in a later millisecond than the entries entered (the superseded
+	// check compares milliseconds).
+	last, _, _ := strings.Cut(e.ids[len(e.ids)-1], "-")
+	redistest.Eventually(t, time.Second, func() bool {
+		now := e.rdb.Time(context.Background()).Val().UnixMilli()
+		return strconv.FormatInt(now, 10) > last
+	}, "the server clock to pass the entries' millisecond")
+	ran := e.run(t)
+	// The second RHEL-2 entered before the first one's run ended: superseded, dropped,
+	// as one event after the other would find it.
+	if got := strings.Join(ran, ","); got != "RHEL-1,RHEL-2,RHEL-3" {
+		t.Fatalf("ran %s, want RHEL-1,RHEL-2,RHEL-3", got)
+	}
+	if _, err := holder.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.settledAll(t)
+	recs := e.rdb.XRange(context.Background(), e.ns+"results", "-", "+").Val()
+	if len(recs) != 2 || recs[0].Values["issue_key"] != "RHEL-9" || recs[0].Values["holder"] != "holder" ||
+		recs[1].Values["issue_key"] != "RHEL-2" || recs[1].Values["superseded"] != "1" {
+		t.Fatalf("conflict records = %v, want RHEL-9 held by holder, then RHEL-2 superseded", recs)
+	}
+}
