@@ -17,8 +17,9 @@
 // Handler's steps), runend.go (how a run under a lease ends, and the writes each end
 // makes), conflict.go (events whose issue is busy, and runs a newer event cancelled),
 // policy.go (the busy-policy table), wait.go (the wait policy: the waiting event's
-// copy, the end of its turn, the line waker), handoff.go (the lease taken ahead for
-// the next entry, given back if that entry does not come), wakeup.go (the deliver
+// copy, the end of its turn, the line waker), handoff.go (the leases taken ahead for
+// the next entries, given back if those entries do not come), batch.go (quick runs'
+// ends sent in batches that take the next entries' leases), wakeup.go (the deliver
 // policy's follow-ups and wake-ups), slots.go (concurrency limits: RUN_LIMITS slots taken
 // before the lease, fair waiting, the slot waker), slots_trace.go (their span events),
 // pause.go (the pause check after the acquire: an event of a paused scope is parked),

@@ -29,7 +29,8 @@
 //
 // Files: doc.go (this overview), errors.go (sentinels and typed errors), locker.go
 // (Locker, Acquire), lease.go (Lease: heartbeat, release, fenced writes), handoff.go
-// (the next entry's lease taken in the release's round trip), keys.go (key names and
+// (the next entry's lease taken in the release's round trip), batch.go (several runs
+// ended and several leases taken ahead in one round trip), keys.go (key names and
 // canonical issue keys), scope.go (shared keys: scopes issue and group), fenced.go
 // (checks of every lock key of a lease), mailbox.go (the deliver policy's follow-ups),
 // line.go (the wait policy's line: joining it, the release that hands the key to its
