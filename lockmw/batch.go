@@ -47,6 +47,9 @@ type batch struct {
 	// sending is held while a batch is sent: batches reach Redis in the order of their
 	// ends, so a lease is never taken ahead before an earlier run's release.
 	sending sync.Mutex
+	// life ends when the middleware is closed: the timer's retries stop then.
+	life context.Context
+	end  context.CancelFunc
 }
 
 // wait adds e to the ends that wait, unless batchEnds wait already.
@@ -84,7 +87,8 @@ func (b *batch) waiting() bool {
 	return len(b.ends) > 0
 }
 
-// close sends the ends that wait (the router has stopped) and stops the timer.
+// close sends the ends that wait (the router has stopped), stops the timer and ends
+// the timer's retries.
 func (b *batch) close(ctx context.Context, m *Middleware) {
 	b.mu.Lock()
 	if b.timer != nil {
@@ -92,6 +96,7 @@ func (b *batch) close(ctx context.Context, m *Middleware) {
 	}
 	b.mu.Unlock()
 	m.sendWaiting(ctx)
+	b.end()
 }
 
 // batches reports whether le's run ends through a batch: the middleware takes leases
@@ -193,7 +198,8 @@ func (m *Middleware) keepAhead(ps []*lease.Pending, issues []string) {
 }
 
 // sendWaiting sends the ends that wait, if any, alone: the timer's batch, an entry's
-// that must take its own lease, and Close's. A failure is retried (endLater).
+// that must take its own lease, and Close's. A failure is retried (endLater) until
+// ctx ends.
 func (m *Middleware) sendWaiting(ctx context.Context) {
 	if !m.batch.waiting() {
 		return
@@ -241,11 +247,10 @@ func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
 	return ps[0]
 }
 
-// sendWaitingLater is the timer's: the ends that waited batchFlushAfter are sent.
+// sendWaitingLater is the timer's: the ends that waited batchFlushAfter are sent,
+// retried until they are or the middleware is closed.
 func (m *Middleware) sendWaitingLater() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	m.sendWaiting(ctx)
+	m.sendWaiting(m.batch.life)
 }
 
 // logRequeued logs the follow-ups that the releases of ends published.

@@ -264,9 +264,11 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
+	m := &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
 		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared() && cfg.Limits.Empty(),
-		lines: cfg.Policies.Uses(Wait)}, nil
+		lines: cfg.Policies.Uses(Wait)}
+	m.batch.life, m.batch.end = context.WithCancel(context.Background())
+	return m, nil
 }
 
 // setPolicies makes the default rule from Policy when no rule is given, checks the

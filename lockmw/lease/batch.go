@@ -75,7 +75,9 @@ func (l *Locker) HandoffBatch(ctx context.Context, ends []End, next []Next) ([]*
 	for i, e := range ends {
 		le := e.Lease
 		le.stopHeartbeat()
-		first[i] = le.ctx.Err() == nil
+		// Counted once: a repeat finds ErrReleased. The context of a run whose end
+		// waited for its batch may have ended with its message's already.
+		first[i] = !errors.Is(context.Cause(le.ctx), ErrReleased)
 		le.cancel(ErrReleased)
 	}
 	res, err := runScript(ctx, l.rdb, handoffBatchScript, nkeys, args).Slice()

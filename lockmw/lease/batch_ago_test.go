@@ -61,3 +61,27 @@ func TestBatchDatesReleaseByRunEnd(t *testing.T) {
 		t.Fatalf("%d entries pending, want both acked", n)
 	}
 }
+
+// A lease taken ahead is a plain one: a Next that asks for a policy's acquire (or for
+// slots) is refused, and nothing is taken for it.
+func TestTakeAheadRefusesPolicyOptions(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := newLocker(t, rdb, ns, lease.Options{})
+	for name, o := range map[string]lease.AcquireOptions{
+		"supersede": {MessageID: "1-1", Supersede: true},
+		"line":      {MessageID: "1-1", LineHold: time.Second},
+	} {
+		ps, err := l.HandoffBatch(ctx, nil, []lease.Next{{Agent: "triage", Key: "RHEL-1", Options: o}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ps[0].Take(ctx); err == nil {
+			t.Errorf("%s: a lease taken ahead with a policy's options", name)
+		}
+		if _, held, _ := l.Inspect(ctx, "triage", "RHEL-1"); held {
+			t.Errorf("%s: the key was taken", name)
+		}
+	}
+}

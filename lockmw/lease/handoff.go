@@ -255,10 +255,17 @@ var errQueueAhead = errors.New("lease: a lease taken ahead cannot queue (Next.Op
 // keys only.
 var errSharedAhead = errors.New("lease: a lease taken ahead cannot hold shared keys (Next.Options.Shared)")
 
+// errPolicyAhead refuses a Next whose options ask for another acquire than the plain
+// one (supersede, deliver, wait, slots): the hand-off's scripts take plain leases only.
+var errPolicyAhead = errors.New("lease: a lease taken ahead is a plain one (Next.Options.Supersede, Deliver, Wait, LineHold and Slots must be unset)")
+
 // prepareNext is prepare for a lease taken ahead.
 func (l *Locker) prepareNext(next *Next) (*acquisition, error) {
 	if next.Options.Queue != nil {
 		return nil, errQueueAhead
+	}
+	if o := next.Options; o.Supersede || o.Deliver != nil || o.Wait != nil || o.LineHold > 0 || o.Slots != nil {
+		return nil, errPolicyAhead
 	}
 	if len(next.Options.Shared) > 0 {
 		return nil, errSharedAhead
