@@ -68,6 +68,24 @@ func TestBatchEndsAndTakesAhead(t *testing.T) {
 	}
 }
 
+// A run that ended long before its batch is dated at most a second back (maxBatchAgo):
+// the worker's clock reading is trusted that far, no further.
+func TestBatchDatesAtMostASecondBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{})
+	stream := ns + "triage"
+	ids := pendingEntries(t, ctx, rdb, stream, 1)
+	e := lease.End{Lease: batchLease(t, l, "RHEL-1", ids[0]), Entry: lease.Entry{Stream: stream, Group: "g", ID: ids[0]},
+		EndedAt: time.Now().Add(-5 * time.Second)}
+	sent := time.Now()
+	if _, err := l.HandoffBatch(ctx, []lease.End{e}, nil); err != nil {
+		t.Fatal(err)
+	}
+	requireBatchEnded(t, ctx, rdb, e, ids[0], sent.Add(-time.Second), time.Since(sent))
+}
+
 // A lease that cannot end in a batch (it drains) is refused, and nothing is sent.
 func TestBatchRefusesDrainingLease(t *testing.T) {
 	t.Parallel()
