@@ -230,7 +230,8 @@ var batchKinds = append(slices.Clip(stepKinds), stepKind{"batch", 3})
 // genBatchConfig is a configuration the middleware batches under: standalone keys,
 // scope agent, a default policy of the plain acquire's and now and then a type that
 // supersedes (its leases end in batches, its events are not taken ahead), coalesces or
-// delivers (every other lease drains: it ends on its own, nexts are still taken ahead).
+// delivers (then every lease but a supersede one drains and ends on its own path; nexts
+// are still taken ahead).
 func genBatchConfig(r *rand.Rand) mConfig {
 	c := mConfig{Format: KeysCompat, Scope: "agent", Table: map[string]string{"*": []string{"drop", "delay"}[r.IntN(2)]}}
 	for _, t := range modelTypes[:r.IntN(3)] {
