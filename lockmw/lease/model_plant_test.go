@@ -31,6 +31,7 @@ func scriptBuilds() []scriptBuild {
 		{"acquire", &acquireScript, func() string { return leaseLua + acquireLua }},
 		{"acquire_scoped", &acquireScopedScript, func() string { return leaseLua + acquireScopedLua }},
 		{"handoff", &handoffScript, func() string { return leaseLua + handoffLua }},
+		{"handoff_batch", &handoffBatchScript, func() string { return leaseLua + handoffBatchLua }},
 		{"acquire_or_queue", &acquireOrQueueScript, func() string { return leaseLua + acquireOrQueueLua }},
 		{"acquire_or_deliver", &acquireOrDeliverScript, func() string { return leaseLua + acquireOrDeliverLua }},
 		{"mailbox_done", &mailboxDoneScript, func() string { return mailboxDoneLua }},
@@ -140,13 +141,14 @@ func requireHits(t *testing.T, changed map[string]string, hits map[string][]stri
 	}
 }
 
-// firstFailure runs TestModelLease's seeds [from, from+n) and stops at the first one
-// that fails: its seed, its configuration and its violation (nil if none fails).
-func (e *modelEnv) firstFailure(from, n int) (int, mConfig, error) {
+// firstFailure runs the seeds [from, from+n) of TestModelLease (genConfig, stepKinds)
+// or TestModelLeaseBatch (genBatchConfig, batchKinds) and stops at the first one that
+// fails: its seed, its configuration and its violation (nil if none fails).
+func (e *modelEnv) firstFailure(from, n int, cfgFor func(*rand.Rand) mConfig, kinds []stepKind) (int, mConfig, error) {
 	for seed := from; seed < from+n; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 34))
-		cfg := genConfig(r)
-		if err := e.runModel(cfg, genSteps(r, 60)); err != nil {
+		cfg := cfgFor(r)
+		if err := e.runModel(cfg, genSteps(r, 60, kinds)); err != nil {
 			return seed, cfg, err
 		}
 	}
@@ -211,7 +213,7 @@ func TestModelLeasePlantedDefects(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			requireHits(t, plantScripts(t, c.plants...), c.hits)
 			start := time.Now()
-			seed, cfg, err := e.firstFailure(from, n)
+			seed, cfg, err := e.firstFailure(from, n, genConfig, stepKinds)
 			if err == nil {
 				t.Fatalf("the model checker passed %d seeds with the defect planted", n)
 			}
@@ -256,4 +258,65 @@ func requireCaught(t *testing.T, what string, seed int, err error, props ...stri
 		t.Fatalf("caught, but as another property than %v: %v", props, err)
 	}
 	t.Logf("caught at seed %d: %v", seed, err)
+}
+
+// TestModelLeaseBatchPlantedDefects plants, one at a time, defects of the batched
+// hand-off (handoff_batch.lua) and requires TestModelLeaseBatch's checker, at its default
+// size, to catch each by one of the properties that names it.
+func TestModelLeaseBatchPlantedDefects(t *testing.T) {
+	cases := []struct {
+		name  string
+		plant func(t *testing.T, src string) string
+		props []string
+	}{
+		{
+			// The nexts' leases taken before the ends' releases (the reply laid out as
+			// before): a next of an ended run's issue finds the key still held.
+			name:  "AcquiresBeforeReleases",
+			plant: acquiresFirst,
+			props: []string{propAgrees},
+		},
+		{
+			// The nexts' acquires without their entry time: the superseded check never
+			// refuses an entry that entered before a release.
+			name: "SkipsSupersededCheck",
+			plant: func(t *testing.T, src string) string {
+				return plantLua(t, src, "ARGV[a + 5], ARGV[a + 6])", "ARGV[a + 5], '')")
+			},
+			props: []string{propAgrees},
+		},
+		{
+			// Each release dated when the batch ran, not when its run ended: an event
+			// that entered in between counts as superseded by it.
+			name: "DatesByTheBatch",
+			plant: func(t *testing.T, src string) string {
+				return plantLua(t, src, "now = now - tonumber(ARGV[a + 7])", "now = now")
+			},
+			props: []string{propBatch, propAgrees},
+		},
+	}
+	e := newModelEnv(t)
+	from, n := modelRange(16)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			saved := handoffBatchScript
+			handoffBatchScript = newScript(leaseLua + c.plant(t, handoffBatchLua))
+			t.Cleanup(func() { handoffBatchScript = saved })
+			seed, _, err := e.firstFailure(from, n, genBatchConfig, batchKinds)
+			requireCaught(t, "the model checker did not catch a batch "+c.name, seed, err, c.props...)
+		})
+	}
+}
+
+// acquiresFirst plants, in handoff_batch.lua, the nexts' loop before the ends': its
+// replies are kept apart and appended after the ends', as the caller reads them.
+func acquiresFirst(t *testing.T, src string) string {
+	t.Helper()
+	i, j := strings.Index(src, "for j = 0, nexts - 1 do"), strings.Index(src, "return out")
+	if i < 0 || j < i {
+		t.Fatal("the plant found no nexts' loop in handoff_batch.lua")
+	}
+	loop := src[i:j]
+	planted := plantLua(t, src, loop, "for _, v in ipairs(acq) do out[#out + 1] = v end\n")
+	return plantLua(t, planted, "local out = {}\n", "local out, acq = {}, {}\n"+strings.ReplaceAll(loop, "out[#out + 1]", "acq[#acq + 1]"))
 }

@@ -9,6 +9,7 @@ package lease
 // and both key formats. After every step the model and the real keys are compared
 // and the invariants of docs/architecture.md are checked; a failure prints its seed
 // and the shortest sequence found. MODEL_SEEDS=N runs N seeds (default 48).
+// TestModelLeaseBatch (model_batch_test.go) adds the batched hand-off's step.
 
 import (
 	"context"
@@ -40,6 +41,7 @@ const (
 	propStranded   = "NothingStranded"
 	propTerminal   = "OneTerminalRecord"
 	propSupersWait = "SupersedeWaitsForStop"
+	propBatch      = "BatchEndsAsRelease" // a batch's end is a release dated by its run's end, then its XACK
 )
 
 // modelRange is the seeds to run: MODEL_SEED (default 1) on, MODEL_SEEDS of them
@@ -64,24 +66,30 @@ type mStep struct {
 
 func (s mStep) String() string { return fmt.Sprintf("%s(%d,%d,%d)", s.Kind, s.A, s.B, s.C) }
 
-var stepKinds = []struct {
+// stepKind is a kind of step and its weight in a random sequence.
+type stepKind struct {
 	kind   string
 	weight int
-}{
+}
+
+// stepKinds are TestModelLease's steps. (TestModelLeaseBatch adds the batch step,
+// batchKinds: a new kind here would change every seed's sequence, and the seeds that
+// once found a defect would no longer replay it.)
+var stepKinds = []stepKind{
 	{"new", 6}, {"deliver", 8}, {"start", 3}, {"end", 5}, {"fail", 1}, {"giveback", 2},
 	{"crash", 1}, {"expire", 1}, {"clock", 1}, {"force", 1}, {"stale", 2},
 }
 
-func genSteps(r *rand.Rand, n int) []mStep {
+func genSteps(r *rand.Rand, n int, kinds []stepKind) []mStep {
 	total := 0
-	for _, k := range stepKinds {
+	for _, k := range kinds {
 		total += k.weight
 	}
 	out := make([]mStep, n)
 	for i := range out {
 		w := r.IntN(total)
 		kind := ""
-		for _, k := range stepKinds {
+		for _, k := range kinds {
 			if w < k.weight {
 				kind = k.kind
 				break
@@ -180,6 +188,7 @@ type mRun struct {
 	policy   string
 	released bool
 	waited   bool // it took the key over, or waited for a superseded run: it had not started when it became stale
+	from     int  // the step that acquired it
 }
 
 type mQueued struct {
@@ -195,6 +204,9 @@ type mKey struct {
 	lastRunMid string
 	lastRun    int // step of the last release by a run
 	lastPub    int // step of the last follow-up published
+	// lastRunLo and lastRunHi bound the last release's date (Unix ms, [lo, hi)) when a
+	// batch dated it by its run's end; 0 after a plain release (dated when it ran).
+	lastRunLo, lastRunHi int64
 	// stopping are the runs superseded on the key whose field of the stop hash is
 	// still there: a newer run waits for them.
 	stopping []*mRun
@@ -218,8 +230,11 @@ type modelRun struct {
 	runs    []*mRun // live: waiting, running, stale
 	keys    map[string]*mKey
 	lastID  string
-	expPub  []*mEvent // follow-ups the model expects published by this step
-	mayPub  []*mEvent // follow-ups the step may or may not publish
+	expPub  []*mEvent   // follow-ups the model expects published by this step
+	mayPub  []*mEvent   // follow-ups the step may or may not publish
+	stepAt  []time.Time // when each step began (index: step)
+	grouped bool        // the stream's consumer group exists (the batch step acks in it)
+	batches *batchStats
 }
 
 func (m *modelRun) key(k string) *mKey {
@@ -381,7 +396,15 @@ func (m *modelRun) expect(ev *mEvent) map[string]bool {
 			allowed["superseded"] = true
 		}
 	case k.lastRun > ev.created && k.lastRunMid != ev.id:
-		allowed["superseded"] = true
+		// A batch's release has a known date: an entry before it is refused, busy key
+		// or not (the check comes first), and one after it is not.
+		ms := streamid.Time(ev.id).UnixMilli()
+		if k.lastRunHi != 0 && ms < k.lastRunLo {
+			return map[string]bool{"superseded": true}
+		}
+		if k.lastRunHi == 0 || ms < k.lastRunHi {
+			allowed["superseded"] = true
+		}
 	}
 	busy := k.holder != nil
 	for _, sk := range m.sharedKeys(ev) {
@@ -403,14 +426,20 @@ func (m *modelRun) expect(ev *mEvent) map[string]bool {
 func (m *modelRun) acquire(ev *mEvent) error {
 	allowed := m.expect(ev)
 	le, err := m.l.Acquire(m.ctx, ev.agent, ev.issue, m.options(ev))
+	return m.acquired(ev, allowed, le, err)
+}
+
+// acquired checks an acquire's result (le or err) against allowed, the model's expect
+// before it, and books it: a run that holds the key, or the event's record.
+func (m *modelRun) acquired(ev *mEvent, allowed map[string]bool, le *Lease, err error) error {
 	got := outcome(le, err)
 	if !allowed[got] {
 		if le != nil {
 			le.stopHeartbeat()
 		}
 		prop := propAgrees
-		if got == "granted" || got == "takeover" {
-			prop = propExclusive
+		if (got == "granted" || got == "takeover") && m.holders(ev) != "" {
+			prop = propExclusive // (a grant of keys nobody holds, refused by the model, is not)
 		}
 		return m.fail(prop, "acquire of event %d (%s %s type %s policy %s id %s%s): got %s, model allows %v (holders: %s)",
 			ev.n, ownKey(ev), ev.group, ev.typ, m.cfg.policy(ev.typ), ev.id, followupOf(ev), got, keysOf(allowed), m.holders(ev))
@@ -433,7 +462,7 @@ func (m *modelRun) acquire(ev *mEvent) error {
 		k.mailbox++
 		return m.terminal(ev, "delivered")
 	}
-	r := &mRun{ev: ev, le: le, state: runRunning, policy: m.cfg.policy(ev.typ), keys: append([]string{ownKey(ev)}, m.sharedKeys(ev)...)}
+	r := &mRun{ev: ev, le: le, state: runRunning, policy: m.cfg.policy(ev.typ), keys: append([]string{ownKey(ev)}, m.sharedKeys(ev)...), from: m.step}
 	if got == "granted" && middlewareWaits(le) {
 		r.state, r.waited = runWaiting, true
 		for _, p := range k.stopping {
@@ -571,20 +600,8 @@ func (m *modelRun) release(r *mRun, how string, lose bool) error {
 	if lose {
 		m.loseNext(r.ev)
 	}
-	k := m.key(ownKey(r.ev))
-	if how == "ran" && k.mailbox > 0 && r.state == runRunning {
-		fs, err := r.le.Mailbox(m.ctx, "", 0)
-		if err != nil {
-			return err
-		}
-		ids := make([]string, len(fs))
-		for i, f := range fs {
-			ids[i] = f.ID
-		}
-		if _, err := r.le.MailboxDone(m.ctx, ids...); err != nil {
-			return err
-		}
-		k.mailbox -= len(ids)
+	if err := m.readMailbox(r, how); err != nil {
+		return err
 	}
 	before := m.doneRecord(r)
 	var deleted bool
@@ -602,6 +619,35 @@ func (m *modelRun) release(r *mRun, how string, lose bool) error {
 		// (After a lost reply the resent script finds the key gone and says so.)
 		return m.fail(propHolder, "event %d: release of the key's holder deleted nothing", r.ev.n)
 	}
+	return m.released(r, how, before)
+}
+
+// readMailbox: a run that ends as ran first takes the follow-ups delivered to its
+// mailbox (the release then drops the queued event that stands for them).
+func (m *modelRun) readMailbox(r *mRun, how string) error {
+	k := m.key(ownKey(r.ev))
+	if how != "ran" || k.mailbox == 0 || r.state != runRunning {
+		return nil
+	}
+	fs, err := r.le.Mailbox(m.ctx, "", 0)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(fs))
+	for i, f := range fs {
+		ids[i] = f.ID
+	}
+	if _, err := r.le.MailboxDone(m.ctx, ids...); err != nil {
+		return err
+	}
+	k.mailbox -= len(ids)
+	return nil
+}
+
+// released books the real release of r (before is its done record before): its key is
+// no longer its own, a run's release dates the key's last run and drains its queue.
+func (m *modelRun) released(r *mRun, how, before string) error {
+	k := m.key(ownKey(r.ev))
 	if v, _ := m.direct.Get(m.ctx, r.le.keys.Lock).Result(); v == r.le.token {
 		return m.fail(propHolder, "event %d: its key %s still holds its token after its release", r.ev.n, r.le.keys.Lock)
 	}
@@ -620,7 +666,7 @@ func (m *modelRun) release(r *mRun, how string, lose bool) error {
 		m.inbox = append(m.inbox, r.ev)
 		return nil
 	}
-	k.lastRunMid, k.lastRun = r.ev.id, m.step
+	k.lastRunMid, k.lastRun, k.lastRunLo, k.lastRunHi = r.ev.id, m.step, 0, 0
 	m.drain(k)
 	if how == "fail" {
 		m.inbox = append(m.inbox, r.ev)
@@ -815,6 +861,7 @@ func (m *modelRun) stale(s mStep) error {
 func (m *modelRun) do(s mStep) error {
 	m.step++
 	m.expPub, m.mayPub = nil, nil
+	m.stepAt = append(m.stepAt, time.Now())
 	switch s.Kind {
 	case "new":
 		_, err := m.newEvent(s, nil)
@@ -839,6 +886,8 @@ func (m *modelRun) do(s mStep) error {
 		return m.force(s)
 	case "stale":
 		return m.stale(s)
+	case "batch":
+		return m.batch(s)
 	}
 	return fmt.Errorf("unknown step %s", s.Kind)
 }
@@ -1029,6 +1078,8 @@ type modelEnv struct {
 	direct *redis.Client
 	proxy  *redistest.LossyProxy
 	client *redis.Client
+	// batches counts what the batch steps did, over every seed run here.
+	batches batchStats
 }
 
 func newModelEnv(t *testing.T) *modelEnv {
@@ -1050,7 +1101,8 @@ func (e *modelEnv) runModel(cfg mConfig, steps []mStep) (err error) {
 		return err
 	}
 	m := &modelRun{t: e.t, cfg: cfg, direct: e.direct, proxy: e.proxy, l: l, ns: ns, stream: "{" + ns + "s}",
-		ctx: context.Background(), byID: map[string]*mEvent{}, keys: map[string]*mKey{}}
+		ctx: context.Background(), byID: map[string]*mEvent{}, keys: map[string]*mKey{},
+		stepAt: []time.Time{time.Now()}, batches: &e.batches}
 	defer func() {
 		for _, r := range m.runs {
 			r.le.stopHeartbeat()
@@ -1128,12 +1180,12 @@ func samePropery(a, b error) bool {
 
 // checkSeeds runs seeds [from, from+n) and reports each property's first violation
 // with its seed and shortest sequence.
-func (e *modelEnv) checkSeeds(t *testing.T, from, n, length int, cfgFor func(*rand.Rand) mConfig) {
+func (e *modelEnv) checkSeeds(t *testing.T, from, n, length int, cfgFor func(*rand.Rand) mConfig, kinds []stepKind) {
 	failed := map[string]bool{}
 	for seed := from; seed < from+n; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 34))
 		cfg := cfgFor(r)
-		steps := genSteps(r, length)
+		steps := genSteps(r, length, kinds)
 		t0 := time.Now()
 		err := e.runModel(cfg, steps)
 		if testing.Verbose() {
@@ -1160,6 +1212,6 @@ func TestModelLease(t *testing.T) {
 	e := newModelEnv(t)
 	from, n := modelRange(48)
 	start := time.Now()
-	e.checkSeeds(t, from, n, 60, genConfig)
+	e.checkSeeds(t, from, n, 60, genConfig, stepKinds)
 	t.Logf("%d seeds of 60 steps in %s", n, time.Since(start).Round(time.Millisecond))
 }
