@@ -711,9 +711,13 @@ type eventLog struct {
 	fence            int64
 }
 
+// get builds the logger. Without a message (msg nil: the batch timer's and Close's
+// log, of several events' ends) it names the agent alone.
 func (e eventLog) get() *zerolog.Logger {
-	c := e.base.With().Str("agent", e.agent).Str("message_id", e.messageID).
-		Str("correlation_id", e.msg.Metadata.Get(event.MetaCorrelationID))
+	c := e.base.With().Str("agent", e.agent)
+	if e.msg != nil {
+		c = c.Str("message_id", e.messageID).Str("correlation_id", e.msg.Metadata.Get(event.MetaCorrelationID))
+	}
 	if e.issue != "" {
 		c = c.Str("issue_key", e.issue)
 	}
