@@ -95,7 +95,7 @@ func (b *batch) close(ctx context.Context, m *Middleware) {
 		b.timer.Stop()
 	}
 	b.mu.Unlock()
-	m.sendWaiting(ctx)
+	m.sendWaiting(ctx, nil)
 	b.end()
 }
 
@@ -199,8 +199,9 @@ func (m *Middleware) keepAhead(ps []*lease.Pending, issues []string) {
 
 // sendWaiting sends the ends that wait, if any, alone: the timer's batch, an entry's
 // that must take its own lease, and Close's. A failure is retried (endLater) until
-// ctx ends.
-func (m *Middleware) sendWaiting(ctx context.Context) {
+// retry ends; with retry nil (Close: the worker stops) it is not, and the entries stay
+// pending, their leases expiring by their TTL.
+func (m *Middleware) sendWaiting(ctx, retry context.Context) {
 	if !m.batch.waiting() {
 		return
 	}
@@ -212,7 +213,12 @@ func (m *Middleware) sendWaiting(ctx context.Context) {
 	}
 	m.batch.sending.Unlock()
 	if err != nil {
-		_ = m.endLater(ctx, ends, err, eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent})
+		log := eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent}
+		if retry == nil {
+			log.get().Warn().Err(err).Int("runs", len(ends)).Msg("stopping: batched release failed; entries left pending, leases expire by their TTL")
+			return
+		}
+		_ = m.endLater(retry, ends, err, log)
 		return
 	}
 	m.logRequeued(ends)
@@ -228,7 +234,7 @@ func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
 	ctx := context.WithoutCancel(d.ctx)
 	issue, err := m.cfg.Locker.Canonicalize(raw)
 	if !d.hasEntry || !m.takeAhead || err != nil {
-		m.sendWaiting(ctx)
+		m.sendWaiting(ctx, d.ctx)
 		return nil
 	}
 	m.batch.sending.Lock()
@@ -239,7 +245,7 @@ func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
 	ps, err := m.cfg.Locker.HandoffBatch(ctx, ends, nexts)
 	m.batch.sending.Unlock()
 	if err != nil {
-		_ = m.endLater(ctx, ends, err, d.log)
+		_ = m.endLater(d.ctx, ends, err, d.log)
 		return nil
 	}
 	m.logRequeued(ends)
@@ -250,7 +256,9 @@ func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
 // sendWaitingLater is the timer's: the ends that waited batchFlushAfter are sent,
 // retried until they are or the middleware is closed.
 func (m *Middleware) sendWaitingLater() {
-	m.sendWaiting(m.batch.life)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m.sendWaiting(ctx, m.batch.life)
 }
 
 // logRequeued logs the follow-ups that the releases of ends published.
