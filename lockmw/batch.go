@@ -49,8 +49,9 @@ type batch struct {
 	sending sync.Mutex
 }
 
-// wait adds e to the ends that wait, unless batchEnds wait already.
-func (b *batch) wait(e lease.End, flush func()) bool {
+// wait adds e to the ends that wait, unless batchEnds wait already; flush sends them
+// after at most after.
+func (b *batch) wait(e lease.End, after time.Duration, flush func()) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.ends) >= batchEnds {
@@ -59,9 +60,9 @@ func (b *batch) wait(e lease.End, flush func()) bool {
 	b.ends = append(b.ends, e)
 	if !b.armed {
 		if b.timer == nil {
-			b.timer = time.AfterFunc(batchFlushAfter, flush)
+			b.timer = time.AfterFunc(after, flush)
 		} else {
-			b.timer.Reset(batchFlushAfter)
+			b.timer.Reset(after)
 		}
 		b.armed = true
 	}
@@ -108,8 +109,8 @@ func (m *Middleware) batches(le *lease.Lease) bool {
 // is sent now, with this end last, taking the leases of the entries that come next.
 func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Lease, out []*message.Message) ([]*message.Message, error) {
 	end := lease.End{Lease: le, Entry: lease.Entry{Stream: d.entry.Stream, Group: d.entry.Group, ID: d.entry.ID}, EndedAt: time.Now()}
-	quick := d.ranFor < batchQuick
-	if quick && m.nextTaken(d.entry) && m.batch.wait(end, m.sendWaitingLater) {
+	quick := d.ranFor < m.quick
+	if quick && m.nextTaken(d.entry) && m.batch.wait(end, m.flushAfter, m.sendWaitingLater) {
 		// The entry is acked with its release, in the batch: the subscriber sends no
 		// XACK of its own.
 		m.cfg.Source.Settle(d.entry)
@@ -122,7 +123,7 @@ func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Leas
 	m.batch.sending.Lock()
 	ends := append(m.batch.take(), end)
 	nexts, issues := m.aheadOf(d.entry, n)
-	ps, err := m.cfg.Locker.HandoffBatch(ctx, ends, nexts)
+	ps, err := m.sendBatch(ctx, ends, nexts)
 	m.batch.sending.Unlock()
 	m.keepAhead(ps, issues)
 	if err == nil {
@@ -202,7 +203,7 @@ func (m *Middleware) sendWaiting(ctx context.Context) {
 	ends := m.batch.take()
 	var err error
 	if len(ends) > 0 {
-		_, err = m.cfg.Locker.HandoffBatch(ctx, ends, nil)
+		_, err = m.sendBatch(ctx, ends, nil)
 	}
 	m.batch.sending.Unlock()
 	if err != nil {
@@ -230,7 +231,7 @@ func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
 	nexts, issues := m.aheadOf(d.entry, batchAhead-1, issue)
 	nexts = append([]lease.Next{m.nextFor(d.entry, d.entry.ID, raw)}, nexts...)
 	issues = append([]string{issue}, issues...)
-	ps, err := m.cfg.Locker.HandoffBatch(ctx, ends, nexts)
+	ps, err := m.sendBatch(ctx, ends, nexts)
 	m.batch.sending.Unlock()
 	if err != nil {
 		_ = m.endLater(ctx, ends, err, d.log)
@@ -279,7 +280,7 @@ func (m *Middleware) endLater(ctx context.Context, ends []lease.End, first error
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, err := m.cfg.Locker.HandoffBatch(rctx, ends, nil)
+		_, err := m.sendBatch(rctx, ends, nil)
 		cancel()
 		if err == nil {
 			log.get().Info().Int("runs", len(ends)).Msg("released and acked after retrying")

@@ -200,3 +200,22 @@ func TestBatchMeetsBusyIssueAndKeepsOrder(t *testing.T) {
 		t.Fatalf("conflict records = %v, want RHEL-9 held by holder, then RHEL-2 superseded", recs)
 	}
 }
+
+// Ends that wait for their batch when Redis cannot be reached are retried and logged
+// (endLater) by the timer's send or Close's, which have no event's message: the log
+// must not need one (it dereferenced a nil message, and the worker panicked).
+func TestWaitingEndsFailWithoutAMessage(t *testing.T) {
+	t.Parallel()
+	e := newBatchEnv(t, "RHEL-1")
+	e.mw.SetBatchTiming(time.Hour, time.Hour) // the end waits until Close
+	if ran := e.run(t); len(ran) != 1 {
+		t.Fatalf("ran %v, want RHEL-1", ran)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the batch fails, and its retries stop at once
+	e.mw.Close(ctx)
+	if n := e.rdb.XPending(context.Background(), e.src.stream, "g").Val().Count; n != 1 {
+		t.Fatalf("%d entries pending, want 1: the batch that failed must leave its entry pending", n)
+	}
+	e.mw.Close(context.Background()) // the lease expires by itself; nothing is left to send
+}
