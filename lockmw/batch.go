@@ -47,6 +47,10 @@ type batch struct {
 	// sending is held while a batch is sent: batches reach Redis in the order of their
 	// ends, so a lease is never taken ahead before an earlier run's release.
 	sending sync.Mutex
+	// flying: the ends that take returned are being sent (until landed). An entry
+	// that takes its own lease waits for them as for ends that wait (unsent): the
+	// timer's batch may be in flight when it comes.
+	flying bool
 }
 
 // wait adds e to the ends that wait, unless batchEnds wait already; flush sends them
@@ -69,20 +73,29 @@ func (b *batch) wait(e lease.End, after time.Duration, flush func()) bool {
 	return true
 }
 
-// take returns the ends that wait and forgets them. Call it with sending held.
+// take returns the ends that wait and forgets them; they fly until landed. Call it
+// with sending held.
 func (b *batch) take() []lease.End {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ends := b.ends
-	b.ends, b.armed = nil, false
+	b.ends, b.armed, b.flying = nil, false, len(ends) > 0
 	return ends
 }
 
-// waiting reports whether ends wait.
-func (b *batch) waiting() bool {
+// landed: the ends that take returned have been sent (or their send failed). Call it
+// with sending held.
+func (b *batch) landed() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.ends) > 0
+	b.flying = false
+}
+
+// unsent reports whether ends wait, or are being sent.
+func (b *batch) unsent() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.ends) > 0 || b.flying
 }
 
 // close sends the ends that wait (the router has stopped) and stops the timer.
@@ -124,6 +137,7 @@ func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Leas
 	ends := append(m.batch.take(), end)
 	nexts, issues := m.aheadOf(d.entry, n)
 	ps, err := m.sendBatch(ctx, ends, nexts)
+	m.batch.landed()
 	m.batch.sending.Unlock()
 	m.keepAhead(ps, issues)
 	if err == nil {
@@ -194,9 +208,10 @@ func (m *Middleware) keepAhead(ps []*lease.Pending, issues []string) {
 }
 
 // sendWaiting sends the ends that wait, if any, alone: the timer's batch, an entry's
-// that must take its own lease, and Close's. A failure is retried (endLater).
+// that must take its own lease, and Close's. It returns once a batch in flight has
+// landed too. A failure is retried (endLater).
 func (m *Middleware) sendWaiting(ctx context.Context) {
-	if !m.batch.waiting() {
+	if !m.batch.unsent() {
 		return
 	}
 	m.batch.sending.Lock()
@@ -205,6 +220,7 @@ func (m *Middleware) sendWaiting(ctx context.Context) {
 	if len(ends) > 0 {
 		_, err = m.sendBatch(ctx, ends, nil)
 	}
+	m.batch.landed()
 	m.batch.sending.Unlock()
 	if err != nil {
 		_ = m.endLater(ctx, ends, err, eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent})
@@ -215,9 +231,11 @@ func (m *Middleware) sendWaiting(ctx context.Context) {
 
 // sendWithEntry sends the ends that wait, if any, before d's entry takes its lease:
 // in the same batch it takes that lease and those of the entries after it, and
-// returns the first (nil when it took none: the entry acquires on its own).
+// returns the first (nil when it took none: the entry acquires on its own). Ends that
+// another batch is sending (the timer's) are waited for: the entry's acquire must
+// not overtake their releases.
 func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
-	if !m.batch.waiting() {
+	if !m.batch.unsent() {
 		return nil
 	}
 	ctx := context.WithoutCancel(d.ctx)
@@ -232,9 +250,12 @@ func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
 	nexts = append([]lease.Next{m.nextFor(d.entry, d.entry.ID, raw)}, nexts...)
 	issues = append([]string{issue}, issues...)
 	ps, err := m.sendBatch(ctx, ends, nexts)
+	m.batch.landed()
 	m.batch.sending.Unlock()
 	if err != nil {
-		_ = m.endLater(ctx, ends, err, d.log)
+		if len(ends) > 0 {
+			_ = m.endLater(ctx, ends, err, d.log)
+		}
 		return nil
 	}
 	m.logRequeued(ends)

@@ -3,7 +3,7 @@ package lockmw_test
 // Planted defects in the batched ends (batch.go), as lockmw/lease's plant tests do for
 // the Lua: each subtest sends the batches of the workers that read ahead wrongly
 // (lockmw.Middleware.WrapBatchSend) and requires TestModelMiddleware's checker, on
-// its read-ahead seeds of the default range, to fail. A checker that passes the real
+// its read-ahead seeds, to fail. A checker that passes the real
 // batches and fails each of these explores them.
 
 import (
@@ -40,17 +40,25 @@ func TestModelMiddlewareCatchesBatchPlants(t *testing.T) {
 				return send(ctx, ends, nexts)
 			}
 		}},
-		// Not caught, and so not here: the nexts' acquires sent before the ends'
-		// releases. A next entry of an issue whose run ends in the batch then meets that
-		// run's lease and is dropped as locked, where the right order drops it as
-		// superseded (it entered before the run ended): one record either way, which
-		// the model's properties do not tell apart.
+		// The next entries' leases are taken before the ends are released.
+		{"ends after the nexts' acquires", func(send lockmw.BatchSend) lockmw.BatchSend {
+			return func(ctx context.Context, ends []lease.End, nexts []lease.Next) ([]*lease.Pending, error) {
+				ps, err := send(ctx, nil, nexts)
+				if err != nil {
+					return ps, err
+				}
+				_, err = send(ctx, ends, nil)
+				return ps, err
+			}
+		}},
 	}
 	for _, p := range plants {
 		t.Run(p.name, func(t *testing.T) {
 			e := newMWEnv(t)
 			e.plant = p.plant
-			from, n := modelRange(48)
+			// Up to 150 seeds: it stops at the first that fails (the reordering is met
+			// by seed 62 at most in 9 runs; the others by seed 9).
+			from, n := modelRange(150)
 			for seed := from; seed < from+n; seed++ {
 				cfg, steps := mwSeed(seed)
 				if !cfg.readahead {

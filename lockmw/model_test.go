@@ -38,6 +38,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -127,6 +128,8 @@ type mwConfig struct {
 	// shorter than quick end in batches that wait up to flush (SetBatchTiming).
 	readahead    bool
 	quick, flush time.Duration
+	// slowSend: a batch that sends ends alone takes 3 ms more (countBatches).
+	slowSend bool
 	// issues is how many issues the events name (default 2; 4 with readahead, so that
 	// more runs of one worker go on at once and end in one batch).
 	issues int
@@ -139,7 +142,7 @@ func (c mwConfig) String() string {
 	}
 	s := fmt.Sprintf("format=%s LOCK_SCOPE=%s ON_CONFLICT=%s", f, c.scope, c.onConfl)
 	if c.readahead {
-		s += fmt.Sprintf(" readahead quick=%s flush=%s", c.quick, c.flush)
+		s += fmt.Sprintf(" readahead quick=%s flush=%s slowsend=%v", c.quick, c.flush, c.slowSend)
 	}
 	return s
 }
@@ -179,9 +182,9 @@ func genMWConfig(r *rand.Rand) mwConfig {
 // keys, scope agent, drop and delay only): the random configurations are rarely one.
 //
 // It also turns some of steps into the read-ahead's own: next (the entry announced
-// next goes to a worker, whose lease taken ahead is then used) and burst (every
-// started run of one worker ends, one after the other: quick ends that wait for one
-// batch).
+// next goes to a worker, whose lease taken ahead is then used), burst (every started
+// run of one worker ends, one after the other: quick ends that wait for one batch)
+// and endcrash (a run ends and its worker crashes at once, its end often waiting).
 func genReadAhead(r *rand.Rand, c *mwConfig, steps []mwStep) {
 	if r.IntN(2) == 0 {
 		return
@@ -190,12 +193,15 @@ func genReadAhead(r *rand.Rand, c *mwConfig, steps []mwStep) {
 	c.issues = 4
 	c.quick = []time.Duration{0, 3 * time.Millisecond, time.Hour, time.Hour}[r.IntN(4)]
 	c.flush = []time.Duration{time.Millisecond, 30 * time.Millisecond}[r.IntN(2)]
+	c.slowSend = r.IntN(2) == 0
 	for i := range steps {
 		switch {
 		case steps[i].Kind == "deliver" && r.IntN(2) == 0:
 			steps[i].Kind = "next"
 		case r.IntN(10) == 0:
 			steps[i].Kind = "burst"
+		case r.IntN(20) == 0:
+			steps[i].Kind = "endcrash"
 		}
 	}
 	if r.IntN(4) == 0 {
@@ -246,6 +252,12 @@ type mwRun struct {
 	worker   *mwWorker // the worker handling it
 }
 
+// mwEnded is where and when a run ended (its work returned nil).
+type mwEnded struct {
+	owner string
+	at    time.Time
+}
+
 type mwModel struct {
 	t       testing.TB
 	cfg     mwConfig
@@ -264,9 +276,10 @@ type mwModel struct {
 	newWorker func(agent string, w, gen int) (*mwWorker, error)
 
 	mu       sync.Mutex
-	byID     map[string]*mwRun // entry id -> its handling under way
-	running  map[string]string // guarded key -> entry id of the run on it
-	fences   map[string]int64  // the agent's own key -> the last fence a run got
+	byID     map[string]*mwRun  // entry id -> its handling under way
+	running  map[string]string  // guarded key -> entry id of the run on it
+	fences   map[string]int64   // the agent's own key -> the last fence a run got
+	endedOn  map[string]mwEnded // entry id -> its last successful run's worker and end
 	violated error
 
 	step  int
@@ -370,6 +383,9 @@ func (m *mwModel) handler(agent string) message.HandlerFunc {
 			if m.running[k] == id {
 				delete(m.running, k)
 			}
+		}
+		if err == nil {
+			m.endedOn[id] = mwEnded{owner: run.worker.owner, at: time.Now()}
 		}
 		m.mu.Unlock()
 		run.ran = err == nil
@@ -642,7 +658,24 @@ func (m *mwModel) burst(s mwStep) {
 	}
 }
 
-func (m *mwModel) end(s mwStep, ok bool) {
+// endCrash ends a started run (A) and crashes its worker right after: its end may
+// still wait for its batch.
+func (m *mwModel) endCrash(s mwStep) error {
+	r := m.end(s, true)
+	if r == nil {
+		return nil
+	}
+	for a, agent := range []string{"ag1", "ag2"} {
+		for slot, wk := range m.workers[agent] {
+			if wk == r.worker {
+				return m.crash(mwStep{Kind: "crash", A: 0, B: a, C: slot})
+			}
+		}
+	}
+	return nil // its worker crashed already
+}
+
+func (m *mwModel) end(s mwStep, ok bool) *mwRun {
 	var started []*mwRun
 	for _, r := range m.runs {
 		if r.isStart {
@@ -650,12 +683,13 @@ func (m *mwModel) end(s mwStep, ok bool) {
 		}
 	}
 	if len(started) == 0 {
-		return
+		return nil
 	}
 	r := started[s.A%len(started)]
 	r.ctl <- ok
 	<-r.done
 	m.finish(r)
+	return r
 }
 
 // poll notices runs that started or ended by themselves (superseded, or a take-over
@@ -691,6 +725,10 @@ func (m *mwModel) do(s mwStep) error {
 		m.deliverNext(s)
 	case "burst":
 		m.burst(s)
+	case "endcrash":
+		if err := m.endCrash(s); err != nil {
+			return err
+		}
 	case "fail":
 		m.end(s, false)
 	case "lose":
@@ -837,7 +875,25 @@ func (m *mwModel) checkAcked() error {
 // record is the conflict recorder: one record per entry that did not run, idempotent
 // per entry as the pipeline's is (a record whose ack was lost with a crashed worker
 // is written again by the entry's redelivery, and must not count twice).
+//
+// It also checks NoStaleHolder: a worker never finds its issue held by a run that
+// ended on that same worker before the event entered its stream. That run's end was
+// sent (handler done, or waiting ends sent first, sendWithEntry) or is taken in the
+// same batch as the event's lease, after its release; an event that entered before
+// that run ended may meet it (the superseded rule drops it either way).
 func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
+	// The holder's agent is the event's: its entry is in the same stream (ids repeat
+	// across streams, and a shared key's holder may be another agent's run).
+	if !c.Superseded && c.Holder.MessageID != "" && c.Holder.Agent == c.Agent {
+		m.mu.Lock()
+		h, ok := m.endedOn[c.Entry.Stream+"/"+c.Holder.MessageID]
+		m.mu.Unlock()
+		// Entered in a later millisecond than the run's end: after it (one clock).
+		if entered := streamid.Time(c.Entry.ID); ok && h.owner == c.Entry.Consumer && entered.UnixMilli() > h.at.UnixMilli() {
+			m.violate("NoStaleHolder", "worker %s: entry %s (entered %s) met the lease of entry %s, whose run ended on it at %s",
+				c.Entry.Consumer, c.Entry.ID, entered.Format("15:04:05.000"), c.Holder.MessageID, h.at.Format("15:04:05.000"))
+		}
+	}
 	outcome := "dropped"
 	switch {
 	case c.Cancelled:
@@ -893,7 +949,7 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, srv: e.srv, replica: e.replica, ns: ns, ctx: context.Background(),
 		workers: map[string][]*mwWorker{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
 		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}, lidOf: map[string]string{},
-		unruns: &e.batches.unrun}
+		unruns: &e.batches.unrun, endedOn: map[string]mwEnded{}}
 	m.newWorker = func(agent string, w, gen int) (*mwWorker, error) {
 		o := e.client.Options()
 		client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, MaxRetries: o.MaxRetries, Protocol: o.Protocol, DisableIdentity: true})
@@ -974,6 +1030,11 @@ func (e *mwEnv) countBatches(m *mwModel, owner string) func(lockmw.BatchSend) lo
 			send = e.plant(send)
 		}
 		return func(ctx context.Context, ends []lease.End, nexts []lease.Next) ([]*lease.Pending, error) {
+			if m.cfg.slowSend && len(nexts) == 0 {
+				// A slow round trip for the batches that send ends alone (the timer's):
+				// the driver's next steps meet them in flight.
+				time.Sleep(3 * time.Millisecond)
+			}
 			e.batches.scripts.Add(1)
 			e.batches.ends.Add(int64(len(ends)))
 			e.batches.nexts.Add(int64(len(nexts)))
