@@ -8,7 +8,8 @@ package lockmw_test
 // abandoned and expire, its entries stay pending, and a new worker takes its place).
 // Runs end, fail or are superseded; each step is followed by the checks, and the end
 // of a sequence by the settle checks (one terminal record per entry, nothing queued,
-// stranded in a line or left pending). In half the seeds the workers read ahead
+// stranded in a line or left pending: NothingPending). NoStaleHolder is checked on
+// every conflict (record). In half the seeds the workers read ahead
 // (mwReadAhead: Peek and Waiting over the inbox), mostly under a configuration whose
 // quick runs end in batches (batch.go; the runs are made quick with SetBatchTiming):
 // leases are taken ahead for entries that go to the other worker, out of order or
