@@ -22,9 +22,10 @@ import (
 // ahead (lease.Locker.HandoffBatch). A burst of quick events then costs one round trip
 // per batch. A batch is sent when the next entry has no lease taken ahead, when
 // batchEnds ends wait, or batchFlushAfter after the first end waited, whichever comes
-// first; an entry that must take its own lease first sends the ends that wait, so it
-// never meets a lease of a run that has ended. A release is dated by when its run
-// ended (lease.End.EndedAt), so waiting changes no superseded verdict.
+// first; an entry that must take its own lease first sends the ends that wait (or
+// waits for a batch in flight), so it never meets a lease of a run that has ended. A
+// release is dated by when its run ended (lease.End.EndedAt), so waiting changes no
+// superseded verdict.
 
 const (
 	// batchQuick: a run shorter than this lets its end wait for the batch, and takes
@@ -47,13 +48,18 @@ type batch struct {
 	// sending is held while a batch is sent: batches reach Redis in the order of their
 	// ends, so a lease is never taken ahead before an earlier run's release.
 	sending sync.Mutex
+	// flying: the ends that take returned are being sent (until landed). An entry
+	// that takes its own lease waits for them as for ends that wait (unsent): the
+	// timer's batch may be in flight when it comes.
+	flying bool
 	// life ends when the middleware is closed: the timer's retries stop then.
 	life context.Context
 	end  context.CancelFunc
 }
 
-// wait adds e to the ends that wait, unless batchEnds wait already.
-func (b *batch) wait(e lease.End, flush func()) bool {
+// wait adds e to the ends that wait, unless batchEnds wait already; flush sends them
+// after at most after.
+func (b *batch) wait(e lease.End, after time.Duration, flush func()) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.ends) >= batchEnds {
@@ -62,29 +68,38 @@ func (b *batch) wait(e lease.End, flush func()) bool {
 	b.ends = append(b.ends, e)
 	if !b.armed {
 		if b.timer == nil {
-			b.timer = time.AfterFunc(batchFlushAfter, flush)
+			b.timer = time.AfterFunc(after, flush)
 		} else {
-			b.timer.Reset(batchFlushAfter)
+			b.timer.Reset(after)
 		}
 		b.armed = true
 	}
 	return true
 }
 
-// take returns the ends that wait and forgets them. Call it with sending held.
+// take returns the ends that wait and forgets them; they fly until landed. Call it
+// with sending held.
 func (b *batch) take() []lease.End {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ends := b.ends
-	b.ends, b.armed = nil, false
+	b.ends, b.armed, b.flying = nil, false, len(ends) > 0
 	return ends
 }
 
-// waiting reports whether ends wait.
-func (b *batch) waiting() bool {
+// landed: the ends that take returned have been sent (or their send failed). Call it
+// with sending held.
+func (b *batch) landed() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.ends) > 0
+	b.flying = false
+}
+
+// unsent reports whether ends wait, or are being sent.
+func (b *batch) unsent() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.ends) > 0 || b.flying
 }
 
 // close sends the ends that wait (the router has stopped), stops the timer and ends
@@ -113,8 +128,8 @@ func (m *Middleware) batches(le *lease.Lease) bool {
 // is sent now, with this end last, taking the leases of the entries that come next.
 func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Lease, out []*message.Message) ([]*message.Message, error) {
 	end := lease.End{Lease: le, Entry: lease.Entry{Stream: d.entry.Stream, Group: d.entry.Group, ID: d.entry.ID}, EndedAt: time.Now()}
-	quick := d.ranFor < batchQuick
-	if quick && m.nextTaken(d.entry) && m.batch.wait(end, m.sendWaitingLater) {
+	quick := d.ranFor < m.quick
+	if quick && m.nextTaken(d.entry) && m.batch.wait(end, m.flushAfter, m.sendWaitingLater) {
 		// The entry is acked with its release, in the batch: the subscriber sends no
 		// XACK of its own.
 		m.cfg.Source.Settle(d.entry)
@@ -127,7 +142,8 @@ func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Leas
 	m.batch.sending.Lock()
 	ends := append(m.batch.take(), end)
 	nexts, issues := m.aheadOf(d.entry, n)
-	ps, err := m.cfg.Locker.HandoffBatch(ctx, ends, nexts)
+	ps, err := m.sendBatch(ctx, ends, nexts)
+	m.batch.landed()
 	m.batch.sending.Unlock()
 	m.keepAhead(ps, issues)
 	if err == nil {
@@ -198,19 +214,21 @@ func (m *Middleware) keepAhead(ps []*lease.Pending, issues []string) {
 }
 
 // sendWaiting sends the ends that wait, if any, alone: the timer's batch, an entry's
-// that must take its own lease, and Close's. A failure is retried (endLater) until
-// retry ends; with retry nil (Close: the worker stops) it is not, and the entries stay
-// pending, their leases expiring by their TTL.
+// that must take its own lease, and Close's. It returns once a batch in flight has
+// landed too. A failure is retried (endLater) until retry ends; with retry nil (Close:
+// the worker stops) it is not, and the entries stay pending, their leases expiring by
+// their TTL.
 func (m *Middleware) sendWaiting(ctx, retry context.Context) {
-	if !m.batch.waiting() {
+	if !m.batch.unsent() {
 		return
 	}
 	m.batch.sending.Lock()
 	ends := m.batch.take()
 	var err error
 	if len(ends) > 0 {
-		_, err = m.cfg.Locker.HandoffBatch(ctx, ends, nil)
+		_, err = m.sendBatch(ctx, ends, nil)
 	}
+	m.batch.landed()
 	m.batch.sending.Unlock()
 	if err != nil {
 		log := eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent}
@@ -226,9 +244,11 @@ func (m *Middleware) sendWaiting(ctx, retry context.Context) {
 
 // sendWithEntry sends the ends that wait, if any, before d's entry takes its lease:
 // in the same batch it takes that lease and those of the entries after it, and
-// returns the first (nil when it took none: the entry acquires on its own).
+// returns the first (nil when it took none: the entry acquires on its own). Ends that
+// another batch is sending (the timer's) are waited for: the entry's acquire must
+// not overtake their releases.
 func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
-	if !m.batch.waiting() {
+	if !m.batch.unsent() {
 		return nil
 	}
 	ctx := context.WithoutCancel(d.ctx)
@@ -242,10 +262,13 @@ func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
 	nexts, issues := m.aheadOf(d.entry, batchAhead-1, issue)
 	nexts = append([]lease.Next{m.nextFor(d.entry, d.entry.ID, raw)}, nexts...)
 	issues = append([]string{issue}, issues...)
-	ps, err := m.cfg.Locker.HandoffBatch(ctx, ends, nexts)
+	ps, err := m.sendBatch(ctx, ends, nexts)
+	m.batch.landed()
 	m.batch.sending.Unlock()
 	if err != nil {
-		_ = m.endLater(d.ctx, ends, err, d.log)
+		if len(ends) > 0 {
+			_ = m.endLater(d.ctx, ends, err, d.log)
+		}
 		return nil
 	}
 	m.logRequeued(ends)
@@ -292,7 +315,7 @@ func (m *Middleware) endLater(ctx context.Context, ends []lease.End, first error
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, err := m.cfg.Locker.HandoffBatch(rctx, ends, nil)
+		_, err := m.sendBatch(rctx, ends, nil)
 		cancel()
 		if err == nil {
 			log.get().Info().Int("runs", len(ends)).Msg("released and acked after retrying")

@@ -200,3 +200,81 @@ func TestBatchMeetsBusyIssueAndKeepsOrder(t *testing.T) {
 		t.Fatalf("conflict records = %v, want RHEL-9 held by holder, then RHEL-2 superseded", recs)
 	}
 }
+
+// Ends that wait for their batch when Redis cannot be reached are retried and logged
+// (endLater) by the timer's send or Close's, which have no event's message: the log
+// must not need one (it dereferenced a nil message, and the worker panicked).
+func TestWaitingEndsFailWithoutAMessage(t *testing.T) {
+	t.Parallel()
+	e := newBatchEnv(t, "RHEL-1")
+	e.mw.SetBatchTiming(time.Hour, time.Hour) // the end waits until Close
+	if ran := e.run(t); len(ran) != 1 {
+		t.Fatalf("ran %v, want RHEL-1", ran)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the batch fails, and its retries stop at once
+	e.mw.Close(ctx)
+	if n := e.rdb.XPending(context.Background(), e.src.stream, "g").Val().Count; n != 1 {
+		t.Fatalf("%d entries pending, want 1: the batch that failed must leave its entry pending", n)
+	}
+	e.mw.Close(context.Background()) // the lease expires by itself; nothing is left to send
+}
+
+// An entry that takes its own lease while the timer's batch is in flight waits for
+// that batch: its acquire must not overtake the release of a run that ended before
+// the entry entered its stream (it would be dropped as locked, where it must run).
+func TestEntryWaitsForTheBatchInFlight(t *testing.T) {
+	t.Parallel()
+	e := newBatchEnv(t, "RHEL-1")
+	inFlight, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.mw.WrapBatchSend(func(send lockmw.BatchSend) lockmw.BatchSend {
+		return func(ctx context.Context, ends []lease.End, nexts []lease.Next) ([]*lease.Pending, error) {
+			if len(ends) > 0 && len(nexts) == 0 { // the timer's: held until the gate opens
+				once.Do(func() { close(inFlight); <-gate })
+			}
+			return send(ctx, ends, nexts)
+		}
+	})
+	if ran := e.run(t); len(ran) != 1 { // nothing is read after it: its end waits for the timer
+		t.Fatalf("ran %v, want RHEL-1", ran)
+	}
+	ended := time.Now().UnixMilli()
+	select {
+	case <-inFlight:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the timer sent no batch")
+	}
+	ctx := context.Background()
+	redistest.Eventually(t, time.Second, func() bool { return e.rdb.Time(ctx).Val().UnixMilli() > ended+1 },
+		"the server clock to pass the run's end")
+	id := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.src.stream, Values: map[string]any{"payload": "{}"}}).Val()
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{e.src.stream, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.src.mu.Lock()
+	e.src.queue = append(e.src.queue, lockmw.Waiting{ID: id, IssueKey: "RHEL-1"})
+	e.src.mu.Unlock()
+	var ran atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		h := e.mw.Handler(func(*message.Message) ([]*message.Message, error) { ran.Store(true); return nil, nil })
+		_, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-1"}}`)))
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done: // without the wait: the entry met the run's lease at once
+		close(gate)
+	case <-time.After(50 * time.Millisecond):
+		close(gate)
+		err = <-done
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ran.Load() {
+		t.Fatal("the entry did not run: its acquire overtook the release of the run that ended before it entered")
+	}
+	e.settledAll(t)
+}

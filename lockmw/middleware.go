@@ -208,6 +208,11 @@ type Middleware struct {
 	staleAfter time.Duration
 	handoffs   handoffs // the next entries' leases, taken in the last release's round trip
 	batch      batch    // the ends of quick runs that wait to be sent together (batch.go)
+	// quick and flushAfter are batchQuick and batchFlushAfter, and sendBatch the
+	// Locker's HandoffBatch: fields so that the model checker can make its runs quick
+	// and plant defects in the batches (export_test.go).
+	quick, flushAfter time.Duration
+	sendBatch         func(context.Context, []lease.End, []lease.Next) ([]*lease.Pending, error)
 	// drain: some event type's rule is Coalesce or Deliver, so follow-ups are queued
 	// (every release publishes the one it finds, drain or not); takeAhead: every rule
 	// can meet a conflict on a lease
@@ -266,7 +271,7 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	}
 	m := &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
 		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared() && cfg.Limits.Empty(),
-		lines: cfg.Policies.Uses(Wait)}
+		lines: cfg.Policies.Uses(Wait), quick: batchQuick, flushAfter: batchFlushAfter, sendBatch: cfg.Locker.HandoffBatch}
 	m.batch.life, m.batch.end = context.WithCancel(context.Background())
 	return m, nil
 }

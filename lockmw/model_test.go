@@ -7,9 +7,17 @@ package lockmw_test
 // client and messages cut off between any two of its Redis calls: its leases are
 // abandoned and expire, its entries stay pending, and a new worker takes its place).
 // Runs end, fail or are superseded; each step is followed by the checks, and the end
-// of a sequence by the settle checks. The lease's own model (lockmw/lease/model_test.go)
-// covers clock offsets and force releases too. MODEL_SEEDS=N runs N seeds (default
-// 48), MODEL_SEED=S from seed S.
+// of a sequence by the settle checks (one terminal record per entry, nothing queued,
+// stranded in a line or left pending: NothingPending). NoStaleHolder is checked on
+// every conflict (record). In half the seeds the workers read ahead
+// (mwReadAhead: Peek and Waiting over the inbox), mostly under a configuration whose
+// quick runs end in batches (batch.go; the runs are made quick with SetBatchTiming):
+// leases are taken ahead for entries that go to the other worker, out of order or
+// late, and a crash can stop ends that wait for their batch (their entries are
+// delivered again). model_plant_test.go checks that planted batch defects are caught.
+// The lease's own model (lockmw/lease/model_test.go) covers clock offsets and force
+// releases too. MODEL_SEEDS=N runs N seeds (default 48), MODEL_SEED=S from seed S;
+// MODEL_TRACE=1 logs the steps and the batches.
 
 import (
 	"context"
@@ -22,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +39,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/streamid"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -37,14 +47,54 @@ import (
 
 // mwSource is a lockmw.Source over the real streams: the entry behind a message is in
 // its metadata (as a subscription knows it), and Encode gives the fields that read back
-// as the same message (a coalesced follow-up).
-type mwSource struct{ consumer string }
+// as the same message (a coalesced follow-up). Settle marks an entry that the
+// subscriber must not ack itself; it acks every other one whose handler returned nil.
+type mwSource struct {
+	consumer string
+	mu       sync.Mutex
+	settled  map[string]bool // entryKey -> settled by the middleware
+}
 
 func (s *mwSource) Entry(msg *message.Message) (lockmw.Entry, bool) {
 	return lockmw.Entry{Stream: msg.Metadata.Get("_stream"), Group: "g", Consumer: s.consumer, ID: msg.Metadata.Get("_id"),
 		ReadAt: time.Now()}, true
 }
-func (s *mwSource) Settle(lockmw.Entry) {}
+func (s *mwSource) Settle(e lockmw.Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settled[e.Stream+"/"+e.ID] = true
+}
+
+// takeSettled reports whether the middleware settled entry id, and forgets it.
+func (s *mwSource) takeSettled(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ok := s.settled[id]
+	delete(s.settled, id)
+	return ok
+}
+
+// mwReadAhead is mwSource with a subscription's read-ahead (the seeds drawn with
+// readahead): the entries of its agent's stream in the model's inbox, in inbox order,
+// are the entries read and not handed over yet (Waiting), the first one the entry
+// handed over next (Peek). The inbox is the agent's two workers', and the driver hands
+// any of its entries to either worker: leases are taken ahead for entries that then go
+// to the other worker, come out of the announced order, or come late (handoffWindow).
+type mwReadAhead struct {
+	*mwSource
+	m     *mwModel
+	agent string
+}
+
+func (s *mwReadAhead) Peek() (string, string, bool) {
+	w := s.m.waiting(s.agent)
+	if len(w) == 0 {
+		return "", "", false
+	}
+	return w[0].ID, w[0].IssueKey, true
+}
+
+func (s *mwReadAhead) Waiting() []lockmw.Waiting { return s.m.waiting(s.agent) }
 func (s *mwSource) Encode(msg *message.Message) (map[string]any, error) {
 	md := map[string]string{}
 	for k, v := range msg.Metadata {
@@ -75,6 +125,15 @@ type mwConfig struct {
 	onConfl  string
 	policies lockmw.Policies
 	scopes   lease.Scopes
+	// readahead: the workers' source is mwReadAhead (Peeker and Waiter), whose runs
+	// shorter than quick end in batches that wait up to flush (SetBatchTiming).
+	readahead    bool
+	quick, flush time.Duration
+	// slowSend: a batch that sends ends alone takes 3 ms more (countBatches).
+	slowSend bool
+	// issues is how many issues the events name (default 2; 4 with readahead, so that
+	// more runs of one worker go on at once and end in one batch).
+	issues int
 }
 
 func (c mwConfig) String() string {
@@ -82,7 +141,11 @@ func (c mwConfig) String() string {
 	if c.cluster {
 		f = "cluster"
 	}
-	return fmt.Sprintf("format=%s LOCK_SCOPE=%s ON_CONFLICT=%s", f, c.scope, c.onConfl)
+	s := fmt.Sprintf("format=%s LOCK_SCOPE=%s ON_CONFLICT=%s", f, c.scope, c.onConfl)
+	if c.readahead {
+		s += fmt.Sprintf(" readahead quick=%s flush=%s slowsend=%v", c.quick, c.flush, c.slowSend)
+	}
+	return s
 }
 
 var mwTypes = []string{"a.x", "b.x", "c.x"}
@@ -111,6 +174,52 @@ func genMWConfig(r *rand.Rand) mwConfig {
 			continue // refused by NewMiddleware
 		}
 		return c
+	}
+}
+
+// genReadAhead draws, from a generator of its own (the seeds' configurations and steps
+// stay those drawn before it existed), whether c's workers read ahead (half the seeds)
+// and, for most of those, a configuration whose quick runs end in batches (standalone
+// keys, scope agent, drop and delay only): the random configurations are rarely one.
+//
+// It also turns some of steps into the read-ahead's own: next (the entry announced
+// next goes to a worker, whose lease taken ahead is then used), burst (every started
+// run of one worker ends, one after the other: quick ends that wait for one batch)
+// and endcrash (a run ends and its worker crashes at once, its end often waiting).
+func genReadAhead(r *rand.Rand, c *mwConfig, steps []mwStep) {
+	if r.IntN(2) == 0 {
+		return
+	}
+	c.readahead = true
+	c.issues = 4
+	c.quick = []time.Duration{0, 3 * time.Millisecond, time.Hour, time.Hour}[r.IntN(4)]
+	c.flush = []time.Duration{time.Millisecond, 30 * time.Millisecond}[r.IntN(2)]
+	c.slowSend = r.IntN(2) == 0
+	for i := range steps {
+		switch {
+		case steps[i].Kind == "deliver" && r.IntN(2) == 0:
+			steps[i].Kind = "next"
+		case r.IntN(10) == 0:
+			steps[i].Kind = "burst"
+		case r.IntN(20) == 0:
+			steps[i].Kind = "endcrash"
+		}
+	}
+	if r.IntN(4) == 0 {
+		return // any configuration: the single hand-off, the supersede watch of Waiting
+	}
+	pols := []string{"drop", "delay:10s"}
+	parts := []string{}
+	for _, t := range mwTypes[:r.IntN(3)] {
+		parts = append(parts, t+"="+pols[r.IntN(2)])
+	}
+	c.cluster, c.scope, c.onConfl = false, "agent", strings.Join(append(parts, "*="+pols[r.IntN(2)]), ",")
+	var err error
+	if c.policies, err = lockmw.ParsePolicies(c.onConfl); err != nil {
+		panic(err)
+	}
+	if c.scopes, err = lease.ParseScopes(c.scope); err != nil {
+		panic(err)
 	}
 }
 
@@ -144,6 +253,12 @@ type mwRun struct {
 	worker   *mwWorker // the worker handling it
 }
 
+// mwEnded is where and when a run ended (its work returned nil).
+type mwEnded struct {
+	owner string
+	at    time.Time
+}
+
 type mwModel struct {
 	t       testing.TB
 	cfg     mwConfig
@@ -155,22 +270,28 @@ type mwModel struct {
 	lagging bool
 	ns      string
 	ctx     context.Context
+	unruns  *atomic.Int64          // mwEnv's batches.unrun
 	workers map[string][]*mwWorker // agent -> its two workers
 	results string
 	// newWorker starts the worker of agent in slot w (generation gen: its Owner).
 	newWorker func(agent string, w, gen int) (*mwWorker, error)
 
 	mu       sync.Mutex
-	byID     map[string]*mwRun // entry id -> its handling under way
-	running  map[string]string // guarded key -> entry id of the run on it
-	fences   map[string]int64  // the agent's own key -> the last fence a run got
+	byID     map[string]*mwRun  // entry id -> its handling under way
+	running  map[string]string  // guarded key -> entry id of the run on it
+	fences   map[string]int64   // the agent's own key -> the last fence a run got
+	endedOn  map[string]mwEnded // entry id -> its last successful run's worker and end
 	violated error
 
 	step  int
 	inbox []*message.Message
-	runs  []*mwRun
-	seen  map[string]bool // entries read from the streams
-	ran   map[string]int  // entry id -> successful runs
+	// ahead is the inbox's entries of each agent's stream, in order, for mwReadAhead
+	// (handlers read it while the driver changes the inbox); publishInbox updates it.
+	aheadMu sync.Mutex
+	ahead   map[string][]lockmw.Waiting
+	runs    []*mwRun
+	seen    map[string]bool // entries read from the streams
+	ran     map[string]int  // entry id -> successful runs
 	// ranOrder are the entries that ran, in the order they ran; lidOf the wait
 	// policy's line id of each entry read (its waited_from, else itself).
 	ranOrder []string
@@ -179,6 +300,27 @@ type mwModel struct {
 }
 
 func (m *mwModel) stream(agent string) string { return "{" + m.ns + agent + "}:s" }
+
+// publishInbox tells the read-ahead sources the inbox as it is now. Call it after every
+// change of the inbox.
+func (m *mwModel) publishInbox() {
+	ahead := map[string][]lockmw.Waiting{}
+	for _, msg := range m.inbox {
+		a := agentOf(msg)
+		ahead[a] = append(ahead[a], lockmw.Waiting{ID: msg.Metadata.Get("_id"), IssueKey: msg.Metadata.Get(event.MetaIssueKey),
+			EventType: msg.Metadata.Get("event_type")})
+	}
+	m.aheadMu.Lock()
+	defer m.aheadMu.Unlock()
+	m.ahead = ahead
+}
+
+// waiting is agent's read-ahead: its stream's entries in the inbox, in order.
+func (m *mwModel) waiting(agent string) []lockmw.Waiting {
+	m.aheadMu.Lock()
+	defer m.aheadMu.Unlock()
+	return append([]lockmw.Waiting(nil), m.ahead[agent]...)
+}
 
 func (m *mwModel) violate(prop, format string, args ...any) {
 	m.mu.Lock()
@@ -243,6 +385,9 @@ func (m *mwModel) handler(agent string) message.HandlerFunc {
 				delete(m.running, k)
 			}
 		}
+		if err == nil {
+			m.endedOn[id] = mwEnded{owner: run.worker.owner, at: time.Now()}
+		}
 		m.mu.Unlock()
 		run.ran = err == nil
 		return nil, err
@@ -255,9 +400,14 @@ type mwWorker struct {
 	client  *redis.Client
 	owner   string
 	gen     int
+	mw      *lockmw.Middleware
+	src     *mwSource
 	handler message.HandlerFunc
 	ctx     context.Context
 	cancel  context.CancelFunc
+	// ranRuns are its runs that ran (counted in ran): a crash un-counts those whose
+	// entry is still pending (their end waited for a batch the crash stopped).
+	ranRuns []*mwRun
 }
 
 // crash kills a worker between two of its Redis calls: after a short random moment
@@ -290,12 +440,42 @@ func (m *mwModel) crash(s mwStep) error {
 	if err := m.expireLeasesOf(wk.owner); err != nil {
 		return err
 	}
+	// A run that ended and whose entry is still pending: its end waited for a batch
+	// (or for the subscriber's ack) that the crash stopped. Its release never happened,
+	// as after a SIGKILL between a run's end and its release: the lease expires, the
+	// subscription delivers the entry again, and it may run again (at least once).
+	// That run no longer counts.
+	for _, r := range wk.ranRuns {
+		if m.pending(r.msg) {
+			m.unrun(r)
+			m.unruns.Add(1)
+		}
+	}
 	next, err := m.newWorker(agent, slot, wk.gen+1)
 	if err != nil {
 		return err
 	}
 	m.workers[agent][slot] = next
 	return nil
+}
+
+// unrun forgets a run of r's entry whose end was never sent, and puts the entry back
+// in the inbox.
+func (m *mwModel) unrun(r *mwRun) {
+	if os.Getenv("MODEL_TRACE") != "" {
+		m.t.Logf("step %d: entry %s ran, its end was not sent before the crash: delivered again", m.step, r.id)
+	}
+	if m.ran[r.id]--; m.ran[r.id] == 0 {
+		delete(m.ran, r.id)
+	}
+	for i := len(m.ranOrder) - 1; i >= 0; i-- {
+		if m.ranOrder[i] == r.id {
+			m.ranOrder = append(m.ranOrder[:i], m.ranOrder[i+1:]...)
+			break
+		}
+	}
+	m.inbox = append(m.inbox, r.msg)
+	m.publishInbox()
 }
 
 // expireLeasesOf makes the server expire every lease key (own or shared) whose record
@@ -348,12 +528,13 @@ func (m *mwModel) read() error {
 			}
 		}
 	}
+	m.publishInbox()
 	return nil
 }
 
 func (m *mwModel) newEvent(s mwStep) error {
 	agent := []string{"ag1", "ag2"}[s.A%2]
-	md := map[string]string{event.MetaIssueKey: []string{"P-1", "P-2"}[s.B%2], "grp": []string{"G1", "G2"}[s.C%2],
+	md := map[string]string{event.MetaIssueKey: "P-" + strconv.Itoa(1+s.B%max(m.cfg.issues, 2)), "grp": []string{"G1", "G2"}[s.C%2],
 		"event_type": mwTypes[(s.A/2)%3]}
 	b, _ := json.Marshal(md)
 	return m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream(agent), Values: map[string]any{"md": string(b), "payload": "{}"}}).Err()
@@ -379,6 +560,7 @@ func (m *mwModel) deliver(s mwStep) {
 	i := s.A % len(m.inbox)
 	msg := m.inbox[i]
 	m.inbox = append(m.inbox[:i], m.inbox[i+1:]...)
+	m.publishInbox()
 	id := entryKey(msg)
 	m.tries[id]++
 	if os.Getenv("MODEL_TRACE") != "" {
@@ -397,6 +579,10 @@ func (m *mwModel) deliver(s mwStep) {
 	go func() {
 		defer close(run.done)
 		_, run.err = h(cp)
+		if settled := wk.src.takeSettled(id); run.err == nil && !settled {
+			// The subscriber's own XACK (through the worker's client: a crash stops it).
+			_ = wk.client.XAck(context.Background(), msg.Metadata.Get("_stream"), "g", msg.Metadata.Get("_id")).Err()
+		}
 	}()
 	select {
 	case <-run.started:
@@ -426,6 +612,7 @@ func (m *mwModel) finish(run *mwRun) {
 	if run.err == nil && run.ran {
 		m.ran[run.id]++
 		m.ranOrder = append(m.ranOrder, run.id)
+		run.worker.ranRuns = append(run.worker.ranRuns, run)
 		return
 	}
 	if run.err == nil && !m.pending(run.msg) {
@@ -434,6 +621,7 @@ func (m *mwModel) finish(run *mwRun) {
 	// Still pending (an error, or the entry of a live lease whose acquire's reply was
 	// lost: it runs once that lease expires): the subscription delivers it again.
 	m.inbox = append(m.inbox, run.msg)
+	m.publishInbox()
 }
 
 // pending reports whether msg's entry is still pending (not acked).
@@ -443,7 +631,52 @@ func (m *mwModel) pending(msg *message.Message) bool {
 	return err == nil && len(p) == 1
 }
 
-func (m *mwModel) end(s mwStep, ok bool) {
+// deliverNext hands the first inbox entry of agent A's stream, the one its read-ahead
+// announces (Peek), to its worker B.
+func (m *mwModel) deliverNext(s mwStep) {
+	agent := []string{"ag1", "ag2"}[s.A%2]
+	for i, msg := range m.inbox {
+		if agentOf(msg) == agent {
+			m.deliver(mwStep{Kind: "deliver", A: i, B: s.B})
+			return
+		}
+	}
+}
+
+// burst ends every started run of one worker (agent A, slot B) one after the other,
+// all successes but the first, which fails when C is odd: quick ends that wait for
+// one batch.
+func (m *mwModel) burst(s mwStep) {
+	wk := m.workers[[]string{"ag1", "ag2"}[s.A%2]][s.B%2]
+	first := true
+	for _, r := range append([]*mwRun{}, m.runs...) {
+		if r.worker == wk && r.isStart && !r.finished {
+			r.ctl <- !first || s.C%2 == 0
+			first = false
+			<-r.done
+			m.finish(r)
+		}
+	}
+}
+
+// endCrash ends a started run (A) and crashes its worker right after: its end may
+// still wait for its batch.
+func (m *mwModel) endCrash(s mwStep) error {
+	r := m.end(s, true)
+	if r == nil {
+		return nil
+	}
+	for a, agent := range []string{"ag1", "ag2"} {
+		for slot, wk := range m.workers[agent] {
+			if wk == r.worker {
+				return m.crash(mwStep{Kind: "crash", A: 0, B: a, C: slot})
+			}
+		}
+	}
+	return nil // its worker crashed already
+}
+
+func (m *mwModel) end(s mwStep, ok bool) *mwRun {
 	var started []*mwRun
 	for _, r := range m.runs {
 		if r.isStart {
@@ -451,12 +684,13 @@ func (m *mwModel) end(s mwStep, ok bool) {
 		}
 	}
 	if len(started) == 0 {
-		return
+		return nil
 	}
 	r := started[s.A%len(started)]
 	r.ctl <- ok
 	<-r.done
 	m.finish(r)
+	return r
 }
 
 // poll notices runs that started or ended by themselves (superseded, or a take-over
@@ -488,6 +722,14 @@ func (m *mwModel) do(s mwStep) error {
 		m.deliver(s)
 	case "end":
 		m.end(s, true)
+	case "next":
+		m.deliverNext(s)
+	case "burst":
+		m.burst(s)
+	case "endcrash":
+		if err := m.endCrash(s); err != nil {
+			return err
+		}
 	case "fail":
 		m.end(s, false)
 	case "lose":
@@ -591,6 +833,9 @@ func (m *mwModel) checkSettled() error {
 	if err := m.checkLines(recs); err != nil {
 		return err
 	}
+	if err := m.checkAcked(); err != nil {
+		return err
+	}
 	qs, err := m.direct.Keys(m.ctx, "lockqueue:*"+m.ns+"*").Result()
 	if err != nil {
 		return err
@@ -601,10 +846,55 @@ func (m *mwModel) checkSettled() error {
 	return nil
 }
 
+// checkAcked checks that every entry read is acked once the ends that wait for a batch
+// have been sent (NothingPending): an entry left pending would be claimed and run
+// again by another consumer, though it ran or has its record.
+func (m *mwModel) checkAcked() error {
+	var left []string
+	deadline := time.Now().Add(time.Second)
+	for {
+		left = left[:0]
+		for _, agent := range []string{"ag1", "ag2"} {
+			p, err := m.direct.XPendingExt(m.ctx, &redis.XPendingExtArgs{Stream: m.stream(agent), Group: "g", Start: "-", End: "+", Count: 100}).Result()
+			if err != nil {
+				return err
+			}
+			for _, e := range p {
+				left = append(left, m.stream(agent)+"/"+e.ID)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("property NothingPending: entries left pending, never to be acked: %v", left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // record is the conflict recorder: one record per entry that did not run, idempotent
 // per entry as the pipeline's is (a record whose ack was lost with a crashed worker
 // is written again by the entry's redelivery, and must not count twice).
+//
+// It also checks NoStaleHolder: a worker never finds its issue held by a run that
+// ended on that same worker before the event entered its stream. That run's end was
+// sent (handler done, or waiting ends sent first, sendWithEntry) or is taken in the
+// same batch as the event's lease, after its release; an event that entered before
+// that run ended may meet it (the superseded rule drops it either way).
 func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
+	// The holder's agent is the event's: its entry is in the same stream (ids repeat
+	// across streams, and a shared key's holder may be another agent's run).
+	if !c.Superseded && c.Holder.MessageID != "" && c.Holder.Agent == c.Agent {
+		m.mu.Lock()
+		h, ok := m.endedOn[c.Entry.Stream+"/"+c.Holder.MessageID]
+		m.mu.Unlock()
+		// Entered in a later millisecond than the run's end: after it (one clock).
+		if entered := streamid.Time(c.Entry.ID); ok && h.owner == c.Entry.Consumer && entered.UnixMilli() > h.at.UnixMilli() {
+			m.violate("NoStaleHolder", "worker %s: entry %s (entered %s) met the lease of entry %s, whose run ended on it at %s",
+				c.Entry.Consumer, c.Entry.ID, entered.Format("15:04:05.000"), c.Holder.MessageID, h.at.Format("15:04:05.000"))
+		}
+	}
 	outcome := "dropped"
 	switch {
 	case c.Cancelled:
@@ -633,6 +923,21 @@ type mwEnv struct {
 	// replica of srv, for the lag and catchup steps; workers then wait for it
 	// (lease.Options.WaitReplicas 1). Nil: no replica.
 	replica *redistest.Server
+	// plant, when set, wraps the batches' round trip of every worker that reads ahead
+	// (the planted-defect tests).
+	plant func(lockmw.BatchSend) lockmw.BatchSend
+	// batches counts the batches sent by workers that read ahead (scripts, ends, the
+	// ends sent two or more in one script, leases taken ahead), over all seeds.
+	batches batchCount
+}
+
+// batchCount counts what the read-ahead seeds did; unrun: runs whose end a crash
+// stopped, delivered again.
+type batchCount struct{ scripts, ends, grouped, nexts, unrun atomic.Int64 }
+
+func (b *batchCount) String() string {
+	return fmt.Sprintf("%d batch scripts, %d ends (%d sent two or more in one script), %d leases taken ahead in them; "+
+		"%d runs whose end a crash stopped", b.scripts.Load(), b.ends.Load(), b.grouped.Load(), b.nexts.Load(), b.unrun.Load())
 }
 
 func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
@@ -644,7 +949,8 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 	}
 	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, srv: e.srv, replica: e.replica, ns: ns, ctx: context.Background(),
 		workers: map[string][]*mwWorker{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
-		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}, lidOf: map[string]string{}}
+		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}, lidOf: map[string]string{},
+		unruns: &e.batches.unrun, endedOn: map[string]mwEnded{}}
 	m.newWorker = func(agent string, w, gen int) (*mwWorker, error) {
 		o := e.client.Options()
 		client := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, MaxRetries: o.MaxRetries, Protocol: o.Protocol, DisableIdentity: true})
@@ -659,12 +965,21 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 		}
 		// The consumer names the worker in its leases' records (the middleware's Owner):
 		// a crash finds its leases by it.
-		mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: &mwSource{consumer: owner}, MaxIdleTime: time.Hour,
+		src := &mwSource{consumer: owner, settled: map[string]bool{}}
+		var source lockmw.Source = src
+		if cfg.readahead {
+			source = &mwReadAhead{mwSource: src, m: m, agent: agent}
+		}
+		mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: source, MaxIdleTime: time.Hour,
 			Policies: cfg.policies, Scopes: cfg.scopes, OnConflict: m.record})
 		if err != nil {
 			return nil, err
 		}
-		wk := &mwWorker{client: client, owner: owner, gen: gen, handler: mw.Handler(m.handler(agent))}
+		if cfg.readahead {
+			mw.SetBatchTiming(cfg.quick, cfg.flush)
+			mw.WrapBatchSend(e.countBatches(m, owner))
+		}
+		wk := &mwWorker{client: client, owner: owner, gen: gen, mw: mw, src: src, handler: mw.Handler(m.handler(agent))}
 		wk.ctx, wk.cancel = context.WithCancel(context.Background())
 		return wk, nil
 	}
@@ -683,6 +998,10 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 	defer func() {
 		for _, ws := range m.workers {
 			for _, wk := range ws {
+				// The router has stopped: ends that wait are sent, leases taken ahead given back.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				wk.mw.Close(ctx)
+				cancel()
 				wk.cancel()
 				_ = wk.client.Close()
 			}
@@ -702,6 +1021,41 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 		}
 	}
 	return m.settle()
+}
+
+// countBatches wraps a worker's batch round trip: it counts the batches, traces them
+// (MODEL_TRACE) and plants e.plant, if set.
+func (e *mwEnv) countBatches(m *mwModel, owner string) func(lockmw.BatchSend) lockmw.BatchSend {
+	return func(send lockmw.BatchSend) lockmw.BatchSend {
+		if e.plant != nil {
+			send = e.plant(send)
+		}
+		return func(ctx context.Context, ends []lease.End, nexts []lease.Next) ([]*lease.Pending, error) {
+			if m.cfg.slowSend && len(nexts) == 0 {
+				// A slow round trip for the batches that send ends alone (the timer's):
+				// the driver's next steps meet them in flight.
+				time.Sleep(3 * time.Millisecond)
+			}
+			e.batches.scripts.Add(1)
+			e.batches.ends.Add(int64(len(ends)))
+			e.batches.nexts.Add(int64(len(nexts)))
+			if len(ends) > 1 {
+				e.batches.grouped.Add(int64(len(ends)))
+			}
+			if os.Getenv("MODEL_TRACE") != "" {
+				var ids []string
+				for _, x := range ends {
+					ids = append(ids, x.Entry.ID)
+				}
+				var ahead []string
+				for _, x := range nexts {
+					ahead = append(ahead, x.Options.MessageID)
+				}
+				m.t.Logf("%s: batch: ends %v, leases ahead %v", owner, ids, ahead)
+			}
+			return send(ctx, ends, nexts)
+		}
+	}
 }
 
 type mwStepError struct {
@@ -733,22 +1087,35 @@ func (e *mwEnv) shrink(cfg mwConfig, steps []mwStep, first error) ([]mwStep, err
 	return steps, last
 }
 
-// TestModelMiddleware runs seeded random sequences through lockmw's Handler.
-func TestModelMiddleware(t *testing.T) {
+// newMWEnv is TestModelMiddleware's environment: the shared Redis, reached through a
+// proxy that loses replies.
+func newMWEnv(t *testing.T) *mwEnv {
 	direct, _ := redistest.Client(t)
 	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
 	opts := *direct.Options()
 	opts.Addr, opts.MaxRetries = proxy.Addr(), 3
 	client := redis.NewClient(&opts)
 	t.Cleanup(func() { _ = client.Close() })
-	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client}
+	return &mwEnv{t: t, direct: direct, proxy: proxy, client: client}
+}
+
+// mwSeed is TestModelMiddleware's configuration and steps for seed.
+func mwSeed(seed int) (mwConfig, []mwStep) {
+	r := rand.New(rand.NewPCG(uint64(seed), 3434))
+	cfg := genMWConfig(r)
+	steps := genMWSteps(r, 40)
+	genReadAhead(rand.New(rand.NewPCG(uint64(seed), 3737)), &cfg, steps)
+	return cfg, steps
+}
+
+// TestModelMiddleware runs seeded random sequences through lockmw's Handler.
+func TestModelMiddleware(t *testing.T) {
+	e := newMWEnv(t)
 	from, n := modelRange(48)
 	start := time.Now()
 	failed := map[string]bool{}
 	for seed := from; seed < from+n; seed++ {
-		r := rand.New(rand.NewPCG(uint64(seed), 3434))
-		cfg := genMWConfig(r)
-		steps := genMWSteps(r, 40)
+		cfg, steps := mwSeed(seed)
 		t0 := time.Now()
 		err := e.run(cfg, steps)
 		if testing.Verbose() {
@@ -767,7 +1134,7 @@ func TestModelMiddleware(t *testing.T) {
 		t.Errorf("model checker: seed %d (%s) fails\n  %v\n  shortest sequence (%d of %d steps): %v\n  its failure: %v",
 			seed, cfg, err, len(short), len(steps), short, serr)
 	}
-	t.Logf("%d seeds of 40 steps in %s", n, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d seeds of 40 steps in %s; read-ahead seeds sent %s", n, time.Since(start).Round(time.Millisecond), &e.batches)
 }
 
 // checkLines checks the wait policy's lines once settled (recs: the conflict records):
