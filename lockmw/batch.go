@@ -17,9 +17,9 @@ import (
 // Batched ends. An event's cost is mostly its round trip: the Redis server and the
 // worker each spend more on sending and reading one script than on what it does. While
 // runs are quick (each under batchQuick), the end of a run whose next entry already
-// has its lease (taken ahead), or that has no next entry read yet, waits: it is released and its entry acked with the next
-// batch, in one script that also takes the leases of up to batchAhead entries read
-// ahead (lease.Locker.HandoffBatch). A burst of quick events then costs one round trip
+// has its lease (taken ahead), or that has no next entry read yet, waits: it is
+// released and its entry acked with the next batch, in one script that also takes the
+// leases of up to batchAhead entries read ahead (lease.Locker.HandoffBatch). A burst of quick events then costs one round trip
 // per batch. A batch is sent when the next entry has no lease taken ahead, when
 // batchEnds ends wait, or batchFlushAfter after the first end waited, whichever comes
 // first; an entry that must take its own lease first sends the ends that wait (or
