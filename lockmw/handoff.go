@@ -168,7 +168,8 @@ func (m *Middleware) next(cur Entry) (lease.Next, string, bool) {
 func (m *Middleware) nextFor(cur Entry, id, raw string) lease.Next {
 	next := cur
 	next.ID = id
-	return lease.Next{Agent: m.cfg.Agent, Key: raw, Options: m.acquireOptions(next)}
+	// With the pauses, a batch checks them in its own script (lease.Pending.PauseChecked).
+	return lease.Next{Agent: m.cfg.Agent, Key: raw, Options: m.acquireOptions(next), Pauses: m.cfg.Pauses, Stream: cur.Stream}
 }
 
 // releaseHandingOff releases le and acks entry in one round trip (release first),

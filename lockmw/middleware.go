@@ -406,6 +406,8 @@ type delivery struct {
 	slots *lease.SlotRequest
 	// ranFor is how long the run took (batch.go: a quick one's end waits for a batch).
 	ranFor time.Duration
+	// pauseChecked: the batch that took its lease ahead checked the pauses (pause.go).
+	pauseChecked bool
 }
 
 func (m *Middleware) delivery(msg *message.Message) delivery {
@@ -463,6 +465,7 @@ func (m *Middleware) take(d *delivery, pre *lease.Pending, raw string) (*lease.L
 		pre = m.sendWithEntry(d, raw)
 	}
 	if pre != nil {
+		d.pauseChecked = pre.PauseChecked()
 		le, err = pre.Take(d.ctx)
 	} else {
 		le, err = m.acquire(d.ctx, d.msg, raw, d.entry, d.hasEntry, d.slots)

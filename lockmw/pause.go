@@ -18,12 +18,21 @@ import (
 // after the acquire is what makes a pause final for every run not already past its
 // check: such a run holds its lease when the pause is written, so the operator's
 // listing of the scope's leases after the pause names it (lease/pause.go).
+//
+// A lease taken ahead in a batch had its check made in the batch's script, after its
+// acquire (lease.Pending.PauseChecked), when no pause existed and its entry was never
+// parked: it costs no round trip here. Unless its lease was lost since (a pause's
+// --stop-running force-releases the leases it lists): the check is made then, and
+// parks the event.
 
 // pauseParked reports whether the event under le was parked by a pause (or is a repeat
 // of one parked): its lease is given back and its entry acked, and it is not run. With
 // no Config.Pauses, or no stream entry, nothing is checked.
 func (m *Middleware) pauseParked(d *delivery, le *lease.Lease) (bool, error) {
 	if m.cfg.Pauses == nil || !d.hasEntry {
+		return false, nil
+	}
+	if d.pauseChecked && le.Context().Err() == nil {
 		return false, nil
 	}
 	lid, isCopy := d.msg.Metadata.Get(lease.MetaParkedFrom), true

@@ -49,7 +49,9 @@ var errNotBatchable = errors.New("lease: HandoffBatch: a lease that is not Batch
 // each End in order, the lease's release (outcome ran, publishing its queued follow-up
 // if any), then the XACK of its entry; then, for each Next in order, its lease taken
 // ahead, as Lease.Handoff takes one. Every lease must be Batchable, and a Next must not
-// queue or hold shared keys. It returns one Pending per Next, in order.
+// queue or hold shared keys. It returns one Pending per Next, in order. A Next with
+// Pauses has its pause check made in the same script, after its acquire
+// (Pending.PauseChecked).
 //
 // A lease whose key was no longer its own when its release ran (taken over, or
 // expired and taken) tells a newer holder it stopped, as Handoff does. On a Redis
@@ -70,7 +72,7 @@ func (l *Locker) HandoffBatch(ctx context.Context, ends []End, next []Next) ([]*
 			acqs = append(acqs, a)
 		}
 	}
-	args, nkeys := l.batchArgs(ends, acqs)
+	args, nkeys := l.batchArgs(ends, acqs, l.batchPauses(next, pending))
 	first := make([]bool, len(ends))
 	for i, e := range ends {
 		le := e.Lease
@@ -102,10 +104,44 @@ func (l *Locker) HandoffBatch(ctx context.Context, ends []End, next []Next) ([]*
 	return pending, nil
 }
 
+// batchPause is the pause check a batch makes for its nexts (handoff_batch.lua): the
+// keys of the pauses, and per next (whose preparation succeeded, in order) the field
+// of its entry in seen, or "" for none.
+type batchPause struct {
+	keys   *PauseKeys
+	fields []string
+}
+
+// batchPauses is the pause check of a batch: the nexts with Pauses whose keys are
+// the first such next's (one registry per batch), on standalone Redis only (on
+// Cluster the pause keys are in a hash slot of their own; batches run standalone).
+func (l *Locker) batchPauses(next []Next, pending []*Pending) batchPause {
+	var bp batchPause
+	for i, n := range next {
+		if pending[i].err != nil {
+			continue
+		}
+		f := ""
+		if n.Pauses != nil && l.opts.Format != KeysCluster && n.Pauses.l.opts.Format != KeysCluster && n.Stream != "" {
+			if bp.keys == nil {
+				bp.keys = &n.Pauses.keys
+			}
+			if n.Pauses.keys == *bp.keys {
+				f = n.Stream + " " + n.Options.MessageID
+			}
+		}
+		bp.fields = append(bp.fields, f)
+	}
+	return bp
+}
+
 // batchArgs lays out handoff_batch.lua's KEYS and ARGV (see the script).
-func (l *Locker) batchArgs(ends []End, acqs []*acquisition) ([]any, int) {
+func (l *Locker) batchArgs(ends []End, acqs []*acquisition, bp batchPause) ([]any, int) {
 	nkeys := 6*len(ends) + 4*len(acqs)
-	args := scriptArgs(nkeys + 4 + 7*len(ends) + 6*len(acqs))
+	if bp.keys != nil {
+		nkeys += 2
+	}
+	args := scriptArgs(nkeys + 4 + 7*len(ends) + 7*len(acqs))
 	for _, e := range ends {
 		le := e.Lease
 		args = append(args, &le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.keys.Queue, &le.keys.Mailbox, e.Entry.Stream)
@@ -113,14 +149,18 @@ func (l *Locker) batchArgs(ends []End, acqs []*acquisition) ([]any, int) {
 	for _, a := range acqs {
 		args = append(args, a.kv[:4]...)
 	}
+	if bp.keys != nil {
+		args = append(args, bp.keys.Reg, bp.keys.Seen)
+	}
 	args = append(args, len(ends), len(acqs), &indexMax, &indexTTLms)
 	for _, e := range ends {
 		le := e.Lease
 		ago := min(max(time.Since(e.EndedAt), 0), maxBatchAgo).Milliseconds()
 		args = append(args, &le.token, &le.messageID, e.Entry.Group, e.Entry.ID, &le.maxLen, &le.issue, ago)
 	}
-	for _, a := range acqs {
+	for i, a := range acqs {
 		args = append(args, a.kv[4:]...)
+		args = append(args, bp.fields[i])
 	}
 	return args, nkeys
 }
@@ -158,12 +198,13 @@ func (l *Locker) takenAhead(pending []*Pending, acqs []*acquisition, res []any) 
 			continue
 		}
 		n := int(atoi(res[0]))
-		if n+1 > len(res) {
+		if n+2 > len(res) {
 			p.err = fmt.Errorf("lease: acquire %s: reply cut short", a.keys.Lock)
 			res = nil
 			continue
 		}
 		p.lease, p.err = a.finish(context.Background(), res[1:1+n], nil)
-		res = res[1+n:]
+		p.checked = p.err == nil && atoi(res[1+n]) == 1
+		res = res[2+n:]
 	}
 }

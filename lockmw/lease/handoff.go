@@ -30,6 +30,11 @@ type Next struct {
 	// Options of the acquire; their MessageID names the entry. Queue must be nil: a
 	// lease taken ahead cannot queue its entry on a conflict.
 	Options AcquireOptions
+	// Pauses, when set, have HandoffBatch (standalone Redis) check them for the lease
+	// in its own script, Stream naming the entry's stream: a burst of quick events
+	// then costs no pause round trip each (Pending.PauseChecked). Handoff ignores them.
+	Pauses *Pauses
+	Stream string
 }
 
 // Pending is a lease taken ahead of its entry by Handoff: held (Err is nil) or refused
@@ -40,7 +45,18 @@ type Pending struct {
 	id    string // the stream entry it was taken for
 	lease *Lease // nil when err is set
 	err   error
+	// checked: HandoffBatch's script found no pause and the entry never parked,
+	// atomically with the acquire (PauseChecked).
+	checked bool
 }
+
+// PauseChecked reports whether the lease's pause check was done with its acquire, in
+// HandoffBatch's script (Next.Pauses), and let the entry run: no pause existed and
+// the entry had never been parked. The check then needs no round trip of its own: it
+// was made after the lease was written, so a pause written since finds the lease
+// held, and its writer's listing of the scope's leases names it (pause.go). False
+// for a lease not taken, or whose check the worker must make (Pauses.Check).
+func (p *Pending) PauseChecked() bool { return p != nil && p.lease != nil && p.checked }
 
 // MessageID is the stream entry the lease was taken for (Next.Options.MessageID).
 func (p *Pending) MessageID() string { return p.id }

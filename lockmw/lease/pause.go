@@ -29,6 +29,12 @@ import (
 // start or run in it (Pauses.Set's caller: --stop-running releases them); every other
 // event of the scope parks. "No run starts once the pause is visible", with the runs
 // already past their check named.
+//
+// A lease taken ahead in a batch (HandoffBatch, Next.Pauses) may have its check made
+// in the batch's own script, after its acquire and atomic with it: when no pause
+// exists and its entry was never parked, it runs without a check of its own
+// (Pending.PauseChecked). That is the same order (lease, then check), so the same
+// guarantee: a pause written after the batch finds the lease held, and listed.
 
 var (
 	//go:embed scripts/pause.lua

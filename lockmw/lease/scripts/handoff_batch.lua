@@ -8,16 +8,24 @@
 -- its run ended (now minus its ago_ms), not by when the batch was sent, so an event
 -- that entered the stream after a run ended is never counted as superseded by it.
 --
+-- With the pause keys (reg, seen: pause.lua), a next whose lease is taken here has its
+-- pause check done here too, after its acquire and atomic with it, as Pauses.Check
+-- would do it one round trip later: checked (1) when no pause exists at all (reg is
+-- empty) and its entry was never parked (seen is not 'w'); else 0, and its worker
+-- checks the pauses itself. The registry is read once: nothing in this script writes it.
+--
 -- KEYS: per end, lock, info, done, queue, mailbox, stream; then per next, lock, info,
--- fence, done.
+-- fence, done; then, optionally, reg and seen.
 -- ARGV: ends, nexts, index max, index TTL (ms); per end, token, message_id, group,
 -- entry_id, maxlen, issue, ago_ms; per next, token, ttl_ms, owner, acquired_at_ms,
--- message_id, entry_ms or ''.
+-- message_id, entry_ms or '', then '<stream> <entry id>' or '' (no pause check).
 -- Returns, per end, released, acked, published follow-up id or ''; then per next, the
--- length of acquire's reply followed by that reply.
+-- length of acquire's reply followed by that reply, then checked (1 or 0).
 local ends, nexts = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local pk = ends * 6 + nexts * 4 -- the pause keys, if given, follow the nexts'
+local paused -- whether any pause exists, read at the first check
 local out = {}
 for i = 0, ends - 1 do
   local k, a = i * 6, 4 + i * 7
@@ -29,10 +37,16 @@ for i = 0, ends - 1 do
   out[#out + 1] = r[3] or ''
 end
 for j = 0, nexts - 1 do
-  local k, a = ends * 6 + j * 4, 4 + ends * 7 + j * 6
+  local k, a = ends * 6 + j * 4, 4 + ends * 7 + j * 7
   local r = acquire(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
     ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
   out[#out + 1] = #r
   for _, v in ipairs(r) do out[#out + 1] = v end
+  local checked = 0
+  if r[1] == 1 and ARGV[a + 7] ~= '' and #KEYS >= pk + 2 then
+    if paused == nil then paused = redis.call('EXISTS', KEYS[pk + 1]) == 1 end
+    if not paused and redis.call('HGET', KEYS[pk + 2], ARGV[a + 7]) ~= 'w' then checked = 1 end
+  end
+  out[#out + 1] = checked
 end
 return out
