@@ -5,12 +5,18 @@ package lease
 // values of a field), delivered to workers that take the lease and then check the
 // pauses (the middleware's order), runs that finish or fail (redelivered), pauses and
 // resumes of three scopes (an agent, an issue, a field value), with the faults between
-// the calls: a worker that dies between parking an event and acking it (Cluster: its
-// entry is redelivered), a resume that dies between an append and the step that takes
+// the calls: a worker that dies between parking an event and acking it (its entry is
+// claimed later), a resume that dies between an append and the step that takes
 // the event out of the line (run again later), replies lost (go-redis sends the script
-// again). After every step: no run starts in a scope the model knows paused (while a
-// resume runs, only the copies it published start), and each resume appends what it
-// republishes in stream order. Once every scope is resumed and everything delivered:
+// again). On standalone Redis, workers also take leases ahead in batches
+// (HandoffBatch with the pauses: the check made in the batch's script) and start their
+// runs some steps later, pauses written in between; a worker that dies between a park
+// and its own ack (ParkEntry.Ack false) leaves a parked entry to be redelivered, met
+// by the record of parked entries (seen). After every step: no run starts in a scope
+// the model knows paused (while a resume runs, only the copies it published start),
+// except a run whose check the batch made before that pause was written, and which the
+// pause's listing of live leases named; and each resume appends what it republishes in
+// stream order. Once every scope is resumed and everything delivered:
 // every event ran to its end exactly once, nothing is parked or pending. The planted
 // defects (TestModelLeasePausePlanted) show that the checker catches a broken park or
 // resume.
@@ -55,6 +61,22 @@ type pauseMsg struct {
 	msg    redis.XMessage
 }
 
+// pauseCov counts the batch paths the pause model took, over its seeds: runs started
+// on their batch's check, those past a pause written after the batch (and named by
+// its listing), leases taken ahead not checked by the batch (a pause existed, or the
+// entry was parked), and among those, redelivered entries that were parked already.
+type pauseCov struct {
+	batchChecked, pastLaterPause, notChecked, parkedRepeat int
+}
+
+// pauseAhead is a lease a batch took ahead, its run not started yet.
+type pauseAhead struct {
+	p     *Pending
+	in    pauseMsg
+	epoch int             // when the batch ran (pauseModel.epoch)
+	named map[string]bool // the pauses written since whose listing named its lease
+}
+
 type pauseModel struct {
 	ctx     context.Context
 	direct  *redis.Client
@@ -68,6 +90,11 @@ type pauseModel struct {
 	done    map[string]int    // stream lid -> runs ended done
 	known   map[string]bool   // stream lid of every event
 	cuts    int64             // the proxy's cuts once the armed lost reply is met
+	cov     *pauseCov
+	dead    []pauseMsg // entries of workers that died, claimed later (claim)
+	ahead   []*pauseAhead     // leases taken ahead by batches (standalone)
+	epoch   int               // counts batches and pause writes, in order
+	since   map[string]int    // scope -> the epoch its pause was written (paused, resuming)
 }
 
 func (m *pauseModel) fail(prop, format string, args ...any) error {
@@ -114,12 +141,7 @@ func (m *pauseModel) deliver(a int, crashBeforeAck bool) error {
 	in := m.inbox[i]
 	m.inbox = slices.Delete(m.inbox, i, i+1)
 	msg := in.msg
-	lid, _ := msg.Values["pf"].(string)
-	isCopy := lid != ""
-	if !isCopy {
-		lid = msg.ID
-	}
-	issue, _ := msg.Values["i"].(string)
+	_, _, issue := m.lid(msg)
 	le, err := m.l.Acquire(m.ctx, "a", issue, AcquireOptions{MessageID: msg.ID})
 	var locked *LockedError
 	if errors.As(err, &locked) {
@@ -129,8 +151,17 @@ func (m *pauseModel) deliver(a int, crashBeforeAck bool) error {
 	if err != nil {
 		return err
 	}
+	return m.checkRun(in, le, crashBeforeAck)
+}
+
+// checkRun is a worker's pause check of in under its lease le, then its run or its park
+// (a worker that dies before its ack acks nothing: on standalone, its park then leaves
+// the ack to it).
+func (m *pauseModel) checkRun(in pauseMsg, le *Lease, crashBeforeAck bool) error {
+	msg := in.msg
+	lid, isCopy, issue := m.lid(msg)
 	t := m.target(msg)
-	res, err := m.p.Check(m.ctx, t, ParkEntry{Stream: in.stream, Group: "g", ID: msg.ID, LineID: lid, Copy: isCopy, Issue: issue, Ack: true,
+	res, err := m.p.Check(m.ctx, t, ParkEntry{Stream: in.stream, Group: "g", ID: msg.ID, LineID: lid, Copy: isCopy, Issue: issue, Ack: !crashBeforeAck,
 		Fields: func() (map[string]any, error) {
 			f := map[string]any{}
 			for k, v := range msg.Values {
@@ -144,19 +175,7 @@ func (m *pauseModel) deliver(a int, crashBeforeAck bool) error {
 		return err
 	}
 	if res.Verdict == Run {
-		for _, s := range pauseScopes {
-			sc, _ := m.l.ParsePauseScope(s)
-			if !sc.Matches(t) {
-				continue
-			}
-			if st := m.state[s]; st == pauseStatePaused || (st == pauseStateResuming && !isCopy) {
-				le.stopHeartbeat()
-				return m.fail(propPauseNoRun, "%s %s (lid %s, copy %v, values %v) starts while %s is %s (registry %v)", in.stream, msg.ID, lid, isCopy, msg.Values, s, st,
-					m.direct.HGetAll(m.ctx, m.p.keys.Reg).Val())
-			}
-		}
-		m.runs = append(m.runs, &pauseRun{le: le, msg: msg, stream: in.stream, lid: lid, isCopy: isCopy})
-		return nil
+		return m.start(in, le, nil)
 	}
 	if err := le.Park(m.ctx); err != nil {
 		return err
@@ -165,10 +184,112 @@ func (m *pauseModel) deliver(a int, crashBeforeAck bool) error {
 		return nil
 	}
 	if crashBeforeAck {
-		m.inbox = append(m.inbox, in) // the worker died: its entry is redelivered
+		m.dead = append(m.dead, in) // the worker died: its entry is claimed later
 		return nil
 	}
 	return m.direct.XAck(m.ctx, in.stream, "g", msg.ID).Err()
+}
+
+// lid is the line id of msg, whether it is a copy a resume appended, and its issue.
+func (m *pauseModel) lid(msg redis.XMessage) (string, bool, string) {
+	lid, _ := msg.Values["pf"].(string)
+	isCopy := lid != ""
+	if !isCopy {
+		lid = msg.ID
+	}
+	issue, _ := msg.Values["i"].(string)
+	return lid, isCopy, issue
+}
+
+// start starts the run of in under le, its check passed: by Check now, or (ah) in the
+// batch that took le ahead. A scope the model knows paused holds it back, unless the
+// batch's check came before that pause was written and the pause's listing named le.
+func (m *pauseModel) start(in pauseMsg, le *Lease, ah *pauseAhead) error {
+	msg := in.msg
+	lid, isCopy, _ := m.lid(msg)
+	t := m.target(msg)
+	for _, s := range pauseScopes {
+		sc, _ := m.l.ParsePauseScope(s)
+		if !sc.Matches(t) {
+			continue
+		}
+		st := m.state[s]
+		if st != pauseStatePaused && (st != pauseStateResuming || isCopy) {
+			continue
+		}
+		if ah != nil && m.since[s] > ah.epoch && ah.named[s] {
+			m.cov.pastLaterPause++
+			continue // past its check when the pause was written, and listed by it
+		}
+		le.stopHeartbeat()
+		how := "checked now"
+		if ah != nil {
+			how = fmt.Sprintf("checked in its batch at %d, %s written at %d, named %v", ah.epoch, s, m.since[s], ah.named[s])
+		}
+		return m.fail(propPauseNoRun, "%s %s (lid %s, copy %v, values %v) starts while %s is %s (%s; registry %v)", in.stream, msg.ID, lid, isCopy, msg.Values, s, st,
+			how, m.direct.HGetAll(m.ctx, m.p.keys.Reg).Val())
+	}
+	m.runs = append(m.runs, &pauseRun{le: le, msg: msg, stream: in.stream, lid: lid, isCopy: isCopy})
+	return nil
+}
+
+// batch takes the leases of up to three inbox events ahead in one HandoffBatch, their
+// pause checks in its script (standalone; on Cluster, a delivery instead).
+func (m *pauseModel) batch(a int) error {
+	if m.l.opts.Format == KeysCluster || len(m.inbox) == 0 {
+		return m.deliver(a, false)
+	}
+	i := a % len(m.inbox)
+	n := min(1+a%3, len(m.inbox)-i)
+	ins := slices.Clone(m.inbox[i : i+n])
+	m.inbox = slices.Delete(m.inbox, i, i+n)
+	nexts := make([]Next, n)
+	for j, in := range ins {
+		_, _, issue := m.lid(in.msg)
+		nexts[j] = Next{Agent: "a", Key: issue, Options: AcquireOptions{MessageID: in.msg.ID}, Pauses: m.p, Stream: in.stream}
+	}
+	ps, err := m.l.HandoffBatch(m.ctx, nil, nexts)
+	if err != nil {
+		return err
+	}
+	m.epoch++
+	for j, p := range ps {
+		var locked *LockedError
+		switch {
+		case errors.As(p.Err(), &locked):
+			m.inbox = append(m.inbox, ins[j]) // redelivered later
+		case p.Err() != nil:
+			return p.Err()
+		default:
+			m.ahead = append(m.ahead, &pauseAhead{p: p, in: ins[j], epoch: m.epoch, named: map[string]bool{}})
+		}
+	}
+	return nil
+}
+
+// startAhead binds a lease taken ahead to its event, as the middleware does: its run
+// starts without a check of its own when the batch made it (and the lease is not lost),
+// else after Check.
+func (m *pauseModel) startAhead(a int) error {
+	if len(m.ahead) == 0 {
+		return nil
+	}
+	i := a % len(m.ahead)
+	ah := m.ahead[i]
+	m.ahead = slices.Delete(m.ahead, i, i+1)
+	le, err := ah.p.Take(m.ctx)
+	if err != nil {
+		return err
+	}
+	if ah.p.PauseChecked() && le.Context().Err() == nil {
+		m.cov.batchChecked++
+		return m.start(ah.in, le, ah)
+	}
+	m.cov.notChecked++
+	if m.direct.HGet(m.ctx, m.p.keys.Seen, ah.in.stream+" "+ah.in.msg.ID).Val() == "w" {
+		m.cov.parkedRepeat++
+	}
+	return m.checkRun(ah.in, le, false)
 }
 
 func (m *pauseModel) end(a int, ok bool) error {
@@ -194,7 +315,25 @@ func (m *pauseModel) pause(a int) error {
 	if _, err := m.p.Set(m.ctx, Pause{Scope: s, Reason: "model", By: "model"}); err != nil {
 		return err
 	}
+	if m.state[s] == "" {
+		m.epoch++
+		m.since[s] = m.epoch
+	}
 	m.state[s] = pauseStatePaused
+	// The pause's writer lists the live leases (inspect.Pause): those taken ahead are
+	// named by their entry.
+	if len(m.ahead) == 0 {
+		return nil
+	}
+	live, err := m.l.List(m.ctx, "a")
+	if err != nil {
+		return err
+	}
+	for _, ah := range m.ahead {
+		if slices.ContainsFunc(live, func(i Info) bool { return i.MessageID == ah.in.msg.ID }) {
+			ah.named[s] = true
+		}
+	}
 	return nil
 }
 
@@ -230,6 +369,7 @@ func (m *pauseModel) resume(a int, crash bool) error {
 	case !r.Again:
 		// Gone, also when not Found: a lost reply's repeat finds the pause ended.
 		delete(m.state, s)
+		delete(m.since, s)
 	}
 	for _, st := range m.streams {
 		added, err := m.direct.XRange(m.ctx, st, "("+before[st], "+").Result()
@@ -262,6 +402,12 @@ func (m *pauseModel) do(kind string, a int) error {
 		err = m.deliver(a, false)
 	case "deliver-die":
 		err = m.deliver(a, true)
+	case "batch":
+		err = m.batch(a)
+	case "claim":
+		m.inbox, m.dead = append(m.inbox, m.dead...), nil
+	case "start":
+		err = m.startAhead(a)
 	case "finish":
 		err = m.end(a, true)
 	case "fail":
@@ -278,7 +424,11 @@ func (m *pauseModel) do(kind string, a int) error {
 		if len(m.inbox) > 0 && m.proxy.Cuts() >= m.cuts {
 			m.cuts = m.proxy.Cuts() + 1
 			m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", m.p.keys.Reg), redistest.Command("eval", m.p.keys.Reg)), 1)
-			err = m.deliver(a, false)
+			if a%2 == 1 {
+				err = m.batch(a) // the batch's script names the registry too
+			} else {
+				err = m.deliver(a, false)
+			}
 		}
 	}
 	if err == nil {
@@ -294,7 +444,9 @@ func (m *pauseModel) settle() error {
 			return err
 		}
 		delete(m.state, s)
+		delete(m.since, s)
 	}
+	m.inbox, m.dead = append(m.inbox, m.dead...), nil
 	if err := m.read(); err != nil {
 		return err
 	}
@@ -303,8 +455,12 @@ func (m *pauseModel) settle() error {
 		switch {
 		case len(m.runs) > 0:
 			err = m.do("finish", 0)
+		case len(m.ahead) > 0:
+			err = m.do("start", 0)
 		case len(m.inbox) > 0:
-			err = m.do("deliver", 0)
+			// In batches on standalone: a redelivered parked entry meets the batch's
+			// check with no pause left.
+			err = m.do("batch", 2)
 		default:
 			return m.settled()
 		}
@@ -337,7 +493,8 @@ func (m *pauseModel) settled() error {
 var pauseKinds = []struct {
 	kind   string
 	weight int
-}{{"new", 5}, {"deliver", 6}, {"deliver-die", 1}, {"finish", 3}, {"fail", 1}, {"pause", 2}, {"resume", 1}, {"resume-die", 1}, {"lose", 1}}
+}{{"new", 5}, {"deliver", 6}, {"deliver-die", 2}, {"batch", 3}, {"start", 3}, {"finish", 3}, {"fail", 1}, {"pause", 2}, {"resume", 1},
+	{"resume-die", 1}, {"lose", 1}, {"claim", 1}}
 
 func genPauseSteps(r *rand.Rand, n int) []mStep {
 	total := 0
@@ -366,7 +523,8 @@ func (e *modelEnv) runPause(format KeyFormat, steps []mStep) error {
 		return err
 	}
 	m := &pauseModel{ctx: context.Background(), direct: e.direct, proxy: e.proxy, l: l, p: l.Pauses(),
-		streams: []string{ns + "s1", ns + "s2"}, state: map[string]string{}, done: map[string]int{}, known: map[string]bool{}}
+		streams: []string{ns + "s1", ns + "s2"}, state: map[string]string{}, done: map[string]int{}, known: map[string]bool{},
+		since: map[string]int{}, cov: &e.pauses}
 	for _, s := range m.streams {
 		if err := e.direct.XGroupCreateMkStream(m.ctx, s, "g", "0").Err(); err != nil {
 			return err
@@ -375,6 +533,11 @@ func (e *modelEnv) runPause(format KeyFormat, steps []mStep) error {
 	defer func() {
 		for _, r := range m.runs {
 			r.le.stopHeartbeat()
+		}
+		for _, ah := range m.ahead {
+			if ah.p.lease != nil {
+				ah.p.lease.stopHeartbeat()
+			}
 		}
 	}()
 	for i, s := range steps {
@@ -412,7 +575,12 @@ func TestModelLeasePause(t *testing.T) {
 	if seed, err := e.checkPauseSeeds(from, n); err != nil {
 		t.Fatalf("pause model checker: seed %d fails: %v", seed, err)
 	}
-	t.Logf("%d seeds of 60 steps in %s", n, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d seeds of 60 steps in %s; batches: %+v", n, time.Since(start).Round(time.Millisecond), e.pauses)
+	// The batch's check is explored: runs started on it, past a later pause, leases it
+	// left to the worker's check, parked entries redelivered to a batch.
+	if c := e.pauses; n >= 48 && (c.batchChecked == 0 || c.pastLaterPause == 0 || c.notChecked == 0 || c.parkedRepeat == 0) {
+		t.Fatalf("the batch's pause check is not explored: %+v", c)
+	}
 }
 
 // TestModelLeasePausePlanted plants defects in park.lua and resume.lua, one at a
@@ -457,6 +625,32 @@ func TestModelLeasePausePlanted(t *testing.T) {
 				t.Fatalf("caught, but not as %s: %v", c.prop, err)
 			}
 			t.Logf("caught at seed %d: %v", seed, err)
+		})
+	}
+}
+
+// TestModelLeasePauseBatchPlanted plants defects in the pause check that
+// handoff_batch.lua makes for the leases it takes ahead, one at a time, and requires
+// the pause model to catch each as the property it breaks.
+func TestModelLeasePauseBatchPlanted(t *testing.T) {
+	cases := []struct {
+		name, old, new, prop string
+	}{
+		// The record of parked entries not read: a redelivered parked entry runs, and
+		// its copy that the resume appended runs too.
+		{"batch skips the seen check", "redis.call('HGET', KEYS[pk + 2], ARGV[a + 7]) ~= 'w'", "true", propPauseOnce},
+		// The registry not read: a lease taken while its scope is paused runs on the
+		// batch's word.
+		{"batch ignores the registry", "paused = redis.call('EXISTS', KEYS[pk + 1]) == 1", "paused = false", propPauseNoRun},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			saved := handoffBatchScript
+			handoffBatchScript = newScript(leaseLua + plantLua(t, handoffBatchLua, c.old, c.new))
+			t.Cleanup(func() { handoffBatchScript = saved })
+			e := newModelEnv(t)
+			seed, err := e.checkPauseSeeds(1, 48)
+			requireCaught(t, "the model checker did not catch a batch that "+c.name[len("batch "):], seed, err, c.prop)
 		})
 	}
 }

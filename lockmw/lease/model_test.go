@@ -1080,6 +1080,8 @@ type modelEnv struct {
 	client *redis.Client
 	// batches counts what the batch steps did, over every seed run here.
 	batches batchStats
+	// pauses counts what the pause model's batches did (model_pause_test.go).
+	pauses pauseCov
 }
 
 func newModelEnv(t *testing.T) *modelEnv {
