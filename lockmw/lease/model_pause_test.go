@@ -91,10 +91,10 @@ type pauseModel struct {
 	known   map[string]bool   // stream lid of every event
 	cuts    int64             // the proxy's cuts once the armed lost reply is met
 	cov     *pauseCov
-	dead    []pauseMsg // entries of workers that died, claimed later (claim)
-	ahead   []*pauseAhead     // leases taken ahead by batches (standalone)
-	epoch   int               // counts batches and pause writes, in order
-	since   map[string]int    // scope -> the epoch its pause was written (paused, resuming)
+	dead    []pauseMsg     // entries of workers that died, claimed later (claim)
+	ahead   []*pauseAhead  // leases taken ahead by batches (standalone)
+	epoch   int            // counts batches and pause writes, in order
+	since   map[string]int // scope -> the epoch its pause was written (paused, resuming)
 }
 
 func (m *pauseModel) fail(prop, format string, args ...any) error {
