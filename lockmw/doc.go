@@ -22,7 +22,8 @@
 // ends sent in batches that take the next entries' leases), wakeup.go (the deliver
 // policy's follow-ups and wake-ups), slots.go (concurrency limits: RUN_LIMITS slots taken
 // before the lease, fair waiting, the slot waker), slots_trace.go (their span events),
-// pause.go (the pause check after the acquire: an event of a paused scope is parked),
+// pause.go (the pause check after the acquire, or in the batch that took the lease
+// ahead: an event of a paused scope is parked),
 // trace.go (span events), errors.go. The code map
 // in docs/development.md names each concept's file.
 package lockmw

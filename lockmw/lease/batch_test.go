@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -166,5 +167,48 @@ func requireBatchEnded(t *testing.T, ctx context.Context, rdb *redis.Client, e l
 	ms, _ := strconv.ParseInt(f[0], 10, 64)
 	if lo, hi := ended.UnixMilli()-2, ended.Add(took).UnixMilli()+2; ms < lo || ms > hi {
 		t.Errorf("done record of %s dated %d, want by when its run ended, in [%d, %d]", keys.Lock, ms, lo, hi)
+	}
+}
+
+// A batch with the pauses checks them for each lease it takes, in its script: checked
+// when no pause exists and the entry never parked; not for an entry parked before,
+// nor a lease not taken, nor a next without the pauses; none at all once a pause
+// exists.
+func TestBatchChecksPauses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{})
+	p := l.Pauses()
+	stream := ns + "triage"
+	holder := mustAcquire(t, l, "triage", "RHEL-3")
+	t.Cleanup(func() { _, _ = holder.Release(context.Background()) })
+	// 1-2 was parked once: its redelivery is a repeat, checked by its worker.
+	rdb.HSet(ctx, p.Keys().Seen, stream+" 1-2", "w")
+	next := func(issue, id string, pauses *lease.Pauses) lease.Next {
+		return lease.Next{Agent: "triage", Key: issue, Options: lease.AcquireOptions{MessageID: id}, Pauses: pauses, Stream: stream}
+	}
+	batch := func(nexts ...lease.Next) []bool {
+		t.Helper()
+		ps, err := l.HandoffBatch(ctx, nil, nexts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []bool
+		for _, pe := range ps {
+			out = append(out, pe.PauseChecked())
+			pe.GiveBack(ctx)
+		}
+		return out
+	}
+	got := batch(next("RHEL-1", "1-1", p), next("RHEL-2", "1-2", p), next("RHEL-3", "1-3", p), next("RHEL-4", "1-4", nil))
+	if want := []bool{true, false, false, false}; !slices.Equal(got, want) {
+		t.Fatalf("checked %v, want %v (free, parked before, held by another, without pauses)", got, want)
+	}
+	if _, err := p.Set(ctx, lease.Pause{Scope: "issue:RHEL-9", Reason: "test", By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := batch(next("RHEL-1", "1-5", p)); got[0] {
+		t.Fatal("checked by the batch while a pause exists: its worker must check the pauses")
 	}
 }
