@@ -19,13 +19,13 @@ import (
 // runs are quick (each under batchQuick), the end of a run whose next entry already
 // has its lease (taken ahead), or that has no next entry read yet, waits: it is
 // released and its entry acked with the next batch, in one script that also takes the
-// leases of up to batchAhead entries read ahead (lease.Locker.HandoffBatch). A burst of quick events then costs one round trip
-// per batch. A batch is sent when the next entry has no lease taken ahead, when
-// batchEnds ends wait, or batchFlushAfter after the first end waited, whichever comes
-// first; an entry that must take its own lease first sends the ends that wait (or
-// waits for a batch in flight), so it never meets a lease of a run that has ended. A
-// release is dated by when its run ended (lease.End.EndedAt), so waiting changes no
-// superseded verdict.
+// leases of up to batchAhead entries read ahead (lease.Locker.HandoffBatch). A burst of
+// quick events then costs one round trip per batch. A batch is sent when the next
+// entry has no lease taken ahead, when batchEnds ends wait, or batchFlushAfter after
+// the first end waited, whichever comes first; an entry that must take its own lease
+// first sends the ends that wait (or waits for a batch in flight), so it never meets a
+// lease of a run that has ended. A release is dated by when its run ended
+// (lease.End.EndedAt), so waiting changes no superseded verdict.
 
 const (
 	// batchQuick: a run shorter than this lets its end wait for the batch, and takes
