@@ -38,7 +38,8 @@ const drainEvents = 5000
 // BENCH_COMMANDSTATS=1 lists the router's commands per event on stderr.
 //
 // DRAIN_CONCURRENCY (default 1) is how many routers drain at once, each a consumer of
-// its own, as that many single-subscription workers would.
+// its own, as that many single-subscription workers would. DRAIN_PAUSES=1 gives the
+// routers the pauses, as every worker has them (each event's pause check).
 //
 // DRAIN_BESIDE, when set, names a program that drains beside them, on the same server
 // in the same run (docs/architecture.md, "Cost per event": an asynq server, built
@@ -244,8 +245,12 @@ func drainRouter(ctx context.Context, b *testing.B, rdb *redis.Client, url, ns s
 	rctx, stop := context.WithCancel(ctx)
 	var stopped sync.WaitGroup
 	for i := range drainConcurrency(b) {
-		r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: event.Topology{Namespace: ns}, Agent: "triage",
-			Consumer: "drain-" + strconv.Itoa(i), BlockTime: 100 * time.Millisecond, Locker: locker, Handler: handler})
+		cfg := RouterConfig{Client: rdb, ClientOptions: opts, Topology: event.Topology{Namespace: ns}, Agent: "triage",
+			Consumer: "drain-" + strconv.Itoa(i), BlockTime: 100 * time.Millisecond, Locker: locker, Handler: handler}
+		if os.Getenv("DRAIN_PAUSES") != "" {
+			cfg.Pauses = locker.Pauses() // as every worker: each event's pause check
+		}
+		r, err := NewRouter(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
