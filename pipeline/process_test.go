@@ -102,9 +102,10 @@ func TestWorkerProcess(t *testing.T) {
 		ClaimInterval: dur("W_CLAIM"), NackResendSleep: 50 * time.Millisecond, Locker: locker,
 		TracerProvider: workerTracing(),
 		Handler: func(msg *message.Message) error {
-			// The sixth field: the delivery span's traceparent ("-" untraced).
-			rdb.RPush(context.Background(), ledger, fmt.Sprintf("start %s %s %d %s %s", issueOf(msg), consumer, os.Getpid(), msg.Metadata.Get("fence"),
-				deliveryTraceParent(msg)))
+			// The sixth field: the delivery span's traceparent ("-" untraced); the seventh,
+			// the stream entry.
+			rdb.RPush(context.Background(), ledger, fmt.Sprintf("start %s %s %d %s %s %s", issueOf(msg), consumer, os.Getpid(), msg.Metadata.Get("fence"),
+				deliveryTraceParent(msg), event.EntryID(msg)))
 			if hold == 0 {
 				<-msg.Context().Done()
 				return msg.Context().Err()
