@@ -126,7 +126,7 @@ func (m *Middleware) batches(le *lease.Lease) bool {
 // endInBatch is finishRan for a lease that batches: the end waits for the batch when
 // the run was quick and the next entry's lease is taken already; otherwise the batch
 // is sent now, with this end last, taking the leases of the entries that come next.
-func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Lease, out []*message.Message) ([]*message.Message, error) {
+func (m *Middleware) endInBatch(d *delivery, le *lease.Lease, out []*message.Message) ([]*message.Message, error) {
 	end := lease.End{Lease: le, Entry: lease.Entry{Stream: d.entry.Stream, Group: d.entry.Group, ID: d.entry.ID}, EndedAt: time.Now()}
 	quick := d.ranFor < m.quick
 	if quick && m.nextTaken(d.entry) && m.batch.wait(end, m.flushAfter, m.sendWaitingLater) {
@@ -139,6 +139,8 @@ func (m *Middleware) endInBatch(ctx context.Context, d *delivery, le *lease.Leas
 	if quick {
 		n = batchAhead
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), 5*time.Second)
+	defer cancel()
 	m.batch.sending.Lock()
 	ends := append(m.batch.take(), end)
 	nexts, issues := m.aheadOf(d.entry, n)

@@ -90,6 +90,10 @@ func endedLost(e *runEnd, d *delivery, lost error) {
 // give-back, the entry's ack, a record) and returns what the router gets: the
 // handler's messages when the entry is done, an error when it goes back.
 func (m *Middleware) finish(d *delivery, le *lease.Lease, e runEnd) ([]*message.Message, error) {
+	if e.kind == endRan && d.hasEntry && m.batches(le) {
+		// Most such ends wait for their batch and send nothing: no timeout of their own.
+		return m.endInBatch(d, le, e.out)
+	}
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), 5*time.Second)
 	defer cancel()
 	switch e.kind {
@@ -166,9 +170,6 @@ func (m *Middleware) finishRan(cleanup context.Context, d *delivery, le *lease.L
 			d.log.get().Warn().Err(relErr).Msg("release failed; lease expires by its TTL")
 		}
 		return out, nil
-	}
-	if m.batches(le) {
-		return m.endInBatch(cleanup, d, le, out)
 	}
 	switch relErr := m.releaseHandingOff(cleanup, le, d.entry); {
 	case relErr == nil:
