@@ -3,14 +3,12 @@ package lockmw
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ymirflow/ymirflow/internal/redeliver"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -114,13 +112,10 @@ func (b *batch) close(ctx context.Context, m *Middleware) {
 	b.end()
 }
 
-// batches reports whether le's run ends through a batch: the middleware takes leases
-// ahead, its source tells the entries it hands over next, and le can be released in
-// a batch (standalone Redis, its own key alone).
+// batches reports whether le's run ends through a batch: the middleware batches, and
+// le can be released in a batch (standalone Redis, its own key alone).
 func (m *Middleware) batches(le *lease.Lease) bool {
-	_, peeks := m.cfg.Source.(Peeker)
-	_, lists := m.cfg.Source.(Waiter)
-	return m.takeAhead && peeks && lists && le.Batchable()
+	return m.batching && le.Batchable()
 }
 
 // endInBatch is finishRan for a lease that batches: the end waits for the batch when
@@ -164,7 +159,7 @@ func (m *Middleware) endInBatch(d *delivery, le *lease.Lease, out []*message.Mes
 // or none is read ahead: the next entry read then takes its lease with the ends that
 // wait (sendWithEntry), or the timer sends them.
 func (m *Middleware) nextTaken(cur Entry) bool {
-	id, _, ok := m.cfg.Source.(Peeker).Peek()
+	id, _, ok := m.peeker.Peek()
 	return !ok || (id != cur.ID && m.handoffs.has(id))
 }
 
@@ -175,7 +170,7 @@ func (m *Middleware) nextTaken(cur Entry) bool {
 // when its lease is taken in the same batch) holds: its lease must come after that
 // one's release.
 func (m *Middleware) aheadOf(cur Entry, n int, curIssue ...string) ([]lease.Next, []string) {
-	if _, _, ok := m.cfg.Source.(Peeker).Peek(); !ok {
+	if _, _, ok := m.peeker.Peek(); !ok {
 		return nil, nil // nothing read ahead, or the subscription is drained
 	}
 	ids, held := m.handoffs.issues()
@@ -184,7 +179,7 @@ func (m *Middleware) aheadOf(cur Entry, n int, curIssue ...string) ([]lease.Next
 	}
 	var nexts []lease.Next
 	var issues []string
-	for _, q := range m.cfg.Source.(Waiter).Waiting() {
+	for _, q := range m.waiter.Waiting() {
 		if q.ID == cur.ID || ids[q.ID] {
 			continue
 		}
@@ -306,23 +301,17 @@ var errGaveUp = errors.New("lockmw: batch not sent for a whole lease TTL")
 // alone. The ends that waited were settled with the source already. It returns an error (the entries stay pending) only when ctx ends first.
 func (m *Middleware) endLater(ctx context.Context, ends []lease.End, first error, log eventLog) error {
 	log.get().Warn().Err(first).Int("runs", len(ends)).Msg("batched release failed; retrying it before the entries are acked")
-	deadline := m.cfg.Now().Add(m.cfg.Locker.TTL())
-	for wait := 100 * time.Millisecond; m.cfg.Now().Before(deadline); wait = min(2*wait, time.Second) {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			log.get().Warn().Int("runs", len(ends)).Msg("shutting down before the batched release succeeded; entries left pending")
-			return fmt.Errorf("%w: %w", redeliver.ErrTransient, first)
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	expired, err := m.retryEnd(ctx, first, func(rctx context.Context) bool {
 		_, err := m.sendBatch(rctx, ends, nil)
-		cancel()
-		if err == nil {
-			log.get().Info().Int("runs", len(ends)).Msg("released and acked after retrying")
-			return nil
-		}
+		return err == nil
+	})
+	switch {
+	case err != nil:
+		log.get().Warn().Int("runs", len(ends)).Msg("shutting down before the batched release succeeded; entries left pending")
+		return err
+	case !expired:
+		log.get().Info().Int("runs", len(ends)).Msg("released and acked after retrying")
+		return nil
 	}
 	log.get().Warn().Err(errGaveUp).Dur("ttl", m.cfg.Locker.TTL()).Msg("the leases have expired by now; acking the entries alone")
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,33 +15,11 @@ import (
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
-// pauseCounter counts the pause checks a client sends (Pauses.Check's read of the
-// registry, pipelined or not).
-type pauseCounter struct {
-	reg string
-	n   atomic.Int64
-}
-
-func (c *pauseCounter) reads(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	return cmd.Name() == "hgetall" && len(args) > 1 && args[1] == c.reg
-}
-
-func (c *pauseCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *pauseCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if c.reads(cmd) {
-			c.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *pauseCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if slices.ContainsFunc(cmds, c.reads) {
-			c.n.Add(1)
-		}
-		return next(ctx, cmds)
+// pauseReads matches Pauses.Check's read of the registry reg: one pause check.
+func pauseReads(reg string) func(redis.Cmder) bool {
+	return func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		return cmd.Name() == "hgetall" && len(args) > 1 && args[1] == reg
 	}
 }
 
@@ -62,7 +39,7 @@ func (o lostSignal) Lost(agent string, _ error) {
 
 // newPauseBatchEnv is newBatchEnv with the pauses configured (as every worker has
 // them), every run quick, and the pause checks counted.
-func newPauseBatchEnv(t *testing.T, obs lease.Observer, issues ...string) (*batchEnv, *pauseCounter) {
+func newPauseBatchEnv(t *testing.T, obs lease.Observer, issues ...string) (*batchEnv, *cmdCounter) {
 	t.Helper()
 	e := newBatchEnv(t, issues...)
 	l, err := lease.New(e.l.Client(), lease.Options{Scope: e.ns, Observer: obs})
@@ -70,7 +47,7 @@ func newPauseBatchEnv(t *testing.T, obs lease.Observer, issues ...string) (*batc
 		t.Fatal(err)
 	}
 	e.l = l
-	pc := &pauseCounter{reg: l.Pauses().Keys().Reg}
+	pc := &cmdCounter{match: pauseReads(l.Pauses().Keys().Reg)}
 	l.Client().(*redis.Client).AddHook(pc)
 	e.mw, err = lockmw.NewMiddleware(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "triage", Source: e.src,
 		MaxIdleTime: time.Hour, OnConflict: recordTo(e.ns + "results"), Pauses: l.Pauses()})

@@ -2,6 +2,7 @@ package lockmw_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,22 +61,33 @@ func (q *queueSource) Waiting() []lockmw.Waiting {
 	return append([]lockmw.Waiting(nil), q.queue...)
 }
 
-// scriptCounter counts the scripts a client sends (EVALSHA and EVAL): the round trips
-// of the lease.
-type scriptCounter struct{ n atomic.Int64 }
+// cmdCounter counts the round trips a client sends with a command match takes: alone,
+// or anywhere in a pipeline (one round trip).
+type cmdCounter struct {
+	match func(redis.Cmder) bool
+	n     atomic.Int64
+}
 
-func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		if c.match(cmd) {
 			c.n.Add(1)
 		}
 		return next(ctx, cmd)
 	}
 }
-func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, c.match) {
+			c.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }
+
+// isScript matches the scripts (EVALSHA and EVAL): the lease's round trips.
+func isScript(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" || cmd.Name() == "eval" }
 
 // batchEnv is a middleware whose source holds entries of the given issues, read into
 // group g for consumer c, and whose locker's client counts its scripts.
@@ -85,7 +97,7 @@ type batchEnv struct {
 	l       *lease.Locker
 	src     *queueSource
 	mw      *lockmw.Middleware
-	scripts *scriptCounter
+	scripts *cmdCounter
 	ids     []string
 }
 
@@ -95,7 +107,7 @@ func newBatchEnv(t *testing.T, issues ...string) *batchEnv {
 	ctx := context.Background()
 	counted := redis.NewClient(rdb.Options())
 	t.Cleanup(func() { _ = counted.Close() })
-	e := &batchEnv{rdb: rdb, ns: ns, l: locker(t, counted, ns), scripts: &scriptCounter{}}
+	e := &batchEnv{rdb: rdb, ns: ns, l: locker(t, counted, ns), scripts: &cmdCounter{match: isScript}}
 	counted.AddHook(e.scripts)
 	e.src = &queueSource{stream: ns + "s", settled: map[string]bool{}}
 	rdb.XGroupCreateMkStream(ctx, e.src.stream, "g", "$")
@@ -147,10 +159,7 @@ func (e *batchEnv) settledAll(t *testing.T) {
 // runs, every entry is acked after its release, and no lease is left.
 func TestQuickRunsEndInBatches(t *testing.T) {
 	t.Parallel()
-	issues := make([]string, 24)
-	for i := range issues {
-		issues[i] = "RHEL-" + strconv.Itoa(i+1)
-	}
+	issues := rhel(24)
 	e := newBatchEnv(t, issues...)
 	ran := e.run(t)
 	if len(ran) != len(issues) {

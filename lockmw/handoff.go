@@ -149,11 +149,10 @@ func (h *handoffs) close() []ahead {
 // next names the lease to take ahead for the entry the subscription delivers after
 // cur, if it is known, and its canonical issue.
 func (m *Middleware) next(cur Entry) (lease.Next, string, bool) {
-	pk, ok := m.cfg.Source.(Peeker)
-	if !ok || !m.takeAhead {
+	if m.peeker == nil || !m.takeAhead {
 		return lease.Next{}, "", false
 	}
-	id, raw, ok := pk.Peek()
+	id, raw, ok := m.peeker.Peek()
 	if !ok || id == cur.ID || raw == "" {
 		return lease.Next{}, "", false
 	}

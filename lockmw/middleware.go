@@ -219,6 +219,12 @@ type Middleware struct {
 	// taken ahead (Drop, Delay) and no shared scope is held, so the hand-off may take
 	// the next entry's lease.
 	drain, takeAhead bool
+	// peeker and waiter are the Source's, when it is one (nil otherwise); batching:
+	// takeAhead, with a source that names both the next entry and all it read ahead,
+	// so quick runs end in batches (batch.go).
+	peeker   Peeker
+	waiter   Waiter
+	batching bool
 	// lines: some rule is Wait, so a key may have a line: every lease's release hands
 	// the key to its head (lease.AcquireOptions.LineHold).
 	lines bool
@@ -272,6 +278,9 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	m := &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
 		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared() && cfg.Limits.Empty(),
 		lines: cfg.Policies.Uses(Wait), quick: batchQuick, flushAfter: batchFlushAfter, sendBatch: cfg.Locker.HandoffBatch}
+	m.peeker, _ = cfg.Source.(Peeker)
+	m.waiter, _ = cfg.Source.(Waiter)
+	m.batching = m.takeAhead && m.peeker != nil && m.waiter != nil
 	m.batch.life, m.batch.end = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -511,8 +520,7 @@ func (m *Middleware) runUnder(h message.HandlerFunc, d *delivery, le *lease.Leas
 // recorded as superseded exactly as if the newer event had met it from another
 // consumer. It returns the function that stops the watch.
 func (m *Middleware) watchWaiting(msg *message.Message, le *lease.Lease, entry Entry, hasEntry bool) func() {
-	w, ok := m.cfg.Source.(Waiter)
-	if !ok || !hasEntry || m.rule(msg).Policy != Supersede {
+	if m.waiter == nil || !hasEntry || m.rule(msg).Policy != Supersede {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -527,7 +535,7 @@ func (m *Middleware) watchWaiting(msg *message.Message, le *lease.Lease, entry E
 				return
 			case <-t.C:
 			}
-			for _, q := range w.Waiting() {
+			for _, q := range m.waiter.Waiting() {
 				if streamid.Compare(q.ID, entry.ID) <= 0 || m.policyOf(q.EventType) != Supersede {
 					continue
 				}
@@ -555,38 +563,57 @@ func (m *Middleware) policyOf(eventType string) Policy {
 // (the entry stays pending) only when ctx ends first, at shutdown.
 func (m *Middleware) releaseLater(ctx context.Context, le *lease.Lease, entry Entry, first error, log eventLog) error {
 	log.get().Warn().Err(first).Msg("release failed; retrying it before the entry is acked")
-	deadline := m.cfg.Now().Add(le.Locker().TTL())
-	wait := 100 * time.Millisecond
-	for m.cfg.Now().Before(deadline) {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			log.get().Warn().Msg("shutting down before the release succeeded; entry left pending")
-			return fmt.Errorf("%w: %w", redeliver.ErrTransient, first)
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Second)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	expired, err := m.retryEnd(ctx, first, func(rctx context.Context) bool {
 		var err error
 		if le.Waits() {
 			err = m.finishWaiting(rctx, le, entry)
 		} else {
 			_, err = le.ReleaseWith(rctx, m.ack(rctx, entry))
 		}
-		cancel()
 		switch {
 		case err == nil:
 			m.cfg.Source.Settle(entry)
 			log.get().Info().Msg("released and acked after retrying")
-			return nil
+			return true
 		case errors.Is(err, lease.ErrAfterRelease):
 			log.get().Warn().Err(err).Msg("lease released, its ack failed; the subscriber retries the ack")
-			return nil
+			return true
+		}
+		return false
+	})
+	switch {
+	case err != nil:
+		log.get().Warn().Msg("shutting down before the release succeeded; entry left pending")
+		return err
+	case expired:
+		log.get().Warn().Dur("ttl", le.Locker().TTL()).Msg("release failed for a whole TTL: the lease has expired by now; the subscriber acks the entry")
+	}
+	return nil
+}
+
+// retryEnd is the retry loop of an end whose release failed (Redis unreachable): it
+// calls try every second at most (from 100 ms on, doubling), each call with 5 s of its
+// own, until try reports done or a lease TTL has passed (expired: the keys are gone by
+// themselves). When ctx ends first it returns first, wrapped as transient: the entries
+// stay pending.
+func (m *Middleware) retryEnd(ctx context.Context, first error, try func(context.Context) bool) (expired bool, err error) {
+	deadline := m.cfg.Now().Add(m.cfg.Locker.TTL())
+	for wait := 100 * time.Millisecond; m.cfg.Now().Before(deadline); wait = min(2*wait, time.Second) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, fmt.Errorf("%w: %w", redeliver.ErrTransient, first)
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		done := try(rctx)
+		cancel()
+		if done {
+			return false, nil
 		}
 	}
-	log.get().Warn().Dur("ttl", le.Locker().TTL()).Msg("release failed for a whole TTL: the lease has expired by now; the subscriber acks the entry")
-	return nil
+	return true, nil
 }
 
 // acquire takes the event's lease in a round trip of its own (no lease was taken ahead

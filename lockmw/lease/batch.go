@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The batched hand-off: while runs are short, the round trip of every event's end is
@@ -165,19 +167,29 @@ func (l *Locker) batchArgs(ends []End, acqs []*acquisition, bp batchPause) ([]an
 	return args, nkeys
 }
 
-// endBatch reads the ends' part of a batch's reply: a lease whose key was no longer
-// its own tells its newer holder, and a published follow-up is noted.
+// endBatch reads the ends' part of a batch's reply: the leases whose keys were no
+// longer their own tell their newer holders they stopped (one pipeline for all), and a
+// published follow-up is noted.
 func (l *Locker) endBatch(ctx context.Context, ends []End, res []any) error {
 	if len(res) < 3*len(ends) {
 		return fmt.Errorf("unexpected reply %v", res)
 	}
+	var pipe redis.Pipeliner
 	for i, e := range ends {
 		le := e.Lease
 		if atoi(res[3*i]) != 1 {
-			le.stopped(ctx)
+			if pipe == nil {
+				pipe = l.rdb.Pipeline()
+			}
+			pipe.HDel(ctx, le.keys.Stop, le.token) // as Lease.stopped
 		}
 		if id, _ := res[3*i+2].(string); id != "" {
 			le.requeued.Store(id)
+		}
+	}
+	if pipe != nil {
+		if _, err := pipe.Exec(ctx); err != nil {
+			l.opts.Logger.Warn().Err(err).Msg("could not tell newer holders that batched runs stopped; they wait for those leases' expiry")
 		}
 	}
 	return nil
