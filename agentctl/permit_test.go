@@ -90,3 +90,49 @@ func TestPermitsRefuseBadNames(t *testing.T) {
 		t.Error("a rate of 0 accepted")
 	}
 }
+
+// Agents are served in the order they asked: of two sharing 10/s, one that comes back
+// 30 ms after the other each time (a slower process, a busier machine) still gets its
+// half. Were each caller to poll for the next free slot, the prompt one would take
+// every slot and the slower one none.
+func TestPermitsServeInTurn(t *testing.T) {
+	ctx := context.Background()
+	_, ns := redistest.Client(t)
+	lags := []time.Duration{0, 30 * time.Millisecond}
+	grants := make([]int, len(lags))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, lag := range lags {
+		opts, _ := redis.ParseURL(redistest.URL())
+		c := redis.NewClient(opts)
+		t.Cleanup(func() { _ = c.Close() })
+		p, err := agentctl.NewRedisPermits(c, ns, map[string]agentctl.Rate{"llm:x": {PerSecond: 10, Burst: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < 3*time.Second {
+				wait, err := p.Allow(ctx, "llm:x")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if wait == 0 {
+					grants[i]++
+				}
+				time.Sleep(wait + lag)
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	total := grants[0] + grants[1]
+	if limit := int(10*took.Seconds()) + 2; total > limit || total < 15 {
+		t.Fatalf("%v permits in %s, want at most %d (10/s) and most of them", grants, took, limit)
+	}
+	if grants[1] < total/3 {
+		t.Errorf("grants %v: the agent 30 ms slower got %d of %d, want about half", grants, grants[1], total)
+	}
+}

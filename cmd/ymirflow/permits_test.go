@@ -19,7 +19,8 @@ const permitRate, permitBurst = 5, 1
 // every window of a second; one of them SIGKILLed mid-way changes nothing for the
 // others (they go on, within the same limit); a 429 that one agent reports (throttled,
 // Retry-After 2 s) pauses all of them for that long, then halves their rate. The fake
-// LLM's log of calls stands for the grants: each call follows its permit at once.
+// LLM's log of calls stands for the grants: each call follows its permit at once. The
+// permits go in turn: each agent has its share, however much slower than the others.
 func TestPermitsThreeWorkerProcesses(t *testing.T) {
 	// Not parallel: it runs its own processes and times their calls.
 	const issue = "RHEL-962"
@@ -49,6 +50,9 @@ func TestPermitsThreeWorkerProcesses(t *testing.T) {
 	// Steady: the three share 5/s.
 	steady := time.Now()
 	sleepUntil(steady.Add(3 * time.Second))
+	// In turn: each of the three had about a third of the 15 permits (the permits are
+	// booked in the order asked, so none is passed over for being a little slower).
+	steadyCalls := callers(steady)
 	// One is SIGKILLed mid-way: the two others go on.
 	killed := time.Now()
 	if err := workers["rebase"].cmd.Process.Kill(); err != nil {
@@ -57,6 +61,12 @@ func TestPermitsThreeWorkerProcesses(t *testing.T) {
 	workers["rebase"].exit(10 * time.Second)
 	sleepUntil(killed.Add(2500 * time.Millisecond))
 	after := callers(killed.Add(100 * time.Millisecond))
+	for _, agent := range []string{"triage", "rebase", "backport"} {
+		if steadyCalls[agent] < 3 {
+			t.Errorf("calls in the steady 3 s: %v, want each agent about 5 (in turn)", steadyCalls)
+			break
+		}
+	}
 	if after["triage"] == 0 || after["backport"] == 0 || after["rebase"] != 0 {
 		t.Errorf("calls after the SIGKILL of rebase's worker: %v, want triage and backport going on", after)
 	}
