@@ -136,3 +136,45 @@ func TestPermitsServeInTurn(t *testing.T) {
 		t.Errorf("grants %v: the agent 30 ms slower got %d of %d, want about half", grants, grants[1], total)
 	}
 }
+
+// A slot booked before a 429 is not used: its caller is told to wait (the pause), not
+// granted in the middle of it. And no caller is made to wait more than MaxPermitWait:
+// past it, none is booked and the caller is told when to ask again.
+func TestPermitBookedBefore429AndHorizon(t *testing.T) {
+	ctx := context.Background()
+	rdb, ns := redistest.Client(t)
+	p, err := agentctl.NewRedisPermits(rdb, ns, map[string]agentctl.Rate{"llm:x": {PerSecond: 1}, "llm:y": {PerSecond: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait, err := p.Allow(ctx, "llm:x"); wait != 0 || err != nil {
+		t.Fatalf("first permit: wait %s, %v", wait, err)
+	}
+	got := make(chan time.Duration, 1)
+	go func() {
+		wait, err := p.Allow(ctx, "llm:x") // books the slot a second from now
+		if err != nil {
+			t.Error(err)
+		}
+		got <- wait
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := p.Throttle(ctx, "llm:x", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if wait := <-got; wait < time.Second {
+		t.Errorf("a slot booked before the 429, a second later: wait %s, want the rest of the 2 s pause", wait)
+	}
+
+	// llm:y at 1/s: book MaxPermitWait's worth (each caller gives up its slot at once).
+	for i := 0; i <= int(agentctl.MaxPermitWait/time.Second); i++ {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, _ = p.Allow(cctx, "llm:y")
+		cancel()
+	}
+	start := time.Now()
+	wait, err := p.Allow(ctx, "llm:y")
+	if err != nil || wait <= 0 || time.Since(start) > time.Second {
+		t.Errorf("past %s of booked permits: wait %s (%v) after %s, want a wait at once", agentctl.MaxPermitWait, wait, err, time.Since(start))
+	}
+}
