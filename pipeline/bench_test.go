@@ -29,9 +29,11 @@ import (
 // than wall time. Run both in one go to get the ratio:
 //
 //	go test -run '^$' -bench 'Router(Bare|Locked)$' -benchtime 3000x -count 3 -benchmem ./pipeline/
+//
+// BENCH_READ_BATCH=N gives both routers that ReadBatch (default DefaultReadBatch).
 
 // BenchmarkRouterBare: a stock Watermill router on the same subscriber as NewRouter's
-// (subscriber.Subscriber, ReadBatch DefaultReadBatch), no middleware, no lease.
+// (subscriber.Subscriber, its ReadBatch), no middleware, no lease.
 func BenchmarkRouterBare(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	rdb := srv.Client()
@@ -65,7 +67,7 @@ func BenchmarkRouterLocked(b *testing.B) {
 	var n atomic.Int64
 	done, gate := make(chan struct{}), make(chan struct{})
 	r, err := NewRouter(RouterConfig{Client: rdb, ClientOptions: opts, Topology: topo, Agent: "triage", Consumer: "bench",
-		BlockTime: 100 * time.Millisecond, Locker: locker,
+		BlockTime: 100 * time.Millisecond, Locker: locker, ReadBatch: benchReadBatch(),
 		Handler: func(*message.Message) error { return count(&n, b.N, gate, done) }})
 	if err != nil {
 		b.Fatal(err)
@@ -80,7 +82,7 @@ func benchSubscriber(b *testing.B, addr string, block time.Duration) *subscriber
 	b.Cleanup(func() { _ = client.Close() })
 	sub, err := subscriber.New(subscriber.Config{Client: client, Group: "triage", Consumer: "bench-0",
 		Unmarshaller: event.Marshaller{}, BlockTime: block, ClaimInterval: DefaultClaimInterval,
-		MaxIdleTime: DefaultMaxIdleTime, ReadBatch: DefaultReadBatch})
+		MaxIdleTime: DefaultMaxIdleTime, ReadBatch: benchReadBatch()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -322,4 +324,13 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(at(0.50), "p50-µs")
 	b.ReportMetric(at(0.99), "p99-µs")
 	b.ReportMetric(0, "ns/op")
+}
+
+// benchReadBatch is both routers' ReadBatch: BENCH_READ_BATCH, else DefaultReadBatch
+// (docs/architecture.md, "Batched ends": the ratio per read batch).
+func benchReadBatch() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_READ_BATCH")); err == nil {
+		return n
+	}
+	return DefaultReadBatch
 }
