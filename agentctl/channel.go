@@ -317,6 +317,10 @@ func (c *Channel) permit(ctx context.Context, req Request) (Answer, error) {
 		return Answer{Status: StatusGranted}, nil
 	}
 	wait, err := c.permits.Allow(ctx, req.Upstream)
+	if err != nil && ctx.Err() != nil {
+		// The run ended while its agent waited for its turn: nothing failed.
+		return Answer{Status: StatusUnavailable, Reason: "the run is ending"}, nil
+	}
 	if err != nil {
 		return Answer{}, err
 	}

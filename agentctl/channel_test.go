@@ -2,6 +2,7 @@ package agentctl_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/ymirflow/ymirflow/agentctl"
 )
@@ -148,3 +151,56 @@ func TestChannelSupersededRefusedAndVoidAtEnd(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// A permit's answer waits for the agent's turn, and the run's end ends that wait: the
+// agent is answered at once, "unavailable", and the channel closes.
+func TestChannelPermitWaitEndsWithTheRun(t *testing.T) {
+	w := newWorld(t, agentctl.Budgets{}, time.Minute)
+	_, run := w.acquire(t, "triage", "RHEL-23")
+	p, err := agentctl.NewRedisPermits(w.rdb, w.ns, map[string]agentctl.Rate{"llm:x": {PerSecond: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer // read once Serve has returned
+	ch := w.ledger.Open(run, agentctl.ChannelOptions{Permits: p, Logger: zerolog.New(&logged)})
+	ours, theirs := net.Pipe()
+	t.Cleanup(func() { _ = theirs.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ch.Serve(ctx, ours); _ = ours.Close() }()
+	r := bufio.NewReader(theirs)
+	f := `"fence":` + itoa(run.Fence)
+	if a := ask(t, theirs, r, `{"id":"1","op":"permit",`+f+`,"seq":1,"upstream":"llm:x"}`); a.Status != agentctl.StatusGranted {
+		t.Fatalf("first permit: %+v", a)
+	}
+	answered := make(chan agentctl.Answer, 1)
+	go func() {
+		var a agentctl.Answer
+		if _, err := theirs.Write([]byte(`{"id":"2","op":"permit",` + f + `,"seq":2,"upstream":"llm:x"}` + "\n")); err == nil {
+			if raw, err := r.ReadBytes('\n'); err == nil {
+				_ = json.Unmarshal(raw, &a)
+			}
+		}
+		answered <- a
+	}()
+	time.Sleep(100 * time.Millisecond) // the second waits for its turn, a second away
+	select {
+	case a := <-answered:
+		t.Fatalf("second permit answered before its turn: %+v", a)
+	default:
+	}
+	ended := time.Now()
+	cancel()
+	if a := <-answered; a.Status != agentctl.StatusUnavailable {
+		t.Errorf("permit waiting when the run ended: %+v, want unavailable", a)
+	}
+	if took := time.Since(ended); took > 500*time.Millisecond {
+		t.Errorf("answered %s after the run ended, want at once (its turn was a second away)", took)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the channel ended with %v", err)
+	}
+	if strings.Contains(logged.String(), `"level":"warn"`) {
+		t.Errorf("the run's end was logged as a failure: %s", logged.String())
+	}
+}
