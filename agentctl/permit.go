@@ -57,7 +57,7 @@ type RedisPermits struct {
 // NewRedisPermits returns the limiter of rates under prefix (e.g. "ymir:").
 func NewRedisPermits(rdb redis.UniversalClient, prefix string, rates map[string]Rate) (*RedisPermits, error) {
 	for name, r := range rates {
-		if !upstreamRe.MatchString(name) || r.PerSecond < 1 || r.Burst < 0 {
+		if !validUpstream(name) || r.PerSecond < 1 || r.Burst < 0 {
 			return nil, fmt.Errorf("agentctl: permit %q: want jira, gitlab or llm:<model> at 1 or more a second", name)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 )
 
 // Ops an agent may send.
@@ -47,11 +48,25 @@ const (
 	maxID      = 64
 )
 
+// The shapes of a model name, an upstream and a request id. The lengths are checked
+// apart from the patterns: a counted repetition ({0,99}) compiles into as many copies
+// of its class, which every command paid for at start (≈ 1.5 ms, 3 000 allocations).
 var (
-	modelRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,99}$`)
-	upstreamRe = regexp.MustCompile(`^(jira|gitlab|llm:[A-Za-z0-9][A-Za-z0-9._:/@-]{0,99})$`)
-	idRe       = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+	modelChars = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]*$`)
+	idChars    = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
 )
+
+// validModel: a letter or digit, then letters, digits and ._:/@-, 100 at most.
+func validModel(s string) bool { return len(s) <= 100 && modelChars.MatchString(s) }
+
+// validUpstream: jira, gitlab or llm:<model>.
+func validUpstream(s string) bool {
+	m, llm := strings.CutPrefix(s, "llm:")
+	return s == "jira" || s == "gitlab" || llm && validModel(m)
+}
+
+// validID: 1 to 64 letters, digits and ._:-.
+func validID(s string) bool { return len(s) <= maxID && idChars.MatchString(s) }
 
 // ErrBadRequest is an invalid request: its text says which field and why.
 var ErrBadRequest = errors.New("bad request")
@@ -100,7 +115,7 @@ func ParseRequest(line []byte, fence int64) (Request, error) {
 	if err := dec.Decode(&r); err != nil {
 		return Request{}, fmt.Errorf("%w: not a request object: %w", ErrBadRequest, err)
 	}
-	if !idRe.MatchString(r.ID) {
+	if !validID(r.ID) {
 		return r, fmt.Errorf("%w: \"id\" must be 1 to %d of [A-Za-z0-9._:-]", ErrBadRequest, maxID)
 	}
 	if r.Fence != fence {
@@ -115,7 +130,7 @@ func ParseRequest(line []byte, fence int64) (Request, error) {
 func (r Request) validateOp() error {
 	switch r.Op {
 	case OpUsage:
-		if !modelRe.MatchString(r.Model) {
+		if !validModel(r.Model) {
 			return fmt.Errorf("%w: \"model\" must be 1 to 100 of [A-Za-z0-9._:/@-]", ErrBadRequest)
 		}
 		if r.TokensIn < 0 || r.TokensIn > maxTokens || r.TokensOut < 0 || r.TokensOut > maxTokens {
@@ -133,7 +148,7 @@ func (r Request) validateOp() error {
 		}
 		return nil
 	case OpPermit, OpThrottled:
-		if !upstreamRe.MatchString(r.Upstream) {
+		if !validUpstream(r.Upstream) {
 			return fmt.Errorf("%w: \"upstream\" must be jira, gitlab or llm:<model>", ErrBadRequest)
 		}
 		if r.RetryAfterMS < 0 || r.RetryAfterMS > 3_600_000 {

@@ -19,7 +19,7 @@ import (
 //go:embed scripts/handoff_batch.lua
 var handoffBatchLua string
 
-var handoffBatchScript = newScript(leaseLua + handoffBatchLua)
+var handoffBatchScript = newScript(leaseLua, handoffBatchLua)
 
 // maxBatchAgo bounds how far back a batch dates a release (End.EndedAt): a run that
 // ended longer ago than this is dated this far back, never earlier.

@@ -312,7 +312,7 @@ func (le *Lease) extendOwn(ctx context.Context) (bool, error) {
 		return n == 1, err
 	}
 	cmds, err := le.pipelined(ctx, keys, func(pipe redis.Pipeliner, script func(*redis.Script) *redis.Cmd) {
-		script(extendScript.Script)
+		script(extendScript.Script())
 		le.onBeat(ctx, pipe)
 	}, le.l.opts.TTL.Milliseconds(), nslots)
 	if err != nil {

@@ -32,10 +32,10 @@ var (
 	//go:embed scripts/release_line_shared.lua
 	releaseLineSharedLua string
 
-	acquireOrWaitScopedScript = newScript(leaseLua + lineLua + lineScopedLua + acquireOrWaitScopedLua)
-	releaseLineScopedScript   = newScript(leaseLua + lineLua + lineScopedLua + releaseLineScopedLua)
-	lineWakeScopedScript      = newScript(leaseLua + lineLua + lineScopedLua + lineWakeScopedLua)
-	releaseLineSharedScript   = newScript(leaseLua + lineLua + lineScopedLua + releaseLineSharedLua)
+	acquireOrWaitScopedScript = newScript(leaseLua, lineLua, lineScopedLua, acquireOrWaitScopedLua)
+	releaseLineScopedScript   = newScript(leaseLua, lineLua, lineScopedLua, releaseLineScopedLua)
+	lineWakeScopedScript      = newScript(leaseLua, lineLua, lineScopedLua, lineWakeScopedLua)
+	releaseLineSharedScript   = newScript(leaseLua, lineLua, lineScopedLua, releaseLineSharedLua)
 )
 
 // errWaitShared refuses a wait acquire with more than one shared key: the line is on

@@ -66,7 +66,7 @@ func plantScripts(t *testing.T, plants ...plant) map[string]string {
 	t.Helper()
 	builds := scriptBuilds()
 	for _, b := range builds {
-		if b.src() != b.s.src {
+		if b.src() != (*b.s).load().src {
 			t.Fatalf("scriptBuilds is out of date: %s is not built as the package builds it", b.name)
 		}
 	}
@@ -87,7 +87,7 @@ func plantScripts(t *testing.T, plants ...plant) map[string]string {
 	changed := map[string]string{}
 	for i, b := range builds {
 		before[i] = *b.s
-		if src := b.src(); src != b.s.src {
+		if src := b.src(); src != (*b.s).load().src {
 			*b.s = newScript(src)
 			changed[b.name] = src
 		}

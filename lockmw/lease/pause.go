@@ -44,8 +44,8 @@ var (
 	//go:embed scripts/resume.lua
 	resumeLua string
 
-	parkScript   = newScript(pauseLua + parkLua)
-	resumeScript = newScript(pauseLua + resumeLua)
+	parkScript   = newScript(pauseLua, parkLua)
+	resumeScript = newScript(pauseLua, resumeLua)
 )
 
 // MetaParkedFrom names, on the copy of a parked event that a resume appended to its

@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	_ "embed"
+	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -46,31 +48,62 @@ var (
 	//go:embed scripts/unlock_shared.lua
 	unlockSharedLua string
 
-	acquireScript          = newScript(leaseLua + acquireLua)
-	acquireScopedScript    = newScript(leaseLua + acquireScopedLua)
-	handoffScript          = newScript(leaseLua + handoffLua)
-	acquireOrQueueScript   = newScript(leaseLua + acquireOrQueueLua)
-	acquireOrDeliverScript = newScript(leaseLua + acquireOrDeliverLua)
+	acquireScript          = newScript(leaseLua, acquireLua)
+	acquireScopedScript    = newScript(leaseLua, acquireScopedLua)
+	handoffScript          = newScript(leaseLua, handoffLua)
+	acquireOrQueueScript   = newScript(leaseLua, acquireOrQueueLua)
+	acquireOrDeliverScript = newScript(leaseLua, acquireOrDeliverLua)
 	mailboxDoneScript      = newScript(mailboxDoneLua)
 	extendScript           = newScript(extendLua)
-	releaseScript          = newScript(leaseLua + releaseLua)
+	releaseScript          = newScript(leaseLua, releaseLua)
 	forceReleaseScript     = newScript(forceReleaseLua)
-	acquireOrSupersede     = newScript(leaseLua + acquireOrSupersedeLua)
-	stopWaitScript         = newScript(leaseLua + stopWaitLua)
-	acquireSharedScript    = newScript(leaseLua + acquireSharedLua)
-	unlockSharedScript     = newScript(leaseLua + unlockSharedLua)
+	acquireOrSupersede     = newScript(leaseLua, acquireOrSupersedeLua)
+	stopWaitScript         = newScript(leaseLua, stopWaitLua)
+	acquireSharedScript    = newScript(leaseLua, acquireSharedLua)
+	unlockSharedScript     = newScript(leaseLua, unlockSharedLua)
 )
 
-// script is a Lua script with the second argument of its EVALSHA (the digest) and of
-// its EVAL (the source) boxed once, for runScript.
-type script struct {
-	*redis.Script
+// script is a Lua script put together (its parts joined) and hashed on first use, not
+// at package initialisation: the sources are ≈ 1 MB in all, and a command that runs
+// none (the CLI's version, history) should not pay for them at start. The second
+// argument of its EVALSHA (the digest) and of its EVAL (the source) are boxed once,
+// for runScript.
+type script = *lazyScript
+
+type lazyScript struct {
+	once     sync.Once
+	parts    []string
+	s        *redis.Script
 	sha, src any
 }
 
-func newScript(src string) script {
-	s := redis.NewScript(src)
-	return script{Script: s, sha: s.Hash(), src: src}
+func newScript(parts ...string) script { return &lazyScript{parts: parts} }
+
+func (l *lazyScript) load() *lazyScript {
+	l.once.Do(func() {
+		src := strings.Join(l.parts, "")
+		l.s = redis.NewScript(src)
+		l.sha, l.src, l.parts = l.s.Hash(), src, nil
+	})
+	return l
+}
+
+// Script is the go-redis script.
+func (l *lazyScript) Script() *redis.Script { return l.load().s }
+
+// Run is Script.Run: EVALSHA, and EVAL if the server lost the script.
+func (l *lazyScript) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	return l.load().s.Run(ctx, c, keys, args...)
+}
+
+// EvalSha is Script.EvalSha.
+func (l *lazyScript) EvalSha(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	return l.load().s.EvalSha(ctx, c, keys, args...)
+}
+
+// Eval is Script.Eval.
+func (l *lazyScript) Eval(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	return l.load().s.Eval(ctx, c, keys, args...)
 }
 
 // runScript is Script.Run (EVALSHA, and EVAL if the server lost the script) for
@@ -79,6 +112,7 @@ func newScript(src string) script {
 // boxes each (an allocation apiece) on every call; the lease's hot path (acquire,
 // handoff, release) builds one slice and passes its strings by pointer.
 func runScript(ctx context.Context, rdb Client, s script, nkeys int, args []any) *redis.Cmd {
+	s.load()
 	args[0], args[1], args[2] = "evalsha", s.sha, nkeys
 	cmd := scriptCmd(ctx, nkeys, args)
 	_ = rdb.Process(ctx, cmd)

@@ -35,26 +35,26 @@ const (
 	slotsReleaseTail = "local r = lease_body()\nif r[1] ~= 3 then slots_release() end\nreturn r\n"
 )
 
-// withSlots are the combined scripts, by the sha of the lease script they wrap.
-var withSlots map[any]script
+// withSlots are the combined scripts, by the lease script they wrap.
+var withSlots map[script]script
 
 func init() { buildSlotScripts() }
 
 // buildSlotScripts builds withSlots (again, after a test planted a defect in a source).
 func buildSlotScripts() {
 	wrap := func(prefix, body, tail string) script {
-		return newScript(prefix + slotsLua + slotsLeaseLua + "local function lease_body()\n" + body + "\nend\n" + tail)
+		return newScript(prefix, slotsLua, slotsLeaseLua, "local function lease_body()\n", body, "\nend\n", tail)
 	}
-	withSlots = map[any]script{
-		acquireScript.sha:             wrap(leaseLua, acquireLua, slotsAcquireTail),
-		acquireScopedScript.sha:       wrap(leaseLua, acquireScopedLua, slotsAcquireTail),
-		acquireOrQueueScript.sha:      wrap(leaseLua, acquireOrQueueLua, slotsAcquireTail),
-		acquireOrDeliverScript.sha:    wrap(leaseLua, acquireOrDeliverLua, slotsAcquireTail),
-		acquireOrSupersede.sha:        wrap(leaseLua, acquireOrSupersedeLua, slotsAcquireTail),
-		acquireOrWaitScript.sha:       wrap(leaseLua+lineLua, acquireOrWaitLua, slotsAcquireTail),
-		acquireOrWaitScopedScript.sha: wrap(leaseLua+lineLua+lineScopedLua, acquireOrWaitScopedLua, slotsAcquireTail),
-		releaseScript.sha:             wrap(leaseLua, releaseLua, slotsReleaseTail),
-		handoffScript.sha:             wrap(leaseLua, handoffLua, slotsReleaseTail),
+	withSlots = map[script]script{
+		acquireScript:             wrap(leaseLua, acquireLua, slotsAcquireTail),
+		acquireScopedScript:       wrap(leaseLua, acquireScopedLua, slotsAcquireTail),
+		acquireOrQueueScript:      wrap(leaseLua, acquireOrQueueLua, slotsAcquireTail),
+		acquireOrDeliverScript:    wrap(leaseLua, acquireOrDeliverLua, slotsAcquireTail),
+		acquireOrSupersede:        wrap(leaseLua, acquireOrSupersedeLua, slotsAcquireTail),
+		acquireOrWaitScript:       wrap(leaseLua+lineLua, acquireOrWaitLua, slotsAcquireTail),
+		acquireOrWaitScopedScript: wrap(leaseLua+lineLua+lineScopedLua, acquireOrWaitScopedLua, slotsAcquireTail),
+		releaseScript:             wrap(leaseLua, releaseLua, slotsReleaseTail),
+		handoffScript:             wrap(leaseLua, handoffLua, slotsReleaseTail),
 	}
 }
 
@@ -139,7 +139,7 @@ func (s *leaseSlots) releaseParts() ([]string, []any) {
 func (s *leaseSlots) run(ctx context.Context, rdb Client, sc script, keys []string, args []any) ([]any, error) {
 	keys = append(append(make([]string, 0, len(keys)+len(s.keys)), keys...), s.keys...)
 	args = append(append(make([]any, 0, len(args)+len(s.args)), args...), s.args...)
-	res, err := withSlots[sc.sha].Run(ctx, rdb, keys, args...).Slice()
+	res, err := withSlots[sc].Run(ctx, rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (s *leaseSlots) withReleaseSlots(sc script, nkeys int, args []any) (script,
 		out = append(out, k)
 	}
 	out = append(out, args[3+nkeys:]...)
-	return withSlots[sc.sha], nkeys + len(keys), append(out, sargs...)
+	return withSlots[sc], nkeys + len(keys), append(out, sargs...)
 }
 
 // Slots are the limit keys whose slots the lease holds (AcquireOptions.Slots), none
