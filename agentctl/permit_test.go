@@ -40,6 +40,20 @@ func hammer(ctx context.Context, ps []*agentctl.RedisPermits, upstream string, d
 	return grants.Load(), time.Since(start)
 }
 
+// workerPermits is one worker's limiter of llm:x at rate, on a Redis connection of
+// its own.
+func workerPermits(t *testing.T, ns string, rate agentctl.Rate) *agentctl.RedisPermits {
+	t.Helper()
+	opts, _ := redis.ParseURL(redistest.URL())
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	p, err := agentctl.NewRedisPermits(c, ns, map[string]agentctl.Rate{"llm:x": rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // Limiters of three workers (each its own Redis connection) asking for llm:x limited to
 // 5/s stay within it combined; a 429 reported through one pauses all of them, then
 // halves their rate.
@@ -48,14 +62,7 @@ func TestPermitsSharedAndShrinkOn429(t *testing.T) {
 	_, ns := redistest.Client(t)
 	var ps []*agentctl.RedisPermits
 	for range 3 {
-		opts, _ := redis.ParseURL(redistest.URL())
-		c := redis.NewClient(opts)
-		t.Cleanup(func() { _ = c.Close() })
-		p, err := agentctl.NewRedisPermits(c, ns, map[string]agentctl.Rate{"llm:x": {PerSecond: 5, Burst: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ps = append(ps, p)
+		ps = append(ps, workerPermits(t, ns, agentctl.Rate{PerSecond: 5, Burst: 1}))
 	}
 	grants, took := hammer(ctx, ps, "llm:x", 1500*time.Millisecond)
 	if limit := int64(5*took.Seconds()) + 2; grants > limit || grants < 3 {
@@ -103,13 +110,7 @@ func TestPermitsServeInTurn(t *testing.T) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, lag := range lags {
-		opts, _ := redis.ParseURL(redistest.URL())
-		c := redis.NewClient(opts)
-		t.Cleanup(func() { _ = c.Close() })
-		p, err := agentctl.NewRedisPermits(c, ns, map[string]agentctl.Rate{"llm:x": {PerSecond: 10, Burst: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := workerPermits(t, ns, agentctl.Rate{PerSecond: 10, Burst: 1})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
