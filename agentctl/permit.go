@@ -94,7 +94,10 @@ func (p *RedisPermits) Allow(ctx context.Context, upstream string) (time.Duratio
 	if wait <= 0 {
 		return 0, nil
 	}
-	epoch, _ := res[2].(string)
+	var epoch string
+	if len(res) > 2 {
+		epoch, _ = res[2].(string)
+	}
 	return p.await(ctx, upstream, wait, epoch)
 }
 
