@@ -14,7 +14,9 @@
 // its expiry.
 //
 // Permit is the non-blocking question (may I, and if not, when should I ask again);
-// Wait blocks until permitted; Budget binds both and Throttle to one name, for a client
+// Wait blocks until permitted, booking its slot on the same GCRA state
+// (scripts/reserve.lua) so that waiters are served in the order they asked, not the
+// one that wakes first each time; Budget binds both and Throttle to one name, for a client
 // (internal/jira's Options.Shared). Refusals are counted (Metrics) and recorded as
 // events on the caller's span (ratelimit.throttled, ratelimit.permitted).
 //

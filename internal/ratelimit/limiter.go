@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -130,18 +131,8 @@ func (l *Limiter) permit(ctx context.Context, name string) (bool, time.Duration,
 	if !known {
 		return false, 0, "", fmt.Errorf("%w: %q", ErrUnknownLimit, name)
 	}
-	if left := l.pausedFor(name); left > 0 {
-		l.metrics.throttled(name, reasonPaused)
-		return false, left, reasonPaused, nil
-	}
-	pttl, err := l.rdb.PTTL(ctx, l.PauseKey(name)).Result()
-	if err != nil {
-		return false, 0, "", fmt.Errorf("ratelimit: %s: read the pause: %w", name, err)
-	}
-	if pttl > 0 {
-		l.notePause(name, pttl)
-		l.metrics.throttled(name, reasonPaused)
-		return false, pttl, reasonPaused, nil
+	if paused, err := l.pause(ctx, name); err != nil || paused > 0 {
+		return false, paused, reasonPaused, err
 	}
 	res, err := l.gcra.Allow(ctx, l.prefix+name, limit)
 	if err != nil {
@@ -180,36 +171,121 @@ func (l *Limiter) Throttle(ctx context.Context, name string, retryAfter time.Dur
 	return nil
 }
 
-// Wait blocks until Permit permits an event of the named budget, or ctx ends (its
-// error, wrapped), or Redis fails. It does not start a wait that would outlast ctx's
-// deadline: it returns context.DeadlineExceeded at once instead.
+// Wait blocks until an event of the named budget is permitted, or ctx ends (its error,
+// wrapped), or Redis fails. It books its slot (reserve.lua) rather than asking again
+// and again, so that the waiters of every process are served in the order they asked:
+// one that wakes a little late (a busier process) is not passed over each time by one
+// that wakes first. A pause (Throttle) is waited out first, and again if one begins
+// while it waits for its slot (that slot is then not used). It does not start a wait
+// that would outlast ctx's deadline: it returns context.DeadlineExceeded at once
+// instead (booking nothing).
 func (l *Limiter) Wait(ctx context.Context, name string) error {
 	var start time.Time
 	for {
-		ok, retryAfter, reason, err := l.permit(ctx, name)
+		wait, booked, reason, err := l.book(ctx, name)
 		if err != nil {
 			return err
 		}
-		if ok {
-			if !start.IsZero() {
-				waited := time.Since(start)
-				l.metrics.waited(name, waited)
-				trace.SpanFromContext(ctx).AddEvent("ratelimit.permitted", trace.WithAttributes(
-					attrLimit.String(name), attrWaited.Int64(waited.Milliseconds())))
-			}
+		if booked && wait <= 0 {
+			l.granted(ctx, name, start)
 			return nil
 		}
 		if start.IsZero() {
 			start = time.Now()
 			trace.SpanFromContext(ctx).AddEvent("ratelimit.throttled", trace.WithAttributes(
-				attrLimit.String(name), attrReason.String(reason), attrRetryAfter.Int64(retryAfter.Milliseconds())))
+				attrLimit.String(name), attrReason.String(reason), attrRetryAfter.Int64(wait.Milliseconds())))
 		}
-		if err := sleep(ctx, retryAfter); err != nil {
+		if err := sleep(ctx, wait); err != nil {
 			l.metrics.waited(name, time.Since(start))
-			return fmt.Errorf("ratelimit: %s: waiting %s for a permit: %w", name, retryAfter, err)
+			return fmt.Errorf("ratelimit: %s: waiting %s for a permit: %w", name, wait, err)
+		}
+		if !booked {
+			continue
+		}
+		// The slot is ours, unless a 429 paused the budget in the meantime.
+		if paused, err := l.pause(ctx, name); err != nil {
+			return err
+		} else if paused == 0 {
+			l.granted(ctx, name, start)
+			return nil
 		}
 	}
 }
+
+// book books name's next free slot for Wait: the wait until it (0: now) and booked;
+// or, not booked, how long until asking again and why (reasonPaused, or reasonRate:
+// the slot is further than ctx's deadline allows).
+func (l *Limiter) book(ctx context.Context, name string) (time.Duration, bool, string, error) {
+	limit, known := l.limits[name]
+	if !known {
+		return 0, false, "", fmt.Errorf("%w: %q", ErrUnknownLimit, name)
+	}
+	if paused, err := l.pause(ctx, name); err != nil || paused > 0 {
+		return paused, false, reasonPaused, err
+	}
+	most := maxBooking
+	if dl, ok := ctx.Deadline(); ok {
+		most = min(most, time.Until(dl))
+	}
+	res, err := reserveScript.Run(ctx, l.rdb, []string{l.RateKey(name)}, limit.Burst, limit.Rate, limit.Period.Seconds(),
+		max(most, 0).Seconds()).Slice()
+	if err != nil {
+		return 0, false, "", fmt.Errorf("ratelimit: %s: book a permit: %w", name, err)
+	}
+	if len(res) < 2 {
+		return 0, false, "", fmt.Errorf("ratelimit: %s: book a permit: unexpected reply %v", name, res)
+	}
+	s, _ := res[1].(string)
+	secs, _ := strconv.ParseFloat(s, 64)
+	wait := time.Duration(secs * float64(time.Second))
+	if n, _ := res[0].(int64); n != 1 {
+		l.metrics.throttled(name, reasonRate)
+		return max(wait-most, time.Millisecond), false, reasonRate, nil
+	}
+	if wait > 0 {
+		l.metrics.throttled(name, reasonRate)
+	}
+	return wait, true, "", nil
+}
+
+// maxBooking is the furthest slot Wait books: past it, it asks again later.
+const maxBooking = time.Minute
+
+// pause is what is left of a pause of name (0: none), as Permit reads it.
+func (l *Limiter) pause(ctx context.Context, name string) (time.Duration, error) {
+	if left := l.pausedFor(name); left > 0 {
+		l.metrics.throttled(name, reasonPaused)
+		return left, nil
+	}
+	pttl, err := l.rdb.PTTL(ctx, l.PauseKey(name)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("ratelimit: %s: read the pause: %w", name, err)
+	}
+	if pttl > 0 {
+		l.notePause(name, pttl)
+		l.metrics.throttled(name, reasonPaused)
+		return pttl, nil
+	}
+	return 0, nil
+}
+
+// granted records a permit Wait got, and how long it waited for it (start: when it
+// began to wait; zero if it did not).
+func (l *Limiter) granted(ctx context.Context, name string, start time.Time) {
+	l.metrics.permitted(name)
+	if start.IsZero() {
+		return
+	}
+	waited := time.Since(start)
+	l.metrics.waited(name, waited)
+	trace.SpanFromContext(ctx).AddEvent("ratelimit.permitted", trace.WithAttributes(
+		attrLimit.String(name), attrWaited.Int64(waited.Milliseconds())))
+}
+
+//go:embed scripts/reserve.lua
+var reserveLua string
+
+var reserveScript = redis.NewScript(reserveLua)
 
 // Budget is one named budget of a Limiter, for a client that spends it (internal/jira's
 // Options.Shared).

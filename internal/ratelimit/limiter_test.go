@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,5 +186,83 @@ func TestUnknownLimitAndBadConfig(t *testing.T) {
 		if _, err := ratelimit.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", c.cfg, err, c.want)
 		}
+	}
+}
+
+// slowHook delays every command of a client: a busier process, whose requests land a
+// little after everyone else's.
+type slowHook struct{ d time.Duration }
+
+func (slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { time.Sleep(h.d); return next(ctx, cmd) }
+}
+func (h slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { time.Sleep(h.d); return next(ctx, cmds) }
+}
+
+// Waiters are served in the order they asked: of two processes sharing 10/s, the one
+// whose requests land 10 ms after the other's still gets about half. Were each to ask
+// again when told (poll), the prompt one would take every slot.
+func TestWaitServesInTurn(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	slow := redis.NewClient(rdb.Options())
+	slow.AddHook(slowHook{10 * time.Millisecond})
+	t.Cleanup(func() { _ = slow.Close() })
+	rate := map[string]ratelimit.Rate{"jira": {N: 10, Per: time.Second, Burst: 1}}
+	ls := []*ratelimit.Limiter{newLimiter(t, rdb, ns, nil, rate), newLimiter(t, slow, ns, nil, rate)}
+	grants := make([]int, len(ls))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < 3*time.Second {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err := l.Wait(ctx, "jira")
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				grants[i]++
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	total := grants[0] + grants[1]
+	if limit := int(10*took.Seconds()) + 2; total > limit || total < 15 {
+		t.Fatalf("%v permits in %s, want at most %d (10/s) and most of them", grants, took, limit)
+	}
+	if grants[1] < total/3 {
+		t.Errorf("grants %v: the process 10 ms slower got %d of %d, want about half", grants, grants[1], total)
+	}
+}
+
+// A pause that begins while a waiter waits for its booked slot is honoured: the slot
+// is not used, and the waiter goes after the pause.
+func TestWaitHonoursAPauseThatBeginsWhileBooked(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := newLimiter(t, rdb, ns, nil, map[string]ratelimit.Rate{"jira": {N: 1, Per: time.Second, Burst: 1}})
+	ctx := context.Background()
+	if err := l.Wait(ctx, "jira"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx, "jira") }() // books the slot a second from now
+	time.Sleep(200 * time.Millisecond)
+	if err := rdb.Set(ctx, l.PauseKey("jira"), "429", 2*time.Second).Err(); err != nil { // another process's Throttle
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 2*time.Second {
+		t.Errorf("permitted %s after it began to wait, within a pause that began at 200 ms and lasted 2 s", took)
 	}
 }
