@@ -47,7 +47,9 @@ var permitScript = redis.NewScript(permitLua)
 // served in the order they asked: an agent that comes back a little later than the
 // others (a slower process, a busier machine) is not passed over again and again, as
 // it would be if every caller polled for the next free slot. An upstream without a
-// Rate is not limited.
+// Rate is not limited. Its script reads three keys of an upstream (the state, the
+// pause, the half rate), so it needs one Redis (or Sentinel), like the rest of the
+// control channel: not Cluster.
 type RedisPermits struct {
 	rdb    redis.UniversalClient
 	prefix string
