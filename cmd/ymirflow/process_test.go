@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -91,6 +92,23 @@ func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
 // stdout and stderr return what the process printed so far.
 func (p *proc) stdout() string { p.mu.Lock(); defer p.mu.Unlock(); return strings.Join(p.out, "\n") }
 func (p *proc) stderr() string { p.mu.Lock(); defer p.mu.Unlock(); return strings.Join(p.errs, "\n") }
+
+// logTails is the last n lines of each log file in dir, for a failure's message.
+func logTails(dir string, n int) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	var b strings.Builder
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		fmt.Fprintf(&b, "== %s\n%s\n", filepath.Base(f), tail(string(data), n))
+	}
+	return b.String()
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
 
 // waitLine polls the process's stdout or stderr (errs) until a line satisfies match, and
 // returns it; it fails the test at the deadline or if the process exits first.
@@ -204,8 +222,9 @@ func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
 	port := func() string { return "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) }
 	redisAddr := port()
 	start := time.Now()
+	logDir := t.TempDir()
 	dev := startProc(t, bin, []string{"LOG_LEVEL=info"}, "dev", "--embedded-redis-addr", redisAddr, "--web-addr", port(),
-		"--fakejira-addr", port(), "--webhook-addr", port(), "--demo-duration", "300ms", "--log-dir", t.TempDir())
+		"--fakejira-addr", port(), "--webhook-addr", port(), "--demo-duration", "300ms", "--log-dir", logDir)
 	line := dev.waitLine(false, 30*time.Second, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "console ") })
 	up := time.Since(start)
 	f := strings.Fields(line) // console URL token T
@@ -267,7 +286,8 @@ func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("locks never showed a dev worker's lease:\n%s", out)
+			t.Fatalf("locks never showed a dev worker's lease:\n%s\nhistory RHEL-1001:\n%s\ndev's last lines:\n%s\n%s",
+				out, cmd("history", "RHEL-1001"), tail(dev.stderr(), 20), logTails(logDir, 15))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
