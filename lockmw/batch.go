@@ -136,12 +136,9 @@ func (m *Middleware) endInBatch(d *delivery, le *lease.Lease, out []*message.Mes
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), 5*time.Second)
 	defer cancel()
-	m.batch.sending.Lock()
-	ends := append(m.batch.take(), end)
-	nexts, issues := m.aheadOf(d.entry, n)
-	ps, err := m.sendBatch(ctx, ends, nexts)
-	m.batch.landed()
-	m.batch.sending.Unlock()
+	ends, ps, issues, err := m.sendTaken(ctx, []lease.End{end}, func() ([]lease.Next, []string) {
+		return m.aheadOf(d.entry, n)
+	})
 	m.keepAhead(ps, issues)
 	if err == nil {
 		m.cfg.Source.Settle(d.entry)
@@ -210,6 +207,28 @@ func (m *Middleware) keepAhead(ps []*lease.Pending, issues []string) {
 	}
 }
 
+// sendTaken is every batch's send, with sending held (batches reach Redis in the order
+// of their ends): the ends that wait, then last, and the leases that ahead names (nil:
+// none), named with sending held so that they see the leases every earlier batch took.
+// Nothing is sent when there is nothing to send. It returns the ends sent, one Pending
+// per lease taken ahead and their issues.
+func (m *Middleware) sendTaken(ctx context.Context, last []lease.End, ahead func() ([]lease.Next, []string)) ([]lease.End, []*lease.Pending, []string, error) {
+	m.batch.sending.Lock()
+	defer m.batch.sending.Unlock()
+	defer m.batch.landed()
+	ends := append(m.batch.take(), last...)
+	var nexts []lease.Next
+	var issues []string
+	if ahead != nil {
+		nexts, issues = ahead()
+	}
+	if len(ends) == 0 && len(nexts) == 0 {
+		return nil, nil, nil, nil
+	}
+	ps, err := m.sendBatch(ctx, ends, nexts)
+	return ends, ps, issues, err
+}
+
 // sendWaiting sends the ends that wait, if any, alone: the timer's batch, an entry's
 // that must take its own lease, and Close's. It returns once a batch in flight has
 // landed too. A failure is retried (endLater) until retry ends; with retry nil (Close:
@@ -219,14 +238,7 @@ func (m *Middleware) sendWaiting(ctx, retry context.Context) {
 	if !m.batch.unsent() {
 		return
 	}
-	m.batch.sending.Lock()
-	ends := m.batch.take()
-	var err error
-	if len(ends) > 0 {
-		_, err = m.sendBatch(ctx, ends, nil)
-	}
-	m.batch.landed()
-	m.batch.sending.Unlock()
+	ends, _, _, err := m.sendTaken(ctx, nil, nil)
 	if err != nil {
 		log := eventLog{base: &m.cfg.Logger, agent: m.cfg.Agent}
 		if retry == nil {
@@ -254,14 +266,10 @@ func (m *Middleware) sendWithEntry(d *delivery, raw string) *lease.Pending {
 		m.sendWaiting(ctx, d.ctx)
 		return nil
 	}
-	m.batch.sending.Lock()
-	ends := m.batch.take()
-	nexts, issues := m.aheadOf(d.entry, batchAhead-1, issue)
-	nexts = append([]lease.Next{m.nextFor(d.entry, d.entry.ID, raw)}, nexts...)
-	issues = append([]string{issue}, issues...)
-	ps, err := m.sendBatch(ctx, ends, nexts)
-	m.batch.landed()
-	m.batch.sending.Unlock()
+	ends, ps, issues, err := m.sendTaken(ctx, nil, func() ([]lease.Next, []string) {
+		nexts, issues := m.aheadOf(d.entry, batchAhead-1, issue)
+		return append([]lease.Next{m.nextFor(d.entry, d.entry.ID, raw)}, nexts...), append([]string{issue}, issues...)
+	})
 	if err != nil {
 		if len(ends) > 0 {
 			_ = m.endLater(d.ctx, ends, err, d.log)
