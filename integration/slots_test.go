@@ -3,13 +3,17 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/event"
 )
@@ -87,7 +91,11 @@ func runLimitsFair(t *testing.T, cluster bool, flood int) {
 		return len(runs) >= 20, fmt.Sprintf("%d runs", len(runs))
 	})
 	// One worker dies with its run (its slot held until its lease would have expired).
-	s.kill(s.pickVictim())
+	// The events it had read die in its hands: they wait for their leases' expiry and a
+	// claim, whatever the fair order, so they have the kill's bound, not the line's.
+	victim := s.pickVictim()
+	killAt := s.kill(victim)
+	stranded := s.heldBy(t, g, victim.name)
 	s.startWorker(g, workerName(g, 3))
 	todoAt := time.Now()
 	s.publishLimited(t, g, "TODO-1", true, pub)
@@ -106,8 +114,38 @@ func runLimitsFair(t *testing.T, cluster bool, flood int) {
 		t.Error(b)
 	}
 	checkAtMost(t, runs, 2)
-	checkFairness(t, runs, pub)
+	k := kill{at: killAt, stranded: stranded, within: o.tm.LockTTL + o.tm.MaxIdle + 3*o.tm.Claim + time.Second}
+	for _, late := range checkFairness(t, runs, pub, k) {
+		s.explain(late, pub.at[late], runs)
+	}
 	checkTodoFirst(t, runs, todoAt)
+}
+
+// explain logs what the scenario knows of one issue: its publish, its runs, the kills,
+// and every worker's log lines that name it.
+func (s *scenario) explain(issue string, published time.Time, runs []run) {
+	s.t.Helper()
+	lines := []string{"published " + published.Format("15:04:05.000")}
+	for _, r := range runs {
+		if r.issue == issue {
+			lines = append(lines, "run: "+r.String())
+		}
+	}
+	s.mu.Lock()
+	for pid, at := range s.kills {
+		lines = append(lines, fmt.Sprintf("worker %d SIGKILLed at %s", pid, at.Format("15:04:05.000")))
+	}
+	ws := slices.Clone(s.all)
+	s.mu.Unlock()
+	for _, w := range ws {
+		b, _ := os.ReadFile(w.logPath)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, `"`+issue+`"`) {
+				lines = append(lines, fmt.Sprintf("worker %s (pid %d): %s", w.name, w.pid, l))
+			}
+		}
+	}
+	s.t.Logf("%s:\n  %s", issue, strings.Join(lines, "\n  "))
 }
 
 // publishLimited publishes key's request to g's input stream (todo: its :todo twin),
@@ -166,16 +204,69 @@ func checkAtMost(t *testing.T, runs []run, n int) {
 	t.Logf("%d runs, at most %d at once (limit %d)", len(runs), most, n)
 }
 
+// heldBy returns the issues of the entries that consumer (a worker's name) has pending
+// in g's input streams: the events a SIGKILLed worker had read.
+func (s *scenario) heldBy(t *testing.T, g group, consumer string) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	held := map[string]bool{}
+	for _, todo := range []bool{false, true} {
+		stream := topo.Stream(g.agent, g.branch, todo)
+		pending, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: g.String(),
+			Start: "-", End: "+", Count: 1000}).Result()
+		if err != nil && !strings.HasPrefix(err.Error(), "NOGROUP") {
+			t.Fatalf("XPENDING %s: %v", stream, err)
+		}
+		for _, p := range pending {
+			if p.Consumer != consumer && !strings.HasPrefix(p.Consumer, consumer+"-") {
+				continue
+			}
+			msgs, err := s.rdb.XRange(ctx, stream, p.ID, p.ID).Result()
+			if err != nil {
+				t.Fatalf("XRANGE %s %s: %v", stream, p.ID, err)
+			}
+			for _, m := range msgs {
+				held[str(m.Values["m:"+event.MetaIssueKey])] = true
+			}
+		}
+	}
+	t.Logf("the SIGKILLed worker %s held %d events: %v", consumer, len(held), slices.Sorted(maps.Keys(held)))
+	return held
+}
+
+// kill is the scenario's SIGKILL: when, the events its worker held, and the bound on
+// their start after it (their leases' expiry and a claim).
+type kill struct {
+	at       time.Time
+	stranded map[string]bool
+	within   time.Duration
+}
+
 // checkFairness reports the p95 start latency (publish to first start) per component,
 // and requires Jain's fairness index over the quiet components' mean latencies to be
-// at least 0.9 and every quiet event to start before the flood's median one.
-func checkFairness(t *testing.T, runs []run, pub *published) {
+// at least 0.9 and every quiet event to start before the flood's median one. An event
+// the kill stranded before its start is left out of both: it must start within k.within
+// of the kill instead. It returns the events that started late.
+func checkFairness(t *testing.T, runs []run, pub *published, k kill) (late []string) {
 	t.Helper()
 	first := map[string]time.Time{}
 	for _, r := range runs {
 		if f, ok := first[r.issue]; !ok || r.start.Before(f) {
 			first[r.issue] = r.start
 		}
+	}
+	for issue := range k.stranded {
+		at, ok := first[issue]
+		if !ok || at.Before(k.at) {
+			continue // its run was the one killed: it started in its turn
+		}
+		if at.After(k.at.Add(k.within)) {
+			t.Errorf("event %s, held by the SIGKILLed worker, started %s after the kill (bound: %s, its lease's expiry and a claim)",
+				issue, at.Sub(k.at).Round(time.Millisecond), k.within)
+			late = append(late, issue)
+		}
+		delete(first, issue)
 	}
 	lat := map[string][]time.Duration{}
 	for issue, at := range first {
@@ -224,8 +315,10 @@ func checkFairness(t *testing.T, runs []run, pub *published) {
 		if slices.Contains(quietComponents, comp) && at.After(median) {
 			t.Errorf("quiet event %s started at %s, after the flood's median start %s: not its fair share",
 				issue, at.Format("15:04:05.000"), median.Format("15:04:05.000"))
+			late = append(late, issue)
 		}
 	}
+	return late
 }
 
 // checkTodoFirst requires the :todo event to start before the flood that waited when
