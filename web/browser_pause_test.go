@@ -12,7 +12,8 @@ import (
 // TestBrowserPauseFromConsole (issue 38): an operator pauses a scope from the
 // console's pauses page in headless Chromium; the pause is in the list `ymirflow
 // locks` prints (the Inspector's Pauses, which locks reads) within a second of the
-// click, every page shows it in the banner, and the resume button ends it.
+// click, every page shows it in the banner, and the resume button ends it. The page's
+// refresh does not wipe the reason the operator types to resume.
 func TestBrowserPauseFromConsole(t *testing.T) {
 	exe := chromium(t)
 	e := rolesEnv(t)
@@ -69,9 +70,30 @@ func TestBrowserPauseFromConsole(t *testing.T) {
 	if b := eval(`document.querySelector("#pause-banner").innerText`); !strings.Contains(b, "agent:rebase/c9s") || !strings.Contains(b, "builder upgrade") {
 		t.Errorf("banner: %q", b)
 	}
-	do("resume", chromedp.Navigate(base+"/pauses"), chromedp.WaitVisible(chromedp.CSS("form.resume")),
-		chromedp.SendKeys(chromedp.CSS(`form.resume input[name="reason"]`), "upgrade done"),
-		chromedp.Click(chromedp.CSS(`form.resume button`)), chromedp.WaitVisible(chromedp.CSS("#notice")))
+	do("pauses page again", chromedp.Navigate(base+"/pauses"), chromedp.WaitVisible(chromedp.CSS("form.resume")))
+	// The live part (the list, with its resume forms) refreshes every 500 ms here: until
+	// the first keystroke it may be replaced between finding the field and typing into it.
+	for try := 1; ; try++ {
+		err := chromedp.Do(bctx, chromedp.SendKeys(chromedp.CSS(`form.resume input[name="reason"]`), "upgrade done"))
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "Could not find node") || try == 5 {
+			t.Fatalf("type the reason to resume: %v", err)
+		}
+	}
+	// Once typed, what the operator typed stays: the refreshes are held, not applied.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(eval(`document.querySelector("#updated").innerText`), "held") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refresh held while the reason is typed: %q", eval(`document.querySelector("#updated").innerText`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if v := eval(`document.querySelector('form.resume input[name="reason"]').value`); v != "upgrade done" {
+		t.Fatalf("the reason typed to resume is %q after a refresh", v)
+	}
+	do("resume", chromedp.Click(chromedp.CSS(`form.resume button`)), chromedp.WaitVisible(chromedp.CSS("#notice")))
 	if n := eval(`String(document.querySelectorAll("#pause-banner").length)`); n != "0" {
 		t.Errorf("the banner is still shown after the resume")
 	}

@@ -224,7 +224,7 @@ func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
 	start := time.Now()
 	logDir := t.TempDir()
 	dev := startProc(t, bin, []string{"LOG_LEVEL=info"}, "dev", "--embedded-redis-addr", redisAddr, "--web-addr", port(),
-		"--fakejira-addr", port(), "--webhook-addr", port(), "--demo-duration", "300ms", "--log-dir", logDir)
+		"--fakejira-addr", port(), "--webhook-addr", port(), "--demo-duration", "1s", "--log-dir", logDir)
 	line := dev.waitLine(false, 30*time.Second, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "console ") })
 	up := time.Since(start)
 	f := strings.Fields(line) // console URL token T
@@ -272,8 +272,8 @@ func TestDevRunsAPipelineUntilCtrlC(t *testing.T) {
 	if out := cmd("pending", "--json"); !strings.Contains(out, `"group": "triage"`) || !strings.Contains(out, `"group": "rebase-c9s"`) {
 		t.Fatalf("pending shows no worker's group:\n%s", out)
 	}
-	// A lease shows while a (300ms) run is on; enqueue one to be sure there is one, and
-	// another every 2 s: on a loaded machine one CLI call can outlast a whole run.
+	// A lease shows while a run (0.5 to 1.5 s) is on; enqueue one to be sure there is one,
+	// and another every 2 s: on a loaded machine one CLI call can outlast a short run.
 	cmd("enqueue", "RHEL-1001")
 	deadline = time.Now().Add(20 * time.Second)
 	for next := time.Now().Add(2 * time.Second); ; {

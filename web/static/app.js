@@ -30,7 +30,26 @@
   // more than a third of the time is spent waiting for it.
   var wait = refresh;
 
+  // An operator typing in a form of the live part (a reason to resume, to release)
+  // keeps what they typed and the node they act on: no refresh while a text field of
+  // it has the focus or holds text not sent yet.
+  function editing() {
+    var a = document.activeElement;
+    var text = function (e) { return e.matches("textarea, select, input:not([type=hidden]):not([type=checkbox]):not([type=radio])"); };
+    if (a && live.contains(a) && text(a)) return true;
+    return Array.prototype.some.call(live.querySelectorAll("input, textarea"), function (e) {
+      return text(e) && e.value !== e.defaultValue;
+    });
+  }
+
+  function held() {
+    var up = document.getElementById("updated");
+    if (up) { up.textContent = "refresh held while you type"; up.className = "held"; }
+    setTimeout(poll, wait);
+  }
+
   function poll() {
+    if (editing()) return held();
     var t0 = performance.now();
     var u = new URL(window.location.href);
     u.searchParams.set("fragment", "1");
@@ -39,6 +58,7 @@
       if (!r.ok) throw new Error(r.status);
       return r.text();
     }).then(function (html) {
+      if (editing()) return held(); // typing began while the page was asked for
       var checked = {};
       live.querySelectorAll("input[type=checkbox]:checked").forEach(function (e) { checked[e.value] = true; });
       var open = {};
@@ -51,10 +71,12 @@
       tick();
       var up = document.getElementById("updated");
       if (up) { up.textContent = "updated " + new Date().toLocaleTimeString(); up.className = ""; }
+      setTimeout(poll, wait);
     }).catch(function () {
       var up = document.getElementById("updated");
       if (up) { up.textContent = "refresh failed; retrying"; up.className = "stale"; }
-    }).finally(function () { setTimeout(poll, wait); });
+      setTimeout(poll, wait);
+    });
   }
 
   // A button with data-confirm asks first (purge).
