@@ -263,6 +263,7 @@ func checkFairness(t *testing.T, runs []run, pub *published, k kill) (late []str
 		if !ok || at.Before(k.at) {
 			continue // its run was the one killed: it started in its turn
 		}
+		t.Logf("event %s, held by the SIGKILLed worker, started %s after the kill", issue, at.Sub(k.at).Round(time.Millisecond))
 		if comp, _, _ := strings.Cut(issue, "-"); slices.Contains(quietComponents, comp) && at.After(k.at.Add(k.within)) {
 			t.Errorf("event %s, held by the SIGKILLed worker, started %s after the kill (bound: %s, its lease's expiry and a claim)",
 				issue, at.Sub(k.at).Round(time.Millisecond), k.within)
