@@ -237,7 +237,7 @@ func (s *scenario) heldBy(t *testing.T, g group, consumer string) map[string]boo
 }
 
 // kill is the scenario's SIGKILL: when, the events its worker held, and the bound on
-// their start after it (their leases' expiry and a claim).
+// a held quiet event's start after it (its lease's expiry, a claim, a turn in its lane).
 type kill struct {
 	at       time.Time
 	stranded map[string]bool
