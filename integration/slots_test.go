@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -139,11 +138,8 @@ func (s *scenario) explain(issue string, published time.Time, runs []run) {
 	ws := slices.Clone(s.all)
 	s.mu.Unlock()
 	for _, w := range ws {
-		b, _ := os.ReadFile(w.logPath)
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.Contains(l, `"`+issue+`"`) {
-				lines = append(lines, fmt.Sprintf("worker %s (pid %d): %s", w.name, w.pid, l))
-			}
+		for _, l := range logLines(w, `"`+issue+`"`) {
+			lines = append(lines, fmt.Sprintf("worker %s (pid %d): %s", w.name, w.pid, l))
 		}
 	}
 	s.t.Logf("%s:\n  %s", issue, strings.Join(lines, "\n  "))
