@@ -202,8 +202,9 @@ func (l *Limiter) Wait(ctx context.Context, name string) error {
 		if !booked {
 			continue
 		}
-		// The slot is ours, unless a 429 paused the budget in the meantime.
-		if paused, err := l.pause(ctx, name); err != nil {
+		// The slot is ours, unless a 429 paused the budget in the meantime. The pause
+		// is counted once, by the book that follows, not here.
+		if paused, err := l.pauseLeft(ctx, name); err != nil {
 			return err
 		} else if paused == 0 {
 			l.granted(ctx, name, start)
@@ -251,10 +252,20 @@ func (l *Limiter) book(ctx context.Context, name string) (time.Duration, bool, s
 // maxBooking is the furthest slot Wait books: past it, it asks again later.
 const maxBooking = time.Minute
 
-// pause is what is left of a pause of name (0: none), as Permit reads it.
+// pause is what is left of a pause of name (0: none), as Permit reads it; a pause is a
+// refusal, counted.
 func (l *Limiter) pause(ctx context.Context, name string) (time.Duration, error) {
-	if left := l.pausedFor(name); left > 0 {
+	left, err := l.pauseLeft(ctx, name)
+	if left > 0 {
 		l.metrics.throttled(name, reasonPaused)
+	}
+	return left, err
+}
+
+// pauseLeft is what is left of a pause of name (0: none): from what this process saw,
+// else from Redis.
+func (l *Limiter) pauseLeft(ctx context.Context, name string) (time.Duration, error) {
+	if left := l.pausedFor(name); left > 0 {
 		return left, nil
 	}
 	pttl, err := l.rdb.PTTL(ctx, l.PauseKey(name)).Result()
@@ -263,7 +274,6 @@ func (l *Limiter) pause(ctx context.Context, name string) (time.Duration, error)
 	}
 	if pttl > 0 {
 		l.notePause(name, pttl)
-		l.metrics.throttled(name, reasonPaused)
 		return pttl, nil
 	}
 	return 0, nil

@@ -243,11 +243,13 @@ func TestWaitServesInTurn(t *testing.T) {
 }
 
 // A pause that begins while a waiter waits for its booked slot is honoured: the slot
-// is not used, and the waiter goes after the pause.
+// is not used, and the waiter goes after the pause. The pause refused it once, and is
+// counted once.
 func TestWaitHonoursAPauseThatBeginsWhileBooked(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	l := newLimiter(t, rdb, ns, nil, map[string]ratelimit.Rate{"jira": {N: 1, Per: time.Second, Burst: 1}})
+	m := ratelimit.NewMetrics(prometheus.NewRegistry())
+	l := newLimiter(t, rdb, ns, m, map[string]ratelimit.Rate{"jira": {N: 1, Per: time.Second, Burst: 1}})
 	ctx := context.Background()
 	if err := l.Wait(ctx, "jira"); err != nil {
 		t.Fatal(err)
@@ -264,5 +266,8 @@ func TestWaitHonoursAPauseThatBeginsWhileBooked(t *testing.T) {
 	}
 	if took := time.Since(start); took < 2*time.Second {
 		t.Errorf("permitted %s after it began to wait, within a pause that began at 200 ms and lasted 2 s", took)
+	}
+	if n := testutil.ToFloat64(m.Throttled("jira", "paused")); n != 1 {
+		t.Errorf("throttled{reason=paused} = %v after one wait that met one pause, want 1", n)
 	}
 }
