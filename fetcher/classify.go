@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/jira"
@@ -15,7 +16,8 @@ import (
 const DefaultComponentField = "customfield_10669"
 
 // modularPattern matches a modular package name such as perl:5.32/perl.
-var modularPattern = regexp.MustCompile(`^.+:.+/.+$`)
+// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+var modularPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^.+:.+/.+$`) })
 
 // Trigger is why an issue is published.
 type Trigger string
@@ -113,14 +115,14 @@ func isModular(is jira.Issue, componentField string) bool {
 		var v any
 		if ok, _ := is.Fields.Field(componentField, &v); ok {
 			for _, s := range componentNames(v) {
-				if modularPattern.MatchString(s) {
+				if modularPattern().MatchString(s) {
 					return true
 				}
 			}
 		}
 	}
 	for _, c := range is.Fields.Components {
-		if modularPattern.MatchString(c.Name) {
+		if modularPattern().MatchString(c.Name) {
 			return true
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -164,11 +165,12 @@ var ErrNotFound = errors.New("not found")
 // ErrBadID is returned for a string that is not a stream id.
 var ErrBadID = errors.New("not a stream id")
 
-var streamIDPattern = regexp.MustCompile(`^[0-9]{1,20}(-[0-9]{1,20})?$`)
+// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+var streamIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,20}(-[0-9]{1,20})?$`) })
 
 // CheckID checks a stream id as XRANGE takes it: "ms" or "ms-seq".
 func CheckID(id string) error {
-	if !streamIDPattern.MatchString(id) {
+	if !streamIDPattern().MatchString(id) {
 		return fmt.Errorf("%w: %q (want MS or MS-SEQ, e.g. 1700000000000-0)", ErrBadID, id)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -141,7 +142,8 @@ func (p Policies) String() string {
 }
 
 // eventTypeName is what an event type in the table looks like (rebase.requested).
-var eventTypeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+var eventTypeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`) })
 
 // check refuses a table built by hand with an unknown policy or a delay out of range,
 // and gives a delay without a cap its default one.
@@ -227,7 +229,7 @@ func ParsePolicies(s string) (Policies, error) {
 				return Policies{}, fmt.Errorf("lockmw: Config.Policies entry %q: a second default (* or a bare rule)", entry)
 			}
 			seenDefault, p.Default = true, r
-		case !eventTypeName.MatchString(typ):
+		case !eventTypeName().MatchString(typ):
 			return Policies{}, fmt.Errorf("lockmw: Config.Policies entry %q: %q is not an event type (e.g. rebase.requested) or *", entry, typ)
 		default:
 			if _, dup := p.ByType[typ]; dup {

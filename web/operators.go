@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Roles of the console's operators, each allowed what the one before it is, and more.
@@ -50,8 +51,9 @@ func HashToken(token string) string {
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
-var operatorName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$`)
-var tokenHash = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+var operatorName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$`) })
+var tokenHash = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
 
 // ErrOperators is returned for an operators file that is not one.
 var ErrOperators = errors.New("web: bad operators file")
@@ -92,11 +94,11 @@ func ParseOperators(r io.Reader) ([]Operator, error) {
 
 func (op Operator) check() error {
 	switch {
-	case !operatorName.MatchString(op.Name):
+	case !operatorName().MatchString(op.Name):
 		return fmt.Errorf("operator name %q: letters, digits and ._@+- only, at most 64", op.Name)
 	case rank(op.Role) < 0:
 		return fmt.Errorf("operator %s: role %q is not one of %s", op.Name, op.Role, strings.Join(Roles, ", "))
-	case op.TokenHash != "" && !tokenHash.MatchString(op.TokenHash):
+	case op.TokenHash != "" && !tokenHash().MatchString(op.TokenHash):
 		return fmt.Errorf("operator %s: the token hash must be sha256: and 64 lower-case hex digits (ymirflow token prints one)", op.Name)
 	}
 	return nil
@@ -161,7 +163,7 @@ func (s *Server) proxyUser(r *http.Request) (identity, bool) {
 		return identity{}, false
 	}
 	name := strings.TrimSpace(r.Header.Get(s.cfg.ProxyUserHeader))
-	if !operatorName.MatchString(name) {
+	if !operatorName().MatchString(name) {
 		return identity{}, false
 	}
 	role := s.cfg.ProxyDefaultRole

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Exclusion scopes: what a lease guards. Every lease holds its agent's own key
@@ -61,13 +62,14 @@ type Scopes struct {
 // groupPartPattern is what one canonical part of a group key looks like: a package, a
 // branch, a component, a producer's key. No ':', '|', braces, glob characters or spaces:
 // they separate or tag key names.
-var groupPartPattern = regexp.MustCompile(`^[A-Z0-9][A-Z0-9._+/@=~-]*$`)
+// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+var groupPartPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Z0-9][A-Z0-9._+/@=~-]*$`) })
 
 // fieldPath is one step-separated path: identifiers of letters, digits, '_' and '-'.
-var fieldPath = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+var fieldPath = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`) })
 
 // metaName is a metadata key a group path may name after "m:".
-var metaName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+var metaName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]+$`) })
 
 // ErrBadScope is wrapped by ParseScopes' errors.
 var ErrBadScope = errors.New("lease: bad scope")
@@ -114,12 +116,12 @@ func ParseScopes(s string) (Scopes, error) {
 
 func checkPath(p string) error {
 	if m, ok := strings.CutPrefix(p, "m:"); ok {
-		if !metaName.MatchString(m) {
+		if !metaName().MatchString(m) {
 			return fmt.Errorf("metadata name %q must be letters, digits, '_', '.' or '-'", m)
 		}
 		return nil
 	}
-	if !fieldPath.MatchString(p) {
+	if !fieldPath().MatchString(p) {
 		return fmt.Errorf("field path %q must be dot-separated names of letters, digits, '_' or '-'", p)
 	}
 	return nil
@@ -212,8 +214,8 @@ func canonicalGroupPart(raw string) (string, error) {
 		return "", fmt.Errorf("%w: empty", ErrInvalidKey)
 	case len(k) > maxKeyLen:
 		return "", fmt.Errorf("%w: %d characters (at most %d)", ErrInvalidKey, len(k), maxKeyLen)
-	case !groupPartPattern.MatchString(k):
-		return "", fmt.Errorf("%w: %q does not match %s", ErrInvalidKey, k, groupPartPattern)
+	case !groupPartPattern().MatchString(k):
+		return "", fmt.Errorf("%w: %q does not match %s", ErrInvalidKey, k, groupPartPattern())
 	}
 	return k, nil
 }

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -42,19 +43,22 @@ func init() { buildSlotScripts() }
 
 // buildSlotScripts builds withSlots (again, after a test planted a defect in a source).
 func buildSlotScripts() {
-	wrap := func(prefix, body, tail string) script {
-		return newScript(prefix, slotsLua, slotsLeaseLua, "local function lease_body()\n", body, "\nend\n", tail)
+	// The parts are joined on first use (newScript), not here: at start-up every
+	// command of the binary would pay for the copies.
+	wrap := func(prefix []string, body, tail string) script {
+		return newScript(slices.Concat(prefix, []string{slotsLua, slotsLeaseLua, "local function lease_body()\n", body, "\nend\n", tail})...)
 	}
+	base, line, scoped := []string{leaseLua}, []string{leaseLua, lineLua}, []string{leaseLua, lineLua, lineScopedLua}
 	withSlots = map[script]script{
-		acquireScript:             wrap(leaseLua, acquireLua, slotsAcquireTail),
-		acquireScopedScript:       wrap(leaseLua, acquireScopedLua, slotsAcquireTail),
-		acquireOrQueueScript:      wrap(leaseLua, acquireOrQueueLua, slotsAcquireTail),
-		acquireOrDeliverScript:    wrap(leaseLua, acquireOrDeliverLua, slotsAcquireTail),
-		acquireOrSupersede:        wrap(leaseLua, acquireOrSupersedeLua, slotsAcquireTail),
-		acquireOrWaitScript:       wrap(leaseLua+lineLua, acquireOrWaitLua, slotsAcquireTail),
-		acquireOrWaitScopedScript: wrap(leaseLua+lineLua+lineScopedLua, acquireOrWaitScopedLua, slotsAcquireTail),
-		releaseScript:             wrap(leaseLua, releaseLua, slotsReleaseTail),
-		handoffScript:             wrap(leaseLua, handoffLua, slotsReleaseTail),
+		acquireScript:             wrap(base, acquireLua, slotsAcquireTail),
+		acquireScopedScript:       wrap(base, acquireScopedLua, slotsAcquireTail),
+		acquireOrQueueScript:      wrap(base, acquireOrQueueLua, slotsAcquireTail),
+		acquireOrDeliverScript:    wrap(base, acquireOrDeliverLua, slotsAcquireTail),
+		acquireOrSupersede:        wrap(base, acquireOrSupersedeLua, slotsAcquireTail),
+		acquireOrWaitScript:       wrap(line, acquireOrWaitLua, slotsAcquireTail),
+		acquireOrWaitScopedScript: wrap(scoped, acquireOrWaitScopedLua, slotsAcquireTail),
+		releaseScript:             wrap(base, releaseLua, slotsReleaseTail),
+		handoffScript:             wrap(base, handoffLua, slotsReleaseTail),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/ymirflow/ymirflow/inspect"
 )
@@ -33,20 +34,21 @@ func registerYes(fs *flag.FlagSet, p *bool, what string) {
 }
 
 var (
-	streamIDPattern = regexp.MustCompile(`^[0-9]{1,20}(-[0-9]{1,20})?$`)
+	// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+	streamIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,20}(-[0-9]{1,20})?$`) })
 	// issueKeyish is a loose check; the lock's canonicalisation has the last word.
-	issueKeyish = regexp.MustCompile(`^\S+$`)
+	issueKeyish = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\S+$`) })
 )
 
 func validateRangeID(p *problems, flagName, v string) {
-	if v == "" || v == "-" || v == "+" || streamIDPattern.MatchString(strings.TrimPrefix(v, "(")) {
+	if v == "" || v == "-" || v == "+" || streamIDPattern().MatchString(strings.TrimPrefix(v, "(")) {
 		return
 	}
 	p.addFlag(flagName, "= %q is not a stream id: MS or MS-SEQ (e.g. 1700000000000-0), - or +, or ( before an id for an exclusive bound", v)
 }
 
 func validateIssueFilter(p *problems, v string) {
-	if v != "" && !issueKeyish.MatchString(strings.TrimSpace(v)) {
+	if v != "" && !issueKeyish().MatchString(strings.TrimSpace(v)) {
 		p.addFlag("issue", "= %s", inspect.BadKey(v)) // the console's words
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ymirflow/ymirflow/agentctl"
@@ -194,7 +195,8 @@ func (w *Worker) PermitRates() (map[string]agentctl.Rate, error) {
 }
 
 // envName is a variable name RUNNER_ENV may list; a glob is such a prefix then '*'.
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // RunnerEnvPatterns returns RUNNER_ENV's entries (names and PREFIX_* globs), checked:
 // no empty prefix ('*' alone would pass everything) and never REDIS_URL.
@@ -207,7 +209,7 @@ func (w *Worker) RunnerEnvPatterns() ([]string, error) {
 		}
 		name, glob := strings.CutSuffix(f, "*")
 		switch {
-		case !envName.MatchString(name):
+		case !envName().MatchString(name):
 			return nil, fmt.Errorf("%q is neither a variable name nor a PREFIX_* glob", f)
 		case !glob && name == "REDIS_URL":
 			return nil, fmt.Errorf("REDIS_URL is never passed to agents (it holds the coordination store's credentials)")

@@ -57,10 +57,11 @@ type hookState struct {
 
 // jqlKeyPattern finds a `key = X` clause, the only JQL the fake honours (the webhook
 // receiver's scope check); any other JQL matches every issue.
-var jqlKeyPattern = regexp.MustCompile(`(?i)\bkey\s*=\s*"?([A-Za-z][A-Za-z0-9_]*-[0-9]+)"?`)
+// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+var jqlKeyPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?i)\bkey\s*=\s*"?([A-Za-z][A-Za-z0-9_]*-[0-9]+)"?`) })
 
 func jqlKey(jql string) (string, bool) {
-	m := jqlKeyPattern.FindStringSubmatch(jql)
+	m := jqlKeyPattern().FindStringSubmatch(jql)
 	if m == nil {
 		return "", false
 	}
