@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -36,10 +37,18 @@ const (
 	slotsReleaseTail = "local r = lease_body()\nif r[1] ~= 3 then slots_release() end\nreturn r\n"
 )
 
-// withSlots are the combined scripts, by the lease script they wrap.
-var withSlots map[script]script
+// withSlots are the combined scripts, by the lease script they wrap, built by the
+// first lease with slots (slotScript).
+var (
+	withSlots map[script]script
+	slotsOnce sync.Once
+)
 
-func init() { buildSlotScripts() }
+// slotScript is the combined script that wraps sc.
+func slotScript(sc script) script {
+	slotsOnce.Do(buildSlotScripts)
+	return withSlots[sc]
+}
 
 // buildSlotScripts builds withSlots (again, after a test planted a defect in a source).
 func buildSlotScripts() {
@@ -143,7 +152,7 @@ func (s *leaseSlots) releaseParts() ([]string, []any) {
 func (s *leaseSlots) run(ctx context.Context, rdb Client, sc script, keys []string, args []any) ([]any, error) {
 	keys = append(append(make([]string, 0, len(keys)+len(s.keys)), keys...), s.keys...)
 	args = append(append(make([]any, 0, len(args)+len(s.args)), args...), s.args...)
-	res, err := withSlots[sc].Run(ctx, rdb, keys, args...).Slice()
+	res, err := slotScript(sc).Run(ctx, rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +177,7 @@ func (s *leaseSlots) withReleaseSlots(sc script, nkeys int, args []any) (script,
 		out = append(out, k)
 	}
 	out = append(out, args[3+nkeys:]...)
-	return withSlots[sc], nkeys + len(keys), append(out, sargs...)
+	return slotScript(sc), nkeys + len(keys), append(out, sargs...)
 }
 
 // Slots are the limit keys whose slots the lease holds (AcquireOptions.Slots), none
