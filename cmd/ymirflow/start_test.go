@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Issue 36: a CLI command's own start. Every command of the binary runs every package's
@@ -17,42 +18,84 @@ import (
 // patterns, the lease's scripts joined with the slots').
 func TestStartUpInitAllocatesLittle(t *testing.T) {
 	const perPackage, total = 32 << 10, 64 << 10
-	cmd := exec.Command(buildBinary(t), "version")
-	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("version: %v\n%s", err, stderr.Bytes())
-	}
 	sum, seen := 0, 0
-	for pkg, n := range initBytes(stderr.String()) {
-		if !strings.HasPrefix(pkg, "github.com/ymirflow/ymirflow") {
+	for _, in := range initTrace(t, buildBinary(t)) {
+		if !strings.HasPrefix(in.pkg, "github.com/ymirflow/ymirflow") {
 			continue
 		}
 		seen++
-		sum += n
-		if n > perPackage {
-			t.Errorf("%s allocates %d bytes in its initialisation, over %d: do that work on first use", pkg, n, perPackage)
+		sum += in.bytes
+		if in.bytes > perPackage {
+			t.Errorf("%s allocates %d bytes in its initialisation, over %d: do that work on first use", in.pkg, in.bytes, perPackage)
 		}
 	}
 	if seen == 0 {
-		t.Fatalf("no init line of this module in the trace:\n%s", stderr.Bytes())
+		t.Fatal("no init line of this module in the trace")
 	}
 	if sum > total {
 		t.Errorf("this module's packages allocate %d bytes in their initialisation, over %d", sum, total)
 	}
 }
 
-// initBytes is the bytes each package's init allocated, from an inittrace: lines
-// "init PKG @T ms, D ms clock, B bytes, A allocs".
-func initBytes(trace string) map[string]int {
-	out := map[string]int{}
-	for _, line := range strings.Split(trace, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 9 && f[0] == "init" && f[8] == "bytes," {
-			if n, err := strconv.Atoi(f[7]); err == nil {
-				out[f[1]] += n
+// BenchmarkStart runs the built binary once per iteration, as an operator does: its
+// whole cost, from exec to exit, of a command that touches no server (`version`, `history
+// --help`). It also reports init-ms, the package initialisation the runtime times
+// (GODEBUG=inittrace=1): what every command pays before main runs.
+//
+//	go test -run '^$' -bench Start -benchtime 50x ./cmd/ymirflow/
+func BenchmarkStart(b *testing.B) {
+	bin := buildBinary(b)
+	for _, args := range [][]string{{"version"}, {"history", "--help"}} {
+		b.Run(strings.Join(args, "_"), func(b *testing.B) {
+			var took time.Duration
+			for b.Loop() {
+				start := time.Now()
+				if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+					b.Fatalf("%v: %v\n%s", args, err, out)
+				}
+				took += time.Since(start)
 			}
+			b.ReportMetric(float64(took.Microseconds())/1000/float64(b.N), "ms/start")
+		})
+	}
+	b.Run("init", func(b *testing.B) {
+		var total float64
+		for b.Loop() {
+			for _, in := range initTrace(b, bin) {
+				total += in.ms
+			}
+		}
+		b.ReportMetric(total/float64(b.N), "init-ms")
+	})
+}
+
+// pkgInit is one line of an inittrace: "init PKG @T ms, D ms clock, B bytes, A allocs".
+type pkgInit struct {
+	pkg   string
+	ms    float64
+	bytes int
+}
+
+// initTrace runs `bin version` with GODEBUG=inittrace=1 and returns its trace.
+func initTrace(t testing.TB, bin string) []pkgInit {
+	t.Helper()
+	cmd := exec.Command(bin, "version")
+	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("version: %v\n%s", err, stderr.Bytes())
+	}
+	var out []pkgInit
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || f[0] != "init" || f[6] != "clock," || f[8] != "bytes," {
+			continue
+		}
+		ms, err1 := strconv.ParseFloat(f[4], 64)
+		n, err2 := strconv.Atoi(f[7])
+		if err1 == nil && err2 == nil {
+			out = append(out, pkgInit{pkg: f[1], ms: ms, bytes: n})
 		}
 	}
 	return out
