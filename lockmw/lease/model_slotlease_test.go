@@ -427,10 +427,10 @@ func TestModelLeaseSlotsWithLeasePlanted(t *testing.T) {
 			saved, savedExtend := *c.src, extendScript
 			*c.src = planted
 			extendScript = newScript(extendLua)
-			buildSlotScripts()
+			withSlots = slotScripts()
 			t.Cleanup(func() {
 				*c.src, extendScript = saved, savedExtend
-				buildSlotScripts()
+				withSlots = slotScripts()
 			})
 			e := newModelEnv(t)
 			seed, err := e.checkSlotLeaseSeeds(1, 24, map[string]int{})

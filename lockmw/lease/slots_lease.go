@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -37,28 +36,24 @@ const (
 	slotsReleaseTail = "local r = lease_body()\nif r[1] ~= 3 then slots_release() end\nreturn r\n"
 )
 
-// withSlots are the combined scripts, by the lease script they wrap, built by the
-// first lease with slots (slotScript).
-var (
-	withSlots map[script]script
-	slotsOnce sync.Once
-)
+// withSlots are the combined scripts, by the lease script they wrap. Built with the
+// package's variables, so that they are keyed by the scripts as they are before any
+// test plants a defect; cheap, since each is joined on first use (newScript).
+var withSlots = slotScripts()
 
 // slotScript is the combined script that wraps sc.
-func slotScript(sc script) script {
-	slotsOnce.Do(buildSlotScripts)
-	return withSlots[sc]
-}
+func slotScript(sc script) script { return withSlots[sc] }
 
-// buildSlotScripts builds withSlots (again, after a test planted a defect in a source).
-func buildSlotScripts() {
+// slotScripts builds the combined scripts (again, after a test planted a defect in a
+// source: withSlots = slotScripts()).
+func slotScripts() map[script]script {
 	// The parts are joined on first use (newScript), not here: at start-up every
 	// command of the binary would pay for the copies.
 	wrap := func(prefix []string, body, tail string) script {
 		return newScript(slices.Concat(prefix, []string{slotsLua, slotsLeaseLua, "local function lease_body()\n", body, "\nend\n", tail})...)
 	}
 	base, line, scoped := []string{leaseLua}, []string{leaseLua, lineLua}, []string{leaseLua, lineLua, lineScopedLua}
-	withSlots = map[script]script{
+	return map[script]script{
 		acquireScript:             wrap(base, acquireLua, slotsAcquireTail),
 		acquireScopedScript:       wrap(base, acquireScopedLua, slotsAcquireTail),
 		acquireOrQueueScript:      wrap(base, acquireOrQueueLua, slotsAcquireTail),
