@@ -4,6 +4,8 @@ import (
 	"flag"
 	"strconv"
 	"time"
+
+	"github.com/ymirflow/ymirflow/inspect"
 )
 
 // DLQ is the settings of `ymirflow dlq`.
@@ -30,7 +32,7 @@ func (c *DLQ) Register(fs *flag.FlagSet) {
 // BeforeID returns --before as a stream id: itself, or for an age the id of
 // that long before now ("" when unset).
 func (c *DLQ) BeforeID(now time.Time) string {
-	if c.Before == "" || streamIDPattern().MatchString(c.Before) {
+	if c.Before == "" || inspect.CheckID(c.Before) == nil {
 		return c.Before
 	}
 	d, err := time.ParseDuration(c.Before)
@@ -45,7 +47,7 @@ func (c *DLQ) Validate() error {
 	var p problems
 	c.Common.validate(&p)
 	validateIssueFilter(&p, c.Issue)
-	if c.Before != "" && !streamIDPattern().MatchString(c.Before) {
+	if c.Before != "" && inspect.CheckID(c.Before) != nil {
 		if d, err := time.ParseDuration(c.Before); err != nil || d <= 0 {
 			p.addFlag("before", "= %q is neither a stream id (1700000000000-0) nor a positive age (72h)", c.Before)
 		}

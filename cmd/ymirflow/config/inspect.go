@@ -33,15 +33,12 @@ func registerYes(fs *flag.FlagSet, p *bool, what string) {
 	flagOnly(fs, "yes")
 }
 
-var (
-	// Compiled on first use, not at start-up, where every command of the binary would pay for it.
-	streamIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,20}(-[0-9]{1,20})?$`) })
-	// issueKeyish is a loose check; the lock's canonicalisation has the last word.
-	issueKeyish = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\S+$`) })
-)
+// issueKeyish is a loose check; the lock's canonicalisation has the last word.
+// Compiled on first use, not at start-up, where every command of the binary would pay for it.
+var issueKeyish = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\S+$`) })
 
 func validateRangeID(p *problems, flagName, v string) {
-	if v == "" || v == "-" || v == "+" || streamIDPattern().MatchString(strings.TrimPrefix(v, "(")) {
+	if v == "" || inspect.CheckRangeID(v) == nil {
 		return
 	}
 	p.addFlag(flagName, "= %q is not a stream id: MS or MS-SEQ (e.g. 1700000000000-0), - or +, or ( before an id for an exclusive bound", v)
