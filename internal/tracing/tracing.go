@@ -5,9 +5,12 @@
 //
 // The settings come as fields; cmd/ymirflow/config reads them from the standard
 // variables (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME) or
-// flags. The SDK still reads the standard variables that have no field here on its own
-// (the exporter's headers, timeout, certificate; OTEL_RESOURCE_ATTRIBUTES; the
-// sampler), as every OpenTelemetry SDK does.
+// flags. The standard variables that have no field here are read where every
+// OpenTelemetry SDK reads them: the exporter's (OTEL_EXPORTER_OTLP_[TRACES_]HEADERS,
+// _TIMEOUT, _COMPRESSION, _CERTIFICATE, _CLIENT_CERTIFICATE, _CLIENT_KEY,
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) by its transport here (otlphttp.go, ours so that
+// gRPC stays out of the binary), checked when New runs; OTEL_RESOURCE_ATTRIBUTES and the
+// sampler by the SDK.
 package tracing
 
 import (
@@ -15,10 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -76,12 +80,8 @@ func (c Config) Check() error {
 		return fmt.Errorf("%w %q: want %q or %q (OTLP over HTTP)", ErrExporter, c.Exporter, ExporterOTLP, ExporterNone)
 	}
 	if c.Endpoint != "" {
-		u, err := url.Parse(c.Endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("tracing: Config.Endpoint %q must be an http:// or https:// URL with a host", c.Endpoint)
-		}
-		if u.User != nil {
-			return errors.New("tracing: Config.Endpoint must not carry credentials (the exporter's headers do)")
+		if err := checkURL(c.Endpoint); err != nil {
+			return fmt.Errorf("tracing: Config.Endpoint: %w", err)
 		}
 	}
 	return nil
@@ -113,17 +113,22 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 // New returns c's Provider: off (no SDK at all) unless c.On(). It makes no connection:
 // the exporter connects when it first sends.
 func New(ctx context.Context, c Config) (*Provider, error) {
+	return newWithEnv(ctx, c, os.Getenv)
+}
+
+// newWithEnv is New with the exporter's standard variables looked up by getenv.
+func newWithEnv(ctx context.Context, c Config, getenv func(string) string) (*Provider, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
 	if !c.On() {
 		return &Provider{}, nil
 	}
-	var opts []otlptracehttp.Option
-	if c.Endpoint != "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(traceURL(c.Endpoint)))
+	client, err := newOTLPClient(c, getenv)
+	if err != nil {
+		return nil, err
 	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	exp, err := otlptrace.New(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}

@@ -1,0 +1,302 @@
+package tracing
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// env is a getenv over a map: the tests set the exporter's variables without t.Setenv,
+// so they run in parallel.
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+// decode reads a request as a collector does: ExportTraceServiceRequest, gzip or not.
+func decode(t *testing.T, r *http.Request) *coltracepb.ExportTraceServiceRequest {
+	t.Helper()
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		z, err := gzip.NewReader(r.Body)
+		if err != nil {
+			t.Errorf("gzip: %v", err)
+			return nil
+		}
+		body = z
+	}
+	b, _ := io.ReadAll(body)
+	var req coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		t.Errorf("the collector cannot read the request: %v", err)
+		return nil
+	}
+	return &req
+}
+
+func spans(names ...string) []*tracepb.ResourceSpans {
+	var out []*tracepb.ResourceSpans
+	for _, n := range names {
+		out = append(out, &tracepb.ResourceSpans{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{{Name: n}}}}})
+	}
+	return out
+}
+
+func testClient(t *testing.T, c Config, getenv func(string) string) *otlpClient {
+	t.Helper()
+	cl, err := newOTLPClient(c, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.retry = retryPolicy{first: 10 * time.Millisecond, max: 40 * time.Millisecond, total: 2 * time.Second}
+	t.Cleanup(func() { _ = cl.Stop(context.Background()) })
+	return cl
+}
+
+// Spans from New reach the collector as the SDK's own exporter sends them: protobuf
+// ExportTraceServiceRequest at /v1/traces, with the headers and compression of the
+// standard variables (the TRACES_ form winning) and the resource of Config.
+func TestOTLPRequestIsWhatACollectorReads(t *testing.T) {
+	t.Parallel()
+	got := make(chan *coltracepb.ExportTraceServiceRequest, 1)
+	var hdr atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			t.Errorf("%s %s (%s)", r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+		}
+		hdr.Store(r.Header.Clone())
+		got <- decode(t, r)
+	}))
+	defer srv.Close()
+	p, err := newWithEnv(context.Background(), Config{Endpoint: srv.URL, Command: "worker"}, env(
+		"OTEL_EXPORTER_OTLP_HEADERS", "api-key=general",
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=s%3Dcret, x-team = ops",
+		"OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := p.TracerProvider().Tracer("test").Start(context.Background(), "process ymir:triage")
+	span.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	req := <-got
+	h := hdr.Load().(http.Header)
+	if h.Get("Api-Key") != "s=cret" || h.Get("X-Team") != "ops" || h.Get("Content-Encoding") != "gzip" {
+		t.Errorf("headers %v: want api-key s=cret, x-team ops, gzip", h)
+	}
+	rs := req.GetResourceSpans()
+	if len(rs) != 1 || rs[0].GetScopeSpans()[0].GetSpans()[0].GetName() != "process ymir:triage" {
+		t.Fatalf("request %v", req)
+	}
+	attrs := map[string]string{}
+	for _, kv := range rs[0].GetResource().GetAttributes() {
+		attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+	}
+	if attrs["service.name"] != DefaultServiceName || attrs["ymirflow.command"] != "worker" {
+		t.Errorf("resource %v", attrs)
+	}
+}
+
+// Several ResourceSpans are several field-1 entries of one request, in order.
+func TestOTLPRequestCarriesEveryResource(t *testing.T) {
+	t.Parallel()
+	cl := testClient(t, Config{Endpoint: "http://collector:4318"}, env())
+	b, err := cl.encode(spans("a", "b", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, rs := range req.GetResourceSpans() {
+		names = append(names, rs.GetScopeSpans()[0].GetSpans()[0].GetName())
+	}
+	if strings.Join(names, ",") != "a,b,c" {
+		t.Fatalf("decoded %v", names)
+	}
+}
+
+// A busy collector (429, 502, 503, 504) is retried after the wait it asks for; any
+// other refusal is not, and its status and body are in the error.
+func TestOTLPRetriesOnlyABusyCollector(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch n := calls.Add(1); {
+		case strings.HasPrefix(r.URL.Path, "/bad/"):
+			http.Error(w, "no such tenant", http.StatusBadRequest)
+		case n == 1:
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case n == 2:
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	cl := testClient(t, Config{Endpoint: srv.URL}, env())
+	if err := cl.UploadTraces(context.Background(), spans("a")); err != nil || calls.Load() != 3 {
+		t.Fatalf("err %v after %d posts; want success on the third", err, calls.Load())
+	}
+	calls.Store(10)
+	bad := testClient(t, Config{Endpoint: srv.URL + "/bad"}, env())
+	err := bad.UploadTraces(context.Background(), spans("a"))
+	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "no such tenant") || calls.Load() != 11 {
+		t.Fatalf("err %v after %d posts; want one post and the 400 with its body", err, calls.Load()-10)
+	}
+}
+
+// A collector busy for longer than the retry budget: the upload gives up with the
+// collector's answer, and within the timeout when that is shorter.
+func TestOTLPGivesUpOnAnAlwaysBusyCollector(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "overloaded", http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	cl := testClient(t, Config{Endpoint: srv.URL}, env("OTEL_EXPORTER_OTLP_TIMEOUT", "150"))
+	start := time.Now()
+	err := cl.UploadTraces(context.Background(), spans("a"))
+	if err == nil || !strings.Contains(err.Error(), "502") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v; want the 502 and the deadline", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("gave up after %s", took)
+	}
+	cl.retry.total = 30 * time.Millisecond
+	cl.timeout = time.Minute
+	if err := cl.UploadTraces(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "gave up") {
+		t.Fatalf("err %v; want given up within the retry budget", err)
+	}
+}
+
+// A collector that accepts a request but rejects some of its spans says so in its reply.
+func TestOTLPReportsRejectedSpans(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{PartialSuccess: &coltracepb.ExportTracePartialSuccess{
+			RejectedSpans: 3, ErrorMessage: "span too large"}})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	cl := testClient(t, Config{Endpoint: srv.URL}, env())
+	if err := cl.UploadTraces(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "rejected 3 spans: span too large") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// Stop ends an upload still waiting on a collector that does not answer.
+func TestOTLPStopEndsAHangingUpload(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	cl := testClient(t, Config{Endpoint: srv.URL}, env())
+	done := make(chan error, 1)
+	go func() { done <- cl.UploadTraces(context.Background(), spans("a")) }()
+	time.Sleep(20 * time.Millisecond) // let the post start; Stop works before it as well
+	if err := cl.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a stopped upload reported success")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upload went on after Stop")
+	}
+}
+
+// An https collector is trusted through OTEL_EXPORTER_OTLP_CERTIFICATE; without it, its
+// private CA is refused.
+func TestOTLPTrustsTheCertificateOfTheVariable(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake is expected
+	srv.StartTLS()
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	trusted := testClient(t, Config{Endpoint: srv.URL}, env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca))
+	if err := trusted.UploadTraces(context.Background(), spans("a")); err != nil {
+		t.Fatalf("with the CA: %v", err)
+	}
+	untrusted := testClient(t, Config{Endpoint: srv.URL}, env())
+	if err := untrusted.UploadTraces(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the CA: %v", err)
+	}
+}
+
+// The endpoint: Config.Endpoint (a base URL) wins; else the per-signal variable, as is;
+// else the SDK's default.
+func TestOTLPEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		c    Config
+		env  func(string) string
+		want string
+	}{
+		{Config{Endpoint: "http://collector:4318/otlp/"}, env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://other:4318/x"), "http://collector:4318/otlp/v1/traces"},
+		{Config{Exporter: ExporterOTLP}, env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://other:4318/x"), "https://other:4318/x"},
+		{Config{Exporter: ExporterOTLP}, env(), defaultEndpoint},
+	} {
+		if cl := testClient(t, tc.c, tc.env); cl.url != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.c, cl.url, tc.want)
+		}
+	}
+}
+
+// A variable the exporter cannot use stops New with its name (DESIGN §6: a setting's
+// error names it); a header's value, which may be a secret, is not repeated.
+func TestOTLPBadVariableNamed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, value string }{
+		{"OTEL_EXPORTER_OTLP_TIMEOUT", "10s"},
+		{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "-5"},
+		{"OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"},
+		{"OTEL_EXPORTER_OTLP_HEADERS", "api-key"},
+		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=%zzsecret"},
+		{"OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"},
+		{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/nonexistent/cert.pem"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://collector"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://user:pw@collector:4318"},
+	} {
+		_, err := newWithEnv(context.Background(), Config{Exporter: ExporterOTLP}, env(tc.name, tc.value))
+		if err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s=%q: %v; want an error naming it", tc.name, tc.value, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "pw@")) {
+			t.Errorf("%s: the error repeats a secret: %v", tc.name, err)
+		}
+	}
+}
