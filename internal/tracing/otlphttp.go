@@ -285,7 +285,7 @@ func (cl *otlpClient) post(ctx context.Context, body []byte) (time.Duration, err
 		}
 		return 0, fmt.Errorf("tracing: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	reply, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if resp.StatusCode/100 == 2 {
 		return 0, partialSuccess(reply, resp.Header.Get("Content-Type"))
