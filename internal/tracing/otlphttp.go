@@ -63,7 +63,7 @@ var _ otlptrace.Client = (*otlpClient)(nil)
 
 // newOTLPClient is the client for c, with the exporter's standard variables looked up
 // by getenv (OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE,
-// _CLIENT_CERTIFICATE, _CLIENT_KEY, and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT when
+// _CLIENT_CERTIFICATE, _CLIENT_KEY, _PROTOCOL, and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT when
 // c.Endpoint is empty). A value it cannot use is an error naming the variable.
 func newOTLPClient(c Config, getenv func(string) string) (*otlpClient, error) {
 	env := otlpEnv{getenv}
@@ -77,7 +77,7 @@ func newOTLPClient(c Config, getenv func(string) string) (*otlpClient, error) {
 		}
 		cl.url = u
 	}
-	steps := []func(otlpEnv) error{cl.readHeaders, cl.readTimeout, cl.readCompression}
+	steps := []func(otlpEnv) error{checkProtocol, cl.readHeaders, cl.readTimeout, cl.readCompression}
 	for _, step := range steps {
 		if err := step(env); err != nil {
 			return nil, err
@@ -113,6 +113,19 @@ func (e otlpEnv) get(name string) (string, string) {
 		}
 	}
 	return "", ""
+}
+
+// checkProtocol refuses gRPC, which this exporter does not speak: a deployment that
+// sets it for all its services points the endpoint at a gRPC port, where every upload
+// would fail. http/json is sent as http/protobuf: OTLP/HTTP receivers take both.
+func checkProtocol(env otlpEnv) error {
+	switch s, name := env.get("PROTOCOL"); s {
+	case "", "http/protobuf", "http/json":
+		return nil
+	default:
+		return fmt.Errorf("tracing: %s=%q: this exporter speaks OTLP over HTTP only (http/protobuf); "+
+			"point the endpoint at the collector's OTLP/HTTP port (4318)", name, s)
+	}
 }
 
 // readHeaders: comma-separated key=value pairs, values URL-encoded (as the SDK reads).

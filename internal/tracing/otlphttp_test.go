@@ -116,6 +116,17 @@ func TestOTLPRequestIsWhatACollectorReads(t *testing.T) {
 	}
 }
 
+// The HTTP protocols pass (http/json is sent as protobuf, which OTLP/HTTP receivers take
+// too); gRPC is refused above.
+func TestOTLPProtocolsOverHTTPPass(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"http/protobuf", "http/json"} {
+		if _, err := newOTLPClient(Config{Exporter: ExporterOTLP}, env("OTEL_EXPORTER_OTLP_PROTOCOL", p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
 // Several ResourceSpans are several field-1 entries of one request, in order.
 func TestOTLPRequestCarriesEveryResource(t *testing.T) {
 	t.Parallel()
@@ -288,6 +299,8 @@ func TestOTLPBadVariableNamed(t *testing.T) {
 		{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=%zzsecret"},
 		{"OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"},
 		{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/nonexistent/cert.pem"},
+		{"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"},
+		{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/thrift"},
 		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://collector"},
 		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://user:pw@collector:4318"},
 	} {
