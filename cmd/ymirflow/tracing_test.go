@@ -2,6 +2,7 @@ package main
 
 import (
 	"compress/gzip"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -67,5 +68,20 @@ func TestEnqueueSendsItsSpanToTheCollector(t *testing.T) {
 		}
 	default:
 		t.Fatalf("enqueue exited and no span reached the collector\n%s", p.stderr())
+	}
+}
+
+// An exporter variable the command cannot use stops it at start, a usage error naming
+// the variable, before anything is published.
+func TestBadExporterVariableStopsTheCommandAtStart(t *testing.T) {
+	rdb, ns := redistest.Client(t)
+	env := []string{"REDIS_URL=" + redistest.URL(), "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318",
+		"OTEL_EXPORTER_OTLP_TIMEOUT=10s"}
+	p := startProc(t, buildBinary(t), env, "enqueue", "--ymir-namespace", strings.TrimSuffix(ns, ":"), "RHEL-7")
+	if code := p.exit(30 * time.Second); code != exitUsage || !strings.Contains(p.stderr(), `OTEL_EXPORTER_OTLP_TIMEOUT="10s"`) {
+		t.Fatalf("exit %d, want %d naming OTEL_EXPORTER_OTLP_TIMEOUT:\n%s", code, exitUsage, p.stderr())
+	}
+	if keys, _ := rdb.Keys(context.Background(), "*"+ns+"*").Result(); len(keys) > 0 {
+		t.Fatalf("published before stopping: %v", keys)
 	}
 }
