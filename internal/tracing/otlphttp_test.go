@@ -220,8 +220,9 @@ func TestOTLPReportsRejectedSpans(t *testing.T) {
 // Stop ends an upload still waiting on a collector that does not answer.
 func TestOTLPStopEndsAHangingUpload(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
 		select {
 		case <-release:
 		case <-r.Context().Done():
@@ -232,7 +233,7 @@ func TestOTLPStopEndsAHangingUpload(t *testing.T) {
 	cl := testClient(t, Config{Endpoint: srv.URL}, env())
 	done := make(chan error, 1)
 	go func() { done <- cl.UploadTraces(context.Background(), spans("a")) }()
-	time.Sleep(20 * time.Millisecond) // let the post start; Stop works before it as well
+	<-arrived // the post is in flight
 	if err := cl.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
