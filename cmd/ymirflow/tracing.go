@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
@@ -25,6 +26,11 @@ func startTracing(ctx context.Context, cfg *config.Tracing, command string, log 
 		return nil, func() {}, nil
 	}
 	log.Info().Str("otlp_endpoint", redact.URL(cfg.OTLPEndpoint)).Str("service_name", cfg.ServiceName).Msg("tracing on: spans go to the OpenTelemetry collector")
+	// The SDK reports a failed export to OpenTelemetry's process-wide handler, which
+	// would print it unstructured; the command owns the process, so it goes to our log.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn().Err(err).Msg("tracing: spans not exported")
+	}))
 	return tp, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

@@ -3,6 +3,8 @@ package main
 import (
 	"compress/gzip"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -83,5 +85,34 @@ func TestBadExporterVariableStopsTheCommandAtStart(t *testing.T) {
 	}
 	if keys, _ := rdb.Keys(context.Background(), "*"+ns+"*").Result(); len(keys) > 0 {
 		t.Fatalf("published before stopping: %v", keys)
+	}
+}
+
+// A collector that refuses the spans: the failure is in the command's own log (a JSON
+// line at LOG_FORMAT=json, with the collector's answer), not a bare line of OpenTelemetry's
+// default handler.
+func TestRefusedExportIsInTheCommandsLog(t *testing.T) {
+	_, ns := redistest.Client(t)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "unknown tenant", http.StatusBadRequest)
+	}))
+	defer collector.Close()
+	env := []string{"REDIS_URL=" + redistest.URL(), "OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL, "LOG_FORMAT=json"}
+	p := startProc(t, buildBinary(t), env, "enqueue", "--ymir-namespace", strings.TrimSuffix(ns, ":"), "RHEL-7")
+	if code := p.exit(30 * time.Second); code != 0 {
+		t.Fatalf("enqueue: exit %d\n%s", code, p.stderr())
+	}
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(p.stderr()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("a line of stderr is not JSON: %q", line)
+		}
+		if rec["message"] == "tracing: spans not exported" && strings.Contains(fmt.Sprint(rec["error"]), "400 Bad Request: unknown tenant") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no log record of the refused export:\n%s", p.stderr())
 	}
 }
