@@ -68,12 +68,14 @@ var _ otlptrace.Client = (*otlpClient)(nil)
 func newOTLPClient(c Config, getenv func(string) string) (*otlpClient, error) {
 	env := otlpEnv{getenv}
 	cl := &otlpClient{url: defaultEndpoint, timeout: defaultTimeout, retry: defaultRetry, headers: http.Header{}}
-	switch u, name := env.get("TRACES_ENDPOINT"); {
+	// The per-signal URL is used as is, and has no general form: the general one is
+	// c.Endpoint, a base URL.
+	switch u := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); {
 	case c.Endpoint != "":
 		cl.url = traceURL(c.Endpoint)
 	case u != "":
 		if err := checkURL(u); err != nil {
-			return nil, fmt.Errorf("tracing: %s: %w", name, err)
+			return nil, fmt.Errorf("tracing: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: %w", err)
 		}
 		cl.url = u
 	}
@@ -104,9 +106,6 @@ type otlpEnv struct{ getenv func(string) string }
 
 // get returns the value that applies and the variable it came from.
 func (e otlpEnv) get(name string) (string, string) {
-	if name == "TRACES_ENDPOINT" { // the per-signal URL has no general form here
-		return e.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-	}
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_" + name, "OTEL_EXPORTER_OTLP_" + name} {
 		if s := e.getenv(v); s != "" {
 			return s, v

@@ -7,7 +7,7 @@
 // variables (OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME) or
 // flags. The standard variables that have no field here are read where every
 // OpenTelemetry SDK reads them: the exporter's (OTEL_EXPORTER_OTLP_[TRACES_]HEADERS,
-// _TIMEOUT, _COMPRESSION, _CERTIFICATE, _CLIENT_CERTIFICATE, _CLIENT_KEY,
+// _TIMEOUT, _COMPRESSION, _CERTIFICATE, _CLIENT_CERTIFICATE, _CLIENT_KEY, _PROTOCOL,
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) by its transport here (otlphttp.go, ours so that
 // gRPC stays out of the binary), checked when New runs; OTEL_RESOURCE_ATTRIBUTES and the
 // sampler by the SDK.
