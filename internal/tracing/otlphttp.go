@@ -257,7 +257,8 @@ func (cl *otlpClient) encode(spans []*tracepb.ResourceSpans) ([]byte, error) {
 	for _, rs := range spans {
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(proto.Size(rs)))
-		if b, err = (proto.MarshalOptions{}).MarshalAppend(b, rs); err != nil {
+		// The size just computed is cached in rs: the marshal reuses it.
+		if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, rs); err != nil {
 			return nil, fmt.Errorf("tracing: encoding spans: %w", err)
 		}
 	}
@@ -316,53 +317,45 @@ func partialSuccess(reply []byte, contentType string) error {
 	if len(reply) == 0 || contentType != "application/x-protobuf" {
 		return nil
 	}
-	ps := protoField(reply, 1)
-	rejected, msg := uint64(0), ""
-	for len(ps) > 0 {
-		num, typ, n := protowire.ConsumeTag(ps)
-		if n < 0 {
-			return nil
+	var ps []byte
+	eachField(reply, func(num protowire.Number, typ protowire.Type, v []byte) {
+		if num == 1 && typ == protowire.BytesType {
+			ps, _ = protowire.ConsumeBytes(v)
 		}
-		ps = ps[n:]
+	})
+	rejected, msg := uint64(0), ""
+	eachField(ps, func(num protowire.Number, typ protowire.Type, v []byte) {
 		switch {
 		case num == 1 && typ == protowire.VarintType:
-			rejected, n = protowire.ConsumeVarint(ps)
+			rejected, _ = protowire.ConsumeVarint(v)
 		case num == 2 && typ == protowire.BytesType:
-			var s []byte
-			s, n = protowire.ConsumeBytes(ps)
+			s, _ := protowire.ConsumeBytes(v)
 			msg = string(s)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, ps)
 		}
-		if n < 0 {
-			return nil
-		}
-		ps = ps[n:]
-	}
+	})
 	if rejected == 0 && msg == "" {
 		return nil
 	}
 	return fmt.Errorf("tracing: the collector rejected %d spans: %s", rejected, msg)
 }
 
-// protoField is the bytes of message field num of b (nil: absent or malformed).
-func protoField(b []byte, num protowire.Number) []byte {
+// eachField calls f with each field of message b: its number, type and encoded value.
+// It stops at the first malformed field (a reply that is not the expected message
+// reports nothing).
+func eachField(b []byte, f func(protowire.Number, protowire.Type, []byte)) {
 	for len(b) > 0 {
-		got, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil
+			return
 		}
 		b = b[n:]
-		if got == num && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b)
-			return v
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return
 		}
-		if n = protowire.ConsumeFieldValue(got, typ, b); n < 0 {
-			return nil
-		}
-		b = b[n:]
+		f(num, typ, b[:m])
+		b = b[m:]
 	}
-	return nil
 }
 
 // retryAfter is a Retry-After's wait in seconds or until its date; 0 when absent.

@@ -1,7 +1,6 @@
 package tracing
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/pem"
 	"errors"
@@ -19,6 +18,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ymirflow/ymirflow/internal/tracing/collectortest"
 )
 
 // env is a getenv over a map: the tests set the exporter's variables without t.Setenv,
@@ -31,25 +32,14 @@ func env(kv ...string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-// decode reads a request as a collector does: ExportTraceServiceRequest, gzip or not.
+// decode reads a request as a collector does; a failure fails the test.
 func decode(t *testing.T, r *http.Request) *coltracepb.ExportTraceServiceRequest {
 	t.Helper()
-	var body io.Reader = r.Body
-	if r.Header.Get("Content-Encoding") == "gzip" {
-		z, err := gzip.NewReader(r.Body)
-		if err != nil {
-			t.Errorf("gzip: %v", err)
-			return nil
-		}
-		body = z
+	req, err := collectortest.Decode(r)
+	if err != nil {
+		t.Error(err)
 	}
-	b, _ := io.ReadAll(body)
-	var req coltracepb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(b, &req); err != nil {
-		t.Errorf("the collector cannot read the request: %v", err)
-		return nil
-	}
-	return &req
+	return req
 }
 
 func spans(names ...string) []*tracepb.ResourceSpans {
@@ -107,10 +97,7 @@ func TestOTLPRequestIsWhatACollectorReads(t *testing.T) {
 	if len(rs) != 1 || rs[0].GetScopeSpans()[0].GetSpans()[0].GetName() != "process ymir:triage" {
 		t.Fatalf("request %v", req)
 	}
-	attrs := map[string]string{}
-	for _, kv := range rs[0].GetResource().GetAttributes() {
-		attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
-	}
+	attrs := collectortest.Resource(rs[0])
 	if attrs["service.name"] != DefaultServiceName || attrs["ymirflow.command"] != "worker" {
 		t.Errorf("resource %v", attrs)
 	}
@@ -214,6 +201,12 @@ func TestOTLPReportsRejectedSpans(t *testing.T) {
 	cl := testClient(t, Config{Endpoint: srv.URL}, env())
 	if err := cl.UploadTraces(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "rejected 3 spans: span too large") {
 		t.Fatalf("err %v", err)
+	}
+	// A 200 whose body is not that message reports nothing: the spans were taken.
+	for _, body := range [][]byte{{0xff, 0xff}, {0x0a, 0x05, 0x08}} {
+		if err := partialSuccess(body, "application/x-protobuf"); err != nil {
+			t.Errorf("%x: %v", body, err)
+		}
 	}
 }
 
