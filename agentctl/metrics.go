@@ -3,7 +3,7 @@ package agentctl
 import (
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ymirflow/ymirflow/internal/metric"
 )
 
 // maxModels bounds the model label's values: an agent names its model, and its text
@@ -12,7 +12,7 @@ const maxModels = 32
 
 // Metrics is the channels' Prometheus counters (an Observer).
 type Metrics struct {
-	cost, tokens, tools, requests *prometheus.CounterVec
+	cost, tokens, tools, requests *metric.Counter
 
 	mu     sync.Mutex
 	models map[string]bool
@@ -20,20 +20,17 @@ type Metrics struct {
 
 var _ Observer = (*Metrics)(nil)
 
-// NewMetrics registers the counters on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{models: map[string]bool{},
-		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "agent_cost_usd_total",
-			Help: "What the agents reported spending, counted once per report, by agent and model."}, []string{"agent", "model"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "agent_tokens_total",
-			Help: "Tokens the agents reported, by agent, model and direction (in, out)."}, []string{"agent", "model", "direction"}),
-		tools: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "agent_tool_calls_total",
-			Help: "Tool calls the agents reported, by agent."}, []string{"agent"}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ymirflow", Name: "agent_control_requests_total",
-			Help: "Control channel requests, by agent, op and answer (granted, denied, stale_fence, bad_request, ...)."}, []string{"agent", "op", "status"}),
+// NewMetrics makes the counters on reg.
+func NewMetrics(reg *metric.Registry) *Metrics {
+	return &Metrics{models: map[string]bool{},
+		cost: reg.Counter("ymirflow_agent_cost_usd_total",
+			"What the agents reported spending, counted once per report, by agent and model.", "agent", "model"),
+		tokens: reg.Counter("ymirflow_agent_tokens_total",
+			"Tokens the agents reported, by agent, model and direction (in, out).", "agent", "model", "direction"),
+		tools: reg.Counter("ymirflow_agent_tool_calls_total", "Tool calls the agents reported, by agent.", "agent"),
+		requests: reg.Counter("ymirflow_agent_control_requests_total",
+			"Control channel requests, by agent, op and answer (granted, denied, stale_fence, bad_request, ...).", "agent", "op", "status"),
 	}
-	reg.MustRegister(m.cost, m.tokens, m.tools, m.requests)
-	return m
 }
 
 // Usage implements Observer.
@@ -45,10 +42,10 @@ func (m *Metrics) Usage(agent, model string, micro, tokensIn, tokensOut, toolCal
 		m.models[model] = true
 	}
 	m.mu.Unlock()
-	m.cost.WithLabelValues(agent, model).Add(USD(micro))
-	m.tokens.WithLabelValues(agent, model, "in").Add(float64(tokensIn))
-	m.tokens.WithLabelValues(agent, model, "out").Add(float64(tokensOut))
-	m.tools.WithLabelValues(agent).Add(float64(toolCalls))
+	m.cost.Add(USD(micro), agent, model)
+	m.tokens.Add(float64(tokensIn), agent, model, "in")
+	m.tokens.Add(float64(tokensOut), agent, model, "out")
+	m.tools.Add(float64(toolCalls), agent)
 }
 
 // Request implements Observer.
@@ -61,5 +58,5 @@ func (m *Metrics) Request(agent, op, status string) {
 	default:
 		op = "unknown"
 	}
-	m.requests.WithLabelValues(agent, op, status).Inc()
+	m.requests.Inc(agent, op, status)
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/metric"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/webhook"
 )
@@ -93,7 +93,7 @@ func newACLWebhookWorld(t *testing.T) *aclWebhookWorld {
 		t.Fatal(err)
 	}
 	rcv, err := webhook.New(webhook.Config{Fetcher: w.f, Jira: jc, Redis: rdb, Topology: topo, Secret: []byte("s"),
-		JQL: "project = RHEL", Metrics: webhook.NewMetrics(prometheus.NewRegistry()), Logger: zerolog.Nop()})
+		JQL: "project = RHEL", Metrics: webhook.NewMetrics(metric.NewRegistry()), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func (d *deadLetters) bury(msg *message.Message, src lockmw.Source, cause error,
 		src.Settle(entry)
 	}
 	if d.metrics != nil {
-		d.metrics.dead.WithLabelValues(d.agent).Inc()
+		d.metrics.dead.Inc(d.agent)
 	}
 	d.log.Error().Str("error", errText).Str("issue_key", msg.Metadata.Get(event.MetaIssueKey)).Str("message_id", entry.ID).
 		Str("correlation_id", msg.Metadata.Get(event.MetaCorrelationID)).Int("attempts", attempts).Str("dead_letter_id", deadID).

@@ -16,7 +16,7 @@ func TestHealthServerClosesIdleConnections(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := pipeline.Health{Metrics: pipeline.NewMetrics(), Redis: e.rdb,
+	addr, err := pipeline.Health{Metrics: pipeline.NewMetrics(nil), Redis: e.rdb,
 		Limits: httpsrv.Limits{IdleTimeout: 200 * time.Millisecond}}.Serve(ctx, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -517,7 +518,7 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	metrics := pipeline.NewMetrics()
+	metrics := pipeline.NewMetrics(nil)
 	var inFlight, peak atomic.Int64
 	both := make(chan struct{})
 	var once sync.Once
@@ -565,17 +566,17 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 	e.publishTriage("RHEL-63")
 	redistest.Eventually(t, 10*time.Second, func() bool { return len(e.results("lock.dropped")) == 1 }, "dropped")
 	// The counter goes up once the drop's record is written: wait for it, then hold it to one.
-	conflicts := func() float64 {
-		mfs, err := metrics.Registry.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
+	conflicts := func() float64 { // the sum of the family's series, as /metrics shows them
+		var buf bytes.Buffer
+		metrics.Registry.WritePrometheus(&buf)
 		var n float64
-		for _, mf := range mfs {
-			if mf.GetName() == "ymirflow_lock_conflicts_total" {
-				for _, m := range mf.GetMetric() {
-					n += m.GetCounter().GetValue()
+		for _, line := range strings.Split(buf.String(), "\n") {
+			if rest, ok := strings.CutPrefix(line, "ymirflow_lock_conflicts_total{"); ok {
+				v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+				if err != nil {
+					t.Fatalf("%q: %v", line, err)
 				}
+				n += v
 			}
 		}
 		return n
@@ -584,5 +585,15 @@ func TestConcurrencyIsSubscriptionsAndConflictsAreCounted(t *testing.T) {
 	got := conflicts()
 	if got != 1 {
 		t.Fatalf("lock_conflicts_total = %v, want 1", got)
+	}
+	// Each handler run is timed, by handler and outcome (Watermill's metric, kept by name).
+	var buf bytes.Buffer
+	metrics.Registry.WritePrometheus(&buf)
+	for _, want := range []string{"# TYPE ymirflow_handler_execution_time_seconds histogram\n",
+		`ymirflow_handler_execution_time_seconds_count{handler_name="` + e.triage() + `#0",success="true"} `,
+		`ymirflow_handler_execution_time_seconds_bucket{handler_name="` + e.triage() + `#1",success="true",le="+Inf"} `} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, buf.String())
+		}
 	}
 }

@@ -68,7 +68,7 @@ func TestConnectUnreachableNamesURLWithoutPassword(t *testing.T) {
 func TestHealthAndMetrics(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	m := pipeline.NewMetrics()
+	m := pipeline.NewMetrics(nil)
 	ready := false
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/ymirflow/ymirflow/fetcher"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/metric"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/testlog"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -145,7 +145,7 @@ func newEnv(t testing.TB, issues []fakejira.Issue, opts ...envOpt) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.metrics = NewMetrics(prometheus.NewRegistry())
+	e.metrics = NewMetrics(metric.NewRegistry())
 	cfg := Config{Fetcher: e.fetcher, Jira: e.jc, Redis: e.rdb, Topology: e.topo, Secret: []byte(secret),
 		OwnAccounts: []string{botID}, JQL: jqlTest, Metrics: e.metrics, Logger: log,
 		Deadline: 5 * time.Second} // a busy CI machine; the default is 900ms

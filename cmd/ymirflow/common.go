@@ -15,6 +15,7 @@ import (
 	"github.com/ymirflow/ymirflow/cmd/ymirflow/config"
 	"github.com/ymirflow/ymirflow/event"
 	"github.com/ymirflow/ymirflow/internal/jira"
+	"github.com/ymirflow/ymirflow/internal/metric"
 	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 	"github.com/ymirflow/ymirflow/pipeline"
@@ -26,9 +27,20 @@ type env struct {
 	rdb      redis.UniversalClient
 	opts     *redis.UniversalOptions
 	topology event.Topology
-	// rateMetrics are the shared rate limits' metrics (JIRA_RATE), when one is set: the
-	// commands with a metrics endpoint register them there.
+	// rateMetrics are the shared rate limits' metrics (JIRA_RATE), when one is set, on
+	// reg.
 	rateMetrics *ratelimit.Metrics
+	// reg is the process's metrics registry, made on first use (registry): the
+	// commands with a metrics endpoint (METRICS_ADDR) serve it.
+	reg *metric.Registry
+}
+
+// registry is the process's metrics registry.
+func (e *env) registry() *metric.Registry {
+	if e.reg == nil {
+		e.reg = metric.NewRegistry()
+	}
+	return e.reg
 }
 
 // sharedLimiter builds the limiter of the budgets every process shares through Redis
@@ -39,7 +51,7 @@ func (e *env) sharedLimiter(limits map[string]ratelimit.Rate) (*ratelimit.Limite
 		ns = event.DefaultNamespace
 	}
 	if e.rateMetrics == nil {
-		e.rateMetrics = ratelimit.NewMetrics(nil)
+		e.rateMetrics = ratelimit.NewMetrics(e.registry())
 	}
 	return ratelimit.New(ratelimit.Config{Client: e.rdb, Prefix: ns + ":ratelimit:", Limits: limits, Metrics: e.rateMetrics})
 }

@@ -88,10 +88,7 @@ func receive(ctx context.Context, s *session, cfg *config.Webhook, secret string
 	if err != nil {
 		return err
 	}
-	metrics := pipeline.NewMetrics()
-	if e.rateMetrics != nil {
-		metrics.Registry.MustRegister(e.rateMetrics)
-	}
+	metrics := pipeline.NewMetrics(e.registry())
 	wc := webhook.Config{
 		Fetcher: f, Jira: jc, Redis: e.rdb, Topology: e.topology, Secret: []byte(secret),
 		InsecureNoSignature: cfg.InsecureNoSignature, OwnAccounts: own, MaxBody: cfg.WebhookMaxBody,

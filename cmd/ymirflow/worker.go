@@ -107,7 +107,7 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	}
 	defer stopTracing()
 
-	metrics := pipeline.NewMetrics()
+	metrics := pipeline.NewMetrics(e.registry())
 	locker, err := e.newLocker(lease.Options{TTL: cfg.LockTTL, MaxHold: cfg.LockMaxHold, Owner: cfg.ConsumerName,
 		Observer: metrics, WaitReplicas: cfg.LockWaitReplicas, WaitAOF: cfg.LockWaitAOF})
 	if err != nil {
@@ -124,9 +124,6 @@ func serveWorker(ctx context.Context, s *session, cfg *config.Worker, p workerPr
 	shared, runLimit, err := workerLimits(e, cfg)
 	if err != nil {
 		return err
-	}
-	if e.rateMetrics != nil {
-		metrics.Registry.MustRegister(e.rateMetrics)
 	}
 	jc, err := workerJira(cfg, token, shared, log)
 	if err != nil {

@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ymirflow/ymirflow/internal/metric"
 	"github.com/ymirflow/ymirflow/internal/ratelimit"
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
@@ -75,8 +74,7 @@ func TestThrottlePausesEveryone(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
-	reg := prometheus.NewRegistry()
-	m := ratelimit.NewMetrics(reg)
+	m := ratelimit.NewMetrics(metric.NewRegistry())
 	a, b := newLimiter(t, rdb, ns, nil, jiraRate), newLimiter(t, rdb, ns, m, jiraRate)
 	if err := a.Throttle(ctx, "jira", 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -88,7 +86,7 @@ func TestThrottlePausesEveryone(t *testing.T) {
 	if ok || err != nil || retry <= 20*time.Second || retry > 30*time.Second {
 		t.Fatalf("during another process's pause: ok %v retry %s err %v; want a refusal for the rest of 30 s", ok, retry, err)
 	}
-	if n := testutil.ToFloat64(m.Throttled("jira", "paused")); n != 1 {
+	if n := m.Throttled("jira", "paused"); n != 1 {
 		t.Errorf("throttled{reason=paused} = %v, want 1", n)
 	}
 	// A second question of the same process is answered from what it saw: no round trip.
@@ -122,8 +120,7 @@ func TestThrottlePausesEveryone(t *testing.T) {
 func TestWaitRecordsAndHonoursDeadline(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	reg := prometheus.NewRegistry()
-	m := ratelimit.NewMetrics(reg)
+	m := ratelimit.NewMetrics(metric.NewRegistry())
 	l := newLimiter(t, rdb, ns, m, map[string]ratelimit.Rate{"jira": {N: 20, Per: time.Second, Burst: 1}})
 	ctx := context.Background()
 	if err := l.Throttle(ctx, "jira", 100*time.Millisecond); err != nil {
@@ -143,7 +140,7 @@ func TestWaitRecordsAndHonoursDeadline(t *testing.T) {
 	if got := strings.Join(names, ","); got != "ratelimit.throttled,ratelimit.permitted" {
 		t.Errorf("span events %q", got)
 	}
-	if n := testutil.CollectAndCount(reg, "ymirflow_ratelimit_wait_seconds"); n != 1 {
+	if n := m.Waits(); n != 1 {
 		t.Errorf("wait histogram series = %d, want 1", n)
 	}
 
@@ -248,7 +245,7 @@ func TestWaitServesInTurn(t *testing.T) {
 func TestWaitHonoursAPauseThatBeginsWhileBooked(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	m := ratelimit.NewMetrics(prometheus.NewRegistry())
+	m := ratelimit.NewMetrics(metric.NewRegistry())
 	l := newLimiter(t, rdb, ns, m, map[string]ratelimit.Rate{"jira": {N: 1, Per: time.Second, Burst: 1}})
 	ctx := context.Background()
 	if err := l.Wait(ctx, "jira"); err != nil {
@@ -267,7 +264,7 @@ func TestWaitHonoursAPauseThatBeginsWhileBooked(t *testing.T) {
 	if took := time.Since(start); took < 2*time.Second {
 		t.Errorf("permitted %s after it began to wait, within a pause that began at 200 ms and lasted 2 s", took)
 	}
-	if n := testutil.ToFloat64(m.Throttled("jira", "paused")); n != 1 {
+	if n := m.Throttled("jira", "paused"); n != 1 {
 		t.Errorf("throttled{reason=paused} = %v after one wait that met one pause, want 1", n)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
 // The batched hand-off: while runs are short, the round trip of every event's end is
@@ -19,7 +21,7 @@ import (
 //go:embed scripts/handoff_batch.lua
 var handoffBatchLua string
 
-var handoffBatchScript = newScript(leaseLua, handoffBatchLua)
+var handoffBatchScript = newScript(xonce.IndexLua, leaseSteps, handoffBatchLua)
 
 // maxBatchAgo bounds how far back a batch dates a release (End.EndedAt): a run that
 // ended longer ago than this is dated this far back, never earlier.

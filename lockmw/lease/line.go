@@ -31,9 +31,9 @@ var (
 	//go:embed scripts/line_wake.lua
 	lineWakeLua string
 
-	acquireOrWaitScript = newScript(leaseLua, lineLua, acquireOrWaitLua)
-	releaseLineScript   = newScript(leaseLua, lineLua, releaseLineLua)
-	lineWakeScript      = newScript(leaseLua, lineLua, lineWakeLua)
+	acquireOrWaitScript = newScript(xonce.IndexLua, leaseSteps, lineLua, acquireOrWaitLua)
+	releaseLineScript   = newScript(xonce.IndexLua, leaseSteps, lineLua, releaseLineLua)
+	lineWakeScript      = newScript(xonce.IndexLua, leaseSteps, lineLua, lineWakeLua)
 )
 
 // ErrLineFull is wrapped by *LineFullError: WaitOptions.Max events wait for the key

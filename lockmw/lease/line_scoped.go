@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
 // The wait policy's line on a shared key (scopes issue and group; scripts/line_scoped.lua):
@@ -32,10 +34,10 @@ var (
 	//go:embed scripts/release_line_shared.lua
 	releaseLineSharedLua string
 
-	acquireOrWaitScopedScript = newScript(leaseLua, lineLua, lineScopedLua, acquireOrWaitScopedLua)
-	releaseLineScopedScript   = newScript(leaseLua, lineLua, lineScopedLua, releaseLineScopedLua)
-	lineWakeScopedScript      = newScript(leaseLua, lineLua, lineScopedLua, lineWakeScopedLua)
-	releaseLineSharedScript   = newScript(leaseLua, lineLua, lineScopedLua, releaseLineSharedLua)
+	acquireOrWaitScopedScript = newScript(xonce.IndexLua, leaseSteps, lineLua, lineScopedLua, acquireOrWaitScopedLua)
+	releaseLineScopedScript   = newScript(xonce.IndexLua, leaseSteps, lineLua, lineScopedLua, releaseLineScopedLua)
+	lineWakeScopedScript      = newScript(xonce.IndexLua, leaseSteps, lineLua, lineScopedLua, lineWakeScopedLua)
+	releaseLineSharedScript   = newScript(xonce.IndexLua, leaseSteps, lineLua, lineScopedLua, releaseLineSharedLua)
 )
 
 // errWaitShared refuses a wait acquire with more than one shared key: the line is on

@@ -18,6 +18,10 @@ import (
 	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
+// leaseLua is the lease's steps as the scripts join them (newScript(xonce.IndexLua,
+// leaseSteps, ...)), for the tests that plant a changed script.
+var leaseLua = xonce.IndexLua + leaseSteps
+
 // scriptBuild is one script of the package and how its source is put together, so
 // that a plant in a shared step (lease.lua) reaches every script that includes it.
 type scriptBuild struct {

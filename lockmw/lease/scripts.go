@@ -16,11 +16,12 @@ import (
 // lease's own keys, with its issue key if it holds one; a group key's, alone) and runs
 // atomically, so compare-and-act has no window.
 var (
+	// leaseSteps are the lease's steps, put before the scripts that use them (after
+	// xonce's issue-index step: publish_queued files a follow-up in its issue's index
+	// with it): newScript(xonce.IndexLua, leaseSteps, ...). Joined on first use, not here.
+	//
 	//go:embed scripts/lease.lua
 	leaseSteps string
-	// leaseLua is the steps, put before the scripts that use them, after xonce's
-	// issue-index step (publish_queued files a follow-up in its issue's index with it).
-	leaseLua = xonce.IndexLua + leaseSteps
 	//go:embed scripts/handoff.lua
 	handoffLua string
 	//go:embed scripts/acquire.lua
@@ -48,19 +49,19 @@ var (
 	//go:embed scripts/unlock_shared.lua
 	unlockSharedLua string
 
-	acquireScript          = newScript(leaseLua, acquireLua)
-	acquireScopedScript    = newScript(leaseLua, acquireScopedLua)
-	handoffScript          = newScript(leaseLua, handoffLua)
-	acquireOrQueueScript   = newScript(leaseLua, acquireOrQueueLua)
-	acquireOrDeliverScript = newScript(leaseLua, acquireOrDeliverLua)
+	acquireScript          = newScript(xonce.IndexLua, leaseSteps, acquireLua)
+	acquireScopedScript    = newScript(xonce.IndexLua, leaseSteps, acquireScopedLua)
+	handoffScript          = newScript(xonce.IndexLua, leaseSteps, handoffLua)
+	acquireOrQueueScript   = newScript(xonce.IndexLua, leaseSteps, acquireOrQueueLua)
+	acquireOrDeliverScript = newScript(xonce.IndexLua, leaseSteps, acquireOrDeliverLua)
 	mailboxDoneScript      = newScript(mailboxDoneLua)
 	extendScript           = newScript(extendLua)
-	releaseScript          = newScript(leaseLua, releaseLua)
+	releaseScript          = newScript(xonce.IndexLua, leaseSteps, releaseLua)
 	forceReleaseScript     = newScript(forceReleaseLua)
-	acquireOrSupersede     = newScript(leaseLua, acquireOrSupersedeLua)
-	stopWaitScript         = newScript(leaseLua, stopWaitLua)
-	acquireSharedScript    = newScript(leaseLua, acquireSharedLua)
-	unlockSharedScript     = newScript(leaseLua, unlockSharedLua)
+	acquireOrSupersede     = newScript(xonce.IndexLua, leaseSteps, acquireOrSupersedeLua)
+	stopWaitScript         = newScript(xonce.IndexLua, leaseSteps, stopWaitLua)
+	acquireSharedScript    = newScript(xonce.IndexLua, leaseSteps, acquireSharedLua)
+	unlockSharedScript     = newScript(xonce.IndexLua, leaseSteps, unlockSharedLua)
 )
 
 // script is a Lua script put together (its parts joined) and hashed on first use, not

@@ -47,8 +47,8 @@ var (
 	//go:embed scripts/slots_renew.lua
 	slotsRenewLua string
 
-	slotsTakeScript = newScript(leaseLua, slotsLua, slotsTakeLua)
-	slotsFreeScript = newScript(leaseLua, slotsLua, slotsFreeLua)
+	slotsTakeScript = newScript(xonce.IndexLua, leaseSteps, slotsLua, slotsTakeLua)
+	slotsFreeScript = newScript(xonce.IndexLua, leaseSteps, slotsLua, slotsFreeLua)
 	// slots_renew.lua is sent by EVAL on the heartbeat's pipeline (small; no NOSCRIPT
 	// round trip to handle inside a pipeline).
 )

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
 // A run's slots with its lease, in one script (standalone Redis; scripts/slots_lease.lua):
@@ -52,7 +54,7 @@ func slotScripts() map[script]script {
 	wrap := func(prefix []string, body, tail string) script {
 		return newScript(slices.Concat(prefix, []string{slotsLua, slotsLeaseLua, "local function lease_body()\n", body, "\nend\n", tail})...)
 	}
-	base, line, scoped := []string{leaseLua}, []string{leaseLua, lineLua}, []string{leaseLua, lineLua, lineScopedLua}
+	base, line, scoped := []string{xonce.IndexLua, leaseSteps}, []string{xonce.IndexLua, leaseSteps, lineLua}, []string{xonce.IndexLua, leaseSteps, lineLua, lineScopedLua}
 	return map[script]script{
 		acquireScript:             wrap(base, acquireLua, slotsAcquireTail),
 		acquireScopedScript:       wrap(base, acquireScopedLua, slotsAcquireTail),

@@ -1,7 +1,7 @@
 // Package collectortest reads OTLP/HTTP trace exports as an OpenTelemetry collector
 // does, for tests of the exporter and of the commands that trace. It imports the
 // collector's service package (and gRPC with it): only tests may import it, which
-// cmd/ymirflow's TestBinaryLeavesGRPCOut holds.
+// cmd/ymirflow's TestBinaryLeavesGRPCAndPrometheusOut holds.
 package collectortest
 
 import (

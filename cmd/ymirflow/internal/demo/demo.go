@@ -20,7 +20,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/alicebob/miniredis/v2"
-	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -31,6 +31,7 @@ import (
 	"github.com/ymirflow/ymirflow/handlers"
 	"github.com/ymirflow/ymirflow/internal/jira"
 	"github.com/ymirflow/ymirflow/internal/jira/fakejira"
+	"github.com/ymirflow/ymirflow/internal/metric"
 	"github.com/ymirflow/ymirflow/internal/redact"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -578,7 +579,7 @@ func (r *run) startWebhook(ctx context.Context) error {
 	}
 	r.own = me
 	r.hookSecret = []byte(randomHex(16))
-	r.hookMetrics = webhook.NewMetrics(prometheus.NewRegistry())
+	r.hookMetrics = webhook.NewMetrics(metric.NewRegistry())
 	r.heard = map[string]string{}
 	r.hook, err = webhook.New(webhook.Config{Fetcher: r.fetch, Jira: r.jc, Redis: r.rdb, Topology: r.topo,
 		Secret: r.hookSecret, OwnAccounts: []string{me.AccountID, me.Name}, Metrics: r.hookMetrics,
