@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,18 +18,15 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// The OTLP/HTTP transport is ours, on the SDK's otlptrace exporter (which turns spans
-// into OTLP's protobuf messages): the SDK's own otlptracehttp imports gRPC through a
+// The OTLP/HTTP exporter is ours: the SDK's otlptracehttp imports gRPC through a
 // configuration package it shares with the gRPC exporter
 // (open-telemetry/opentelemetry-go#2579), and gRPC's package initialisation cost every
-// command ≈ 6 ms of its start (issue 36). It reads the same standard variables as
-// otlptracehttp, sends the same request and retries as it does.
+// command ≈ 6 ms of its start (issue 36); the request is encoded by otlpencode.go. It
+// reads the same standard variables as otlptracehttp, sends the same request and
+// retries as it does.
 
 // Defaults of the exporter, as the SDK's.
 const (
@@ -46,7 +45,8 @@ type retryPolicy struct {
 
 var defaultRetry = retryPolicy{first: 5 * time.Second, max: 30 * time.Second, total: time.Minute}
 
-// otlpClient is an otlptrace.Client that posts OTLP/HTTP protobuf requests.
+// otlpClient is the span exporter (an sdktrace.SpanExporter, under the SDK's batcher)
+// that posts OTLP/HTTP protobuf requests.
 type otlpClient struct {
 	url     string
 	headers http.Header
@@ -59,7 +59,7 @@ type otlpClient struct {
 	stop    context.CancelFunc
 }
 
-var _ otlptrace.Client = (*otlpClient)(nil)
+var _ sdktrace.SpanExporter = (*otlpClient)(nil)
 
 // newOTLPClient is the client for c, with the exporter's standard variables looked up
 // by getenv (OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE,
@@ -93,7 +93,7 @@ func newOTLPClient(c Config, getenv func(string) string) (*otlpClient, error) {
 	tr.TLSClientConfig = tlsConf
 	cl.http = &http.Client{Transport: tr}
 	cl.headers.Set("Content-Type", "application/x-protobuf")
-	cl.headers.Set("User-Agent", "ymirflow OTLP exporter (go.opentelemetry.io/otel/exporters/otlp/otlptrace "+otlptrace.Version()+")")
+	cl.headers.Set("User-Agent", "ymirflow OTLP exporter")
 	if cl.gzip {
 		cl.headers.Set("Content-Encoding", "gzip")
 	}
@@ -204,33 +204,48 @@ func (e otlpEnv) tls() (*tls.Config, error) {
 	return conf, nil
 }
 
-// Start makes no connection: the first upload does.
-func (cl *otlpClient) Start(context.Context) error { return nil }
-
-// Stop ends the uploads still running and closes idle connections.
-func (cl *otlpClient) Stop(context.Context) error {
+// Shutdown ends the uploads still running and closes idle connections. It makes no
+// connection before: the first upload does.
+func (cl *otlpClient) Shutdown(context.Context) error {
 	cl.stop()
 	cl.http.CloseIdleConnections()
 	return nil
 }
 
-// UploadTraces posts one ExportTraceServiceRequest, retrying while the collector is
-// busy (429, 502, 503, 504) or unreachable for a moment, within the timeout.
-func (cl *otlpClient) UploadTraces(ctx context.Context, spans []*tracepb.ResourceSpans) error {
-	body, err := cl.encode(spans)
-	if err != nil {
-		return err
+// ExportSpans posts spans as one ExportTraceServiceRequest (none: nothing is sent).
+func (cl *otlpClient) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	if len(spans) == 0 {
+		return nil
 	}
+	body, err := cl.compress(encodeSpans(spans))
+	if err == nil {
+		err = cl.upload(ctx, body)
+	}
+	if err != nil {
+		return fmt.Errorf("traces export: %w", err)
+	}
+	return nil
+}
+
+// upload posts body, retrying while the collector is busy (429, 502, 503, 504) or
+// unreachable for a moment, within the timeout.
+func (cl *otlpClient) upload(ctx context.Context, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
 	defer context.AfterFunc(cl.stopped, cancel)()
 	start, wait := time.Now(), cl.retry.first
+	var last error // the collector's last busy answer
 	for {
 		after, err := cl.post(ctx, body)
 		var busy *busyError
 		if !errors.As(err, &busy) {
+			if last != nil && ctx.Err() != nil {
+				// The time ran out during a retry: the busy answer says why.
+				return fmt.Errorf("%w (then: %w)", last, err)
+			}
 			return err
 		}
+		last = err
 		if after > wait {
 			wait = after
 		}
@@ -248,20 +263,8 @@ func (cl *otlpClient) UploadTraces(ctx context.Context, spans []*tracepb.Resourc
 	}
 }
 
-// encode is the request's body: ExportTraceServiceRequest, whose only field (1) is the
-// repeated ResourceSpans, written here so that the collector's service package (and
-// gRPC with it) stays out of the binary.
-func (cl *otlpClient) encode(spans []*tracepb.ResourceSpans) ([]byte, error) {
-	var b []byte
-	var err error
-	for _, rs := range spans {
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(proto.Size(rs)))
-		// The size just computed is cached in rs: the marshal reuses it.
-		if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, rs); err != nil {
-			return nil, fmt.Errorf("tracing: encoding spans: %w", err)
-		}
-	}
+// compress is the request's body: b, gzipped if the variables ask for it.
+func (cl *otlpClient) compress(b []byte) ([]byte, error) {
 	if !cl.gzip {
 		return b, nil
 	}
@@ -318,19 +321,18 @@ func partialSuccess(reply []byte, contentType string) error {
 		return nil
 	}
 	var ps []byte
-	eachField(reply, func(num protowire.Number, typ protowire.Type, v []byte) {
-		if num == 1 && typ == protowire.BytesType {
-			ps, _ = protowire.ConsumeBytes(v)
+	eachField(reply, func(num, wire int, v []byte, _ uint64) {
+		if num == 1 && wire == wireBytes {
+			ps = v
 		}
 	})
 	rejected, msg := uint64(0), ""
-	eachField(ps, func(num protowire.Number, typ protowire.Type, v []byte) {
+	eachField(ps, func(num, wire int, v []byte, n uint64) {
 		switch {
-		case num == 1 && typ == protowire.VarintType:
-			rejected, _ = protowire.ConsumeVarint(v)
-		case num == 2 && typ == protowire.BytesType:
-			s, _ := protowire.ConsumeBytes(v)
-			msg = string(s)
+		case num == 1 && wire == wireVarint:
+			rejected = n
+		case num == 2 && wire == wireBytes:
+			msg = string(v)
 		}
 	})
 	if rejected == 0 && msg == "" {
@@ -339,22 +341,45 @@ func partialSuccess(reply []byte, contentType string) error {
 	return fmt.Errorf("tracing: the collector rejected %d spans: %s", rejected, msg)
 }
 
-// eachField calls f with each field of message b: its number, type and encoded value.
-// It stops at the first malformed field (a reply that is not the expected message
-// reports nothing).
-func eachField(b []byte, f func(protowire.Number, protowire.Type, []byte)) {
+// eachField calls f with each field of message b: its number and wire type, and its
+// value: the bytes of a length-delimited field, the number of a varint or fixed one.
+// It stops at the first malformed field or group (a reply that is not the expected
+// message reports nothing).
+func eachField(b []byte, f func(num, wire int, v []byte, n uint64)) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		tag, k := binary.Uvarint(b)
+		if k <= 0 || tag>>3 == 0 || tag>>3 > math.MaxInt32 {
 			return
 		}
-		b = b[n:]
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
+		b = b[k:]
+		num, wire := int(tag>>3), int(tag&7)
+		var v []byte
+		var n uint64
+		switch wire {
+		case wireVarint:
+			if n, k = binary.Uvarint(b); k <= 0 {
+				return
+			}
+		case wireFixed64, wireFixed32:
+			k = 8
+			if wire == wireFixed32 {
+				k = 4
+			}
+			if len(b) < k {
+				return
+			}
+			n = binary.LittleEndian.Uint64(append(b[:k:k], make([]byte, 8-k)...))
+		case wireBytes:
+			l, m := binary.Uvarint(b)
+			if m <= 0 || l > uint64(len(b)-m) {
+				return
+			}
+			v, k = b[m:m+int(l)], m+int(l)
+		default:
 			return
 		}
-		f(num, typ, b[:m])
-		b = b[m:]
+		f(num, wire, v, n)
+		b = b[k:]
 	}
 }
 

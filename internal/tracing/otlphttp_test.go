@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ymirflow/ymirflow/internal/tracing/collectortest"
@@ -42,10 +45,11 @@ func decode(t *testing.T, r *http.Request) *coltracepb.ExportTraceServiceRequest
 	return req
 }
 
-func spans(names ...string) []*tracepb.ResourceSpans {
-	var out []*tracepb.ResourceSpans
+// spans are ended spans with these names, each of its own resource (service.name n).
+func spans(names ...string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
 	for _, n := range names {
-		out = append(out, &tracepb.ResourceSpans{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{{Name: n}}}}})
+		out = append(out, tracetest.SpanStub{Name: n, Resource: resource.NewSchemaless(attribute.String("service.name", n))}.Snapshot())
 	}
 	return out
 }
@@ -57,7 +61,7 @@ func testClient(t *testing.T, c Config, getenv func(string) string) *otlpClient 
 		t.Fatal(err)
 	}
 	cl.retry = retryPolicy{first: 10 * time.Millisecond, max: 40 * time.Millisecond, total: 2 * time.Second}
-	t.Cleanup(func() { _ = cl.Stop(context.Background()) })
+	t.Cleanup(func() { _ = cl.Shutdown(context.Background()) })
 	return cl
 }
 
@@ -117,13 +121,8 @@ func TestOTLPProtocolsOverHTTPPass(t *testing.T) {
 // Several ResourceSpans are several field-1 entries of one request, in order.
 func TestOTLPRequestCarriesEveryResource(t *testing.T) {
 	t.Parallel()
-	cl := testClient(t, Config{Endpoint: "http://collector:4318"}, env())
-	b, err := cl.encode(spans("a", "b", "c"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var req coltracepb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(b, &req); err != nil {
+	if err := proto.Unmarshal(encodeSpans(spans("a", "b", "c")), &req); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -153,12 +152,12 @@ func TestOTLPRetriesOnlyABusyCollector(t *testing.T) {
 	}))
 	defer srv.Close()
 	cl := testClient(t, Config{Endpoint: srv.URL}, env())
-	if err := cl.UploadTraces(context.Background(), spans("a")); err != nil || calls.Load() != 3 {
+	if err := cl.ExportSpans(context.Background(), spans("a")); err != nil || calls.Load() != 3 {
 		t.Fatalf("err %v after %d posts; want success on the third", err, calls.Load())
 	}
 	calls.Store(10)
 	bad := testClient(t, Config{Endpoint: srv.URL + "/bad"}, env())
-	err := bad.UploadTraces(context.Background(), spans("a"))
+	err := bad.ExportSpans(context.Background(), spans("a"))
 	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "no such tenant") || calls.Load() != 11 {
 		t.Fatalf("err %v after %d posts; want one post and the 400 with its body", err, calls.Load()-10)
 	}
@@ -174,7 +173,7 @@ func TestOTLPGivesUpOnAnAlwaysBusyCollector(t *testing.T) {
 	defer srv.Close()
 	cl := testClient(t, Config{Endpoint: srv.URL}, env("OTEL_EXPORTER_OTLP_TIMEOUT", "150"))
 	start := time.Now()
-	err := cl.UploadTraces(context.Background(), spans("a"))
+	err := cl.ExportSpans(context.Background(), spans("a"))
 	if err == nil || !strings.Contains(err.Error(), "502") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err %v; want the 502 and the deadline", err)
 	}
@@ -183,7 +182,7 @@ func TestOTLPGivesUpOnAnAlwaysBusyCollector(t *testing.T) {
 	}
 	cl.retry.total = 30 * time.Millisecond
 	cl.timeout = time.Minute
-	if err := cl.UploadTraces(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "gave up") {
+	if err := cl.ExportSpans(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "gave up") {
 		t.Fatalf("err %v; want given up within the retry budget", err)
 	}
 }
@@ -199,7 +198,7 @@ func TestOTLPReportsRejectedSpans(t *testing.T) {
 	}))
 	defer srv.Close()
 	cl := testClient(t, Config{Endpoint: srv.URL}, env())
-	if err := cl.UploadTraces(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "rejected 3 spans: span too large") {
+	if err := cl.ExportSpans(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "rejected 3 spans: span too large") {
 		t.Fatalf("err %v", err)
 	}
 	// A 200 whose body is not that message reports nothing: the spans were taken.
@@ -225,9 +224,9 @@ func TestOTLPStopEndsAHangingUpload(t *testing.T) {
 	defer close(release)
 	cl := testClient(t, Config{Endpoint: srv.URL}, env())
 	done := make(chan error, 1)
-	go func() { done <- cl.UploadTraces(context.Background(), spans("a")) }()
+	go func() { done <- cl.ExportSpans(context.Background(), spans("a")) }()
 	<-arrived // the post is in flight
-	if err := cl.Stop(context.Background()); err != nil {
+	if err := cl.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -253,11 +252,11 @@ func TestOTLPTrustsTheCertificateOfTheVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	trusted := testClient(t, Config{Endpoint: srv.URL}, env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca))
-	if err := trusted.UploadTraces(context.Background(), spans("a")); err != nil {
+	if err := trusted.ExportSpans(context.Background(), spans("a")); err != nil {
 		t.Fatalf("with the CA: %v", err)
 	}
 	untrusted := testClient(t, Config{Endpoint: srv.URL}, env())
-	if err := untrusted.UploadTraces(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if err := untrusted.ExportSpans(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("without the CA: %v", err)
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -128,11 +127,7 @@ func newWithEnv(ctx context.Context, c Config, getenv func(string) string) (*Pro
 	if err != nil {
 		return nil, err
 	}
-	exp, err := otlptrace.New(ctx, client)
-	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
-	}
-	return &Provider{sdk: NewProvider(c, sdktrace.WithBatcher(exp))}, nil
+	return &Provider{sdk: NewProvider(c, sdktrace.WithBatcher(client))}, nil
 }
 
 // NewProvider returns an SDK provider with c's resource and the given options (an
