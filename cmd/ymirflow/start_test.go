@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,23 +65,33 @@ func TestBinaryLeavesGRPCAndPrometheusOut(t *testing.T) {
 
 // BenchmarkStart runs the built binary once per iteration, as an operator does: its
 // whole cost, from exec to exit, of a command that touches no server (`version`, `history
-// --help`). It also reports init-ms, the package initialisation the runtime times
-// (GODEBUG=inittrace=1): what every command pays before main runs.
+// --help`). Each iteration also runs a hello-world Go binary built the same way, the
+// floor of any Go command on this machine (exec, the runtime's start, exit), so that
+// own-ms/start, the command's cost above it, reads the same on a machine whose page
+// faults are dear. It also reports init-ms, the package initialisation the runtime
+// times (GODEBUG=inittrace=1): what every command pays before main runs.
 //
 //	go test -run '^$' -bench Start -benchtime 50x ./cmd/ymirflow/
 func BenchmarkStart(b *testing.B) {
-	bin := buildBinary(b)
+	bin, floor := buildBinary(b), buildFloor(b)
+	run := func(bin string, args ...string) time.Duration {
+		start := time.Now()
+		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+			b.Fatalf("%s %v: %v\n%s", bin, args, err, out)
+		}
+		return time.Since(start)
+	}
 	for _, args := range [][]string{{"version"}, {"history", "--help"}} {
 		b.Run(strings.Join(args, "_"), func(b *testing.B) {
-			var took time.Duration
+			var took, floorTook time.Duration
 			for b.Loop() {
-				start := time.Now()
-				if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
-					b.Fatalf("%v: %v\n%s", args, err, out)
-				}
-				took += time.Since(start)
+				floorTook += run(floor)
+				took += run(bin, args...)
 			}
-			b.ReportMetric(float64(took.Microseconds())/1000/float64(b.N), "ms/start")
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+			b.ReportMetric(ms(took), "ms/start")
+			b.ReportMetric(ms(floorTook), "floor-ms/start")
+			b.ReportMetric(ms(took-floorTook), "own-ms/start")
 		})
 	}
 	b.Run("init", func(b *testing.B) {
@@ -124,4 +135,20 @@ func initTrace(t testing.TB, bin string) []pkgInit {
 		}
 	}
 	return out
+}
+
+// buildFloor builds a Go program that prints one line and exits, as buildBinary builds
+// the command (same toolchain, same flags).
+func buildFloor(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte("package main\n\nimport \"os\"\n\nfunc main() { _, _ = os.Stdout.WriteString(\"floor\\n\") }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "floor")
+	if out, err := exec.Command("go", "build", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
