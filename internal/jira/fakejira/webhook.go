@@ -48,11 +48,52 @@ type Delivery struct {
 	Queued, Done time.Time
 }
 
+// hookState counts the deliveries in flight under mu, not with a sync.WaitGroup: a
+// delivery is queued by whatever changes an issue (a test, or the system under test
+// calling the API) while a test may be in WaitWebhooks, and a WaitGroup's Add from zero
+// must not run concurrently with its Wait.
 type hookState struct {
 	client     *http.Client
-	wg         sync.WaitGroup
 	mu         sync.Mutex
+	pending    int           // deliveries queued and not done
+	idle       chan struct{} // closed when pending drops to 0; nil while none was queued
 	deliveries []Delivery
+}
+
+// add counts one more delivery in flight.
+func (h *hookState) add() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pending == 0 {
+		h.idle = make(chan struct{})
+	}
+	h.pending++
+}
+
+// done records d, after its last attempt, and counts it out.
+func (h *hookState) done(d Delivery) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.deliveries = append(h.deliveries, d)
+	if len(h.deliveries) > maxLog {
+		h.deliveries = slices.Delete(h.deliveries, 0, len(h.deliveries)-maxLog)
+	}
+	h.pending--
+	if h.pending == 0 {
+		close(h.idle)
+	}
+}
+
+// quiet returns a channel closed once no delivery queued so far is in flight.
+func (h *hookState) quiet() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pending == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return h.idle
 }
 
 // jqlKeyPattern finds a `key = X` clause, the only JQL the fake honours (the webhook
@@ -163,7 +204,7 @@ func (s *Server) queueWebhook(host, event, typeName string, is *Issue, by jira.U
 	}
 	for _, t := range s.opts.Webhooks {
 		d := Delivery{ID: newDeliveryID(), URL: t.URL, Event: event, Key: is.Key, Queued: time.Now()}
-		s.hooks.wg.Add(1)
+		s.hooks.add()
 		go s.deliver(t, d, body)
 	}
 }
@@ -204,7 +245,7 @@ func (s *Server) queueComment(host string, is *Issue, c Comment, now time.Time) 
 	}
 	for _, t := range s.opts.Webhooks {
 		d := Delivery{ID: newDeliveryID(), URL: t.URL, Event: "comment_created", Key: is.Key, Queued: time.Now()}
-		s.hooks.wg.Add(1)
+		s.hooks.add()
 		go s.deliver(t, d, body)
 	}
 }
@@ -219,7 +260,6 @@ func newDeliveryID() string {
 // deliver POSTs body to t until a 2xx, at most 1+WebhookRetries times, as Jira does for
 // failed deliveries (network errors, 408, 409, 425, 429 and 5xx); other statuses are final.
 func (s *Server) deliver(t WebhookTarget, d Delivery, body []byte) {
-	defer s.hooks.wg.Done()
 	delay := s.opts.WebhookRetryDelay
 	for attempt := 0; attempt <= s.opts.WebhookRetries; attempt++ {
 		if attempt > 0 {
@@ -233,12 +273,7 @@ func (s *Server) deliver(t WebhookTarget, d Delivery, body []byte) {
 		}
 	}
 	d.Done = time.Now()
-	s.hooks.mu.Lock()
-	s.hooks.deliveries = append(s.hooks.deliveries, d)
-	if len(s.hooks.deliveries) > maxLog {
-		s.hooks.deliveries = slices.Delete(s.hooks.deliveries, 0, len(s.hooks.deliveries)-maxLog)
-	}
-	s.hooks.mu.Unlock()
+	s.hooks.done(d)
 }
 
 func retryable(status int) bool {
@@ -277,10 +312,8 @@ func (s *Server) post(t WebhookTarget, id string, attempt int, body []byte) (int
 // WaitWebhooks waits until every delivery queued so far has had its last attempt, or ctx
 // ends.
 func (s *Server) WaitWebhooks(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { s.hooks.wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.hooks.quiet():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
