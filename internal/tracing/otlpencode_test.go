@@ -120,14 +120,13 @@ func randomSpan(rng *rand.Rand) sdktrace.ReadOnlySpan {
 		Name: []string{"", "process ymir:triage", "é ☃"}[rng.IntN(3)], SpanContext: sc(),
 		SpanKind:  trace.SpanKind(rng.IntN(7)), // 6: not a kind, sent as unspecified
 		StartTime: at(), EndTime: at(), Attributes: randomAttrs(rng, 3),
-		Status:                 sdktrace.Status{Code: codes.Code(rng.IntN(4)), Description: []string{"", "boom"}[rng.IntN(2)]},
-		DroppedAttributes:      rng.IntN(3),
-		DroppedEvents:          rng.IntN(3) - 1,
-		DroppedLinks:           rng.IntN(3),
-		ChildSpanCount:         rng.IntN(3),
-		Resource:               []*resource.Resource{nil, resource.Empty(), resource.NewSchemaless(attribute.String("service.name", "a")), resource.NewWithAttributes("https://opentelemetry.io/schemas/1.37.0", attribute.String("service.name", "b"), attribute.Int("n", 2))}[rng.IntN(4)],
-		InstrumentationScope:   []instrumentation.Scope{{}, {Name: "ymirflow"}, {Name: "x", Version: "1.2", SchemaURL: "https://s", Attributes: attribute.NewSet(attribute.Bool("b", true))}}[rng.IntN(3)],
-		InstrumentationLibrary: instrumentation.Scope{},
+		Status:               sdktrace.Status{Code: codes.Code(rng.IntN(4)), Description: []string{"", "boom"}[rng.IntN(2)]},
+		DroppedAttributes:    rng.IntN(3),
+		DroppedEvents:        rng.IntN(3) - 1,
+		DroppedLinks:         rng.IntN(3),
+		ChildSpanCount:       rng.IntN(3),
+		Resource:             []*resource.Resource{nil, resource.Empty(), resource.NewSchemaless(attribute.String("service.name", "a")), resource.NewWithAttributes("https://opentelemetry.io/schemas/1.37.0", attribute.String("service.name", "b"), attribute.Int("n", 2))}[rng.IntN(4)],
+		InstrumentationScope: []instrumentation.Scope{{}, {Name: "ymirflow"}, {Name: "x", Version: "1.2", SchemaURL: "https://s", Attributes: attribute.NewSet(attribute.Bool("b", true))}}[rng.IntN(3)],
 	}
 	if rng.IntN(2) == 0 {
 		stub.Parent = sc()
@@ -139,7 +138,6 @@ func randomSpan(rng *rand.Rand) sdktrace.ReadOnlySpan {
 	for range rng.IntN(3) {
 		stub.Links = append(stub.Links, sdktrace.Link{SpanContext: sc(), Attributes: randomAttrs(rng, 2), DroppedAttributeCount: rng.IntN(2)})
 	}
-	stub.InstrumentationLibrary = stub.InstrumentationScope
 	return stub.Snapshot()
 }
 
