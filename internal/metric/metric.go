@@ -56,15 +56,27 @@ func (r *Registry) add(name, help, typ string, labels []string) {
 	if _, ok := r.fams[name]; ok {
 		panic(fmt.Sprintf("metric: family %s made twice", name))
 	}
+	// A histogram's samples are name_bucket, name_sum and name_count: no other family
+	// may have those names, or the exposition could not tell the two apart.
+	for _, suffix := range histogramSuffixes {
+		if base, ok := strings.CutSuffix(name, suffix); ok && r.fams[base].typ == "histogram" {
+			panic(fmt.Sprintf("metric: family %s collides with histogram %s", name, base))
+		}
+		if _, ok := r.fams[name+suffix]; ok && typ == "histogram" {
+			panic(fmt.Sprintf("metric: histogram %s collides with family %s", name, name+suffix))
+		}
+	}
 	r.fams[name] = family{help: help, typ: typ}
 }
+
+var histogramSuffixes = []string{"_bucket", "_sum", "_count"}
 
 // series is one family's series by label values, made on first use.
 type series[T any] struct {
 	name   string
 	labels []string
 	create func(name string) T
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	byKey  map[string]T
 }
 
@@ -72,13 +84,19 @@ func newSeries[T any](name string, labels []string, create func(string) T) *seri
 	return &series[T]{name: name, labels: labels, create: create, byKey: map[string]T{}}
 }
 
-// get returns the series of values, made if new.
+// get returns the series of values, made if new. Most calls find it: they share the
+// read lock.
 func (s *series[T]) get(values []string) T {
 	key := s.key(values)
+	s.mu.RLock()
+	m, ok := s.byKey[key]
+	s.mu.RUnlock()
+	if ok {
+		return m
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m, ok := s.byKey[key]
-	if !ok {
+	if m, ok = s.byKey[key]; !ok {
 		m = s.create(s.fullName(values))
 		s.byKey[key] = m
 	}
@@ -87,8 +105,8 @@ func (s *series[T]) get(values []string) T {
 
 // lookup returns the series of values if it was made.
 func (s *series[T]) lookup(values []string) (T, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	m, ok := s.byKey[s.key(values)]
 	return m, ok
 }
@@ -216,8 +234,8 @@ func (h *Histogram) Observe(v float64, values ...string) { h.s.get(values).Updat
 
 // Series is how many series of the family have observed something.
 func (h *Histogram) Series() int {
-	h.s.mu.Lock()
-	defer h.s.mu.Unlock()
+	h.s.mu.RLock()
+	defer h.s.mu.RUnlock()
 	return len(h.s.byKey)
 }
 
@@ -246,8 +264,9 @@ func (r *Registry) WritePrometheus(w io.Writer) {
 			continue
 		}
 		if name := familyOf(line, fams); name != prev {
-			f := fams[name]
-			out.WriteString("# HELP " + name + " " + helpEscaper.Replace(f.help) + "\n# TYPE " + name + " " + f.typ + "\n")
+			if f, ok := fams[name]; ok {
+				out.WriteString("# HELP " + name + " " + helpEscaper.Replace(f.help) + "\n# TYPE " + name + " " + f.typ + "\n")
+			}
 			prev = name
 		}
 		out.WriteString(line)
@@ -269,7 +288,7 @@ func familyOf(line string, fams map[string]family) string {
 	if _, ok := fams[name]; ok {
 		return name
 	}
-	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+	for _, suffix := range histogramSuffixes {
 		if base, ok := strings.CutSuffix(name, suffix); ok && fams[base].typ == "histogram" {
 			return base
 		}

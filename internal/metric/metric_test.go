@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ymirflow/ymirflow/internal/metric"
@@ -101,6 +103,14 @@ func TestProgrammingErrorsPanic(t *testing.T) {
 		"wrong arity, gauge":  func(r *metric.Registry) { r.Gauge("x", "X.").Set(1, "extra") },
 		"labels in the name":  func(r *metric.Registry) { r.Counter(`x_total{a="b"}`, "X.") },
 		"wrong arity, Delete": func(r *metric.Registry) { r.Gauge("x", "X.", "a").Delete() },
+		"a histogram's sample name": func(r *metric.Registry) {
+			r.Histogram("x_seconds", "X.", []float64{1})
+			r.Counter("x_seconds_count", "X.")
+		},
+		"a histogram over a family's name": func(r *metric.Registry) {
+			r.Gauge("x_seconds_sum", "X.")
+			r.Histogram("x_seconds", "X.", []float64{1})
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -140,4 +150,34 @@ func ExampleRegistry() {
 	// ymirflow_lease_hold_seconds_bucket{agent="triage",le="+Inf"} 1
 	// ymirflow_lease_hold_seconds_sum{agent="triage"} 2.5
 	// ymirflow_lease_hold_seconds_count{agent="triage"} 1
+}
+
+// Many goroutines counting into the same and new series while the exposition is
+// written: no count is lost (run under -race).
+func TestConcurrentCountsAreAllKept(t *testing.T) {
+	r := metric.NewRegistry()
+	c := r.Counter("x_total", "X.", "agent")
+	h := r.Histogram("x_seconds", "X.", []float64{1}, "agent")
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				c.Inc("shared")
+				c.Inc("a" + strconv.Itoa(g))
+				h.Observe(float64(i%2), "shared")
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			r.WritePrometheus(io.Discard)
+		}
+	})
+	wg.Wait()
+	if c.Value("shared") != 4000 || c.Value("a3") != 500 || h.Series() != 1 {
+		t.Fatalf("shared %v, a3 %v, series %d", c.Value("shared"), c.Value("a3"), h.Series())
+	}
+	if out := scrape(t, r); !strings.Contains(out, `x_seconds_count{agent="shared"} 4000`) {
+		t.Fatalf("histogram count lost:\n%s", out)
+	}
 }

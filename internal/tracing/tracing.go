@@ -109,14 +109,15 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	return p.sdk.Shutdown(ctx)
 }
 
-// New returns c's Provider: off (no SDK at all) unless c.On(). It makes no connection:
-// the exporter connects when it first sends.
+// New returns c's Provider: off (no SDK at all) unless c.On(). It makes no connection
+// (the exporter connects when it first sends), so ctx is not used: it stays for callers
+// and for an exporter that would connect.
 func New(ctx context.Context, c Config) (*Provider, error) {
 	return newWithEnv(ctx, c, os.Getenv)
 }
 
 // newWithEnv is New with the exporter's standard variables looked up by getenv.
-func newWithEnv(ctx context.Context, c Config, getenv func(string) string) (*Provider, error) {
+func newWithEnv(_ context.Context, c Config, getenv func(string) string) (*Provider, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
