@@ -95,14 +95,16 @@ func TestDeletedGaugeLeavesTheExposition(t *testing.T) {
 
 func TestProgrammingErrorsPanic(t *testing.T) {
 	for name, f := range map[string]func(r *metric.Registry){
-		"made twice":          func(r *metric.Registry) { r.Counter("x_total", "X."); r.Gauge("x_total", "X.") },
-		"bad name":            func(r *metric.Registry) { r.Counter("x-total", "X.") },
-		"bad label":           func(r *metric.Registry) { r.Counter("x_total", "X.", "a b") },
-		"le on a family":      func(r *metric.Registry) { r.Histogram("x_seconds", "X.", []float64{1}, "le") },
-		"wrong label arity":   func(r *metric.Registry) { r.Counter("x_total", "X.", "a").Inc() },
-		"wrong arity, gauge":  func(r *metric.Registry) { r.Gauge("x", "X.").Set(1, "extra") },
-		"labels in the name":  func(r *metric.Registry) { r.Counter(`x_total{a="b"}`, "X.") },
-		"wrong arity, Delete": func(r *metric.Registry) { r.Gauge("x", "X.", "a").Delete() },
+		"made twice":            func(r *metric.Registry) { r.Counter("x_total", "X."); r.Gauge("x_total", "X.") },
+		"bad name":              func(r *metric.Registry) { r.Counter("x-total", "X.") },
+		"bad label":             func(r *metric.Registry) { r.Counter("x_total", "X.", "a b") },
+		"le on a family":        func(r *metric.Registry) { r.Histogram("x_seconds", "X.", []float64{1}, "le") },
+		"wrong label arity":     func(r *metric.Registry) { r.Counter("x_total", "X.", "a").Inc() },
+		"wrong arity, gauge":    func(r *metric.Registry) { r.Gauge("x", "X.").Set(1, "extra") },
+		"labels in the name":    func(r *metric.Registry) { r.Counter(`x_total{a="b"}`, "X.") },
+		"wrong arity, Delete":   func(r *metric.Registry) { r.Gauge("x", "X.", "a").Delete() },
+		"buckets not ascending": func(r *metric.Registry) { r.Histogram("x_seconds", "X.", []float64{1, 0.5}) },
+		"no buckets":            func(r *metric.Registry) { r.Histogram("x_seconds", "X.", nil) },
 		"a histogram's sample name": func(r *metric.Registry) {
 			r.Histogram("x_seconds", "X.", []float64{1})
 			r.Counter("x_seconds_count", "X.")
