@@ -240,18 +240,9 @@ func (c *Counter) Add(v float64, values ...string) {
 }
 
 // Value is the series' count, 0 if it was never counted.
-func (c *Counter) Value(values ...string) float64 {
-	if m, ok := c.s.lookup(values); ok {
-		return m.load()
-	}
-	return 0
-}
+func (c *Counter) Value(values ...string) float64 { return value(c.s, values) }
 
-func (c *Counter) samples(b *bytes.Buffer, name string) {
-	for _, e := range c.s.sorted() {
-		sample(b, name, e.labels, e.m.load())
-	}
-}
+func (c *Counter) samples(b *bytes.Buffer, name string) { floatSamples(b, name, c.s) }
 
 // Gauge is a family of gauges.
 type Gauge struct{ s *series[*float] }
@@ -270,15 +261,21 @@ func (g *Gauge) Set(v float64, values ...string) { g.s.get(values).store(v) }
 func (g *Gauge) Delete(values ...string) { g.s.drop(values) }
 
 // Value is the series' value, 0 if it is not set.
-func (g *Gauge) Value(values ...string) float64 {
-	if m, ok := g.s.lookup(values); ok {
+func (g *Gauge) Value(values ...string) float64 { return value(g.s, values) }
+
+func (g *Gauge) samples(b *bytes.Buffer, name string) { floatSamples(b, name, g.s) }
+
+// value is a counter's or gauge's series of values, 0 if it was never made.
+func value(s *series[*float], values []string) float64 {
+	if m, ok := s.lookup(values); ok {
 		return m.load()
 	}
 	return 0
 }
 
-func (g *Gauge) samples(b *bytes.Buffer, name string) {
-	for _, e := range g.s.sorted() {
+// floatSamples writes a counter's or gauge's series, one line each.
+func floatSamples(b *bytes.Buffer, name string, s *series[*float]) {
+	for _, e := range s.sorted() {
 		sample(b, name, e.labels, e.m.load())
 	}
 }
