@@ -64,6 +64,11 @@ func (b pb) str(num int, s string) pb {
 	if s == "" {
 		return b
 	}
+	return b.text(num, s)
+}
+
+// text appends a string field, present even when empty (a oneof member).
+func (b pb) text(num int, s string) pb {
 	return append(binary.AppendUvarint(b.tag(num, wireBytes), uint64(len(s))), s...)
 }
 
@@ -214,7 +219,7 @@ func anyValue(v attribute.Value) pb {
 	case attribute.FLOAT64:
 		b = binary.LittleEndian.AppendUint64(b.tag(4, wireFixed64), math.Float64bits(v.AsFloat64()))
 	case attribute.STRING:
-		b = b.bytes(1, []byte(v.AsString()))
+		b = b.text(1, v.AsString())
 	case attribute.BYTESLICE:
 		b = b.bytes(7, v.AsByteSlice())
 	case attribute.MAP:
@@ -231,7 +236,7 @@ func anyValue(v attribute.Value) pb {
 		b = b.bytes(5, array(v.AsSlice(), func(v attribute.Value) attribute.Value { return v }))
 	case attribute.EMPTY:
 	default:
-		b = b.bytes(1, []byte("INVALID"))
+		b = b.text(1, "INVALID")
 	}
 	return b
 }

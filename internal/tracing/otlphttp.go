@@ -45,9 +45,9 @@ type retryPolicy struct {
 
 var defaultRetry = retryPolicy{first: 5 * time.Second, max: 30 * time.Second, total: time.Minute}
 
-// otlpClient is the span exporter (an sdktrace.SpanExporter, under the SDK's batcher)
+// otlpExporter is the span exporter (an sdktrace.SpanExporter, under the SDK's batcher)
 // that posts OTLP/HTTP protobuf requests.
-type otlpClient struct {
+type otlpExporter struct {
 	url     string
 	headers http.Header
 	gzip    bool
@@ -59,15 +59,15 @@ type otlpClient struct {
 	stop    context.CancelFunc
 }
 
-var _ sdktrace.SpanExporter = (*otlpClient)(nil)
+var _ sdktrace.SpanExporter = (*otlpExporter)(nil)
 
-// newOTLPClient is the client for c, with the exporter's standard variables looked up
+// newOTLPExporter is the exporter for c, with the exporter's standard variables looked up
 // by getenv (OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE,
 // _CLIENT_CERTIFICATE, _CLIENT_KEY, _PROTOCOL, and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT when
 // c.Endpoint is empty). A value it cannot use is an error naming the variable.
-func newOTLPClient(c Config, getenv func(string) string) (*otlpClient, error) {
+func newOTLPExporter(c Config, getenv func(string) string) (*otlpExporter, error) {
 	env := otlpEnv{getenv}
-	cl := &otlpClient{url: defaultEndpoint, timeout: defaultTimeout, retry: defaultRetry, headers: http.Header{}}
+	cl := &otlpExporter{url: defaultEndpoint, timeout: defaultTimeout, retry: defaultRetry, headers: http.Header{}}
 	// The per-signal URL is used as is, and has no general form: the general one is
 	// c.Endpoint, a base URL.
 	switch u := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); {
@@ -128,7 +128,7 @@ func checkProtocol(env otlpEnv) error {
 }
 
 // readHeaders: comma-separated key=value pairs, values URL-encoded (as the SDK reads).
-func (cl *otlpClient) readHeaders(env otlpEnv) error {
+func (cl *otlpExporter) readHeaders(env otlpEnv) error {
 	s, name := env.get("HEADERS")
 	for _, pair := range strings.Split(s, ",") {
 		if strings.TrimSpace(pair) == "" {
@@ -147,7 +147,7 @@ func (cl *otlpClient) readHeaders(env otlpEnv) error {
 }
 
 // readTimeout: milliseconds, bounding one upload with its retries.
-func (cl *otlpClient) readTimeout(env otlpEnv) error {
+func (cl *otlpExporter) readTimeout(env otlpEnv) error {
 	s, name := env.get("TIMEOUT")
 	if s == "" {
 		return nil
@@ -160,7 +160,7 @@ func (cl *otlpClient) readTimeout(env otlpEnv) error {
 	return nil
 }
 
-func (cl *otlpClient) readCompression(env otlpEnv) error {
+func (cl *otlpExporter) readCompression(env otlpEnv) error {
 	switch s, name := env.get("COMPRESSION"); s {
 	case "", "none":
 	case "gzip":
@@ -206,14 +206,14 @@ func (e otlpEnv) tls() (*tls.Config, error) {
 
 // Shutdown ends the uploads still running and closes idle connections. It makes no
 // connection before: the first upload does.
-func (cl *otlpClient) Shutdown(context.Context) error {
+func (cl *otlpExporter) Shutdown(context.Context) error {
 	cl.stop()
 	cl.http.CloseIdleConnections()
 	return nil
 }
 
 // ExportSpans posts spans as one ExportTraceServiceRequest (none: nothing is sent).
-func (cl *otlpClient) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+func (cl *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
 	if len(spans) == 0 {
 		return nil
 	}
@@ -229,7 +229,7 @@ func (cl *otlpClient) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnly
 
 // upload posts body, retrying while the collector is busy (429, 502, 503, 504) or
 // unreachable for a moment, within the timeout.
-func (cl *otlpClient) upload(ctx context.Context, body []byte) error {
+func (cl *otlpExporter) upload(ctx context.Context, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, cl.timeout)
 	defer cancel()
 	defer context.AfterFunc(cl.stopped, cancel)()
@@ -264,7 +264,7 @@ func (cl *otlpClient) upload(ctx context.Context, body []byte) error {
 }
 
 // compress is the request's body: b, gzipped if the variables ask for it.
-func (cl *otlpClient) compress(b []byte) ([]byte, error) {
+func (cl *otlpExporter) compress(b []byte) ([]byte, error) {
 	if !cl.gzip {
 		return b, nil
 	}
@@ -287,7 +287,7 @@ func (e *busyError) Unwrap() error { return e.err }
 
 // post sends body once. A busy collector's reply is a *busyError with the wait its
 // Retry-After asks for.
-func (cl *otlpClient) post(ctx context.Context, body []byte) (time.Duration, error) {
+func (cl *otlpExporter) post(ctx context.Context, body []byte) (time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cl.url, bytes.NewReader(body))
 	if err != nil {
 		return 0, fmt.Errorf("tracing: %w", err)
@@ -342,9 +342,10 @@ func partialSuccess(reply []byte, contentType string) error {
 }
 
 // eachField calls f with each field of message b: its number and wire type, and its
-// value: the bytes of a length-delimited field, the number of a varint or fixed one.
-// It stops at the first malformed field or group (a reply that is not the expected
-// message reports nothing).
+// value: the bytes of a length-delimited field, the number of a varint. Fixed-size
+// fields are skipped over (the replies read here have none worth reading). It stops at
+// the first malformed field or group (a reply that is not the expected message reports
+// nothing).
 func eachField(b []byte, f func(num, wire int, v []byte, n uint64)) {
 	for len(b) > 0 {
 		tag, k := binary.Uvarint(b)
@@ -360,15 +361,10 @@ func eachField(b []byte, f func(num, wire int, v []byte, n uint64)) {
 			if n, k = binary.Uvarint(b); k <= 0 {
 				return
 			}
-		case wireFixed64, wireFixed32:
+		case wireFixed64:
 			k = 8
-			if wire == wireFixed32 {
-				k = 4
-			}
-			if len(b) < k {
-				return
-			}
-			n = binary.LittleEndian.Uint64(append(b[:k:k], make([]byte, 8-k)...))
+		case wireFixed32:
+			k = 4
 		case wireBytes:
 			l, m := binary.Uvarint(b)
 			if m <= 0 || l > uint64(len(b)-m) {
@@ -376,6 +372,9 @@ func eachField(b []byte, f func(num, wire int, v []byte, n uint64)) {
 			}
 			v, k = b[m:m+int(l)], m+int(l)
 		default:
+			return
+		}
+		if len(b) < k {
 			return
 		}
 		f(num, wire, v, n)

@@ -54,9 +54,9 @@ func spans(names ...string) []sdktrace.ReadOnlySpan {
 	return out
 }
 
-func testClient(t *testing.T, c Config, getenv func(string) string) *otlpClient {
+func testExporter(t *testing.T, c Config, getenv func(string) string) *otlpExporter {
 	t.Helper()
-	cl, err := newOTLPClient(c, getenv)
+	cl, err := newOTLPExporter(c, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestOTLPRequestIsWhatACollectorReads(t *testing.T) {
 func TestOTLPProtocolsOverHTTPPass(t *testing.T) {
 	t.Parallel()
 	for _, p := range []string{"http/protobuf", "http/json"} {
-		if _, err := newOTLPClient(Config{Exporter: ExporterOTLP}, env("OTEL_EXPORTER_OTLP_PROTOCOL", p)); err != nil {
+		if _, err := newOTLPExporter(Config{Exporter: ExporterOTLP}, env("OTEL_EXPORTER_OTLP_PROTOCOL", p)); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
@@ -151,12 +151,12 @@ func TestOTLPRetriesOnlyABusyCollector(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	cl := testClient(t, Config{Endpoint: srv.URL}, env())
+	cl := testExporter(t, Config{Endpoint: srv.URL}, env())
 	if err := cl.ExportSpans(context.Background(), spans("a")); err != nil || calls.Load() != 3 {
 		t.Fatalf("err %v after %d posts; want success on the third", err, calls.Load())
 	}
 	calls.Store(10)
-	bad := testClient(t, Config{Endpoint: srv.URL + "/bad"}, env())
+	bad := testExporter(t, Config{Endpoint: srv.URL + "/bad"}, env())
 	err := bad.ExportSpans(context.Background(), spans("a"))
 	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "no such tenant") || calls.Load() != 11 {
 		t.Fatalf("err %v after %d posts; want one post and the 400 with its body", err, calls.Load()-10)
@@ -171,7 +171,7 @@ func TestOTLPGivesUpOnAnAlwaysBusyCollector(t *testing.T) {
 		http.Error(w, "overloaded", http.StatusBadGateway)
 	}))
 	defer srv.Close()
-	cl := testClient(t, Config{Endpoint: srv.URL}, env("OTEL_EXPORTER_OTLP_TIMEOUT", "150"))
+	cl := testExporter(t, Config{Endpoint: srv.URL}, env("OTEL_EXPORTER_OTLP_TIMEOUT", "150"))
 	start := time.Now()
 	err := cl.ExportSpans(context.Background(), spans("a"))
 	if err == nil || !strings.Contains(err.Error(), "502") || !errors.Is(err, context.DeadlineExceeded) {
@@ -197,7 +197,7 @@ func TestOTLPReportsRejectedSpans(t *testing.T) {
 		_, _ = w.Write(b)
 	}))
 	defer srv.Close()
-	cl := testClient(t, Config{Endpoint: srv.URL}, env())
+	cl := testExporter(t, Config{Endpoint: srv.URL}, env())
 	if err := cl.ExportSpans(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "rejected 3 spans: span too large") {
 		t.Fatalf("err %v", err)
 	}
@@ -222,7 +222,7 @@ func TestOTLPStopEndsAHangingUpload(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	cl := testClient(t, Config{Endpoint: srv.URL}, env())
+	cl := testExporter(t, Config{Endpoint: srv.URL}, env())
 	done := make(chan error, 1)
 	go func() { done <- cl.ExportSpans(context.Background(), spans("a")) }()
 	<-arrived // the post is in flight
@@ -251,11 +251,11 @@ func TestOTLPTrustsTheCertificateOfTheVariable(t *testing.T) {
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	trusted := testClient(t, Config{Endpoint: srv.URL}, env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca))
+	trusted := testExporter(t, Config{Endpoint: srv.URL}, env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca))
 	if err := trusted.ExportSpans(context.Background(), spans("a")); err != nil {
 		t.Fatalf("with the CA: %v", err)
 	}
-	untrusted := testClient(t, Config{Endpoint: srv.URL}, env())
+	untrusted := testExporter(t, Config{Endpoint: srv.URL}, env())
 	if err := untrusted.ExportSpans(context.Background(), spans("a")); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("without the CA: %v", err)
 	}
@@ -274,7 +274,7 @@ func TestOTLPEndpoint(t *testing.T) {
 		{Config{Exporter: ExporterOTLP}, env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://other:4318/x"), "https://other:4318/x"},
 		{Config{Exporter: ExporterOTLP}, env(), defaultEndpoint},
 	} {
-		if cl := testClient(t, tc.c, tc.env); cl.url != tc.want {
+		if cl := testExporter(t, tc.c, tc.env); cl.url != tc.want {
 			t.Errorf("%+v: %s, want %s", tc.c, cl.url, tc.want)
 		}
 	}

@@ -8,9 +8,9 @@
 // flags. The standard variables that have no field here are read where every
 // OpenTelemetry SDK reads them: the exporter's (OTEL_EXPORTER_OTLP_[TRACES_]HEADERS,
 // _TIMEOUT, _COMPRESSION, _CERTIFICATE, _CLIENT_CERTIFICATE, _CLIENT_KEY, _PROTOCOL,
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) by its transport here (otlphttp.go, ours so that
-// gRPC stays out of the binary), checked when New runs; OTEL_RESOURCE_ATTRIBUTES and the
-// sampler by the SDK.
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) by its exporter here (otlphttp.go, which posts
+// what otlpencode.go writes: ours, so that gRPC and the protobuf runtime stay out of the
+// binary), checked when New runs; OTEL_RESOURCE_ATTRIBUTES and the sampler by the SDK.
 package tracing
 
 import (
@@ -124,11 +124,11 @@ func newWithEnv(_ context.Context, c Config, getenv func(string) string) (*Provi
 	if !c.On() {
 		return &Provider{}, nil
 	}
-	client, err := newOTLPClient(c, getenv)
+	exp, err := newOTLPExporter(c, getenv)
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{sdk: NewProvider(c, sdktrace.WithBatcher(client))}, nil
+	return &Provider{sdk: NewProvider(c, sdktrace.WithBatcher(exp))}, nil
 }
 
 // NewProvider returns an SDK provider with c's resource and the given options (an
