@@ -26,12 +26,15 @@ import (
 // nexts' outcomes, to show the step is not vacuous.
 type batchStats struct {
 	calls, ends int
+	stale       int // ends of stale runs
+	taken       int // of those, ends whose key another run held
 	lost        int64
 	nexts       map[string]int
 }
 
 func (b *batchStats) String() string {
-	return fmt.Sprintf("%d batches: %d ends, %d lost replies, nexts %v", b.calls, b.ends, b.lost, b.nexts)
+	return fmt.Sprintf("%d batches: %d ends (%d stale, %d of their keys held by another), %d lost replies, nexts %v",
+		b.calls, b.ends, b.stale, b.taken, b.lost, b.nexts)
 }
 
 func (b *batchStats) note(ends int, cuts int64) {
@@ -56,7 +59,11 @@ func (m *modelRun) batch(s mStep) error {
 	if m.cfg.Format == KeysCluster || m.cfg.Scope != "agent" {
 		return nil
 	}
-	ends, nexts := m.batchEnds(s), m.batchNexts(s)
+	ends := m.batchEnds(s)
+	if err := m.takeStaleKeys(ends, s); err != nil {
+		return err
+	}
+	nexts := m.batchNexts(s)
 	if len(ends)+len(nexts) == 0 {
 		return nil
 	}
@@ -71,13 +78,17 @@ func (m *modelRun) batch(s mStep) error {
 	if s.C%4 == 0 {
 		m.loseNext(batchKey(ends, nexts))
 	}
+	before := make([]string, len(ends))
+	for i, r := range ends {
+		before[i] = m.doneRecord(r)
+	}
 	sent, cuts := time.Now(), m.proxy.Cuts()
 	pending, err := m.l.HandoffBatch(m.ctx, be, bn)
 	if err != nil {
 		return err
 	}
 	m.batches.note(len(ends), m.proxy.Cuts()-cuts)
-	if err := m.batchEnded(be, ends, sent, time.Now()); err != nil {
+	if err := m.batchEnded(be, ends, before, sent, time.Now()); err != nil {
 		return err
 	}
 	for i, ev := range nexts {
@@ -107,20 +118,54 @@ func (m *modelRun) batchOf(ends []*mRun, c int) ([]End, error) {
 	return be, nil
 }
 
-// batchEnds picks up to three running runs whose lease can end in a batch.
+// batchEnds picks up to three runs whose lease can end in a batch: running, or stale
+// by the clock or by force (the worker has not noticed; the key may be another's now).
 func (m *modelRun) batchEnds(s mStep) []*mRun {
-	var cands []*mRun
-	for _, r := range m.runsIn(runRunning) {
-		if r.le.Batchable() {
+	var cands, stale []*mRun
+	for _, r := range m.runsIn(runRunning, runStale) {
+		switch {
+		case !r.le.Batchable():
+		case r.state == runRunning:
 			cands = append(cands, r)
+		case r.why != "superseded":
+			stale = append(stale, r)
 		}
 	}
-	n := min(1+s.A%3, len(cands))
-	out := make([]*mRun, n)
-	for i := range out {
-		out[i] = cands[(s.A/3+i)%len(cands)]
+	// A stale run is rare: when there is one, it ends first (its release must leave the
+	// key's new holder be), with up to two running ones.
+	var out []*mRun
+	if len(stale) > 0 {
+		out = append(out, stale[s.A%len(stale)])
+	}
+	n := min(1+s.A%3, len(cands)+len(out))
+	for i := 0; len(out) < n; i++ {
+		out = append(out, cands[(s.A/3+i)%len(cands)])
 	}
 	return out
+}
+
+// takeStaleKeys: now and then (s.C), an event of a stale end's key, free now, takes
+// that key before the batch is sent, as another worker would once the stale lease
+// expired: the batch's release of the stale run must leave it be.
+func (m *modelRun) takeStaleKeys(ends []*mRun, s mStep) error {
+	if s.C%2 != 0 {
+		return nil
+	}
+	for _, r := range ends {
+		if r.state != runStale || m.key(ownKey(r.ev)).holder != nil {
+			continue
+		}
+		for i, ev := range m.inbox {
+			if ownKey(ev) == ownKey(r.ev) {
+				m.inbox = append(m.inbox[:i], m.inbox[i+1:]...)
+				if err := m.acquire(ev); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // batchNexts takes up to three events out of the inbox whose policy is the plain
@@ -180,8 +225,18 @@ func (m *modelRun) readGroup() error {
 // the end's entry and is dated by when its run ended: no earlier than EndedAt, and
 // before hi, the latest the server's clock (read by the script after sent) minus the
 // time since EndedAt (as the worker measured it before sending, capped) can be.
-func (m *modelRun) batchEnded(be []End, ends []*mRun, sent, done time.Time) error {
+//
+// A stale end's release finds its key not its own: it writes no done record, leaves
+// the key's new holder alone and publishes a queued follow-up only when nobody holds
+// the key; its run ended as ran (its entry is acked).
+func (m *modelRun) batchEnded(be []End, ends []*mRun, before []string, sent, done time.Time) error {
 	for i, r := range ends {
+		if r.state == runStale {
+			if err := m.batchEndedStale(r, before[i], ends); err != nil {
+				return err
+			}
+			continue
+		}
 		ago := min(sent.Sub(be[i].EndedAt), maxBatchAgo)
 		lo, hi := be[i].EndedAt.UnixMilli()-2, done.UnixMilli()-ago.Milliseconds()+1
 		rec := m.doneRecord(r)
@@ -198,6 +253,29 @@ func (m *modelRun) batchEnded(be []End, ends []*mRun, sent, done time.Time) erro
 		k.lastRunLo, k.lastRunHi = lo, hi
 	}
 	return nil
+}
+
+// batchEndedStale books the batch's end of a stale run (batchEnded). Its key's done
+// record is the other end's when the batch also ends the run that holds that key now.
+func (m *modelRun) batchEndedStale(r *mRun, before string, ends []*mRun) error {
+	mine := true
+	for _, o := range ends {
+		if o != r && ownKey(o.ev) == ownKey(r.ev) {
+			mine = false
+		}
+	}
+	if after := m.doneRecord(r); mine && after != before {
+		return m.fail(propBatch, "event %d: its batch's release of a key not its own wrote the done record %q (was %q)", r.ev.n, after, before)
+	}
+	m.batches.stale++
+	if k := m.key(ownKey(r.ev)); k.holder == nil {
+		m.mayDrain(k)
+	} else {
+		m.batches.taken++
+	}
+	r.released, r.state = true, runDone
+	m.removeRun(r)
+	return m.terminal(r.ev, "ran")
 }
 
 // checkAcked: a batch acks each end's entry, and no next's.
@@ -232,10 +310,17 @@ var batchKinds = append(slices.Clip(stepKinds), stepKind{"batch", 3})
 // supersedes (its leases end in batches, its events are not taken ahead), coalesces or
 // delivers (then every lease but a supersede one drains and ends on its own path; nexts
 // are still taken ahead).
+//
+// One in two is Mixed (a second worker, whose rule coalesces, queues follow-ups
+// behind the leases of the first, which end in batches), with a coalescing type.
 func genBatchConfig(r *rand.Rand) mConfig {
 	c := mConfig{Format: KeysCompat, Scope: "agent", Table: map[string]string{"*": []string{"drop", "delay"}[r.IntN(2)]}}
 	for _, t := range modelTypes[:r.IntN(3)] {
 		c.Table[t] = []string{"drop", "delay", "delay", "supersede", "coalesce", "deliver"}[r.IntN(6)]
+	}
+	if r.IntN(2) == 0 {
+		c.Mixed = true
+		c.Table[modelTypes[0]] = "coalesce"
 	}
 	return c
 }

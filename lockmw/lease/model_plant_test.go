@@ -285,7 +285,7 @@ func TestModelLeaseBatchPlantedDefects(t *testing.T) {
 			// refuses an entry that entered before a release.
 			name: "SkipsSupersededCheck",
 			plant: func(t *testing.T, src string) string {
-				return plantLua(t, src, "ARGV[a + 5], ARGV[a + 6])", "ARGV[a + 5], '')")
+				return plantLua(t, src, "ARGV[a + 5], ARGV[a + 6], nil", "ARGV[a + 5], '', nil")
 			},
 			props: []string{propAgrees},
 		},
@@ -294,9 +294,28 @@ func TestModelLeaseBatchPlantedDefects(t *testing.T) {
 			// that entered in between counts as superseded by it.
 			name: "DatesByTheBatch",
 			plant: func(t *testing.T, src string) string {
-				return plantLua(t, src, "now = now - tonumber(ARGV[a + 7])", "now = now")
+				return plantLua(t, src, "return now - tonumber(ARGV[a + 7])", "return now")
 			},
 			props: []string{propBatch, propAgrees},
+		},
+		{
+			// The batch-wide release deletes every end's key it finds held, its own or
+			// not: a run whose lease expired and was taken by another deletes the new
+			// holder's key.
+			name: "DeletesAKeyNotItsOwn",
+			plant: func(t *testing.T, src string) string {
+				return plantLua(t, src, "if cur[i + 1] == ARGV[a + 1] then\n      table.insert(gone", "if cur[i + 1] then\n      table.insert(gone")
+			},
+			props: []string{propHolder, propExclusive, propAgrees, propBatch},
+		},
+		{
+			// The batch-wide release never looks for queues: a follow-up queued behind
+			// an ended run's key is left there, unpublished.
+			name: "IgnoresAQueue",
+			plant: func(t *testing.T, src string) string {
+				return plantLua(t, src, "if #queues > 0 and redis.call('EXISTS', unpack(queues)) > 0 then return false end", "")
+			},
+			props: []string{propFollowup, propStranded, propAgrees, propBatch},
 		},
 	}
 	e := newModelEnv(t)

@@ -107,6 +107,10 @@ type mConfig struct {
 	Format KeyFormat
 	Scope  string // agent, issue or group
 	Table  map[string]string
+	// Mixed: the events whose rule coalesces or delivers come from a second worker's
+	// middleware, so only their leases drain; the others' are Batchable and may end
+	// (in a batch) with a follow-up queued behind them, which their release publishes.
+	Mixed bool
 }
 
 func (c mConfig) String() string {
@@ -119,7 +123,11 @@ func (c mConfig) String() string {
 	if c.Format == KeysCluster {
 		f = "cluster"
 	}
-	return fmt.Sprintf("format=%s scope=%s on_conflict=%s", f, c.Scope, strings.Join(types, ","))
+	mixed := ""
+	if c.Mixed {
+		mixed = " mixed"
+	}
+	return fmt.Sprintf("format=%s scope=%s on_conflict=%s%s", f, c.Scope, strings.Join(types, ","), mixed)
 }
 
 func (c mConfig) policy(typ string) string {
@@ -129,8 +137,13 @@ func (c mConfig) policy(typ string) string {
 	return c.Table["*"]
 }
 
-// drains: some rule coalesces or delivers, so every lease drains (the middleware's Drain).
-func (c mConfig) drains() bool {
+// drains: some rule coalesces or delivers, so every lease of typ drains (the
+// middleware's Drain); when Mixed, the leases of those rules' types alone.
+func (c mConfig) drains(typ string) bool {
+	if c.Mixed {
+		p := c.policy(typ)
+		return p == "coalesce" || p == "deliver"
+	}
 	for _, p := range c.Table {
 		if p == "coalesce" || p == "deliver" {
 			return true
@@ -289,7 +302,7 @@ func (m *modelRun) fields(ev *mEvent) map[string]any {
 }
 
 func (m *modelRun) options(ev *mEvent) AcquireOptions {
-	ao := AcquireOptions{MessageID: ev.id, EntryTime: streamid.Time(ev.id), Drain: m.cfg.drains(), Owner: "w"}
+	ao := AcquireOptions{MessageID: ev.id, EntryTime: streamid.Time(ev.id), Drain: m.cfg.drains(ev.typ), Owner: "w"}
 	for _, k := range m.sharedKeys(ev) {
 		sc, key, _ := strings.Cut(strings.TrimPrefix(k, "@"), ":")
 		ao.Shared = append(ao.Shared, ScopeKey{Scope: Scope(sc), Key: key})

@@ -81,9 +81,13 @@ end
 -- released_message_id}): it waited in a consumer's read-ahead buffer while the issue
 -- was being worked on, and would have been dropped as locked had it been looked at
 -- then. nil otherwise.
-local function superseded_by_release(done, entry_ms, message_id)
+--
+-- rec, when given, is the done record read already (false: none), as a batch reads
+-- its nexts' records in one MGET.
+local function superseded_by_release(done, entry_ms, message_id, rec)
   if entry_ms == '' then return nil end
-  local d = redis.call('GET', done)
+  local d = rec
+  if d == nil then d = redis.call('GET', done) end
   if not d then return nil end
   local ms, mid = string.match(d, '^(%d+) (%S+)')
   if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= message_id and not stepped_back(ms) then
@@ -136,14 +140,14 @@ end
 -- token and its own fence, its record naming agent and issue. A busy one is reported
 -- like a busy lease, with its holder's agent and its lock key appended. The fences of
 -- the shared keys follow the lease's in the reply.
-local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms, gfrom, agent, issue)
+local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms, gfrom, agent, issue, done_rec)
   if not gfrom then
     -- The lease's own key alone: the SET NX comes first, so the common case (a free
     -- key) costs no GET of it. A superseded event's SET is undone in this same atomic
     -- step (it wrote nothing else); a held key then goes through the same checks, in
     -- the same order, as below: its own repeat, superseded, busy.
     if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then
-      local sup = superseded_by_release(done, entry_ms, message_id)
+      local sup = superseded_by_release(done, entry_ms, message_id, done_rec)
       if sup then
         redis.call('DEL', lock)
         return sup
@@ -152,7 +156,7 @@ local function acquire(lock, info, fence, done, token, ttl_ms, owner, acquired_a
     end
     local own = own_repeat(lock, info, fence, token)
     if own then return {1, own} end
-    return superseded_by_release(done, entry_ms, message_id) or holder_busy(lock, info)
+    return superseded_by_release(done, entry_ms, message_id, done_rec) or holder_busy(lock, info)
   end
   local own, cur = own_repeat(lock, info, fence, token)
   if own then
@@ -203,6 +207,21 @@ local function publish_queued(q, o)
     index_entry(stream, idx, since, id, o.idx_max, o.idx_ttl)
   end
   return id
+end
+
+-- record_done writes a run's done record, "<released_ms> <mid> <last_follow_up_ms>",
+-- dated now. Its follow-up field is now when the release publishes a follow-up
+-- (published), else kept from the record it replaces: read by the SET itself (GET),
+-- and written again only in the rare case that it was set.
+local function record_done(done, now, mid, published)
+  if published then
+    redis.call('SET', done, now .. ' ' .. mid .. ' ' .. now, 'PX', 86400000)
+    return
+  end
+  local rec = now .. ' ' .. mid .. ' '
+  local old = redis.call('SET', done, rec .. '0', 'PX', 86400000, 'GET')
+  local rq = string.match(old or '', '^%d+ %S+ (%d+)')
+  if rq and rq ~= '0' then redis.call('SET', done, rec .. rq, 'PX', 86400000) end
 end
 
 -- release: the end of a lease, whichever way it ends (a run's release or hand-off, a
@@ -268,16 +287,7 @@ local function release(k, o)
       -- release would make the follow-up count as superseded by the run it follows.
       local pms = tonumber(o.published_ms or '')
       if pms and pms < now then now = pms end
-      -- The follow-up field is kept from the record this one replaces: read by the
-      -- SET itself (GET), and written again only in the rare case that it was set.
-      if #q > 0 then
-        redis.call('SET', done, now .. ' ' .. o.mid .. ' ' .. now, 'PX', 86400000)
-      else
-        local rec = now .. ' ' .. o.mid .. ' '
-        local old = redis.call('SET', done, rec .. '0', 'PX', 86400000, 'GET')
-        local rq = string.match(old or '', '^%d+ %S+ (%d+)')
-        if rq and rq ~= '0' then redis.call('SET', done, rec .. rq, 'PX', 86400000) end
-      end
+      record_done(done, now, o.mid, #q > 0)
     end
     released = 1
   end
