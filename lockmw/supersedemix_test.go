@@ -2,6 +2,7 @@ package lockmw_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
+	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // A supersede rule in a table whose other rules coalesce or deliver (one worker's
@@ -39,5 +41,62 @@ func TestSupersedeBesideCoalesceRuns(t *testing.T) {
 	}
 	if p := rdb.XPending(context.Background(), stream, "g").Val(); p.Count != 0 {
 		t.Errorf("not acked: %+v", p)
+	}
+}
+
+// A drop event of an agent one of whose rules supersedes, on a key left free by a
+// take-over that was given back (its worker stopped while it waited) before the run it
+// superseded had stopped: the event runs only once that run has stopped, never beside
+// it (lease.AcquireOptions.Stopping; found by the lease's model checker).
+func TestRunWaitsForARunSupersededByAGivenBackTakeOver(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := locker(t, rdb, ns)
+	old, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-0", Supersede: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taker, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-1", Supersede: true})
+	if err != nil || taker.Supersedes() != "1000-0" {
+		t.Fatalf("take-over: %v", err)
+	}
+	if err := taker.GiveBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stream := ns + "s"
+	id := pendingEntry(t, rdb, stream, "c")
+	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Source: src, MaxIdleTime: time.Hour,
+		Policies: lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop},
+			ByType: map[string]lockmw.Rule{"rebase.requested": {Policy: lockmw.Supersede}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Bool
+	done := make(chan error, 1)
+	h := mw(func(*message.Message) ([]*message.Message, error) { ran.Store(true); return nil, nil })
+	go func() {
+		_, err := h(message.NewMessage("u1", []byte(`{"metadata":{"issue":"RHEL-1"}}`)))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the event ended (ran %v, %v) while the superseded run had not stopped", ran.Load(), err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if ran.Load() {
+		t.Fatal("the event ran beside the superseded run")
+	}
+	if _, err := old.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil || !ran.Load() {
+			t.Fatalf("after the old run stopped: ran %v, %v", ran.Load(), err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the event did not run after the superseded run stopped")
 	}
 }

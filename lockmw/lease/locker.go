@@ -254,6 +254,13 @@ type AcquireOptions struct {
 	// be combined with Queue, Deliver or Shared. The lease's release publishes the
 	// follow-up queued behind it or behind the run it took over. Default: false.
 	Supersede bool
+	// Stopping: some events of the agent supersede (Supersede), so a run superseded by
+	// a take-over whose lease was then given back may still be stopping on a key found
+	// free. The lease's WaitStopped then waits for those runs, as a take-over's does:
+	// the plain acquire (no Queue, Deliver, Shared, Wait or slots) reports them in its
+	// own script, any other leaves WaitStopped to ask (one round trip). Default: false
+	// (no stop record is read).
+	Stopping bool
 	// Shared are the lease's shared keys (scopes issue and group; Scopes.Keys makes
 	// them), taken with it in one script, all or nothing, and released with it (on Redis
 	// Cluster a group key is in a slot of its own: taken by a second script right after
@@ -361,6 +368,8 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 			// announces again, which ends nothing twice.
 			l.announceSupersede(ctx, a.keys.Lock, atoi(res[1]), a.ao.MessageID)
 		}
+	case a.stopsInScript():
+		res, err = a.run(ctx, acquireStoppingScript, a.scriptKeys(), a.args)
 	case ao.Queue == nil && a.slots == nil:
 		res, err = runScript(ctx, l.rdb, acquireScript, 4, append(scriptArgs(len(a.kv)), a.kv[:]...)).Slice()
 	case ao.Queue == nil:
@@ -486,6 +495,15 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	return a, nil
 }
 
+// stopsInScript: the plain acquire with Stopping, whose script (acquire_stopping.lua)
+// reports the runs still stopping on the key. Another acquire with Stopping (coalesce,
+// deliver, slots) leaves them to WaitStopped, which asks in a round trip of its own.
+func (a *acquisition) stopsInScript() bool {
+	ao := a.ao
+	return ao.Stopping && !ao.Supersede && ao.Queue == nil && ao.Deliver == nil && ao.Wait == nil &&
+		a.slots == nil && len(a.shared) == 0
+}
+
 func (a *acquisition) scriptKeys() []string {
 	if len(a.shared) > 0 {
 		keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
@@ -502,7 +520,7 @@ func (a *acquisition) scriptKeys() []string {
 		}
 		return k
 	}
-	if a.ao.Supersede {
+	if a.ao.Supersede || a.stopsInScript() {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done, a.keys.Stop}
 	}
 	if a.ao.Queue == nil {
@@ -691,9 +709,14 @@ func (a *acquisition) held(parent context.Context, res []any) *Lease {
 			le.line.keys, le.line.shared = le.shared[0].Keys.Line(), true
 		}
 	}
-	if a.ao.Supersede && len(res) >= 5 {
+	switch {
+	case a.ao.Supersede && len(res) >= 5:
 		le.stopping = atoi(res[2])
 		le.supersedes, _ = res[3].(string)
+	case a.stopsInScript() && len(res) >= 3:
+		le.stopping = atoi(res[2]) // acquire_stopping.lua
+	case a.ao.Stopping:
+		le.stopping = -1 // its script does not tell: WaitStopped asks
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(a.agent)

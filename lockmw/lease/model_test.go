@@ -137,6 +137,17 @@ func (c mConfig) policy(typ string) string {
 	return c.Table["*"]
 }
 
+// supersedes: some rule supersedes, so every acquire reports the runs still stopping on
+// the key (the middleware's AcquireOptions.Stopping).
+func (c mConfig) supersedes() bool {
+	for _, p := range c.Table {
+		if p == "supersede" {
+			return true
+		}
+	}
+	return false
+}
+
 // drains: some rule coalesces or delivers, so every lease of typ drains (the
 // middleware's Drain); when Mixed, the leases of those rules' types alone.
 func (c mConfig) drains(typ string) bool {
@@ -302,7 +313,8 @@ func (m *modelRun) fields(ev *mEvent) map[string]any {
 }
 
 func (m *modelRun) options(ev *mEvent) AcquireOptions {
-	ao := AcquireOptions{MessageID: ev.id, EntryTime: streamid.Time(ev.id), Drain: m.cfg.drains(ev.typ), Owner: "w"}
+	ao := AcquireOptions{MessageID: ev.id, EntryTime: streamid.Time(ev.id), Drain: m.cfg.drains(ev.typ), Owner: "w",
+		Stopping: m.cfg.supersedes()}
 	for _, k := range m.sharedKeys(ev) {
 		sc, key, _ := strings.Cut(strings.TrimPrefix(k, "@"), ":")
 		ao.Shared = append(ao.Shared, ScopeKey{Scope: Scope(sc), Key: key})
@@ -523,7 +535,13 @@ func (m *modelRun) acquired(ev *mEvent, allowed map[string]bool, le *Lease, err 
 // over. It once waited only after a take-over (Supersedes), so a grant of a key whose
 // superseded run was still stopping (its take-over lease given back) started at once:
 // property Exclusive, seed 34 (new deliver new deliver giveback deliver).
-func middlewareWaits(le *Lease) bool { return le.stopping > 0 }
+func middlewareWaits(le *Lease) bool {
+	if le.stopping < 0 { // not told by its acquire: WaitStopped asks, as here
+		n, err := stopWaitScript.Run(context.Background(), le.l.rdb, []string{le.keys.Stop}, le.token).Int64()
+		return err != nil || n > 0
+	}
+	return le.stopping > 0
+}
 
 // followupOf says which event a published follow-up copies.
 func followupOf(ev *mEvent) string {

@@ -333,3 +333,69 @@ func TestTakeOverAnnouncedBeforeTheWatchEndsTheLeaseOnSubscribe(t *testing.T) {
 		t.Fatalf("cause %v, want a SupersededByError naming 1000-1", e1.Err())
 	}
 }
+
+// A take-over given back before the run it superseded stopped leaves the key free while
+// that run still winds down. A plain acquire with Stopping (an agent some of whose
+// rules supersede) takes the free key and reports that run: its WaitStopped returns only
+// once the old run has released. Without Stopping it reads no stop record (the model
+// checker found the overlap: TestModelLeaseBatch, seed 195 of 200).
+func TestGivenBackTakeOverLeavesTheOldRunToStop(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
+	e1, err := supersedeAcquire(t, l, "1000-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := supersedeAcquire(t, l, "1000-1")
+	if err != nil || e2.Supersedes() != "1000-0" {
+		t.Fatalf("take-over: %v (supersedes %q)", err, e2.Supersedes())
+	}
+	if err := e2.GiveBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-2"})
+	if err != nil {
+		t.Fatalf("plain acquire of the free key: %v", err)
+	}
+	if err := plain.WaitStopped(); err != nil {
+		t.Fatalf("a plain acquire without Stopping waits for nothing: %v", err)
+	}
+	if err := plain.GiveBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e3, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-3", Stopping: true})
+	if err != nil {
+		t.Fatalf("acquire with Stopping of the free key: %v", err)
+	}
+	t.Cleanup(func() { _, _ = e3.Release(context.Background()) })
+	newRunWaitsForTheOld(t, ctx, e1, e3)
+}
+
+// The same with the coalesce policy's acquire (AcquireOptions.Queue), whose script does
+// not report the runs still stopping: WaitStopped asks, and waits as well.
+func TestGivenBackTakeOverLeavesTheOldRunToStopCoalesce(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
+	e1, err := supersedeAcquire(t, l, "1000-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := supersedeAcquire(t, l, "1000-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.GiveBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e3, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-3", Stopping: true,
+		Queue: &lease.QueuedEvent{Stream: ns + "rebase", Fields: map[string]any{"id": "1000-3"}}})
+	if err != nil {
+		t.Fatalf("coalesce acquire with Stopping of the free key: %v", err)
+	}
+	t.Cleanup(func() { _, _ = e3.Release(context.Background()) })
+	newRunWaitsForTheOld(t, ctx, e1, e3)
+}
