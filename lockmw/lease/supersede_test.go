@@ -341,20 +341,8 @@ func TestTakeOverAnnouncedBeforeTheWatchEndsTheLeaseOnSubscribe(t *testing.T) {
 // checker found the overlap: TestModelLeaseBatch, seed 195 of 200).
 func TestGivenBackTakeOverLeavesTheOldRunToStop(t *testing.T) {
 	t.Parallel()
-	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
-	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
-	e1, err := supersedeAcquire(t, l, "1000-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e2, err := supersedeAcquire(t, l, "1000-1")
-	if err != nil || e2.Supersedes() != "1000-0" {
-		t.Fatalf("take-over: %v (supersedes %q)", err, e2.Supersedes())
-	}
-	if err := e2.GiveBack(ctx); err != nil {
-		t.Fatal(err)
-	}
+	l, old, _ := givenBackTakeOver(t)
 	plain, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-2"})
 	if err != nil {
 		t.Fatalf("plain acquire of the free key: %v", err)
@@ -365,37 +353,46 @@ func TestGivenBackTakeOverLeavesTheOldRunToStop(t *testing.T) {
 	if err := plain.GiveBack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e3, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-3", Stopping: true})
+	le, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-3", Stopping: true})
 	if err != nil {
 		t.Fatalf("acquire with Stopping of the free key: %v", err)
 	}
-	t.Cleanup(func() { _, _ = e3.Release(context.Background()) })
-	newRunWaitsForTheOld(t, ctx, e1, e3)
+	t.Cleanup(func() { _, _ = le.Release(context.Background()) })
+	newRunWaitsForTheOld(t, ctx, old, le)
 }
 
 // The same with the coalesce policy's acquire (AcquireOptions.Queue), whose script does
 // not report the runs still stopping: WaitStopped asks, and waits as well.
 func TestGivenBackTakeOverLeavesTheOldRunToStopCoalesce(t *testing.T) {
 	t.Parallel()
-	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
-	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
-	e1, err := supersedeAcquire(t, l, "1000-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e2, err := supersedeAcquire(t, l, "1000-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e2.GiveBack(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e3, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-3", Stopping: true,
+	l, old, ns := givenBackTakeOver(t)
+	le, err := l.Acquire(ctx, "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-3", Stopping: true,
 		Queue: &lease.QueuedEvent{Stream: ns + "rebase", Fields: map[string]any{"id": "1000-3"}}})
 	if err != nil {
 		t.Fatalf("coalesce acquire with Stopping of the free key: %v", err)
 	}
-	t.Cleanup(func() { _, _ = e3.Release(context.Background()) })
-	newRunWaitsForTheOld(t, ctx, e1, e3)
+	t.Cleanup(func() { _, _ = le.Release(context.Background()) })
+	newRunWaitsForTheOld(t, ctx, old, le)
+}
+
+// givenBackTakeOver: on a Locker of its own namespace, a run of RHEL-1 (entry 1000-0)
+// is taken over by a newer event's, whose lease is then given back before the old run
+// stopped. It returns the Locker, the old run's lease (still stopping) and the namespace.
+func givenBackTakeOver(t *testing.T) (*lease.Locker, *lease.Lease, string) {
+	t.Helper()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{TTL: 30 * time.Second})
+	old, err := supersedeAcquire(t, l, "1000-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taker, err := supersedeAcquire(t, l, "1000-1")
+	if err != nil || taker.Supersedes() != "1000-0" {
+		t.Fatalf("take-over: %v", err)
+	}
+	if err := taker.GiveBack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return l, old, ns
 }
