@@ -1248,3 +1248,42 @@ func TestModelLease(t *testing.T) {
 	e.checkSeeds(t, from, n, 60, genConfig, stepKinds)
 	t.Logf("%d seeds of 60 steps in %s", n, time.Since(start).Round(time.Millisecond))
 }
+
+// TestModelLeaseStoppingRuns replays, at every run, the shortest sequences the checker
+// found (at more seeds than it runs here) where an event under another rule than
+// supersede ran beside a run still stopping after its take-over ended early: the
+// take-over given back (TestModelLeaseBatch seed 195 of 200) or crashed and expired
+// (TestModelLease seed 515 of 1 000). Each fails with AcquireOptions.Stopping off.
+func TestModelLeaseStoppingRuns(t *testing.T) {
+	e := newModelEnv(t)
+	seqs := []struct {
+		cfg   mConfig
+		steps string
+	}{
+		{mConfig{Format: KeysCompat, Scope: "agent", Table: map[string]string{"*": "delay", "a.x": "supersede"}},
+			"new(0,0,0) new(33,39,20) new(0,0,0) deliver(0,0,0) new(0,0,0) new(0,0,0) deliver(0,0,0) new(7,7,46) deliver(0,0,0) giveback(5,21,53) new(46,48,57) deliver(52,42,14) deliver(51,48,46)"},
+		{mConfig{Format: KeysCompat, Scope: "agent", Table: map[string]string{"*": "supersede", "a.x": "drop", "b.x": "coalesce"}},
+			"new(35,6,42) new(0,0,0) deliver(0,0,0) new(59,16,50) deliver(0,0,0) deliver(0,0,0) new(9,12,1) crash(38,50,55) expire(0,0,0) deliver(0,0,0)"},
+	}
+	for i, s := range seqs {
+		if err := e.runModel(s.cfg, parseSteps(t, s.steps)); err != nil {
+			t.Errorf("sequence %d (%s): %v", i, s.cfg, err)
+		}
+	}
+}
+
+// parseSteps reads steps as the checker prints them: "kind(a,b,c)", space-separated.
+func parseSteps(t *testing.T, s string) []mStep {
+	t.Helper()
+	var steps []mStep
+	for _, f := range strings.Fields(s) {
+		var st mStep
+		kind, args, ok := strings.Cut(strings.TrimSuffix(f, ")"), "(")
+		if _, err := fmt.Sscanf(args, "%d,%d,%d", &st.A, &st.B, &st.C); !ok || err != nil {
+			t.Fatalf("step %q: %v", f, err)
+		}
+		st.Kind = kind
+		steps = append(steps, st)
+	}
+	return steps
+}
