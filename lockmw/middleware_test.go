@@ -81,6 +81,15 @@ func handlerOf(cfg lockmw.Config) (message.HandlerMiddleware, error) {
 	return m.Handler, nil
 }
 
+// pendingSource is a source whose one entry is pending to consumer c of group g, in
+// the stream ns+"s".
+func pendingSource(t *testing.T, rdb *redis.Client, ns string) *streamSource {
+	t.Helper()
+	stream := ns + "s"
+	id := pendingEntry(t, rdb, stream, "c")
+	return &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+}
+
 func pendingEntry(t *testing.T, rdb *redis.Client, stream, consumer string) string {
 	t.Helper()
 	ctx := context.Background()

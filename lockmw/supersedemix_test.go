@@ -22,9 +22,7 @@ func TestSupersedeBesideCoalesceRuns(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
 	l := locker(t, rdb, ns)
-	stream := ns + "s"
-	id := pendingEntry(t, rdb, stream, "c")
-	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+	src := pendingSource(t, rdb, ns)
 	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Source: src, MaxIdleTime: time.Hour,
 		Policies: lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Supersede},
 			ByType: map[string]lockmw.Rule{"other.requested": {Policy: lockmw.Coalesce}}}})
@@ -39,7 +37,7 @@ func TestSupersedeBesideCoalesceRuns(t *testing.T) {
 	if !ran {
 		t.Fatal("the event did not run")
 	}
-	if p := rdb.XPending(context.Background(), stream, "g").Val(); p.Count != 0 {
+	if p := rdb.XPending(context.Background(), src.entry.Stream, "g").Val(); p.Count != 0 {
 		t.Errorf("not acked: %+v", p)
 	}
 }
@@ -64,9 +62,7 @@ func TestRunWaitsForARunSupersededByAGivenBackTakeOver(t *testing.T) {
 	if err := taker.GiveBack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stream := ns + "s"
-	id := pendingEntry(t, rdb, stream, "c")
-	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+	src := pendingSource(t, rdb, ns)
 	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Source: src, MaxIdleTime: time.Hour,
 		Policies: lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop},
 			ByType: map[string]lockmw.Rule{"rebase.requested": {Policy: lockmw.Supersede}}}})

@@ -396,7 +396,7 @@ func (le *Lease) WaitStopped() error {
 	}
 	wait := 10 * time.Millisecond
 	for {
-		n, err := stopWaitScript.Run(le.ctx, le.l.rdb, []string{le.keys.Stop}, le.token).Int64()
+		n, err := le.stillStopping(le.ctx)
 		if cerr := le.ctx.Err(); cerr != nil {
 			return context.Cause(le.ctx)
 		}
@@ -414,6 +414,12 @@ func (le *Lease) WaitStopped() error {
 		}
 		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// stillStopping is how many runs superseded on the lease's key have not stopped yet,
+// other than the lease's own (stop_wait.lua): what WaitStopped waits on.
+func (le *Lease) stillStopping(ctx context.Context) (int64, error) {
+	return stopWaitScript.Run(ctx, le.l.rdb, []string{le.keys.Stop}, le.token).Int64()
 }
 
 // stopped tells the lease's newer holder, if a newer event superseded this one, that

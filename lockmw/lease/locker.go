@@ -716,7 +716,7 @@ func (a *acquisition) held(parent context.Context, res []any) *Lease {
 	case a.stopsInScript() && len(res) >= 3:
 		le.stopping = atoi(res[2]) // acquire_stopping.lua
 	case a.ao.Stopping:
-		le.stopping = -1 // its script does not tell: WaitStopped asks
+		le.stopping = -1 // its script did not tell (coalesce, deliver, slots, a lease taken ahead): WaitStopped asks
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(a.agent)

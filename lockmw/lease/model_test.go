@@ -537,7 +537,7 @@ func (m *modelRun) acquired(ev *mEvent, allowed map[string]bool, le *Lease, err 
 // property Exclusive, seed 34 (new deliver new deliver giveback deliver).
 func middlewareWaits(le *Lease) bool {
 	if le.stopping < 0 { // not told by its acquire: WaitStopped asks, as here
-		n, err := stopWaitScript.Run(context.Background(), le.l.rdb, []string{le.keys.Stop}, le.token).Int64()
+		n, err := le.stillStopping(context.Background())
 		return err != nil || n > 0
 	}
 	return le.stopping > 0
