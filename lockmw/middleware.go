@@ -228,10 +228,6 @@ type Middleware struct {
 	// lines: some rule is Wait, so a key may have a line: every lease's release hands
 	// the key to its head (lease.AcquireOptions.LineHold).
 	lines bool
-	// supersedes: some rule is Supersede, so a run superseded by a take-over that was
-	// given back may still be stopping on a free key: every plain acquire reports such
-	// runs, and the run waits for them (lease.AcquireOptions.Stopping).
-	supersedes bool
 	// waitedIn: the stream and group (an Entry) of the last event that waited: where
 	// the line waker looks for events of a key not in its line yet (sweepScan).
 	waitedIn atomic.Value
@@ -281,7 +277,7 @@ func NewMiddleware(cfg Config) (*Middleware, error) {
 	}
 	m := &Middleware{cfg: cfg, staleAfter: (cfg.MaxIdleTime - cfg.Locker.HeartbeatInterval()) / 2,
 		drain: cfg.Policies.Uses(Coalesce, Deliver), takeAhead: cfg.Policies.only(Drop, Delay) && !cfg.Scopes.Shared() && cfg.Limits.Empty(),
-		lines: cfg.Policies.Uses(Wait), supersedes: cfg.Policies.Uses(Supersede), quick: batchQuick, flushAfter: batchFlushAfter, sendBatch: cfg.Locker.HandoffBatch}
+		lines: cfg.Policies.Uses(Wait), quick: batchQuick, flushAfter: batchFlushAfter, sendBatch: cfg.Locker.HandoffBatch}
 	m.peeker, _ = cfg.Source.(Peeker)
 	m.waiter, _ = cfg.Source.(Waiter)
 	m.batching = m.takeAhead && m.peeker != nil && m.waiter != nil
@@ -358,7 +354,7 @@ func metadataIssueKey(msg *message.Message) (string, error) {
 // acquireOptions are the lease options for an entry of this subscription.
 func (m *Middleware) acquireOptions(entry Entry) lease.AcquireOptions {
 	ao := lease.AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.drain,
-		EntryTime: streamid.Time(entry.ID), Stopping: m.supersedes}
+		EntryTime: streamid.Time(entry.ID)}
 	if m.lines {
 		ao.LineHold = m.waitHold()
 	}

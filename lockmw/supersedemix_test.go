@@ -42,12 +42,28 @@ func TestSupersedeBesideCoalesceRuns(t *testing.T) {
 	}
 }
 
-// A drop event of an agent one of whose rules supersedes, on a key left free by a
-// take-over that was given back (its worker stopped while it waited) before the run it
-// superseded had stopped: the event runs only once that run has stopped, never beside
-// it (lease.AcquireOptions.Stopping; found by the lease's model checker).
+// A drop event on a key left free by a take-over that was given back (its worker
+// stopped while it waited) before the run it superseded had stopped: the event runs only
+// once that run has stopped, never beside it, whether its own worker's rules supersede
+// or not (first found by the lease's model checker for a worker with a supersede rule;
+// a worker without one, as in a rolling change of ON_CONFLICT, once read no stop record
+// at all).
 func TestRunWaitsForARunSupersededByAGivenBackTakeOver(t *testing.T) {
 	t.Parallel()
+	for name, byType := range map[string]map[string]lockmw.Rule{
+		"a worker with a supersede rule": {"rebase.requested": {Policy: lockmw.Supersede}},
+		"a worker without one":           nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runWaitsForAGivenBackTakeOver(t, lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop}, ByType: byType})
+		})
+	}
+}
+
+// runWaitsForAGivenBackTakeOver runs TestRunWaitsForARunSupersededByAGivenBackTakeOver
+// with the drop event's worker's rules.
+func runWaitsForAGivenBackTakeOver(t *testing.T, rules lockmw.Policies) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	l := locker(t, rdb, ns)
@@ -64,8 +80,7 @@ func TestRunWaitsForARunSupersededByAGivenBackTakeOver(t *testing.T) {
 	}
 	src := pendingSource(t, rdb, ns)
 	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Source: src, MaxIdleTime: time.Hour,
-		Policies: lockmw.Policies{Default: lockmw.Rule{Policy: lockmw.Drop},
-			ByType: map[string]lockmw.Rule{"rebase.requested": {Policy: lockmw.Supersede}}}})
+		Policies: rules})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,7 @@ func (l *Locker) batchPauses(next []Next, pending []*Pending) batchPause {
 
 // batchArgs lays out handoff_batch.lua's KEYS and ARGV (see the script).
 func (l *Locker) batchArgs(ends []End, acqs []*acquisition, bp batchPause) ([]any, int) {
-	nkeys := 6*len(ends) + 4*len(acqs)
+	nkeys := 6*len(ends) + kvKeys*len(acqs)
 	if bp.keys != nil {
 		nkeys += 2
 	}
@@ -151,7 +151,7 @@ func (l *Locker) batchArgs(ends []End, acqs []*acquisition, bp batchPause) ([]an
 		args = append(args, &le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.keys.Queue, &le.keys.Mailbox, e.Entry.Stream)
 	}
 	for _, a := range acqs {
-		args = append(args, a.kv[:4]...)
+		args = append(args, a.kv[:kvKeys]...)
 	}
 	if bp.keys != nil {
 		args = append(args, bp.keys.Reg, bp.keys.Seen)
@@ -163,7 +163,7 @@ func (l *Locker) batchArgs(ends []End, acqs []*acquisition, bp batchPause) ([]an
 		args = append(args, &le.token, &le.messageID, e.Entry.Group, e.Entry.ID, &le.maxLen, &le.issue, ago)
 	}
 	for i, a := range acqs {
-		args = append(args, a.kv[4:]...)
+		args = append(args, a.kv[kvKeys:]...)
 		args = append(args, bp.fields[i])
 	}
 	return args, nkeys

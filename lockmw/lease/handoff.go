@@ -214,14 +214,14 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 		a, err = le.l.prepareNext(next)
 		p = &Pending{id: next.Options.MessageID, err: err}
 	}
-	// KEYS lock, info, done, queue, mailbox, stream[, next's 4]; ARGV token,
+	// KEYS lock, info, done, queue, mailbox, stream[, next's 5]; ARGV token,
 	// message_id, group, entry id, maxlen, issue, index max, index TTL[, next's 6], the
 	// lease's own by pointer (see acquisition.kv).
 	args := append(scriptArgs(24), &le.keys.Lock, &le.keys.Info, &le.keys.Done, &le.keys.Queue, &le.keys.Mailbox, e.Stream)
 	nkeys := 6
 	if a != nil {
-		args = append(args, a.kv[:4]...)
-		nkeys = 10
+		args = append(args, a.kv[:kvKeys]...)
+		nkeys = 6 + kvKeys
 	}
 	var id any = &le.messageID // the entry's id, which the lease was taken for
 	if e.ID != le.messageID {
@@ -229,7 +229,7 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 	}
 	args = append(args, &le.token, &le.messageID, e.Group, id, &le.maxLen, &le.issue, &indexMax, &indexTTLms)
 	if a != nil {
-		args = append(args, a.kv[4:]...)
+		args = append(args, a.kv[kvKeys:]...)
 	}
 	sc := handoffScript
 	if le.slots != nil {

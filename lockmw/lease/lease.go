@@ -35,9 +35,9 @@ type Lease struct {
 	appends    atomic.Int64  // fenced appends so far: each one's id for xonce
 	shared     []SharedLease // the shared keys held with it (scopes issue, group)
 	apart      bool          // shared is in another hash slot (Locker.apart): scripts of its own
-	// Supersede policy (and AcquireOptions.Stopping): the runs this lease's acquire
-	// found still stopping (to wait for, WaitStopped; -1: its acquire did not look, so
-	// WaitStopped asks) and the message whose run it took over, if any.
+	// The runs superseded on the key that this lease's acquire found still stopping
+	// (to wait for, WaitStopped; -1: its script does not look, so WaitStopped asks) and
+	// the message whose run it took over (Supersede policy), if any.
 	stopping   int64
 	supersedes string
 	// line is the wait policy's part (line.go); nil for any other lease.
@@ -386,8 +386,10 @@ func (le *Lease) Supersedes() string { return le.supersedes }
 
 // WaitStopped returns once every run superseded on this lease has stopped (its holder
 // released its lease, or its key would have expired by now: a dead holder), at once
-// when the acquire found none (AcquireOptions.Supersede or Stopping; always without
-// them). It polls
+// when the acquire found none. Every acquire looks, whatever its policy (the stop hash
+// is the key's own state: a run superseded by another worker's take-over, given back
+// since, may still be stopping on a key found free); most do in their own script, the
+// others (shared keys, Wait) leave it to the first poll here. It polls
 // Redis, every 10 ms at first and then at most every 200 ms. If the lease ends first
 // (superseded in turn, lost, or its context cancelled), it returns the cause.
 func (le *Lease) WaitStopped() error {

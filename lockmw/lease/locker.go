@@ -254,13 +254,6 @@ type AcquireOptions struct {
 	// be combined with Queue, Deliver or Shared. The lease's release publishes the
 	// follow-up queued behind it or behind the run it took over. Default: false.
 	Supersede bool
-	// Stopping: some events of the agent supersede (Supersede), so a run superseded by
-	// a take-over whose lease was then given back may still be stopping on a key found
-	// free. The lease's WaitStopped then waits for those runs, as a take-over's does:
-	// the plain acquire (no Queue, Deliver, Shared, Wait or slots) reports them in its
-	// own script, any other leaves WaitStopped to ask (one round trip). Default: false
-	// (no stop record is read).
-	Stopping bool
 	// Shared are the lease's shared keys (scopes issue and group; Scopes.Keys makes
 	// them), taken with it in one script, all or nothing, and released with it (on Redis
 	// Cluster a group key is in a slot of its own: taken by a second script right after
@@ -368,10 +361,8 @@ func (l *Locker) Acquire(ctx context.Context, agent, rawKey string, ao AcquireOp
 			// announces again, which ends nothing twice.
 			l.announceSupersede(ctx, a.keys.Lock, atoi(res[1]), a.ao.MessageID)
 		}
-	case a.stopsInScript():
-		res, err = a.run(ctx, acquireStoppingScript, a.scriptKeys(), a.args)
 	case ao.Queue == nil && a.slots == nil:
-		res, err = runScript(ctx, l.rdb, acquireScript, 4, append(scriptArgs(len(a.kv)), a.kv[:]...)).Slice()
+		res, err = runScript(ctx, l.rdb, acquireScript, kvKeys, append(scriptArgs(len(a.kv)), a.kv[:]...)).Slice()
 	case ao.Queue == nil:
 		res, err = a.run(ctx, acquireScript, a.scriptKeys(), a.args)
 	default:
@@ -397,12 +388,12 @@ type acquisition struct {
 	ao                  AcquireOptions
 	sentMS              int64
 	entryMS             string
-	// kv is the acquire script's KEYS (lock, info, fence, done) and ARGV (token, ttl_ms,
-	// owner, acquired_at_ms, message_id, entry_ms) as pointers to the fields above, which
-	// go-redis writes as their values: an argument boxed in an interface is an
-	// allocation, a pointer is not.
-	kv   [4 + 6]any
-	args []any // the ARGV of a.scriptKeys()'s script: kv[4:], or acquire_or_queue's
+	// kv is the acquire script's KEYS (lock, info, fence, done, stop: kvKeys) and ARGV
+	// (token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms) as pointers to the
+	// fields above, which go-redis writes as their values: an argument boxed in an
+	// interface is an allocation, a pointer is not.
+	kv   [kvKeys + 6]any
+	args []any // the ARGV of a.scriptKeys()'s script: kv[kvKeys:], or acquire_or_queue's
 	// shared are the shared keys' names (Lock, Info and Fence of each), in the order
 	// of ao.Shared; nil for a lease of scope agent alone.
 	shared []Keys
@@ -459,7 +450,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 		entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
 	}
 	a.sentMS, a.entryMS = a.sent.UnixMilli(), entryMS
-	a.kv = [...]any{&a.keys.Lock, &a.keys.Info, &a.keys.Fence, &a.keys.Done,
+	a.kv = [...]any{&a.keys.Lock, &a.keys.Info, &a.keys.Fence, &a.keys.Done, &a.keys.Stop,
 		&a.token, &l.ttlMS, &a.owner, &a.sentMS, &a.ao.MessageID, &a.entryMS}
 	switch {
 	case len(a.shared) > 0:
@@ -484,7 +475,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 			a.args = append(a.args, k, v)
 		}
 	case ao.Queue == nil:
-		a.args = a.kv[4:]
+		a.args = a.kv[kvKeys:]
 	default:
 		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
 			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream, entryMS}
@@ -495,13 +486,15 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	return a, nil
 }
 
-// stopsInScript: the plain acquire with Stopping, whose script (acquire_stopping.lua)
-// reports the runs still stopping on the key. Another acquire with Stopping (coalesce,
-// deliver, slots) leaves them to WaitStopped, which asks in a round trip of its own.
-func (a *acquisition) stopsInScript() bool {
-	ao := a.ao
-	return ao.Stopping && !ao.Supersede && ao.Queue == nil && ao.Deliver == nil && ao.Wait == nil &&
-		a.slots == nil && len(a.shared) == 0
+// kvKeys is how many of acquisition.kv are KEYS.
+const kvKeys = 5
+
+// reportsStopping: the acquire's script appends to a grant ({1, fence}) the runs still
+// stopping on the key (granted_stopping in lease.lua): the plain acquire (with slots or
+// not), coalesce, deliver, and a lease taken ahead (handoff.lua, handoff_batch.lua).
+// The others (shared keys, Wait, supersede's own reply) leave WaitStopped to ask.
+func (a *acquisition) reportsStopping() bool {
+	return !a.ao.Supersede && a.ao.Wait == nil && len(a.shared) == 0 && !a.apart
 }
 
 func (a *acquisition) scriptKeys() []string {
@@ -514,19 +507,16 @@ func (a *acquisition) scriptKeys() []string {
 
 	}
 	if d := a.ao.Deliver; d != nil {
-		k := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done, a.keys.Mailbox, a.keys.Mailbox + ":seen"}
+		k := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done, a.keys.Mailbox, a.keys.Mailbox + ":seen", a.keys.Stop}
 		if d.Ack != nil && a.l.opts.Format != KeysCluster {
 			k = append(k, d.Ack.Stream)
 		}
 		return k
 	}
-	if a.ao.Supersede || a.stopsInScript() {
+	if a.ao.Queue == nil {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done, a.keys.Stop}
 	}
-	if a.ao.Queue == nil {
-		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
-	}
-	return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done}
+	return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done, a.keys.Stop}
 }
 
 // run sends an acquire script, or its combined script with the slots' part
@@ -713,10 +703,10 @@ func (a *acquisition) held(parent context.Context, res []any) *Lease {
 	case a.ao.Supersede && len(res) >= 5:
 		le.stopping = atoi(res[2])
 		le.supersedes, _ = res[3].(string)
-	case a.stopsInScript() && len(res) >= 3:
-		le.stopping = atoi(res[2]) // acquire_stopping.lua
-	case a.ao.Stopping:
-		le.stopping = -1 // its script did not tell (coalesce, deliver, slots, a lease taken ahead): WaitStopped asks
+	case a.reportsStopping() && len(res) >= 3:
+		le.stopping = atoi(res[2]) // granted_stopping
+	default:
+		le.stopping = -1 // its script did not tell: WaitStopped asks
 	}
 	le.ctx, le.cancel = context.WithCancelCause(parent)
 	l.opts.Observer.Acquired(a.agent)

@@ -34,7 +34,6 @@ func scriptBuilds() []scriptBuild {
 	return []scriptBuild{
 		{"acquire", &acquireScript, func() string { return leaseLua + acquireLua }},
 		{"acquire_scoped", &acquireScopedScript, func() string { return leaseLua + acquireScopedLua }},
-		{"acquire_stopping", &acquireStoppingScript, func() string { return leaseLua + acquireStoppingLua }},
 		{"handoff", &handoffScript, func() string { return leaseLua + handoffLua }},
 		{"handoff_batch", &handoffBatchScript, func() string { return leaseLua + handoffBatchLua }},
 		{"acquire_or_queue", &acquireOrQueueScript, func() string { return leaseLua + acquireOrQueueLua }},
@@ -117,7 +116,7 @@ func plantScripts(t *testing.T, plants ...plant) map[string]string {
 // steps: a plant in that step reaches every policy.
 func acquireScripts(step ...string) map[string][]string {
 	m := map[string][]string{}
-	for _, name := range []string{"acquire", "acquire_scoped", "acquire_stopping", "acquire_or_queue", "acquire_or_deliver", "acquire_or_wait", "acquire_or_supersede"} {
+	for _, name := range []string{"acquire", "acquire_scoped", "acquire_or_queue", "acquire_or_deliver", "acquire_or_wait", "acquire_or_supersede"} {
 		m[name] = step
 	}
 	return m

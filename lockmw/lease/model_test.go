@@ -137,17 +137,6 @@ func (c mConfig) policy(typ string) string {
 	return c.Table["*"]
 }
 
-// supersedes: some rule supersedes, so every acquire reports the runs still stopping on
-// the key (the middleware's AcquireOptions.Stopping).
-func (c mConfig) supersedes() bool {
-	for _, p := range c.Table {
-		if p == "supersede" {
-			return true
-		}
-	}
-	return false
-}
-
 // drains: some rule coalesces or delivers, so every lease of typ drains (the
 // middleware's Drain); when Mixed, the leases of those rules' types alone.
 func (c mConfig) drains(typ string) bool {
@@ -313,8 +302,7 @@ func (m *modelRun) fields(ev *mEvent) map[string]any {
 }
 
 func (m *modelRun) options(ev *mEvent) AcquireOptions {
-	ao := AcquireOptions{MessageID: ev.id, EntryTime: streamid.Time(ev.id), Drain: m.cfg.drains(ev.typ), Owner: "w",
-		Stopping: m.cfg.supersedes()}
+	ao := AcquireOptions{MessageID: ev.id, EntryTime: streamid.Time(ev.id), Drain: m.cfg.drains(ev.typ), Owner: "w"}
 	for _, k := range m.sharedKeys(ev) {
 		sc, key, _ := strings.Cut(strings.TrimPrefix(k, "@"), ":")
 		ao.Shared = append(ao.Shared, ScopeKey{Scope: Scope(sc), Key: key})
@@ -1253,7 +1241,8 @@ func TestModelLease(t *testing.T) {
 // found (at more seeds than it runs here) where an event under another rule than
 // supersede ran beside a run still stopping after its take-over ended early: the
 // take-over given back (TestModelLeaseBatch seed 195 of 200) or crashed and expired
-// (TestModelLease seed 515 of 1 000). Each fails with AcquireOptions.Stopping off.
+// (TestModelLease seed 515 of 1 000). Each fails when a grant does not report the runs
+// still stopping (granted_stopping).
 func TestModelLeaseStoppingRuns(t *testing.T) {
 	e := newModelEnv(t)
 	seqs := []struct {

@@ -28,8 +28,6 @@ var (
 	acquireLua string
 	//go:embed scripts/acquire_scoped.lua
 	acquireScopedLua string
-	//go:embed scripts/acquire_stopping.lua
-	acquireStoppingLua string
 	//go:embed scripts/acquire_or_queue.lua
 	acquireOrQueueLua string
 	//go:embed scripts/acquire_or_deliver.lua
@@ -53,7 +51,6 @@ var (
 
 	acquireScript          = newScript(xonce.IndexLua, leaseSteps, acquireLua)
 	acquireScopedScript    = newScript(xonce.IndexLua, leaseSteps, acquireScopedLua)
-	acquireStoppingScript  = newScript(xonce.IndexLua, leaseSteps, acquireStoppingLua)
 	handoffScript          = newScript(xonce.IndexLua, leaseSteps, handoffLua)
 	acquireOrQueueScript   = newScript(xonce.IndexLua, leaseSteps, acquireOrQueueLua)
 	acquireOrDeliverScript = newScript(xonce.IndexLua, leaseSteps, acquireOrDeliverLua)

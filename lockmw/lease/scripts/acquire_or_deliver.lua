@@ -6,7 +6,7 @@
 --   2. the event is kept as the issue's one queued event (newest wins, as coalesce), so
 --      the release that finds follow-ups nobody accounted for starts exactly one next
 --      run (release in lease.lua; an empty mailbox then drops it);
---   3. on standalone Redis (the source stream given as KEYS[8]) its stream entry is
+--   3. on standalone Redis (the source stream given as KEYS[9]) its stream entry is
 --      acked: the ack exists only once the follow-up is in the mailbox.
 --
 -- The holder's own entry (claimed from its dead worker while the lease lives) is only
@@ -20,7 +20,7 @@
 --
 -- An event is superseded exactly as in acquire_or_queue.lua.
 --
--- KEYS: lock, info, fence, queue, done, mailbox, seen[, source stream].
+-- KEYS: lock, info, fence, queue, done, mailbox, seen, stop[, source stream].
 -- ARGV: token, ttl_ms, owner, acquired_at_ms, message_id, queue_ttl_ms, target_stream,
 -- entry_ms or '', mailbox_max, group, entry_id, n (the number of ARGV after mailbox_ttl_ms
 -- that are the follow-up's fields and values), mailbox_ttl_ms, follow-up field, value,
@@ -30,12 +30,12 @@
 -- TTL: the event the release republishes for them may wait in a backlog long after the
 -- lease is gone, and its run must still find them.
 --
--- Returns {1, fence}, {2, released_ms, released_message_id}, {3, depth, owner, fence,
+-- Returns {1, fence, stopping} (granted_stopping), {2, released_ms, released_message_id}, {3, depth, owner, fence,
 -- acquired_at, message_id, pttl} or {0, owner, fence, acquired_at, message_id, pttl,
 -- mailbox_id, depth, dup} (dup: 1 a repeat, or a wake-up queued; 2 a wake-up with
 -- nothing left to wake for).
 local own = own_repeat(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
-if own then return {1, own} end
+if own then return granted_stopping({1, own}, KEYS[8], ARGV[1]) end
 local sup = superseded_by_follow_up(KEYS[5], ARGV[8])
 if sup then return sup end
 if tonumber(ARGV[12]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('XLEN', KEYS[6]) == 0 then
@@ -43,12 +43,12 @@ if tonumber(ARGV[12]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 and redis.call
   -- was published and accounted for every follow-up it stood for. Nothing to run: it is
   -- only acked, reported as busy with the run that released last (the done record's
   -- message id) and dup = 2: dropped.
-  if lease_nkeys >= 8 then redis.call('XACK', KEYS[8], ARGV[10], ARGV[11]) end
+  if lease_nkeys >= 9 then redis.call('XACK', KEYS[9], ARGV[10], ARGV[11]) end
   local last = string.match(redis.call('GET', KEYS[5]) or '', '^%d+ (%S+)') or ''
   return {0, '', '', '', last, 0, '', 0, 2}
 end
 local f = take(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
-if f then return {1, f} end
+if f then return granted_stopping({1, f}, KEYS[8], ARGV[1]) end
 local r = holder_busy(KEYS[1], KEYS[2])
 local n = tonumber(ARGV[12])
 local id, dup = '', 0
@@ -89,5 +89,5 @@ else
   redis.call(unpack(q))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
 end
-if lease_nkeys >= 8 then redis.call('XACK', KEYS[8], ARGV[10], ARGV[11]) end
+if lease_nkeys >= 9 then redis.call('XACK', KEYS[9], ARGV[10], ARGV[11]) end
 return {0, r[2], r[3], r[4], r[5], r[6], id, depth, dup}

@@ -15,12 +15,14 @@
 -- checks the pauses itself. The registry is read once: nothing in this script writes it.
 --
 -- KEYS: per end, lock, info, done, queue, mailbox, stream; then per next, lock, info,
--- fence, done; then, optionally, reg and seen.
+-- fence, done, stop; then, optionally, reg and seen.
 -- ARGV: ends, nexts, index max, index TTL (ms); per end, token, message_id, group,
 -- entry_id, maxlen, issue, ago_ms; per next, token, ttl_ms, owner, acquired_at_ms,
 -- message_id, entry_ms or '', then '<stream> <entry id>' or '' (no pause check).
 -- Returns, per end, released, acked, published follow-up id or ''; then per next, the
--- length of acquire's reply followed by that reply, then checked (1 or 0).
+-- length of acquire's reply followed by that reply (a grant's with the runs still
+-- stopping on its key appended, as granted_stopping does: the nexts' stop hashes are
+-- looked for in one EXISTS), then checked (1 or 0).
 --
 -- The cost of a batch is mostly its redis.call count (each ≈ 1 µs of server time over
 -- the command's own), so the common case is done with calls that serve the whole batch:
@@ -33,7 +35,7 @@
 local ends, nexts = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local pk = ends * 6 + nexts * 4 -- the pause keys, if given, follow the nexts'
+local pk = ends * 6 + nexts * 5 -- the pause keys, if given, follow the nexts'
 local paused -- whether any pause exists, read at the first check
 local dones = {} -- the nexts' done records, read once for all after the releases
 local out = {}
@@ -102,12 +104,21 @@ if not release_all() then
   end
 end
 
-for j = 0, nexts - 1 do dones[j + 1] = KEYS[ends * 6 + j * 4 + 4] end
+for j = 0, nexts - 1 do dones[j + 1] = KEYS[ends * 6 + j * 5 + 4] end
 if nexts > 0 then dones = redis.call('MGET', unpack(dones)) end
+local rs, stops = {}, {}
 for j = 0, nexts - 1 do
-  local k, a = ends * 6 + j * 4, 4 + ends * 7 + j * 7
-  local r = acquire(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
+  local k, a = ends * 6 + j * 5, 4 + ends * 7 + j * 7
+  rs[j + 1] = acquire(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
     ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], nil, nil, nil, dones[j + 1])
+  if rs[j + 1][1] == 1 then stops[#stops + 1] = KEYS[k + 5] end
+end
+-- A stop hash exists only while a superseded run may still be running: nearly never.
+local anystop = #stops > 0 and redis.call('EXISTS', unpack(stops)) > 0
+for j = 0, nexts - 1 do
+  local k, a = ends * 6 + j * 5, 4 + ends * 7 + j * 7
+  local r = rs[j + 1]
+  if r[1] == 1 then table.insert(r, anystop and stopping(KEYS[k + 5], ARGV[a + 1]) or 0) end
   out[#out + 1] = #r
   for _, v in ipairs(r) do out[#out + 1] = v end
   local checked = 0

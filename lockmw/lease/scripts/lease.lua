@@ -313,10 +313,16 @@ end
 -- <newer message id> <new fence>". A field past its deadline (the superseded run's key
 -- would have expired by then: its holder is dead or has given the lease up by itself)
 -- counts as stopped and is deleted.
+--
+-- Every acquire that grants a lease asks (granted_stopping), whatever its policy: the
+-- stop hash is the key's own state, so a worker whose rules never supersede still
+-- waits for a run that another worker's take-over left stopping. With no stop hash
+-- (nearly always) that costs one HGETALL of a missing key.
 local function stopping(stop, token)
+  local h = redis.call('HGETALL', stop)
+  if #h == 0 then return 0 end
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  local h = redis.call('HGETALL', stop)
   local n = 0
   for i = 1, #h, 2 do
     local deadline = tonumber(string.match(h[i + 1], '^(%d+)')) or 0
@@ -327,4 +333,12 @@ local function stopping(stop, token)
     end
   end
   return n
+end
+
+-- granted_stopping appends to r, an acquire's reply, the runs still stopping on the
+-- key (stopping) when r grants the lease: {1, fence, stopping}. Any other reply is
+-- returned as it is.
+local function granted_stopping(r, stop, token)
+  if r[1] == 1 then table.insert(r, stopping(stop, token)) end
+  return r
 end
