@@ -228,7 +228,7 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		}
 		return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: a.shared[0].Line(), ack: w.Ack, shared: true})
 	}
-	keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn}
+	keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop}
 	group, id := "", ""
 	if w.Ack != nil && l.opts.Format != KeysCluster {
 		keys = append(keys, w.Ack.Stream)

@@ -89,7 +89,7 @@ func (l *Locker) acquireWaitScoped(ctx context.Context, a *acquisition, w *WaitO
 // shared key's turn or place in its line (acquire_or_wait_scoped.lua, told how the
 // first went). The agent's key is given back, unrecorded, unless both are held.
 func (l *Locker) acquireWaitApart(ctx context.Context, a *acquisition, w *WaitOptions, maxN int64) ([]any, error) {
-	own := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
+	own := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done, a.keys.Stop}
 	ores, err := acquireScopedScript.Run(ctx, l.rdb, own, a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, "", a.agent, a.issue).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", a.keys.Lock, err)

@@ -489,17 +489,20 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 // kvKeys is how many of acquisition.kv are KEYS.
 const kvKeys = 5
 
-// reportsStopping: the acquire's script appends to a grant ({1, fence}) the runs still
-// stopping on the key (granted_stopping in lease.lua): the plain acquire (with slots or
-// not), coalesce, deliver, and a lease taken ahead (handoff.lua, handoff_batch.lua).
-// The others (shared keys, Wait, supersede's own reply) leave WaitStopped to ask.
-func (a *acquisition) reportsStopping() bool {
-	return !a.ao.Supersede && a.ao.Wait == nil && len(a.shared) == 0 && !a.apart
+// stoppingAt is where the acquire's script puts, in a grant ({1, fence, shared fences
+// ...}), the runs still stopping on the key (granted_stopping in lease.lua): after the
+// shared keys' fences. -1: its script does not report them (Wait with a shared key) or
+// reports them in a place of its own (supersede), and WaitStopped asks.
+func (a *acquisition) stoppingAt() int {
+	if a.ao.Supersede || (a.ao.Wait != nil && len(a.shared) > 0) {
+		return -1
+	}
+	return 2 + len(a.shared)
 }
 
 func (a *acquisition) scriptKeys() []string {
 	if len(a.shared) > 0 {
-		keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
+		keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done, a.keys.Stop}
 		for _, k := range a.shared {
 			keys = append(keys, k.Lock, k.Info, k.Fence)
 		}
@@ -536,7 +539,7 @@ func (a *acquisition) run(ctx context.Context, sc script, keys []string, args []
 // shared key's reply is the acquire's. It returns the reply finish reads: {1, fence,
 // shared fence} once both are held.
 func (l *Locker) acquireApart(ctx context.Context, a *acquisition) ([]any, error) {
-	own := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done}
+	own := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done, a.keys.Stop}
 	res, err := acquireScopedScript.Run(ctx, l.rdb, own, a.args...).Slice()
 	if err != nil || len(res) < 2 || atoi(res[0]) != 1 {
 		return res, err
@@ -545,7 +548,7 @@ func (l *Locker) acquireApart(ctx context.Context, a *acquisition) ([]any, error
 	sres, err := acquireSharedScript.Run(ctx, l.rdb, []string{sk.Lock, sk.Info, sk.Fence},
 		a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, a.agent, a.issue).Slice()
 	if err == nil && len(sres) >= 2 && atoi(sres[0]) == 1 {
-		return []any{res[0], res[1], sres[1]}, nil
+		return append([]any{res[0], res[1], sres[1]}, res[2:]...), nil // res[2]: granted_stopping's count
 	}
 	// Given back in the background of the caller's context: the caller hears busy (or
 	// the error) either way, and a failed give-back leaves the key to its TTL.
@@ -703,8 +706,8 @@ func (a *acquisition) held(parent context.Context, res []any) *Lease {
 	case a.ao.Supersede && len(res) >= 5:
 		le.stopping = atoi(res[2])
 		le.supersedes, _ = res[3].(string)
-	case a.reportsStopping() && len(res) >= 3:
-		le.stopping = atoi(res[2]) // granted_stopping
+	case a.stoppingAt() >= 0 && len(res) > a.stoppingAt():
+		le.stopping = atoi(res[a.stoppingAt()]) // granted_stopping
 	default:
 		le.stopping = -1 // its script did not tell: WaitStopped asks
 	}

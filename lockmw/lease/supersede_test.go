@@ -357,6 +357,18 @@ func TestGivenBackTakeOverLeavesTheOldRunToStop(t *testing.T) {
 				Deliver: &lease.DeliverOptions{Followup: map[string]any{"id": "1000-3"},
 					Event: lease.QueuedEvent{Stream: ns + "rebase", Fields: map[string]any{"id": "1000-3"}}}})
 		},
+		"issue scope": func(t *testing.T, l *lease.Locker, _ string) (*lease.Lease, error) {
+			return l.Acquire(context.Background(), "rebase", "RHEL-1", lease.AcquireOptions{MessageID: "1000-3",
+				Shared: []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-1"}}})
+		},
+		"wait": func(t *testing.T, l *lease.Locker, ns string) (*lease.Lease, error) {
+			return l.Acquire(context.Background(), "rebase", "RHEL-1", waitOpts(ns+"rebase", "1000-3", "1000-3", 0))
+		},
+		"wait, issue scope": func(t *testing.T, l *lease.Locker, ns string) (*lease.Lease, error) {
+			o := waitOpts(ns+"rebase", "1000-3", "1000-3", 0)
+			o.Shared = []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-1"}}
+			return l.Acquire(context.Background(), "rebase", "RHEL-1", o)
+		},
 		"taken ahead in a batch": func(t *testing.T, l *lease.Locker, _ string) (*lease.Lease, error) {
 			ps, err := l.HandoffBatch(context.Background(), nil, []lease.Next{{Agent: "rebase", Key: "RHEL-1",
 				Options: lease.AcquireOptions{MessageID: "1000-3"}}})

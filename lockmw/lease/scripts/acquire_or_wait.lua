@@ -19,10 +19,10 @@
 -- reported busy (state 0), as in acquire_or_queue.lua. An event whose turn it is but
 -- whose free key an event of another policy (drop, delay) took joins the line.
 --
--- KEYS: lock, info, fence, line, seen, turn[, source stream]
+-- KEYS: lock, info, fence, line, seen, turn, stop[, source stream]
 -- ARGV: token, ttl_ms, owner, acquired_at_ms, message_id, lid, hold_ms, max, seen_ttl_ms,
 -- target_stream, group, entry_id, field, value, ...
--- Returns {1, fence}, {3, depth, owner, fence, acquired_at, message_id, pttl} or
+-- Returns {1, fence, stopping} (granted_stopping), {3, depth, owner, fence, acquired_at, message_id, pttl} or
 -- {0, owner, fence, acquired_at, message_id, pttl, state, position, oldest_ms, stranded}:
 -- state 0 the holder's own entry (nothing done), 1 joined, 2 waiting already, 3 ran
 -- already, 4 holding already (a copy of the running event); position is its place in
@@ -31,10 +31,10 @@ local o = {token = ARGV[1], ttl_ms = ARGV[2], owner = ARGV[3], acquired_at = ARG
   lid = ARGV[6], hold_ms = ARGV[7], seen_ttl = ARGV[9]}
 local k = line_keys(KEYS[1], KEYS[2], KEYS[3], 4)
 local own, cur = own_repeat(k.lock, k.info, k.fence, o.token)
-if own then return {1, own} end
+if own then return granted_stopping({1, own}, KEYS[7], o.token) end
 local state = redis.call('HGET', k.seen, o.lid)
 local function ack()
-  if lease_nkeys >= 7 then redis.call('XACK', KEYS[7], ARGV[11], ARGV[12]) end
+  if lease_nkeys >= 8 then redis.call('XACK', KEYS[8], ARGV[11], ARGV[12]) end
 end
 local function busy(st, pos)
   local r = holder_busy(k.lock, k.info)
@@ -57,7 +57,7 @@ local headlid = he and he[1]
 -- in the line: a release left the key free for it, line_blocked) takes a free key too.
 if cur == 'line:' .. o.lid or (not cur and (turn == o.lid or (not turn and (not head or headlid == o.lid or line_before(o.lid, headlid))))) then
   if headlid == o.lid then redis.call('ZREM', k.line, head) end
-  return {1, line_take(k, o)}
+  return granted_stopping({1, line_take(k, o)}, KEYS[7], o.token)
 end
 if cur and o.mid ~= '' and redis.call('HGET', k.info, 'message_id') == o.mid then
   return busy(0, 0)
