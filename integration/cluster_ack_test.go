@@ -19,7 +19,8 @@ import (
 )
 
 // holdRelease is a go-redis hook for a cluster's node clients that holds the lease's
-// release script (five keys: lock, info, done, queue, mailbox; the first a lease key)
+// release script (five keys: lock, info, done, queue, mailbox; the first a lease key,
+// the fourth its queue)
 // until the context ends: the worker
 // freezes, then dies, between its release and its ack.
 type holdRelease struct {
@@ -40,7 +41,9 @@ func isRelease(cmd redis.Cmder) bool {
 		return fmt.Sprint(a)
 	}
 	name := strings.ToLower(str(args[0]))
-	return (name == "eval" || name == "evalsha") && str(args[2]) == "5" && strings.HasPrefix(str(args[3]), "lock:")
+	// (An acquire has five keys too, the fourth its done record: lockdone:.)
+	return (name == "eval" || name == "evalsha") && str(args[2]) == "5" && strings.HasPrefix(str(args[3]), "lock:") &&
+		strings.HasPrefix(str(args[6]), "lockqueue:")
 }
 
 func (h *holdRelease) hold(ctx context.Context) error {
