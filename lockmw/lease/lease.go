@@ -386,10 +386,9 @@ func (le *Lease) Supersedes() string { return le.supersedes }
 
 // WaitStopped returns once every run superseded on this lease has stopped (its holder
 // released its lease, or its key would have expired by now: a dead holder), at once
-// when the acquire found none. Every acquire looks, whatever its policy (the stop hash
-// is the key's own state: a run superseded by another worker's take-over, given back
-// since, may still be stopping on a key found free); most do in their own script, the
-// others (shared keys, Wait) leave it to the first poll here. It polls
+// when the acquire found none. Every acquire looks, in its own script, whatever its
+// policy (the stop hash is the key's own state: a run superseded by another worker's
+// take-over, given back since, may still be stopping on a key found free). It polls
 // Redis, every 10 ms at first and then at most every 200 ms. If the lease ends first
 // (superseded in turn, lost, or its context cancelled), it returns the cause.
 func (le *Lease) WaitStopped() error {

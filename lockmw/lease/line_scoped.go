@@ -66,7 +66,7 @@ func (l *Locker) acquireWaitScoped(ctx context.Context, a *acquisition, w *WaitO
 	if a.apart {
 		return l.acquireWaitApart(ctx, a, w, maxN)
 	}
-	keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, sk.Lock, sk.Info, sk.Fence, lk.Line, lk.Seen, lk.Turn}
+	keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, sk.Lock, sk.Info, sk.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop}
 	group, id := "", ""
 	if w.Ack != nil && l.opts.Format != KeysCluster {
 		keys = append(keys, w.Ack.Stream)
@@ -110,7 +110,7 @@ func (l *Locker) acquireWaitApart(ctx context.Context, a *acquisition, w *WaitOp
 	res, err := acquireOrWaitScopedScript.Run(ctx, l.rdb, []string{sk.Lock, sk.Info, sk.Fence, lk.Line, lk.Seen, lk.Turn},
 		a.lineArgs(w, maxN, "", "", a.agent, a.issue, flag)...).Slice()
 	if err == nil && len(res) >= 3 && atoi(res[0]) == 1 {
-		return []any{res[0], ores[1], res[2]}, nil
+		return append([]any{res[0], ores[1], res[2]}, ores[2:]...), nil // ores[2]: granted_stopping's count
 	}
 	if held {
 		a.giveBackOwn(context.WithoutCancel(ctx))

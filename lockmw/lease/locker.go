@@ -491,10 +491,10 @@ const kvKeys = 5
 
 // stoppingAt is where the acquire's script puts, in a grant ({1, fence, shared fences
 // ...}), the runs still stopping on the key (granted_stopping in lease.lua): after the
-// shared keys' fences. -1: its script does not report them (Wait with a shared key) or
-// reports them in a place of its own (supersede), and WaitStopped asks.
+// shared keys' fences. -1 for supersede, whose reply has them in a place of its own. A
+// reply without them (none is expected) leaves WaitStopped to ask.
 func (a *acquisition) stoppingAt() int {
-	if a.ao.Supersede || (a.ao.Wait != nil && len(a.shared) > 0) {
+	if a.ao.Supersede {
 		return -1
 	}
 	return 2 + len(a.shared)

@@ -24,11 +24,13 @@
 -- agent's key back when this does not answer {1, ...}.
 --
 -- KEYS: lock, info, fence (the agent's; not when apart), shared lock, shared info, shared
--- fence, line, seen, turn (the shared key's)[, source stream (standalone)]
+-- fence, line, seen, turn (the shared key's), stop (the agent's; not when apart)[, source
+-- stream (standalone)]
 -- ARGV: token, ttl_ms, owner, acquired_at_ms, message_id, lid, hold_ms, max, seen_ttl_ms,
 -- target_stream, group, entry_id, agent, issue, apart ('' when the agent's keys are
 -- here, '1' or '0'), field, value, ...
--- Returns {1, fence, shared fence}, {3, depth, owner, fence, acquired_at, message_id,
+-- Returns {1, fence, shared fence[, stopping]} (stopping: granted_stopping, on the agent's
+-- key; not when apart, where the caller's own acquire reports it), {3, depth, owner, fence, acquired_at, message_id,
 -- pttl} or {0, owner, fence, acquired_at, message_id, pttl, state, position, oldest_ms,
 -- stranded, holder agent, holder lock key, holder issue} (states as acquire_or_wait.lua's;
 -- the holder is the shared key's, or the agent key's when the shared key is free).
@@ -37,11 +39,11 @@ local o = {token = ARGV[1], ttl_ms = ARGV[2], owner = ARGV[3], acquired_at = ARG
 local apart = ARGV[15]
 local a, k, own, acur, src
 if apart == '' then
-  a = {lock = KEYS[1], info = KEYS[2], fence = KEYS[3]}
+  a = {lock = KEYS[1], info = KEYS[2], fence = KEYS[3], stop = KEYS[10]}
   k = line_keys(KEYS[4], KEYS[5], KEYS[6], 7)
   own, acur = own_repeat(a.lock, a.info, a.fence, o.token)
-  if own then return {1, own, held_fence(k.info, k.fence)} end
-  src = 10
+  if own then return granted_stopping({1, own, held_fence(k.info, k.fence)}, a.stop, o.token) end
+  src = 11
 else
   k = line_keys(KEYS[1], KEYS[2], KEYS[3], 4)
   if redis.call('GET', k.lock) == o.token then return {1, 0, held_fence(k.info, k.fence)} end
@@ -117,7 +119,7 @@ if mine and not acur then
   if not a then return {1, 0, sf} end
   redis.call('SET', a.lock, o.token, 'PX', o.ttl_ms)
   local f = record(a.info, a.fence, o.token, o.ttl_ms, o.owner, o.acquired_at, o.mid, 'lid', o.lid)
-  return {1, f, sf}
+  return granted_stopping({1, f, sf}, a.stop, o.token)
 end
 if o.mid ~= '' and ((cur and redis.call('HGET', k.info, 'message_id') == o.mid) or
     (acur and a and redis.call('HGET', a.info, 'message_id') == o.mid)) then
