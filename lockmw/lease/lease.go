@@ -36,8 +36,9 @@ type Lease struct {
 	shared     []SharedLease // the shared keys held with it (scopes issue, group)
 	apart      bool          // shared is in another hash slot (Locker.apart): scripts of its own
 	// The runs superseded on the key that this lease's acquire found still stopping
-	// (to wait for, WaitStopped; -1: its script does not look, so WaitStopped asks) and
-	// the message whose run it took over (Supersede policy), if any.
+	// (to wait for, WaitStopped; every acquire script reports them: -1 only for a reply
+	// without them, and WaitStopped then asks) and the message whose run it took over
+	// (Supersede policy), if any.
 	stopping   int64
 	supersedes string
 	// line is the wait policy's part (line.go); nil for any other lease.

@@ -476,6 +476,11 @@ func (m *modelRun) acquired(ev *mEvent, allowed map[string]bool, le *Lease, err 
 		return m.terminal(ev, "delivered")
 	}
 	r := &mRun{ev: ev, le: le, state: runRunning, policy: m.cfg.policy(ev.typ), keys: append([]string{ownKey(ev)}, m.sharedKeys(ev)...), from: m.step}
+	if (got == "granted" || got == "takeover") && le.stopping < 0 {
+		// Every acquire script reports them; one that stopped would cost each run a
+		// round trip (WaitStopped asking) that nothing else shows.
+		return m.fail(propAgrees, "event %d: its grant does not report the runs still stopping on its key", ev.n)
+	}
 	if got == "granted" && middlewareWaits(le) {
 		r.state, r.waited = runWaiting, true
 		for _, p := range k.stopping {
