@@ -2,8 +2,12 @@ package integration
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,36 +18,51 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
 // holdRelease is a go-redis hook for a cluster's node clients that holds the lease's
-// release script (five keys: lock, info, done, queue, mailbox; the first a lease key,
-// the fourth its queue)
-// until the context ends: the worker
-// freezes, then dies, between its release and its ack.
+// release script until the context ends: the worker freezes, then dies, between its
+// release and its ack. The script is told by its digest (EVALSHA) or its source (EVAL),
+// as the lease package builds it (releaseScript: xonce's index step, lease.lua, then
+// release.lua), not by its keys: another script may have the same keys.
 type holdRelease struct {
-	once sync.Once
-	held chan struct{}
-	dead chan struct{} // closed when the test ends: until then the worker stays frozen
+	sha, src string
+	once     sync.Once
+	held     chan struct{}
+	dead     chan struct{} // closed when the test ends: until then the worker stays frozen
 }
 
-func isRelease(cmd redis.Cmder) bool {
+// newHoldRelease reads the release script's parts from the lease package's sources.
+func newHoldRelease(t *testing.T) *holdRelease {
+	var src strings.Builder
+	src.WriteString(xonce.IndexLua)
+	for _, f := range []string{"lease.lua", "release.lua"} {
+		b, err := os.ReadFile(filepath.Join("..", "lockmw", "lease", "scripts", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	sum := sha1.Sum([]byte(src.String()))
+	return &holdRelease{sha: hex.EncodeToString(sum[:]), src: src.String(), held: make(chan struct{}), dead: make(chan struct{})}
+}
+
+func (h *holdRelease) isRelease(cmd redis.Cmder) bool {
 	args := cmd.Args()
-	if len(args) < 4 {
+	if len(args) < 2 {
 		return false
 	}
-	str := func(a any) string {
-		if p, ok := a.(*string); ok { // the lease passes its own keys by pointer
-			return *p
-		}
-		return fmt.Sprint(a)
+	script, _ := args[1].(string)
+	switch strings.ToLower(fmt.Sprint(args[0])) {
+	case "evalsha":
+		return script == h.sha
+	case "eval":
+		return script == h.src
 	}
-	name := strings.ToLower(str(args[0]))
-	// (An acquire has five keys too, the fourth its done record: lockdone:.)
-	return (name == "eval" || name == "evalsha") && str(args[2]) == "5" && strings.HasPrefix(str(args[3]), "lock:") &&
-		strings.HasPrefix(str(args[6]), "lockqueue:")
+	return false
 }
 
 func (h *holdRelease) hold(ctx context.Context) error {
@@ -55,7 +74,7 @@ func (h *holdRelease) hold(ctx context.Context) error {
 func (h *holdRelease) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *holdRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isRelease(cmd) {
+		if h.isRelease(cmd) {
 			return h.hold(ctx)
 		}
 		return next(ctx, cmd)
@@ -64,7 +83,7 @@ func (h *holdRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *holdRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if isRelease(c) {
+			if h.isRelease(c) {
 				return h.hold(ctx)
 			}
 		}
@@ -90,7 +109,7 @@ func TestClusterAckFollowsRelease(t *testing.T) {
 	ctx := context.Background()
 	check := c.Client()
 	defer check.Close()
-	hold := &holdRelease{held: make(chan struct{}), dead: make(chan struct{})}
+	hold := newHoldRelease(t)
 	t.Cleanup(func() { close(hold.dead) })
 	var addrs []string
 	for _, p := range c.ports {
@@ -161,7 +180,7 @@ func TestClusterAckFollowsRelease(t *testing.T) {
 	select {
 	case <-hold.held:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the release was never sent; the handler returned %v", <-first)
+		t.Fatalf("the release script (%s) was never sent; the handler returned %v", hold.sha, <-first)
 	}
 	// Frozen in the release: the ack must not have happened, nor happen.
 	deadline := time.Now().Add(500 * time.Millisecond)
