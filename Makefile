@@ -1,6 +1,7 @@
-# The doorway. `make test` is the README's test command (it finds or starts a Redis); `make lint` is what CI runs
-# before it (.ci/run); `make redis` starts the Redis the tests need; `make demo` runs the
-# whole pipeline in one process.
+# The doorway. `make test` is the README's test command (it finds or starts a Redis);
+# `make lint` is what CI runs before it (.ci/run); `make explore` runs the model checkers
+# at depth; `make redis` starts the Redis the tests need; `make demo` runs the whole
+# pipeline in one process.
 
 SHELL := bash
 
@@ -9,12 +10,17 @@ SHELL := bash
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(shell go env GOPATH)/tools/golangci-lint@$(GOLANGCI_LINT_VERSION)/golangci-lint
 
-.PHONY: test lint fmt redis demo
+.PHONY: test lint fmt redis demo explore
 
 # test runs the suite on REDIS_URL's server, else 127.0.0.1:6379, else a private
 # redis-server it starts and stops (scripts/test). ARGS: other packages or flags.
 test:
 	bash scripts/test $(ARGS)
+
+# explore runs every model checker on EXPLORE_SEEDS seeds (default 200) that the suite
+# never runs, from EXPLORE_SEED (default: a base that changes daily) (scripts/explore).
+explore:
+	bash scripts/explore $(ARGS)
 
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
