@@ -73,6 +73,19 @@ func (p *LossyProxy) LoseReply(m Match, n int) {
 	p.rules = append(p.rules, &lossRule{match: m, left: n})
 }
 
+// Armed is how many losses the armed rules still hold. A model step that arms one
+// when none is left keeps the losses in a row under go-redis's retries, whatever
+// the steps in between sent.
+func (p *LossyProxy) Armed() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, r := range p.rules {
+		n += r.left
+	}
+	return n
+}
+
 // Cuts is how many replies the proxy has lost so far.
 func (p *LossyProxy) Cuts() int64 { return p.cuts.Load() }
 
