@@ -9,7 +9,8 @@
 --   3. the key is reserved for it ('line:<lid>', a release handed it over), or free and
 --      the turn is its own (its run did not finish: a crash, a failure), or free with
 --      no turn and it heads the line (its copy came before the release's second call on
---      Cluster), or free with no turn and an empty line: it takes the key;
+--      Cluster), or free with no turn and an empty line: it takes the key, unless its
+--      entry is no longer pending (a stale copy, line_entry_acked: state 4);
 --   4. otherwise it waits: joins the line at its stream position (unless seen says it waits, or holds the turn:
 --      a repeat, only acked; one that held a turn that expired joins again), or, with max events waiting, is refused ({3, depth, ...}:
 --      the caller dead-letters it). A free key with nobody's turn and a line is a line
@@ -56,6 +57,7 @@ local headlid = he and he[1]
 -- An event earlier in the stream than the head (delivered before the head joined, not
 -- in the line: a release left the key free for it, line_blocked) takes a free key too.
 if cur == 'line:' .. o.lid or (not cur and (turn == o.lid or (not turn and (not head or headlid == o.lid or line_before(o.lid, headlid))))) then
+  if line_entry_acked(8) then return busy(4, 0) end
   if headlid == o.lid then redis.call('ZREM', k.line, head) end
   return granted_stopping({1, line_take(k, o)}, KEYS[7], o.token)
 end

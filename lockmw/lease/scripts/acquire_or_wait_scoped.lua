@@ -8,7 +8,8 @@
 --   2. seen says it ran ('r'): a repeat, acked, not run (state 3);
 --   3. its turn on the shared key (reserved for it, its own turn, or free with no turn
 --      and it heads the line, is earlier in the stream than its head, or the line is
---      empty) and the agent's key free: it takes both (two fences);
+--      empty) and the agent's key free: it takes both (two fences), unless its entry is
+--      no longer pending (a stale copy, line_entry_acked: state 4);
 --   4. its turn on the shared key but the agent's own key held (a plain lock of a
 --      Python agent, or a run of its agent on the issue under another group key): it
 --      waits in the shared key's line, which it does not jump, and gives its turn up
@@ -109,6 +110,7 @@ end
 local mine = cur == 'line:' .. o.lid or (not cur and (turn == o.lid or
   (not turn and (not head or headlid == o.lid or line_before(o.lid, headlid)))))
 if mine and not acur then
+  if line_entry_acked(src) then return busy(4, 0) end
   if headlid == o.lid then redis.call('ZREM', k.line, head) end
   redis.call('SET', k.lock, o.token, 'PX', o.ttl_ms)
   local sf = record(k.info, k.fence, o.token, o.ttl_ms, o.owner, o.acquired_at, o.mid, 'lid', o.lid,

@@ -84,6 +84,35 @@ local function line_before(a, b)
   return ams < bms or (ams == bms and tonumber(aseq) < tonumber(bseq))
 end
 
+-- line_entry_acked reports whether the delivered entry (ARGV[12], in group ARGV[11] of
+-- KEYS[src], the source stream: standalone Redis only) was acked: the group delivered
+-- it and it is no longer pending. Such a delivery is a stale copy of its event, as a
+-- failed run's message that its reader hands over again after another copy of the
+-- same entry (a second claim) joined the line, which acked it. Run, it would hold the
+-- event's turn with nothing pending to bring the event back if its worker died; it is
+-- refused as a copy (state 4), and the event's live copy (the one the line publishes
+-- when it hands the key over) runs instead. Nearly always the entry is pending: one
+-- XPENDING. A check that cannot be made (no such group) refuses nothing.
+local function line_entry_acked(src)
+  if lease_nkeys < src or ARGV[12] == '' then return false end
+  local p = redis.pcall('XPENDING', KEYS[src], ARGV[11], ARGV[12], ARGV[12], 1)
+  if type(p) ~= 'table' or p.err or #p > 0 then return false end
+  local groups = redis.pcall('XINFO', 'GROUPS', KEYS[src])
+  if type(groups) ~= 'table' or groups.err then return false end
+  for _, g in ipairs(groups) do
+    local f = g -- a map where the server replies so (an embedded Redis), else pairs
+    if not g['name'] then
+      f = {}
+      for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+    end
+    if f['name'] == ARGV[11] then
+      local last = f['last-delivered-id']
+      return last ~= nil and not line_before(last, ARGV[12])
+    end
+  end
+  return false
+end
+
 -- line_blocked reports whether an event of the key earlier in the stream than the
 -- line's head was delivered but is not in the line: ARGV[from..] are the lids of the
 -- key's pending entries the caller found (lease.Locker.earlierPending; delivery is in
