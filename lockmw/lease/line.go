@@ -278,35 +278,7 @@ func (l *Locker) finishWait(ctx context.Context, a *acquisition, res []any, ln *
 	if err := le.replicated(ctx); err != nil {
 		return nil, err
 	}
-	if ln.ack != nil && l.opts.Format == KeysCluster && l.entryAcked(ctx, ln.ack) {
-		// A stale copy took its event's turn (line_entry_acked, scripts/line.lua: on
-		// Cluster the stream is in another slot, so asked here, after the take). Given
-		// back, the event keeps its turn for its live copy.
-		le.giveBack(ctx)
-		return nil, &LockedError{Holder: Info{Agent: a.agent, Issue: a.issue, Scope: ScopeAgent, Key: a.issue},
-			Issue: a.issue, Duplicate: true}
-	}
 	return le, nil
-}
-
-// entryAcked reports whether e was delivered by its group and is no longer pending: a
-// stale copy of its event (line_entry_acked in scripts/line.lua). A check that cannot be
-// made (an error, no such group) reports false, as the script's does.
-func (l *Locker) entryAcked(ctx context.Context, e *Entry) bool {
-	p := redis.NewXPendingExtCmd(ctx, "xpending", e.Stream, e.Group, e.ID, e.ID, 1)
-	if err := l.rdb.Process(ctx, p); err != nil || len(p.Val()) > 0 {
-		return false
-	}
-	groups := redis.NewXInfoGroupsCmd(ctx, e.Stream)
-	if err := l.rdb.Process(ctx, groups); err != nil {
-		return false
-	}
-	for _, g := range groups.Val() {
-		if g.Name == e.Group {
-			return streamid.Compare(e.ID, g.LastDeliveredID) <= 0
-		}
-	}
-	return false
 }
 
 // lineBusy turns acquire_or_wait's busy reply into a *LockedError (Waited, with the

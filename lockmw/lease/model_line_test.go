@@ -708,9 +708,8 @@ func (e *modelEnv) checkLineSeedOf(seed int, kinds []lineKind) error {
 var lineRegressionSeeds = []int{1201, 20794070, 20794584}
 
 // lapseRegressionSeeds are TestModelLeaseLineLapse's: 20794636 (make explore) is
-// 20794584's defect on an issue key's line, 20795351 on the Cluster key format, where
-// the stale copy, its turn taken, ran the agent again beside a lapsed run's result.
-var lapseRegressionSeeds = []int{20794636, 20795351}
+// 20794584's defect on an issue key's line.
+var lapseRegressionSeeds = []int{20794636}
 
 // TestModelLeaseLine runs seeded random sequences against the wait policy's line
 // (MODEL_SEEDS=N, MODEL_SEED=S as TestModelLease).
