@@ -35,6 +35,9 @@ type Lease struct {
 	appends    atomic.Int64  // fenced appends so far: each one's id for xonce
 	shared     []SharedLease // the shared keys held with it (scopes issue, group)
 	apart      bool          // shared is in another hash slot (Locker.apart): scripts of its own
+	// ending: end has run (once: an eviction and the watch's catch-up may end one lease
+	// at the same time, and a loss is logged and counted once).
+	ending atomic.Bool
 	// The runs superseded on the key that this lease's acquire found still stopping
 	// (to wait for, WaitStopped; every acquire script reports them: -1 only for a reply
 	// without them, and WaitStopped then asks) and the message whose run it took over
@@ -439,7 +442,7 @@ func (le *Lease) stopped(ctx context.Context) {
 // end cancels the lease context with cause and stops extending; the key then expires on
 // its own (or is deleted by Release). Loss is loud: logged at error level and counted.
 func (le *Lease) end(cause error) {
-	if le.ctx.Err() != nil {
+	if le.ctx.Err() != nil || !le.ending.CompareAndSwap(false, true) {
 		return
 	}
 	// Log and count before cancelling, so whoever wakes on the cancellation sees both.
