@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ymirflow/ymirflow/agentctl"
+	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
 
@@ -79,13 +78,7 @@ type resumeFunc func(ctx context.Context, m *mWorld, crash int) error
 // supersedes, on two agents of one issue, and checks the properties after every step.
 // MODEL_SEED picks one seed, MODEL_SEEDS how many (default 25).
 func TestModelLedger(t *testing.T) {
-	from, n := 1, 25
-	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
-		from, n = s, 1
-	}
-	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
-		n = v
-	}
+	from, n := redistest.ModelSeeds(t, 25)
 	for seed := from; seed < from+n; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runModel(t, seed, resumeLedger, false) })
 	}

@@ -60,10 +60,7 @@ import (
 // runs that seed); MODEL_STEPS sets the steps per seed (default 40).
 func TestModelOutcomesAndFollowups(t *testing.T) {
 	t.Parallel()
-	from, seeds := modelEnvInt(t, "MODEL_SEED", 1), modelEnvInt(t, "MODEL_SEEDS", 4)
-	if os.Getenv("MODEL_SEED") != "" && os.Getenv("MODEL_SEEDS") == "" {
-		seeds = 1
-	}
+	from, seeds := redistest.ModelSeeds(t, 4)
 	steps := modelEnvInt(t, "MODEL_STEPS", 40)
 	for seed := from; seed < from+seeds; seed++ {
 		t.Run("seed="+strconv.Itoa(seed), func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/lockmw"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
 )
@@ -66,7 +67,7 @@ func TestModelMiddlewareCatchesBatchPlants(t *testing.T) {
 			// Then up to 150 seeds: it stops at the first that fails. (Under a CI
 			// preview's load no seed of 150 met the reordering: the directed sequences
 			// are there for that.)
-			from, n := modelRange(150)
+			from, n := redistest.ModelSeeds(t, 150)
 			for seed := from; seed < from+n; seed++ {
 				cfg, steps := mwSeed(seed)
 				if !cfg.readahead {

@@ -1202,7 +1202,7 @@ func TestModelMiddleware(t *testing.T) {
 			t.Errorf("model checker: directed sequence %d (%s) fails: %v", i, d.cfg, err)
 		}
 	}
-	from, n := modelRange(48)
+	from, n := redistest.ModelSeeds(t, 48)
 	start := time.Now()
 	e.checkSeeds(t, from, n, mwSeed)
 	t.Logf("%d seeds of 40 steps in %s; read-ahead seeds sent %s", n, time.Since(start).Round(time.Millisecond), &e.batches)
@@ -1217,7 +1217,7 @@ func TestModelMiddlewareSupersede(t *testing.T) {
 	if err := e.run(givenBackTakeOverMW()); err != nil {
 		t.Errorf("model checker: the given-back take-over (%v) fails: %v", givenBackTakeOverSteps, err)
 	}
-	from, n := modelRange(40) // seed 37 found the overlap that its directed sequence replays
+	from, n := redistest.ModelSeeds(t, 40) // seed 37 found the overlap that its directed sequence replays
 	start := time.Now()
 	e.checkSeeds(t, from, n, supersedeSeed)
 	t.Logf("%d seeds of 40 steps in %s", n, time.Since(start).Round(time.Millisecond))
@@ -1339,7 +1339,7 @@ func TestModelMiddlewareRedisRestart(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3, DisableIdentity: true})
 	t.Cleanup(func() { _ = client.Close() })
 	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client, srv: srv}
-	from, n := modelRange(4)
+	from, n := redistest.ModelSeeds(t, 4)
 	start := time.Now()
 	for seed := from; seed < from+n; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 3535))
@@ -1374,7 +1374,7 @@ func TestModelMiddlewareLaggingReplica(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	e := &mwEnv{t: t, direct: direct, proxy: proxy, client: client, srv: srv, replica: replica}
 	t.Cleanup(replica.Resume)
-	from, n := modelRange(8)
+	from, n := redistest.ModelSeeds(t, 8)
 	start := time.Now()
 	for seed := from; seed < from+n; seed++ {
 		r := rand.New(rand.NewPCG(uint64(seed), 3636))
@@ -1390,17 +1390,4 @@ func TestModelMiddlewareLaggingReplica(t *testing.T) {
 		}
 	}
 	t.Logf("%d seeds of 30 steps with a lagging replica in %s", n, time.Since(start).Round(time.Millisecond))
-}
-
-// modelRange is the seeds to run, as lockmw/lease's: MODEL_SEED (default 1) on,
-// MODEL_SEEDS of them (default def; 1 when MODEL_SEED alone is set).
-func modelRange(def int) (from, n int) {
-	from, n = 1, def
-	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
-		from, n = s, 1
-	}
-	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
-		n = v
-	}
-	return from, n
 }

@@ -86,6 +86,14 @@ func (p *LossyProxy) Armed() int {
 	return n
 }
 
+// Disarm drops the armed rules: a model run that ends with a loss it armed for its own
+// keys still to come leaves none for the next run.
+func (p *LossyProxy) Disarm() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rules = nil
+}
+
 // Cuts is how many replies the proxy has lost so far.
 func (p *LossyProxy) Cuts() int64 { return p.cuts.Load() }
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
 // batchStats counts the batch steps' calls, ends, lost replies (the proxy's cuts) and
@@ -329,7 +330,7 @@ func genBatchConfig(r *rand.Rand) mConfig {
 // (MODEL_SEEDS=N for more; MODEL_SEED=S runs seed S alone).
 func TestModelLeaseBatch(t *testing.T) {
 	e := newModelEnv(t)
-	from, n := modelRange(16)
+	from, n := redistest.ModelSeeds(t, 16)
 	start := time.Now()
 	e.checkSeeds(t, from, n, 60, genBatchConfig, batchKinds)
 	t.Logf("%d seeds of 60 steps in %s; %s", n, time.Since(start).Round(time.Millisecond), &e.batches)

@@ -570,7 +570,7 @@ func (e *modelEnv) checkPauseSeeds(from, n int) (int, error) {
 // (MODEL_SEEDS=N, MODEL_SEED=S as TestModelLease).
 func TestModelLeasePause(t *testing.T) {
 	e := newModelEnv(t)
-	from, n := modelRange(48)
+	from, n := redistest.ModelSeeds(t, 48)
 	start := time.Now()
 	if seed, err := e.checkPauseSeeds(from, n); err != nil {
 		t.Fatalf("pause model checker: seed %d fails: %v", seed, err)

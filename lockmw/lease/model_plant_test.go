@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
@@ -212,7 +213,7 @@ func TestModelLeasePlantedDefects(t *testing.T) {
 		},
 	}
 	e := newModelEnv(t)
-	from, n := modelRange(48)
+	from, n := redistest.ModelSeeds(t, 48)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			requireHits(t, plantScripts(t, c.plants...), c.hits)
@@ -319,7 +320,7 @@ func TestModelLeaseBatchPlantedDefects(t *testing.T) {
 		},
 	}
 	e := newModelEnv(t)
-	from, n := modelRange(16)
+	from, n := redistest.ModelSeeds(t, 16)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			saved := handoffBatchScript

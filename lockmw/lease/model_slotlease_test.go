@@ -391,7 +391,7 @@ func (e *modelEnv) checkSlotLeaseSeeds(from, n int, seen map[string]int) (int, e
 // renewed and freed with the lease (MODEL_SEEDS=N, MODEL_SEED=S as TestModelLease).
 func TestModelLeaseSlotsWithLease(t *testing.T) {
 	e := newModelEnv(t)
-	from, n := modelRange(24)
+	from, n := redistest.ModelSeeds(t, 24)
 	start := time.Now()
 	seen := map[string]int{}
 	if seed, err := e.checkSlotLeaseSeeds(from, n, seen); err != nil {

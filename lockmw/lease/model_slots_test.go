@@ -370,7 +370,7 @@ func (e *modelEnv) checkSlotSeeds(from, n int) (int, error) {
 // (MODEL_SEEDS=N, MODEL_SEED=S as TestModelLease).
 func TestModelLeaseSlots(t *testing.T) {
 	e := newModelEnv(t)
-	from, n := modelRange(24)
+	from, n := redistest.ModelSeeds(t, 24)
 	start := time.Now()
 	if seed, err := e.checkSlotSeeds(from, n); err != nil {
 		t.Fatalf("slots model checker: seed %d fails: %v", seed, err)

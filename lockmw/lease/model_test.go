@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,19 +42,6 @@ const (
 	propSupersWait = "SupersedeWaitsForStop"
 	propBatch      = "BatchEndsAsRelease" // a batch's end is a release dated by its run's end, then its XACK
 )
-
-// modelRange is the seeds to run: MODEL_SEED (default 1) on, MODEL_SEEDS of them
-// (default def; 1 when MODEL_SEED alone is set).
-func modelRange(def int) (from, n int) {
-	from, n = 1, def
-	if s, err := strconv.Atoi(os.Getenv("MODEL_SEED")); err == nil {
-		from, n = s, 1
-	}
-	if v, err := strconv.Atoi(os.Getenv("MODEL_SEEDS")); err == nil && v > 0 {
-		n = v
-	}
-	return from, n
-}
 
 // mStep is one step of a sequence. Its targets are picked among what exists when it
 // runs (A modulo their number), so a shorter sequence still means something.
@@ -1236,7 +1222,7 @@ func (e *modelEnv) checkSeeds(t *testing.T, from, n, length int, cfgFor func(*ra
 // more; MODEL_SEED=S runs seed S alone).
 func TestModelLease(t *testing.T) {
 	e := newModelEnv(t)
-	from, n := modelRange(48)
+	from, n := redistest.ModelSeeds(t, 48)
 	start := time.Now()
 	e.checkSeeds(t, from, n, 60, genConfig, stepKinds)
 	t.Logf("%d seeds of 60 steps in %s", n, time.Since(start).Round(time.Millisecond))
