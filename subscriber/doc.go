@@ -16,7 +16,9 @@
 //  4. Stamp each entry read with its id, its stream and the read time (event.FieldEntryID,
 //     FieldEntryStream, FieldReadAt), unmarshal it (event.Marshaller by default: the
 //     readable form and watermill-redisstream's msgpack form), hand it over, and wait for
-//     its Ack or Nack. A Nack hands it over again after NackResendSleep.
+//     its Ack or Nack. A Nack hands it over again after NackResendSleep, unless its
+//     entry is no longer pending for this consumer by then (acked, or claimed by
+//     another, through another copy of the entry): that copy is the live one.
 //
 // An acked message's XACK is queued and sent with the next read, or after AckDelay,
 // whichever comes first, several at once; Settle says an entry's XACK was already sent

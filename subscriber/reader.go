@@ -296,7 +296,8 @@ func (r *reader) dropIdleConsumers(ctx context.Context) {
 }
 
 // deliver hands the message of m over and waits for its Ack (true) or the end of ctx
-// (false: it stays pending). A Nack hands it over again after NackResendSleep. An entry
+// (false: it stays pending). A Nack hands it over again after NackResendSleep, if its
+// entry is still pending for this consumer (stillOurs). An entry
 // that does not unmarshal is logged and left pending (a claim pass retries it). If ctx
 // ends while no handler holds the message (not yet taken, or nacked), m goes back to
 // the front of the read-ahead, which the end of the reader gives back to the group.
@@ -328,11 +329,36 @@ func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
 				r.unpop(m)
 				return false
 			}
+			if !r.stillOurs(ctx, m.ID) {
+				return true
+			}
 		case <-ctx.Done():
 			cancel()
 			return false
 		}
 	}
+}
+
+// stillOurs reports whether the entry id of a nacked message is still pending for this
+// consumer, so that its message may be handed over again. While it waited out
+// NackResendSleep, another copy of the entry (a second claim's) may have ended it, or
+// put it in a lock's line, which acked it, or another consumer may have claimed it: that
+// copy is the live one. Handed over again, this stale copy would run the event beside
+// it, or in its place with nothing pending to bring it back if this worker died. A
+// check that fails keeps the old behaviour: the message is handed over again.
+func (r *reader) stillOurs(ctx context.Context, id string) bool {
+	cfg := r.s.cfg
+	p, err := cfg.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.stream, Group: cfg.Group,
+		Start: id, End: id, Count: 1, Consumer: cfg.Consumer}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		r.log.Debug().Err(err).Str("message_id", id).Msg("could not check that a nacked entry is still ours; handing it over again")
+		return true
+	}
+	if len(p) == 0 {
+		r.log.Info().Str("message_id", id).Msg("a nacked entry was acked or claimed elsewhere while it waited to be handed over again; not handing it over")
+		return false
+	}
+	return true
 }
 
 // pause waits d, or until ctx ends (false).

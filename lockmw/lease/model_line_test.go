@@ -7,7 +7,8 @@ package lease
 // expires, their entry is redelivered), a turn whose event is not running expires (its
 // Hold passed), the line waker of any worker sweeps at any time, replies are lost
 // (go-redis sends the script again), on both key formats. A claim redelivers pending
-// entries only; a failed run's message is handed over again by its reader. After every step: one run at a time, each event runs
+// entries only; a failed run's message is handed over again by its reader while its entry is
+// pending (subscriber stillOurs). After every step: one run at a time, each event runs
 // to its end at most once, and a hand-over gives the key to the event earliest in the
 // stream among those waiting (a crashed run keeps its turn; a failed run's retry joins
 // the line again). Once settled: every event ran exactly once (or was refused with the line
@@ -21,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -32,6 +34,7 @@ import (
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/streamid"
+	"github.com/ymirflow/ymirflow/internal/xonce"
 )
 
 // Properties of the line.
@@ -213,7 +216,7 @@ func (m *lineModel) deliver(i int) error {
 	i %= len(m.inbox)
 	msg := m.inbox[i]
 	m.inbox = slices.Delete(m.inbox, i, i+1)
-	if ok, err := m.claimable(msg); err != nil || !ok {
+	if ok, err := m.claimable(msg, i); err != nil || !ok {
 		return err
 	}
 	lid := m.lidOf(msg)
@@ -277,13 +280,28 @@ func (m *lineModel) deliver(i int) error {
 
 // claimable reports whether msg can still be delivered: a claim returns pending entries
 // only, so one acked meanwhile (a second claim of one entry) is not delivered again; a
-// nacked message is handed over again by its own reader, pending or not.
-func (m *lineModel) claimable(msg redis.XMessage) (bool, error) {
-	if msg.Values["nack"] != nil {
+// nacked message is handed over again by its reader only while its entry is pending
+// (subscriber: stillOurs; one consumer here). The reader's check and the acquire are
+// apart in time: on standalone Redis, when i says so, a nacked message passes the check
+// at this step and is acquired at a later one (as "checked"), so that another copy may
+// join the line and ack the entry in between; the acquire's own check
+// (line_entry_acked) must refuse it then. On Redis Cluster the acquire cannot ask (the
+// stream is in another slot): that short window stays open (docs/architecture.md).
+func (m *lineModel) claimable(msg redis.XMessage, i int) (bool, error) {
+	if msg.Values["checked"] != nil {
 		return true, nil
 	}
 	p, err := m.direct.XPendingExt(m.ctx, &redis.XPendingExtArgs{Stream: m.stream, Group: "g", Start: msg.ID, End: msg.ID, Count: 1}).Result()
-	return len(p) > 0, err
+	if err != nil || len(p) == 0 {
+		return false, err
+	}
+	if msg.Values["nack"] != nil && m.l.opts.Format != KeysCluster && i%3 == 0 {
+		checked := maps.Clone(msg.Values)
+		checked["checked"] = "1"
+		m.inbox = append(m.inbox, redis.XMessage{ID: msg.ID, Values: checked})
+		return false, nil
+	}
+	return true, nil
 }
 
 func (m *lineModel) ack(id string) { m.direct.XAck(m.ctx, m.stream, "g", id) }
@@ -711,8 +729,13 @@ func (e *modelEnv) checkLineSeedOf(seed int, kinds []lineKind) error {
 var lineRegressionSeeds = []int{1201, 20794070, 20794584}
 
 // lapseRegressionSeeds are TestModelLeaseLineLapse's: 20794636 (make explore) is
-// 20794584's defect on an issue key's line.
-var lapseRegressionSeeds = []int{20794636}
+// 20794584's defect on an issue key's line; 20795351 is it on the Cluster key format
+// (a group key), where the acquire cannot see the stream: the failed run's message ran
+// the agent again beside the lapsed run's kept result, until its reader stopped handing
+// over a nacked message whose entry was acked meanwhile (subscriber stillOurs).
+// 20800506 is a stale copy on standalone Redis that its reader checked while its entry
+// was still pending, taken at the acquire by line_entry_acked.
+var lapseRegressionSeeds = []int{20794636, 20795351, 20800506}
 
 // TestModelLeaseLine runs seeded random sequences against the wait policy's line
 // (MODEL_SEEDS=N, MODEL_SEED=S as TestModelLease).
@@ -762,6 +785,22 @@ func TestModelLeaseLinePlantedLapsePassesTurn(t *testing.T) {
 	e := newModelEnv(t)
 	seed, err := e.checkLineSeedsOf(1, 48, lapseKinds)
 	requireCaught(t, "the model checker did not catch a lapsed run that passes its turn on", seed, err, propLineOnce)
+}
+
+// TestModelLeaseLinePlantedStaleCopyTakes plants the acquire without its refusal of a
+// stale copy (line_entry_acked): a failed run's message, checked by its reader while
+// its entry was pending, reaches the acquire after another copy of the entry joined the
+// line (acking it) and the line handed the key to the event. The model checker must
+// catch the event run twice (regression seed 20800506, found with this defence
+// removed once the reader's check was in the model).
+func TestModelLeaseLinePlantedStaleCopyTakes(t *testing.T) {
+	planted := plantLua(t, acquireOrWaitLua, "if line_entry_acked(8) then return busy(4, 0) end", "")
+	saved := acquireOrWaitScript
+	acquireOrWaitScript = newScript(xonce.IndexLua, leaseSteps, lineLua, planted)
+	t.Cleanup(func() { acquireOrWaitScript = saved })
+	e := newModelEnv(t)
+	requireCaught(t, "the model checker did not catch a stale copy that takes the event's turn",
+		20800506, e.checkLineSeedOf(20800506, lapseKinds), propLineOnce)
 }
 
 // TestModelLeaseLinePlantedJoinThenTake plants the scoped acquire without its
