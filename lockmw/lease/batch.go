@@ -81,9 +81,9 @@ func (l *Locker) HandoffBatch(ctx context.Context, ends []End, next []Next) ([]*
 	for i, e := range ends {
 		le := e.Lease
 		le.stopHeartbeat()
-		// Counted once: a repeat finds ErrReleased. The context of a run whose end
-		// waited for its batch may have ended with its message's already.
-		first[i] = !errors.Is(context.Cause(le.ctx), ErrReleased)
+		// Counted once: a repeat, or a loss first, finds the end taken. The context of
+		// a run whose end waited for its batch may have ended with its message's already.
+		first[i] = le.endOnce()
 		le.cancel(ErrReleased)
 	}
 	res, err := runScript(ctx, l.rdb, handoffBatchScript, nkeys, args).Slice()

@@ -55,3 +55,62 @@ func TestLossCountedOnceWhenEndedTwiceAtOnce(t *testing.T) {
 		t.Fatalf("%d losses counted for %d leases ended", n, leases)
 	}
 }
+
+// endCounter is an Observer that counts each lease's ends: releases and losses.
+type endCounter struct{ released, lost *atomic.Int64 }
+
+func (o endCounter) Acquired(string)                 {}
+func (o endCounter) Busy(string)                     {}
+func (o endCounter) Conflict(string, string, string) {}
+func (o endCounter) Released(string, time.Duration)  { o.released.Add(1) }
+func (o endCounter) Lost(string, error)              { o.lost.Add(1) }
+
+// A lease that is lost (an eviction, a heartbeat's verdict) as its holder releases it
+// ends once in the counts: released or lost, never both. (Counted both ways, the held
+// time and the losses of one agent told two stories of one run.)
+func TestLeaseEndCountedOnceWhenLostAsReleased(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	var released, lost atomic.Int64
+	l, err := New(rdb, Options{Scope: ns, Observer: endCounter{&released, &lost}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ends := []struct {
+		name    string
+		release func(*Lease, int) error
+	}{
+		{"release", func(le *Lease, _ int) error { _, err := le.Release(ctx); return err }},
+		{"give back", func(le *Lease, _ int) error { return le.GiveBack(ctx) }},
+		{"handoff", func(le *Lease, i int) error {
+			_, err := le.Handoff(ctx, Entry{Stream: ns + "s", Group: "g", ID: strconv.Itoa(i+1) + "-0"}, nil)
+			return err
+		}},
+		{"batch", func(le *Lease, i int) error {
+			_, err := l.HandoffBatch(ctx, []End{{Lease: le, Entry: Entry{Stream: ns + "s", Group: "g", ID: strconv.Itoa(i+1) + "-0"}, EndedAt: time.Now()}}, nil)
+			return err
+		}},
+	}
+	const leases = 30
+	n := 0
+	for _, end := range ends {
+		for i := range leases {
+			n++
+			le, err := l.Acquire(ctx, "triage", "RHEL-"+strconv.Itoa(n), AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); <-start; le.end(ErrLeaseLost) }()
+			go func() { defer wg.Done(); <-start; _ = end.release(le, i) }()
+			close(start)
+			wg.Wait()
+		}
+		if r, lo := released.Load(), lost.Load(); r+lo != int64(n) {
+			t.Fatalf("%s: %d leases ended, counted %d released and %d lost", end.name, n, r, lo)
+		}
+	}
+}

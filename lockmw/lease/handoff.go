@@ -147,7 +147,7 @@ func ack(ctx context.Context, e Entry) func(redis.Pipeliner) {
 // Pending is returned for it.
 func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pipeliner), next *Next) (bool, *Pending, error) {
 	le.stopHeartbeat()
-	first := le.ctx.Err() == nil
+	first := le.endOnce() && le.ctx.Err() == nil
 	le.cancel(ErrReleased)
 	a, prepErr := le.l.prepareNext(next)
 	pipe := le.l.rdb.Pipeline()
@@ -205,7 +205,7 @@ func toStrings(keys []any) []string {
 // by EVALSHA; if the server lost the script, nothing ran and it is sent again by EVAL.
 func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pending, error) {
 	le.stopHeartbeat()
-	first := le.ctx.Err() == nil
+	first := le.endOnce() && le.ctx.Err() == nil
 	le.cancel(ErrReleased)
 	var a *acquisition
 	var p *Pending

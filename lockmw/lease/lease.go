@@ -35,8 +35,8 @@ type Lease struct {
 	appends    atomic.Int64  // fenced appends so far: each one's id for xonce
 	shared     []SharedLease // the shared keys held with it (scopes issue, group)
 	apart      bool          // shared is in another hash slot (Locker.apart): scripts of its own
-	// ending: end has run (once: an eviction and the watch's catch-up may end one lease
-	// at the same time, and a loss is logged and counted once).
+	// ending: the lease has ended, lost or released (endOnce: one end is logged and
+	// counted, whoever comes first).
 	ending atomic.Bool
 	// The runs superseded on the key that this lease's acquire found still stopping
 	// (to wait for, WaitStopped; every acquire script reports them: -1 only for a reply
@@ -439,10 +439,16 @@ func (le *Lease) stopped(ctx context.Context) {
 	}
 }
 
+// endOnce reports whether this is the lease's first end, a loss or a release, so that
+// the Observer counts each lease once: lost or released. An eviction, the eviction
+// watch's catch-up, the heartbeat's verdict and the holder's release may end one lease
+// at the same time.
+func (le *Lease) endOnce() bool { return le.ending.CompareAndSwap(false, true) }
+
 // end cancels the lease context with cause and stops extending; the key then expires on
 // its own (or is deleted by Release). Loss is loud: logged at error level and counted.
 func (le *Lease) end(cause error) {
-	if le.ctx.Err() != nil || !le.ending.CompareAndSwap(false, true) {
+	if le.ctx.Err() != nil || !le.endOnce() {
 		return
 	}
 	// Log and count before cancelling, so whoever wakes on the cancellation sees both.
@@ -503,7 +509,7 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), o
 		return le.releaseLineLease(ctx, then, outcome)
 	}
 	le.stopHeartbeat()
-	first := le.ctx.Err() == nil
+	first := le.endOnce() && le.ctx.Err() == nil
 	le.cancel(ErrReleased)
 	deleted, err := le.unlockApart(ctx)
 	if err == nil {

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,7 @@ const (
 	propTerminal   = "OneTerminalRecord"
 	propSupersWait = "SupersedeWaitsForStop"
 	propBatch      = "BatchEndsAsRelease" // a batch's end is a release dated by its run's end, then its XACK
+	propEndedOnce  = "EndCountedOnce"     // each lease is counted once as it ends: released or lost (Observer)
 )
 
 // mStep is one step of a sequence. Its targets are picked among what exists when it
@@ -213,6 +215,7 @@ type mKey struct {
 
 type modelRun struct {
 	t      testing.TB
+	ends   *endTally // what the Locker's Observer was told
 	cfg    mConfig
 	direct *redis.Client
 	proxy  *redistest.LossyProxy
@@ -911,7 +914,32 @@ func (m *modelRun) check() error {
 	if err := m.checkExclusive(); err != nil {
 		return err
 	}
+	if err := m.ends.check(); err != nil {
+		return err
+	}
 	return m.checkReal()
+}
+
+// endTally is the model's Observer: it counts the leases acquired and their ends.
+type endTally struct{ acquired, released, lost atomic.Int64 }
+
+func (o *endTally) Acquired(string)                 { o.acquired.Add(1) }
+func (o *endTally) Busy(string)                     {}
+func (o *endTally) Conflict(string, string, string) {}
+func (o *endTally) Released(string, time.Duration)  { o.released.Add(1) }
+func (o *endTally) Lost(string, error)              { o.lost.Add(1) }
+
+// check: no lease ended twice in the counts (released and lost, or either twice): the
+// ends counted never outnumber the leases acquired. A lease taken ahead and given back
+// counts too. Ends are read before acquires, so that one counted meanwhile does not
+// look like a double.
+func (o *endTally) check() error {
+	released, lost := o.released.Load(), o.lost.Load()
+	if acquired := o.acquired.Load(); released+lost > acquired {
+		return fmt.Errorf("property %s: %d leases acquired, %d ends counted (%d released, %d lost)",
+			propEndedOnce, acquired, released+lost, released, lost)
+	}
+	return nil
 }
 
 // checkPublished compares the follow-ups that appeared in the stream with the model's.
@@ -1108,11 +1136,12 @@ func newModelEnv(t *testing.T) *modelEnv {
 func (e *modelEnv) runModel(cfg mConfig, steps []mStep) (err error) {
 	ns := redistest.Namespace()
 	defer redistest.DeleteNamespace(context.Background(), e.direct, ns)
-	l, err := New(e.client, Options{Scope: ns, TTL: time.Second, Format: cfg.Format})
+	ends := &endTally{}
+	l, err := New(e.client, Options{Scope: ns, TTL: time.Second, Format: cfg.Format, Observer: ends})
 	if err != nil {
 		return err
 	}
-	m := &modelRun{t: e.t, cfg: cfg, direct: e.direct, proxy: e.proxy, l: l, ns: ns, stream: "{" + ns + "s}",
+	m := &modelRun{t: e.t, ends: ends, cfg: cfg, direct: e.direct, proxy: e.proxy, l: l, ns: ns, stream: "{" + ns + "s}",
 		ctx: context.Background(), byID: map[string]*mEvent{}, keys: map[string]*mKey{},
 		stepAt: []time.Time{time.Now()}, batches: &e.batches}
 	defer func() {
