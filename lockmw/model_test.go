@@ -301,6 +301,7 @@ type mwEnded struct {
 
 type mwModel struct {
 	t       testing.TB
+	nacked  map[*message.Message]bool // inbox messages a failed run handed back (the reader's Nack)
 	cfg     mwConfig
 	direct  *redis.Client
 	client  *redis.Client
@@ -608,6 +609,17 @@ func (m *mwModel) deliver(s mwStep) {
 	m.inbox = append(m.inbox[:i], m.inbox[i+1:]...)
 	m.publishInbox()
 	id := entryKey(msg)
+	if m.nacked[msg] {
+		delete(m.nacked, msg)
+		// Its reader hands a nacked message over again only while its entry is pending
+		// (subscriber stillOurs): another copy may have ended it meanwhile.
+		if !m.pending(msg) {
+			if os.Getenv("MODEL_TRACE") != "" {
+				m.t.Logf("step %d: nacked %s no longer pending: not handed over again", m.step, id)
+			}
+			return
+		}
+	}
 	m.tries[id]++
 	if os.Getenv("MODEL_TRACE") != "" {
 		m.t.Logf("step %d: deliver %s (%s %s %s) to worker %d", m.step, id, agentOf(msg), msg.Metadata.Get("issue_key"), msg.Metadata.Get("event_type"), s.B%2)
@@ -667,6 +679,9 @@ func (m *mwModel) finish(run *mwRun) {
 	// Still pending (an error, or the entry of a live lease whose acquire's reply was
 	// lost: it runs once that lease expires): the subscription delivers it again.
 	m.inbox = append(m.inbox, run.msg)
+	if run.err != nil {
+		m.nacked[run.msg] = true
+	}
 	m.publishInbox()
 }
 
@@ -998,7 +1013,7 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 	if cfg.cluster {
 		format = lease.KeysCluster
 	}
-	m := &mwModel{t: e.t, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, srv: e.srv, replica: e.replica, ns: ns, ctx: context.Background(),
+	m := &mwModel{t: e.t, nacked: map[*message.Message]bool{}, cfg: cfg, direct: e.direct, client: e.client, proxy: e.proxy, srv: e.srv, replica: e.replica, ns: ns, ctx: context.Background(),
 		workers: map[string][]*mwWorker{}, results: "{" + ns + "results}", running: map[string]string{}, byID: map[string]*mwRun{},
 		fences: map[string]int64{}, seen: map[string]bool{}, ran: map[string]int{}, tries: map[string]int{}, lidOf: map[string]string{},
 		unruns: &e.batches.unrun, endedOn: map[string]mwEnded{}}
