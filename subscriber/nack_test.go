@@ -2,6 +2,8 @@ package subscriber_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +17,9 @@ import (
 // A nacked message is handed over again only while its entry is still pending for this
 // consumer. Acked meanwhile (another copy of the entry ended it, or a lock's line took
 // it) or claimed by another consumer, its copy here is stale: the next entry comes
-// instead. Still pending, it comes back (the retry).
+// instead, and the Observer hears that the entry ended (the pipeline counts it in
+// flight until then: a stale copy never ended held the reader up for good). Still
+// pending, it comes back (the retry).
 func TestNackedMessageComesBackOnlyWhileItsEntryIsOurs(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
@@ -35,7 +39,8 @@ func TestNackedMessageComesBackOnlyWhileItsEntryIsOurs(t *testing.T) {
 			stream := ns + tc.name
 			first, next := addTriage(ctx, t, rdb, stream), addTriage(ctx, t, rdb, stream)
 			sleep := time.Second // time enough to take the entry before it comes back
-			sub := newSub(t, rdb, subscriber.Config{NackResendSleep: sleep})
+			ends := &endRecorder{}
+			sub := newSub(t, rdb, subscriber.Config{NackResendSleep: sleep, Observer: ends})
 			msgs, err := sub.Subscribe(ctx, stream)
 			if err != nil {
 				t.Fatal(err)
@@ -57,6 +62,23 @@ func TestNackedMessageComesBackOnlyWhileItsEntryIsOurs(t *testing.T) {
 				t.Fatalf("after the nack got %s, want %s (first %s, next %s)", event.EntryID(m), want, first, next)
 			}
 			m.Ack()
+			redistest.Eventually(t, 10*time.Second, func() bool { return ends.has(first) },
+				"the Observer to hear that %s ended", first)
 		})
 	}
+}
+
+// endRecorder is an Observer that records the entries that ended.
+type endRecorder struct {
+	mu    sync.Mutex
+	ended []string
+}
+
+func (o *endRecorder) Reading() func()               { return func() {} }
+func (o *endRecorder) Read(string, []redis.XMessage) {}
+func (o *endRecorder) Ended(_, id string)            { o.mu.Lock(); o.ended = append(o.ended, id); o.mu.Unlock() }
+func (o *endRecorder) has(id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Contains(o.ended, id)
 }

@@ -330,6 +330,7 @@ func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
 				return false
 			}
 			if !r.stillOurs(ctx, m.ID) {
+				r.s.ended(r, m.ID, false)
 				return true
 			}
 		case <-ctx.Done():

@@ -47,7 +47,8 @@ type Observer interface {
 	// handed over, before the first of them is.
 	Read(stream string, msgs []redis.XMessage)
 	// Ended is told that the message of entry id was acked by its handler (its XACK is
-	// queued, or skipped when settled).
+	// queued, or skipped when settled), or that, nacked, it is not handed over again:
+	// its entry was no longer pending for this consumer (a stale copy).
 	Ended(stream, id string)
 }
 
@@ -324,7 +325,12 @@ func (s *Subscriber) HandBack(stream string) []string {
 }
 
 // acked queues the XACK of a message its handler acked, unless it is settled.
-func (s *Subscriber) acked(r *reader, id string) {
+func (s *Subscriber) acked(r *reader, id string) { s.ended(r, id, true) }
+
+// ended is the end of the message of entry id handed over by r: acked (its XACK queued
+// unless settled), or a stale copy not handed over again (stillOurs: nothing to send).
+// Either way the reader may read on and the Observer hears that the entry ended.
+func (s *Subscriber) ended(r *reader, id string, ack bool) {
 	ref := entryRef{r.stream, id}
 	s.mu.Lock()
 	_, settled := s.settled[ref]
@@ -333,7 +339,7 @@ func (s *Subscriber) acked(r *reader, id string) {
 	r.busy = false
 	s.mu.Unlock()
 	signal(r.drained)
-	if !settled {
+	if ack && !settled {
 		s.acks.add(r.stream, id)
 	}
 	if s.cfg.Observer != nil {
