@@ -4,21 +4,11 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
-
-// lostCounter is an Observer that counts losses.
-type lostCounter struct{ n *atomic.Int64 }
-
-func (o lostCounter) Acquired(string)                 {}
-func (o lostCounter) Busy(string)                     {}
-func (o lostCounter) Conflict(string, string, string) {}
-func (o lostCounter) Released(string, time.Duration)  {}
-func (o lostCounter) Lost(string, error)              { o.n.Add(1) }
 
 // An eviction and the eviction watch's catch-up may end one lease at the same time: the
 // loss is logged and counted once. (Counted twice, a test waiting for a lease's loss
@@ -26,8 +16,8 @@ func (o lostCounter) Lost(string, error)              { o.n.Add(1) }
 func TestLossCountedOnceWhenEndedTwiceAtOnce(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	var lost atomic.Int64
-	l, err := New(rdb, Options{Scope: ns, Observer: lostCounter{&lost}})
+	tally := &endTally{}
+	l, err := New(rdb, Options{Scope: ns, Observer: tally})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,19 +41,10 @@ func TestLossCountedOnceWhenEndedTwiceAtOnce(t *testing.T) {
 		wg.Wait()
 		_ = le.GiveBack(context.Background())
 	}
-	if n := lost.Load(); n != leases {
+	if n := tally.lost.Load(); n != leases {
 		t.Fatalf("%d losses counted for %d leases ended", n, leases)
 	}
 }
-
-// endCounter is an Observer that counts each lease's ends: releases and losses.
-type endCounter struct{ released, lost *atomic.Int64 }
-
-func (o endCounter) Acquired(string)                 {}
-func (o endCounter) Busy(string)                     {}
-func (o endCounter) Conflict(string, string, string) {}
-func (o endCounter) Released(string, time.Duration)  { o.released.Add(1) }
-func (o endCounter) Lost(string, error)              { o.lost.Add(1) }
 
 // A lease that is lost (an eviction, a heartbeat's verdict) as its holder releases it
 // ends once in the counts: released or lost, never both. (Counted both ways, the held
@@ -71,8 +52,8 @@ func (o endCounter) Lost(string, error)              { o.lost.Add(1) }
 func TestLeaseEndCountedOnceWhenLostAsReleased(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.Client(t)
-	var released, lost atomic.Int64
-	l, err := New(rdb, Options{Scope: ns, Observer: endCounter{&released, &lost}})
+	tally := &endTally{}
+	l, err := New(rdb, Options{Scope: ns, Observer: tally})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +90,7 @@ func TestLeaseEndCountedOnceWhenLostAsReleased(t *testing.T) {
 			close(start)
 			wg.Wait()
 		}
-		if r, lo := released.Load(), lost.Load(); r+lo != int64(n) {
+		if r, lo := tally.released.Load(), tally.lost.Load(); r+lo != int64(n) {
 			t.Fatalf("%s: %d leases ended, counted %d released and %d lost", end.name, n, r, lo)
 		}
 	}

@@ -920,7 +920,8 @@ func (m *modelRun) check() error {
 	return m.checkReal()
 }
 
-// endTally is the model's Observer: it counts the leases acquired and their ends.
+// endTally is an Observer that counts the leases acquired and their ends (the model's,
+// and end_internal_test.go's).
 type endTally struct{ acquired, released, lost atomic.Int64 }
 
 func (o *endTally) Acquired(string)                 { o.acquired.Add(1) }
