@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,8 +24,14 @@ func pauseReads(reg string) func(redis.Cmder) bool {
 	}
 }
 
-// lostSignal is an Observer that tells when a lease is lost (an eviction seen).
-type lostSignal struct{ lost chan string }
+// lostSignal is an Observer that tells when a lease is lost (an eviction seen). With
+// hold set, a loss of agent holdFor then waits for hold to close: the lease's end is
+// kept between the Observer and the cancellation of its context.
+type lostSignal struct {
+	lost    chan string
+	hold    chan struct{}
+	holdFor string
+}
 
 func (o lostSignal) Acquired(string)                 {}
 func (o lostSignal) Busy(string)                     {}
@@ -34,6 +41,9 @@ func (o lostSignal) Lost(agent string, _ error) {
 	select {
 	case o.lost <- agent:
 	default:
+	}
+	if o.hold != nil && agent == o.holdFor {
+		<-o.hold
 	}
 }
 
@@ -105,10 +115,17 @@ func TestQuickBatchesParkPausedScope(t *testing.T) {
 
 // A pause written while leases are taken ahead (their check made in the batch, no
 // pause then) lists them, and --stop-running's force release reaches them: the event
-// whose lease it took is checked then, and parked, not run.
+// whose lease it took is checked then, and parked, not run. The loss is held between
+// the Observer and the lease's context (lostSignal.hold): the Observer heard of it
+// first, and the event is checked all the same (Lease.Held). CI once ran RHEL-4 in
+// that window.
 func TestPauseStopsLeaseTakenAhead(t *testing.T) {
 	t.Parallel()
-	obs := lostSignal{lost: make(chan string, 1)}
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	obs := lostSignal{lost: make(chan string, 1), hold: hold, holdFor: "triage"}
 	e, _ := newPauseBatchEnv(t, obs, rhel(6)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -161,6 +178,7 @@ func TestPauseStopsLeaseTakenAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	release()
 	if slices.Contains(ran, "RHEL-4") || len(ran) != 5 {
 		t.Fatalf("ran %v, want every issue but RHEL-4, stopped by the pause", ran)
 	}

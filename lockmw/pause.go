@@ -32,7 +32,9 @@ func (m *Middleware) pauseParked(d *delivery, le *lease.Lease) (bool, error) {
 	if m.cfg.Pauses == nil || !d.hasEntry {
 		return false, nil
 	}
-	if d.pauseChecked && le.Context().Err() == nil {
+	// Held, not the context alone: a loss being ended (its context not yet cancelled)
+	// is a loss already.
+	if d.pauseChecked && le.Held() {
 		return false, nil
 	}
 	lid, isCopy := d.msg.Metadata.Get(lease.MetaParkedFrom), true

@@ -198,6 +198,11 @@ func (le *Lease) AcquiredAt() time.Time { return le.acquiredAt }
 // leases of other agents.
 func (le *Lease) Locker() *Locker { return le.l }
 
+// Held reports whether the lease is still held: no loss or release of it has begun.
+// It turns false before the lease's context is cancelled (and before the Observer
+// hears of a loss), so a caller that learnt of the loss elsewhere finds it ended.
+func (le *Lease) Held() bool { return !le.ending.Load() && le.ctx.Err() == nil }
+
 // Err is nil while the lease is held, else the cause of its end.
 func (le *Lease) Err() error {
 	if le.ctx.Err() == nil {
