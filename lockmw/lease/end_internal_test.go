@@ -10,17 +10,22 @@ import (
 	"github.com/ymirflow/ymirflow/internal/redistest"
 )
 
-// An eviction and the eviction watch's catch-up may end one lease at the same time: the
-// loss is logged and counted once. (Counted twice, a test waiting for a lease's loss
-// was woken by another lease's second count: lockmw TestPauseStopsLeaseTakenAhead.)
-func TestLossCountedOnceWhenEndedTwiceAtOnce(t *testing.T) {
-	t.Parallel()
+// tallied is a Locker in a namespace of its own whose Observer counts the ends.
+func tallied(t *testing.T) (*Locker, *endTally, string) {
 	rdb, ns := redistest.Client(t)
 	tally := &endTally{}
 	l, err := New(rdb, Options{Scope: ns, Observer: tally})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, tally, ns
+}
+
+// An eviction and the eviction watch's catch-up may end one lease at the same time: the
+// loss is logged and counted once (it was counted as often as it was ended).
+func TestLossCountedOnceWhenEndedTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	l, tally, _ := tallied(t)
 	const leases = 40
 	for i := range leases {
 		le, err := l.Acquire(context.Background(), "triage", "RHEL-"+strconv.Itoa(i+1), AcquireOptions{})
@@ -51,12 +56,7 @@ func TestLossCountedOnceWhenEndedTwiceAtOnce(t *testing.T) {
 // time and the losses of one agent told two stories of one run.)
 func TestLeaseEndCountedOnceWhenLostAsReleased(t *testing.T) {
 	t.Parallel()
-	rdb, ns := redistest.Client(t)
-	tally := &endTally{}
-	l, err := New(rdb, Options{Scope: ns, Observer: tally})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, tally, ns := tallied(t)
 	ctx := context.Background()
 	ends := []struct {
 		name    string
