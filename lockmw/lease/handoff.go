@@ -146,9 +146,7 @@ func ack(ctx context.Context, e Entry) func(redis.Pipeliner) {
 // next's acquire then found this very lease busy if next is of the same lease, and no
 // Pending is returned for it.
 func (le *Lease) releaseAndAcquire(ctx context.Context, then func(pipe redis.Pipeliner), next *Next) (bool, *Pending, error) {
-	le.stopHeartbeat()
-	first := le.endOnce() && le.ctx.Err() == nil
-	le.cancel(ErrReleased)
+	first := le.beginRelease()
 	a, prepErr := le.l.prepareNext(next)
 	pipe := le.l.rdb.Pipeline()
 	published, publishedMS := "", ""
@@ -204,9 +202,7 @@ func toStrings(keys []any) []string {
 // (handoff.lua): release le, XACK e, and take next's lease if next is set. It is sent
 // by EVALSHA; if the server lost the script, nothing ran and it is sent again by EVAL.
 func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pending, error) {
-	le.stopHeartbeat()
-	first := le.endOnce() && le.ctx.Err() == nil
-	le.cancel(ErrReleased)
+	first := le.beginRelease()
 	var a *acquisition
 	var p *Pending
 	if next != nil {

@@ -450,6 +450,17 @@ func (le *Lease) stopped(ctx context.Context) {
 // at the same time.
 func (le *Lease) endOnce() bool { return le.ending.CompareAndSwap(false, true) }
 
+// beginRelease stops the heartbeat and ends the lease's context (ErrReleased), as
+// every release does first; first says whether this release is the lease's end to
+// count (Observer.Released): no loss or earlier release came first, and its context
+// had not ended with its message's.
+func (le *Lease) beginRelease() (first bool) {
+	le.stopHeartbeat()
+	first = le.endOnce() && le.ctx.Err() == nil
+	le.cancel(ErrReleased)
+	return first
+}
+
 // end cancels the lease context with cause and stops extending; the key then expires on
 // its own (or is deleted by Release). Loss is loud: logged at error level and counted.
 func (le *Lease) end(cause error) {
@@ -513,9 +524,7 @@ func (le *Lease) release(ctx context.Context, then func(pipe redis.Pipeliner), o
 	if le.line != nil {
 		return le.releaseLineLease(ctx, then, outcome)
 	}
-	le.stopHeartbeat()
-	first := le.endOnce() && le.ctx.Err() == nil
-	le.cancel(ErrReleased)
+	first := le.beginRelease()
 	deleted, err := le.unlockApart(ctx)
 	if err == nil {
 		res, rerr := le.runRelease(ctx, outcome, "", "").Slice()

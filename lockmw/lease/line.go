@@ -523,9 +523,7 @@ func (le *Lease) releaseLineLease(ctx context.Context, then func(pipe redis.Pipe
 
 // endLine stops the heartbeat and runs lineRelease, then then's commands.
 func (le *Lease) endLine(ctx context.Context, then func(pipe redis.Pipeliner), outcome, turn string, e *Entry) (bool, error) {
-	le.stopHeartbeat()
-	first := le.endOnce() && le.ctx.Err() == nil
-	le.cancel(ErrReleased)
+	first := le.beginRelease()
 	deleted, err := le.lineRelease(ctx, outcome, turn, e)
 	// The line's release scripts do not free the run's slots: freed right after.
 	le.freeSlotsApart(ctx)
