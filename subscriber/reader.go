@@ -335,8 +335,23 @@ func (r *reader) deliver(ctx context.Context, m redis.XMessage) bool {
 			}
 		case <-ctx.Done():
 			cancel()
+			r.settleAtEnd(msg, m)
 			return false
 		}
+	}
+}
+
+// settleAtEnd ends msg as its handler did by the time ctx ended: a select that sees
+// the handler's word and the end at once picks either. Acked, its ack is sent (lost,
+// the entry would stay pending, to run again); nacked, m goes back to the read-ahead,
+// given back to the group at the end, as a nack seen first would.
+func (r *reader) settleAtEnd(msg *message.Message, m redis.XMessage) {
+	select {
+	case <-msg.Acked():
+		r.s.acked(r, m.ID)
+	case <-msg.Nacked():
+		r.unpop(m)
+	default:
 	}
 }
 

@@ -218,17 +218,20 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer cancel() // fill stops only when reading cannot go on: so does run
 		r.fill(rctx)
 	}()
+	ran := make(chan struct{})
 	go func() {
 		defer s.loops.Done()
 		defer close(out)
+		defer close(ran)
 		defer cancel()
 		r.run(rctx)
 	}()
 	go func() {
 		<-rctx.Done()
 		<-filled
+		<-ran                 // run puts back a message it could not hand over, or one nacked
 		r.giveBackAtEnd(true) // what a read in flight at the end brought
-		s.drop(r)
+		s.drop(r)             // after run: Close gives back what is listed
 	}()
 	return out, nil
 }
