@@ -112,8 +112,8 @@ type sWorld struct {
 	// inFlight: acked by the handler of a crashed subscriber, still pending at the
 	// crash: its XACK may have been on the wire (it lands or not, both are right).
 	inFlight map[string]bool
-	names   int
-	trace   []string
+	names    int
+	trace    []string
 }
 
 // TestModelSubscriber runs seeded random sequences of steps against the read loop and
