@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,8 @@ import (
 )
 
 // The subscriber model's properties. The read loop runs on its own goroutines against
-// a real Redis while the model adds entries, takes, acks and nacks messages, ages the
+// a real Redis while the model adds entries, takes, acks (some settled: their XACK sent
+// elsewhere first) and nacks messages, ages the
 // pending list (time passing: any consumer's claim pass may take them), hands the
 // read-ahead back, drains, closes and crashes subscribers, and loses replies.
 const (
@@ -118,7 +120,7 @@ type sWorld struct {
 
 // TestModelSubscriber runs seeded random sequences of steps against the read loop and
 // checks the properties after every step. MODEL_SEED picks one seed, MODEL_SEEDS how
-// many (default 12).
+// many (default 12); MODEL_TRACE=1 logs each seed's steps.
 func TestModelSubscriber(t *testing.T) {
 	t.Parallel()
 	direct, ns := redistest.Client(t)
@@ -148,6 +150,9 @@ func (w *sWorld) run() {
 		w.closeSub(w.subs[0])
 	}
 	w.drainRest()
+	if os.Getenv("MODEL_TRACE") != "" {
+		w.t.Logf("trace:\n%s", strings.Join(w.trace, "\n"))
+	}
 }
 
 func (w *sWorld) fail(prop, format string, a ...any) {
@@ -172,7 +177,8 @@ func (w *sWorld) start(name string) {
 	obs := newTally()
 	cfg := subscriber.Config{Client: client, Group: "g", Consumer: name, BlockTime: 30 * time.Millisecond,
 		ClaimInterval: 20 * time.Millisecond, MaxIdleTime: modelMaxIdle, ReadBatch: 1 + w.rng.IntN(4),
-		KeepAhead: 1 + w.rng.IntN(3), NackResendSleep: time.Duration(w.rng.IntN(2)) * 30 * time.Millisecond, Observer: obs}
+		KeepAhead: 1 + w.rng.IntN(3), NackResendSleep: time.Duration(w.rng.IntN(2)) * 30 * time.Millisecond,
+		ClaimBatch: 1 + w.rng.IntN(3), ShouldClaim: vetoFirst(), Observer: obs}
 	sub, err := subscriber.New(cfg)
 	if err != nil {
 		w.t.Fatal(err)
@@ -182,30 +188,47 @@ func (w *sWorld) start(name string) {
 		w.t.Fatal(err)
 	}
 	w.subs = append(w.subs, &mSub{name: name, sub: sub, client: client, msgs: msgs, obs: obs, handedBack: map[string]int{}})
-	w.logf("start %s (read %d, ahead %d, nack sleep %s)", name, cfg.ReadBatch, cfg.KeepAhead, cfg.NackResendSleep)
+	w.logf("start %s (read %d, ahead %d, nack sleep %s, claim batch %d)", name, cfg.ReadBatch, cfg.KeepAhead,
+		cfg.NackResendSleep, cfg.ClaimBatch)
+}
+
+// vetoFirst is a claim veto that refuses each entry the first time it is asked about
+// (the lease's veto refuses an entry whose issue is held), and allows it after.
+func vetoFirst() func(context.Context, redis.XPendingExt) bool {
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	return func(_ context.Context, p redis.XPendingExt) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		first := !asked[p.ID]
+		asked[p.ID] = true
+		return !first
+	}
 }
 
 // step takes one seeded step.
 func (w *sWorld) step(i int) {
 	s := w.subs[w.rng.IntN(len(w.subs))]
-	switch k := w.rng.IntN(20); {
+	switch k := w.rng.IntN(21); {
 	case k < 4:
 		w.add()
 	case k < 9:
 		w.take(s, 50*time.Millisecond)
-	case k < 13:
+	case k < 12:
 		w.ack(s)
-	case k < 14:
-		w.nack(s)
+	case k < 13:
+		w.settleAck(s)
 	case k < 15:
-		w.age()
+		w.nack(s)
 	case k < 16:
-		w.handBack(s)
+		w.age()
 	case k < 17:
-		w.toggleDrain(s)
+		w.handBack(s)
 	case k < 18:
-		w.loseReply()
+		w.toggleDrain(s)
 	case k < 19:
+		w.loseReply()
+	case k < 20:
 		w.closeSub(s)
 		w.start(w.restartName(s))
 	default:
@@ -270,6 +293,24 @@ func (w *sWorld) ack(s *mSub) {
 		w.handled[id] = true
 		w.logf("%s acks %s", s.name, id)
 	}
+}
+
+// settleAck acks a message as the lock middleware's release does: its XACK sent
+// elsewhere first, the subscriber told (Settle), then the message acked.
+func (w *sWorld) settleAck(s *mSub) {
+	m := w.pickHeld(s)
+	if m == nil {
+		return
+	}
+	id := event.EntryID(m)
+	if err := w.direct.XAck(context.Background(), w.stream, "g", id).Err(); err != nil {
+		w.t.Fatal(err)
+	}
+	s.sub.Settle(w.stream, id)
+	m.Ack()
+	s.acked = append(s.acked, id)
+	w.handled[id] = true
+	w.logf("%s settles and acks %s", s.name, id)
 }
 
 func (w *sWorld) nack(s *mSub) {
