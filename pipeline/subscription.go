@@ -124,7 +124,7 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 		ShouldClaim:     s.shouldClaim,
 		NackResendSleep: cfg.NackSleep,
 		Observer:        s,
-		Logger:          s.log,
+		Logger:          cfg.Logger, // the subscriber names the stream and consumer itself
 	})
 	if err != nil {
 		_ = s.client.Close()
