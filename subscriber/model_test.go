@@ -90,15 +90,17 @@ func (o *tally) GaveBack(_ string, ids []string) {
 
 // mSub is one subscriber of the model and what its handler holds.
 type mSub struct {
-	name       string
-	sub        *subscriber.Subscriber
-	client     *redis.Client
-	msgs       <-chan *message.Message
-	obs        *tally
-	held       []*message.Message // handed over, neither acked nor nacked
-	acked      []string           // entries its handler acked
-	handedBack map[string]int
-	drained    bool
+	name   string
+	sub    *subscriber.Subscriber
+	client *redis.Client
+	msgs   <-chan *message.Message
+	// unsubscribe ends the Subscribe's context: the reader ends without Close.
+	unsubscribe context.CancelFunc
+	obs         *tally
+	held        []*message.Message // handed over, neither acked nor nacked
+	acked       []string           // entries its handler acked
+	handedBack  map[string]int
+	drained     bool
 }
 
 // sWorld is one seed's run.
@@ -183,11 +185,13 @@ func (w *sWorld) start(name string) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	msgs, err := sub.Subscribe(context.Background(), w.stream)
+	ctx, cancel := context.WithCancel(context.Background())
+	msgs, err := sub.Subscribe(ctx, w.stream)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.subs = append(w.subs, &mSub{name: name, sub: sub, client: client, msgs: msgs, obs: obs, handedBack: map[string]int{}})
+	w.subs = append(w.subs, &mSub{name: name, sub: sub, client: client, msgs: msgs, unsubscribe: cancel, obs: obs,
+		handedBack: map[string]int{}})
 	w.logf("start %s (read %d, ahead %d, nack sleep %s, claim batch %d)", name, cfg.ReadBatch, cfg.KeepAhead,
 		cfg.NackResendSleep, cfg.ClaimBatch)
 }
@@ -371,7 +375,16 @@ func (w *sWorld) loseReply() {
 }
 
 // closeSub closes s and checks what a closed subscriber leaves behind.
+// Half the time its Subscribe context ends first (a router that stops its handler),
+// and the model takes what is still handed over until the channel closes.
 func (w *sWorld) closeSub(s *mSub) {
+	if w.rng.IntN(2) == 0 {
+		s.unsubscribe()
+		for m := range s.msgs {
+			s.held = append(s.held, m)
+		}
+		w.logf("unsubscribe %s", s.name)
+	}
 	if err := s.sub.Close(); err != nil {
 		w.t.Fatalf("%s: Close: %v", s.name, err)
 	}
@@ -380,6 +393,8 @@ func (w *sWorld) closeSub(s *mSub) {
 	w.checkEveryReadEnds(s)
 	w.checkAckSent(s)
 	w.checkGivenBack(s)
+	s.unsubscribe()
+	_ = s.client.Close()
 }
 
 // crash stops s with its client closed first: queued acks are lost with the process,
@@ -387,6 +402,7 @@ func (w *sWorld) closeSub(s *mSub) {
 func (w *sWorld) crash(s *mSub) {
 	_ = s.client.Close()
 	_ = s.sub.Close()
+	s.unsubscribe()
 	w.remove(s)
 	pend := w.pendingSet(context.Background())
 	for _, id := range s.acked {
