@@ -257,7 +257,8 @@ func createGroup(ctx context.Context, rdb redis.UniversalClient, stream, group s
 	return nil
 }
 
-// Close stops handing messages over (one handed over and not acked stays pending),
+// Close stops handing messages over (one handed over and not acked stays pending;
+// one acked or nacked by the time Close is called is acked, or given back),
 // gives the entries read ahead back to the group (marked idle past MaxIdleTime, so any
 // consumer's next claim pass takes them) and sends the acks still queued. It does not
 // wait for a blocking read in flight (a cancelled context does not end one): that read
