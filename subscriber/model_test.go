@@ -23,10 +23,10 @@ import (
 )
 
 // The subscriber model's properties. The read loop runs on its own goroutines against
-// a real Redis while the model adds entries, takes, acks (some settled: their XACK sent
-// elsewhere first) and nacks messages, ages the
-// pending list (time passing: any consumer's claim pass may take them), hands the
-// read-ahead back, drains, closes and crashes subscribers, and loses replies.
+// a real Redis while the model adds entries; takes, acks (some settled: their XACK sent
+// elsewhere first) and nacks messages; ages the pending list (time passing: any
+// consumer's claim pass may take them); hands the read-ahead back; drains, closes and
+// crashes subscribers; and loses replies.
 const (
 	// NothingLost, after every step: an entry no handler acked is pending in the group
 	// or not yet read.
