@@ -56,12 +56,9 @@ func TestBooksBalanceOnceAllIsHandled(t *testing.T) {
 	}
 	redistest.Eventually(t, 90*time.Second, e.allHandled, "every entry handled")
 	for i, r := range routers {
-		deadline := time.Now().Add(5 * time.Second)
-		for in, q := r.Books(); in != 0 || q != 0; in, q = r.Books() {
-			if time.Now().After(deadline) {
-				t.Fatalf("worker %d: every entry handled, yet it counts %d in flight and %d queued", i+1, in, q)
-			}
-			time.Sleep(20 * time.Millisecond)
+		var in, q int
+		if !redistest.Within(5*time.Second, func() bool { in, q = r.Books(); return in == 0 && q == 0 }) {
+			t.Fatalf("worker %d: every entry handled, yet it counts %d in flight and %d queued", i+1, in, q)
 		}
 	}
 }

@@ -89,12 +89,8 @@ func checkGivenBack(ctx context.Context, t *testing.T, rdb *redis.Client, stream
 		}
 		return true
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !given() {
-		if time.Now().After(deadline) {
-			t.Fatalf("pending %+v; want %v given back: idle past %s, delivered once", pend, ids, maxIdle)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !redistest.Within(5*time.Second, given) {
+		t.Fatalf("pending %+v; want %v given back: idle past %s, delivered once", pend, ids, maxIdle)
 	}
 }
 

@@ -50,7 +50,8 @@ const (
 // age step (time passing) makes an entry claimable.
 const modelMaxIdle = time.Minute
 
-// tally is a model subscriber's Observer: what it heard, per entry.
+// tally is an Observer that counts what it heard, per entry (the model's, and the
+// nack test's).
 type tally struct {
 	mu                    sync.Mutex
 	read, ended, gaveBack map[string]int
@@ -77,6 +78,13 @@ func (o *tally) Ended(_, id string) {
 	defer o.mu.Unlock()
 	o.ended[id]++
 	o.lastGaveBack[id] = false
+}
+
+// endedTimes is how often the Observer heard that entry id ended.
+func (o *tally) endedTimes(id string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ended[id]
 }
 
 func (o *tally) GaveBack(_ string, ids []string) {
@@ -482,7 +490,7 @@ func (w *sWorld) checkEveryReadEnds(s *mSub) {
 		}
 		return true
 	}
-	if !poll(2*time.Second, balanced) {
+	if !redistest.Within(2*time.Second, balanced) {
 		w.fail(propEveryReadEnds, "%s", msg)
 	}
 }
@@ -503,7 +511,7 @@ func (w *sWorld) checkGivenBack(s *mSub) {
 		}
 		return true
 	}
-	if !poll(2*time.Second, given) {
+	if !redistest.Within(2*time.Second, given) {
 		w.fail(propGivenBack, "%s", msg)
 	}
 }
@@ -539,16 +547,4 @@ func (w *sWorld) unhandled() int {
 		}
 	}
 	return n
-}
-
-// poll reports whether cond held within d, asking every 10ms.
-func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }

@@ -2,8 +2,6 @@ package subscriber_test
 
 import (
 	"context"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +36,7 @@ func TestNackedMessageComesBackOnlyWhileItsEntryIsOurs(t *testing.T) {
 			t.Parallel()
 			stream := ns + tc.name
 			first, next := addTriage(ctx, t, rdb, stream), addTriage(ctx, t, rdb, stream)
-			ends := &endRecorder{}
+			ends := newTally()
 			sub := newSub(t, rdb, subscriber.Config{NackResendSleep: 50 * time.Millisecond, Observer: ends})
 			msgs, err := sub.Subscribe(ctx, stream)
 			if err != nil {
@@ -63,23 +61,8 @@ func TestNackedMessageComesBackOnlyWhileItsEntryIsOurs(t *testing.T) {
 				t.Fatalf("after the nack got %s, want %s (first %s, next %s)", event.EntryID(m), want, first, next)
 			}
 			m.Ack()
-			redistest.Eventually(t, 10*time.Second, func() bool { return ends.has(first) },
+			redistest.Eventually(t, 10*time.Second, func() bool { return ends.endedTimes(first) > 0 },
 				"the Observer to hear that %s ended", first)
 		})
 	}
-}
-
-// endRecorder is an Observer that records the entries that ended.
-type endRecorder struct {
-	mu    sync.Mutex
-	ended []string
-}
-
-func (o *endRecorder) Reading() func()               { return func() {} }
-func (o *endRecorder) Read(string, []redis.XMessage) {}
-func (o *endRecorder) Ended(_, id string)            { o.mu.Lock(); o.ended = append(o.ended, id); o.mu.Unlock() }
-func (o *endRecorder) has(id string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Contains(o.ended, id)
 }

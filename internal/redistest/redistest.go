@@ -340,13 +340,23 @@ func FreePort(tb testing.TB) int {
 // Eventually polls cond every 10ms until it is true or the deadline passes.
 func Eventually(tb testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
 	tb.Helper()
+	if !Within(within, cond) {
+		tb.Fatalf("redistest: timed out after %s waiting for: %s", within, fmt.Sprintf(format, args...))
+	}
+}
+
+// Within polls cond every 10ms and reports whether it held before within passed: for a
+// caller whose failure message names what it saw last (Eventually's arguments are
+// read when it is called).
+func Within(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: timed out after %s waiting for: %s", within, fmt.Sprintf(format, args...))
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // RoundTrips is a go-redis hook that counts what a client sends: one per command outside
