@@ -126,7 +126,9 @@ func (m *Middleware) endInBatch(d *delivery, le *lease.Lease, out []*message.Mes
 	quick := d.ranFor < m.quick
 	if quick && m.nextTaken(d.entry) && m.batch.wait(end, m.flushAfter, m.sendWaitingLater) {
 		// The entry is acked with its release, in the batch: the subscriber sends no
-		// XACK of its own.
+		// XACK of its own. Its context ends with the ack: the lease, released later,
+		// is untied from it first.
+		le.Unbind()
 		m.cfg.Source.Settle(d.entry)
 		return out, nil
 	}

@@ -2,6 +2,7 @@ package lockmw_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -286,4 +287,52 @@ func TestEntryWaitsForTheBatchInFlight(t *testing.T) {
 		t.Fatal("the entry did not run: its acquire overtook the release of the run that ended before it entered")
 	}
 	e.settledAll(t)
+}
+
+// A quick run's end waits for the batch, and the subscriber acks its entry (ending the
+// entry's context) before the batch is sent: the lease stays held until the batch
+// releases it, and ends released, not cancelled by the ack. (It was untied only at
+// the release, so the ack cancelled it first, from a goroutine of its own: one per
+// event.)
+func TestBatchedEndOutlivesItsEntryContext(t *testing.T) {
+	t.Parallel()
+	e := newBatchEnv(t, rhel(4)...)
+	e.mw.SetBatchTiming(time.Hour, time.Hour)
+	var leases []*lease.Lease
+	h := e.mw.Handler(func(msg *message.Message) ([]*message.Message, error) {
+		le, ok := lockmw.LeaseFrom(msg.Context())
+		if !ok {
+			t.Error("no lease in the run's context")
+		}
+		leases = append(leases, le)
+		return nil, nil
+	})
+	for len(e.src.Waiting()) > 0 {
+		issue := e.src.Waiting()[0].IssueKey
+		msg := message.NewMessage("u", []byte(`{"metadata":{"issue":"`+issue+`"}}`))
+		ctx, ack := context.WithCancel(context.Background())
+		msg.SetContext(ctx)
+		if _, err := h(msg); err != nil {
+			t.Fatal(err)
+		}
+		ack() // as the subscriber does once the handler has acked
+	}
+	// The first run took its own lease and the others' ahead; the second, third and
+	// fourth runs' ends wait for a batch (flushed after an hour, or at Close).
+	if len(leases) != 4 {
+		t.Fatalf("%d runs, want 4", len(leases))
+	}
+	if redistest.Within(200*time.Millisecond, func() bool {
+		return !leases[1].Held() || !leases[2].Held() || !leases[3].Held()
+	}) {
+		t.Fatalf("a lease whose end waits for its batch ended when its entry was acked: %v, %v, %v",
+			context.Cause(leases[1].Context()), context.Cause(leases[2].Context()), context.Cause(leases[3].Context()))
+	}
+	e.mw.Close(context.Background())
+	e.settledAll(t)
+	for i, le := range leases {
+		if cause := context.Cause(le.Context()); !errors.Is(cause, lease.ErrReleased) {
+			t.Errorf("run %d's lease ended with %v, want %v", i+1, cause, lease.ErrReleased)
+		}
+	}
 }

@@ -290,7 +290,8 @@ type mwRun struct {
 	ran      bool // the handler's function ran to success
 	isStart  bool
 	finished bool
-	worker   *mwWorker // the worker handling it
+	worker   *mwWorker    // the worker handling it
+	lease    *lease.Lease // the lease it ran under (EndedByRelease)
 }
 
 // mwEnded is where and when a run ended (its work returned nil).
@@ -410,6 +411,7 @@ func (m *mwModel) handler(agent string) message.HandlerFunc {
 		}
 		m.fences[keys[0]] = max(m.fences[keys[0]], fence)
 		m.mu.Unlock()
+		run.lease, _ = lockmw.LeaseFrom(msg.Context())
 		close(run.started)
 		var err error
 		select {
@@ -633,10 +635,14 @@ func (m *mwModel) deliver(s mwStep) {
 	wk := m.workers[agentOf(msg)][s.B%2]
 	h := wk.handler
 	cp := msg.Copy()
-	cp.SetContext(wk.ctx)
+	// Each message has a context of its own, which its reader ends once the handler
+	// has acked or nacked it (subscriber deliver), as the worker's end would.
+	mctx, acked := context.WithCancel(wk.ctx)
+	cp.SetContext(mctx)
 	go func() {
 		defer close(run.done)
 		_, run.err = h(cp)
+		acked()
 		if settled := wk.src.takeSettled(id); run.err == nil && !settled {
 			// The subscriber's own XACK (through the worker's client: a crash stops it).
 			_ = wk.client.XAck(context.Background(), msg.Metadata.Get("_stream"), "g", msg.Metadata.Get("_id")).Err()
@@ -901,6 +907,9 @@ func (m *mwModel) checkSettled() error {
 	if err := m.checkAcked(); err != nil {
 		return err
 	}
+	if err := m.checkEndedByRelease(); err != nil {
+		return err
+	}
 	qs, err := m.direct.Keys(m.ctx, "lockqueue:*"+m.ns+"*").Result()
 	if err != nil {
 		return err
@@ -937,6 +946,29 @@ func (m *mwModel) checkAcked() error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// checkEndedByRelease checks that the lease of every run that ran on a live worker
+// ended through its release (or a loss, or a newer event superseding it), never
+// through the end of its message's context: its reader ends that context once the
+// handler has acked, and an end that waits for a batch is released after that. A
+// crashed worker's leases end with its context: they are not checked.
+func (m *mwModel) checkEndedByRelease() error {
+	for _, agent := range []string{"ag1", "ag2"} {
+		for _, wk := range m.workers[agent] {
+			for _, r := range wk.ranRuns {
+				if r.lease == nil {
+					continue
+				}
+				// Released, the batch's XACK landed first: the lease's context ends just after.
+				redistest.Within(time.Second, func() bool { return r.lease.Context().Err() != nil })
+				if cause := context.Cause(r.lease.Context()); cause == nil || errors.Is(cause, context.Canceled) {
+					return fmt.Errorf("property EndedByRelease: entry %s ran on live worker %s; its lease ended with %v, not by its release", r.id, wk.owner, cause)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // record is the conflict recorder: one record per entry that did not run, idempotent

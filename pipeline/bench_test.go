@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +27,8 @@ import (
 // its own redis-server (no other test's load on it), so beside ns/op they report the
 // CPU that one event costs this process (cpu-ns/event, from getrusage) and the server
 // (redis-cpu-ns/event, from INFO cpu): figures that a busy machine inflates far less
-// than wall time. Run both in one go to get the ratio:
+// than wall time; and the goroutines one event starts (goroutines/event: the router's
+// one per message, and any of ours). Run both in one go to get the ratio:
 //
 //	go test -run '^$' -bench 'Router(Bare|Locked)$' -benchtime 3000x -count 3 -benchmem ./pipeline/
 //
@@ -129,7 +131,7 @@ func benchConsume(b *testing.B, rdb *redis.Client, stream string, r runner, gate
 	if _, err := pipe.Exec(ctx); err != nil && pipe.Len() > 0 {
 		b.Fatal(err)
 	}
-	cpu0, rcpu0 := processCPU(), redisCPU(ctx, b, rdb)
+	cpu0, rcpu0, g0 := processCPU(), redisCPU(ctx, b, rdb), goroutinesCreated()
 	b.ResetTimer()
 	close(gate)
 	select {
@@ -138,7 +140,7 @@ func benchConsume(b *testing.B, rdb *redis.Client, stream string, r runner, gate
 		b.Fatal("events not consumed")
 	}
 	b.StopTimer()
-	cpu1, rcpu1 := processCPU(), redisCPU(ctx, b, rdb)
+	cpu1, rcpu1, g1 := processCPU(), redisCPU(ctx, b, rdb), goroutinesCreated()
 	if os.Getenv("BENCH_COMMANDSTATS") != "" {
 		fmt.Fprintln(os.Stderr, rdb.Info(ctx, "commandstats").Val())
 	}
@@ -150,6 +152,14 @@ func benchConsume(b *testing.B, rdb *redis.Client, stream string, r runner, gate
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/event")
 	b.ReportMetric(float64(rcpu1-rcpu0)/float64(b.N), "redis-cpu-ns/event")
+	b.ReportMetric(float64(g1-g0)/float64(b.N), "goroutines/event")
+}
+
+// goroutinesCreated is the number of goroutines this process has started so far.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // processCPU is the user+system CPU time this process has used.

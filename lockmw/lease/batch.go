@@ -81,8 +81,8 @@ func (l *Locker) HandoffBatch(ctx context.Context, ends []End, next []Next) ([]*
 	for i, e := range ends {
 		le := e.Lease
 		le.stopHeartbeat()
-		// Counted once: a repeat, or a loss first, finds the end taken. The context of
-		// a run whose end waited for its batch may have ended with its message's already.
+		// Counted once: a repeat, or a loss first, finds the end taken. A run whose end
+		// waited for its batch untied its lease from its message's context (Unbind).
 		first[i] = le.endOnce()
 		le.cancel(ErrReleased)
 	}

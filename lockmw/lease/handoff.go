@@ -81,6 +81,17 @@ func (p *Pending) Take(ctx context.Context) (*Lease, error) {
 	return le, nil
 }
 
+// Unbind unties a lease from the context it was acquired under (or Take tied it to),
+// as its release does: that context's end no longer ends the lease. A run whose
+// release waits for a batch calls it once the run has ended: its entry is acked (and
+// its context ended) before the batch is sent, and that end must not end the lease
+// before its release, nor start a goroutine to do it (one per event).
+func (le *Lease) Unbind() {
+	if le.unbind != nil {
+		le.unbind()
+	}
+}
+
 // GiveBack deletes a lease taken ahead whose entry did not come: no run happened under
 // it, so its release records none (an event that entered before it is not superseded
 // by it). It does nothing for a nil Pending or one whose lease was not taken.

@@ -120,7 +120,8 @@ func (le *Lease) stopHeartbeat() {
 }
 
 // Context is cancelled when the lease ends; context.Cause tells why (ErrLeaseLost,
-// ErrLeaseUnproven, ErrMaxHold, ErrReleased, or the parent's cause).
+// ErrLeaseUnproven, ErrMaxHold, ErrReleased, or the cause of the end of the context it
+// was acquired under, unless Unbind untied it first).
 func (le *Lease) Context() context.Context { return le.ctx }
 
 // Fence is this acquisition's fence: greater than every earlier one for the same key.

@@ -771,6 +771,31 @@ func TestDefaultPatternMatcherAgreesWithRegexp(t *testing.T) {
 
 // A lease costs no goroutine until its first extend is due: most events end in
 // milliseconds, long before TTL/3.
+// Unbind unties a lease from the context it was acquired under: that context's end
+// (a message acked while its run's release waits for a batch) leaves it held, and it
+// ends released.
+func TestUnboundLeaseOutlivesItsContext(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	le, err := l.Acquire(ctx, "triage", "RHEL-123", lease.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	le.Unbind()
+	cancel()
+	if redistest.Within(100*time.Millisecond, func() bool { return !le.Held() }) {
+		t.Fatalf("an unbound lease ended with its context: %v", context.Cause(le.Context()))
+	}
+	if deleted, err := le.Release(context.Background()); !deleted || err != nil {
+		t.Fatalf("release = %v, %v", deleted, err)
+	}
+	if cause := context.Cause(le.Context()); !errors.Is(cause, lease.ErrReleased) {
+		t.Fatalf("the lease ended with %v, want %v", cause, lease.ErrReleased)
+	}
+}
+
 func TestHeldLeaseStartsNoGoroutineBeforeFirstExtend(t *testing.T) {
 	// Not parallel: counts the process's goroutines, which parallel tests would change.
 	rdb, ns := redistest.Client(t)

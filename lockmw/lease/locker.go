@@ -711,7 +711,12 @@ func (a *acquisition) held(parent context.Context, res []any) *Lease {
 	default:
 		le.stopping = -1 // its script did not tell: WaitStopped asks
 	}
-	le.ctx, le.cancel = context.WithCancelCause(parent)
+	// Tied to parent, not derived from it, so that Unbind can untie it: a run whose
+	// release waits for a batch outlives its message's context (lockmw batch.go).
+	le.ctx, le.cancel = context.WithCancelCause(context.WithoutCancel(parent))
+	if parent.Done() != nil {
+		le.unbind = context.AfterFunc(parent, func() { le.cancel(context.Cause(parent)) })
+	}
 	l.opts.Observer.Acquired(a.agent)
 	l.evict.track(le)
 	le.startHeartbeatLater()
