@@ -167,7 +167,7 @@ func (s *subscription) prepare(ctx context.Context) (int, error) {
 		for i, p := range pend {
 			ids[i] = p.ID
 		}
-		if err := s.markIdle(ctx, ids); err != nil {
+		if err := s.sub.GiveBack(ctx, s.route.Stream, ids); err != nil {
 			return marked, fmt.Errorf("re-mark own pending entries of %s: %w", s.route.Stream, err)
 		}
 		marked += len(pend)
@@ -176,18 +176,6 @@ func (s *subscription) prepare(ctx context.Context) (int, error) {
 		}
 		start = "(" + pend[len(pend)-1].ID
 	}
-}
-
-// markIdle re-marks entries this consumer owns as idle past MaxIdleTime (XCLAIM to
-// itself, IDLE, JUSTID), so the next claim pass of any consumer may take them.
-func (s *subscription) markIdle(ctx context.Context, ids []string) error {
-	args := make([]any, 0, 8+len(ids))
-	args = append(args, "XCLAIM", s.route.Stream, s.route.Group, s.consumer, 0)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	args = append(args, "IDLE", (s.maxIdle + time.Second).Milliseconds(), "JUSTID")
-	return s.shared.Do(ctx, args...).Err()
 }
 
 // shouldClaim is the claim veto: an idle entry is claimed only when no live lease
@@ -297,7 +285,7 @@ func (s *subscription) offerBack() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.markIdle(ctx, ids); err != nil {
+	if err := s.sub.GiveBack(ctx, s.route.Stream, ids); err != nil {
 		// They stay pending here, unhandled until this consumer's claim loop or another's
 		// takes them after MaxIdleTime: late, not lost.
 		s.log.Warn().Err(err).Int("entries", len(ids)).Msg("could not hand read-ahead entries back to the group")

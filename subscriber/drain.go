@@ -118,20 +118,11 @@ func (r *reader) takeAhead() []string {
 	return ids
 }
 
-// markIdle makes ids, pending for this consumer, look idle past MaxIdleTime (XCLAIM
-// to ourselves with IDLE, their delivery count unchanged), so that any consumer's next
-// claim pass takes them.
+// markIdle gives ids back to the group (GiveBack), for at most 5 s.
 func (r *reader) markIdle(ctx context.Context, ids []string) error {
-	cfg := r.s.cfg
-	args := make([]any, 0, 8+len(ids))
-	args = append(args, "XCLAIM", r.stream, cfg.Group, cfg.Consumer, 0)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	args = append(args, "IDLE", (cfg.MaxIdleTime + time.Second).Milliseconds(), "JUSTID")
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	return cfg.Client.Do(cctx, args...).Err()
+	return r.s.GiveBack(cctx, r.stream, ids)
 }
 
 // giveBackAtEnd hands the entries read ahead and never handed over back to the group

@@ -310,8 +310,8 @@ func (s *Subscriber) ReadAhead(stream string) int {
 
 // HandBack forgets the entries of stream read and not yet handed over and returns
 // their ids: they stay pending for this consumer, and the caller hands them to the
-// group (marks them idle, say, for any consumer's claim pass). The reader reads no
-// more until the message it handles now is acked.
+// group (GiveBack, for any consumer's claim pass). The reader reads no more until
+// the message it handles now is acked.
 func (s *Subscriber) HandBack(stream string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,6 +326,24 @@ func (s *Subscriber) HandBack(stream string) []string {
 		r.ahead, r.held = nil, true
 	}
 	return ids
+}
+
+// GiveBack makes the entries ids of stream, pending for this consumer, look idle past
+// MaxIdleTime (XCLAIM to this consumer with IDLE, their delivery count unchanged), so
+// that any consumer's next claim pass takes them. It is how the reader gives back its
+// read-ahead (drain, end), and how a caller gives back what HandBack returned, or what
+// an earlier run under this consumer's name left pending.
+func (s *Subscriber) GiveBack(ctx context.Context, stream string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 8+len(ids))
+	args = append(args, "XCLAIM", stream, s.cfg.Group, s.cfg.Consumer, 0)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, "IDLE", (s.cfg.MaxIdleTime + time.Second).Milliseconds(), "JUSTID")
+	return s.cfg.Client.Do(ctx, args...).Err()
 }
 
 // acked queues the XACK of a message its handler acked, unless it is settled.

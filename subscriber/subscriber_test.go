@@ -329,3 +329,48 @@ func TestIdleConsumersAreDeleted(t *testing.T) {
 		return !names["gone"] && names["holding"]
 	}, "the idle consumer without pending entries is deleted, the one holding an entry stays")
 }
+
+// GiveBack hands entries pending for this consumer to the group: they look idle past
+// MaxIdleTime, their delivery count unchanged, and another consumer's first claim
+// pass takes them.
+func TestGiveBackLetsAnotherConsumerClaim(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	stream := ns + "s"
+	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		msg := message.NewMessage(strconv.Itoa(i), []byte("{}"))
+		ids = append(ids, rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)}).Val())
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "a", Streams: []string{stream, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := newSub(t, rdb, subscriber.Config{Consumer: "a", MaxIdleTime: time.Hour, Unmarshaller: event.Marshaller{}})
+	if err := a.GiveBack(ctx, stream, ids); err != nil {
+		t.Fatal(err)
+	}
+	pend := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "g", Start: "-", End: "+", Count: 10}).Val()
+	if len(pend) != 3 {
+		t.Fatalf("%d entries pending, want 3", len(pend))
+	}
+	for _, p := range pend {
+		if p.Consumer != "a" || p.Idle <= time.Hour || p.RetryCount != 1 {
+			t.Fatalf("given back: %+v, want consumer a, idle past an hour, delivered once", p)
+		}
+	}
+	b := newSub(t, rdb, subscriber.Config{Consumer: "b", MaxIdleTime: time.Hour, ClaimInterval: 20 * time.Millisecond,
+		Unmarshaller: event.Marshaller{}})
+	msgs, err := b.Subscribe(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range ids {
+		receive(t, msgs).Ack()
+	}
+	redistest.Eventually(t, 5*time.Second, func() bool { return rdb.XPending(ctx, stream, "g").Val().Count == 0 },
+		"consumer b to ack what a gave back")
+}
