@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -154,8 +155,8 @@ func TestSupersedeAcrossWorkerProcesses(t *testing.T) {
 	}
 	bound := grace + ttl/3
 	stopped := old.exit.Sub(sent)
-	t.Logf("FIGURE supersede across processes: old agent SIGTERMed %s and exited %s after the newer event was published (bound KILL_GRACE + LOCK_TTL/3 = %s); newer agent started %s after the old one exited",
-		old.term.Sub(sent).Round(time.Millisecond), stopped.Round(time.Millisecond), bound, newer.start.Sub(old.exit).Round(time.Millisecond))
+	t.Logf("FIGURE supersede across processes: old agent SIGTERMed %s and exited %s after the newer event was published (bound KILL_GRACE + LOCK_TTL/3 = %s); newer agent started %s after the old one exited; %d newer events reached the holder first",
+		old.term.Sub(sent).Round(time.Millisecond), stopped.Round(time.Millisecond), bound, newer.start.Sub(old.exit).Round(time.Millisecond), len(extra))
 	if old.term.IsZero() || stopped > bound {
 		t.Errorf("the old agent stopped %s after the newer event (SIGTERM at %v), want within %s", stopped, old.term, bound)
 	}
@@ -175,8 +176,11 @@ func TestSupersedeAcrossWorkerProcesses(t *testing.T) {
 			sup = m.Values
 		}
 	}
-	if sup["holder_message_id"] != second || sup["cancelled"] != "true" || sup["ran"] != "true" {
-		t.Errorf("lock.superseded %v, want %s superseded by %s, cancelled", sup, first, second)
+	// An event published again because it reached the holder (extra) ends the first run
+	// there already (its subscription sees a newer event wait behind the run) unless
+	// the other process's take-over comes first: either newer event may be named.
+	if by := sup["holder_message_id"]; (by != second && !slices.Contains(extra, fmt.Sprint(by))) || sup["cancelled"] != "true" || sup["ran"] != "true" {
+		t.Errorf("lock.superseded %v, want %s superseded by %s (or one of %v, published first), cancelled", sup, first, second, extra)
 	}
 	if done := records(context.Background(), admin, topo, event.StageDone, issue)[0].Values; done["message_id"] != second {
 		t.Errorf("the outcome is %v's, want the newer event's %s", done["message_id"], second)
