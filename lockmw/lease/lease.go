@@ -121,7 +121,9 @@ func (le *Lease) stopHeartbeat() {
 
 // Context is cancelled when the lease ends; context.Cause tells why (ErrLeaseLost,
 // ErrLeaseUnproven, ErrMaxHold, ErrReleased, or the cause of the end of the context it
-// was acquired under, unless Unbind untied it first).
+// was acquired under, unless Unbind untied it first). It carries that context's values,
+// not its deadline (a lease taken ahead, Pending.Take, never had one): the deadline's
+// passing ends the lease with context.DeadlineExceeded as its cause.
 func (le *Lease) Context() context.Context { return le.ctx }
 
 // Fence is this acquisition's fence: greater than every earlier one for the same key.

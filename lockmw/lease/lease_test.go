@@ -796,6 +796,31 @@ func TestUnboundLeaseOutlivesItsContext(t *testing.T) {
 	}
 }
 
+// A lease acquired under a context with a deadline ends when the deadline passes,
+// naming it as the cause.
+func TestLeaseEndsAtItsContextsDeadline(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	le, err := l.Acquire(ctx, "triage", "RHEL-123", lease.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-le.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease outlived its context's deadline")
+	}
+	if cause := context.Cause(le.Context()); !errors.Is(cause, context.DeadlineExceeded) {
+		t.Fatalf("the lease ended with %v, want %v", cause, context.DeadlineExceeded)
+	}
+	if deleted, err := le.Release(context.Background()); !deleted || err != nil {
+		t.Fatalf("release after the deadline = %v, %v", deleted, err)
+	}
+}
+
 func TestHeldLeaseStartsNoGoroutineBeforeFirstExtend(t *testing.T) {
 	// Not parallel: counts the process's goroutines, which parallel tests would change.
 	rdb, ns := redistest.Client(t)
