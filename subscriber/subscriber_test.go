@@ -256,18 +256,7 @@ func TestClaimPassAsksTheVeto(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	stream := ns + "s"
-	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for i := range 2 {
-		msg := message.NewMessage(watermill.NewShortUUID(), []byte(strconv.Itoa(i)))
-		ids = append(ids, rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)}).Val())
-	}
-	// A consumer that died holding both.
-	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{stream, ">"}, Count: 2}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	ids := readBy(ctx, t, rdb, stream, "dead", 2) // a consumer that died holding both
 	var mu sync.Mutex
 	asked := map[string]int{}
 	sub := newSub(t, rdb, subscriber.Config{Consumer: "live", MaxIdleTime: 50 * time.Millisecond, ClaimInterval: 50 * time.Millisecond,
@@ -338,30 +327,12 @@ func TestGiveBackLetsAnotherConsumerClaim(t *testing.T) {
 	rdb, ns := redistest.Client(t)
 	ctx := context.Background()
 	stream := ns + "s"
-	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for i := range 3 {
-		msg := message.NewMessage(strconv.Itoa(i), []byte("{}"))
-		ids = append(ids, rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)}).Val())
-	}
-	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "a", Streams: []string{stream, ">"}}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	ids := readBy(ctx, t, rdb, stream, "a", 3)
 	a := newSub(t, rdb, subscriber.Config{Consumer: "a", MaxIdleTime: time.Hour, Unmarshaller: event.Marshaller{}})
 	if err := a.GiveBack(ctx, stream, ids); err != nil {
 		t.Fatal(err)
 	}
-	pend := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "g", Start: "-", End: "+", Count: 10}).Val()
-	if len(pend) != 3 {
-		t.Fatalf("%d entries pending, want 3", len(pend))
-	}
-	for _, p := range pend {
-		if p.Consumer != "a" || p.Idle <= time.Hour || p.RetryCount != 1 {
-			t.Fatalf("given back: %+v, want consumer a, idle past an hour, delivered once", p)
-		}
-	}
+	checkGivenBack(ctx, t, rdb, stream, time.Hour, ids)
 	b := newSub(t, rdb, subscriber.Config{Consumer: "b", MaxIdleTime: time.Hour, ClaimInterval: 20 * time.Millisecond,
 		Unmarshaller: event.Marshaller{}})
 	msgs, err := b.Subscribe(ctx, stream)
@@ -373,4 +344,22 @@ func TestGiveBackLetsAnotherConsumerClaim(t *testing.T) {
 	}
 	redistest.Eventually(t, 5*time.Second, func() bool { return rdb.XPending(ctx, stream, "g").Val().Count == 0 },
 		"consumer b to ack what a gave back")
+}
+
+// readBy creates group g on stream, appends n entries and reads them as consumer: they
+// are pending for it. It returns their ids.
+func readBy(ctx context.Context, t *testing.T, rdb *redis.Client, stream, consumer string, n int) []string {
+	t.Helper()
+	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range n {
+		msg := message.NewMessage(watermill.NewShortUUID(), []byte(strconv.Itoa(i)))
+		ids = append(ids, rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.Encode(msg)}).Val())
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: consumer, Streams: []string{stream, ">"}, Count: int64(n)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }

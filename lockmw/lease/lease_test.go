@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"regexp"
@@ -340,21 +341,42 @@ func TestReleaseOnError(t *testing.T) {
 
 func TestReleaseOnCancellation(t *testing.T) {
 	t.Parallel()
-	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	le, err := l.Acquire(ctx, "triage", "RHEL-123", lease.AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	<-le.Context().Done()
-	if !errors.Is(le.Context().Err(), context.Canceled) {
-		t.Fatalf("lease context: %v", le.Context().Err())
-	}
-	// The release must still work with the holder's cancelled context gone.
-	if deleted, err := le.Release(context.Background()); !deleted || err != nil {
-		t.Fatalf("release after cancellation = %v, %v", deleted, err)
+	// The holder's context cancelled, or its deadline passed (a lease carries its
+	// context's values, not its deadline: the deadline's passing ends it all the same).
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // 0: cancelled instead
+		cause   error
+	}{
+		{"cancelled", 0, context.Canceled},
+		{"deadline", 100 * time.Millisecond, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, ns := redistest.Client(t)
+			l := newLocker(t, rdb, ns, lease.Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(tc.timeout, time.Hour))
+			defer cancel()
+			le, err := l.Acquire(ctx, "triage", "RHEL-123", lease.AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.timeout == 0 {
+				cancel()
+			}
+			select {
+			case <-le.Context().Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the lease outlived its holder's context")
+			}
+			if cause := context.Cause(le.Context()); !errors.Is(cause, tc.cause) {
+				t.Fatalf("lease context: %v, want %v", cause, tc.cause)
+			}
+			// The release must still work with the holder's context gone.
+			if deleted, err := le.Release(context.Background()); !deleted || err != nil {
+				t.Fatalf("release after cancellation = %v, %v", deleted, err)
+			}
+		})
 	}
 }
 
@@ -793,31 +815,6 @@ func TestUnboundLeaseOutlivesItsContext(t *testing.T) {
 	}
 	if cause := context.Cause(le.Context()); !errors.Is(cause, lease.ErrReleased) {
 		t.Fatalf("the lease ended with %v, want %v", cause, lease.ErrReleased)
-	}
-}
-
-// A lease acquired under a context with a deadline ends when the deadline passes,
-// naming it as the cause.
-func TestLeaseEndsAtItsContextsDeadline(t *testing.T) {
-	t.Parallel()
-	rdb, ns := redistest.Client(t)
-	l := newLocker(t, rdb, ns, lease.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	le, err := l.Acquire(ctx, "triage", "RHEL-123", lease.AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-le.Context().Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lease outlived its context's deadline")
-	}
-	if cause := context.Cause(le.Context()); !errors.Is(cause, context.DeadlineExceeded) {
-		t.Fatalf("the lease ended with %v, want %v", cause, context.DeadlineExceeded)
-	}
-	if deleted, err := le.Release(context.Background()); !deleted || err != nil {
-		t.Fatalf("release after the deadline = %v, %v", deleted, err)
 	}
 }
 
