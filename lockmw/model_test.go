@@ -962,8 +962,12 @@ func (m *mwModel) checkEndedByRelease() error {
 				}
 				// Released, the batch's XACK landed first: the lease's context ends just after.
 				redistest.Within(time.Second, func() bool { return r.lease.Context().Err() != nil })
-				if cause := context.Cause(r.lease.Context()); cause == nil || errors.Is(cause, context.Canceled) {
-					return fmt.Errorf("property EndedByRelease: entry %s ran on live worker %s; its lease ended with %v, not by its release", r.id, wk.owner, cause)
+				cause := context.Cause(r.lease.Context())
+				if cause == nil {
+					return fmt.Errorf("property EndedByRelease: entry %s ran on live worker %s; its lease never ended", r.id, wk.owner)
+				}
+				if errors.Is(cause, context.Canceled) {
+					return fmt.Errorf("property EndedByRelease: entry %s ran on live worker %s; its lease ended with %w, not by its release", r.id, wk.owner, cause)
 				}
 			}
 		}

@@ -100,9 +100,13 @@ func (a *acker) flush(ctx context.Context) {
 	if len(refs) == 0 {
 		return
 	}
-	pipe := a.rdb.Pipeline()
-	cmds := a.queue(ctx, pipe, refs)
-	_, _ = pipe.Exec(ctx) // each command's error is in cmds
+	var cmds []*redis.IntCmd
+	_ = again(ctx, func() error { // XACK is idempotent: sent again on a lost reply
+		pipe := a.rdb.Pipeline()
+		cmds = a.queue(ctx, pipe, refs)
+		_, err := pipe.Exec(ctx) // each command's error is in cmds
+		return err
+	})
 	a.settle(refs, cmds)
 }
 

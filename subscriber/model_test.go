@@ -44,6 +44,11 @@ const (
 	// AllHandled, at the end: a fresh consumer takes and handles every entry no handler
 	// acked.
 	propAllHandled = "AllHandled"
+	// NothingUnseen, after a read's reply is lost: an entry added then is, within a
+	// few seconds, unread or pending for a consumer whose Observer heard it read (the
+	// read that delivered it failed, and the reader took what it had delivered),
+	// never ours unseen until MaxIdleTime.
+	propNothingUnseen = "NothingUnseen"
 )
 
 // modelMaxIdle is MaxIdleTime in the model: longer than any run, so only the model's
@@ -125,7 +130,12 @@ type sWorld struct {
 	// crash: its XACK may have been on the wire (it lands or not, both are right).
 	inFlight map[string]bool
 	names    int
-	trace    []string
+	tallies  map[string][]*tally // by consumer name: the Observers of its subscribers
+	// endedAt is when a subscriber of a consumer name last closed or crashed: a
+	// blocking read of its still in flight takes entries for that name that no
+	// subscriber sees (they wait for MaxIdleTime, or a start-up pass).
+	endedAt map[string]time.Time
+	trace   []string
 }
 
 // TestModelSubscriber runs seeded random sequences of steps against the read loop and
@@ -138,7 +148,8 @@ func TestModelSubscriber(t *testing.T) {
 	from, n := redistest.ModelSeeds(t, 12)
 	for seed := from; seed < from+n; seed++ {
 		w := &sWorld{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 47)), direct: direct, proxy: proxy,
-			stream: fmt.Sprintf("%ss%d", ns, seed), handled: map[string]bool{}, inFlight: map[string]bool{}}
+			stream: fmt.Sprintf("%ss%d", ns, seed), handled: map[string]bool{}, inFlight: map[string]bool{},
+			tallies: map[string][]*tally{}, endedAt: map[string]time.Time{}}
 		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { w.t = t; w.run() }) {
 			return
 		}
@@ -182,9 +193,10 @@ func (w *sWorld) start(name string) {
 		w.names++
 	}
 	opts := *w.direct.Options()
-	opts.Addr, opts.MaxRetries = w.proxy.Addr(), 3
+	opts.Addr, opts.MaxRetries = w.proxy.Addr(), -1 // as the pipeline's subscribers: a lost read fails, and is recovered
 	client := redis.NewClient(&opts)
 	obs := newTally()
+	w.tallies[name] = append(w.tallies[name], obs)
 	cfg := subscriber.Config{Client: client, Group: "g", Consumer: name, BlockTime: 30 * time.Millisecond,
 		ClaimInterval: 20 * time.Millisecond, MaxIdleTime: modelMaxIdle, ReadBatch: 1 + w.rng.IntN(4),
 		KeepAhead: 1 + w.rng.IntN(3), NackResendSleep: time.Duration(w.rng.IntN(2)) * 30 * time.Millisecond,
@@ -380,6 +392,46 @@ func (w *sWorld) loseReply() {
 	i := w.rng.IntN(len(cmds))
 	w.proxy.LoseReply(cmds[i], 1)
 	w.logf("lose the next reply of %v", []string{"XACK", "XREADGROUP", "XPENDING", "XCLAIM IDLE"}[i])
+	if i == 1 {
+		// The reads in flight end (BlockTime), the next one takes the loss: an entry
+		// added now is what it delivers, unless another read takes it first.
+		time.Sleep(40 * time.Millisecond)
+		added := time.Now()
+		w.add()
+		w.checkNothingUnseen(w.added[len(w.added)-1], added)
+	}
+}
+
+// checkNothingUnseen checks that entry id, added at added, is within three seconds
+// unread or pending for a consumer one of whose subscribers' Observer heard it read,
+// or whose subscriber ended less than a read's BLOCK before (its read may have taken it).
+func (w *sWorld) checkNothingUnseen(id string, added time.Time) {
+	var at string
+	seen := func() bool {
+		at = ""
+		for _, p := range w.pending(context.Background()) {
+			if p.ID != id {
+				continue
+			}
+			at = p.Consumer
+			if added.Sub(w.endedAt[p.Consumer]) < 100*time.Millisecond {
+				return true
+			}
+			for _, o := range w.tallies[p.Consumer] {
+				o.mu.Lock()
+				n := o.read[id]
+				o.mu.Unlock()
+				if n > 0 {
+					return true
+				}
+			}
+			return false
+		}
+		return true
+	}
+	if !redistest.Within(3*time.Second, seen) {
+		w.fail(propNothingUnseen, "entry %s is pending for %s, whose subscribers never read it", id, at)
+	}
 }
 
 // closeSub closes s and checks what a closed subscriber leaves behind.
@@ -397,6 +449,7 @@ func (w *sWorld) closeSub(s *mSub) {
 		w.t.Fatalf("%s: Close: %v", s.name, err)
 	}
 	w.logf("close %s (holding %d)", s.name, len(s.held))
+	w.endedAt[s.name] = time.Now()
 	w.remove(s)
 	w.checkEveryReadEnds(s)
 	w.checkAckSent(s)
@@ -411,6 +464,7 @@ func (w *sWorld) crash(s *mSub) {
 	_ = s.client.Close()
 	_ = s.sub.Close()
 	s.unsubscribe()
+	w.endedAt[s.name] = time.Now()
 	w.remove(s)
 	pend := w.pendingSet(context.Background())
 	for _, id := range s.acked {

@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
 // reader is one Subscribe: one stream, two loops. fill reads ahead (a batch, or one
@@ -27,6 +29,11 @@ type reader struct {
 	giving  []string         // entries given back whose XCLAIM IDLE is still to succeed; fill's own
 	filled  chan struct{}    // fill → run: entries were read
 	drained chan struct{}    // run → fill: ahead was emptied, or a message acked
+
+	// lastRead is the newest entry a read of new entries returned; lost, that such a
+	// read failed: its entries may be ours unseen (recoverLost). fill's own.
+	lastRead string
+	lost     bool
 
 	nextClaim time.Time // zero: a claim pass is due now
 	nextCheck time.Time // when idle consumers are looked for next
@@ -96,6 +103,14 @@ func (r *reader) unpop(m redis.XMessage) {
 // HandBack did not just take them), a claim pass when one is due, else a read.
 func (r *reader) fill(ctx context.Context) {
 	for {
+		// Taken whether or not the read-ahead has room: they are ours already.
+		if r.lost && ctx.Err() == nil {
+			if err := r.recoverLost(ctx); err != nil {
+				r.log.Warn().Err(err).Msg("taking the entries of a read whose reply was lost failed; retrying")
+				r.pause(ctx, retryWait)
+				continue
+			}
+		}
 		if !r.waitDrained(ctx) {
 			return
 		}
@@ -184,11 +199,86 @@ func (r *reader) read(ctx context.Context) error {
 	}
 	res, err := r.s.cfg.Client.XReadGroup(ctx, args).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
+		r.lost = r.lost || ctx.Err() == nil
 		return r.readFailed(ctx, err)
 	}
 	if len(res) > 0 {
-		r.keep(res[0].Messages)
+		r.keepRead(res[0].Messages)
 	}
+	return nil
+}
+
+// keepRead keeps the entries a read of new entries returned (keep) and remembers the
+// newest.
+func (r *reader) keepRead(msgs []redis.XMessage) {
+	if len(msgs) > 0 {
+		r.lastRead = msgs[len(msgs)-1].ID
+	}
+	r.keep(msgs)
+}
+
+// recoverLost takes the entries that a read whose reply was lost (the connection cut
+// after Redis had answered) delivered to this consumer: pending for it, newer than
+// the newest entry a read returned it, delivered once (a claim counts a second
+// delivery), and not given back (idle past MaxIdleTime: any claim pass takes those).
+// It claims them again with their delivery count kept at 1 (the lost read handed
+// them to no handler) and keeps them. Without it they wait for a claim pass after
+// MaxIdleTime. It needs a client that does not send a failed read again itself
+// (go-redis's MaxRetries -1: a read sent again returns newer entries and hides the
+// gap). A reader that shares its stream with another of this subscriber's leaves
+// them to the claim pass: it cannot tell their entries from lost ones.
+func (r *reader) recoverLost(ctx context.Context) error {
+	cfg := r.s.cfg
+	if !r.s.alone(r) {
+		r.lost = false
+		return nil
+	}
+	start := "-"
+	if r.lastRead != "" {
+		start = "(" + r.lastRead
+	}
+	for {
+		pend, err := cfg.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.stream, Group: cfg.Group,
+			Start: start, End: "+", Count: 100, Consumer: cfg.Consumer}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return r.readFailed(ctx, err)
+		}
+		if err := r.reclaim(ctx, pend); err != nil {
+			return r.readFailed(ctx, err)
+		}
+		if len(pend) < 100 {
+			r.lost = false
+			return nil
+		}
+		start = "(" + pend[len(pend)-1].ID
+	}
+}
+
+// reclaim claims the entries of pend that a lost read delivered (recoverLost) and
+// keeps them.
+func (r *reader) reclaim(ctx context.Context, pend []redis.XPendingExt) error {
+	cfg := r.s.cfg
+	args := []any{"XCLAIM", r.stream, cfg.Group, cfg.Consumer, 0}
+	n := 0
+	for _, p := range pend {
+		if p.RetryCount == 1 && p.Idle < cfg.MaxIdleTime {
+			args = append(args, p.ID)
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	cmd := redis.NewXMessageSliceCmd(ctx, append(args, "RETRYCOUNT", 1)...)
+	if err := cfg.Client.Process(ctx, cmd); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	msgs := cmd.Val()
+	if len(msgs) > 0 && streamid.Compare(msgs[len(msgs)-1].ID, r.lastRead) > 0 {
+		r.lastRead = msgs[len(msgs)-1].ID
+	}
+	r.log.Info().Int("entries", len(msgs)).Msg("a read's reply was lost: took the entries it had delivered")
+	r.keep(msgs)
 	return nil
 }
 
@@ -212,11 +302,12 @@ func (r *reader) readWithAcks(ctx context.Context, args *redis.XReadGroupArgs) (
 	rd := pipe.XReadGroup(sctx, &nonBlocking)
 	_, err = pipe.Exec(sctx)
 	a.settle(acks, ackCmds)
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err := rd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		r.lost = r.lost || ctx.Err() == nil
 		return false, r.readFailed(ctx, err)
 	}
 	if res := rd.Val(); len(res) > 0 && len(res[0].Messages) > 0 {
-		r.keep(res[0].Messages)
+		r.keepRead(res[0].Messages)
 		return true, nil
 	}
 	return false, nil
