@@ -99,7 +99,7 @@ func newSubscription(cfg subscriptionConfig) (*subscription, error) {
 	s := &subscription{
 		route:     cfg.Route,
 		consumer:  cfg.Consumer,
-		client:    subscriberClient(cfg.ClientOptions),
+		client:    redis.NewUniversalClient(cfg.ClientOptions),
 		shared:    cfg.Shared,
 		locker:    cfg.Locker,
 		log:       cfg.Logger.With().Str("stream", cfg.Route.Stream).Str("consumer", cfg.Consumer).Logger(),
@@ -142,15 +142,6 @@ func (s *subscription) close() error {
 		err = errors.Join(err, cerr)
 	}
 	return err
-}
-
-// subscriberClient is the subscriber's own client: go-redis sends no failed command
-// again (MaxRetries -1), so a read whose reply was lost fails and the subscriber takes
-// the entries it delivered at once; its other commands are retried by their loops.
-func subscriberClient(opts *redis.UniversalOptions) redis.UniversalClient {
-	o := *opts
-	o.MaxRetries = -1
-	return redis.NewUniversalClient(&o)
 }
 
 // prepare creates the group and re-marks this consumer's own pending entries (left by

@@ -100,13 +100,9 @@ func (a *acker) flush(ctx context.Context) {
 	if len(refs) == 0 {
 		return
 	}
-	var cmds []*redis.IntCmd
-	_ = again(ctx, func() error { // XACK is idempotent: sent again on a lost reply
-		pipe := a.rdb.Pipeline()
-		cmds = a.queue(ctx, pipe, refs)
-		_, err := pipe.Exec(ctx) // each command's error is in cmds
-		return err
-	})
+	pipe := a.rdb.Pipeline()
+	cmds := a.queue(ctx, pipe, refs)
+	_, _ = pipe.Exec(ctx) // each command's error is in cmds
 	a.settle(refs, cmds)
 }
 

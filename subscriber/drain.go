@@ -125,12 +125,15 @@ func (r *reader) markIdle(ctx context.Context, ids []string) error {
 	return r.s.GiveBack(cctx, r.stream, ids)
 }
 
+// endGiveBack bounds how long the end of a reader tries to give its read-ahead back.
+const endGiveBack = 2 * time.Second
+
 // giveBackAtEnd hands the entries read ahead and never handed over back to the group
 // once the reader ends (the subscriber closes, or its Subscribe context ends), with
 // those of a drain still to give back when fill is done (withGiving: fill's own), so
 // that a worker that stops (a rolling update names its pods anew) leaves them to the
-// others' next claim pass rather than for MaxIdleTime. Best effort: if it fails, they
-// wait for MaxIdleTime as before.
+// others' next claim pass rather than for MaxIdleTime. If it fails for endGiveBack,
+// they wait for MaxIdleTime as before (late, not lost).
 func (r *reader) giveBackAtEnd(withGiving bool) {
 	ids := r.takeAhead()
 	if withGiving {
@@ -140,8 +143,16 @@ func (r *reader) giveBackAtEnd(withGiving bool) {
 	if len(ids) == 0 {
 		return
 	}
-	if err := r.markIdle(context.Background(), ids); err != nil {
-		r.log.Debug().Err(err).Int("entries", len(ids)).Msg("could not give the entries read ahead back at the end; a claim pass takes them after MaxIdleTime")
+	// Tried a few times within endGiveBack (each try is go-redis's, with its retries):
+	// Close promises them back.
+	ctx, cancel := context.WithTimeout(context.Background(), endGiveBack)
+	defer cancel()
+	err := r.s.GiveBack(ctx, r.stream, ids)
+	for wait := 10 * time.Millisecond; err != nil && r.pause(ctx, wait); wait *= 2 {
+		err = r.s.GiveBack(ctx, r.stream, ids)
+	}
+	if err != nil {
+		r.log.Warn().Err(err).Int("entries", len(ids)).Msg("could not give the entries read ahead back at the end; a claim pass takes them after MaxIdleTime")
 		return
 	}
 	r.log.Info().Int("entries", len(ids)).Msg("gave the entries read ahead back to the group at the end")

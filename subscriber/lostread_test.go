@@ -13,8 +13,8 @@ import (
 )
 
 // A read whose reply is lost (the connection cut after Redis had delivered its
-// entries to this consumer) fails on a client that does not send it again (MaxRetries
-// -1): the subscriber then takes the entries that read delivered, at once and in
+// entries to this consumer) is not sent again by go-redis: it fails, and the
+// subscriber then takes the entries that read delivered, at once and in
 // order, their delivery count still 1, instead of leaving them to a claim pass after
 // MaxIdleTime (an hour here).
 func TestLostReadReplyIsRecovered(t *testing.T) {
@@ -31,7 +31,7 @@ func TestLostReadReplyIsRecovered(t *testing.T) {
 	}
 	proxy := redistest.NewLossyProxy(t, rdb.Options().Addr)
 	opts := *rdb.Options()
-	opts.Addr, opts.MaxRetries = proxy.Addr(), -1
+	opts.Addr = proxy.Addr() // go-redis's retries on, as in a worker
 	client := redis.NewClient(&opts)
 	t.Cleanup(func() { _ = client.Close() })
 	proxy.LoseReply(redistest.Command("XREADGROUP"), 1)

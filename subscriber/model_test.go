@@ -193,7 +193,7 @@ func (w *sWorld) start(name string) {
 		w.names++
 	}
 	opts := *w.direct.Options()
-	opts.Addr, opts.MaxRetries = w.proxy.Addr(), -1 // as the pipeline's subscribers: a lost read fails, and is recovered
+	opts.Addr, opts.MaxRetries = w.proxy.Addr(), 3
 	client := redis.NewClient(&opts)
 	obs := newTally()
 	w.tallies[name] = append(w.tallies[name], obs)

@@ -197,7 +197,9 @@ func (r *reader) read(ctx context.Context) error {
 	if done, err := r.readWithAcks(ctx, args); done || err != nil {
 		return err
 	}
-	res, err := r.s.cfg.Client.XReadGroup(ctx, args).Result()
+	cmd := r.newRead(ctx, args)
+	_ = r.s.cfg.Client.Process(ctx, cmd)
+	res, err := cmd.Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		r.lost = r.lost || ctx.Err() == nil
 		return r.readFailed(ctx, err)
@@ -206,6 +208,20 @@ func (r *reader) read(ctx context.Context) error {
 		r.keepRead(res[0].Messages)
 	}
 	return nil
+}
+
+// readCmd is an XREADGROUP of new entries that go-redis never sends again (NoRetry):
+// sent again after its reply was lost, it would return newer entries and leave the
+// first one's ours unseen. It fails instead, and recoverLost takes them.
+type readCmd struct{ *redis.XStreamSliceCmd }
+
+// NoRetry keeps go-redis from sending the read again, alone or in a pipeline.
+func (readCmd) NoRetry() bool { return true }
+
+// newRead builds the read of args as go-redis's XReadGroup does (its BLOCK read
+// timeout included), queued in a pipeline that is never sent.
+func (r *reader) newRead(ctx context.Context, args *redis.XReadGroupArgs) readCmd {
+	return readCmd{r.s.cfg.Client.Pipeline().XReadGroup(ctx, args)}
 }
 
 // keepRead keeps the entries a read of new entries returned (keep) and remembers the
@@ -223,9 +239,7 @@ func (r *reader) keepRead(msgs []redis.XMessage) {
 // delivery), and not given back (idle past MaxIdleTime: any claim pass takes those).
 // It claims them again with their delivery count kept at 1 (the lost read handed
 // them to no handler) and keeps them. Without it they wait for a claim pass after
-// MaxIdleTime. It needs a client that does not send a failed read again itself
-// (go-redis's MaxRetries -1: a read sent again returns newer entries and hides the
-// gap). A reader that shares its stream with another of this subscriber's leaves
+// MaxIdleTime. A reader that shares its stream with another of this subscriber's leaves
 // them to the claim pass: it cannot tell their entries from lost ones.
 func (r *reader) recoverLost(ctx context.Context) error {
 	cfg := r.s.cfg
@@ -299,7 +313,8 @@ func (r *reader) readWithAcks(ctx context.Context, args *redis.XReadGroupArgs) (
 	ackCmds := a.queue(sctx, pipe, acks)
 	nonBlocking := *args
 	nonBlocking.Block = -1
-	rd := pipe.XReadGroup(sctx, &nonBlocking)
+	rd := r.newRead(sctx, &nonBlocking)
+	_ = pipe.Process(sctx, rd)
 	_, err = pipe.Exec(sctx)
 	a.settle(acks, ackCmds)
 	if err := rd.Err(); err != nil && !errors.Is(err, redis.Nil) {

@@ -55,10 +55,7 @@ type Observer interface {
 // Config configures New. Client, Group and Consumer are required; every other field
 // has the default its comment states, taken when left zero.
 type Config struct {
-	// Client reads and acks. Close leaves it open. Required. With MaxRetries -1 (no
-	// command sent again by go-redis) a read whose reply was lost fails, and the
-	// entries it delivered are taken at once; with go-redis's retries they wait for a
-	// claim pass after MaxIdleTime (late, not lost).
+	// Client reads and acks. Close leaves it open. Required.
 	Client redis.UniversalClient
 	// Group is the consumer group, created at Subscribe from the stream's start ("0")
 	// when missing. Required.
@@ -265,7 +262,7 @@ func (s *Subscriber) drop(r *reader) {
 
 // createGroup creates group on stream from its start, and the stream if missing.
 func createGroup(ctx context.Context, rdb redis.UniversalClient, stream, group string) error {
-	err := again(ctx, func() error { return rdb.XGroupCreateMkStream(ctx, stream, group, "0").Err() })
+	err := rdb.XGroupCreateMkStream(ctx, stream, group, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("subscriber: create group %s on %s: %w", group, stream, err)
 	}
@@ -358,30 +355,7 @@ func (s *Subscriber) GiveBack(ctx context.Context, stream string, ids []string) 
 		args = append(args, id)
 	}
 	args = append(args, "IDLE", (s.cfg.MaxIdleTime + time.Second).Milliseconds(), "JUSTID")
-	return again(ctx, func() error { return s.cfg.Client.Do(ctx, args...).Err() })
-}
-
-// againTries is how many times again sends a command: go-redis's default (its
-// MaxRetries 3), for a client that sends nothing again itself (Config.Client).
-const againTries = 4
-
-// again runs an idempotent command (do) until it succeeds, Redis answers it with an
-// error, ctx ends, or againTries attempts failed on the connection.
-func again(ctx context.Context, do func() error) error {
-	var err error
-	for i := range againTries {
-		if err = do(); err == nil || errors.As(err, new(redis.Error)) || ctx.Err() != nil {
-			return err
-		}
-		if i < againTries-1 {
-			select {
-			case <-time.After(time.Duration(8<<i) * time.Millisecond):
-			case <-ctx.Done():
-				return err
-			}
-		}
-	}
-	return err
+	return s.cfg.Client.Do(ctx, args...).Err()
 }
 
 // acked queues the XACK of a message its handler acked, unless it is settled.
