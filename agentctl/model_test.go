@@ -136,6 +136,11 @@ func (m *mWorld) stepOnce(i int) {
 				m.t.Fatal(err)
 			}
 			h.current = false
+			if h.calling {
+				// Its call was charged, and its report can only be refused (stale):
+				// lost from now on, as at a crash (its reservation no longer counts).
+				m.lost += h.reserved
+			}
 			delete(m.holder, agent)
 			m.start(agent)
 		}
@@ -170,6 +175,9 @@ func (m *mWorld) start(agent string) {
 // call in flight was charged and is never reported.
 func (m *mWorld) crash(r *mRun) {
 	if !r.current {
+		// Superseded: its keys are the new holder's now, and a call it had in flight
+		// was counted lost then.
+		r.calling, r.reserved = false, 0
 		return
 	}
 	ctx := context.Background()
@@ -260,8 +268,7 @@ func (m *mWorld) callAndReport(r *mRun, i int) {
 		if st != agentctl.StatusStaleFence {
 			m.fail(propStaleRefused, "a run without its lease reported: %s", st)
 		}
-		m.lost += cost
-		r.reserved = 0
+		r.reserved = 0 // its call was counted lost when it was superseded
 		return
 	}
 	m.counted += cost

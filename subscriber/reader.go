@@ -315,7 +315,7 @@ func (r *reader) readWithAcks(ctx context.Context, args *redis.XReadGroupArgs) (
 	nonBlocking.Block = -1
 	rd := r.newRead(sctx, &nonBlocking)
 	_ = pipe.Process(sctx, rd)
-	_, err = pipe.Exec(sctx)
+	_, _ = pipe.Exec(sctx) // each command's error is in its own result
 	a.settle(acks, ackCmds)
 	if err := rd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		r.lost = r.lost || ctx.Err() == nil
