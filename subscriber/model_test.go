@@ -85,6 +85,13 @@ func (o *tally) Ended(_, id string) {
 	o.lastGaveBack[id] = false
 }
 
+// readTimes is how often the Observer heard that entry id was read.
+func (o *tally) readTimes(id string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.read[id]
+}
+
 // endedTimes is how often the Observer heard that entry id ended.
 func (o *tally) endedTimes(id string) int {
 	o.mu.Lock()
@@ -417,15 +424,7 @@ func (w *sWorld) checkNothingUnseen(id string, added time.Time) {
 			if added.Sub(w.endedAt[p.Consumer]) < 100*time.Millisecond {
 				return true
 			}
-			for _, o := range w.tallies[p.Consumer] {
-				o.mu.Lock()
-				n := o.read[id]
-				o.mu.Unlock()
-				if n > 0 {
-					return true
-				}
-			}
-			return false
+			return slices.ContainsFunc(w.tallies[p.Consumer], func(o *tally) bool { return o.readTimes(id) > 0 })
 		}
 		return true
 	}

@@ -9,8 +9,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-
-	"github.com/ymirflow/ymirflow/internal/streamid"
 )
 
 // reader is one Subscribe: one stream, two loops. fill reads ahead (a batch, or one
@@ -288,11 +286,8 @@ func (r *reader) reclaim(ctx context.Context, pend []redis.XPendingExt) error {
 		return err
 	}
 	msgs := cmd.Val()
-	if len(msgs) > 0 && streamid.Compare(msgs[len(msgs)-1].ID, r.lastRead) > 0 {
-		r.lastRead = msgs[len(msgs)-1].ID
-	}
 	r.log.Info().Int("entries", len(msgs)).Msg("a read's reply was lost: took the entries it had delivered")
-	r.keep(msgs)
+	r.keepRead(msgs) // newer than lastRead, as recoverLost lists them
 	return nil
 }
 

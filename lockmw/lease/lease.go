@@ -52,7 +52,7 @@ type Lease struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	unbind func() bool // detaches a pending lease from the event context it was bound to
+	unbind func() bool // unties the lease from the context it was acquired under or bound to (Unbind)
 
 	// The heartbeat starts lazily: a lease released before its first extend is due
 	// (most events take milliseconds) costs a place in its Locker's starter list, no
