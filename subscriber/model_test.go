@@ -47,7 +47,9 @@ const (
 	// NothingUnseen, after a read's reply is lost: an entry added then is, within a
 	// few seconds, unread or pending for a consumer whose Observer heard it read (the
 	// read that delivered it failed, and the reader took what it had delivered),
-	// never ours unseen until MaxIdleTime.
+	// never ours unseen until MaxIdleTime. After a claim pass's reply is lost: every
+	// pending entry is, within a few seconds, heard read as often as it was delivered
+	// since (the claim failed, and the reader took what it had claimed).
 	propNothingUnseen = "NothingUnseen"
 )
 
@@ -390,22 +392,94 @@ func (w *sWorld) toggleDrain(s *mSub) {
 	w.logf("%s drain=%v", s.name, s.drained)
 }
 
-// loseReply arms the proxy to lose the reply of one command of the read loop's. A
-// claim pass's XCLAIM is left out: its entries would be this consumer's without its
-// knowing, which GivenBack cannot tell from an entry not given back.
+// loseReply arms the proxy to lose the reply of one command of the read loop's. After
+// a read's (XREADGROUP) or a claim pass's (XCLAIM) it checks NothingUnseen.
 func (w *sWorld) loseReply() {
 	cmds := []redistest.Match{redistest.Command("XACK"), redistest.Command("XREADGROUP"),
-		redistest.Command("XPENDING"), redistest.Command("XCLAIM", "IDLE")}
+		redistest.Command("XPENDING"), redistest.Command("XCLAIM", "IDLE"), claimPass}
 	i := w.rng.IntN(len(cmds))
 	w.proxy.LoseReply(cmds[i], 1)
-	w.logf("lose the next reply of %v", []string{"XACK", "XREADGROUP", "XPENDING", "XCLAIM IDLE"}[i])
-	if i == 1 {
+	w.logf("lose the next reply of %v", []string{"XACK", "XREADGROUP", "XPENDING", "XCLAIM IDLE", "XCLAIM (claim pass)"}[i])
+	switch i {
+	case 1:
 		// The reads in flight end (BlockTime), the next one takes the loss: an entry
 		// added now is what it delivers, unless another read takes it first.
 		time.Sleep(40 * time.Millisecond)
 		added := time.Now()
 		w.add()
 		w.checkNothingUnseen(w.added[len(w.added)-1], added)
+	case 4:
+		// Time passes: the next claim pass that takes an entry takes the loss. Once
+		// every entry was claimed again (or a second passed), none is ours unseen.
+		// (Counted from after the age: a claim before it that lost its reply left
+		// its entries idle again, for the next pass.)
+		w.age()
+		before := w.deliveries()
+		redistest.Within(time.Second, w.noneIdle)
+		w.checkClaimsSeen(before, time.Now())
+	}
+}
+
+// noneIdle reports whether no pending entry is idle past MaxIdleTime.
+func (w *sWorld) noneIdle() bool {
+	return !slices.ContainsFunc(w.pending(context.Background()), func(p redis.XPendingExt) bool { return p.Idle >= modelMaxIdle })
+}
+
+// claimPass matches a claim pass's XCLAIM: not a give-back's (IDLE), nor a recovery's
+// (RETRYCOUNT).
+func claimPass(args []string) bool {
+	return redistest.Command("XCLAIM")(args) && !redistest.Command("XCLAIM", "IDLE")(args) &&
+		!redistest.Command("XCLAIM", "RETRYCOUNT")(args)
+}
+
+// delivered is, for an entry, how often Redis delivered it (its pending entry's
+// delivery count; 0 when not pending) and how often any Observer heard it read.
+type delivered struct{ count, reads int }
+
+// deliveries is delivered for every entry added.
+func (w *sWorld) deliveries() map[string]delivered {
+	d := make(map[string]delivered, len(w.added))
+	for _, id := range w.added {
+		d[id] = delivered{reads: w.readsOf(id)}
+	}
+	for _, p := range w.pending(context.Background()) {
+		d[p.ID] = delivered{count: int(p.RetryCount), reads: d[p.ID].reads}
+	}
+	return d
+}
+
+// readsOf is how often any subscriber's Observer heard entry id read.
+func (w *sWorld) readsOf(id string) int {
+	n := 0
+	for _, ts := range w.tallies {
+		for _, o := range ts {
+			n += o.readTimes(id)
+		}
+	}
+	return n
+}
+
+// checkClaimsSeen checks that within three seconds every pending entry not idle past
+// MaxIdleTime (those are any claim pass's) that Redis delivered (a claim pass's
+// XCLAIM) since before was heard read as often since, but for a consumer whose
+// subscriber ended less than a read's BLOCK before at (its read may have taken it): a
+// claim whose reply was lost leaves none ours unseen.
+func (w *sWorld) checkClaimsSeen(before map[string]delivered, at time.Time) {
+	var msg string
+	seen := func() bool {
+		for _, p := range w.pending(context.Background()) {
+			b := before[p.ID]
+			sent, heard := int(p.RetryCount)-b.count, w.readsOf(p.ID)-b.reads
+			if sent > heard && p.Idle < modelMaxIdle && at.Sub(w.endedAt[p.Consumer]) >= 100*time.Millisecond {
+				msg = fmt.Sprintf("entry %s is pending for %s, delivered %d times since the age step, idle %s, heard read %d times",
+					p.ID, p.Consumer, sent, p.Idle, heard)
+				return false
+			}
+		}
+		return true
+	}
+	if !redistest.Within(3*time.Second, seen) {
+		w.fail(propNothingUnseen, "%s", msg)
 	}
 }
 

@@ -32,6 +32,9 @@ type reader struct {
 	// read failed: its entries may be ours unseen (recoverLost). fill's own.
 	lastRead string
 	lost     bool
+	// lostClaim is what a claim pass's XCLAIM asked for when it failed: those it took
+	// may be ours unseen (recoverClaim). fill's own.
+	lostClaim []string
 
 	nextClaim time.Time // zero: a claim pass is due now
 	nextCheck time.Time // when idle consumers are looked for next
@@ -102,12 +105,10 @@ func (r *reader) unpop(m redis.XMessage) {
 func (r *reader) fill(ctx context.Context) {
 	for {
 		// Taken whether or not the read-ahead has room: they are ours already.
-		if r.lost && ctx.Err() == nil {
-			if err := r.recoverLost(ctx); err != nil {
-				r.log.Warn().Err(err).Msg("taking the entries of a read whose reply was lost failed; retrying")
-				r.pause(ctx, retryWait)
-				continue
-			}
+		if err := r.recover(ctx); err != nil {
+			r.log.Warn().Err(err).Msg("taking the entries of a read or claim whose reply was lost failed; retrying")
+			r.pause(ctx, retryWait)
+			continue
 		}
 		if !r.waitDrained(ctx) {
 			return
@@ -231,6 +232,34 @@ func (r *reader) keepRead(msgs []redis.XMessage) {
 	r.keep(msgs)
 }
 
+// recover takes the entries that a read or a claim pass whose reply was lost took for
+// this consumer (recoverLost, recoverClaim), if one was.
+func (r *reader) recover(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if r.lost {
+		if err := r.recoverLost(ctx); err != nil {
+			return err
+		}
+	}
+	if len(r.lostClaim) > 0 {
+		return r.recoverClaim(ctx)
+	}
+	return nil
+}
+
+// recoverAtEnd, at the end of the reader, takes what a read or claim whose reply was
+// lost took, for giveBackAtEnd to give it back, instead of leaving it ours unseen
+// until MaxIdleTime. Best effort, within endGiveBack.
+func (r *reader) recoverAtEnd() {
+	ctx, cancel := context.WithTimeout(context.Background(), endGiveBack)
+	defer cancel()
+	if err := r.recover(ctx); err != nil {
+		r.log.Warn().Err(err).Msg("at the end, taking the entries of a read or claim whose reply was lost failed; a claim pass takes them after MaxIdleTime")
+	}
+}
+
 // recoverLost takes the entries that a read whose reply was lost (the connection cut
 // after Redis had answered) delivered to this consumer: pending for it, newer than
 // the newest entry a read returned it, delivered once (a claim counts a second
@@ -269,26 +298,46 @@ func (r *reader) recoverLost(ctx context.Context) error {
 // reclaim claims the entries of pend that a lost read delivered (recoverLost) and
 // keeps them.
 func (r *reader) reclaim(ctx context.Context, pend []redis.XPendingExt) error {
-	cfg := r.s.cfg
-	args := []any{"XCLAIM", r.stream, cfg.Group, cfg.Consumer, 0}
-	n := 0
+	var lost []redis.XPendingExt
 	for _, p := range pend {
-		if p.RetryCount == 1 && p.Idle < cfg.MaxIdleTime {
-			args = append(args, p.ID)
-			n++
+		if p.RetryCount == 1 && p.Idle < r.s.cfg.MaxIdleTime {
+			lost = append(lost, p)
 		}
 	}
-	if n == 0 {
-		return nil
-	}
-	cmd := redis.NewXMessageSliceCmd(ctx, append(args, "RETRYCOUNT", 1)...)
-	if err := cfg.Client.Process(ctx, cmd); err != nil && !errors.Is(err, redis.Nil) {
+	msgs, err := r.claimAgain(ctx, lost)
+	if err != nil {
 		return err
 	}
-	msgs := cmd.Val()
-	r.log.Info().Int("entries", len(msgs)).Msg("a read's reply was lost: took the entries it had delivered")
+	if len(msgs) > 0 {
+		r.log.Info().Int("entries", len(msgs)).Msg("a read's reply was lost: took the entries it had delivered")
+	}
 	r.keepRead(msgs) // newer than lastRead, as recoverLost lists them
 	return nil
+}
+
+// claimAgain claims the entries of pend for this consumer again, in one round trip,
+// each with its delivery count as pend gives it (no handler saw them: no retry is
+// spent). Sent again after a lost reply, it does the same.
+func (r *reader) claimAgain(ctx context.Context, pend []redis.XPendingExt) ([]redis.XMessage, error) {
+	if len(pend) == 0 {
+		return nil, nil
+	}
+	cfg := r.s.cfg
+	pipe := cfg.Client.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(pend))
+	for i, p := range pend {
+		cmds[i] = redis.NewXMessageSliceCmd(ctx, "XCLAIM", r.stream, cfg.Group, cfg.Consumer, 0, p.ID,
+			"RETRYCOUNT", p.RetryCount)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	var msgs []redis.XMessage
+	for _, c := range cmds {
+		msgs = append(msgs, c.Val()...)
+	}
+	return msgs, nil
 }
 
 // readWithAcks sends the acks queued so far and, behind them in the same round trip, a
@@ -364,9 +413,15 @@ func (r *reader) claim(ctx context.Context) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	msgs, err := cfg.Client.XClaim(ctx, &redis.XClaimArgs{Stream: r.stream, Group: cfg.Group, Consumer: cfg.Consumer,
-		MinIdle: cfg.MaxIdleTime, Messages: ids}).Result()
+	args := []any{"XCLAIM", r.stream, cfg.Group, cfg.Consumer, cfg.MaxIdleTime.Milliseconds()}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	cmd := claimCmd{redis.NewXMessageSliceCmd(ctx, args...)}
+	_ = cfg.Client.Process(ctx, cmd)
+	msgs, err := cmd.Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
+		r.lostClaim = ids
 		return err
 	}
 	if len(msgs) > 0 {
@@ -374,6 +429,68 @@ func (r *reader) claim(ctx context.Context) error {
 	}
 	r.keep(msgs)
 	return nil
+}
+
+// claimCmd is a claim pass's XCLAIM, never sent again by go-redis (NoRetry): sent
+// again after its reply was lost, it would find the entries the first one took no
+// longer idle, return none, and leave them ours unseen until MaxIdleTime. It fails
+// instead, and recoverClaim takes them.
+type claimCmd struct{ *redis.XMessageSliceCmd }
+
+// NoRetry keeps go-redis from sending the claim again.
+func (claimCmd) NoRetry() bool { return true }
+
+// recoverClaim takes the entries that a claim pass's XCLAIM whose reply was lost took:
+// of the ids it asked for, those pending for this consumer and idle under MaxIdleTime
+// (its claim reset their idle; one it did not take is still idle past it, for the
+// next pass). It claims them again, their delivery count as that claim left it, and
+// keeps them in order. A reader that shares its stream with another of this
+// subscriber's leaves them to the claim pass: the other's pass may have taken them,
+// and handed them over itself.
+func (r *reader) recoverClaim(ctx context.Context) error {
+	if !r.s.alone(r) {
+		r.lostClaim = nil
+		return nil
+	}
+	pend, err := r.ownPending(ctx, r.lostClaim)
+	if err != nil {
+		return r.readFailed(ctx, err)
+	}
+	var taken []redis.XPendingExt
+	for _, p := range pend {
+		if p.Idle < r.s.cfg.MaxIdleTime {
+			taken = append(taken, p)
+		}
+	}
+	msgs, err := r.claimAgain(ctx, taken)
+	if err != nil {
+		return err
+	}
+	r.lostClaim = nil
+	if len(msgs) > 0 {
+		r.log.Info().Int("entries", len(msgs)).Msg("a claim's reply was lost: took the entries it had claimed")
+	}
+	r.keep(msgs)
+	return nil
+}
+
+// ownPending lists which of ids are pending for this consumer, in one round trip.
+func (r *reader) ownPending(ctx context.Context, ids []string) ([]redis.XPendingExt, error) {
+	cfg := r.s.cfg
+	pipe := cfg.Client.Pipeline()
+	cmds := make([]*redis.XPendingExtCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.stream, Group: cfg.Group,
+			Start: id, End: id, Count: 1, Consumer: cfg.Consumer})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	var pend []redis.XPendingExt
+	for _, c := range cmds {
+		pend = append(pend, c.Val()...)
+	}
+	return pend, nil
 }
 
 // dropIdleConsumers deletes the group's consumers idle past ConsumerTimeout with no

@@ -230,6 +230,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		<-rctx.Done()
 		<-filled
 		<-ran                 // run puts back a message it could not hand over, or one nacked
+		r.recoverAtEnd()      // what a read or claim whose reply was lost took
 		r.giveBackAtEnd(true) // what a read in flight at the end brought
 		s.drop(r)             // after run: Close gives back what is listed
 	}()

@@ -136,6 +136,14 @@ func speakPendingAndClaims(ctx context.Context, t *testing.T, c redis.UniversalC
 	if len(ids) != 1 || ids[0] != id1 {
 		t.Errorf("XCLAIM JUSTID: %v", ids)
 	}
+	// XCLAIM with RETRYCOUNT (the subscriber takes what a read or claim whose reply was
+	// lost delivered, its delivery count kept).
+	must(c.Do(ctx, "XCLAIM", s, "g", "c1", 0, id1, "RETRYCOUNT", 3).Err())
+	pe, err = c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s, Group: "g", Start: id1, End: id1, Count: 1, Consumer: "c1"}).Result()
+	must(err)
+	if len(pe) != 1 || pe[0].RetryCount != 3 {
+		t.Errorf("after XCLAIM RETRYCOUNT 3: %+v", pe)
+	}
 	must(c.Do(ctx, "XCLAIM", s, "g", "c1", 0, id1, "IDLE", 5000, "JUSTID").Err())
 	claimed, _, err := c.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: s, Group: "g", Consumer: "c2", MinIdle: time.Second, Start: "0-0", Count: 10}).Result()
 	must(err)

@@ -1,0 +1,158 @@
+package subscriber_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ymirflow/ymirflow/event"
+	"github.com/ymirflow/ymirflow/internal/redistest"
+	"github.com/ymirflow/ymirflow/subscriber"
+)
+
+// A read whose reply is lost (the connection cut after Redis had delivered its
+// entries to this consumer) is not sent again by go-redis: it fails, and the
+// subscriber then takes the entries that read delivered, at once and in
+// order, their delivery count still 1, instead of leaving them to a claim pass after
+// MaxIdleTime (an hour here).
+func TestLostReadReplyIsRecovered(t *testing.T) {
+	t.Parallel()
+	l := newLostReply(t)
+	l.proxy.LoseReply(redistest.Command("XREADGROUP"), 1)
+	_, msgs := l.subscribe(t)
+	l.checkRecovered(t, msgs, 1)
+}
+
+// A claim pass's XCLAIM whose reply is lost (the connection cut after Redis had
+// claimed its entries for this consumer) is not sent again by go-redis either: sent
+// again, it would find them no longer idle and take none. It fails, and the
+// subscriber takes the entries it claimed, in order, their delivery count as that
+// claim left it (2: a read by a consumer gone, then the claim), instead of leaving
+// them ours unseen for MaxIdleTime (an hour) more.
+func TestLostClaimReplyIsRecovered(t *testing.T) {
+	t.Parallel()
+	l := newLostReply(t)
+	l.goneFor(t, time.Hour+time.Second)
+	l.proxy.LoseReply(claimPass, 1)
+	_, msgs := l.subscribe(t)
+	l.checkRecovered(t, msgs, 2)
+}
+
+// A subscriber closed while it waits to take what a claim whose reply was lost took
+// gives those entries back at its end (idle past MaxIdleTime, for any consumer's
+// next claim pass), as it does its read-ahead, instead of leaving them ours unseen.
+func TestLostClaimAtCloseIsGivenBack(t *testing.T) {
+	t.Parallel()
+	l := newLostReply(t)
+	l.goneFor(t, time.Hour+time.Second)
+	l.proxy.LoseReply(claimPass, 1)
+	sub, _ := l.subscribe(t)
+	redistest.Eventually(t, 5*time.Second, func() bool { return l.proxy.Cuts() == 1 }, "the claim's reply lost")
+	if err := sub.Close(); err != nil { // within the pause after the failed claim
+		t.Fatal(err)
+	}
+	// The end of a reader gives back after Close returns (as for a read in flight).
+	var msg string
+	givenBack := func() bool {
+		for _, p := range l.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: l.stream, Group: "g",
+			Start: "-", End: "+", Count: 10}).Val() {
+			if p.Idle < time.Hour {
+				msg = fmt.Sprintf("entry %s is pending for %s, idle %s: claimed and never given back", p.ID, p.Consumer, p.Idle)
+				return false
+			}
+		}
+		return true
+	}
+	if !redistest.Within(3*time.Second, givenBack) {
+		t.Fatal(msg)
+	}
+}
+
+// lostReply is a stream with a group g and three entries, and a client to it through
+// a proxy that loses replies.
+type lostReply struct {
+	rdb, client *redis.Client
+	proxy       *redistest.LossyProxy
+	stream      string
+	ids         []string
+}
+
+func newLostReply(t *testing.T) *lostReply {
+	rdb, ns := redistest.Client(t)
+	ctx := context.Background()
+	l := &lostReply{rdb: rdb, stream: ns + "s", ids: make([]string, 3)}
+	if err := rdb.XGroupCreateMkStream(ctx, l.stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range l.ids {
+		l.ids[i] = addTriage(ctx, t, rdb, l.stream)
+	}
+	l.proxy = redistest.NewLossyProxy(t, rdb.Options().Addr)
+	opts := *rdb.Options()
+	opts.Addr = l.proxy.Addr() // go-redis's retries on, as in a worker
+	l.client = redis.NewClient(&opts)
+	t.Cleanup(func() { _ = l.client.Close() })
+	return l
+}
+
+// goneFor has a consumer that is gone read the entries, idle since d.
+func (l *lostReply) goneFor(t *testing.T, d time.Duration) {
+	ctx := context.Background()
+	if err := l.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "gone", Streams: []string{l.stream, ">"},
+		Count: int64(len(l.ids))}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	args := []any{"XCLAIM", l.stream, "g", "gone", 0}
+	for _, id := range l.ids {
+		args = append(args, id)
+	}
+	if err := l.rdb.Do(ctx, append(args, "IDLE", d.Milliseconds(), "JUSTID")...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// subscribe starts consumer c on the proxy's client, MaxIdleTime an hour.
+func (l *lostReply) subscribe(t *testing.T) (*subscriber.Subscriber, <-chan *message.Message) {
+	sub, err := subscriber.New(subscriber.Config{Client: l.client, Group: "g", Consumer: "c", Unmarshaller: event.Marshaller{},
+		BlockTime: 50 * time.Millisecond, MaxIdleTime: time.Hour, ReadBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(context.Background(), l.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub, msgs
+}
+
+// checkRecovered checks that the three entries are handed over in order, each
+// pending for c with delivery count want while handled, that one reply was lost,
+// and that the acks land.
+func (l *lostReply) checkRecovered(t *testing.T, msgs <-chan *message.Message, want int64) {
+	t.Helper()
+	ctx := context.Background()
+	for i, id := range l.ids {
+		m := receive(t, msgs)
+		if event.EntryID(m) != id {
+			t.Fatalf("message %d is entry %s, want %s", i, event.EntryID(m), id)
+		}
+		p := l.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: l.stream, Group: "g", Start: id, End: id, Count: 1}).Val()
+		if len(p) != 1 {
+			t.Fatalf("entry %s not pending while handled", id)
+		}
+		if p[0].Consumer != "c" || p[0].RetryCount != want {
+			t.Fatalf("recovered entry %+v: want consumer c, delivered %d times", p[0], want)
+		}
+		m.Ack()
+	}
+	if l.proxy.Cuts() != 1 {
+		t.Fatalf("%d replies lost, want one", l.proxy.Cuts())
+	}
+	redistest.Eventually(t, 5*time.Second, func() bool { return l.rdb.XPending(ctx, l.stream, "g").Val().Count == 0 },
+		"the recovered entries acked")
+}
