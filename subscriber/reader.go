@@ -105,7 +105,7 @@ func (r *reader) unpop(m redis.XMessage) {
 func (r *reader) fill(ctx context.Context) {
 	for {
 		// Taken whether or not the read-ahead has room: they are ours already.
-		if err := r.recover(ctx); err != nil {
+		if err := r.recoverTaken(ctx); err != nil {
 			r.log.Warn().Err(err).Msg("taking the entries of a read or claim whose reply was lost failed; retrying")
 			r.pause(ctx, retryWait)
 			continue
@@ -232,9 +232,9 @@ func (r *reader) keepRead(msgs []redis.XMessage) {
 	r.keep(msgs)
 }
 
-// recover takes the entries that a read or a claim pass whose reply was lost took for
+// recoverTaken takes the entries that a read or a claim pass whose reply was lost took for
 // this consumer (recoverLost, recoverClaim), if one was.
-func (r *reader) recover(ctx context.Context) error {
+func (r *reader) recoverTaken(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -255,7 +255,7 @@ func (r *reader) recover(ctx context.Context) error {
 func (r *reader) recoverAtEnd() {
 	ctx, cancel := context.WithTimeout(context.Background(), endGiveBack)
 	defer cancel()
-	if err := r.recover(ctx); err != nil {
+	if err := r.recoverTaken(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("at the end, taking the entries of a read or claim whose reply was lost failed; a claim pass takes them after MaxIdleTime")
 	}
 }
