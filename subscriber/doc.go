@@ -27,6 +27,12 @@
 // read ahead (the lease taken ahead, the supersede policy) without a hook on the
 // client. HandBack gives the entries read ahead back to the group.
 //
+// A read of new entries or a claim pass's XCLAIM whose reply is lost (the connection
+// cut after Redis delivered) is never sent again by go-redis: it fails, and before it
+// reads again the loop takes what it delivered to this consumer (XPENDING, then XCLAIM
+// with the delivery count kept), so those entries are not this consumer's unseen until
+// MaxIdleTime; a loop that ends first takes them and gives them back.
+//
 // Close stops handing messages over, gives the entries read ahead back to the group
 // (any consumer's next claim pass takes them, not only after MaxIdleTime) and sends the
 // queued acks without waiting for a blocking read in flight (it ends within BlockTime,
