@@ -159,3 +159,24 @@ func (l *lostReply) checkRecovered(t *testing.T, msgs <-chan *message.Message, w
 	redistest.Eventually(t, 5*time.Second, func() bool { return l.rdb.XPending(ctx, l.stream, "g").Val().Count == 0 },
 		"the recovered entries acked")
 }
+
+// A client closed under the subscriber while it waits to take what a claim whose
+// reply was lost took ends the read loop (its channel closes), as a closed client does
+// for a read, rather than a warning every retryWait for ever.
+func TestLostClaimThenClientClosedEndsTheLoop(t *testing.T) {
+	t.Parallel()
+	l := newLostReply(t)
+	l.goneFor(t, time.Hour+time.Second)
+	l.proxy.LoseReply(claimPass, 1)
+	_, msgs := l.subscribe(t)
+	redistest.Eventually(t, 5*time.Second, func() bool { return l.proxy.Cuts() == 1 }, "the claim's reply lost")
+	_ = l.client.Close() // within the pause after the failed claim
+	select {
+	case m, ok := <-msgs:
+		if ok {
+			t.Fatalf("entry %s handed over on a closed client", event.EntryID(m))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the read loop goes on with its client closed")
+	}
+}

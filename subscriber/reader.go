@@ -106,8 +106,9 @@ func (r *reader) fill(ctx context.Context) {
 	for {
 		// Taken whether or not the read-ahead has room: they are ours already.
 		if err := r.recoverTaken(ctx); err != nil {
-			r.log.Warn().Err(err).Msg("taking the entries of a read or claim whose reply was lost failed; retrying")
-			r.pause(ctx, retryWait)
+			if !r.goOn(ctx, err, "taking the entries of a read or claim whose reply was lost failed; retrying") {
+				return
+			}
 			continue
 		}
 		if !r.waitDrained(ctx) {
@@ -129,16 +130,26 @@ func (r *reader) fill(ctx context.Context) {
 		} else {
 			err = r.read(ctx)
 		}
-		switch {
-		case err == nil || ctx.Err() != nil:
-		case errors.Is(err, redis.ErrClosed):
-			r.log.Error().Msg("the client was closed under the subscriber: it reads no more")
+		if err != nil && !r.goOn(ctx, err, "reading the stream failed; retrying") {
 			return
-		default:
-			r.log.Warn().Err(err).Msg("reading the stream failed; retrying")
-			r.pause(ctx, retryWait)
 		}
 	}
+}
+
+// goOn decides what fill does after err: false (it ends) when the client was closed
+// under the subscriber; else it logs msg, waits retryWait and says go on. An error of
+// a ctx that ended is not logged.
+func (r *reader) goOn(ctx context.Context, err error, msg string) bool {
+	switch {
+	case ctx.Err() != nil:
+	case errors.Is(err, redis.ErrClosed):
+		r.log.Error().Msg("the client was closed under the subscriber: it reads no more")
+		return false
+	default:
+		r.log.Warn().Err(err).Msg(msg)
+		r.pause(ctx, retryWait)
+	}
+	return true
 }
 
 // waitDrained waits until fewer than KeepAhead entries wait and reading is not held;
