@@ -51,10 +51,7 @@ func TestLostReplyIsRecovered(t *testing.T) {
 func TestLostClaimAtCloseIsGivenBack(t *testing.T) {
 	t.Parallel()
 	l := newLostReply(t)
-	l.goneFor(t, time.Hour+time.Second)
-	l.proxy.LoseReply(claimPass, 1)
-	sub, _ := l.subscribe(t)
-	redistest.Eventually(t, 5*time.Second, func() bool { return l.proxy.Cuts() == 1 }, "the claim's reply lost")
+	sub, _ := l.claimLost(t)
 	if err := sub.Close(); err != nil { // within the pause after the failed claim
 		t.Fatal(err)
 	}
@@ -118,6 +115,17 @@ func (l *lostReply) goneFor(t *testing.T, d time.Duration) {
 	}
 }
 
+// claimLost starts consumer c on entries a gone consumer read an hour ago, and returns
+// once the reply of its first claim pass's XCLAIM was lost: the subscriber then waits
+// retryWait before it takes what that claim took.
+func (l *lostReply) claimLost(t *testing.T) (*subscriber.Subscriber, <-chan *message.Message) {
+	l.goneFor(t, time.Hour+time.Second)
+	l.proxy.LoseReply(claimPass, 1)
+	sub, msgs := l.subscribe(t)
+	redistest.Eventually(t, 5*time.Second, func() bool { return l.proxy.Cuts() == 1 }, "the claim's reply lost")
+	return sub, msgs
+}
+
 // subscribe starts consumer c on the proxy's client, MaxIdleTime an hour.
 func (l *lostReply) subscribe(t *testing.T) (*subscriber.Subscriber, <-chan *message.Message) {
 	sub, err := subscriber.New(subscriber.Config{Client: l.client, Group: "g", Consumer: "c", Unmarshaller: event.Marshaller{},
@@ -166,10 +174,7 @@ func (l *lostReply) checkRecovered(t *testing.T, msgs <-chan *message.Message, w
 func TestLostClaimThenClientClosedEndsTheLoop(t *testing.T) {
 	t.Parallel()
 	l := newLostReply(t)
-	l.goneFor(t, time.Hour+time.Second)
-	l.proxy.LoseReply(claimPass, 1)
-	_, msgs := l.subscribe(t)
-	redistest.Eventually(t, 5*time.Second, func() bool { return l.proxy.Cuts() == 1 }, "the claim's reply lost")
+	_, msgs := l.claimLost(t)
 	_ = l.client.Close() // within the pause after the failed claim
 	select {
 	case m, ok := <-msgs:
