@@ -94,7 +94,9 @@ func (r *reader) giveBack(ctx context.Context) {
 		return
 	}
 	ids := r.giving
-	if err := r.markIdle(ctx, ids); err != nil {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.s.GiveBack(cctx, r.stream, ids); err != nil {
 		r.log.Warn().Err(err).Int("entries", len(ids)).Msg("drain: could not give the entries read ahead back to the group; retrying")
 		r.pause(ctx, retryWait)
 		return
@@ -118,13 +120,6 @@ func (r *reader) takeAhead() []string {
 	return ids
 }
 
-// markIdle gives ids back to the group (GiveBack), for at most 5 s.
-func (r *reader) markIdle(ctx context.Context, ids []string) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	return r.s.GiveBack(cctx, r.stream, ids)
-}
-
 // endGiveBack bounds how long the end of a reader tries to give its read-ahead back.
 const endGiveBack = 2 * time.Second
 
@@ -132,9 +127,18 @@ const endGiveBack = 2 * time.Second
 // once the reader ends (the subscriber closes, or its Subscribe context ends), with
 // those of a drain still to give back when fill is done (withGiving: fill's own), so
 // that a worker that stops (a rolling update names its pods anew) leaves them to the
-// others' next claim pass rather than for MaxIdleTime. If it fails for endGiveBack,
-// they wait for MaxIdleTime as before (late, not lost).
+// others' next claim pass rather than for MaxIdleTime. Once fill is done it first takes
+// what a read or claim whose reply was lost took (recoverTaken), so those are given
+// back too rather than left ours unseen. If it fails for endGiveBack, they wait for
+// MaxIdleTime as before (late, not lost).
 func (r *reader) giveBackAtEnd(withGiving bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), endGiveBack)
+	defer cancel()
+	if withGiving {
+		if err := r.recoverTaken(ctx); err != nil {
+			r.log.Warn().Err(err).Msg("at the end, taking the entries of a read or claim whose reply was lost failed; a claim pass takes them after MaxIdleTime")
+		}
+	}
 	ids := r.takeAhead()
 	if withGiving {
 		ids = append(ids, r.giving...)
@@ -145,8 +149,6 @@ func (r *reader) giveBackAtEnd(withGiving bool) {
 	}
 	// Tried a few times within endGiveBack (each try is go-redis's, with its retries):
 	// Close promises them back.
-	ctx, cancel := context.WithTimeout(context.Background(), endGiveBack)
-	defer cancel()
 	err := r.s.GiveBack(ctx, r.stream, ids)
 	for wait := 10 * time.Millisecond; err != nil && r.pause(ctx, wait); wait *= 2 {
 		err = r.s.GiveBack(ctx, r.stream, ids)

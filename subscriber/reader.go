@@ -260,17 +260,6 @@ func (r *reader) recoverTaken(ctx context.Context) error {
 	return nil
 }
 
-// recoverAtEnd, at the end of the reader, takes what a read or claim whose reply was
-// lost took, for giveBackAtEnd to give it back, instead of leaving it ours unseen
-// until MaxIdleTime. Best effort, within endGiveBack.
-func (r *reader) recoverAtEnd() {
-	ctx, cancel := context.WithTimeout(context.Background(), endGiveBack)
-	defer cancel()
-	if err := r.recoverTaken(ctx); err != nil {
-		r.log.Warn().Err(err).Msg("at the end, taking the entries of a read or claim whose reply was lost failed; a claim pass takes them after MaxIdleTime")
-	}
-}
-
 // recoverLost takes the entries that a read whose reply was lost (the connection cut
 // after Redis had answered) delivered to this consumer: pending for it, newer than
 // the newest entry a read returned it, delivered once (a claim counts a second
@@ -337,8 +326,7 @@ func (r *reader) claimAgain(ctx context.Context, pend []redis.XPendingExt) ([]re
 	pipe := cfg.Client.Pipeline()
 	cmds := make([]*redis.XMessageSliceCmd, len(pend))
 	for i, p := range pend {
-		cmds[i] = redis.NewXMessageSliceCmd(ctx, "XCLAIM", r.stream, cfg.Group, cfg.Consumer, 0, p.ID,
-			"RETRYCOUNT", p.RetryCount)
+		cmds[i] = redis.NewXMessageSliceCmd(ctx, r.s.claimArgs(r.stream, 0, []string{p.ID}, "RETRYCOUNT", p.RetryCount)...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -424,11 +412,7 @@ func (r *reader) claim(ctx context.Context) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	args := []any{"XCLAIM", r.stream, cfg.Group, cfg.Consumer, cfg.MaxIdleTime.Milliseconds()}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	cmd := claimCmd{redis.NewXMessageSliceCmd(ctx, args...)}
+	cmd := claimCmd{redis.NewXMessageSliceCmd(ctx, r.s.claimArgs(r.stream, cfg.MaxIdleTime.Milliseconds(), ids)...)}
 	_ = cfg.Client.Process(ctx, cmd)
 	msgs, err := cmd.Result()
 	if err != nil && !errors.Is(err, redis.Nil) {

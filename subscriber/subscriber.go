@@ -230,8 +230,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		<-rctx.Done()
 		<-filled
 		<-ran                 // run puts back a message it could not hand over, or one nacked
-		r.recoverAtEnd()      // what a read or claim whose reply was lost took
-		r.giveBackAtEnd(true) // what a read in flight at the end brought
+		r.giveBackAtEnd(true) // what a read in flight, or one whose reply was lost, brought
 		s.drop(r)             // after run: Close gives back what is listed
 	}()
 	return out, nil
@@ -350,13 +349,20 @@ func (s *Subscriber) GiveBack(ctx context.Context, stream string, ids []string) 
 	if len(ids) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 8+len(ids))
-	args = append(args, "XCLAIM", stream, s.cfg.Group, s.cfg.Consumer, 0)
+	idle := (s.cfg.MaxIdleTime + time.Second).Milliseconds()
+	return s.cfg.Client.Do(ctx, s.claimArgs(stream, 0, ids, "IDLE", idle, "JUSTID")...).Err()
+}
+
+// claimArgs is an XCLAIM of ids of stream to this consumer, if idle for at least
+// minIdle ms, with the options opts: the claim pass's, the give-back's and the
+// recoveries' one spelling.
+func (s *Subscriber) claimArgs(stream string, minIdle int64, ids []string, opts ...any) []any {
+	args := make([]any, 0, 5+len(ids)+len(opts))
+	args = append(args, "XCLAIM", stream, s.cfg.Group, s.cfg.Consumer, minIdle)
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	args = append(args, "IDLE", (s.cfg.MaxIdleTime + time.Second).Milliseconds(), "JUSTID")
-	return s.cfg.Client.Do(ctx, args...).Err()
+	return append(args, opts...)
 }
 
 // acked queues the XACK of a message its handler acked, unless it is settled.
