@@ -41,7 +41,11 @@ return now
 func (r *Router) startPresence(ctx context.Context) (stop func()) {
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan []any, 1)
-	go func() { done <- r.presence(pctx) }()
+	first := make(chan struct{})
+	go func() { done <- r.presence(pctx, first) }()
+	// The router runs only once its first beat is written (or failed, within
+	// presence.Interval): a console asked as soon as it runs lists it.
+	<-first
 	return func() {
 		cancel()
 		members := <-done
@@ -53,12 +57,13 @@ func (r *Router) startPresence(ctx context.Context) (stop func()) {
 	}
 }
 
-// presence renews the router's members until ctx ends, and returns them. Each beat
+// presence renews the router's members until ctx ends, and returns them; first is
+// closed once the first beat is done. Each beat
 // first reads the drain requests (drain.go), and a member carries its subscription's
 // drain state: when a state changes, the beat replaces the old member (ZREM in the same
 // transaction). While a subscription is draining, its state is looked at every
 // drainCheck, and the change beats at once, so `drain --wait` hears of it promptly.
-func (r *Router) presence(ctx context.Context) []any {
+func (r *Router) presence(ctx context.Context, first chan<- struct{}) []any {
 	host, _ := os.Hostname()
 	started := time.Now().UnixMilli()
 	key := []string{r.cfg.Topology.Workers()}
@@ -88,6 +93,7 @@ func (r *Router) presence(ctx context.Context) []any {
 		}
 	}
 	beat()
+	close(first)
 	last := time.Now()
 	t := time.NewTimer(presence.Interval)
 	defer t.Stop()
