@@ -73,7 +73,10 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		issue = holder.Issue
 	}
 	ev.issue = issue
-	if hasEntry && holder.MessageID == entry.ID && !superseded && (holder.Scope == "" || holder.Scope == lease.ScopeAgent) {
+	// A copy the lease refused as one (Duplicate: a wait line's repeat or stale copy, a
+	// deliver repeat) is never the holder's own: a key the line reserved for its event
+	// names that event's first entry as its holder, which a stale copy of it may be.
+	if hasEntry && holder.MessageID == entry.ID && !superseded && !locked.Duplicate && (holder.Scope == "" || holder.Scope == lease.ScopeAgent) {
 		// A redelivered copy of the entry a live holder is working on (claimed while the
 		// holder's heartbeat could not refresh it). Acking it would lose the holder's
 		// crash recovery; running it would run it twice. The holder's next heartbeat
@@ -98,8 +101,8 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		}
 	}
 	if m.cfg.OnConflict != nil || hasEntry {
-		// The deliver script acked the entry with the append, the wait script with its
-		// joining of the line (standalone Redis).
+		// The deliver script acked the entry with the append (standalone Redis); the
+		// wait script leaves the ack to this, after the record.
 		err := m.recordAndAck(ctx, c, hasEntry && !locked.Acked, func(pipe redis.Pipeliner) {
 			if delayed != "" {
 				// Kept before the ack: a crash between them leaves the entry pending, and its

@@ -1427,7 +1427,7 @@ func TestModelMiddlewareLaggingReplica(t *testing.T) {
 	t.Cleanup(replica.Resume)
 	from, n := redistest.ModelSeeds(t, 8)
 	start := time.Now()
-	for seed := from; seed < from+n; seed++ {
+	check := func(seed int) {
 		r := rand.New(rand.NewPCG(uint64(seed), 3636))
 		cfg := genMWConfig(r)
 		steps := genMWSteps(r, 30)
@@ -1440,5 +1440,22 @@ func TestModelMiddlewareLaggingReplica(t *testing.T) {
 			t.Errorf("model checker with a lagging replica: seed %d (%s) fails\n  %v\n  sequence: %v", seed, cfg, err, steps)
 		}
 	}
-	t.Logf("%d seeds of 30 steps with a lagging replica in %s", n, time.Since(start).Round(time.Millisecond))
+	for seed := from; seed < from+n; seed++ {
+		check(seed)
+	}
+	for _, seed := range laggingRegressionSeeds {
+		check(seed)
+	}
+	t.Logf("%d seeds of 30 steps with a lagging replica, and %d regression seeds, in %s", n, len(laggingRegressionSeeds), time.Since(start).Round(time.Millisecond))
 }
+
+// laggingRegressionSeeds are TestModelMiddlewareLaggingReplica's seeds beyond its range
+// that once failed, run every time. 20880032 (make explore; wait policy) left an entry
+// without a record in some runs: its event's joining of the line lost its reply past
+// go-redis's retries (several lost replies armed at once), the script had acked the
+// entry, and nobody recorded it; in others its entry came back while the line reserved
+// the key for it, and the middleware took the reserved key (which names the event's
+// first entry) for its in-flight holder: settled, neither recorded nor acked. The wait
+// script now leaves the ack to its caller, after the record, and a copy the lease
+// refused as one is never the holder's own.
+var laggingRegressionSeeds = []int{20880032}

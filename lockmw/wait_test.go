@@ -359,3 +359,53 @@ func (r *waitRig) deliver() error {
 	msg.SetContext(runCtx)
 	return r.h(msg)
 }
+
+// A stale copy of an event's first entry, refused by the line as a copy while the line
+// reserves the key for that event, is recorded and acked like any copy: the reserved
+// key names that entry as its holder, yet it is not the holder's in-flight entry. Here
+// the event's joining reached Redis but its caller never learned it (the reply lost
+// past go-redis's retries: neither recorded nor acked then), and its entry came back
+// (make explore, lockmw seed 20880032 with a lagging replica: it was left pending
+// unrecorded, then acked unrecorded as a copy of an event that ran).
+func TestWaitStaleCopyOfTheReservedEventIsRecordedAndAcked(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.Client(t)
+	l := locker(t, rdb, ns)
+	ctx := context.Background()
+	stream := ns + "s"
+	first, id := pendingEntry(t, rdb, stream, "c"), pendingEntry(t, rdb, stream, "c")
+	wait := func(id string) lease.AcquireOptions {
+		return lease.AcquireOptions{MessageID: id, Wait: &lease.WaitOptions{LineID: id,
+			Event: lease.QueuedEvent{Stream: stream, Fields: map[string]any{"waited_from": id}}, Ack: &lease.Entry{Stream: stream, Group: "g", ID: id}}}
+	}
+	holder, err := l.Acquire(ctx, "rebase", "RHEL-7", wait(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, "rebase", "RHEL-7", wait(id)); !errors.Is(err, lease.ErrLocked) {
+		t.Fatalf("the event must join the line: %v", err)
+	}
+	// The holder's end hands the key to the event: reserved for it, its copy appended.
+	if _, err := holder.Handoff(ctx, lease.Entry{Stream: stream, Group: "g", ID: first}, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+	pol, _ := lockmw.ParsePolicies("wait")
+	mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: l, Agent: "rebase", Policies: pol, Source: src,
+		OnConflict: recordTo(ns + "results"), MaxIdleTime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	h := mw(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })
+	if _, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`))); err != nil || ran {
+		t.Fatalf("the stale copy: err = %v, ran = %v; want it settled as a copy, not run", err, ran)
+	}
+	recs, err := rdb.XRange(ctx, ns+"results", "-", "+").Result()
+	if err != nil || len(recs) != 1 || recs[0].Values["message_id"] != id {
+		t.Fatalf("records %v (%v), want one for the copy's entry %s", recs, err, id)
+	}
+	if p, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "g", Start: id, End: id, Count: 1}).Result(); err != nil || len(p) != 0 {
+		t.Fatalf("the copy's entry is still pending (%v %v): recorded and acked, it must not be", p, err)
+	}
+}

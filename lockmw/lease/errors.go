@@ -108,8 +108,8 @@ type LockedError struct {
 	Depth     int64
 	// Wait policy (AcquireOptions.Wait): Waited, the event waits in the key's line
 	// (Position, 1 the head; OldestAt, when the head joined), Duplicate when it did
-	// already; Ran, it ran to its end already (a redelivered copy: acked, not run);
-	// Stranded, the key is free and nobody's turn while events wait (a lost wake-up:
+	// already; Ran, it ran to its end already (a redelivered copy, not run). The
+	// caller acks the entry (Acked is false), after its record. Stranded, the key is free and nobody's turn while events wait (a lost wake-up:
 	// Locker.WakeLine).
 	Waited, Ran, Stranded bool
 	Position              int64

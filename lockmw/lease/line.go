@@ -77,9 +77,10 @@ type WaitOptions struct {
 	// redelivery delay (the claim threshold, with room for a crash of the claimer).
 	// Default: 2×TTL.
 	Hold time.Duration
-	// Ack, when set on standalone Redis, is the event's stream entry: acked in the script
-	// that puts it in the line, and in the script that ends its run. On Redis Cluster
-	// the caller acks. Default: nil.
+	// Ack is the event's stream entry: the line remembers it when it takes the event (a
+	// join, a repeat, a copy: the caller acks it then, after its record), so that no
+	// later delivery of it takes the key (a stale copy); on standalone Redis the script
+	// that ends its run acks it. Default: nil.
 	Ack *Entry
 	// Match, when set with Ack, says whether a stream entry (its fields) is an event of
 	// the same key under the wait policy, and its lid ("" for the entry's own id). A
@@ -228,12 +229,7 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		}
 		return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: a.shared[0].Line(), ack: w.Ack, shared: true})
 	}
-	keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop}
-	group, id := "", ""
-	if w.Ack != nil && l.opts.Format != KeysCluster {
-		keys = append(keys, w.Ack.Stream)
-		group, id = w.Ack.Group, w.Ack.ID
-	}
+	keys, group, id := l.delivered(w, a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop)
 	args := []any{a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, w.LineID, hold.Milliseconds(), maxN,
 		lineSeenTTL.Milliseconds(), w.Event.Stream, group, id}
 	for k, v := range w.Event.Fields {
@@ -248,6 +244,21 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		return nil, a.lineBusy(res, w)
 	}
 	return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: lk, ack: w.Ack, scan: scanOf(w)})
+}
+
+// delivered completes a wait acquire's KEYS with the source stream (standalone Redis:
+// the script acks a joining entry itself and asks whether a delivery is stale) and
+// returns the group and the delivered entry's id for its ARGV. The entry id goes on
+// Redis Cluster too: the line remembers the entries it took, and refuses a later
+// delivery of one of them (line_stale).
+func (l *Locker) delivered(w *WaitOptions, keys ...string) (_ []string, group, id string) {
+	if w.Ack == nil {
+		return keys, "", ""
+	}
+	if l.opts.Format == KeysCluster {
+		return keys, "", w.Ack.ID
+	}
+	return append(keys, w.Ack.Stream), w.Ack.Group, w.Ack.ID
 }
 
 // scanOf is the pending scan of w (WaitOptions.Match), or nil.
@@ -309,7 +320,6 @@ func (a *acquisition) lineBusy(res []any, w *WaitOptions) error {
 		return le
 	}
 	st := atoi(res[6])
-	le.Acked = st != 0 && w.Ack != nil && a.l.opts.Format != KeysCluster
 	le.Waited = st == 1 || st == 2
 	le.Duplicate = st == 2 || st == 4
 	le.Ran = st == 3

@@ -66,12 +66,7 @@ func (l *Locker) acquireWaitScoped(ctx context.Context, a *acquisition, w *WaitO
 	if a.apart {
 		return l.acquireWaitApart(ctx, a, w, maxN)
 	}
-	keys := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, sk.Lock, sk.Info, sk.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop}
-	group, id := "", ""
-	if w.Ack != nil && l.opts.Format != KeysCluster {
-		keys = append(keys, w.Ack.Stream)
-		group, id = w.Ack.Group, w.Ack.ID
-	}
+	keys, group, id := l.delivered(w, a.keys.Lock, a.keys.Info, a.keys.Fence, sk.Lock, sk.Info, sk.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop)
 	res, err := a.run(ctx, acquireOrWaitScopedScript, keys, a.lineArgs(w, maxN, group, id, a.agent, a.issue, ""))
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", sk.Lock, err)
@@ -107,8 +102,8 @@ func (l *Locker) acquireWaitApart(ctx context.Context, a *acquisition, w *WaitOp
 	}
 	sk := a.shared[0]
 	lk := sk.Line()
-	res, err := acquireOrWaitScopedScript.Run(ctx, l.rdb, []string{sk.Lock, sk.Info, sk.Fence, lk.Line, lk.Seen, lk.Turn},
-		a.lineArgs(w, maxN, "", "", a.agent, a.issue, flag)...).Slice()
+	keys, _, id := l.delivered(w, sk.Lock, sk.Info, sk.Fence, lk.Line, lk.Seen, lk.Turn)
+	res, err := acquireOrWaitScopedScript.Run(ctx, l.rdb, keys, a.lineArgs(w, maxN, "", id, a.agent, a.issue, flag)...).Slice()
 	if err == nil && len(res) >= 3 && atoi(res[0]) == 1 {
 		return append([]any{res[0], ores[1], res[2]}, ores[2:]...), nil // ores[2]: granted_stopping's count
 	}

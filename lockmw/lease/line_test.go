@@ -115,9 +115,9 @@ func TestWaitLineHandsOverInOrder(t *testing.T) {
 	}
 }
 
-// fillLine takes the key for ids[0] and lines up ids[1:4] behind it (acked in the script
-// on f == KeysCompat, by the caller on Cluster); a repeat joins once and ids[4] finds the
-// line full. It returns the run of ids[0].
+// fillLine takes the key for ids[0] and lines up ids[1:4] behind it (acked by the
+// caller, after its record); a repeat joins once and ids[4] finds the line full. It
+// returns the run of ids[0].
 func (w *lineWorld) fillLine(f lease.KeyFormat, ids []string) *lease.Lease {
 	t := w.t
 	t.Helper()
@@ -131,12 +131,10 @@ func (w *lineWorld) fillLine(f lease.KeyFormat, ids []string) *lease.Lease {
 		if !errors.As(err, &le) || !le.Waited || le.Position != int64(i+1) || le.OldestAt.IsZero() {
 			t.Fatalf("event %d: %#v", i+1, err)
 		}
-		if f == lease.KeysCompat && !le.Acked {
-			t.Fatalf("event %d not acked in the script", i+1)
+		if le.Acked {
+			t.Fatalf("event %d acked in the script: its caller acks it after its record", i+1)
 		}
-		if f == lease.KeysCluster {
-			w.rdb.XAck(w.ctx, w.stream, "g", id)
-		}
+		w.rdb.XAck(w.ctx, w.stream, "g", id)
 	}
 	// A repeat joins once; a fourth waiting event is refused.
 	_, err = w.acquire(ids[1], ids[1])
@@ -184,9 +182,7 @@ func (w *lineWorld) handOverInOrder(f lease.KeyFormat, first *lease.Lease, ids [
 			if le := (*lease.LockedError)(nil); !errors.As(err, &le) || !le.Waited || le.Position != 3 {
 				t.Fatalf("the key handed to %s: another event got %v", lid, err)
 			}
-			if f == lease.KeysCluster {
-				w.rdb.XAck(w.ctx, w.stream, "g", ids[4])
-			}
+			w.rdb.XAck(w.ctx, w.stream, "g", ids[4]) // the caller's ack
 		}
 		if cur, err = w.acquire(cp, lid); err != nil {
 			t.Fatalf("copy of %s: %v", lid, err)
@@ -253,21 +249,32 @@ func TestWaitTurnSurvivesCrash(t *testing.T) {
 // a second claim's, joined the line and acked it; then the failed run's message was
 // handed over again by its reader) does not take the key the line hands to its event.
 // The line's own copy takes it, so that a crash of that run leaves a pending entry to
-// bring the event back (make explore, line model seed 20794584). Standalone Redis: on
-// Cluster the script cannot see the source stream.
+// bring the event back (make explore, line model seed 20794584). On both key formats:
+// on Cluster the script cannot see the source stream, so the line remembers the
+// entries it took (acked, or told its caller to ack).
 func TestWaitStaleCopyLeavesTheTurnToTheLinesCopy(t *testing.T) {
-	t.Parallel()
-	w := newLineWorld(t, lease.KeysCompat)
+	for _, f := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
+		t.Run(fmt.Sprint(f), func(t *testing.T) {
+			t.Parallel()
+			staleCopyLeavesTheTurn(t, f)
+		})
+	}
+}
+
+func staleCopyLeavesTheTurn(t *testing.T, f lease.KeyFormat) {
+	w := newLineWorld(t, f)
 	ids := w.add(2)
 	first, err := w.acquire(ids[0], ids[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	var le *lease.LockedError
-	if _, err := w.acquire(ids[1], ids[1]); !errors.As(err, &le) || !le.Waited || !le.Acked {
-		t.Fatalf("the second event must join the line, its entry acked: %v", err)
+	if _, err := w.acquire(ids[1], ids[1]); !errors.As(err, &le) || !le.Waited || le.Acked {
+		t.Fatalf("the second event must join the line, its entry left to the caller to ack: %v", err)
 	}
-	w.finish(first, ids[0]) // hands the key to ids[1] and appends its copy
+	w.rdb.XAck(w.ctx, w.stream, "g", ids[1]) // the caller's ack, after its record
+	// The end of the first run hands the key to ids[1] and appends its copy.
+	w.finish(first, ids[0])
 	cp := w.copyOf(ids[1])
 	if _, err := w.acquire(ids[1], ids[1]); !errors.As(err, &le) || !le.Duplicate {
 		t.Fatalf("a stale copy (entry %s acked) must be refused as a copy: %v", ids[1], err)

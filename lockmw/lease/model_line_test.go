@@ -256,9 +256,7 @@ func (m *lineModel) deliver(i int) error {
 		if locked.Waited && !locked.Duplicate {
 			m.waiting[lid] = m.step
 		}
-		if m.l.opts.Format == KeysCluster {
-			m.ack(msg.ID)
-		}
+		m.ack(msg.ID) // the caller's ack, after its record
 		if locked.Stranded {
 			if err := m.wake(locked, msg.ID); err != nil {
 				return err
@@ -282,11 +280,10 @@ func (m *lineModel) deliver(i int) error {
 // only, so one acked meanwhile (a second claim of one entry) is not delivered again; a
 // nacked message is handed over again by its reader only while its entry is pending
 // (subscriber: stillOurs; one consumer here). The reader's check and the acquire are
-// apart in time: on standalone Redis, when i says so, a nacked message passes the check
-// at this step and is acquired at a later one (as "checked"), so that another copy may
-// join the line and ack the entry in between; the acquire's own check
-// (line_entry_acked) must refuse it then. On Redis Cluster the acquire cannot ask (the
-// stream is in another slot): that short window stays open (docs/architecture.md).
+// apart in time: when i says so, a nacked message passes the check at this step and is
+// acquired at a later one (as "checked"), so that another copy may join the line and
+// ack the entry in between; the acquire's own check (line_stale: the entries the line
+// took, on both key formats) must refuse it then.
 func (m *lineModel) claimable(msg redis.XMessage, i int) (bool, error) {
 	if msg.Values["checked"] != nil {
 		return true, nil
@@ -295,7 +292,7 @@ func (m *lineModel) claimable(msg redis.XMessage, i int) (bool, error) {
 	if err != nil || len(p) == 0 {
 		return false, err
 	}
-	if msg.Values["nack"] != nil && m.l.opts.Format != KeysCluster && i%3 == 0 {
+	if msg.Values["nack"] != nil && i%3 == 0 {
 		checked := maps.Clone(msg.Values)
 		checked["checked"] = "1"
 		m.inbox = append(m.inbox, redis.XMessage{ID: msg.ID, Values: checked})
@@ -734,8 +731,13 @@ var lineRegressionSeeds = []int{1201, 20794070, 20794584}
 // the agent again beside the lapsed run's kept result, until its reader stopped handing
 // over a nacked message whose entry was acked meanwhile (subscriber stillOurs).
 // 20800506 is a stale copy on standalone Redis that its reader checked while its entry
-// was still pending, taken at the acquire by line_entry_acked.
-var lapseRegressionSeeds = []int{20794636, 20795351, 20800506}
+// was still pending, taken at the acquire by line_entry_acked. 20883278 (make explore,
+// once the reader's check and the acquire were apart on Cluster too) is that stale copy
+// on the Cluster key format (a group key), where the acquire cannot ask the stream: it
+// took the key the line reserved for its event, the line's own copy was taken as a copy
+// of the running event, and the run crashed with nothing pending to bring the event
+// back; the line now remembers the entries it took (line_took, line_stale).
+var lapseRegressionSeeds = []int{20794636, 20795351, 20800506, 20883278}
 
 // TestModelLeaseLine runs seeded random sequences against the wait policy's line
 // (MODEL_SEEDS=N, MODEL_SEED=S as TestModelLease).
@@ -788,13 +790,13 @@ func TestModelLeaseLinePlantedLapsePassesTurn(t *testing.T) {
 }
 
 // TestModelLeaseLinePlantedStaleCopyTakes plants the acquire without its refusal of a
-// stale copy (line_entry_acked): a failed run's message, checked by its reader while
-// its entry was pending, reaches the acquire after another copy of the entry joined the
-// line (acking it) and the line handed the key to the event. The model checker must
+// stale copy (line_stale): a failed run's message, checked by its reader while its
+// entry was pending, reaches the acquire after another copy of the entry joined the
+// line (taking it) and the line handed the key to the event. The model checker must
 // catch the event run twice (regression seed 20800506, found with this defence
 // removed once the reader's check was in the model).
 func TestModelLeaseLinePlantedStaleCopyTakes(t *testing.T) {
-	planted := plantLua(t, acquireOrWaitLua, "if line_entry_acked(8) then return busy(4, 0) end", "")
+	planted := plantLua(t, acquireOrWaitLua, "if line_stale(k.seen, 8) then return busy(4, 0) end", "")
 	saved := acquireOrWaitScript
 	acquireOrWaitScript = newScript(xonce.IndexLua, leaseSteps, lineLua, planted)
 	t.Cleanup(func() { acquireOrWaitScript = saved })
@@ -803,16 +805,17 @@ func TestModelLeaseLinePlantedStaleCopyTakes(t *testing.T) {
 		20800506, e.checkLineSeedOf(20800506, lapseKinds), propLineOnce)
 }
 
-// TestModelLeaseLinePlantedJoinThenTake plants the scoped acquire without its
-// "earlier than the head takes a free key" (acquire_or_wait_scoped.lua's line_before):
-// an event whose turn expired then joins the line, acked, and takes the key on the
-// repeat of a lost reply. The model checker must catch the event lost when that run
-// crashes (regression seed 1201).
+// TestModelLeaseLinePlantedJoinThenTake plants the scoped acquire as it was before its
+// caller acked a joining entry (after its record): the join acks it in the script, and
+// without its "earlier than the head takes a free key" (line_before) and its refusal of
+// a stale copy (line_stale), an event whose turn expired joins the line, acked, and
+// takes the key on the repeat of a lost reply. The model checker must catch the event
+// lost when that run crashes (regression seed 1201).
 func TestModelLeaseLinePlantedJoinThenTake(t *testing.T) {
 	planted := plantLua(t, acquireOrWaitScopedLua, " or line_before(o.lid, headlid)", "")
-	// The refusal of an acked entry's copy (line_entry_acked) would stop the repeat from
-	// taking the key too: the defect is planted with both defences gone.
-	planted = plantLua(t, planted, "if line_entry_acked(src) then return busy(4, 0) end", "")
+	planted = plantLua(t, planted, "if line_stale(k.seen, src) then return busy(4, 0) end", "")
+	planted = plantLua(t, planted, "  line_took(k.seen, o.seen_ttl)\n  return redis.call('ZRANK'",
+		"  if lease_nkeys >= src then redis.call('XACK', KEYS[src], ARGV[11], ARGV[12]) end\n  return redis.call('ZRANK'")
 	saved := acquireOrWaitScopedScript
 	acquireOrWaitScopedScript = newScript(leaseLua + lineLua + lineScopedLua + planted)
 	t.Cleanup(func() { acquireOrWaitScopedScript = saved })

@@ -5,17 +5,17 @@
 -- or issue holds it. The steps are acquire_or_wait.lua's, on the shared key, and the
 -- event's turn takes the agent's own key with it, all or nothing:
 --   1. the agent's key holds token: the lease an earlier try made (a lost reply);
---   2. seen says it ran ('r'): a repeat, acked, not run (state 3);
+--   2. seen says it ran ('r'): a repeat, not run (state 3);
 --   3. its turn on the shared key (reserved for it, its own turn, or free with no turn
 --      and it heads the line, is earlier in the stream than its head, or the line is
 --      empty) and the agent's key free: it takes both (two fences), unless its entry is
---      no longer pending (a stale copy, line_entry_acked: state 4);
+--      a stale copy (line_stale: state 4);
 --   4. its turn on the shared key but the agent's own key held (a plain lock of a
 --      Python agent, or a run of its agent on the issue under another group key): it
 --      waits in the shared key's line, which it does not jump, and gives its turn up
 --      (the key stays free with the line: nobody is woken now, the line waker or the
 --      next event for the key wakes it; never in a loop of copies);
---   5. otherwise it waits (joins the line at its stream position, acked), or, with max
+--   5. otherwise it waits (joins the line at its stream position), or, with max
 --      events waiting, is refused ({3, depth, ...}).
 --
 -- On Redis Cluster a group key is in another slot than the agent's key (apart): the
@@ -53,9 +53,6 @@ else
 end
 local cur = redis.call('GET', k.lock)
 local state = redis.call('HGET', k.seen, o.lid)
-local function ack()
-  if lease_nkeys >= src then redis.call('XACK', KEYS[src], ARGV[11], ARGV[12]) end
-end
 -- holder names the busy key: the shared one when held, else the agent's.
 local function holder()
   if cur or not a then
@@ -76,7 +73,7 @@ local function busy(st, pos, stuck)
   return r
 end
 if state == 'r' then
-  ack()
+  line_took(k.seen, o.seen_ttl)
   return busy(3, 0)
 end
 local turn = redis.call('GET', k.turn)
@@ -99,18 +96,18 @@ local function join()
   redis.call('PEXPIRE', k.line, o.seen_ttl)
   redis.call('HSET', k.seen, o.lid, 'w', 'i:' .. o.lid, o.issue, 'a:' .. o.lid, o.agent, 'j:' .. o.lid, joined)
   redis.call('PEXPIRE', k.seen, o.seen_ttl)
-  ack()
+  line_took(k.seen, o.seen_ttl)
   return redis.call('ZRANK', k.line, member) + 1
 end
 -- An event earlier in the stream than the head (not in the line: its turn expired, or
 -- it was delivered before the head joined) takes a free key with nobody's turn too, as
 -- in acquire_or_wait.lua: were it to join, it would head the line, and a repeat of this
--- call after a lost reply would take the key with its entry acked by the joining (a
+-- call after a lost reply would take the key with its entry taken by the joining (a
 -- crash of that run would then leave nothing pending to bring it back).
 local mine = cur == 'line:' .. o.lid or (not cur and (turn == o.lid or
   (not turn and (not head or headlid == o.lid or line_before(o.lid, headlid)))))
 if mine and not acur then
-  if line_entry_acked(src) then return busy(4, 0) end
+  if line_stale(k.seen, src) then return busy(4, 0) end
   if headlid == o.lid then redis.call('ZREM', k.line, head) end
   redis.call('SET', k.lock, o.token, 'PX', o.ttl_ms)
   local sf = record(k.info, k.fence, o.token, o.ttl_ms, o.owner, o.acquired_at, o.mid, 'lid', o.lid,
@@ -134,7 +131,7 @@ if mine then
   if turn == o.lid then redis.call('DEL', k.turn) end
   cur = nil
   if headlid == o.lid then
-    ack()
+    line_took(k.seen, o.seen_ttl)
     return busy(2, 1, true)
   end
   return busy(1, join(), true)
@@ -145,7 +142,7 @@ if state == 'h' and turn == o.lid and redis.call('HGET', k.info, 'lid') ~= o.lid
   return busy(1, join())
 end
 if state == 'w' or (state == 'h' and turn == o.lid) then
-  ack()
+  line_took(k.seen, o.seen_ttl)
   local st = 2
   if state == 'h' then st = 4 end
   return busy(st, 0)

@@ -8,7 +8,8 @@
 --         to the script in any order, and the line still runs them in stream order;
 --   seen  a hash lid -> 'w' (waiting in the line), 'h' (handed the key: its run holds or
 --         held it and has not finished), 'r' (ran to its end): a repeat of any of them is
---         acked and not run, not queued twice;
+--         acked and not run, not queued twice; and 'x:<entry id>' -> 1 for each entry
+--         the line took (line_took: its caller acks it), never to take the key again;
 --   turn  a string: the lid whose turn it is (handed the key, its run not finished),
 --         expiring hold_ms after its last heartbeat. While it lives, a free key is that
 --         event's alone (its redelivery after a crash or failure runs before the line
@@ -111,6 +112,27 @@ local function line_entry_acked(src)
     end
   end
   return false
+end
+
+-- line_took records that the line took the delivered entry (ARGV[12], the entry the
+-- caller read): acked it in this script, or told its caller to ack it (Redis Cluster,
+-- where the stream is in another slot). Any later delivery of that entry is a stale
+-- copy (line_stale). Kept in seen, as 'x:<entry id>', as long as seen lives.
+local function line_took(seen, seen_ttl)
+  if ARGV[12] == '' then return end
+  redis.call('HSET', seen, 'x:' .. ARGV[12], 1)
+  redis.call('PEXPIRE', seen, seen_ttl)
+end
+
+-- line_stale reports whether the delivered entry is a stale copy that must not take
+-- the key: one the line took (line_took), or, on standalone Redis, one acked by anyone
+-- (line_entry_acked, KEYS[src] the source stream). On Cluster the first is the only
+-- check the script can make, and it is atomic with the take: a copy that passed its
+-- reader's check (subscriber stillOurs) just before another copy of its entry joined
+-- the line is refused here all the same.
+local function line_stale(seen, src)
+  if ARGV[12] ~= '' and redis.call('HEXISTS', seen, 'x:' .. ARGV[12]) == 1 then return true end
+  return line_entry_acked(src)
 end
 
 -- line_blocked reports whether an event of the key earlier in the stream than the
