@@ -101,9 +101,8 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		}
 	}
 	if m.cfg.OnConflict != nil || hasEntry {
-		// The deliver script acked the entry with the append (standalone Redis); the
-		// wait script leaves the ack to this, after the record.
-		err := m.recordAndAck(ctx, c, hasEntry && !locked.Acked, func(pipe redis.Pipeliner) {
+		// No busy script acks the entry: this does, after the record.
+		err := m.recordAndAck(ctx, c, hasEntry, func(pipe redis.Pipeliner) {
 			if delayed != "" {
 				// Kept before the ack: a crash between them leaves the entry pending, and its
 				// redelivery adds the same member again (one member per event). NX: a second

@@ -106,12 +106,10 @@ func (m *Middleware) ranAlready(ctx context.Context, entry Entry, locked *lease.
 	if entry.ID == "" {
 		return nil
 	}
-	if !locked.Acked {
-		pipe := m.cfg.Locker.Client().Pipeline()
-		m.ack(ctx, entry)(pipe)
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("%w: ack %s, which ran already: %w", redeliver.ErrTransient, entry.ID, err)
-		}
+	pipe := m.cfg.Locker.Client().Pipeline()
+	m.ack(ctx, entry)(pipe)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("%w: ack %s, which ran already: %w", redeliver.ErrTransient, entry.ID, err)
 	}
 	m.cfg.Source.Settle(entry)
 	log.issue = locked.Issue

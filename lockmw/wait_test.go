@@ -409,3 +409,66 @@ func TestWaitStaleCopyOfTheReservedEventIsRecordedAndAcked(t *testing.T) {
 		t.Fatalf("the copy's entry is still pending (%v %v): recorded and acked, it must not be", p, err)
 	}
 }
+
+// A conflict whose script ran but whose reply was lost past go-redis's retries (the
+// worker saw an error and its reader hands the message over again only while its entry
+// is pending) leaves its entry pending: the redelivery, a repeat, writes the conflict's
+// record and acks the entry, record first. Were the entry acked in the script that found
+// the key busy, it would end acked and unrecorded (make explore, lockmw seed 20880032).
+func TestConflictWhoseReplyIsLostIsRecordedOnItsRedelivery(t *testing.T) {
+	for _, pol := range []string{"wait", "deliver"} {
+		t.Run(pol, func(t *testing.T) {
+			t.Parallel()
+			direct, ns := redistest.Client(t)
+			proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
+			opts := *direct.Options()
+			opts.Addr, opts.MaxRetries = proxy.Addr(), 3
+			rdb := redis.NewClient(&opts)
+			t.Cleanup(func() { _ = rdb.Close() })
+			ctx := context.Background()
+			stream := ns + "s"
+			id := pendingEntry(t, direct, stream, "c")
+			holder, err := locker(t, direct, ns).Acquire(ctx, "rebase", "RHEL-7", lease.AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = holder.Release(ctx) })
+			src := &streamSource{entry: lockmw.Entry{Stream: stream, Group: "g", Consumer: "c", ID: id, ReadAt: time.Now()}}
+			policies, _ := lockmw.ParsePolicies(pol)
+			mw, err := handlerOf(lockmw.Config{IssueKey: taskKey, Locker: locker(t, rdb, ns), Agent: "rebase", Policies: policies,
+				Source: src, OnConflict: recordTo(ns + "results"), MaxIdleTime: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw(func(*message.Message) ([]*message.Message, error) { t.Error("the event ran on a held key"); return nil, nil })
+			deliver := func() error {
+				_, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`)))
+				return err
+			}
+			proxy.LoseReply(redistest.Command("evalsha", id), 1+opts.MaxRetries)
+			if err := deliver(); err == nil || proxy.Cuts() != int64(1+opts.MaxRetries) {
+				t.Fatalf("the conflict whose every reply was lost: %v (%d cuts), want its error", err, proxy.Cuts())
+			}
+			pending := func() int {
+				p, err := direct.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "g", Start: id, End: id, Count: 1}).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(p)
+			}
+			if pending() != 1 {
+				t.Fatal("the entry was acked, yet its worker never learned the conflict nor wrote its record")
+			}
+			if err := deliver(); err != nil {
+				t.Fatalf("the redelivery: %v", err)
+			}
+			recs, err := direct.XRange(ctx, ns+"results", "-", "+").Result()
+			if err != nil || len(recs) != 1 || recs[0].Values["message_id"] != id {
+				t.Fatalf("records %v (%v), want one for %s", recs, err, id)
+			}
+			if pending() != 0 {
+				t.Error("the redelivery recorded the conflict but left its entry pending")
+			}
+		})
+	}
+}

@@ -32,8 +32,9 @@ func (m *Middleware) deliverOptions(msg *message.Message, entry Entry) (*lease.D
 	if err != nil {
 		return nil, err
 	}
-	d := &lease.DeliverOptions{MaxDepth: m.cfg.MailboxDepth, Event: lease.QueuedEvent{Stream: entry.Stream, Fields: fields},
-		Ack: &lease.Entry{Stream: entry.Stream, Group: entry.Group, ID: entry.ID}}
+	// Its entry is acked after the record (recordAndAck), never in the script: a reply
+	// lost past go-redis's retries leaves it pending, for a repeat that records it.
+	d := &lease.DeliverOptions{MaxDepth: m.cfg.MailboxDepth, Event: lease.QueuedEvent{Stream: entry.Stream, Fields: fields}}
 	if !IsMailboxWake(msg) {
 		d.Followup = FollowupOf(msg, entry)
 	}

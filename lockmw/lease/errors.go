@@ -96,10 +96,12 @@ type LockedError struct {
 	// Replaced: it replaced an older queued one.
 	Queued, Replaced bool
 	// Delivered: the event was appended to the holder's mailbox (deliver policy) as
-	// entry MailboxID, the mailbox then holding Depth entries; Acked: its stream entry
-	// was acked in the same script (standalone Redis). Duplicate: an earlier try whose
-	// reply was lost appended it already (MailboxID is then empty).
-	Delivered, Acked, Duplicate bool
+	// entry MailboxID, the mailbox then holding Depth entries. Duplicate: an earlier try
+	// whose reply was lost appended it already (MailboxID is then empty). No script
+	// that answers with a LockedError acks the event's entry: its caller does, after
+	// writing the event's record, so that a reply lost past go-redis's retries leaves
+	// the entry pending for a repeat that records it.
+	Delivered, Duplicate bool
 	// Newer (AcquireOptions.Supersede): the holder's event is newer than the refused
 	// one (its stream id is higher), so the refused event lost to it rather than
 	// superseding it.
@@ -108,8 +110,8 @@ type LockedError struct {
 	Depth     int64
 	// Wait policy (AcquireOptions.Wait): Waited, the event waits in the key's line
 	// (Position, 1 the head; OldestAt, when the head joined), Duplicate when it did
-	// already; Ran, it ran to its end already (a redelivered copy, not run). The
-	// caller acks the entry (Acked is false), after its record. Stranded, the key is free and nobody's turn while events wait (a lost wake-up:
+	// already; Ran, it ran to its end already (a redelivered copy, not run);
+	// Stranded, the key is free and nobody's turn while events wait (a lost wake-up:
 	// Locker.WakeLine).
 	Waited, Ran, Stranded bool
 	Position              int64

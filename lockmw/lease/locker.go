@@ -302,11 +302,6 @@ type DeliverOptions struct {
 	// MaxDepth bounds the mailbox: an event that finds it this full is refused with an
 	// error wrapping ErrMailboxFull. Default: DefaultMailboxDepth.
 	MaxDepth int64
-	// Ack, when set on standalone Redis (KeysCompat), is the event's stream entry: it is
-	// acked in the script that appends the follow-up (LockedError.Acked). On Redis
-	// Cluster the stream is in another slot: the caller acks once Acquire returned.
-	// Default: nil.
-	Ack *Entry
 }
 
 // DefaultMailboxDepth is DeliverOptions.MaxDepth's default.
@@ -461,12 +456,8 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 		if depth <= 0 {
 			depth = DefaultMailboxDepth
 		}
-		group, id := "", ""
-		if d.Ack != nil {
-			group, id = d.Ack.Group, d.Ack.ID
-		}
 		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
-			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), d.Event.Stream, entryMS, depth, group, id, 2 * len(d.Followup),
+			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), d.Event.Stream, entryMS, depth, 2 * len(d.Followup),
 			max(mailboxTTL, l.opts.MaxHold+l.opts.TTL).Milliseconds()}
 		for k, v := range d.Followup {
 			a.args = append(a.args, k, v)
@@ -509,12 +500,8 @@ func (a *acquisition) scriptKeys() []string {
 		return keys
 
 	}
-	if d := a.ao.Deliver; d != nil {
-		k := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done, a.keys.Mailbox, a.keys.Mailbox + ":seen", a.keys.Stop}
-		if d.Ack != nil && a.l.opts.Format != KeysCluster {
-			k = append(k, d.Ack.Stream)
-		}
-		return k
+	if a.ao.Deliver != nil {
+		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Queue, a.keys.Done, a.keys.Mailbox, a.keys.Mailbox + ":seen", a.keys.Stop}
 	}
 	if a.ao.Queue == nil {
 		return []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done, a.keys.Stop}
@@ -644,12 +631,11 @@ func (a *acquisition) lockedError(holder Info, res []any) *LockedError {
 		return &LockedError{Holder: holder, Issue: issue}
 	}
 	if a.ao.Deliver != nil {
-		acked := a.ao.Deliver.Ack != nil && a.l.opts.Format != KeysCluster
 		if a.ao.Deliver.Followup == nil {
 			// A wake-up: kept as the queued event (dup 1), or nothing left to wake for.
-			return &LockedError{Holder: holder, Issue: issue, Queued: len(res) >= 9 && atoi(res[8]) == 1, Acked: acked}
+			return &LockedError{Holder: holder, Issue: issue, Queued: len(res) >= 9 && atoi(res[8]) == 1}
 		}
-		le := &LockedError{Holder: holder, Issue: issue, Delivered: true, Acked: acked}
+		le := &LockedError{Holder: holder, Issue: issue, Delivered: true}
 		if len(res) >= 9 {
 			le.MailboxID, _ = res[6].(string)
 			le.Depth = atoi(res[7])

@@ -22,12 +22,12 @@ func deliverOpts(stream, id string, depth int64, body string) lease.AcquireOptio
 		Followup: map[string]any{"event_type": "comment_created", "message_id": id, "body": body},
 		Event:    lease.QueuedEvent{Stream: stream, Fields: map[string]any{"payload": body}},
 		MaxDepth: depth,
-		Ack:      &lease.Entry{Stream: stream, Group: "g", ID: id},
 	}}
 }
 
 // Issue 24 item 1: an event that meets a held lease under the deliver policy is
-// appended to the holder's mailbox and acked in one script; a repeat (lost reply)
+// appended to the holder's mailbox in one script (its caller acks the entry, after its
+// record); a repeat (lost reply)
 // appends nothing; the mailbox is bounded; the run reads it; the release starts a next
 // run only for follow-ups the run did not account for.
 func TestDeliverMailbox(t *testing.T) {
@@ -76,16 +76,17 @@ func readThreeEntries(t *testing.T, ctx context.Context, rdb *redis.Client, stre
 
 // deliverTwoRefuseThird delivers the first two entries to holder's mailbox (depth 2),
 // repeats the first (nothing appended) and finds the mailbox full for the third (not
-// acked). It returns the first follow-up's mailbox id.
+// acked, by the script or its caller). It returns the first follow-up's mailbox id.
 func deliverTwoRefuseThird(t *testing.T, ctx context.Context, rdb *redis.Client, l *lease.Locker, holder *lease.Lease, stream string, ids []string) string {
 	t.Helper()
 	var first string
 	for i, id := range ids[:2] {
 		_, err := l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, id, 2, "body "+strconv.Itoa(i)))
 		var le *lease.LockedError
-		if !errors.As(err, &le) || !le.Delivered || !le.Acked || le.Duplicate || le.MailboxID == "" || le.Depth != int64(i+1) {
+		if !errors.As(err, &le) || !le.Delivered || le.Duplicate || le.MailboxID == "" || le.Depth != int64(i+1) {
 			t.Fatalf("follow-up %d: %#v", i, err)
 		}
+		rdb.XAck(ctx, stream, "g", id) // the caller's ack, after its record
 		if i == 0 {
 			first = le.MailboxID
 		}
@@ -204,7 +205,6 @@ func TestDeliverBurstIsBounded(t *testing.T) {
 			for i := w; i < burst; i += workers {
 				id := strconv.Itoa(1000+i) + "-0"
 				o := deliverOpts(ns+"triage", id, depth, body)
-				o.Deliver.Ack = nil
 				_, err := l.Acquire(ctx, "triage", "RHEL-9", o)
 				var le *lease.LockedError
 				switch {
