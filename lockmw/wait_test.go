@@ -440,7 +440,10 @@ func TestConflictWhoseReplyIsLostIsRecordedOnItsRedelivery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := mw(func(*message.Message) ([]*message.Message, error) { t.Error("the event ran on a held key"); return nil, nil })
+			h := mw(func(*message.Message) ([]*message.Message, error) {
+				t.Error("the event ran on a held key")
+				return nil, nil
+			})
 			deliver := func() error {
 				_, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`)))
 				return err
