@@ -181,10 +181,7 @@ func newModel(t *testing.T) *model {
 func (m *model) worker(name string) *modelWorker {
 	t, e := m.t, m.e
 	proxy := redistest.NewLossyProxy(t, e.rdb.Options().Addr)
-	opts := *e.rdb.Options()
-	opts.Addr, opts.MaxRetries = proxy.Addr(), 3
-	c := redis.NewClient(&opts)
-	t.Cleanup(func() { _ = c.Close() })
+	c := proxy.Client(e.rdb.Options())
 	fault := &refuseRecords{}
 	c.AddHook(fault)
 	h, err := handlers.New(handlers.Config{Agent: modelAgent, Branch: modelBranch, Runner: m.agent, Jira: e.jc,

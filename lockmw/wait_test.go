@@ -421,10 +421,7 @@ func TestConflictWhoseReplyIsLostIsRecordedOnItsRedelivery(t *testing.T) {
 			t.Parallel()
 			direct, ns := redistest.Client(t)
 			proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
-			opts := *direct.Options()
-			opts.Addr, opts.MaxRetries = proxy.Addr(), 3
-			rdb := redis.NewClient(&opts)
-			t.Cleanup(func() { _ = rdb.Close() })
+			rdb := proxy.Client(direct.Options())
 			ctx := context.Background()
 			stream := ns + "s"
 			id := pendingEntry(t, direct, stream, "c")
@@ -448,8 +445,8 @@ func TestConflictWhoseReplyIsLostIsRecordedOnItsRedelivery(t *testing.T) {
 				_, err := h(message.NewMessage("u", []byte(`{"metadata":{"issue":"RHEL-7"}}`)))
 				return err
 			}
-			proxy.LoseReply(redistest.Command("evalsha", id), 1+opts.MaxRetries)
-			if err := deliver(); err == nil || proxy.Cuts() != int64(1+opts.MaxRetries) {
+			proxy.LoseReply(redistest.Command("evalsha", id), 1+rdb.Options().MaxRetries)
+			if err := deliver(); err == nil || proxy.Cuts() != int64(1+rdb.Options().MaxRetries) {
 				t.Fatalf("the conflict whose every reply was lost: %v (%d cuts), want its error", err, proxy.Cuts())
 			}
 			pending := func() int {

@@ -154,10 +154,7 @@ func TestPromoteSafeToRepeat(t *testing.T) {
 	t.Parallel()
 	direct, ns := redistest.Client(t)
 	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
-	opts := *direct.Options()
-	opts.Addr, opts.MaxRetries = proxy.Addr(), 3
-	rdb := redis.NewClient(&opts)
-	defer rdb.Close()
+	rdb := proxy.Client(direct.Options())
 	ctx := context.Background()
 	stream := ns + "s"
 	member, err := delayq.Member("1-1", map[string]any{"payload": "{}", "m:issue_key": "RHEL-1"})

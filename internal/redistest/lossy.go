@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // LossyProxy is a TCP proxy in front of a Redis server that loses replies on purpose:
@@ -61,6 +63,17 @@ func NewLossyProxy(tb testing.TB, target string) *LossyProxy {
 
 // Addr is the proxy's host:port.
 func (p *LossyProxy) Addr() string { return p.ln.Addr().String() }
+
+// Client is a client of base's options (its database, its credentials) that talks
+// through the proxy, with go-redis's three retries: a lost reply is answered by sending
+// the command again, as a worker's client does. It is closed when the test ends.
+func (p *LossyProxy) Client(base *redis.Options) *redis.Client {
+	opts := *base
+	opts.Addr, opts.MaxRetries = p.Addr(), 3
+	c := redis.NewClient(&opts)
+	p.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
 
 // URL is a redis:// URL through the proxy to database db.
 func (p *LossyProxy) URL(db int) string { return "redis://" + p.Addr() + "/" + strconv.Itoa(db) }

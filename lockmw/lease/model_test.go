@@ -1126,11 +1126,7 @@ type modelEnv struct {
 func newModelEnv(t *testing.T) *modelEnv {
 	direct, _ := redistest.Client(t)
 	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
-	opts := *direct.Options()
-	opts.Addr, opts.MaxRetries = proxy.Addr(), 3
-	c := redis.NewClient(&opts)
-	t.Cleanup(func() { _ = c.Close() })
-	return &modelEnv{t: t, direct: direct, proxy: proxy, client: c}
+	return &modelEnv{t: t, direct: direct, proxy: proxy, client: proxy.Client(direct.Options())}
 }
 
 // runModel runs steps under cfg in a fresh namespace and returns the first violation.

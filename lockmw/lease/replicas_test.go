@@ -142,10 +142,7 @@ func TestWaitReplicasAfterLostReply(t *testing.T) {
 	t.Parallel()
 	_, replica, pc, rc := primaryWithReplica(t)
 	proxy := redistest.NewLossyProxy(t, pc.Options().Addr)
-	opts := *pc.Options()
-	opts.Addr, opts.MaxRetries = proxy.Addr(), 3
-	rdb := redis.NewClient(&opts)
-	defer rdb.Close()
+	rdb := proxy.Client(pc.Options())
 	ctx := context.Background()
 	l := newLocker(t, rdb, "", lease.Options{TTL: 3 * time.Second, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
 	lua := func(names ...string) string {

@@ -151,11 +151,7 @@ func TestGroupScopeClusterScriptsSafeToRepeat(t *testing.T) {
 	t.Parallel()
 	direct, ns := redistest.Client(t)
 	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
-	opts := *direct.Options()
-	opts.Addr = proxy.Addr()
-	opts.MaxRetries = 3
-	rdb := redis.NewClient(&opts)
-	defer rdb.Close()
+	rdb := proxy.Client(direct.Options())
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 5 * time.Second, Format: lease.KeysCluster})
 	ctx := context.Background()
 	script := func(names ...string) string {

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ymirflow/ymirflow/internal/redistest"
 	"github.com/ymirflow/ymirflow/internal/xonce"
 	"github.com/ymirflow/ymirflow/lockmw/lease"
@@ -411,11 +409,7 @@ func TestScopedScriptsSafeToRepeat(t *testing.T) {
 	t.Parallel()
 	direct, ns := redistest.Client(t)
 	proxy := redistest.NewLossyProxy(t, direct.Options().Addr)
-	opts := *direct.Options()
-	opts.Addr = proxy.Addr()
-	opts.MaxRetries = 3
-	rdb := redis.NewClient(&opts)
-	defer rdb.Close()
+	rdb := proxy.Client(direct.Options())
 	l := newLocker(t, rdb, ns, lease.Options{TTL: 5 * time.Second})
 	ctx := context.Background()
 	src, err := os.ReadFile("scripts/lease.lua")
