@@ -247,10 +247,10 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 }
 
 // delivered completes a wait acquire's KEYS with the source stream (standalone Redis:
-// the script acks a joining entry itself and asks whether a delivery is stale) and
-// returns the group and the delivered entry's id for its ARGV. The entry id goes on
-// Redis Cluster too: the line remembers the entries it took, and refuses a later
-// delivery of one of them (line_stale).
+// the script asks whether the delivered entry was acked, line_entry_acked) and returns
+// the group and the delivered entry's id for its ARGV. The entry id goes on Redis
+// Cluster too: the line remembers the entries it took, and refuses a later delivery of
+// one of them (line_stale).
 func (l *Locker) delivered(w *WaitOptions, keys ...string) (_ []string, group, id string) {
 	if w.Ack == nil {
 		return keys, "", ""
