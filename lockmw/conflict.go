@@ -73,10 +73,10 @@ func (m *Middleware) conflict(ctx context.Context, msg *message.Message, entry E
 		issue = holder.Issue
 	}
 	ev.issue = issue
-	// A copy the lease refused as one (Duplicate: a wait line's repeat or stale copy, a
-	// deliver repeat) is never the holder's own: a key the line reserved for its event
-	// names that event's first entry as its holder, which a stale copy of it may be.
-	if hasEntry && holder.MessageID == entry.ID && !superseded && !locked.Duplicate && (holder.Scope == "" || holder.Scope == lease.ScopeAgent) {
+	// The lease says whether it is the holder's own entry (LockedError.Own), not the
+	// holder's record: a key the line reserved for an event names the event's first
+	// entry, which a stale copy of it, refused as one, may be.
+	if hasEntry && locked.Own && !superseded {
 		// A redelivered copy of the entry a live holder is working on (claimed while the
 		// holder's heartbeat could not refresh it). Acking it would lose the holder's
 		// crash recovery; running it would run it twice. The holder's next heartbeat

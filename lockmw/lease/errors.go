@@ -102,6 +102,11 @@ type LockedError struct {
 	// writing the event's record, so that a reply lost past go-redis's retries leaves
 	// the entry pending for a repeat that records it.
 	Delivered, Duplicate bool
+	// Own: the refused event is the holder's own entry (AcquireOptions.MessageID names
+	// the message the agent key's holder runs: its entry claimed from its dead worker
+	// while the lease lives). Nothing was queued, delivered or put in a line: acked, it
+	// would lose the holder's crash recovery; run, it would run twice.
+	Own bool
 	// Newer (AcquireOptions.Supersede): the holder's event is newer than the refused
 	// one (its stream id is higher), so the refused event lost to it rather than
 	// superseding it.

@@ -320,6 +320,7 @@ func (a *acquisition) lineBusy(res []any, w *WaitOptions) error {
 		return le
 	}
 	st := atoi(res[6])
+	le.Own = st == 0 // the holder's own entry: the script says so, whatever the holder's record names
 	le.Waited = st == 1 || st == 2
 	le.Duplicate = st == 2 || st == 4
 	le.Ran = st == 3

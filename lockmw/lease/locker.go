@@ -628,7 +628,7 @@ func (a *acquisition) lockedError(holder Info, res []any) *LockedError {
 	issue := a.issue
 	if a.ao.MessageID != "" && holder.MessageID == a.ao.MessageID && holder.Scope == ScopeAgent {
 		// The holder's own entry: the scripts neither queue, deliver nor ack it.
-		return &LockedError{Holder: holder, Issue: issue}
+		return &LockedError{Holder: holder, Issue: issue, Own: true}
 	}
 	if a.ao.Deliver != nil {
 		if a.ao.Deliver.Followup == nil {
