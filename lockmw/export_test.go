@@ -22,3 +22,10 @@ type BatchSend = func(ctx context.Context, ends []lease.End, nexts []lease.Next)
 func (m *Middleware) WrapBatchSend(wrap func(BatchSend) BatchSend) {
 	m.sendBatch = wrap(m.sendBatch)
 }
+
+// SweepLines is one sweep of m's line waker (RunLineWaker), for the model checker,
+// which ticks it as a step and once nothing else moves.
+func (m *Middleware) SweepLines(ctx context.Context) error {
+	_, err := m.sweepLines(ctx)
+	return err
+}

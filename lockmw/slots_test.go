@@ -88,7 +88,7 @@ func TestLimitSlotsTakenWithTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	holders := rdb.ZRange(ctx, l.SlotKeys("agent:rebase").Holders, 0, -1).Val()
-	if exists(t, rdb, l.Keys("rebase", "RHEL-1").Lock) || len(holders) != 1 || holders[0] != "w:"+id2 {
+	if exists(t, rdb, l.Keys("rebase", "RHEL-1").Lock) || len(holders) != 1 || holders[0] != "w:"+id2+" "+stream {
 		t.Fatalf("after the run: slot holders %v, want the slot handed to %s", holders, id2)
 	}
 	copies := rdb.XRange(ctx, stream, "("+id2, "+").Val()

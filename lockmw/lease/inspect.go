@@ -97,7 +97,7 @@ func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64,
 }
 
 func infoFromHash(agent, issue string, h map[string]string) Info {
-	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: h["message_id"], Scope: ScopeAgent, Key: issue,
+	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: lineEventID(h["message_id"]), Scope: ScopeAgent, Key: issue,
 		Supersedes: h["supersedes"]}
 	info.Fence, _ = strconv.ParseInt(h["fence"], 10, 64)
 	if ms, _ := strconv.ParseInt(h["acquired_at"], 10, 64); ms > 0 {

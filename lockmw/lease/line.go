@@ -227,7 +227,7 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		if err != nil {
 			return nil, err
 		}
-		return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: a.shared[0].Line(), ack: w.Ack, shared: true})
+		return l.finishWait(ctx, a, res, &lineLease{lid: sharedLineID(w), hold: hold, keys: a.shared[0].Line(), ack: w.Ack, shared: true})
 	}
 	keys, group, id := l.delivered(w, a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop)
 	args := []any{a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, w.LineID, hold.Milliseconds(), maxN,
@@ -485,7 +485,7 @@ func (l *Locker) wakeLineScript(ctx context.Context, s script, k Keys, issue str
 		}
 		if len(res) >= 3 {
 			lid, _ := res[2].(string)
-			return lid, nil
+			return lineEventID(lid), nil
 		}
 		return "", fmt.Errorf("lease: wake %s: unexpected reply %v", lk.Line, res)
 	}
@@ -604,7 +604,7 @@ func parseWaiting(s string) (Waiting, error) {
 	if err := json.Unmarshal([]byte(s), &e); err != nil || len(e) < 4 {
 		return Waiting{}, fmt.Errorf("bad line element %q", s)
 	}
-	w := Waiting{LineID: fmt.Sprint(e[0]), Stream: fmt.Sprint(e[3])}
+	w := Waiting{LineID: lineEventID(fmt.Sprint(e[0])), Stream: fmt.Sprint(e[3])}
 	if ms, ok := e[1].(float64); ok {
 		w.JoinedAt = time.UnixMilli(int64(ms))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +180,79 @@ func sharedWaiting(infos []lease.Info, sk lease.ScopeKey, n int64) bool {
 		}
 	}
 	return false
+}
+
+// Two agents' events of one issue that entered their own streams with one entry id
+// wait in the issue's line as two events, and each runs in its turn. The line named a
+// member by its entry id alone: it took the second for a repeat of the first, which
+// its caller acks and never runs (found by lockmw's TestModelMiddlewareSharedWait).
+func TestSharedLineTellsApartTwoStreamsEntriesOfOneID(t *testing.T) {
+	t.Parallel()
+	for _, f := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
+		t.Run(fmt.Sprintf("format %d", f), func(t *testing.T) {
+			t.Parallel()
+			rdb, ns := redistest.Client(t)
+			l := newLocker(t, rdb, ns, lease.Options{Format: f, TTL: 2 * time.Second})
+			ctx := context.Background()
+			sk := []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-1"}}
+			acquire := func(agent, id, lid string) (*lease.Lease, error) {
+				ao := waitOpts(ns+agent, id, lid, 10)
+				ao.Shared = sk
+				return l.Acquire(ctx, agent, "RHEL-1", ao)
+			}
+			add := func(agent, id string) {
+				if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: ns + agent, ID: id, Values: map[string]any{"n": 1}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, agent := range []string{"rebase", "backport", "triage"} {
+				if err := rdb.XGroupCreateMkStream(ctx, ns+agent, "g", "0").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			add("rebase", "1-1")
+			holder, err := acquire("rebase", "1-1", "1-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, agent := range []string{"backport", "triage"} {
+				add(agent, "5-1")
+				_, err := acquire(agent, "5-1", "5-1")
+				var locked *lease.LockedError
+				if !errors.As(err, &locked) || !locked.Waited || locked.Position != int64(i+1) {
+					t.Fatalf("%s's event 5-1: %v (%+v), want it waiting at %d", agent, err, locked, i+1)
+				}
+			}
+			ws, err := l.SharedLines(ctx, sk[0])
+			if err != nil || len(ws) != 2 || ws[0].LineID != "5-1" || ws[1].LineID != "5-1" || ws[0].Stream == ws[1].Stream {
+				t.Fatalf("the issue's line: %+v %v, want 5-1 of two streams", ws, err)
+			}
+			// Each in its turn: the release hands the key to the head and appends its
+			// copy to its stream; the copy takes the keys, runs, and hands on.
+			prev, prevEntry := holder, lease.Entry{Stream: ns + "rebase", Group: "g", ID: "1-1"}
+			for _, w := range ws {
+				if err := prev.FinishedForTest(ctx, prevEntry); err != nil {
+					t.Fatal(err)
+				}
+				if prev.Woke() != "5-1" {
+					t.Fatalf("the release woke %q, want 5-1 of %s", prev.Woke(), w.Stream)
+				}
+				msgs, err := rdb.XRange(ctx, w.Stream, "(5-1", "+").Result()
+				if err != nil || len(msgs) != 1 {
+					t.Fatalf("the copy of 5-1 in %s: %+v %v", w.Stream, msgs, err)
+				}
+				agent := strings.TrimPrefix(w.Stream, ns)
+				if prev, err = acquire(agent, msgs[0].ID, "5-1"); err != nil {
+					t.Fatalf("%s's copy of 5-1 takes its turn: %v", agent, err)
+				}
+				prevEntry = lease.Entry{Stream: w.Stream, Group: "g", ID: msgs[0].ID}
+			}
+			if err := prev.FinishedForTest(ctx, prevEntry); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := rdb.Exists(ctx, l.SharedKeys(sk[0]).Lock).Result(); n != 0 {
+				t.Fatalf("the issue's key is still held after its line emptied")
+			}
+		})
+	}
 }

@@ -614,7 +614,8 @@ func (a *acquisition) holderOf(res []any) Info {
 		if ms := atoi(res[3]); ms > 0 {
 			holder.AcquiredAt = time.UnixMilli(ms)
 		}
-		holder.MessageID, _ = res[4].(string)
+		mid, _ := res[4].(string)
+		holder.MessageID = lineEventID(mid) // a shared key reserved for its line's head names its member
 		if ttl, _ := res[5].(int64); ttl > 0 {
 			holder.TTL = time.Duration(ttl) * time.Millisecond
 		}

@@ -418,13 +418,14 @@ func (m *lineModel) turnOut() error {
 	if sk := m.sharedKey(); sk != nil {
 		k = m.l.SharedKeys(sk[0])
 	}
-	lid, err := m.direct.Get(m.ctx, k.Line().Turn).Result()
+	turn, err := m.direct.Get(m.ctx, k.Line().Turn).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	lid := lineEventID(turn) // a shared key's turn names the event's stream too
 	for _, r := range m.runs {
 		if r.lid == lid {
 			return nil // its heartbeat keeps the turn
@@ -445,7 +446,7 @@ func (m *lineModel) turnOut() error {
 			break
 		}
 	}
-	if m.direct.Get(m.ctx, k.Lock).Val() == "line:"+lid {
+	if m.direct.Get(m.ctx, k.Lock).Val() == "line:"+turn {
 		m.direct.Del(m.ctx, k.Lock, k.Info)
 	}
 	// Its place is lost: its redelivery joins the line again (LineOrder then counts it

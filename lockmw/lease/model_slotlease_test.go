@@ -39,6 +39,7 @@ const (
 
 type slotLeaseRun struct {
 	le     *Lease
+	stream string
 	lid    string
 	entry  string
 	limits []Limit
@@ -57,44 +58,38 @@ var slotLeaseIssues = []string{"RHEL-1", "RHEL-2", "RHEL-3", "RHEL-4"}
 
 func (m *slotLeaseModel) newEvent(a int) error {
 	fair := []string{"A", "B", "C"}[a%3]
-	v := map[string]any{"fair": fair, "field": a % 2, "prio": a % 5 / 4, "issue": slotLeaseIssues[a/3%len(slotLeaseIssues)],
+	v := map[string]any{"fair": fair, "field": a % 2, "issue": slotLeaseIssues[a/3%len(slotLeaseIssues)],
 		"supersede": a % 7 / 6}
-	id, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream, Values: v}).Result()
-	m.events = append(m.events, id)
+	stream := m.streams[a%5/4] // an event of priority enters the :todo stream
+	id, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: stream, Values: v}).Result()
+	m.events = append(m.events, stream+"/"+id)
 	return err
 }
 
-func (m *slotLeaseModel) read() (*redis.XMessage, error) {
-	res, err := m.direct.XReadGroup(m.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{m.stream, ">"},
-		Count: 1, Block: -1}).Result()
-	if err != nil || len(res) == 0 || len(res[0].Messages) == 0 {
-		return nil, nil //nolint:nilerr // nothing to read
+// deliver reads the next entry (a: of which stream first, slotsModel.next) and
+// acquires its lease and slots.
+func (m *slotLeaseModel) deliver(a int, lose bool) error {
+	stream, msg, ok := m.next(a)
+	if !ok {
+		return nil
 	}
-	return &res[0].Messages[0], nil
-}
-
-func (m *slotLeaseModel) deliver(lose bool) error {
-	msg, err := m.read()
-	if msg == nil || err != nil {
-		return err
-	}
-	return m.acquire(*msg, lose)
+	return m.acquire(stream, msg, lose)
 }
 
 // acquire is the combined acquire of entry msg: a run, the event waits for a slot
 // (acked by the script), or the lease is busy (dropped: acked here).
-func (m *slotLeaseModel) acquire(msg redis.XMessage, lose bool) error {
+func (m *slotLeaseModel) acquire(stream string, msg redis.XMessage, lose bool) error {
 	if lose {
 		m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", m.ns), redistest.Command("eval", m.ns)), 1)
 	}
-	req := m.request(msg)
+	req := m.request(stream, msg)
 	issue, _ := msg.Values["issue"].(string)
 	le, err := m.l.Acquire(m.ctx, "a", issue, AcquireOptions{MessageID: msg.ID, Slots: &req, Supersede: msg.Values["supersede"] == "1"})
 	if err == nil {
 		if le.Supersedes() != "" {
 			m.seen["takeover"]++
 		}
-		r := &slotLeaseRun{le: le, lid: req.LineID, entry: msg.ID, limits: req.Limits}
+		r := &slotLeaseRun{le: le, stream: stream, lid: req.LineID, entry: msg.ID, limits: req.Limits}
 		m.runs = append(m.runs, r)
 		m.tokens[le.Token()] = r
 		m.seen["run"]++
@@ -109,9 +104,9 @@ func (m *slotLeaseModel) acquire(msg redis.XMessage, lose bool) error {
 		return nil
 	}
 	if errors.Is(err, ErrLocked) || errors.Is(err, ErrSuperseded) {
-		m.dropped[req.LineID]++
+		m.dropped[stream+"/"+req.LineID]++
 		m.seen["busy"]++
-		return m.direct.XAck(m.ctx, m.stream, "g", msg.ID).Err()
+		return m.direct.XAck(m.ctx, stream, "g", msg.ID).Err()
 	}
 	return err
 }
@@ -124,18 +119,18 @@ func (m *slotLeaseModel) end(i int, lose, handoff bool) error {
 	i %= len(m.runs)
 	r := m.runs[i]
 	m.runs = append(m.runs[:i], m.runs[i+1:]...)
-	m.ran[r.lid]++
+	m.ran[r.stream+"/"+r.lid]++
 	if lose {
 		m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", m.ns), redistest.Command("eval", m.ns)), 1)
 	}
 	if handoff {
-		_, err := r.le.Handoff(m.ctx, Entry{Stream: m.stream, Group: "g", ID: r.entry}, nil)
+		_, err := r.le.Handoff(m.ctx, Entry{Stream: r.stream, Group: "g", ID: r.entry}, nil)
 		return err
 	}
 	if _, err := r.le.Release(m.ctx); err != nil {
 		return err
 	}
-	return m.direct.XAck(m.ctx, m.stream, "g", r.entry).Err()
+	return m.direct.XAck(m.ctx, r.stream, "g", r.entry).Err()
 }
 
 // crash kills live run i: its heartbeat stops; its lease and slots stay until expire.
@@ -171,11 +166,11 @@ func (m *slotLeaseModel) expire(i int) error {
 	if _, err := pipe.Exec(m.ctx); err != nil {
 		return err
 	}
-	msgs, err := m.direct.XRange(m.ctx, m.stream, r.entry, r.entry).Result()
+	msgs, err := m.direct.XRange(m.ctx, r.stream, r.entry, r.entry).Result()
 	if err != nil || len(msgs) == 0 {
 		return err
 	}
-	return m.acquire(msgs[0], false)
+	return m.acquire(r.stream, msgs[0], false)
 }
 
 // beat is live run i's heartbeat after time passed: its lease and slots are aged by half
@@ -281,7 +276,7 @@ func (m *slotLeaseModel) do(s mStep) error {
 	case "new":
 		return m.newEvent(s.A)
 	case "deliver":
-		return m.deliver(s.B%4 == 0)
+		return m.deliver(s.A, s.B%4 == 0)
 	case "end":
 		return m.end(s.A, s.B%4 == 0, s.C%2 == 0)
 	case "crash":
@@ -299,7 +294,7 @@ func (m *slotLeaseModel) do(s mStep) error {
 // settle stops the faults: the dead expire, every run ends, every entry is read, until
 // nothing waits; then every event ran once or was dropped once.
 func (m *slotLeaseModel) settle() error {
-	for range 400 {
+	for round := range 400 {
 		for len(m.dead) > 0 {
 			if err := m.expire(0); err != nil {
 				return err
@@ -313,24 +308,24 @@ func (m *slotLeaseModel) settle() error {
 				return err
 			}
 		}
-		info, err := m.direct.XInfoGroups(m.ctx, m.stream).Result()
+		done, err := m.allRead()
 		if err != nil {
 			return err
 		}
-		if len(info) > 0 && info[0].Lag == 0 && info[0].Pending == 0 {
+		if done {
 			break
 		}
-		if err := m.deliver(false); err != nil {
+		if err := m.deliver(round, false); err != nil {
 			return err
 		}
 		if err := m.check(); err != nil {
 			return err
 		}
 	}
-	for _, lid := range m.events {
-		if m.ran[lid]+m.dropped[lid] != 1 {
-			return m.fail(propSlotLeaseOnce, "event %s ran %d times and was dropped %d times (events %d)", lid, m.ran[lid],
-				m.dropped[lid], len(m.events))
+	for _, ev := range m.events {
+		if m.ran[ev]+m.dropped[ev] != 1 {
+			return m.fail(propSlotLeaseOnce, "event %s ran %d times and was dropped %d times (events %d)", ev, m.ran[ev],
+				m.dropped[ev], len(m.events))
 		}
 	}
 	return nil
@@ -353,15 +348,17 @@ func (e *modelEnv) runSlotLease(steps []mStep, seen map[string]int) error {
 		return err
 	}
 	m := &slotLeaseModel{slotsModel: &slotsModel{ctx: context.Background(), direct: e.direct, proxy: e.proxy, l: l, ns: ns,
-		stream: "{" + ns + "s}", limits: map[string]int64{}, ran: map[string]int{}},
+		streams: [2]string{"{" + ns + "s}", "{" + ns + "s}:todo"}, limits: map[string]int64{}, ran: map[string]int{}},
 		tokens: map[string]*slotLeaseRun{}, dropped: map[string]int{}, seen: seen}
 	defer func() {
 		for _, r := range append(m.runs, m.dead...) {
 			r.le.stopHeartbeat()
 		}
 	}()
-	if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream, "g", "0").Err(); err != nil {
-		return err
+	for _, stream := range m.streams {
+		if err := e.direct.XGroupCreateMkStream(m.ctx, stream, "g", "0").Err(); err != nil {
+			return err
+		}
 	}
 	for i, s := range steps {
 		if os.Getenv("MODEL_TRACE") != "" {

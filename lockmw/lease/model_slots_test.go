@@ -7,7 +7,9 @@ package lease
 // wakes, against the real scripts on a real Redis, standalone and Cluster key layouts.
 // After every step: never more than N live holders of a limit key, and never a free
 // slot beside a waiting event (a lost wake-up). At the end, with faults stopped: every
-// event ran to its end exactly once (no waiter lost, none run twice).
+// event ran to its end exactly once (no waiter lost, none run twice). Events enter two
+// streams, as an agent's do: its own, and its :todo stream (the priority lane), whose
+// entry ids repeat the other's.
 
 import (
 	"context"
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,9 +33,10 @@ const (
 )
 
 type slotRun struct {
-	s     *Slots
-	lid   string
-	entry string
+	s      *Slots
+	stream string
+	lid    string
+	entry  string
 }
 
 type slotsModel struct {
@@ -41,13 +45,14 @@ type slotsModel struct {
 	proxy  *redistest.LossyProxy
 	l      *Locker
 	ns     string
-	stream string
-	limits map[string]int64 // limit key -> N
-	runs   []*slotRun       // live runs
-	dead   []*slotRun       // crashed runs: entries still pending, slots held till expiry
-	ran    map[string]int   // lid -> runs ended
-	events []string         // lids published
-	seq    int
+	// streams are the agent's stream and its :todo stream (events of priority).
+	streams [2]string
+	limits  map[string]int64 // limit key -> N
+	runs    []*slotRun       // live runs
+	dead    []*slotRun       // crashed runs: entries still pending, slots held till expiry
+	ran     map[string]int   // stream/lid -> runs ended
+	events  []string         // stream/lid of the events published
+	seq     int
 }
 
 func (m *slotsModel) fail(prop, format string, args ...any) error {
@@ -70,14 +75,15 @@ func (m *slotsModel) limitsOf(fair string, field bool) []Limit {
 func (m *slotsModel) newEvent(a int) error {
 	m.seq++
 	fair := []string{"A", "B", "C"}[a%3]
-	v := map[string]any{"fair": fair, "field": a % 2, "prio": a % 5 / 4}
-	id, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream, Values: v}).Result()
-	m.events = append(m.events, id)
+	v := map[string]any{"fair": fair, "field": a % 2}
+	stream := m.streams[a%5/4]
+	id, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: stream, Values: v}).Result()
+	m.events = append(m.events, stream+"/"+id)
 	return err
 }
 
-// request is the take of entry msg (lid: its slot_from, else its id).
-func (m *slotsModel) request(msg redis.XMessage) SlotRequest {
+// request is the take of entry msg of stream (lid: its slot_from, else its id).
+func (m *slotsModel) request(stream string, msg redis.XMessage) SlotRequest {
 	lid := msg.ID
 	if from, ok := msg.Values["slot_from"].(string); ok {
 		lid = from
@@ -90,36 +96,49 @@ func (m *slotsModel) request(msg redis.XMessage) SlotRequest {
 	}
 	fair, _ := msg.Values["fair"].(string)
 	return SlotRequest{Limits: m.limitsOf(fair, msg.Values["field"] == "1"), LineID: lid, Issue: "RHEL-1",
-		Priority: msg.Values["prio"] == "1", Fair: fair, Weight: 1 + int64(len(fair)%2),
-		Event: QueuedEvent{Stream: m.stream, Fields: fields}, Hold: time.Minute,
-		Ack: &Entry{Stream: m.stream, Group: "g", ID: msg.ID}}
+		Priority: strings.HasSuffix(stream, ":todo"), Fair: fair, Weight: 1 + int64(len(fair)%2),
+		Event: QueuedEvent{Stream: stream, Fields: fields}, Hold: time.Minute,
+		Ack: &Entry{Stream: stream, Group: "g", ID: msg.ID}}
 }
 
-// deliver reads the next entry (lose: the take's first reply is lost) and takes its
-// slots: a run, or the event waits (acked: on Cluster here).
-func (m *slotsModel) deliver(lose bool) error {
-	res, err := m.direct.XReadGroup(m.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{m.stream, ">"},
-		Count: 1, Block: -1}).Result()
-	if err != nil || len(res) == 0 || len(res[0].Messages) == 0 {
-		return nil //nolint:nilerr // nothing to read
+// next reads the next entry, of the stream first (a: its :todo stream first when odd)
+// or, when it has none, of the other.
+func (m *slotsModel) next(a int) (string, redis.XMessage, bool) {
+	for i := range 2 {
+		stream := m.streams[(a+i)%2]
+		res, err := m.direct.XReadGroup(m.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{stream, ">"},
+			Count: 1, Block: -1}).Result()
+		if err == nil && len(res) > 0 && len(res[0].Messages) > 0 {
+			return stream, res[0].Messages[0], true
+		}
 	}
-	return m.take(res[0].Messages[0], lose)
+	return "", redis.XMessage{}, false
 }
 
-func (m *slotsModel) take(msg redis.XMessage, lose bool) error {
+// deliver reads the next entry (a: of which stream first; lose: the take's first reply
+// is lost) and takes its slots: a run, or the event waits (acked: on Cluster here).
+func (m *slotsModel) deliver(a int, lose bool) error {
+	stream, msg, ok := m.next(a)
+	if !ok {
+		return nil
+	}
+	return m.take(stream, msg, lose)
+}
+
+func (m *slotsModel) take(stream string, msg redis.XMessage, lose bool) error {
 	if lose {
 		m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", m.ns), redistest.Command("eval", m.ns)), 1)
 	}
-	req := m.request(msg)
+	req := m.request(stream, msg)
 	s, err := m.l.TakeSlots(m.ctx, req)
 	if err == nil {
-		m.runs = append(m.runs, &slotRun{s: s, lid: req.LineID, entry: msg.ID})
+		m.runs = append(m.runs, &slotRun{s: s, stream: stream, lid: req.LineID, entry: msg.ID})
 		return nil
 	}
 	var w *SlotsWaitingError
 	if errors.As(err, &w) {
 		if !w.Acked {
-			return m.direct.XAck(m.ctx, m.stream, "g", msg.ID).Err()
+			return m.direct.XAck(m.ctx, stream, "g", msg.ID).Err()
 		}
 		return nil
 	}
@@ -135,14 +154,14 @@ func (m *slotsModel) end(i int, lose bool) error {
 	i %= len(m.runs)
 	r := m.runs[i]
 	m.runs = append(m.runs[:i], m.runs[i+1:]...)
-	m.ran[r.lid]++
+	m.ran[r.stream+"/"+r.lid]++
 	if lose {
 		m.proxy.LoseReply(redistest.Any(redistest.Command("evalsha", m.ns), redistest.Command("eval", m.ns)), 1)
 	}
 	if err := r.s.Release(m.ctx); err != nil {
 		return err
 	}
-	return m.direct.XAck(m.ctx, m.stream, "g", r.entry).Err()
+	return m.direct.XAck(m.ctx, r.stream, "g", r.entry).Err()
 }
 
 // crash kills live run i: nothing freed, its entry pending.
@@ -157,28 +176,26 @@ func (m *slotsModel) crash(i int) {
 
 // crashBetween delivers the next entry but dies after its first limit key's take (a
 // slot held by nobody alive), leaving the entry pending.
-func (m *slotsModel) crashBetween() error {
-	res, err := m.direct.XReadGroup(m.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{m.stream, ">"},
-		Count: 1, Block: -1}).Result()
-	if err != nil || len(res) == 0 || len(res[0].Messages) == 0 {
-		return nil //nolint:nilerr // nothing to read
+func (m *slotsModel) crashBetween(a int) error {
+	stream, msg, ok := m.next(a)
+	if !ok {
+		return nil
 	}
-	msg := res[0].Messages[0]
-	req := m.request(msg)
+	req := m.request(stream, msg)
 	rec, err := slotRecord(req)
 	if err != nil {
 		return err
 	}
-	s := &Slots{l: m.l, token: newToken(), lid: req.LineID, hold: req.Hold}
+	s := &Slots{l: m.l, token: newToken(), lid: slotMember(req), hold: req.Hold}
 	taken, err := m.l.takeSlot(m.ctx, s, req, req.Limits[0], rec)
 	if err != nil {
 		return err
 	}
 	if atoi(taken[0]) != 1 { // it waits: no slot held; its ack is the caller's on Cluster
-		return m.direct.XAck(m.ctx, m.stream, "g", msg.ID).Err()
+		return m.direct.XAck(m.ctx, stream, "g", msg.ID).Err()
 	}
 	s.limits = req.Limits[:1]
-	m.dead = append(m.dead, &slotRun{s: s, lid: req.LineID, entry: msg.ID})
+	m.dead = append(m.dead, &slotRun{s: s, stream: stream, lid: req.LineID, entry: msg.ID})
 	return nil
 }
 
@@ -197,11 +214,11 @@ func (m *slotsModel) expire(i int) error {
 			return err
 		}
 	}
-	msgs, err := m.direct.XRange(m.ctx, m.stream, r.entry, r.entry).Result()
+	msgs, err := m.direct.XRange(m.ctx, r.stream, r.entry, r.entry).Result()
 	if err != nil || len(msgs) == 0 {
 		return err
 	}
-	return m.take(msgs[0], false)
+	return m.take(r.stream, msgs[0], false)
 }
 
 func (m *slotsModel) wake() error {
@@ -245,13 +262,13 @@ func (m *slotsModel) do(s mStep) error {
 	case "new":
 		return m.newEvent(s.A)
 	case "deliver":
-		return m.deliver(s.B%4 == 0)
+		return m.deliver(s.A, s.B%4 == 0)
 	case "end":
 		return m.end(s.A, s.B%4 == 0)
 	case "crash":
 		m.crash(s.A)
 	case "between":
-		return m.crashBetween()
+		return m.crashBetween(s.A)
 	case "expire":
 		return m.expire(s.A)
 	case "wake":
@@ -277,33 +294,43 @@ func (m *slotsModel) settle() error {
 				return err
 			}
 		}
-		n, err := m.direct.XLen(m.ctx, m.stream).Result()
+		done, err := m.allRead()
 		if err != nil {
 			return err
 		}
-		info, err := m.direct.XInfoGroups(m.ctx, m.stream).Result()
-		if err != nil {
-			return err
-		}
-		if len(info) > 0 && info[0].Lag == 0 && info[0].Pending == 0 && n > 0 && !m.handedLeft() {
+		if done && !m.handedLeft() {
 			break
 		}
 		if err := m.wake(); err != nil { // the slot waker: copies a lost reply left unappended (Cluster)
 			return err
 		}
-		if err := m.deliver(false); err != nil {
+		if err := m.deliver(round, false); err != nil {
 			return err
 		}
 		if err := m.check(); err != nil {
 			return err
 		}
 	}
-	for _, lid := range m.events {
-		if m.ran[lid] != 1 {
-			return m.fail(propSlotsOnce, "event %s ran %d times to its end (events %d, ran %v)", lid, m.ran[lid], len(m.events), m.ran)
+	for _, ev := range m.events {
+		if m.ran[ev] != 1 {
+			return m.fail(propSlotsOnce, "event %s ran %d times to its end (events %d, ran %v)", ev, m.ran[ev], len(m.events), m.ran)
 		}
 	}
 	return nil
+}
+
+// allRead reports whether both streams' entries were all read and acked.
+func (m *slotsModel) allRead() (bool, error) {
+	for _, stream := range m.streams {
+		info, err := m.direct.XInfoGroups(m.ctx, stream).Result()
+		if err != nil {
+			return false, err
+		}
+		if len(info) == 0 || info[0].Lag != 0 || info[0].Pending != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // handedLeft reports whether a slot handed to a waiter still waits for its copy to be
@@ -333,10 +360,12 @@ func (e *modelEnv) runSlots(format KeyFormat, steps []mStep) error {
 	if err != nil {
 		return err
 	}
-	m := &slotsModel{ctx: context.Background(), direct: e.direct, proxy: e.proxy, l: l, ns: ns, stream: "{" + ns + "s}",
-		limits: map[string]int64{}, ran: map[string]int{}}
-	if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream, "g", "0").Err(); err != nil {
-		return err
+	m := &slotsModel{ctx: context.Background(), direct: e.direct, proxy: e.proxy, l: l, ns: ns,
+		streams: [2]string{"{" + ns + "s}", "{" + ns + "s}:todo"}, limits: map[string]int64{}, ran: map[string]int{}}
+	for _, stream := range m.streams {
+		if err := e.direct.XGroupCreateMkStream(m.ctx, stream, "g", "0").Err(); err != nil {
+			return err
+		}
 	}
 	for i, s := range steps {
 		if os.Getenv("MODEL_TRACE") != "" {

@@ -165,7 +165,7 @@ func (l *Locker) TakeSlots(ctx context.Context, req SlotRequest) (*Slots, error)
 	if hold <= 0 {
 		hold = 2 * l.opts.TTL
 	}
-	s := &Slots{l: l, token: newToken(), lid: req.LineID, hold: hold, maxLen: req.MaxLen}
+	s := &Slots{l: l, token: newToken(), lid: slotMember(req), hold: hold, maxLen: req.MaxLen}
 	rec, err := slotRecord(req)
 	if err != nil {
 		return nil, err
@@ -217,10 +217,16 @@ func slotsWaiting(res []any, lim Limit, acked bool) *SlotsWaitingError {
 		Waiting: atoi(res[4]), Acked: acked}
 }
 
-// slotRecord is the waiting event's record: {lid, joined_ms (0: the server's time is
-// not needed), issue, '_stream', stream, field, value, ...}.
+// slotMember is the member of a limit's lines that req's event is: its LineID and its
+// stream. One limit's lines hold the events of several streams (an agent's and its
+// :todo stream's, or several agents'), whose entry ids repeat: two events that entered
+// two streams with one id are two waiters, not one waiter and its repeat.
+func slotMember(req SlotRequest) string { return req.LineID + " " + req.Event.Stream }
+
+// slotRecord is the waiting event's record: {member (slotMember), joined_ms (0: the
+// server's time is not needed), issue, '_stream', stream, field, value, ...}.
 func slotRecord(req SlotRequest) (string, error) {
-	e := []any{req.LineID, time.Now().UnixMilli(), req.Issue, "_stream", req.Event.Stream}
+	e := []any{slotMember(req), time.Now().UnixMilli(), req.Issue, "_stream", req.Event.Stream}
 	for k, v := range req.Event.Fields {
 		e = append(e, k, v)
 	}

@@ -117,7 +117,7 @@ func (l *Locker) newLeaseSlots(req *SlotRequest, takeover bool) (*leaseSlots, er
 	if takeover {
 		over = "1"
 	}
-	s.args = []any{req.LineID, s.hold.Milliseconds(), lane, req.Fair, max(req.Weight, 1), req.MaxLen, indexMax, indexTTLms,
+	s.args = []any{slotMember(*req), s.hold.Milliseconds(), lane, req.Fair, max(req.Weight, 1), req.MaxLen, indexMax, indexTTLms,
 		slotsSeenTTL.Milliseconds(), rec, group, id, over, acked}
 	for _, lim := range req.Limits {
 		s.args = append(s.args, lim.N)

@@ -181,3 +181,48 @@ func TestSlotsTakenWithTheLease(t *testing.T) {
 		t.Fatalf("Cluster: %v, want the option refused", err)
 	}
 }
+
+// Two events that entered an agent's stream and its :todo stream with one entry id wait
+// for a full limit as two waiters, and each gets a slot in its turn. The lines named a
+// waiter by its entry id alone: the second overwrote the first's record, both turns
+// appended the second's copy, and the first event was never run.
+func TestSlotsTellApartTwoStreamsEntriesOfOneID(t *testing.T) {
+	for _, format := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
+		rdb, ns := redistest.Client(t)
+		ctx := context.Background()
+		l := newLocker(t, rdb, ns, lease.Options{Format: format, TTL: 5 * time.Second})
+		streams := []string{ns + "s", ns + "s:todo"}
+		for _, s := range streams {
+			if err := rdb.XGroupCreateMkStream(ctx, s, "g", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held, err := l.TakeSlots(ctx, slotReq(streams[0], "1-1", "1-1", "A", false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range streams {
+			_, err := l.TakeSlots(ctx, slotReq(s, "5-1", "5-1", "A", i == 1))
+			var we *lease.SlotsWaitingError
+			if !errors.As(err, &we) || we.Duplicate || we.Waiting != int64(i+1) {
+				t.Fatalf("format %d: 5-1 of %s: %v (%+v), want a new waiter, %d waiting", format, s, err, we, i+1)
+			}
+		}
+		// The priority lane's first: the :todo stream's event, then the other.
+		for _, s := range []string{streams[1], streams[0]} {
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			msgs := readCopies(t, rdb, s)
+			if len(msgs) != 1 || msgs[0].Values["slot_from"] != "5-1" {
+				t.Fatalf("format %d: the copies appended to %s: %+v, want 5-1's", format, s, msgs)
+			}
+			if held, err = l.TakeSlots(ctx, slotReq(s, msgs[0].ID, "5-1", "A", false)); err != nil {
+				t.Fatalf("format %d: the copy of 5-1 in %s: %v", format, s, err)
+			}
+		}
+		if u, err := l.SlotUsage(ctx, "agent:rebase"); err != nil || u.Used != 1 || u.Waiting != 0 {
+			t.Fatalf("format %d: usage %+v, %v: want the last copy's run alone", format, u, err)
+		}
+	}
+}

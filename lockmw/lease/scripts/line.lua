@@ -8,14 +8,15 @@
 --         to the script in any order, and the line still runs them in stream order;
 --   seen  a hash lid -> 'w' (waiting in the line), 'h' (handed the key: its run holds or
 --         held it and has not finished), 'r' (ran to its end): a repeat of any of them is
---         acked and not run, not queued twice; and 'x:<entry id>' -> 1 for each entry
---         the line took (line_took: its caller acks it), never to take the key again;
+--         acked and not run, not queued twice; and 'x:<entry id> <stream>' -> 1 for each
+--         entry the line took (line_took: its caller acks it), never to take the key again;
 --   turn  a string: the lid whose turn it is (handed the key, its run not finished),
 --         expiring hold_ms after its last heartbeat. While it lives, a free key is that
 --         event's alone (its redelivery after a crash or failure runs before the line
 --         moves on); nobody else takes it, and no release hands it on.
 -- A lid is the id of the stream entry an event first had: its copies carry it (the
--- caller's waited_from), so every copy of one event is one member of the line.
+-- caller's waited_from), so every copy of one event is one member of the line. On a
+-- shared key's line it is that id, a space and the event's stream (line_scoped.lua).
 
 -- line_head is the line's first member and its decoded element, or nil.
 local function line_head(line)
@@ -76,10 +77,11 @@ local function line_promote(k, o)
 end
 
 -- line_before reports whether stream id a is earlier than stream id b (false when
--- either is not one).
+-- either is not one). A shared key's lid is a stream id, a space and its stream
+-- (line_scoped.lua): its id is compared.
 local function line_before(a, b)
-  local ams, aseq = string.match(a or '', '^(%d+)-(%d+)$')
-  local bms, bseq = string.match(b or '', '^(%d+)-(%d+)$')
+  local ams, aseq = string.match(a or '', '^(%d+)-(%d+)')
+  local bms, bseq = string.match(b or '', '^(%d+)-(%d+)')
   if not ams or not bms then return false end
   ams, bms = tonumber(ams), tonumber(bms)
   return ams < bms or (ams == bms and tonumber(aseq) < tonumber(bseq))
@@ -114,13 +116,19 @@ local function line_entry_acked(src)
   return false
 end
 
+-- line_entry names the delivered entry (ARGV[12], of stream ARGV[10]) in seen: by its
+-- stream too, as a shared key's line holds entries of several streams, whose ids repeat.
+local function line_entry()
+  return 'x:' .. ARGV[12] .. ' ' .. ARGV[10]
+end
+
 -- line_took records that the line took the delivered entry (ARGV[12], the entry the
--- caller read): acked it in this script, or told its caller to ack it (Redis Cluster,
--- where the stream is in another slot). Any later delivery of that entry is a stale
--- copy (line_stale). Kept in seen, as 'x:<entry id>', as long as seen lives.
+-- caller read): its caller acks it once it has recorded the conflict. Any later
+-- delivery of that entry is a stale copy (line_stale). Kept in seen, as
+-- 'x:<entry id> <stream>' (line_entry), as long as seen lives.
 local function line_took(seen, seen_ttl)
   if ARGV[12] == '' then return end
-  redis.call('HSET', seen, 'x:' .. ARGV[12], 1)
+  redis.call('HSET', seen, line_entry(), 1)
   redis.call('PEXPIRE', seen, seen_ttl)
 end
 
@@ -131,7 +139,7 @@ end
 -- reader's check (subscriber stillOurs) just before another copy of its entry joined
 -- the line is refused here all the same.
 local function line_stale(seen, src)
-  if ARGV[12] ~= '' and redis.call('HEXISTS', seen, 'x:' .. ARGV[12]) == 1 then return true end
+  if ARGV[12] ~= '' and redis.call('HEXISTS', seen, line_entry()) == 1 then return true end
   return line_entry_acked(src)
 end
 
