@@ -140,6 +140,9 @@ type mwConfig struct {
 	// keeping onConfl: a deployment in the middle of a rolling change of its rules.
 	otherConfl string
 	others     lockmw.Policies
+	// twin: each agent's events enter its stream or its :todo twin (every other one),
+	// whose entry ids repeat the stream's, as a worker reads both (genTwin).
+	twin bool
 	// slowStop: an agent slow to stop. A run cancelled by a newer event's take-over
 	// goes on until its end step (or its worker's death), as an agent that finishes its
 	// current step first; the newer run must not start before it stopped.
@@ -161,7 +164,17 @@ func (c mwConfig) String() string {
 	if c.slowStop {
 		s += " slow-stop"
 	}
+	if c.twin {
+		s += " todo-twin"
+	}
 	return s
+}
+
+// genTwin draws, from a generator of its own, whether the agents' events enter two
+// streams (their own and its :todo twin, as a worker reads both): half the seeds that
+// do not read ahead (a read-ahead announces one subscription's entries).
+func genTwin(r *rand.Rand, c *mwConfig) {
+	c.twin = !c.readahead && r.IntN(2) == 0
 }
 
 // genMixedRules draws, from a generator of its own (the seeds' configurations and steps
@@ -347,6 +360,14 @@ type mwModel struct {
 }
 
 func (m *mwModel) stream(agent string) string { return "{" + m.ns + agent + "}:s" }
+
+// streams are the streams agent's workers read: its own, and its :todo twin (twin).
+func (m *mwModel) streams(agent string) []string {
+	if m.cfg.twin {
+		return []string{m.stream(agent), m.stream(agent) + ":todo"}
+	}
+	return []string{m.stream(agent)}
+}
 
 // publishInbox tells the read-ahead sources the inbox as it is now. Call it after every
 // change of the inbox.
@@ -558,8 +579,8 @@ func (m *mwModel) expireLeasesOf(owner string) error {
 // read takes the new entries of every agent's stream (events and published
 // follow-ups) into the inbox.
 func (m *mwModel) read() error {
-	for _, agent := range []string{"ag1", "ag2"} {
-		res, err := m.direct.XReadGroup(m.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{m.stream(agent), ">"},
+	for _, stream := range append(m.streams("ag1"), m.streams("ag2")...) {
+		res, err := m.direct.XReadGroup(m.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{stream, ">"},
 			Count: 100, Block: -1}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
@@ -591,7 +612,21 @@ func (m *mwModel) newEvent(s mwStep) error {
 	md := map[string]string{event.MetaIssueKey: "P-" + strconv.Itoa(1+s.B%max(m.cfg.issues, 2)), "grp": []string{"G1", "G2"}[s.C%2],
 		"event_type": mwTypes[(s.A/2)%3]}
 	b, _ := json.Marshal(md)
-	return m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream(agent), Values: map[string]any{"md": string(b), "payload": "{}"}}).Err()
+	streams := m.streams(agent)
+	stream := streams[(s.C/2)%len(streams)]
+	values := map[string]any{"md": string(b), "payload": "{}"}
+	if stream != streams[0] {
+		// The twin's event enters in the millisecond of the stream's last one, as two
+		// producers' events do: its id is often that entry's id.
+		last, err := m.direct.XRevRangeN(m.ctx, streams[0], "+", "-", 1).Result()
+		if err == nil && len(last) == 1 {
+			ms, _, _ := strings.Cut(last[0].ID, "-")
+			if m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: stream, ID: ms + "-*", Values: values}).Err() == nil {
+				return nil
+			}
+		}
+	}
+	return m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: stream, Values: values}).Err()
 }
 
 // entryKey names msg's entry: stream ids repeat across streams.
@@ -601,7 +636,7 @@ func entryKey(msg *message.Message) string {
 
 func agentOf(msg *message.Message) string {
 	s := msg.Metadata.Get("_stream")
-	s = strings.TrimSuffix(s, "}:s")
+	s = s[:strings.LastIndex(s, "}")] // "{<ns><agent>}:s", or its ":todo" twin
 	return s[len(s)-3:]
 }
 
@@ -965,13 +1000,13 @@ func (m *mwModel) checkAcked() error {
 	deadline := time.Now().Add(time.Second + m.cfg.flush)
 	for {
 		left = left[:0]
-		for _, agent := range []string{"ag1", "ag2"} {
-			p, err := m.direct.XPendingExt(m.ctx, &redis.XPendingExtArgs{Stream: m.stream(agent), Group: "g", Start: "-", End: "+", Count: 100}).Result()
+		for _, stream := range append(m.streams("ag1"), m.streams("ag2")...) {
+			p, err := m.direct.XPendingExt(m.ctx, &redis.XPendingExtArgs{Stream: stream, Group: "g", Start: "-", End: "+", Count: 100}).Result()
 			if err != nil {
 				return err
 			}
 			for _, e := range p {
-				left = append(left, m.stream(agent)+"/"+e.ID)
+				left = append(left, stream+"/"+e.ID)
 			}
 		}
 		if len(left) == 0 {
@@ -1023,7 +1058,8 @@ func (m *mwModel) checkEndedByRelease() error {
 func (m *mwModel) record(ctx context.Context, pipe redis.Pipeliner, c lockmw.Conflict) {
 	// The holder's agent is the event's: its entry is in the same stream (ids repeat
 	// across streams, and a shared key's holder may be another agent's run).
-	if !c.Superseded && c.Holder.MessageID != "" && c.Holder.Agent == c.Agent {
+	// With the :todo twin the holder's entry may be the other stream's: not checked.
+	if !c.Superseded && c.Holder.MessageID != "" && c.Holder.Agent == c.Agent && !m.cfg.twin {
 		m.mu.Lock()
 		h, ok := m.endedOn[c.Entry.Stream+"/"+c.Holder.MessageID]
 		m.mu.Unlock()
@@ -1126,8 +1162,10 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 		return wk, nil
 	}
 	for _, agent := range []string{"ag1", "ag2"} {
-		if err := e.direct.XGroupCreateMkStream(m.ctx, m.stream(agent), "g", "0").Err(); err != nil {
-			return err
+		for _, stream := range m.streams(agent) {
+			if err := e.direct.XGroupCreateMkStream(m.ctx, stream, "g", "0").Err(); err != nil {
+				return err
+			}
 		}
 		for w := range 2 {
 			wk, err := m.newWorker(agent, w, 0)
@@ -1248,6 +1286,7 @@ func mwSeed(seed int) (mwConfig, []mwStep) {
 	steps := genMWSteps(r, 40)
 	genReadAhead(rand.New(rand.NewPCG(uint64(seed), 3737)), &cfg, steps)
 	genMixedRules(rand.New(rand.NewPCG(uint64(seed), 3838)), &cfg)
+	genTwin(rand.New(rand.NewPCG(uint64(seed), 4141)), &cfg)
 	return cfg, steps
 }
 
@@ -1389,6 +1428,7 @@ func sharedWaitSeed(seed int) (mwConfig, []mwStep) {
 			steps[i].Kind = "sweep" // a tick of the line waker
 		}
 	}
+	genTwin(r, &c)
 	return c, steps
 }
 

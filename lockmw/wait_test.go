@@ -222,11 +222,11 @@ func TestFreshLineWakerDoesNotPassPendingEvent(t *testing.T) {
 	swept()
 	waitUntil("sweep", swept)
 	waitUntil("second sweep", swept)
-	if got := rdb.Get(ctx, k.Lock).Val(); got == "line:2000-0" {
+	if got := rdb.Get(ctx, k.Lock).Val(); got == "line:2000-0 "+stream {
 		t.Fatal("the waker handed the key to 2000-0 while 1000-0, earlier, is pending on a dead consumer")
 	}
 	rdb.XAck(ctx, stream, "g", "1000-0") // it ended
-	waitUntil("hand-over to the head once the earlier event ended", func() bool { return rdb.Get(ctx, k.Lock).Val() == "line:2000-0" })
+	waitUntil("hand-over to the head once the earlier event ended", func() bool { return rdb.Get(ctx, k.Lock).Val() == "line:2000-0 "+stream })
 }
 
 // A wait run whose lease ended under it and whose handler failed for it (handlers: the

@@ -160,7 +160,7 @@ func (l *Locker) earlierPending(ctx context.Context, line string, s *PendingScan
 				lid = msg.ID
 			}
 			if ok && streamid.Compare(lid, w.LineID) < 0 && len(out) < pendingArgsMax {
-				out = append(out, lid)
+				out = append(out, lid+" "+s.Stream) // as the line names it (lineMember)
 			}
 		}
 	}
@@ -168,6 +168,19 @@ func (l *Locker) earlierPending(ctx context.Context, line string, s *PendingScan
 		out = append(out, pendingMaybe)
 	}
 	return out, nil
+}
+
+// lineMember is the member of a line that w's event is: its LineID and its stream. A
+// line holds the events of several streams (an agent's key's: its stream's and its
+// :todo stream's; a shared key's: several agents'), whose entry ids repeat: two events
+// that entered two streams with one id are two members, not one event and its repeat
+// (which the line acks and never runs). The scripts order the line by the id part.
+func lineMember(w *WaitOptions) string { return w.LineID + " " + w.Event.Stream }
+
+// lineEventID is the LineID of a line's member (lineMember without its stream).
+func lineEventID(member string) string {
+	id, _, _ := strings.Cut(member, " ")
+	return id
 }
 
 // LineKeys are the Redis keys of a lease's line, in its hash slot.
@@ -227,10 +240,10 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		if err != nil {
 			return nil, err
 		}
-		return l.finishWait(ctx, a, res, &lineLease{lid: sharedLineID(w), hold: hold, keys: a.shared[0].Line(), ack: w.Ack, shared: true})
+		return l.finishWait(ctx, a, res, &lineLease{lid: lineMember(w), hold: hold, keys: a.shared[0].Line(), ack: w.Ack, shared: true})
 	}
 	keys, group, id := l.delivered(w, a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop)
-	args := []any{a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, w.LineID, hold.Milliseconds(), maxN,
+	args := []any{a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, lineMember(w), hold.Milliseconds(), maxN,
 		lineSeenTTL.Milliseconds(), w.Event.Stream, group, id}
 	for k, v := range w.Event.Fields {
 		args = append(args, k, v)
@@ -243,7 +256,7 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		l.opts.Observer.Busy(a.agent)
 		return nil, a.lineBusy(res, w)
 	}
-	return l.finishWait(ctx, a, res, &lineLease{lid: w.LineID, hold: hold, keys: lk, ack: w.Ack, scan: scanOf(w)})
+	return l.finishWait(ctx, a, res, &lineLease{lid: lineMember(w), hold: hold, keys: lk, ack: w.Ack, scan: scanOf(w)})
 }
 
 // delivered completes a wait acquire's KEYS with the source stream (standalone Redis:

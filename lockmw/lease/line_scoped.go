@@ -44,22 +44,9 @@ var (
 // the key the event waits on, and one event waits on one key.
 var errWaitShared = fmt.Errorf("%w: AcquireOptions.Wait takes at most one shared key (scope issue or group, not both): an event waits in one key's line", ErrBadScope)
 
-// sharedLineID is the member of a shared key's line that w's event is: its LineID and
-// its stream. A shared key's line holds the events of several agents' streams (scope
-// issue), whose entry ids repeat: two events that entered two streams with one id are
-// two members, not one event and its repeat (which the line acks and never runs).
-func sharedLineID(w *WaitOptions) string { return w.LineID + " " + w.Event.Stream }
-
-// lineEventID is the LineID of a line's member: a shared line's (sharedLineID) without
-// its stream; an agent's line's as it is.
-func lineEventID(member string) string {
-	id, _, _ := strings.Cut(member, " ")
-	return id
-}
-
 // lineArgs are acquire_or_wait_scoped.lua's ARGV up to its event fields.
 func (a *acquisition) lineArgs(w *WaitOptions, maxN int64, group, id string, extra ...any) []any {
-	args := []any{a.token, a.l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, sharedLineID(w), a.l.holdOf(w).Milliseconds(), maxN,
+	args := []any{a.token, a.l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, lineMember(w), a.l.holdOf(w).Milliseconds(), maxN,
 		lineSeenTTL.Milliseconds(), w.Event.Stream, group, id}
 	args = append(args, extra...)
 	for k, v := range w.Event.Fields {

@@ -182,77 +182,99 @@ func sharedWaiting(infos []lease.Info, sk lease.ScopeKey, n int64) bool {
 	return false
 }
 
-// Two agents' events of one issue that entered their own streams with one entry id
-// wait in the issue's line as two events, and each runs in its turn. The line named a
-// member by its entry id alone: it took the second for a repeat of the first, which
+// Events of one line that entered two streams with one entry id wait as two events, and
+// each runs in its turn: two agents' on an issue's shared key, and an agent's own key's
+// events of its stream and of its :todo twin (a worker reads both). The lines named a
+// member by its entry id alone: they took the second for a repeat of the first, which
 // its caller acks and never runs (found by lockmw's TestModelMiddlewareSharedWait).
-func TestSharedLineTellsApartTwoStreamsEntriesOfOneID(t *testing.T) {
+func TestLinesTellApartTwoStreamsEntriesOfOneID(t *testing.T) {
 	t.Parallel()
-	for _, f := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
-		t.Run(fmt.Sprintf("format %d", f), func(t *testing.T) {
-			t.Parallel()
-			rdb, ns := redistest.Client(t)
-			l := newLocker(t, rdb, ns, lease.Options{Format: f, TTL: 2 * time.Second})
-			ctx := context.Background()
-			sk := []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-1"}}
-			acquire := func(agent, id, lid string) (*lease.Lease, error) {
-				ao := waitOpts(ns+agent, id, lid, 10)
-				ao.Shared = sk
-				return l.Acquire(ctx, agent, "RHEL-1", ao)
+	shared := []lease.ScopeKey{{Scope: lease.ScopeIssue, Key: "RHEL-1"}}
+	cases := []struct {
+		name    string
+		sk      []lease.ScopeKey
+		holder  string    // the holder's agent and stream
+		waiters [2]string // the waiters' agents and streams
+		agents  [2]string
+	}{
+		{"issue key, two agents", shared, "rebase", [2]string{"backport", "triage"}, [2]string{"backport", "triage"}},
+		{"agent key, a stream and its todo twin", nil, "rebase", [2]string{"rebase", "rebase:todo"}, [2]string{"rebase", "rebase"}},
+	}
+	for _, c := range cases {
+		for _, f := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
+			t.Run(fmt.Sprintf("%s format %d", c.name, f), func(t *testing.T) {
+				t.Parallel()
+				rdb, ns := redistest.Client(t)
+				l := newLocker(t, rdb, ns, lease.Options{Format: f, TTL: 2 * time.Second})
+				checkTwoStreamsOneID(t, rdb, l, ns, c.sk, c.holder, c.waiters, c.agents)
+			})
+		}
+	}
+}
+
+// checkTwoStreamsOneID: holder's run (of stream ns+holder) holds RHEL-1; the events
+// 5-1 of streams ns+waiters[i] (agents[i]'s) wait, and run one after the other.
+func checkTwoStreamsOneID(t *testing.T, rdb *redis.Client, l *lease.Locker, ns string, sk []lease.ScopeKey, holder string, waiters, agents [2]string) {
+	t.Helper()
+	ctx := context.Background()
+	acquire := func(agent, stream, id string) (*lease.Lease, error) {
+		ao := waitOpts(ns+stream, id, "5-1", 10)
+		if id == "1-1" {
+			ao = waitOpts(ns+stream, id, id, 10)
+		}
+		ao.Shared = sk
+		return l.Acquire(ctx, agent, "RHEL-1", ao)
+	}
+	for _, stream := range []string{holder, waiters[0], waiters[1]} {
+		if err := rdb.XGroupCreateMkStream(ctx, ns+stream, "g", "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+			t.Fatal(err)
+		}
+	}
+	add := func(stream, id string) {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: ns + stream, ID: id, Values: map[string]any{"n": 1}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(holder, "1-1")
+	prev, err := acquire(holder, holder, "1-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range waiters {
+		add(waiters[i], "5-1")
+		_, err := acquire(agents[i], waiters[i], "5-1")
+		var locked *lease.LockedError
+		if !errors.As(err, &locked) || !locked.Waited || locked.Duplicate || locked.Position != int64(i+1) {
+			t.Fatalf("5-1 of %s: %v (%+v), want it waiting at %d", waiters[i], err, locked, i+1)
+		}
+	}
+	// Each in its turn: the release hands the key to the head and appends its copy to
+	// its stream; the copy takes the key, runs, and hands on.
+	prevEntry := lease.Entry{Stream: ns + holder, Group: "g", ID: "1-1"}
+	ran := map[string]bool{}
+	for range waiters {
+		if err := prev.FinishedForTest(ctx, prevEntry); err != nil {
+			t.Fatal(err)
+		}
+		next := -1
+		for i, w := range waiters {
+			if msgs, _ := rdb.XRange(ctx, ns+w, "(5-1", "+").Result(); !ran[w] && len(msgs) == 1 {
+				next = i
+				prevEntry = lease.Entry{Stream: ns + w, Group: "g", ID: msgs[0].ID}
 			}
-			add := func(agent, id string) {
-				if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: ns + agent, ID: id, Values: map[string]any{"n": 1}}).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, agent := range []string{"rebase", "backport", "triage"} {
-				if err := rdb.XGroupCreateMkStream(ctx, ns+agent, "g", "0").Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			add("rebase", "1-1")
-			holder, err := acquire("rebase", "1-1", "1-1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, agent := range []string{"backport", "triage"} {
-				add(agent, "5-1")
-				_, err := acquire(agent, "5-1", "5-1")
-				var locked *lease.LockedError
-				if !errors.As(err, &locked) || !locked.Waited || locked.Position != int64(i+1) {
-					t.Fatalf("%s's event 5-1: %v (%+v), want it waiting at %d", agent, err, locked, i+1)
-				}
-			}
-			ws, err := l.SharedLines(ctx, sk[0])
-			if err != nil || len(ws) != 2 || ws[0].LineID != "5-1" || ws[1].LineID != "5-1" || ws[0].Stream == ws[1].Stream {
-				t.Fatalf("the issue's line: %+v %v, want 5-1 of two streams", ws, err)
-			}
-			// Each in its turn: the release hands the key to the head and appends its
-			// copy to its stream; the copy takes the keys, runs, and hands on.
-			prev, prevEntry := holder, lease.Entry{Stream: ns + "rebase", Group: "g", ID: "1-1"}
-			for _, w := range ws {
-				if err := prev.FinishedForTest(ctx, prevEntry); err != nil {
-					t.Fatal(err)
-				}
-				if prev.Woke() != "5-1" {
-					t.Fatalf("the release woke %q, want 5-1 of %s", prev.Woke(), w.Stream)
-				}
-				msgs, err := rdb.XRange(ctx, w.Stream, "(5-1", "+").Result()
-				if err != nil || len(msgs) != 1 {
-					t.Fatalf("the copy of 5-1 in %s: %+v %v", w.Stream, msgs, err)
-				}
-				agent := strings.TrimPrefix(w.Stream, ns)
-				if prev, err = acquire(agent, msgs[0].ID, "5-1"); err != nil {
-					t.Fatalf("%s's copy of 5-1 takes its turn: %v", agent, err)
-				}
-				prevEntry = lease.Entry{Stream: w.Stream, Group: "g", ID: msgs[0].ID}
-			}
-			if err := prev.FinishedForTest(ctx, prevEntry); err != nil {
-				t.Fatal(err)
-			}
-			if n, _ := rdb.Exists(ctx, l.SharedKeys(sk[0]).Lock).Result(); n != 0 {
-				t.Fatalf("the issue's key is still held after its line emptied")
-			}
-		})
+		}
+		if next < 0 {
+			t.Fatalf("no copy of 5-1 appended to a stream that has not run yet (ran: %v)", ran)
+		}
+		ran[waiters[next]] = true
+		if prev, err = acquire(agents[next], waiters[next], prevEntry.ID); err != nil {
+			t.Fatalf("the copy of 5-1 in %s takes its turn: %v", waiters[next], err)
+		}
+	}
+	if err := prev.FinishedForTest(ctx, prevEntry); err != nil {
+		t.Fatal(err)
+	}
+	if len(ran) != 2 {
+		t.Fatalf("ran %v, want both", ran)
 	}
 }

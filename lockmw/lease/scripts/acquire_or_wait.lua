@@ -73,7 +73,7 @@ end
 local function join()
   local e = {o.lid, line_now(), '_stream', ARGV[10]}
   for i = 13, lease_nargs do e[#e + 1] = ARGV[i] end
-  local ms, seq = string.match(o.lid, '^(%d+)-(%d+)$')
+  local ms, seq = string.match(o.lid, '^(%d+)-(%d+)') -- the lid's id, before its stream
   if not ms then ms, seq = line_now(), 0 end
   local member = string.format('%012d', tonumber(seq)) .. ' ' .. cjson.encode(e)
   redis.call('ZADD', k.line, ms, member)

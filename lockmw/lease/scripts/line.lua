@@ -14,9 +14,10 @@
 --         expiring hold_ms after its last heartbeat. While it lives, a free key is that
 --         event's alone (its redelivery after a crash or failure runs before the line
 --         moves on); nobody else takes it, and no release hands it on.
--- A lid is the id of the stream entry an event first had: its copies carry it (the
--- caller's waited_from), so every copy of one event is one member of the line. On a
--- shared key's line it is that id, a space and the event's stream (line_scoped.lua).
+-- A lid is the id of the stream entry an event first had (its copies carry it: the
+-- caller's waited_from, so every copy of one event is one member of the line), a space
+-- and that stream (lease.lineMember): a line holds the events of several streams (an
+-- agent's and its :todo stream's; several agents' on a shared key), whose ids repeat.
 
 -- line_head is the line's first member and its decoded element, or nil.
 local function line_head(line)
@@ -77,8 +78,7 @@ local function line_promote(k, o)
 end
 
 -- line_before reports whether stream id a is earlier than stream id b (false when
--- either is not one). A shared key's lid is a stream id, a space and its stream
--- (line_scoped.lua): its id is compared.
+-- either is not one). A lid is compared by its id (before the space and its stream).
 local function line_before(a, b)
   local ams, aseq = string.match(a or '', '^(%d+)-(%d+)')
   local bms, bseq = string.match(b or '', '^(%d+)-(%d+)')

@@ -8,9 +8,7 @@
 -- on a shared key holds events of several agents (scope issue) or issues (scope group):
 -- seen's field 'i:<lid>' names each one's issue, so the copy appended for its turn is
 -- filed in the index of its own issue ('a:<lid>': its agent, 'j:<lid>': its last
--- joined_ms). Its lids name their streams too ('<entry id> <stream>', lease
--- sharedLineID): entry ids repeat across the agents' streams, and two events that
--- entered two streams with one id must not be taken for one event and its repeat.
+-- joined_ms).
 
 -- line_head_issue is the issue of the line's head ('' when unknown or no head).
 local function line_head_issue(k)
