@@ -241,3 +241,24 @@ func TestDeliverBurstIsBounded(t *testing.T) {
 	}
 	t.Logf("%d follow-ups: %d delivered, %d refused; %d bytes in Redis", burst, depth, burst-depth, total)
 }
+
+// Two follow-ups that entered an agent's stream and its :todo twin with one entry id are
+// two follow-ups: both are appended to the holder's mailbox. The seen set named a
+// follow-up by its entry id alone, took the second for a repeat of the first (a lost
+// reply), and its caller acked it: delivered to nobody.
+func TestDeliverTellsApartTwoStreamsEntriesOfOneID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.Client(t)
+	l := newLocker(t, rdb, ns, lease.Options{})
+	if _, err := l.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: "1-1", Drain: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i, stream := range []string{ns + "triage", ns + "triage:todo"} {
+		_, err := l.Acquire(ctx, "triage", "RHEL-1", deliverOpts(stream, "5-1", 10, "body "+strconv.Itoa(i)))
+		var le *lease.LockedError
+		if !errors.As(err, &le) || !le.Delivered || le.Duplicate || le.Depth != int64(i+1) {
+			t.Fatalf("5-1 of %s: %v, want it delivered, %d in the mailbox", stream, err, i+1)
+		}
+	}
+}

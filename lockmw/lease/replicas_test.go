@@ -87,7 +87,17 @@ func TestWaitReplicasExtend(t *testing.T) {
 	_, replica, pc, _ := primaryWithReplica(t)
 	ttl := 1500 * time.Millisecond
 	l := newLocker(t, pc, "", lease.Options{TTL: ttl, WaitReplicas: 1, WaitTimeout: 400 * time.Millisecond})
-	le := mustAcquire(t, l, "triage", "RHEL-7")
+	// As a worker would, the acquire is tried again while it is refused: on a loaded
+	// machine one WAIT may time out with the replica up (refused and given back).
+	var le *lease.Lease
+	redistest.Eventually(t, 10*time.Second, func() bool {
+		var err error
+		le, err = l.Acquire(context.Background(), "triage", "RHEL-7", lease.AcquireOptions{})
+		if err != nil && !errors.Is(err, lease.ErrNotReplicated) {
+			t.Fatalf("acquire triage RHEL-7: %v", err)
+		}
+		return err == nil
+	}, "an acquire the replica acknowledges")
 	select {
 	case <-le.Context().Done():
 		t.Fatalf("lease ended with its replica up: %v", context.Cause(le.Context()))

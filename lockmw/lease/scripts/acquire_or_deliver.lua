@@ -16,8 +16,10 @@
 -- A wake-up (n = 0: no follow-up fields) is never appended: see below.
 --
 -- Safe to repeat: a lock that already holds the token is the lease an earlier try made;
--- an event whose message id is in the seen set (mailbox .. ':seen') was appended by an
--- earlier try whose reply was lost: it is not appended again (dup = 1).
+-- an event whose stream and message id are in the seen set (mailbox .. ':seen', member
+-- '<target_stream> <message_id>': a worker reads an agent's stream and its :todo twin,
+-- whose entry ids repeat) was appended by an earlier try whose reply was lost: it is not
+-- appended again (dup = 1).
 --
 -- An event is superseded exactly as in acquire_or_queue.lua.
 --
@@ -70,7 +72,7 @@ if n == 0 then
   for i = 12, lease_nargs do table.insert(q, ARGV[i]) end
   redis.call(unpack(q))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
-elseif redis.call('SISMEMBER', KEYS[7], ARGV[5]) == 1 then
+elseif redis.call('SISMEMBER', KEYS[7], ARGV[7] .. ' ' .. ARGV[5]) == 1 then
   dup = 1
 else
   if depth >= tonumber(ARGV[9]) then
@@ -80,7 +82,7 @@ else
   for i = 12, 11 + n do table.insert(add, ARGV[i]) end
   id = redis.call(unpack(add))
   depth = depth + 1
-  redis.call('SADD', KEYS[7], ARGV[5])
+  redis.call('SADD', KEYS[7], ARGV[7] .. ' ' .. ARGV[5])
   redis.call('PEXPIRE', KEYS[6], ARGV[11])
   redis.call('PEXPIRE', KEYS[7], ARGV[11])
   redis.call('DEL', KEYS[4])
