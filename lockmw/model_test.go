@@ -203,6 +203,18 @@ func genMixedRules(r *rand.Rand, c *mwConfig) {
 
 var mwTypes = []string{"a.x", "b.x", "c.x"}
 
+// parse sets c's policies and scopes from its ON_CONFLICT and LOCK_SCOPE, which the
+// generators draw valid.
+func (c *mwConfig) parse() {
+	var err error
+	if c.policies, err = lockmw.ParsePolicies(c.onConfl); err != nil {
+		panic(err)
+	}
+	if c.scopes, err = lease.ParseScopes(c.scope); err != nil {
+		panic(err)
+	}
+}
+
 // genMWConfig draws a configuration the middleware accepts.
 func genMWConfig(r *rand.Rand) mwConfig {
 	pols := []string{"drop", "coalesce", "deliver", "supersede", "delay:10s", "wait", "wait:2"}
@@ -213,13 +225,7 @@ func genMWConfig(r *rand.Rand) mwConfig {
 			parts = append(parts, t+"="+pols[r.IntN(len(pols))])
 		}
 		c.onConfl = strings.Join(append(parts, "*="+pols[r.IntN(len(pols))]), ",")
-		var err error
-		if c.policies, err = lockmw.ParsePolicies(c.onConfl); err != nil {
-			panic(err)
-		}
-		if c.scopes, err = lease.ParseScopes(c.scope); err != nil {
-			panic(err)
-		}
+		c.parse()
 		if c.scopes.Shared() && (c.policies.Uses(lockmw.Coalesce, lockmw.Deliver, lockmw.Supersede)) {
 			continue // refused by NewMiddleware
 		}
@@ -272,13 +278,7 @@ func genReadAhead(r *rand.Rand, c *mwConfig, steps []mwStep) {
 		parts = append(parts, t+"="+pols[r.IntN(2)])
 	}
 	c.cluster, c.scope, c.onConfl = false, "agent", strings.Join(append(parts, "*="+pols[r.IntN(2)]), ",")
-	var err error
-	if c.policies, err = lockmw.ParsePolicies(c.onConfl); err != nil {
-		panic(err)
-	}
-	if c.scopes, err = lease.ParseScopes(c.scope); err != nil {
-		panic(err)
-	}
+	c.parse()
 }
 
 type mwStep struct {
@@ -1373,13 +1373,7 @@ func supersedeSeed(seed int) (mwConfig, []mwStep) {
 	pols := []string{"drop", "coalesce", "deliver", "supersede", "delay:10s"}
 	c := mwConfig{cluster: r.IntN(2) == 1, scope: "agent",
 		onConfl: "a.x=supersede,b.x=" + pols[r.IntN(len(pols))] + ",*=" + pols[r.IntN(len(pols))]}
-	var err error
-	if c.policies, err = lockmw.ParsePolicies(c.onConfl); err != nil {
-		panic(err)
-	}
-	if c.scopes, err = lease.ParseScopes(c.scope); err != nil {
-		panic(err)
-	}
+	c.parse()
 	steps := genMWSteps(r, 40)
 	for i := range steps {
 		// A worker's death while its take-over waits is what leaves a free key beside a
@@ -1415,13 +1409,7 @@ func sharedWaitSeed(seed int) (mwConfig, []mwStep) {
 		parts = append(parts, t+"="+pols[r.IntN(len(pols))])
 	}
 	c.onConfl = strings.Join(append(parts, "*="+pols[r.IntN(len(pols))]), ",")
-	var err error
-	if c.policies, err = lockmw.ParsePolicies(c.onConfl); err != nil {
-		panic(err)
-	}
-	if c.scopes, err = lease.ParseScopes(c.scope); err != nil {
-		panic(err)
-	}
+	c.parse()
 	steps := genMWSteps(r, 40)
 	for i := range steps {
 		if r.IntN(12) == 0 {
