@@ -17,7 +17,10 @@ package lockmw_test
 // delivered again). model_plant_test.go checks that planted batch defects are caught.
 // The lease's own model (lockmw/lease/model_test.go) covers clock offsets and force
 // releases too. The seeds follow a few directed sequences (directedMW) that meet the
-// batched hand-off whatever the timing. MODEL_SEEDS=N runs N seeds (default 48), MODEL_SEED=S from seed S;
+// batched hand-off whatever the timing. In half the seeds that do not read ahead each
+// agent's events enter its stream or its :todo twin (genTwin), whose entry ids repeat;
+// TestModelMiddlewareSharedWait draws the wait policy under a shared scope, with ticks of
+// the line waker. MODEL_SEEDS=N runs N seeds (default 48), MODEL_SEED=S from seed S;
 // MODEL_TRACE=1 logs the steps and the batches.
 
 import (
@@ -170,9 +173,9 @@ func (c mwConfig) String() string {
 	return s
 }
 
-// genTwin draws, from a generator of its own, whether the agents' events enter two
-// streams (their own and its :todo twin, as a worker reads both): half the seeds that
-// do not read ahead (a read-ahead announces one subscription's entries).
+// genTwin draws, from its own generator, whether each agent's events enter two streams
+// (its own and its :todo twin, as a worker reads both): half the seeds that do not read
+// ahead (a read-ahead announces one subscription's entries).
 func genTwin(r *rand.Rand, c *mwConfig) {
 	c.twin = !c.readahead && r.IntN(2) == 0
 }
@@ -576,7 +579,7 @@ func (m *mwModel) expireLeasesOf(owner string) error {
 	return nil
 }
 
-// read takes the new entries of every agent's stream (events and published
+// read takes the new entries of every agent's streams (events and published
 // follow-ups) into the inbox.
 func (m *mwModel) read() error {
 	for _, stream := range append(m.streams("ag1"), m.streams("ag2")...) {

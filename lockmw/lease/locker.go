@@ -615,7 +615,7 @@ func (a *acquisition) holderOf(res []any) Info {
 			holder.AcquiredAt = time.UnixMilli(ms)
 		}
 		mid, _ := res[4].(string)
-		holder.MessageID = lineEventID(mid) // a shared key reserved for its line's head names its member
+		holder.MessageID = lineEventID(mid) // a key reserved for its line's head names its member
 		if ttl, _ := res[5].(int64); ttl > 0 {
 			holder.TTL = time.Duration(ttl) * time.Millisecond
 		}

@@ -425,7 +425,7 @@ func (m *lineModel) turnOut() error {
 	if err != nil {
 		return err
 	}
-	lid := lineEventID(turn) // a shared key's turn names the event's stream too
+	lid := lineEventID(turn) // a turn names the event's stream too
 	for _, r := range m.runs {
 		if r.lid == lid {
 			return nil // its heartbeat keeps the turn
