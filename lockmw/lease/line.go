@@ -414,8 +414,8 @@ func (le *Lease) lineRelease(ctx context.Context, outcome, turn string, e *Entry
 			if qid, _ := res[1].(string); qid != "" {
 				le.requeued.Store(qid)
 			}
-			if next, _ := res[3].(string); next != "" {
-				ln.moved.Store(next)
+			if next, _ := res[2].(string); next != "" {
+				ln.moved.Store(lineEventID(next)) // the promoted lid (res[3] is its copy's new id)
 			}
 		}
 		return released == 1, nil

@@ -254,6 +254,9 @@ func checkTwoStreamsOneID(t *testing.T, rdb *redis.Client, l *lease.Locker, ns s
 		if err := prev.FinishedForTest(ctx, prevEntry); err != nil {
 			t.Fatal(err)
 		}
+		if prev.Woke() != "5-1" {
+			t.Fatalf("the release woke %q, want 5-1 (ran so far: %v)", prev.Woke(), ran)
+		}
 		next := -1
 		for i, w := range waiters {
 			if msgs, _ := rdb.XRange(ctx, ns+w, "(5-1", "+").Result(); !ran[w] && len(msgs) == 1 {
