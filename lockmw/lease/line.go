@@ -160,7 +160,7 @@ func (l *Locker) earlierPending(ctx context.Context, line string, s *PendingScan
 				lid = msg.ID
 			}
 			if ok && streamid.Compare(lid, w.LineID) < 0 && len(out) < pendingArgsMax {
-				out = append(out, lid+" "+s.Stream) // as the line names it (lineMember)
+				out = append(out, member(lid, s.Stream)) // as the line names it
 			}
 		}
 	}
@@ -170,16 +170,20 @@ func (l *Locker) earlierPending(ctx context.Context, line string, s *PendingScan
 	return out, nil
 }
 
-// lineMember is the member of a line that w's event is: its LineID and its stream. A
-// line holds the events of several streams (an agent's key's: its stream's and its
-// :todo stream's; a shared key's: several agents'), whose entry ids repeat: two events
-// that entered two streams with one id are two members, not one event and its repeat
-// (which the line acks and never runs). The scripts order the line by the id part.
-func lineMember(w *WaitOptions) string { return w.LineID + " " + w.Event.Stream }
+// member names an event in a line or a limit's lines: its lid (the stream entry it
+// first had) and that stream. A line holds the events of several streams (an agent's
+// key's: its stream's and its :todo stream's; a shared key's: several agents'), and so
+// do a limit's lines, whose entry ids repeat: two events that entered two streams with
+// one id are two members, not one event and its repeat (which is acked and never run).
+// The line scripts order by the id part.
+func member(lid, stream string) string { return lid + " " + stream }
 
-// lineEventID is the LineID of a line's member (lineMember without its stream).
-func lineEventID(member string) string {
-	id, _, _ := strings.Cut(member, " ")
+// lineMember is the member of a line that w's event is.
+func lineMember(w *WaitOptions) string { return member(w.LineID, w.Event.Stream) }
+
+// lineEventID is the lid of a member (member without its stream).
+func lineEventID(m string) string {
+	id, _, _ := strings.Cut(m, " ")
 	return id
 }
 
@@ -313,17 +317,7 @@ func (a *acquisition) lineBusy(res []any, w *WaitOptions) error {
 	if full && len(res) >= 7 {
 		res = res[1:] // depth first, then the holder
 	}
-	if len(res) >= 6 {
-		holder.Owner, _ = res[1].(string)
-		holder.Fence = atoi(res[2])
-		if ms := atoi(res[3]); ms > 0 {
-			holder.AcquiredAt = time.UnixMilli(ms)
-		}
-		holder.MessageID, _ = res[4].(string)
-		if ttl := atoi(res[5]); ttl > 0 {
-			holder.TTL = time.Duration(ttl) * time.Millisecond
-		}
-	}
+	holderFields(res, &holder)
 	if full {
 		return &LineFullError{Holder: holder, Waiting: atoi(res[0])}
 	}

@@ -608,19 +608,26 @@ func (a *acquisition) holderOf(res []any) Info {
 			}
 		}
 	}
-	if len(res) >= 6 {
-		holder.Owner, _ = res[1].(string)
-		holder.Fence = atoi(res[2])
-		if ms := atoi(res[3]); ms > 0 {
-			holder.AcquiredAt = time.UnixMilli(ms)
-		}
-		mid, _ := res[4].(string)
-		holder.MessageID = lineEventID(mid) // a key reserved for its line's head names its member
-		if ttl, _ := res[5].(int64); ttl > 0 {
-			holder.TTL = time.Duration(ttl) * time.Millisecond
-		}
-	}
+	holderFields(res, &holder)
 	return holder
+}
+
+// holderFields reads a busy reply's holder fields (holder_busy in lease.lua: owner,
+// fence, acquired_at, message_id, pttl from res[1]) into holder, when the reply has them.
+func holderFields(res []any, holder *Info) {
+	if len(res) < 6 {
+		return
+	}
+	holder.Owner, _ = res[1].(string)
+	holder.Fence = atoi(res[2])
+	if ms := atoi(res[3]); ms > 0 {
+		holder.AcquiredAt = time.UnixMilli(ms)
+	}
+	mid, _ := res[4].(string)
+	holder.MessageID = lineEventID(mid) // a key reserved for its line's head names its member
+	if ttl := atoi(res[5]); ttl > 0 {
+		holder.TTL = time.Duration(ttl) * time.Millisecond
+	}
 }
 
 // lockedError is the LockedError of a busy reply, by what the acquire asked for: its own

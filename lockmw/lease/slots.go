@@ -217,11 +217,8 @@ func slotsWaiting(res []any, lim Limit, acked bool) *SlotsWaitingError {
 		Waiting: atoi(res[4]), Acked: acked}
 }
 
-// slotMember is the member of a limit's lines that req's event is: its LineID and its
-// stream. One limit's lines hold the events of several streams (an agent's and its
-// :todo stream's, or several agents'), whose entry ids repeat: two events that entered
-// two streams with one id are two waiters, not one waiter and its repeat.
-func slotMember(req SlotRequest) string { return req.LineID + " " + req.Event.Stream }
+// slotMember is the member of a limit's lines that req's event is (member).
+func slotMember(req SlotRequest) string { return member(req.LineID, req.Event.Stream) }
 
 // slotRecord is the waiting event's record: {member (slotMember), joined_ms (0: the
 // server's time is not needed), issue, '_stream', stream, field, value, ...}.

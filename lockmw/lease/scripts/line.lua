@@ -117,7 +117,7 @@ local function line_entry_acked(src)
 end
 
 -- line_entry names the delivered entry (ARGV[12], of stream ARGV[10]) in seen: by its
--- stream too, as a shared key's line holds entries of several streams, whose ids repeat.
+-- stream too, as a line holds entries of several streams (a lid's), whose ids repeat.
 local function line_entry()
   return 'x:' .. ARGV[12] .. ' ' .. ARGV[10]
 end
