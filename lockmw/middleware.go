@@ -353,7 +353,7 @@ func metadataIssueKey(msg *message.Message) (string, error) {
 
 // acquireOptions are the lease options for an entry of this subscription.
 func (m *Middleware) acquireOptions(entry Entry) lease.AcquireOptions {
-	ao := lease.AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Drain: m.drain,
+	ao := lease.AcquireOptions{Owner: entry.Consumer, MessageID: entry.ID, Stream: entry.Stream, Drain: m.drain,
 		EntryTime: streamid.Time(entry.ID)}
 	if m.lines {
 		ao.LineHold = m.waitHold()

@@ -21,7 +21,8 @@ package lockmw_test
 // agent's events enter its stream or its :todo twin (genTwin), whose entry ids repeat;
 // TestModelMiddlewareSharedWait draws the wait policy under a shared scope, with ticks of
 // the line waker; TestModelMiddlewareDeliver the deliver policy, whose runs read their
-// mailboxes (DeliveredReachesARun). MODEL_SEEDS=N runs N seeds (default 48), MODEL_SEED=S from seed S;
+// mailboxes (DeliveredReachesARun). OwnIsTheHolders: an event's first handling is never
+// left pending as the live holder's own entry. MODEL_SEEDS=N runs N seeds (default 48), MODEL_SEED=S from seed S;
 // MODEL_TRACE=1 logs the steps and the batches.
 
 import (
@@ -756,6 +757,9 @@ func (m *mwModel) finish(run *mwRun) {
 	if run.err == nil && !m.pending(run.msg) {
 		return // acked: it has its record
 	}
+	if run.err == nil {
+		m.checkOwn(run)
+	}
 	// Still pending (an error, or the entry of a live lease whose acquire's reply was
 	// lost: it runs once that lease expires): the subscription delivers it again.
 	m.inbox = append(m.inbox, run.msg)
@@ -763,6 +767,29 @@ func (m *mwModel) finish(run *mwRun) {
 		m.nacked[run.msg] = true
 	}
 	m.publishInbox()
+}
+
+// checkOwn checks a handling that left its entry pending without an error: the
+// middleware took it for the live holder's own entry (LockedError.Own: a copy of the
+// entry whose lease lives on, its acquire's reply lost or its worker gone). That lease
+// was taken by an earlier handling of the same event (the entry, or a copy of it in
+// the wait policy's line: one line id), so the event's first handling is never its
+// holder's own (OwnIsTheHolders): an entry of the :todo twin with the id of the
+// holder's entry in the stream is another event. Not checked when the workers read
+// ahead: a lease is taken ahead for an entry before its handling.
+func (m *mwModel) checkOwn(run *mwRun) {
+	if m.cfg.readahead {
+		return
+	}
+	lid, before := m.lidOf[run.id], -1 // this handling is counted in tries
+	for id, n := range m.tries {
+		if m.lidOf[id] == lid {
+			before += n
+		}
+	}
+	if before == 0 {
+		m.violate("OwnIsTheHolders", "entry %s, handled for the first time, was left pending as the live holder's own entry", run.id)
+	}
 }
 
 // pending reports whether msg's entry is still pending (not acked).

@@ -181,6 +181,27 @@ func member(lid, stream string) string { return lid + " " + stream }
 // lineMember is the member of a line that w's event is.
 func lineMember(w *WaitOptions) string { return member(w.LineID, w.Event.Stream) }
 
+// entryName is how the scripts name an event's entry (message_id): its id and its
+// stream, or its id alone when the stream is not known (lease.lua's entry_id, and the
+// record keeps them apart).
+func entryName(id, stream string) string {
+	if id == "" || stream == "" {
+		return id
+	}
+	return member(id, stream)
+}
+
+// sameEntry reports whether a and b name one entry (entryName): by id and stream, or by
+// id alone when either does not name its stream (lease.lua's same_entry).
+func sameEntry(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ia, _, qa := strings.Cut(a, " ")
+	ib, _, qb := strings.Cut(b, " ")
+	return !(qa && qb) && ia == ib
+}
+
 // lineEventID is the lid of a member (member without its stream).
 func lineEventID(m string) string {
 	id, _, _ := strings.Cut(m, " ")
@@ -247,7 +268,7 @@ func (l *Locker) acquireWait(ctx context.Context, a *acquisition) (*Lease, error
 		return l.finishWait(ctx, a, res, &lineLease{lid: lineMember(w), hold: hold, keys: a.shared[0].Line(), ack: w.Ack, shared: true})
 	}
 	keys, group, id := l.delivered(w, a.keys.Lock, a.keys.Info, a.keys.Fence, lk.Line, lk.Seen, lk.Turn, a.keys.Stop)
-	args := []any{a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, lineMember(w), hold.Milliseconds(), maxN,
+	args := []any{a.token, l.ttlMS, a.owner, a.sentMS, a.mid, lineMember(w), hold.Milliseconds(), maxN,
 		lineSeenTTL.Milliseconds(), w.Event.Stream, group, id}
 	for k, v := range w.Event.Fields {
 		args = append(args, k, v)

@@ -46,7 +46,7 @@ var errWaitShared = fmt.Errorf("%w: AcquireOptions.Wait takes at most one shared
 
 // lineArgs are acquire_or_wait_scoped.lua's ARGV up to its event fields.
 func (a *acquisition) lineArgs(w *WaitOptions, maxN int64, group, id string, extra ...any) []any {
-	args := []any{a.token, a.l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, lineMember(w), a.l.holdOf(w).Milliseconds(), maxN,
+	args := []any{a.token, a.l.ttlMS, a.owner, a.sentMS, a.mid, lineMember(w), a.l.holdOf(w).Milliseconds(), maxN,
 		lineSeenTTL.Milliseconds(), w.Event.Stream, group, id}
 	args = append(args, extra...)
 	for k, v := range w.Event.Fields {
@@ -85,12 +85,12 @@ func (l *Locker) acquireWaitScoped(ctx context.Context, a *acquisition, w *WaitO
 // first went). The agent's key is given back, unrecorded, unless both are held.
 func (l *Locker) acquireWaitApart(ctx context.Context, a *acquisition, w *WaitOptions, maxN int64) ([]any, error) {
 	own := []string{a.keys.Lock, a.keys.Info, a.keys.Fence, a.keys.Done, a.keys.Stop}
-	ores, err := acquireScopedScript.Run(ctx, l.rdb, own, a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, "", a.agent, a.issue).Slice()
+	ores, err := acquireScopedScript.Run(ctx, l.rdb, own, a.token, l.ttlMS, a.owner, a.sentMS, a.mid, "", a.agent, a.issue).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", a.keys.Lock, err)
 	}
 	held := len(ores) >= 2 && atoi(ores[0]) == 1
-	if !held && len(ores) >= 6 && a.ao.MessageID != "" && fmt.Sprint(ores[4]) == a.ao.MessageID {
+	if !held && a.ao.MessageID != "" && sameEntry(holderEntry(ores), a.mid) {
 		// The holder's own entry (claimed from its dead worker while its lease lives):
 		// neither joined nor acked, it comes back once the key has expired.
 		_, err := a.finish(ctx, ores, nil)

@@ -212,6 +212,11 @@ type AcquireOptions struct {
 	Owner string
 	// MessageID is the stream entry the lease guards, shown to operators. Default: "".
 	MessageID string
+	// Stream is the stream of MessageID's entry: a worker reads an agent's stream and
+	// its :todo twin, whose entry ids repeat, and only the holder's own entry (the same
+	// id in the same stream) is taken for it (LockedError.Own). The lease's record keeps
+	// it. Default: "" (the entry is told by its id alone).
+	Stream string
 	// OnHeartbeat queues extra commands on the heartbeat's pipeline, so they cost no
 	// extra round trip (the middleware keeps its stream entry fresh this way). Default:
 	// nil (the heartbeat only extends).
@@ -383,6 +388,7 @@ type acquisition struct {
 	ao                  AcquireOptions
 	sentMS              int64
 	entryMS             string
+	mid                 string // the scripts' message_id: ao.MessageID with its stream (entryName)
 	// kv is the acquire script's KEYS (lock, info, fence, done, stop: kvKeys) and ARGV
 	// (token, ttl_ms, owner, acquired_at_ms, message_id, entry_ms) as pointers to the
 	// fields above, which go-redis writes as their values: an argument boxed in an
@@ -444,19 +450,19 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	if !ao.EntryTime.IsZero() {
 		entryMS = strconv.FormatInt(ao.EntryTime.UnixMilli(), 10)
 	}
-	a.sentMS, a.entryMS = a.sent.UnixMilli(), entryMS
+	a.sentMS, a.entryMS, a.mid = a.sent.UnixMilli(), entryMS, entryName(ao.MessageID, ao.Stream)
 	a.kv = [...]any{&a.keys.Lock, &a.keys.Info, &a.keys.Fence, &a.keys.Done, &a.keys.Stop,
-		&a.token, &l.ttlMS, &a.owner, &a.sentMS, &a.ao.MessageID, &a.entryMS}
+		&a.token, &l.ttlMS, &a.owner, &a.sentMS, &a.mid, &a.entryMS}
 	switch {
 	case len(a.shared) > 0:
-		a.args = []any{a.token, l.ttlMS, a.owner, a.sentMS, ao.MessageID, entryMS, agent, issue}
+		a.args = []any{a.token, l.ttlMS, a.owner, a.sentMS, a.mid, entryMS, agent, issue}
 	case ao.Deliver != nil:
 		d := ao.Deliver
 		depth := d.MaxDepth
 		if depth <= 0 {
 			depth = DefaultMailboxDepth
 		}
-		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
+		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), a.mid,
 			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), d.Event.Stream, entryMS, depth, 2 * len(d.Followup),
 			max(mailboxTTL, l.opts.MaxHold+l.opts.TTL).Milliseconds()}
 		for k, v := range d.Followup {
@@ -468,7 +474,7 @@ func (l *Locker) prepare(agent, rawKey string, ao AcquireOptions) (*acquisition,
 	case ao.Queue == nil:
 		a.args = a.kv[kvKeys:]
 	default:
-		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), ao.MessageID,
+		a.args = []any{a.token, l.opts.TTL.Milliseconds(), a.owner, a.sent.UnixMilli(), a.mid,
 			(l.opts.MaxHold + l.opts.TTL).Milliseconds(), ao.Queue.Stream, entryMS}
 		for k, v := range ao.Queue.Fields {
 			a.args = append(a.args, k, v)
@@ -533,7 +539,7 @@ func (l *Locker) acquireApart(ctx context.Context, a *acquisition) ([]any, error
 	}
 	sk := a.shared[0]
 	sres, err := acquireSharedScript.Run(ctx, l.rdb, []string{sk.Lock, sk.Info, sk.Fence},
-		a.token, l.ttlMS, a.owner, a.sentMS, a.ao.MessageID, a.agent, a.issue).Slice()
+		a.token, l.ttlMS, a.owner, a.sentMS, a.mid, a.agent, a.issue).Slice()
 	if err == nil && len(sres) >= 2 && atoi(sres[0]) == 1 {
 		return append([]any{res[0], res[1], sres[1]}, res[2:]...), nil // res[2]: granted_stopping's count
 	}
@@ -612,6 +618,16 @@ func (a *acquisition) holderOf(res []any) Info {
 	return holder
 }
 
+// holderEntry is the entry a busy reply's holder runs, as the script names it (with
+// its stream when the holder's record has one: holder_busy).
+func holderEntry(res []any) string {
+	if len(res) < 6 {
+		return ""
+	}
+	e, _ := res[4].(string)
+	return e
+}
+
 // holderFields reads a busy reply's holder fields (holder_busy in lease.lua: owner,
 // fence, acquired_at, message_id, pttl from res[1]) into holder, when the reply has them.
 func holderFields(res []any, holder *Info) {
@@ -634,7 +650,7 @@ func holderFields(res []any, holder *Info) {
 // entry, a wake-up, a delivery to the mailbox, a supersede, or a queue.
 func (a *acquisition) lockedError(holder Info, res []any) *LockedError {
 	issue := a.issue
-	if a.ao.MessageID != "" && holder.MessageID == a.ao.MessageID && holder.Scope == ScopeAgent {
+	if a.ao.MessageID != "" && holder.Scope == ScopeAgent && sameEntry(holderEntry(res), a.mid) {
 		// The holder's own entry: the scripts neither queue, deliver nor ack it.
 		return &LockedError{Holder: holder, Issue: issue, Own: true}
 	}

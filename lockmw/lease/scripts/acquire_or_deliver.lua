@@ -55,7 +55,7 @@ local r = holder_busy(KEYS[1], KEYS[2])
 local n = tonumber(ARGV[10])
 local id, dup = '', 0
 local depth = redis.call('XLEN', KEYS[6])
-if ARGV[5] ~= '' and r[5] == ARGV[5] then
+if ARGV[5] ~= '' and same_entry(r[5], ARGV[5]) then
   -- The holder's own entry, claimed by another consumer while the lease lives (its
   -- worker died mid-run): busy, and nothing more. Acked, it would never run again;
   -- left pending, it runs once the lease has expired.
@@ -68,11 +68,11 @@ if n == 0 then
   -- starts a next run if follow-ups remain (the release step, lease.lua).
   dup = 1
   redis.call('DEL', KEYS[4])
-  local q = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5], '_mbox', '1'}
+  local q = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', entry_id(ARGV[5]), '_mbox', '1'}
   for i = 12, lease_nargs do table.insert(q, ARGV[i]) end
   redis.call(unpack(q))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
-elseif redis.call('SISMEMBER', KEYS[7], ARGV[7] .. ' ' .. ARGV[5]) == 1 then
+elseif redis.call('SISMEMBER', KEYS[7], ARGV[7] .. ' ' .. entry_id(ARGV[5])) == 1 then
   dup = 1
 else
   if depth >= tonumber(ARGV[9]) then
@@ -82,11 +82,11 @@ else
   for i = 12, 11 + n do table.insert(add, ARGV[i]) end
   id = redis.call(unpack(add))
   depth = depth + 1
-  redis.call('SADD', KEYS[7], ARGV[7] .. ' ' .. ARGV[5])
+  redis.call('SADD', KEYS[7], ARGV[7] .. ' ' .. entry_id(ARGV[5]))
   redis.call('PEXPIRE', KEYS[6], ARGV[11])
   redis.call('PEXPIRE', KEYS[7], ARGV[11])
   redis.call('DEL', KEYS[4])
-  local q = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5], '_mbox', '1'}
+  local q = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', entry_id(ARGV[5]), '_mbox', '1'}
   for i = 12 + n, lease_nargs do table.insert(q, ARGV[i]) end
   redis.call(unpack(q))
   redis.call('PEXPIRE', KEYS[4], ARGV[6])

@@ -27,14 +27,14 @@ if sup then return sup end
 local f = take(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 if f then return granted_stopping({1, f}, KEYS[6], ARGV[1]) end
 local r = holder_busy(KEYS[1], KEYS[2])
-if ARGV[5] ~= '' and r[5] == ARGV[5] then
+if ARGV[5] ~= '' and same_entry(r[5], ARGV[5]) then
   -- The holder's own entry, claimed by another consumer while the lease lives (its
   -- worker died mid-run): busy, not queued, or it would run twice.
   table.insert(r, 0)
   return r
 end
 local replaced = redis.call('DEL', KEYS[4])
-local args = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', ARGV[5]}
+local args = {'HSET', KEYS[4], '_stream', ARGV[7], '_qid', entry_id(ARGV[5])}
 for i = 9, lease_nargs do table.insert(args, ARGV[i]) end
 redis.call(unpack(args))
 redis.call('PEXPIRE', KEYS[4], ARGV[6])

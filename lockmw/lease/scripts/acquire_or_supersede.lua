@@ -27,7 +27,7 @@ local function older(a, b)
 end
 
 local lock, info, fence, stop = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
-local token, ttl_ms, message_id = ARGV[1], ARGV[2], ARGV[5]
+local token, ttl_ms, message_id = ARGV[1], ARGV[2], entry_id(ARGV[5])
 -- The superseded check by order of events, not by time: an event whose issue was last
 -- released by the run of a NEWER event lost to it; one that waited while an older
 -- event's run went on is the newest, and runs (acquire's check by entry time, for the
@@ -37,7 +37,7 @@ if d and redis.call('GET', lock) ~= token then
   local ms, mid = string.match(d, '^(%d+) (%S+)')
   if mid and older(message_id, mid) then return {2, tonumber(ms), mid} end
 end
-local r = acquire(lock, info, fence, KEYS[4], token, ttl_ms, ARGV[3], ARGV[4], message_id, '')
+local r = acquire(lock, info, fence, KEYS[4], token, ttl_ms, ARGV[3], ARGV[4], ARGV[5], '')
 if r[1] == 1 then
   table.insert(r, stopping(stop, token))
   table.insert(r, redis.call('HGET', info, 'supersedes') or '')
@@ -57,7 +57,7 @@ local pttl = redis.call('PTTL', lock)
 if pttl < 0 then pttl = tonumber(ttl_ms) end
 redis.call('SET', lock, token, 'PX', ttl_ms)
 redis.call('DEL', info)
-local f = record(info, fence, token, ttl_ms, ARGV[3], ARGV[4], message_id, 'supersedes', h[2])
+local f = record(info, fence, token, ttl_ms, ARGV[3], ARGV[4], ARGV[5], 'supersedes', h[2])
 redis.call('HSET', stop, old, (now + pttl) .. ' ' .. message_id .. ' ' .. f)
 if redis.call('PTTL', stop) < pttl then redis.call('PEXPIRE', stop, pttl) end
 return {1, f, stopping(stop, token), h[2], 1}

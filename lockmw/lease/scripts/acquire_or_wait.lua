@@ -65,7 +65,7 @@ if cur == 'line:' .. o.lid or (not cur and (turn == o.lid or (not turn and (not 
   if headlid == o.lid then redis.call('ZREM', k.line, head) end
   return granted_stopping({1, line_take(k, o)}, KEYS[7], o.token)
 end
-if cur and o.mid ~= '' and redis.call('HGET', k.info, 'message_id') == o.mid then
+if cur and o.mid ~= '' and holds_entry(k.info, o.mid) then
   return busy(0, 0)
 end
 -- join puts the event in the line at its stream position and returns its place (1 the

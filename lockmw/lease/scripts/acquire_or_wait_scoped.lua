@@ -120,8 +120,7 @@ if mine and not acur then
   local f = record(a.info, a.fence, o.token, o.ttl_ms, o.owner, o.acquired_at, o.mid, 'lid', o.lid)
   return granted_stopping({1, f, sf}, a.stop, o.token)
 end
-if o.mid ~= '' and ((cur and redis.call('HGET', k.info, 'message_id') == o.mid) or
-    (acur and a and redis.call('HGET', a.info, 'message_id') == o.mid)) then
+if o.mid ~= '' and ((cur and holds_entry(k.info, o.mid)) or (acur and a and holds_entry(a.info, o.mid))) then
   return busy(0, 0)
 end
 if mine then

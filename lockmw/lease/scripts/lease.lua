@@ -40,13 +40,48 @@ local function own_repeat(lock, info, fence, token)
   return held_fence(info, fence), cur
 end
 
+-- An event's entry is named by its id and, when the caller knows it, its stream:
+-- '<id> <stream>' (a worker reads an agent's stream and its :todo twin, whose entry ids
+-- repeat). The lease's record keeps them apart: message_id (the id, as operators and the
+-- done record know it) and stream. entry_id is the id alone.
+local function entry_id(e)
+  return (string.match(e, '^(%S*)'))
+end
+
+-- same_entry reports whether a and b name one entry: by id and stream, or by id alone
+-- when either does not name its stream (a record written before records named it, a
+-- caller that does not know it).
+local function same_entry(a, b)
+  if a == b then return true end
+  local ia = string.match(a, '^(%S+) ')
+  local ib = string.match(b, '^(%S+) ')
+  if ia and ib then return false end
+  return (ia or a) == (ib or b)
+end
+
+-- holder_entry is the entry a lease's record (info) names, with its stream if it has one.
+local function holder_entry(message_id, stream)
+  if not message_id then return '' end
+  if stream and stream ~= '' and not string.find(message_id, ' ', 1, true) then
+    return message_id .. ' ' .. stream
+  end
+  return message_id
+end
+
+-- holds_entry reports whether the lease record info names entry e (same_entry).
+local function holds_entry(info, e)
+  local h = redis.call('HMGET', info, 'message_id', 'stream')
+  return h[1] ~= false and same_entry(holder_entry(h[1], h[2]), e)
+end
+
 -- record takes the next fence and writes the operator record of the lease token now
 -- holds (the caller has set the lock), with the given extra fields; it expires with
--- the lease. Returns the fence.
+-- the lease. message_id names the entry, with its stream or not. Returns the fence.
 local function record(info, fence, token, ttl_ms, owner, acquired_at_ms, message_id, ...)
   local f = redis.call('INCR', fence)
+  local id, stream = string.match(message_id, '^(%S+) (.+)$')
   redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f,
-    'acquired_at', acquired_at_ms, 'message_id', message_id, ...)
+    'acquired_at', acquired_at_ms, 'message_id', id or message_id, 'stream', stream or '', ...)
   redis.call('PEXPIRE', info, ttl_ms)
   return f
 end
@@ -59,11 +94,12 @@ local function take(lock, info, fence, token, ttl_ms, owner, acquired_at_ms, mes
 end
 
 -- holder_busy is the busy reply, {0, owner, fence, acquired_at, message_id, pttl}, from
--- the holder's record, so the caller can name the holder without a second round trip.
--- A policy appends its own fields.
+-- the holder's record, so the caller can name the holder without a second round trip;
+-- message_id names the holder's stream too when the record does (holder_entry). A
+-- policy appends its own fields.
 local function holder_busy(lock, info)
-  local h = redis.call('HMGET', info, 'owner', 'fence', 'acquired_at', 'message_id')
-  return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', lock)}
+  local h = redis.call('HMGET', info, 'owner', 'fence', 'acquired_at', 'message_id', 'stream')
+  return {0, h[1] or '', h[2] or '', h[3] or '', holder_entry(h[4], h[5]), redis.call('PTTL', lock)}
 end
 
 -- holder_refused is the reply of a policy that refuses an event because depth events
@@ -90,7 +126,7 @@ local function superseded_by_release(done, entry_ms, message_id, rec)
   if d == nil then d = redis.call('GET', done) end
   if not d then return nil end
   local ms, mid = string.match(d, '^(%d+) (%S+)')
-  if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= message_id and not stepped_back(ms) then
+  if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= entry_id(message_id) and not stepped_back(ms) then
     return {2, tonumber(ms), mid}
   end
   return nil
