@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -130,7 +131,7 @@ func (r *Receiver) handleComment(ctx context.Context, e Event) result {
 		if !ok || info.MessageID == "" {
 			continue // a Python agent's plain lock names no entry to follow
 		}
-		route, holder, err := r.holderEntry(ctx, agent, info.MessageID)
+		route, holder, err := r.holderEntry(ctx, agent, info.MessageID, info.Stream)
 		if err != nil {
 			return result{status: http.StatusServiceUnavailable, outcome: "redis_unavailable", issue: key, detail: "Redis: the held run's entry was not read", err: err}
 		}
@@ -159,8 +160,10 @@ func (r *Receiver) handleComment(ctx context.Context, e Event) result {
 }
 
 // holderEntry finds the entry id on one of agent's input streams (the entry its run
-// holds the lease for), in one round trip; nil when no stream has it.
-func (r *Receiver) holderEntry(ctx context.Context, agent, id string) (event.Route, *message.Message, error) {
+// holds the lease for), in one round trip; nil when no stream has it. When the lease
+// names its entry's stream, only that stream is read: an agent's stream and its :todo
+// twin repeat entry ids, and the other's entry of that id is another event.
+func (r *Receiver) holderEntry(ctx context.Context, agent, id, stream string) (event.Route, *message.Message, error) {
 	var routes []event.Route
 	if agent == "triage" {
 		routes = r.cfg.Topology.Inputs(agent, "")
@@ -168,6 +171,9 @@ func (r *Receiver) holderEntry(ctx context.Context, agent, id string) (event.Rou
 		for _, b := range event.Branches {
 			routes = append(routes, r.cfg.Topology.Inputs(agent, b)...)
 		}
+	}
+	if i := slices.IndexFunc(routes, func(rt event.Route) bool { return rt.Stream == stream }); i >= 0 {
+		routes = routes[i : i+1]
 	}
 	pipe := r.cfg.Redis.Pipeline()
 	cmds := make([]*redis.XMessageSliceCmd, len(routes))

@@ -35,7 +35,7 @@ func (e *env) hold(agent, branch string, todo bool, key string) (string, *event.
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	le, err := e.locker.Acquire(e.ctx, agent, key, lease.AcquireOptions{MessageID: id})
+	le, err := e.locker.Acquire(e.ctx, agent, key, lease.AcquireOptions{MessageID: id, Stream: stream})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -178,6 +178,37 @@ func TestCommentGoesToEachHolder(t *testing.T) {
 	}
 	if ans := post("RHEL-3", "30"); ans["outcome"] != "comment_no_run" {
 		t.Fatalf("issue nobody holds: %v", ans)
+	}
+}
+
+// TestCommentFindsTheHoldersEntryByItsStream: the run holds an entry of an agent's main
+// stream whose id the :todo twin's entry of another issue has too (the two streams' ids
+// repeat; the twin is read first). The follow-up is the holder's (its correlation id)
+// and goes to the twin of the holder's stream, not to the holder's own.
+func TestCommentFindsTheHoldersEntryByItsStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []fakejira.Issue{issue("RHEL-4"), issue("RHEL-5")}, withFake(func(o *fakejira.Options) { o.Webhooks = []fakejira.WebhookTarget{} }))
+	main, _, corr := e.hold("rebase", "c10s", false, "RHEL-4")
+	held, err := e.rdb.XRevRangeN(e.ctx, main, "+", "-", 1).Result()
+	if err != nil || len(held) != 1 {
+		t.Fatalf("the held entry: %v %v", held, err)
+	}
+	todo := e.topo.Stream("rebase", "c10s", true)
+	other, _ := event.New(event.RequestedEvent("rebase"), "RHEL-5", event.Task{}, nil)
+	if err := e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: todo, ID: held[0].ID, Values: event.Encode(other)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"timestamp": time.Now().UnixMilli(), "webhookEvent": EventCommentCreated,
+		"comment": map[string]any{"id": "40", "author": maintainer, "body": "rebase onto 3.3"}, "issue": map[string]any{"key": "RHEL-4"}})
+	if st, ans := e.post(body, signed(body, "d-40")); st != http.StatusAccepted || ans["outcome"] != "followup_published" {
+		t.Fatalf("held issue: %d %v", st, ans)
+	}
+	got := e.comments(todo)
+	if len(got) != 1 {
+		t.Fatalf("follow-ups in %s (the twin of the holder's stream): %d, want 1; in %s: %d", todo, len(got), main, len(e.comments(main)))
+	}
+	if md := event.DecodeEntry(todo, got[0].ID, got[0].Values).Metadata; md.Get(event.MetaCorrelationID) != corr {
+		t.Fatalf("the follow-up carries correlation id %q, want the holder's %q", md.Get(event.MetaCorrelationID), corr)
 	}
 }
 

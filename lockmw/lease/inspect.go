@@ -21,7 +21,10 @@ type Info struct {
 	Fence      int64
 	AcquiredAt time.Time
 	MessageID  string
-	TTL        time.Duration // time left; 0 when unknown
+	// Stream is the stream of MessageID's entry when the holder's record names it
+	// (AcquireOptions.Stream): an agent's stream and its :todo twin repeat entry ids.
+	Stream string
+	TTL    time.Duration // time left; 0 when unknown
 	// Scope is what the key guards: ScopeAgent (the agent's own lease on Issue), or
 	// ScopeIssue or ScopeGroup (a shared key, held by Agent's run on Issue); Key is
 	// the key it guards (Issue for ScopeAgent).
@@ -97,8 +100,11 @@ func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64,
 }
 
 func infoFromHash(agent, issue string, h map[string]string) Info {
-	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: lineEventID(h["message_id"]), Scope: ScopeAgent, Key: issue,
-		Supersedes: h["supersedes"]}
+	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: lineEventID(h["message_id"]), Stream: h["stream"],
+		Scope: ScopeAgent, Key: issue, Supersedes: h["supersedes"]}
+	if _, stream, ok := strings.Cut(h["message_id"], " "); ok && info.Stream == "" {
+		info.Stream = stream // a key reserved for its line's head names its member: lid and stream
+	}
 	info.Fence, _ = strconv.ParseInt(h["fence"], 10, 64)
 	if ms, _ := strconv.ParseInt(h["acquired_at"], 10, 64); ms > 0 {
 		info.AcquiredAt = time.UnixMilli(ms)
