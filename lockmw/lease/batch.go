@@ -160,7 +160,7 @@ func (l *Locker) batchArgs(ends []End, acqs []*acquisition, bp batchPause) ([]an
 	for _, e := range ends {
 		le := e.Lease
 		ago := min(max(time.Since(e.EndedAt), 0), maxBatchAgo).Milliseconds()
-		args = append(args, &le.token, &le.messageID, e.Entry.Group, e.Entry.ID, &le.maxLen, &le.issue, ago)
+		args = append(args, &le.token, &le.entry, e.Entry.Group, e.Entry.ID, &le.maxLen, &le.issue, ago)
 	}
 	for i, a := range acqs {
 		args = append(args, a.kv[kvKeys:]...)

@@ -234,7 +234,7 @@ func (le *Lease) releaseAck(ctx context.Context, e Entry, next *Next) (bool, *Pe
 	if e.ID != le.messageID {
 		id = e.ID
 	}
-	args = append(args, &le.token, &le.messageID, e.Group, id, &le.maxLen, &le.issue, &indexMax, &indexTTLms)
+	args = append(args, &le.token, &le.entry, e.Group, id, &le.maxLen, &le.issue, &indexMax, &indexTTLms)
 	if a != nil {
 		args = append(args, a.kv[kvKeys:]...)
 	}

@@ -26,6 +26,7 @@ type Lease struct {
 	keys       Keys
 	token      string
 	messageID  string
+	entry      string // the release scripts' message id: messageID with its stream (entryName)
 	fence      int64
 	acquiredAt time.Time
 	onBeat     func(context.Context, redis.Pipeliner)
@@ -602,7 +603,7 @@ func (le *Lease) releaseArgs(outcome string, published, publishedMS *string) ([]
 	for i := range shared {
 		args = append(args, &shared[i].Keys.Lock, &shared[i].Keys.Info)
 	}
-	return append(args, &le.token, outcome, &le.messageID, mode, &le.maxLen, published,
+	return append(args, &le.token, outcome, &le.entry, mode, &le.maxLen, published,
 		&le.issue, &indexMax, &indexTTLms, publishedMS), nkeys
 }
 

@@ -396,7 +396,7 @@ func (le *Lease) lineRelease(ctx context.Context, outcome, turn string, e *Entry
 	}
 	released := int64(-1)
 	for range maxDrainRounds {
-		args := append([]any{le.token, outcome, le.messageID, mode, le.maxLen, pubQid,
+		args := append([]any{le.token, outcome, le.entry, mode, le.maxLen, pubQid,
 			le.issue, indexMax, indexTTLms, pubMS, ln.lid, turn, ln.hold.Milliseconds(), lineSeenTTL.Milliseconds(),
 			pubLid, group, id}, earlier...)
 		res, err := releaseLineScript.Run(ctx, le.l.rdb, keys, args...).Slice()

@@ -159,7 +159,7 @@ func (le *Lease) lineReleaseScoped(ctx context.Context, outcome, turn string, e 
 	pubLid := ""
 	released := int64(-1)
 	for range maxDrainRounds {
-		res, err := releaseLineScopedScript.Run(ctx, le.l.rdb, keys, le.token, outcome, le.messageID, mode, le.maxLen, "",
+		res, err := releaseLineScopedScript.Run(ctx, le.l.rdb, keys, le.token, outcome, le.entry, mode, le.maxLen, "",
 			le.issue, indexMax, indexTTLms, "", ln.lid, turn, ln.hold.Milliseconds(), lineSeenTTL.Milliseconds(),
 			pubLid, group, id).Slice()
 		if err != nil {

@@ -559,7 +559,7 @@ func (l *Locker) acquireApart(ctx context.Context, a *acquisition) ([]any, error
 // follow-up still published). A failure leaves the key to its TTL.
 func (a *acquisition) giveBackOwn(ctx context.Context) {
 	le := &Lease{l: a.l, agent: a.agent, issue: a.issue, keys: a.keys, token: a.token,
-		messageID: a.ao.MessageID, maxLen: a.ao.MaxLen}
+		messageID: a.ao.MessageID, entry: a.mid, maxLen: a.ao.MaxLen}
 	res, err := le.runRelease(ctx, outcomeGivenBack, "", "").Slice()
 	_, _ = le.releaseScripted(ctx, outcomeGivenBack, res, err)
 }
@@ -688,6 +688,7 @@ func (a *acquisition) held(parent context.Context, res []any) *Lease {
 		keys:       a.keys,
 		token:      a.token,
 		messageID:  a.ao.MessageID,
+		entry:      a.mid,
 		fence:      atoi(res[1]),
 		acquiredAt: a.sent,
 		onBeat:     a.ao.OnHeartbeat,

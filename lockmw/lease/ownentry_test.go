@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -186,5 +187,47 @@ func TestTwinEntryOfALeaseTakenAheadIsAnotherEvent(t *testing.T) {
 	}
 	if _, err := l.Acquire(ctx, "rebuild", "RHEL-1", lease.AcquireOptions{MessageID: id, Stream: stream}); !errors.As(err, &le) || !le.Own {
 		t.Errorf("the entry it was taken for: %v (%+v), want the holder's own", err, le)
+	}
+}
+
+// TestTwinEntryOfTheReleasedIDIsSuperseded: an event that entered its stream while
+// another event's run held the issue counts as superseded once that run is released
+// (the drop policy's check), whatever its id: an entry of the :todo twin with the
+// released entry's id entered during that run and is another event. Only the released
+// entry itself, retried, is exempt (its run may have failed); a caller that names no
+// stream is told by id alone.
+func TestTwinEntryOfTheReleasedIDIsSuperseded(t *testing.T) {
+	t.Parallel() // own namespace, nothing timed
+	for _, format := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
+		t.Run(formatName(format), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			rdb, ns := redistest.Client(t)
+			l := newLocker(t, rdb, ns, lease.Options{Format: format})
+			stream, twin, id := ns+"rebuild", ns+"rebuild:todo", "5-1"
+			opts := func(s string) lease.AcquireOptions {
+				return lease.AcquireOptions{MessageID: id, Stream: s, EntryTime: time.UnixMilli(5)}
+			}
+			le, err := l.Acquire(ctx, "rebuild", "RHEL-1", opts(stream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := le.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var sup *lease.SupersededError
+			if _, err := l.Acquire(ctx, "rebuild", "RHEL-1", opts(twin)); !errors.As(err, &sup) || sup.ByMessageID != id {
+				t.Fatalf("the twin's entry %s: %v, want it superseded by the released run of %s", id, err, id)
+			}
+			for _, ao := range []lease.AcquireOptions{opts(stream), {MessageID: id, EntryTime: time.UnixMilli(5)}} {
+				again, err := l.Acquire(ctx, "rebuild", "RHEL-1", ao)
+				if err != nil {
+					t.Fatalf("the released entry again (stream %q): %v, want the lease", ao.Stream, err)
+				}
+				if _, err := again.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }

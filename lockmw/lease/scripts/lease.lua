@@ -126,7 +126,10 @@ local function superseded_by_release(done, entry_ms, message_id, rec)
   if d == nil then d = redis.call('GET', done) end
   if not d then return nil end
   local ms, mid = string.match(d, '^(%d+) (%S+)')
-  if ms and tonumber(entry_ms) < tonumber(ms) and mid ~= entry_id(message_id) and not stepped_back(ms) then
+  -- The released entry's own repeat (a retry after its run) is never superseded by it:
+  -- the same id in the same stream, when the record and the caller name streams.
+  local released = mid and holder_entry(mid, string.match(d, '^%d+ %S+ %d+ (.+)$'))
+  if ms and tonumber(entry_ms) < tonumber(ms) and not same_entry(released, message_id) and not stepped_back(ms) then
     return {2, tonumber(ms), mid}
   end
   return nil
@@ -246,18 +249,22 @@ local function publish_queued(q, o)
 end
 
 -- record_done writes a run's done record, "<released_ms> <mid> <last_follow_up_ms>",
+-- then " <stream>" when mid names its entry's stream ('<id> <stream>': the superseded
+-- check tells the released entry's repeat from the twin stream's entry of its id),
 -- dated now. Its follow-up field is now when the release publishes a follow-up
 -- (published), else kept from the record it replaces: read by the SET itself (GET),
 -- and written again only in the rare case that it was set.
 local function record_done(done, now, mid, published)
+  local id, stream = string.match(mid, '^(%S+) (.+)$')
+  local rec, tail = now .. ' ' .. (id or mid) .. ' ', ''
+  if stream then tail = ' ' .. stream end
   if published then
-    redis.call('SET', done, now .. ' ' .. mid .. ' ' .. now, 'PX', 86400000)
+    redis.call('SET', done, rec .. now .. tail, 'PX', 86400000)
     return
   end
-  local rec = now .. ' ' .. mid .. ' '
-  local old = redis.call('SET', done, rec .. '0', 'PX', 86400000, 'GET')
+  local old = redis.call('SET', done, rec .. '0' .. tail, 'PX', 86400000, 'GET')
   local rq = string.match(old or '', '^%d+ %S+ (%d+)')
-  if rq and rq ~= '0' then redis.call('SET', done, rec .. rq, 'PX', 86400000) end
+  if rq and rq ~= '0' then redis.call('SET', done, rec .. rq .. tail, 'PX', 86400000) end
 end
 
 -- release: the end of a lease, whichever way it ends (a run's release or hand-off, a
