@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,6 +100,10 @@ type mConfig struct {
 	// middleware, so only their leases drain; the others' are Batchable and may end
 	// (in a batch) with a follow-up queued behind them, which their release publishes.
 	Mixed bool
+	// Twin: every other new event enters the :todo twin of the stream, in the
+	// millisecond of the stream's last entry (its id is often that entry's id), as a
+	// worker reads both (TestModelLeaseTwin).
+	Twin bool
 }
 
 func (c mConfig) String() string {
@@ -114,6 +119,9 @@ func (c mConfig) String() string {
 	mixed := ""
 	if c.Mixed {
 		mixed = " mixed"
+	}
+	if c.Twin {
+		mixed += " todo-twin"
 	}
 	return fmt.Sprintf("format=%s scope=%s on_conflict=%s%s", f, c.Scope, strings.Join(types, ","), mixed)
 }
@@ -161,6 +169,7 @@ func genConfig(r *rand.Rand) mConfig {
 type mEvent struct {
 	n                   int
 	id                  string
+	stream              string // its entry's: the stream, or its :todo twin (Twin)
 	agent, issue, group string
 	typ                 string
 	created             int // step index
@@ -203,8 +212,11 @@ type mKey struct {
 	queue      *mQueued
 	mailbox    int
 	lastRunMid string
-	lastRun    int // step of the last release by a run
-	lastPub    int // step of the last follow-up published
+	// lastRunEntry is the last run's entry, stream and id: its own retry is exempt from
+	// the superseded check, the twin stream's entry of its id is not.
+	lastRunEntry string
+	lastRun      int // step of the last release by a run
+	lastPub      int // step of the last follow-up published
 	// lastRunLo and lastRunHi bound the last release's date (Unix ms, [lo, hi)) when a
 	// batch dated it by its run's end; 0 after a plain release (dated when it ran).
 	lastRunLo, lastRunHi int64
@@ -271,14 +283,39 @@ func (m *modelRun) newEvent(s mStep, origin *mEvent) (*mEvent, error) {
 		ev.agent, ev.issue, ev.group, ev.typ, ev.origin = origin.agent, origin.issue, origin.group, origin.typ, origin.n
 		return ev, nil // appended by the release that published it
 	}
-	id, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: m.stream, Values: map[string]any{"drv": ev.n}}).Result()
+	ev.stream = m.stream
+	id, twinOf := "*", (*mEvent)(nil)
+	if m.cfg.Twin && (s.C/2)%2 == 1 {
+		// In the millisecond of the stream's last new event, as two producers' events
+		// enter: it entered with that one (its created step), and reaches the stream now.
+		ev.stream = m.stream + ":todo"
+		for _, e := range slices.Backward(m.events) {
+			if e.stream == m.stream && e.origin == 0 {
+				ms, _, _ := strings.Cut(e.id, "-")
+				id, twinOf = ms+"-*", e
+				break
+			}
+		}
+	}
+	got, err := m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: ev.stream, ID: id, Values: map[string]any{"drv": ev.n}}).Result()
+	if err != nil && id != "*" {
+		// The twin has a later entry already: this one enters now.
+		got, err = m.direct.XAdd(m.ctx, &redis.XAddArgs{Stream: ev.stream, Values: map[string]any{"drv": ev.n}}).Result()
+		twinOf = nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	ev.id = id
+	if twinOf != nil {
+		ev.created = twinOf.created
+	}
+	ev.id = got
 	m.add(ev)
 	return ev, nil
 }
+
+// entry names ev's entry: its stream and id (ids repeat across streams).
+func (ev *mEvent) entry() string { return ev.stream + " " + ev.id }
 
 func (m *modelRun) add(ev *mEvent) {
 	m.events = append(m.events, ev)
@@ -291,7 +328,7 @@ func (m *modelRun) fields(ev *mEvent) map[string]any {
 }
 
 func (m *modelRun) options(ev *mEvent) AcquireOptions {
-	ao := AcquireOptions{MessageID: ev.id, EntryTime: streamid.Time(ev.id), Drain: m.cfg.drains(ev.typ), Owner: "w"}
+	ao := AcquireOptions{MessageID: ev.id, Stream: ev.stream, EntryTime: streamid.Time(ev.id), Drain: m.cfg.drains(ev.typ), Owner: "w"}
 	for _, k := range m.sharedKeys(ev) {
 		sc, key, _ := strings.Cut(strings.TrimPrefix(k, "@"), ":")
 		ao.Shared = append(ao.Shared, ScopeKey{Scope: Scope(sc), Key: key})
@@ -397,7 +434,7 @@ func (m *modelRun) expect(ev *mEvent) map[string]bool {
 		if k.lastPub > ev.created {
 			allowed["superseded"] = true
 		}
-	case k.lastRun > ev.created && k.lastRunMid != ev.id:
+	case k.lastRun > ev.created && k.lastRunEntry != ev.entry():
 		// A batch's release has a known date: an entry before it is refused, busy key
 		// or not (the check comes first), and one after it is not.
 		ms := streamid.Time(ev.id).UnixMilli()
@@ -679,7 +716,7 @@ func (m *modelRun) released(r *mRun, how, before string) error {
 		m.inbox = append(m.inbox, r.ev)
 		return nil
 	}
-	k.lastRunMid, k.lastRun, k.lastRunLo, k.lastRunHi = r.ev.id, m.step, 0, 0
+	k.lastRunMid, k.lastRunEntry, k.lastRun, k.lastRunLo, k.lastRunHi = r.ev.id, r.ev.entry(), m.step, 0, 0
 	m.drain(k)
 	if how == "fail" {
 		m.inbox = append(m.inbox, r.ev)
@@ -993,6 +1030,7 @@ func (m *modelRun) checkPublished() error {
 
 func (m *modelRun) newEventFrom(fu, origin *mEvent) (*mEvent, error) {
 	fu.agent, fu.issue, fu.group, fu.typ, fu.origin = origin.agent, origin.issue, origin.group, origin.typ, origin.n
+	fu.stream = m.stream // a release publishes it to the queued event's stream
 	m.add(fu)
 	return fu, nil
 }
@@ -1251,6 +1289,22 @@ func TestModelLease(t *testing.T) {
 	from, n := redistest.ModelSeeds(t, 48)
 	start := time.Now()
 	e.checkSeeds(t, from, n, 60, genConfig, stepKinds)
+	t.Logf("%d seeds of 60 steps in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// TestModelLeaseTwin runs TestModelLease's seeds with every other new event in the
+// stream's :todo twin, often with the id of the stream's last entry: an agent's worker
+// reads both, and the lease tells their entries apart (the holder's own entry, the
+// superseded check's exemption of the released entry's retry).
+func TestModelLeaseTwin(t *testing.T) {
+	e := newModelEnv(t)
+	from, n := redistest.ModelSeeds(t, 24)
+	start := time.Now()
+	e.checkSeeds(t, from, n, 60, func(r *rand.Rand) mConfig {
+		c := genConfig(r)
+		c.Twin = true
+		return c
+	}, stepKinds)
 	t.Logf("%d seeds of 60 steps in %s", n, time.Since(start).Round(time.Millisecond))
 }
 
