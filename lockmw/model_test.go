@@ -17,8 +17,9 @@ package lockmw_test
 // delivered again). model_plant_test.go checks that planted batch defects are caught.
 // The lease's own model (lockmw/lease/model_test.go) covers clock offsets and force
 // releases too. The seeds follow a few directed sequences (directedMW) that meet the
-// batched hand-off whatever the timing. In half the seeds that do not read ahead each
-// agent's events enter its stream or its :todo twin (genTwin), whose entry ids repeat;
+// batched hand-off whatever the timing. In half the seeds each agent's events enter its
+// stream or its :todo twin (genTwin, genTwinAhead), whose entry ids repeat, and each
+// worker has a middleware per stream, as it has a subscription per stream;
 // TestModelMiddlewareSharedWait draws the wait policy under a shared scope, with ticks of
 // the line waker; TestModelMiddlewareDeliver the deliver policy, whose runs read their
 // mailboxes (DeliveredReachesARun). OwnIsTheHolders: an event's first handling is never
@@ -82,26 +83,26 @@ func (s *mwSource) takeSettled(id string) bool {
 }
 
 // mwReadAhead is mwSource with a subscription's read-ahead (the seeds drawn with
-// readahead): the entries of its agent's stream in the model's inbox, in inbox order,
+// readahead): the entries of its stream in the model's inbox, in inbox order,
 // are the entries read and not handed over yet (Waiting), the first one the entry
 // handed over next (Peek). The inbox is the agent's two workers', and the driver hands
 // any of its entries to either worker: leases are taken ahead for entries that then go
 // to the other worker, come out of the announced order, or come late (handoffWindow).
 type mwReadAhead struct {
 	*mwSource
-	m     *mwModel
-	agent string
+	m      *mwModel
+	stream string
 }
 
 func (s *mwReadAhead) Peek() (string, string, bool) {
-	w := s.m.waiting(s.agent)
+	w := s.m.waiting(s.stream)
 	if len(w) == 0 {
 		return "", "", false
 	}
 	return w[0].ID, w[0].IssueKey, true
 }
 
-func (s *mwReadAhead) Waiting() []lockmw.Waiting { return s.m.waiting(s.agent) }
+func (s *mwReadAhead) Waiting() []lockmw.Waiting { return s.m.waiting(s.stream) }
 func (s *mwSource) Encode(msg *message.Message) (map[string]any, error) {
 	md := map[string]string{}
 	for k, v := range msg.Metadata {
@@ -176,10 +177,20 @@ func (c mwConfig) String() string {
 }
 
 // genTwin draws, from its own generator, whether each agent's events enter two streams
-// (its own and its :todo twin, as a worker reads both): half the seeds that do not read
-// ahead (a read-ahead announces one subscription's entries).
+// (its own and its :todo twin, as a worker reads both, a middleware per subscription):
+// half the seeds that do not read ahead. genTwinAhead draws it for those that do.
 func genTwin(r *rand.Rand, c *mwConfig) {
 	c.twin = !c.readahead && r.IntN(2) == 0
+}
+
+// genTwinAhead draws, from a generator of its own (drawn after genTwin, so that the
+// seeds that do not read ahead keep their configurations), the :todo twin for half the
+// seeds that read ahead: each subscription's middleware takes leases ahead for the
+// entries its own stream announces, and meets the other's.
+func genTwinAhead(r *rand.Rand, c *mwConfig) {
+	if c.readahead && r.IntN(2) == 0 {
+		c.twin = true
+	}
 }
 
 // genMixedRules draws, from a generator of its own (the seeds' configurations and steps
@@ -353,7 +364,7 @@ type mwModel struct {
 
 	step  int
 	inbox []*message.Message
-	// ahead is the inbox's entries of each agent's stream, in order, for mwReadAhead
+	// ahead is the inbox's entries of each stream, in order, for mwReadAhead
 	// (handlers read it while the driver changes the inbox); publishInbox updates it.
 	aheadMu sync.Mutex
 	ahead   map[string][]lockmw.Waiting
@@ -382,7 +393,7 @@ func (m *mwModel) streams(agent string) []string {
 func (m *mwModel) publishInbox() {
 	ahead := map[string][]lockmw.Waiting{}
 	for _, msg := range m.inbox {
-		a := agentOf(msg)
+		a := msg.Metadata.Get("_stream")
 		ahead[a] = append(ahead[a], lockmw.Waiting{ID: msg.Metadata.Get("_id"), IssueKey: msg.Metadata.Get(event.MetaIssueKey),
 			EventType: msg.Metadata.Get("event_type")})
 	}
@@ -391,11 +402,11 @@ func (m *mwModel) publishInbox() {
 	m.ahead = ahead
 }
 
-// waiting is agent's read-ahead: its stream's entries in the inbox, in order.
-func (m *mwModel) waiting(agent string) []lockmw.Waiting {
+// waiting is a subscription's read-ahead: its stream's entries in the inbox, in order.
+func (m *mwModel) waiting(stream string) []lockmw.Waiting {
 	m.aheadMu.Lock()
 	defer m.aheadMu.Unlock()
-	return append([]lockmw.Waiting(nil), m.ahead[agent]...)
+	return append([]lockmw.Waiting(nil), m.ahead[stream]...)
 }
 
 func (m *mwModel) violate(prop, format string, args ...any) {
@@ -507,14 +518,14 @@ func (m *mwModel) readMailbox(ctx context.Context, le *lease.Lease) error {
 // mwWorker is one worker: its own client (so a crash cuts off its calls alone), and the
 // context its messages carry (a crash ends them, as the process's death would).
 type mwWorker struct {
-	client  *redis.Client
-	owner   string
-	gen     int
-	mw      *lockmw.Middleware
-	src     *mwSource
-	handler message.HandlerFunc
-	ctx     context.Context
-	cancel  context.CancelFunc
+	client   *redis.Client
+	owner    string
+	gen      int
+	mws      []*lockmw.Middleware           // one per stream its agent reads
+	handlers map[string]message.HandlerFunc // by stream: its middleware's Handler
+	src      *mwSource
+	ctx      context.Context
+	cancel   context.CancelFunc
 	// ranRuns are its runs that ran (counted in ran): a crash un-counts those whose
 	// entry is still pending (their end waited for a batch the crash stopped).
 	ranRuns []*mwRun
@@ -708,7 +719,7 @@ func (m *mwModel) deliver(s mwStep) {
 	m.byID[id] = run
 	m.mu.Unlock()
 	wk := m.workers[agentOf(msg)][s.B%2]
-	h := wk.handler
+	h := wk.handlers[msg.Metadata.Get("_stream")]
 	cp := msg.Copy()
 	// Each message has a context of its own, which its reader ends once the handler
 	// has acked or nacked it (subscriber deliver), as the worker's end would.
@@ -998,11 +1009,13 @@ func (m *mwModel) anyStarted() bool {
 func (m *mwModel) sweepLines() {
 	for _, agent := range []string{"ag1", "ag2"} {
 		for _, wk := range m.workers[agent] {
-			if !wk.mw.Waits() {
-				continue
-			}
-			if err := wk.mw.SweepLines(wk.ctx); err != nil && os.Getenv("MODEL_TRACE") != "" {
-				m.t.Logf("step %d: the line waker of %s failed: %v", m.step, wk.owner, err)
+			for _, mw := range wk.mws {
+				if !mw.Waits() {
+					continue
+				}
+				if err := mw.SweepLines(wk.ctx); err != nil && os.Getenv("MODEL_TRACE") != "" {
+					m.t.Logf("step %d: the line waker of %s failed: %v", m.step, wk.owner, err)
+				}
 			}
 		}
 	}
@@ -1206,24 +1219,30 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 		// The consumer names the worker in its leases' records (the middleware's Owner):
 		// a crash finds its leases by it.
 		src := &mwSource{consumer: owner, settled: map[string]bool{}}
-		var source lockmw.Source = src
-		if cfg.readahead {
-			source = &mwReadAhead{mwSource: src, m: m, agent: agent}
-		}
 		policies := cfg.policies
 		if w == 1 && cfg.otherConfl != "" {
 			policies = cfg.others
 		}
-		mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: source, MaxIdleTime: time.Hour,
-			Policies: policies, Scopes: cfg.scopes, OnConflict: m.record})
-		if err != nil {
-			return nil, err
+		wk := &mwWorker{client: client, owner: owner, gen: gen, src: src, handlers: map[string]message.HandlerFunc{}}
+		// A middleware per subscription, as a worker has: its stream's, and its :todo
+		// twin's (twin); one lease Locker for both.
+		for _, stream := range m.streams(agent) {
+			var source lockmw.Source = src
+			if cfg.readahead {
+				source = &mwReadAhead{mwSource: src, m: m, stream: stream}
+			}
+			mw, err := lockmw.NewMiddleware(lockmw.Config{Locker: l, Agent: agent, Source: source, MaxIdleTime: time.Hour,
+				Policies: policies, Scopes: cfg.scopes, OnConflict: m.record})
+			if err != nil {
+				return nil, err
+			}
+			if cfg.readahead {
+				mw.SetBatchTiming(cfg.quick, cfg.flush)
+				mw.WrapBatchSend(e.countBatches(m, owner))
+			}
+			wk.mws = append(wk.mws, mw)
+			wk.handlers[stream] = mw.Handler(m.handler(agent))
 		}
-		if cfg.readahead {
-			mw.SetBatchTiming(cfg.quick, cfg.flush)
-			mw.WrapBatchSend(e.countBatches(m, owner))
-		}
-		wk := &mwWorker{client: client, owner: owner, gen: gen, mw: mw, src: src, handler: mw.Handler(m.handler(agent))}
 		wk.ctx, wk.cancel = context.WithCancel(context.Background())
 		return wk, nil
 	}
@@ -1246,7 +1265,9 @@ func (e *mwEnv) run(cfg mwConfig, steps []mwStep) error {
 			for _, wk := range ws {
 				// The router has stopped: ends that wait are sent, leases taken ahead given back.
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				wk.mw.Close(ctx)
+				for _, mw := range wk.mws {
+					mw.Close(ctx)
+				}
 				cancel()
 				wk.cancel()
 				_ = wk.client.Close()
@@ -1353,6 +1374,7 @@ func mwSeed(seed int) (mwConfig, []mwStep) {
 	genReadAhead(rand.New(rand.NewPCG(uint64(seed), 3737)), &cfg, steps)
 	genMixedRules(rand.New(rand.NewPCG(uint64(seed), 3838)), &cfg)
 	genTwin(rand.New(rand.NewPCG(uint64(seed), 4141)), &cfg)
+	genTwinAhead(rand.New(rand.NewPCG(uint64(seed), 4343)), &cfg)
 	return cfg, steps
 }
 

@@ -199,7 +199,7 @@ func sameEntry(a, b string) bool {
 	}
 	ia, _, qa := strings.Cut(a, " ")
 	ib, _, qb := strings.Cut(b, " ")
-	return !(qa && qb) && ia == ib
+	return (!qa || !qb) && ia == ib
 }
 
 // lineEventID is the lid of a member (member without its stream).
