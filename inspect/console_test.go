@@ -109,3 +109,49 @@ func TestNewestDeadLettersAndDelete(t *testing.T) {
 		t.Fatal("Delete of a malformed id")
 	}
 }
+
+// TestTwinEntryOfTheGuardedIDIsAnotherEvent: an agent's stream and its :todo twin
+// repeat entry ids. The lease names its entry's stream, so the views name the guarded
+// entry, not the other stream's entry of its id: Running gives the lease's stream, and
+// Pending shows that entry guarded and the other one held for another entry.
+func TestTwinEntryOfTheGuardedIDIsAnotherEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	locker := e.TriageLocker(time.Minute)
+	in := e.inspector(locker, 0)
+	main, todo := e.TriageStream(), e.Topology.Stream("triage", "", true)
+	id := e.PublishTriage("RHEL-1")
+	xs, err := e.Client.XRange(ctx, main, id, id).Result()
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("the entry: %v %v", xs, err)
+	}
+	if err := e.Client.XAdd(ctx, &redis.XAddArgs{Stream: todo, ID: id, Values: xs[0].Values}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.readAs(main, "triage", "w1", 1)
+	e.readAs(todo, "triage", "w1", 1)
+	le, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{Owner: "w1", MessageID: id, Stream: todo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(ctx)
+
+	run, err := in.Running(ctx)
+	if err != nil || len(run) != 1 || run[0].Stream != todo || !run[0].Todo || run[0].Lease.Stream != todo {
+		t.Fatalf("Running = %+v, %v; want the lease's entry in %s", run, err, todo)
+	}
+	groups, err := in.Pending(ctx, inspect.PendingFilter{Agent: "triage"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, g := range groups {
+		for _, x := range g.Entries {
+			states[g.Stream] = x.State
+		}
+	}
+	if states[todo] != inspect.StateGuarded || states[main] == inspect.StateGuarded {
+		t.Fatalf("pending entries' states by stream: %v; want %s's guarded, %s's not", states, todo, main)
+	}
+}

@@ -212,8 +212,10 @@ type LeaseInfo struct {
 	AcquiredAt time.Time     `json:"acquired_at,omitzero"`
 	Held       time.Duration `json:"-"` // since AcquiredAt
 	TTL        time.Duration `json:"-"` // time left; 0 when unknown
-	// MessageID is the stream entry the lease guards.
+	// MessageID is the stream entry the lease guards; Stream its stream, when the
+	// lease's record names it (an agent's stream and its :todo twin repeat entry ids).
 	MessageID string `json:"message_id"`
+	Stream    string `json:"stream,omitempty"`
 	// Scope is what the key guards: agent (Agent's own lease on Issue), issue or group
 	// (a shared key, held by Agent's run on Issue); Key is the key it guards (the
 	// issue, or the group key).
@@ -256,7 +258,7 @@ func (l LeaseInfo) MarshalJSON() ([]byte, error) {
 
 func (in *Inspector) leaseInfo(i lease.Info) LeaseInfo {
 	li := LeaseInfo{Agent: i.Agent, Issue: i.Issue, Owner: i.Owner, Fence: i.Fence, AcquiredAt: i.AcquiredAt,
-		TTL: i.TTL, MessageID: i.MessageID, Scope: string(i.Scope), Key: i.Key,
+		TTL: i.TTL, MessageID: i.MessageID, Stream: i.Stream, Scope: string(i.Scope), Key: i.Key,
 		Mailbox: i.Mailbox, Supersedes: i.Supersedes, Waiting: i.Waiting, OldestWaiting: i.OldestWaiting, Reserved: i.Reserved}
 	if li.Scope == "" {
 		li.Scope, li.Key = string(lease.ScopeAgent), i.Issue
@@ -454,7 +456,9 @@ func (in *Inspector) Running(ctx context.Context) ([]RunningLease, error) {
 			continue
 		}
 		for _, r := range in.topo.AllInputs() {
-			if r.Agent == l.Agent {
+			// The lease names its entry's stream (else any of the agent's may hold it): the
+			// other streams' entries of that id are other events.
+			if r.Agent == l.Agent && (l.Stream == "" || r.Stream == l.Stream) {
 				probes = append(probes, probe{i, r, pipe.XRangeN(ctx, r.Stream, l.MessageID, l.MessageID, 1)})
 			}
 		}

@@ -355,12 +355,26 @@ func (s *pendingScan) running() map[consumerOf]string {
 	for _, rf := range s.refs {
 		x := s.raw[rf.g][rf.e]
 		if k, ok := s.in.canonical(s.keys[rf]); ok {
-			if info, ok := s.held[lease.Ref{Agent: s.live[rf.g].Agent, Issue: k}]; ok && info.MessageID == x.ID {
+			if info, ok := s.held[lease.Ref{Agent: s.live[rf.g].Agent, Issue: k}]; ok && s.guards(info, rf) {
 				running[consumerOf{rf.g, x.Consumer}] = x.ID
 			}
 		}
 	}
 	return running
+}
+
+// guards reports whether lease info was taken for the entry rf: its id, in its stream
+// when the lease names one (an agent's stream and its :todo twin repeat entry ids).
+func (s *pendingScan) guards(info lease.Info, rf pendingRef) bool {
+	return info.MessageID == s.raw[rf.g][rf.e].ID && (info.Stream == "" || info.Stream == s.live[rf.g].Stream)
+}
+
+// entryName is the entry a lease guards, in words: its id, and its stream if named.
+func entryName(info lease.Info) string {
+	if info.Stream == "" {
+		return info.MessageID
+	}
+	return info.MessageID + " of " + info.Stream
 }
 
 // guard is the entry rf as the leases see it: StateGuarded when its issue's live
@@ -383,13 +397,13 @@ func (s *pendingScan) guard(rf pendingRef, key string, valid bool) PendingEntry 
 		}
 		li := s.in.leaseInfo(info)
 		e.Lease = &li
-		switch info.MessageID {
-		case x.ID:
+		switch {
+		case s.guards(info, rf):
 			e.State = StateGuarded
-		case "":
+		case info.MessageID == "":
 			e.Note = "issue held by a lock without a message id; dropped if still locked when claimed"
 		default:
-			e.Note = "issue held for another entry (" + info.MessageID + "); dropped if still locked when claimed"
+			e.Note = "issue held for another entry (" + entryName(info) + "); dropped if still locked when claimed"
 		}
 	}
 	return e

@@ -43,9 +43,16 @@ end
 -- An event's entry is named by its id and, when the caller knows it, its stream:
 -- '<id> <stream>' (a worker reads an agent's stream and its :todo twin, whose entry ids
 -- repeat). The lease's record keeps them apart: message_id (the id, as operators and the
--- done record know it) and stream. entry_id is the id alone.
+-- done record know it) and stream. split_entry returns both ('' when it names none),
+-- entry_id the id alone.
+local function split_entry(e)
+  local id, stream = string.match(e, '^(%S+) (.+)$')
+  if id then return id, stream end
+  return e, ''
+end
+
 local function entry_id(e)
-  return (string.match(e, '^(%S*)'))
+  return (split_entry(e))
 end
 
 -- same_entry reports whether a and b name one entry: by id and stream, or by id alone
@@ -79,9 +86,9 @@ end
 -- the lease. message_id names the entry, with its stream or not. Returns the fence.
 local function record(info, fence, token, ttl_ms, owner, acquired_at_ms, message_id, ...)
   local f = redis.call('INCR', fence)
-  local id, stream = string.match(message_id, '^(%S+) (.+)$')
+  local id, stream = split_entry(message_id)
   redis.call('HSET', info, 'token', token, 'owner', owner, 'fence', f,
-    'acquired_at', acquired_at_ms, 'message_id', id or message_id, 'stream', stream or '', ...)
+    'acquired_at', acquired_at_ms, 'message_id', id, 'stream', stream, ...)
   redis.call('PEXPIRE', info, ttl_ms)
   return f
 end
@@ -255,9 +262,9 @@ end
 -- (published), else kept from the record it replaces: read by the SET itself (GET),
 -- and written again only in the rare case that it was set.
 local function record_done(done, now, mid, published)
-  local id, stream = string.match(mid, '^(%S+) (.+)$')
-  local rec, tail = now .. ' ' .. (id or mid) .. ' ', ''
-  if stream then tail = ' ' .. stream end
+  local id, stream = split_entry(mid)
+  local rec, tail = now .. ' ' .. id .. ' ', ''
+  if stream ~= '' then tail = ' ' .. stream end
   if published then
     redis.call('SET', done, rec .. now .. tail, 'PX', 86400000)
     return
