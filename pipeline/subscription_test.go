@@ -151,3 +151,42 @@ func TestRouterStoppedByItsContextClosesItsClients(t *testing.T) {
 	}
 	_ = r.Close()
 }
+
+// The claim veto spares an idle entry that a live lease guards, and only that one: the
+// :todo twin's entry of the same id (the two streams' ids repeat) is another event, and
+// is claimed (it was left to wait for the other's run to end).
+func TestClaimVetoSparesOnlyTheGuardedStreamsEntry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.Client(t)
+	topo := event.Topology{Namespace: ns + "ymir"}
+	locker, err := lease.New(rdb, lease.Options{Scope: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, _ := event.ParseTask([]byte(`{"metadata":{"issue":"RHEL-1"}}`))
+	msg, _ := event.New(event.TriageRequested, "RHEL-1", task, nil)
+	main, todo := topo.Stream("triage", "", false), topo.Stream("triage", "", true)
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: main, Values: event.Encode(msg)}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: todo, ID: id, Values: event.Encode(msg)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	le, err := locker.Acquire(ctx, "triage", "RHEL-1", lease.AcquireOptions{MessageID: id, Stream: main})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer le.Release(ctx)
+	for _, c := range []struct {
+		stream string
+		claim  bool
+	}{{main, false}, {todo, true}} {
+		s := &subscription{route: event.Route{Agent: "triage", Stream: c.stream}, consumer: "c2", shared: rdb, locker: locker,
+			inflight: map[string]struct{}{}, offered: map[string]time.Time{}}
+		if got := s.shouldClaim(ctx, redis.XPendingExt{ID: id, Consumer: "c1"}); got != c.claim {
+			t.Errorf("entry %s of %s: claimed %v, want %v", id, c.stream, got, c.claim)
+		}
+	}
+}
