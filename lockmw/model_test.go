@@ -1479,24 +1479,22 @@ func supersedeSeed(seed int) (mwConfig, []mwStep) {
 // key's line (scope issue or a group key, standalone or Cluster keys), beside drop and
 // delay for some types: two agents' events of one issue (or of one group) meet in one
 // line, whose holder may be another agent's run (MODEL_SEEDS=N, default 24).
-func TestModelMiddlewareSharedWait(t *testing.T) {
-	e := newMWEnv(t)
-	from, n := redistest.ModelSeeds(t, 24)
-	start := time.Now()
-	e.checkSeeds(t, from, n, sharedWaitSeed)
-	t.Logf("%d seeds of 40 steps in %s", n, time.Since(start).Round(time.Millisecond))
-}
+func TestModelMiddlewareSharedWait(t *testing.T) { checkSeedsOf(t, 24, sharedWaitSeed) }
 
 // TestModelMiddlewareDeliver draws the deliver policy for most events (the random
 // configurations draw it for few): follow-ups meet busy leases, are delivered to their
 // mailboxes, read by the runs (DeliveredReachesARun) and woken for after the holder's
 // release; with the :todo twin (genTwin), follow-ups of two streams whose ids repeat.
 // MODEL_SEEDS=N runs N seeds (default 48).
-func TestModelMiddlewareDeliver(t *testing.T) {
+func TestModelMiddlewareDeliver(t *testing.T) { checkSeedsOf(t, 48, deliverSeed) }
+
+// checkSeedsOf runs the seeds MODEL_SEED and MODEL_SEEDS name (def of them by default),
+// each's configuration and steps from gen.
+func checkSeedsOf(t *testing.T, def int, gen func(int) (mwConfig, []mwStep)) {
 	e := newMWEnv(t)
-	from, n := redistest.ModelSeeds(t, 48)
+	from, n := redistest.ModelSeeds(t, def)
 	start := time.Now()
-	e.checkSeeds(t, from, n, deliverSeed)
+	e.checkSeeds(t, from, n, gen)
 	t.Logf("%d seeds of 40 steps in %s", n, time.Since(start).Round(time.Millisecond))
 }
 

@@ -78,94 +78,82 @@ func TestHoldersOwnEntryIsNeitherQueuedNorDelivered(t *testing.T) {
 // names no stream (a caller that does not know it) is still told by its id.
 func TestTwinEntryOfTheHoldersIDIsAnotherEvent(t *testing.T) {
 	t.Parallel() // own namespace, nothing timed
-	for _, format := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
-		t.Run(formatName(format), func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			rdb, ns := redistest.Client(t)
-			l := newLocker(t, rdb, ns, lease.Options{Format: format})
-			stream, twin, id := ns+"rebuild", ns+"rebuild:todo", "5-1"
-			in := func(s string, ao lease.AcquireOptions) lease.AcquireOptions {
-				ao.Stream = s
-				return ao
+	bothFormats(t, func(t *testing.T, ctx context.Context, rdb *redis.Client, ns string, l *lease.Locker) {
+		stream, twin, id := ns+"rebuild", ns+"rebuild:todo", "5-1"
+		in := func(s string, ao lease.AcquireOptions) lease.AcquireOptions {
+			ao.Stream = s
+			return ao
+		}
+		busy := func(what string, ao lease.AcquireOptions) *lease.LockedError {
+			t.Helper()
+			_, err := l.Acquire(ctx, "rebuild", "RHEL-1", ao)
+			var le *lease.LockedError
+			if !errors.As(err, &le) {
+				t.Fatalf("%s: %v, want the key busy", what, err)
 			}
-			busy := func(what string, ao lease.AcquireOptions) *lease.LockedError {
-				t.Helper()
-				_, err := l.Acquire(ctx, "rebuild", "RHEL-1", ao)
-				var le *lease.LockedError
-				if !errors.As(err, &le) {
-					t.Fatalf("%s: %v, want the key busy", what, err)
-				}
-				if le.Holder.MessageID != id {
-					t.Errorf("%s: the holder's message id reads %q, want %q", what, le.Holder.MessageID, id)
-				}
-				return le
+			if le.Holder.MessageID != id {
+				t.Errorf("%s: the holder's message id reads %q, want %q", what, le.Holder.MessageID, id)
 			}
-			if _, err := l.Acquire(ctx, "rebuild", "RHEL-1", lease.AcquireOptions{MessageID: id, Stream: stream}); err != nil {
-				t.Fatal(err)
-			}
-			if le := busy("drop, the twin's entry", in(twin, lease.AcquireOptions{MessageID: id})); le.Own {
-				t.Errorf("drop: the twin's entry %s was taken for the holder's own", id)
-			}
-			if le := busy("drop, the holder's entry", in(stream, lease.AcquireOptions{MessageID: id})); !le.Own {
-				t.Errorf("drop: the holder's own entry was not told as its own")
-			}
-			if le := busy("drop, a caller that names no stream", lease.AcquireOptions{MessageID: id}); !le.Own {
-				t.Errorf("drop: an entry named by its id alone was not told as the holder's own")
-			}
-			if le := busy("deliver, the twin's entry", in(twin, deliverOpts(twin, id, 10, "twin"))); le.Own || !le.Delivered {
-				t.Errorf("deliver: the twin's entry: %+v, want it delivered", le)
-			}
-			if le := busy("deliver, the holder's entry", in(stream, deliverOpts(stream, id, 10, "own"))); !le.Own || le.Delivered {
-				t.Errorf("deliver: the holder's own entry: %+v, want it left alone", le)
-			}
-			queue := func(s string) lease.AcquireOptions {
-				return lease.AcquireOptions{MessageID: id, Stream: s, Drain: true,
-					Queue: &lease.QueuedEvent{Stream: s, Fields: map[string]any{"payload": "x"}}}
-			}
-			if le := busy("coalesce, the holder's entry", queue(stream)); !le.Own || le.Queued {
-				t.Errorf("coalesce: the holder's own entry: %+v, want it left alone", le)
-			}
-			if le := busy("coalesce, the twin's entry", queue(twin)); le.Own || !le.Queued {
-				t.Errorf("coalesce: the twin's entry: %+v, want it queued", le)
-			}
-		})
-	}
+			return le
+		}
+		if _, err := l.Acquire(ctx, "rebuild", "RHEL-1", lease.AcquireOptions{MessageID: id, Stream: stream}); err != nil {
+			t.Fatal(err)
+		}
+		if le := busy("drop, the twin's entry", in(twin, lease.AcquireOptions{MessageID: id})); le.Own {
+			t.Errorf("drop: the twin's entry %s was taken for the holder's own", id)
+		}
+		if le := busy("drop, the holder's entry", in(stream, lease.AcquireOptions{MessageID: id})); !le.Own {
+			t.Errorf("drop: the holder's own entry was not told as its own")
+		}
+		if le := busy("drop, a caller that names no stream", lease.AcquireOptions{MessageID: id}); !le.Own {
+			t.Errorf("drop: an entry named by its id alone was not told as the holder's own")
+		}
+		if le := busy("deliver, the twin's entry", in(twin, deliverOpts(twin, id, 10, "twin"))); le.Own || !le.Delivered {
+			t.Errorf("deliver: the twin's entry: %+v, want it delivered", le)
+		}
+		if le := busy("deliver, the holder's entry", in(stream, deliverOpts(stream, id, 10, "own"))); !le.Own || le.Delivered {
+			t.Errorf("deliver: the holder's own entry: %+v, want it left alone", le)
+		}
+		queue := func(s string) lease.AcquireOptions {
+			return lease.AcquireOptions{MessageID: id, Stream: s, Drain: true,
+				Queue: &lease.QueuedEvent{Stream: s, Fields: map[string]any{"payload": "x"}}}
+		}
+		if le := busy("coalesce, the holder's entry", queue(stream)); !le.Own || le.Queued {
+			t.Errorf("coalesce: the holder's own entry: %+v, want it left alone", le)
+		}
+		if le := busy("coalesce, the twin's entry", queue(twin)); le.Own || !le.Queued {
+			t.Errorf("coalesce: the twin's entry: %+v, want it queued", le)
+		}
+	})
 }
 
 // TestTwinEntryOfTheHoldersIDWaits: under the wait policy, the twin's entry with the
 // holder's entry id joins the line; the holder's own entry does not.
 func TestTwinEntryOfTheHoldersIDWaits(t *testing.T) {
 	t.Parallel() // own namespace, nothing timed
-	for _, format := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
-		t.Run(formatName(format), func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			rdb, ns := redistest.Client(t)
-			l := newLocker(t, rdb, ns, lease.Options{Format: format})
-			stream, twin, id := ns+"rebase", ns+"rebase:todo", "5-1"
-			for _, s := range []string{stream, twin} {
-				if err := rdb.XGroupCreateMkStream(ctx, s, "g", "0").Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			opts := func(s string) lease.AcquireOptions {
-				ao := waitOpts(s, id, id, 10)
-				ao.Stream = s
-				return ao
-			}
-			if _, err := l.Acquire(ctx, "rebase", "RHEL-1", opts(stream)); err != nil {
+	bothFormats(t, func(t *testing.T, ctx context.Context, rdb *redis.Client, ns string, l *lease.Locker) {
+		stream, twin, id := ns+"rebase", ns+"rebase:todo", "5-1"
+		for _, s := range []string{stream, twin} {
+			if err := rdb.XGroupCreateMkStream(ctx, s, "g", "0").Err(); err != nil {
 				t.Fatal(err)
 			}
-			var le *lease.LockedError
-			if _, err := l.Acquire(ctx, "rebase", "RHEL-1", opts(stream)); !errors.As(err, &le) || !le.Own || le.Waited {
-				t.Errorf("the holder's own entry: %v (%+v), want it left alone", err, le)
-			}
-			if _, err := l.Acquire(ctx, "rebase", "RHEL-1", opts(twin)); !errors.As(err, &le) || le.Own || !le.Waited || le.Position != 1 {
-				t.Errorf("the twin's entry: %v (%+v), want it waiting at 1", err, le)
-			}
-		})
-	}
+		}
+		opts := func(s string) lease.AcquireOptions {
+			ao := waitOpts(s, id, id, 10)
+			ao.Stream = s
+			return ao
+		}
+		if _, err := l.Acquire(ctx, "rebase", "RHEL-1", opts(stream)); err != nil {
+			t.Fatal(err)
+		}
+		var le *lease.LockedError
+		if _, err := l.Acquire(ctx, "rebase", "RHEL-1", opts(stream)); !errors.As(err, &le) || !le.Own || le.Waited {
+			t.Errorf("the holder's own entry: %v (%+v), want it left alone", err, le)
+		}
+		if _, err := l.Acquire(ctx, "rebase", "RHEL-1", opts(twin)); !errors.As(err, &le) || le.Own || !le.Waited || le.Position != 1 {
+			t.Errorf("the twin's entry: %v (%+v), want it waiting at 1", err, le)
+		}
+	})
 }
 
 // TestTwinEntryOfALeaseTakenAheadIsAnotherEvent: a lease taken ahead for an entry (a
@@ -198,36 +186,41 @@ func TestTwinEntryOfALeaseTakenAheadIsAnotherEvent(t *testing.T) {
 // stream is told by id alone.
 func TestTwinEntryOfTheReleasedIDIsSuperseded(t *testing.T) {
 	t.Parallel() // own namespace, nothing timed
+	bothFormats(t, func(t *testing.T, ctx context.Context, rdb *redis.Client, ns string, l *lease.Locker) {
+		stream, twin, id := ns+"rebuild", ns+"rebuild:todo", "5-1"
+		opts := func(s string) lease.AcquireOptions {
+			return lease.AcquireOptions{MessageID: id, Stream: s, EntryTime: time.UnixMilli(5)}
+		}
+		le, err := l.Acquire(ctx, "rebuild", "RHEL-1", opts(stream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := le.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var sup *lease.SupersededError
+		if _, err := l.Acquire(ctx, "rebuild", "RHEL-1", opts(twin)); !errors.As(err, &sup) || sup.ByMessageID != id {
+			t.Fatalf("the twin's entry %s: %v, want it superseded by the released run of %s", id, err, id)
+		}
+		for _, ao := range []lease.AcquireOptions{opts(stream), {MessageID: id, EntryTime: time.UnixMilli(5)}} {
+			again, err := l.Acquire(ctx, "rebuild", "RHEL-1", ao)
+			if err != nil {
+				t.Fatalf("the released entry again (stream %q): %v, want the lease", ao.Stream, err)
+			}
+			if _, err := again.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// bothFormats runs f on a locker of each key format, each in its own namespace.
+func bothFormats(t *testing.T, f func(t *testing.T, ctx context.Context, rdb *redis.Client, ns string, l *lease.Locker)) {
 	for _, format := range []lease.KeyFormat{lease.KeysCompat, lease.KeysCluster} {
 		t.Run(formatName(format), func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			rdb, ns := redistest.Client(t)
-			l := newLocker(t, rdb, ns, lease.Options{Format: format})
-			stream, twin, id := ns+"rebuild", ns+"rebuild:todo", "5-1"
-			opts := func(s string) lease.AcquireOptions {
-				return lease.AcquireOptions{MessageID: id, Stream: s, EntryTime: time.UnixMilli(5)}
-			}
-			le, err := l.Acquire(ctx, "rebuild", "RHEL-1", opts(stream))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := le.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			var sup *lease.SupersededError
-			if _, err := l.Acquire(ctx, "rebuild", "RHEL-1", opts(twin)); !errors.As(err, &sup) || sup.ByMessageID != id {
-				t.Fatalf("the twin's entry %s: %v, want it superseded by the released run of %s", id, err, id)
-			}
-			for _, ao := range []lease.AcquireOptions{opts(stream), {MessageID: id, EntryTime: time.UnixMilli(5)}} {
-				again, err := l.Acquire(ctx, "rebuild", "RHEL-1", ao)
-				if err != nil {
-					t.Fatalf("the released entry again (stream %q): %v, want the lease", ao.Stream, err)
-				}
-				if _, err := again.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			f(t, context.Background(), rdb, ns, newLocker(t, rdb, ns, lease.Options{Format: format}))
 		})
 	}
 }
