@@ -81,7 +81,7 @@ func BenchmarkHandoffBatchServer(b *testing.B) {
 				for i := range nexts {
 					seq++
 					nexts[i] = lease.Next{Agent: "triage", Key: "RHEL-" + strconv.Itoa(seq),
-						Options: lease.AcquireOptions{Owner: "bench", MessageID: strconv.Itoa(seq) + "-0", EntryTime: time.Now()}}
+						Options: lease.AcquireOptions{Owner: "bench", MessageID: strconv.Itoa(seq) + "-0", Stream: "ymir:triage", EntryTime: time.Now()}}
 				}
 				ps, err := l.HandoffBatch(ctx, ends, nexts)
 				if err != nil {
