@@ -23,8 +23,8 @@ package lockmw_test
 // TestModelMiddlewareSharedWait draws the wait policy under a shared scope, with ticks of
 // the line waker; TestModelMiddlewareDeliver the deliver policy, whose runs read their
 // mailboxes (DeliveredReachesARun). OwnIsTheHolders: an event's first handling is never
-// left pending as the live holder's own entry. MODEL_SEEDS=N runs N seeds (default 48), MODEL_SEED=S from seed S;
-// MODEL_TRACE=1 logs the steps and the batches.
+// left pending as the live holder's own entry. MODEL_SEEDS=N runs N seeds (default 48),
+// MODEL_SEED=S from seed S; MODEL_TRACE=1 logs the steps and the batches.
 
 import (
 	"context"
