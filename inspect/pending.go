@@ -355,18 +355,12 @@ func (s *pendingScan) running() map[consumerOf]string {
 	for _, rf := range s.refs {
 		x := s.raw[rf.g][rf.e]
 		if k, ok := s.in.canonical(s.keys[rf]); ok {
-			if info, ok := s.held[lease.Ref{Agent: s.live[rf.g].Agent, Issue: k}]; ok && s.guards(info, rf) {
+			if info, ok := s.held[lease.Ref{Agent: s.live[rf.g].Agent, Issue: k}]; ok && info.Guards(s.live[rf.g].Stream, x.ID) {
 				running[consumerOf{rf.g, x.Consumer}] = x.ID
 			}
 		}
 	}
 	return running
-}
-
-// guards reports whether lease info was taken for the entry rf: its id, in its stream
-// when the lease names one (an agent's stream and its :todo twin repeat entry ids).
-func (s *pendingScan) guards(info lease.Info, rf pendingRef) bool {
-	return info.MessageID == s.raw[rf.g][rf.e].ID && (info.Stream == "" || info.Stream == s.live[rf.g].Stream)
 }
 
 // entryName is the entry a lease guards, in words: its id, and its stream if named.
@@ -398,7 +392,7 @@ func (s *pendingScan) guard(rf pendingRef, key string, valid bool) PendingEntry 
 		li := s.in.leaseInfo(info)
 		e.Lease = &li
 		switch {
-		case s.guards(info, rf):
+		case info.Guards(s.live[rf.g].Stream, x.ID):
 			e.State = StateGuarded
 		case info.MessageID == "":
 			e.Note = "issue held by a lock without a message id; dropped if still locked when claimed"

@@ -208,9 +208,7 @@ func (s *subscription) shouldClaim(ctx context.Context, xp redis.XPendingExt) bo
 		s.log.Warn().Err(err).Str("message_id", xp.ID).Msg("claim veto: cannot inspect lease; not claiming it now")
 		return false
 	}
-	// The lease names its entry's stream: the :todo twin's entry of that id (the two
-	// streams' ids repeat) is another event, which no lease guards.
-	if held && info.MessageID == xp.ID && (info.Stream == "" || info.Stream == s.route.Stream) {
+	if held && info.Guards(s.route.Stream, xp.ID) {
 		s.log.Debug().Str("message_id", xp.ID).Str("issue_key", info.Issue).Str("holder", info.Owner).
 			Msg("claim veto: a live lease guards this entry")
 		return false

@@ -99,6 +99,13 @@ func (l *Locker) ForceRelease(ctx context.Context, agent, rawKey string) (int64,
 	return fence, nil
 }
 
+// Guards reports whether the lease was taken for entry id of stream: its id, in its
+// stream when the record names one (an agent's stream and its :todo twin repeat entry
+// ids: the other's entry of that id is another event).
+func (i Info) Guards(stream, id string) bool {
+	return i.MessageID == id && (i.Stream == "" || i.Stream == stream)
+}
+
 func infoFromHash(agent, issue string, h map[string]string) Info {
 	info := Info{Agent: agent, Issue: issue, Owner: h["owner"], MessageID: lineEventID(h["message_id"]), Stream: h["stream"],
 		Scope: ScopeAgent, Key: issue, Supersedes: h["supersedes"]}

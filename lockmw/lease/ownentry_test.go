@@ -224,3 +224,20 @@ func bothFormats(t *testing.T, f func(t *testing.T, ctx context.Context, rdb *re
 		})
 	}
 }
+
+// TestInfoGuardsItsEntryInItsStream: a lease guards its entry's id in the stream its
+// record names, and that id in any stream when it names none (a record written before
+// records named streams).
+func TestInfoGuardsItsEntryInItsStream(t *testing.T) {
+	named, plain := lease.Info{MessageID: "5-1", Stream: "s"}, lease.Info{MessageID: "5-1"}
+	for _, c := range []struct {
+		info       lease.Info
+		stream, id string
+		want       bool
+	}{{named, "s", "5-1", true}, {named, "s:todo", "5-1", false}, {named, "s", "5-2", false},
+		{plain, "s:todo", "5-1", true}, {plain, "s", "5-2", false}} {
+		if got := c.info.Guards(c.stream, c.id); got != c.want {
+			t.Errorf("%+v.Guards(%q, %q) = %v, want %v", c.info, c.stream, c.id, got, c.want)
+		}
+	}
+}

@@ -133,10 +133,12 @@ local function superseded_by_release(done, entry_ms, message_id, rec)
   if d == nil then d = redis.call('GET', done) end
   if not d then return nil end
   local ms, mid = string.match(d, '^(%d+) (%S+)')
+  if not ms or tonumber(entry_ms) >= tonumber(ms) then return nil end
   -- The released entry's own repeat (a retry after its run) is never superseded by it:
-  -- the same id in the same stream, when the record and the caller name streams.
-  local released = mid and holder_entry(mid, string.match(d, '^%d+ %S+ %d+ (.+)$'))
-  if ms and tonumber(entry_ms) < tonumber(ms) and not same_entry(released, message_id) and not stepped_back(ms) then
+  -- the same id in the same stream, when the record and the caller name streams. Read
+  -- only for an event that entered before the release (the rare case).
+  local released = holder_entry(mid, string.match(d, '^%d+ %S+ %d+ (.+)$'))
+  if not same_entry(released, message_id) and not stepped_back(ms) then
     return {2, tonumber(ms), mid}
   end
   return nil
